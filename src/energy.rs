@@ -1,0 +1,298 @@
+//! Per-job, per-GPU energy metering from GPU readings. Pure: no I/O, no clock.
+//!
+//! The energy of a job on a GPU is the difference of NVML's cumulative energy counter between
+//! the job's begin and end readings. Every sample also advances the meter, so that a counter
+//! reset (driver reload) loses at most the gap between two samples, which is then estimated
+//! from power, and so that a daemon restart resumes from the last persisted reading: the counter
+//! kept counting while the daemon was down, so the next delta covers the gap exactly.
+//! Only a GPU without the counter is metered by integrating sampled power (trapezoids).
+
+use serde::{Deserialize, Serialize};
+
+/// One reading of one GPU, as the GPU backend returns it.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct GpuReading {
+    /// Wall-clock time of the reading, nanoseconds since the Unix epoch.
+    pub t_ns: i64,
+    /// Cumulative energy counter in mJ; `None` when the GPU has no counter.
+    pub energy_mj: Option<u64>,
+    /// Instantaneous power draw in mW.
+    pub power_mw: Option<u32>,
+    /// Current SM clock in MHz.
+    pub sm_clock_mhz: Option<u32>,
+    /// GPU utilisation in percent.
+    pub util_pct: Option<u32>,
+}
+
+/// How a meter measured energy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// Differences of the GPU's cumulative energy counter only: exact.
+    Counter,
+    /// Integrated sampled power only: the GPU has no energy counter.
+    Power,
+    /// Mostly the counter, with at least one gap (counter reset) estimated from power.
+    CounterAndPower,
+}
+
+impl Method {
+    /// The name used in the store, reports and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Counter => "counter",
+            Method::Power => "power",
+            Method::CounterAndPower => "counter+power",
+        }
+    }
+
+    /// Parses [`Method::as_str`]'s output.
+    pub fn parse(s: &str) -> Option<Method> {
+        match s {
+            "counter" => Some(Method::Counter),
+            "power" => Some(Method::Power),
+            "counter+power" => Some(Method::CounterAndPower),
+            _ => None,
+        }
+    }
+
+    /// The method of a job whose GPUs were measured with `a` and `b`.
+    pub fn combine(a: Method, b: Method) -> Method {
+        if a == b { a } else { Method::CounterAndPower }
+    }
+}
+
+/// Something unusual a meter saw; recorded with the job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum MeterEvent {
+    /// The counter went backwards (driver reload); the gap was estimated from power.
+    CounterReset { t_ns: i64, estimated_gap_mj: f64 },
+    /// The GPU stopped answering; energy is counted up to the last good reading.
+    GpuLost { t_ns: i64 },
+    /// The GPU answered again after being lost.
+    GpuBack { t_ns: i64 },
+}
+
+/// The running energy account of one GPU within one job. Serializable, so the store can
+/// persist it at every sample and the daemon can resume it after a restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuMeter {
+    /// Method so far.
+    pub method: Method,
+    /// Energy accumulated since the job began, in mJ.
+    pub energy_mj: f64,
+    /// Time of the first reading (job begin on this GPU).
+    pub begin_ns: i64,
+    /// Counter value at the first reading, if the GPU has a counter.
+    pub begin_counter_mj: Option<u64>,
+    /// Last good reading.
+    pub last: GpuReading,
+    /// Highest power seen, in mW.
+    pub peak_power_mw: u32,
+    /// Sum of SM clock readings (MHz) and how many there were.
+    pub clock_sum_mhz: u64,
+    /// Number of readings with an SM clock.
+    pub clock_samples: u32,
+    /// Sum of utilisation readings (%) and how many there were.
+    pub util_sum_pct: u64,
+    /// Number of readings with a utilisation.
+    pub util_samples: u32,
+    /// True while the GPU does not answer.
+    pub lost: bool,
+    /// What happened, in order.
+    pub events: Vec<MeterEvent>,
+}
+
+impl GpuMeter {
+    /// Starts a meter at the job's first reading.
+    pub fn begin(first: GpuReading) -> GpuMeter {
+        let mut meter = GpuMeter {
+            method: if first.energy_mj.is_some() { Method::Counter } else { Method::Power },
+            energy_mj: 0.0,
+            begin_ns: first.t_ns,
+            begin_counter_mj: first.energy_mj,
+            last: first,
+            peak_power_mw: 0,
+            clock_sum_mhz: 0,
+            clock_samples: 0,
+            util_sum_pct: 0,
+            util_samples: 0,
+            lost: false,
+            events: Vec::new(),
+        };
+        meter.observe_gauges(&first);
+        meter
+    }
+
+    /// Starts a meter for a GPU that could not be read when the job began.
+    pub fn begin_lost(t_ns: i64) -> GpuMeter {
+        let mut meter = GpuMeter::begin(GpuReading { t_ns, ..GpuReading::default() });
+        meter.lost = true;
+        meter.events.push(MeterEvent::GpuLost { t_ns });
+        meter
+    }
+
+    /// Advances the meter with a new reading. Readings older than the last one are ignored.
+    pub fn advance(&mut self, now: GpuReading) {
+        if now.t_ns < self.last.t_ns {
+            return;
+        }
+        if self.lost {
+            self.lost = false;
+            self.events.push(MeterEvent::GpuBack { t_ns: now.t_ns });
+        }
+        let dt_s = (now.t_ns - self.last.t_ns) as f64 / 1e9;
+        match (self.last.energy_mj, now.energy_mj) {
+            (Some(prev), Some(cur)) if cur >= prev => {
+                self.energy_mj += (cur - prev) as f64;
+            }
+            (Some(_), Some(cur)) => {
+                // The counter restarted from zero somewhere in the gap: `cur` was consumed
+                // since then; the part before the reset is estimated from power.
+                let mean_w = mean_power_w(self.last.power_mw, now.power_mw);
+                let gap_mj = (mean_w * dt_s * 1000.0 - cur as f64).max(0.0);
+                self.energy_mj += cur as f64 + gap_mj;
+                self.method = Method::CounterAndPower;
+                self.events.push(MeterEvent::CounterReset { t_ns: now.t_ns, estimated_gap_mj: gap_mj });
+            }
+            _ => {
+                // No counter on one side: integrate power over the interval.
+                self.energy_mj += mean_power_w(self.last.power_mw, now.power_mw) * dt_s * 1000.0;
+                if self.method == Method::Counter {
+                    self.method = Method::CounterAndPower;
+                }
+            }
+        }
+        self.observe_gauges(&now);
+        self.last = now;
+    }
+
+    /// Records that the GPU did not answer at `t_ns`. The energy stays at the last good
+    /// reading; if the GPU comes back with its counter, the counter covers the gap.
+    pub fn mark_lost(&mut self, t_ns: i64) {
+        if !self.lost {
+            self.lost = true;
+            self.events.push(MeterEvent::GpuLost { t_ns });
+        }
+    }
+
+    /// Mean SM clock over the job's readings, in MHz.
+    pub fn avg_sm_clock_mhz(&self) -> Option<f64> {
+        (self.clock_samples > 0).then(|| self.clock_sum_mhz as f64 / self.clock_samples as f64)
+    }
+
+    /// Mean utilisation over the job's readings, in percent.
+    pub fn avg_util_pct(&self) -> Option<f64> {
+        (self.util_samples > 0).then(|| self.util_sum_pct as f64 / self.util_samples as f64)
+    }
+
+    fn observe_gauges(&mut self, r: &GpuReading) {
+        if let Some(p) = r.power_mw {
+            self.peak_power_mw = self.peak_power_mw.max(p);
+        }
+        if let Some(c) = r.sm_clock_mhz {
+            self.clock_sum_mhz += u64::from(c);
+            self.clock_samples += 1;
+        }
+        if let Some(u) = r.util_pct {
+            self.util_sum_pct += u64::from(u);
+            self.util_samples += 1;
+        }
+    }
+}
+
+/// Mean of two power readings in W, using whichever exists.
+fn mean_power_w(a: Option<u32>, b: Option<u32>) -> f64 {
+    match (a, b) {
+        (Some(a), Some(b)) => (f64::from(a) + f64::from(b)) / 2000.0,
+        (Some(x), None) | (None, Some(x)) => f64::from(x) / 1000.0,
+        (None, None) => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(t_s: f64, counter: Option<u64>, power_w: u32) -> GpuReading {
+        GpuReading {
+            t_ns: (t_s * 1e9) as i64,
+            energy_mj: counter,
+            power_mw: Some(power_w * 1000),
+            sm_clock_mhz: Some(1500),
+            util_pct: Some(50),
+        }
+    }
+
+    #[test]
+    fn counter_deltas_sum_exactly() {
+        let mut m = GpuMeter::begin(r(0.0, Some(1_000_000), 300));
+        m.advance(r(1.0, Some(1_250_000), 200));
+        m.advance(r(2.0, Some(1_700_123), 400));
+        assert_eq!(m.energy_mj, 700_123.0);
+        assert_eq!(m.method, Method::Counter);
+        assert_eq!(m.peak_power_mw, 400_000);
+        assert_eq!(m.avg_sm_clock_mhz(), Some(1500.0));
+    }
+
+    #[test]
+    fn a_long_gap_between_readings_is_still_exact() {
+        // A daemon restart: the counter kept counting; the next delta covers the gap.
+        let mut m = GpuMeter::begin(r(0.0, Some(5_000), 300));
+        m.advance(r(600.0, Some(180_005_000), 300));
+        assert_eq!(m.energy_mj, 180_000_000.0);
+    }
+
+    #[test]
+    fn counter_reset_counts_new_counter_and_estimates_gap() {
+        let mut m = GpuMeter::begin(r(0.0, Some(9_000_000), 100));
+        // Reset happened; by t=2 the counter is back at 50 J. Mean power 100 W over 2 s = 200 J.
+        m.advance(r(2.0, Some(50_000), 100));
+        assert_eq!(m.method, Method::CounterAndPower);
+        assert!((m.energy_mj - 200_000.0).abs() < 1e-6, "{}", m.energy_mj);
+        assert!(matches!(m.events[0], MeterEvent::CounterReset { .. }));
+        m.advance(r(3.0, Some(150_000), 100));
+        assert!((m.energy_mj - 300_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn power_integration_without_counter() {
+        let mut m = GpuMeter::begin(r(0.0, None, 100));
+        m.advance(r(1.0, None, 300));
+        m.advance(r(3.0, None, 300));
+        assert_eq!(m.method, Method::Power);
+        assert!((m.energy_mj - (200_000.0 + 600_000.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn lost_gpu_keeps_energy_and_counter_covers_the_gap_when_back() {
+        let mut m = GpuMeter::begin(r(0.0, Some(0), 100));
+        m.advance(r(1.0, Some(100_000), 100));
+        m.mark_lost(2_000_000_000);
+        m.mark_lost(3_000_000_000);
+        assert!(m.lost);
+        assert_eq!(m.events.len(), 1);
+        assert_eq!(m.energy_mj, 100_000.0);
+        m.advance(r(4.0, Some(400_000), 100));
+        assert!(!m.lost);
+        assert_eq!(m.energy_mj, 400_000.0);
+        assert_eq!(m.method, Method::Counter);
+    }
+
+    #[test]
+    fn stale_readings_are_ignored() {
+        let mut m = GpuMeter::begin(r(5.0, Some(1000), 100));
+        m.advance(r(4.0, Some(0), 100));
+        assert_eq!(m.energy_mj, 0.0);
+        assert!(m.events.is_empty());
+    }
+
+    #[test]
+    fn meter_round_trips_through_json() {
+        let mut m = GpuMeter::begin(r(0.0, Some(7), 100));
+        m.mark_lost(1);
+        let back: GpuMeter = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back, m);
+    }
+}

@@ -1,0 +1,219 @@
+//! Jobs as wattson records them: the key Slurm gives a job or step, who owns it, its GPUs,
+//! its energy hints, and the finished record that reports read.
+
+use serde::{Deserialize, Serialize};
+
+use crate::energy::{GpuMeter, Method};
+
+/// A job or one of its steps, as `sacct` names them: `42` (the whole allocation), `42.0`,
+/// `42.batch`, `42.extern`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct JobKey {
+    /// Slurm job id.
+    pub job_id: u32,
+    /// Step name; empty for the whole job.
+    #[serde(default)]
+    pub step: String,
+}
+
+impl JobKey {
+    /// The whole job `job_id`.
+    pub fn job(job_id: u32) -> JobKey {
+        JobKey { job_id, step: String::new() }
+    }
+
+    /// Parses `42`, `42.0`, `42.batch`, `42.extern`.
+    pub fn parse(s: &str) -> Result<JobKey, String> {
+        let (id, step) = match s.split_once('.') {
+            Some((id, step)) => (id, step),
+            None => (s, ""),
+        };
+        let job_id = id
+            .parse::<u32>()
+            .map_err(|_| format!("bad job id {s:?}: expected a number, optionally .step (42, 42.0, 42.batch)"))?;
+        let step_ok = step.is_empty()
+            || step.parse::<u32>().is_ok()
+            || matches!(step, "batch" | "extern" | "interactive");
+        if !step_ok {
+            return Err(format!("bad step in {s:?}: expected a number, batch, extern or interactive"));
+        }
+        Ok(JobKey { job_id, step: step.to_string() })
+    }
+}
+
+impl std::fmt::Display for JobKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.step.is_empty() { write!(f, "{}", self.job_id) } else { write!(f, "{}.{}", self.job_id, self.step) }
+    }
+}
+
+/// The user's energy hints, as given to `sbatch` (`--energy`, `--energy-slowdown`, ...).
+/// Recorded with the job; the engine interprets them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hints {
+    /// `min-energy`, `balanced` or `perf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Largest tolerated slowdown against full speed, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowdown_pct: Option<f64>,
+    /// Workload signature that lets models learn across runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+impl Hints {
+    /// The allowed values of `policy`.
+    pub const POLICIES: [&'static str; 3] = ["min-energy", "balanced", "perf"];
+
+    /// Checks the hints; the error says what is allowed.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(p) = &self.policy
+            && !Self::POLICIES.contains(&p.as_str())
+        {
+            return Err(format!("energy policy {p:?} is not one of min-energy, balanced, perf"));
+        }
+        if let Some(s) = self.slowdown_pct
+            && !(s.is_finite() && (0.0..=1000.0).contains(&s))
+        {
+            return Err(format!("energy slowdown {s} is not a percentage between 0 and 1000"));
+        }
+        if let Some(t) = &self.tag
+            && (t.is_empty() || t.len() > 128 || t.chars().any(|c| c.is_control()))
+        {
+            return Err("energy tag must be 1 to 128 printable characters".to_string());
+        }
+        Ok(())
+    }
+}
+
+/// A GPU as a caller names it: its index on the node (as in `SLURM_JOB_GPUS`) or its UUID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GpuRef {
+    /// NVML index.
+    Index(u32),
+    /// `GPU-...` UUID or PCI bus id.
+    Id(String),
+}
+
+impl GpuRef {
+    /// Parses `0`, `GPU-8f3c...`, or `00000000:17:00.0`.
+    pub fn parse(s: &str) -> GpuRef {
+        match s.trim().parse::<u32>() {
+            Ok(i) => GpuRef::Index(i),
+            Err(_) => GpuRef::Id(s.trim().to_string()),
+        }
+    }
+}
+
+/// The state of a recorded job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum JobState {
+    /// Begun and not yet ended.
+    Running,
+    /// Ended normally.
+    Completed,
+}
+
+impl JobState {
+    /// The name used in the store and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "RUNNING",
+            JobState::Completed => "COMPLETED",
+        }
+    }
+}
+
+/// One GPU of a job: its identity on the node and its meter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobGpu {
+    /// NVML index on the node.
+    pub index: u32,
+    /// GPU UUID.
+    pub uuid: String,
+    /// Model name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// The running account of this GPU.
+    pub meter: GpuMeter,
+}
+
+/// Everything wattson knows about one job or step on one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Which job or step.
+    pub key: JobKey,
+    /// Owner's uid.
+    pub uid: u32,
+    /// Owner's user name, when known.
+    pub user: Option<String>,
+    /// Job name, when known.
+    pub name: Option<String>,
+    /// Node the record was taken on.
+    pub node: String,
+    /// Begin time, ns since the Unix epoch.
+    pub begin_ns: i64,
+    /// End time, ns since the Unix epoch; `None` while running.
+    pub end_ns: Option<i64>,
+    /// Running or completed.
+    pub state: JobState,
+    /// Energy hints.
+    pub hints: Hints,
+    /// The job's GPUs, by index.
+    pub gpus: Vec<JobGpu>,
+}
+
+impl JobRecord {
+    /// Total GPU energy in joules.
+    pub fn energy_j(&self) -> f64 {
+        self.gpus.iter().map(|g| g.meter.energy_mj).sum::<f64>() / 1000.0
+    }
+
+    /// The method that measured the job: `counter` only if every GPU was metered by its counter.
+    pub fn method(&self) -> Option<Method> {
+        self.gpus.iter().map(|g| g.meter.method).reduce(Method::combine)
+    }
+
+    /// Elapsed seconds up to the end, or up to `now_ns` while running.
+    pub fn elapsed_s(&self, now_ns: i64) -> f64 {
+        (self.end_ns.unwrap_or(now_ns) - self.begin_ns).max(0) as f64 / 1e9
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_keys_parse_and_print_like_sacct() {
+        for s in ["42", "42.0", "42.batch", "42.extern"] {
+            assert_eq!(JobKey::parse(s).unwrap().to_string(), s);
+        }
+        assert_eq!(JobKey::parse("7.3").unwrap(), JobKey { job_id: 7, step: "3".into() });
+        assert!(JobKey::parse("x").is_err());
+        assert!(JobKey::parse("42.foo").is_err());
+        assert!(JobKey::parse("-1").is_err());
+    }
+
+    #[test]
+    fn hints_are_validated() {
+        assert!(Hints::default().validate().is_ok());
+        let ok = Hints { policy: Some("min-energy".into()), slowdown_pct: Some(10.0), tag: Some("bert".into()) };
+        assert!(ok.validate().is_ok());
+        let bad = Hints { policy: Some("fast".into()), ..Hints::default() };
+        assert!(bad.validate().unwrap_err().contains("min-energy, balanced, perf"));
+        let bad = Hints { slowdown_pct: Some(-3.0), ..Hints::default() };
+        assert!(bad.validate().is_err());
+        let bad = Hints { tag: Some("a\nb".into()), ..Hints::default() };
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn gpu_refs_parse() {
+        assert_eq!(GpuRef::parse("3"), GpuRef::Index(3));
+        assert_eq!(GpuRef::parse("GPU-abc"), GpuRef::Id("GPU-abc".into()));
+    }
+}
