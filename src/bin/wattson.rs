@@ -1,1 +1,5 @@
-fn main(){}
+//! `wattson`: the command line. See `wattson --help`.
+
+fn main() -> std::process::ExitCode {
+    wattson::cli::main()
+}

@@ -1,1 +1,65 @@
-fn main(){}
+//! `wattsond`: the wattson node daemon. See `wattsond --help`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::prelude::*;
+use wattson::config::Config;
+
+/// The wattson node daemon: exact per-job GPU energy accounting into a local SQLite store.
+///
+/// Logs go to journald when started by systemd, else to stderr; set WATTSON_LOG (e.g. debug)
+/// to change the level. Stops cleanly on SIGTERM or SIGINT; running jobs resume at next start.
+#[derive(Debug, Parser)]
+#[command(name = "wattsond", version)]
+struct Args {
+    /// Configuration file [default: /etc/wattson/wattson.toml if it exists, else built-in defaults]
+    #[arg(short = 'c', long, env = "WATTSON_CONFIG")]
+    config: Option<PathBuf>,
+    /// Check the configuration file and exit
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging();
+    let config = match Config::load_or_default(args.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("wattsond: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check_config {
+        println!("configuration OK");
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("wattsond: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(wattson::daemon::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("wattsond: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = EnvFilter::try_from_env("WATTSON_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let journald = std::env::var_os("JOURNAL_STREAM").and_then(|_| tracing_journald::layer().ok());
+    let registry = tracing_subscriber::registry().with(filter);
+    match journald {
+        Some(layer) => registry.with(layer).init(),
+        None => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).init(),
+    }
+}

@@ -1,0 +1,89 @@
+//! `wattson job begin|end`: what a Slurm Prolog/Epilog calls when no wattson plugin is loaded.
+
+use clap::{Args, Subcommand};
+
+use crate::config::Config;
+use crate::job::{GpuRef, Hints, JobKey};
+use crate::protocol::{self, JobBegin, Reply, Request};
+
+/// `wattson job` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Record that a job began on this node's GPUs (run as root or SlurmUser).
+    Begin(BeginArgs),
+    /// Record that a job ended and print its GPU energy (run as root or SlurmUser).
+    End(EndArgs),
+}
+
+/// `wattson job begin` options; most default to the variables Slurm sets in a Prolog.
+#[derive(Debug, Args)]
+pub struct BeginArgs {
+    /// Job id, optionally with step (42, 42.0)
+    #[arg(long, env = "SLURM_JOB_ID", value_parser = JobKey::parse)]
+    job: JobKey,
+    /// Owner's uid
+    #[arg(long, env = "SLURM_JOB_UID")]
+    uid: u32,
+    /// Owner's user name
+    #[arg(long, env = "SLURM_JOB_USER")]
+    user: Option<String>,
+    /// Job name
+    #[arg(long, env = "SLURM_JOB_NAME")]
+    name: Option<String>,
+    /// The job's GPUs on this node: indices or UUIDs, comma-separated
+    /// [default: $SLURM_JOB_GPUS, else $CUDA_VISIBLE_DEVICES]
+    #[arg(long)]
+    gpus: Option<String>,
+    /// Energy policy: min-energy, balanced or perf
+    #[arg(long)]
+    energy: Option<String>,
+    /// Largest tolerated slowdown against full speed, in percent
+    #[arg(long)]
+    energy_slowdown: Option<f64>,
+    /// Workload signature that lets models learn across runs
+    #[arg(long)]
+    energy_tag: Option<String>,
+}
+
+/// `wattson job end` options.
+#[derive(Debug, Args)]
+pub struct EndArgs {
+    /// Job id, optionally with step
+    #[arg(long, env = "SLURM_JOB_ID", value_parser = JobKey::parse)]
+    job: JobKey,
+}
+
+/// Runs a `wattson job` subcommand.
+pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
+    let request = match cmd {
+        JobCommand::Begin(args) => {
+            let gpus = args
+                .gpus
+                .or_else(|| std::env::var("SLURM_JOB_GPUS").ok())
+                .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok())
+                .unwrap_or_default();
+            let gpus: Vec<GpuRef> = gpus.split(',').filter(|s| !s.trim().is_empty()).map(GpuRef::parse).collect();
+            if gpus.is_empty() {
+                println!("job {} has no GPUs on this node: nothing to account", args.job);
+                return Ok(());
+            }
+            let hints = Hints { policy: args.energy, slowdown_pct: args.energy_slowdown, tag: args.energy_tag };
+            hints.validate()?;
+            Request::JobBegin(JobBegin { job: args.job, uid: args.uid, user: args.user, name: args.name, gpus, hints })
+        }
+        JobCommand::End(args) => Request::JobEnd { job: args.job },
+    };
+    match protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout).map_err(|e| e.to_string())? {
+        Reply::Begun { job, already_running: false } => println!("job {job} began"),
+        Reply::Begun { job, already_running: true } => println!("job {job} was already recorded as running"),
+        Reply::Ended { record } => println!(
+            "job {} ended: {:.0} J on {} GPU(s), method {}",
+            record.key,
+            record.energy_j(),
+            record.gpus.len(),
+            record.method().map(|m| m.as_str()).unwrap_or("none")
+        ),
+        other => return Err(format!("unexpected reply from wattsond: {other:?}")),
+    }
+    Ok(())
+}

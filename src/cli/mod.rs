@@ -1,0 +1,63 @@
+//! `wattson`, the command line: `acct` (sacct-style energy report), `job begin|end` (for Slurm
+//! Prolog/Epilog scripts), `status` (the node's GPUs).
+
+mod acct;
+mod job;
+mod status;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+/// Exact per-job GPU energy accounting for Slurm clusters.
+#[derive(Debug, Parser)]
+#[command(name = "wattson", version, about, long_about = None)]
+pub struct Cli {
+    /// Configuration file [default: /etc/wattson/wattson.toml if it exists]
+    #[arg(short = 'c', long, global = true, env = "WATTSON_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Report recorded jobs' GPU energy, in the layout and units of sacct.
+    Acct(acct::AcctArgs),
+    /// Tell wattsond that a job began or ended (for Slurm Prolog/Epilog scripts).
+    #[command(subcommand)]
+    Job(job::JobCommand),
+    /// Show this node's GPUs: power, clocks, utilisation, energy counter and owning jobs.
+    Status(status::StatusArgs),
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load_or_default(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let result = match cli.command {
+        Command::Acct(args) => acct::run(&config, args),
+        Command::Job(cmd) => job::run(&config, cmd),
+        Command::Status(args) => status::run(&config, args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("wattson: error: {message}");
+    ExitCode::FAILURE
+}
+
+/// The calling process's real uid.
+fn caller_uid() -> u32 {
+    nix::unistd::getuid().as_raw()
+}

@@ -1,0 +1,182 @@
+//! The Unix socket: accept, authenticate by peer credentials, authorise, dispatch to [`Core`].
+//!
+//! Each connection carries one request. A slow or silent client times out without affecting
+//! anyone else; a malformed request gets a one-line error; the core runs on a blocking thread.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tracing::{debug, warn};
+
+use super::core::Core;
+use crate::protocol::{self, Request, Response};
+
+/// Who may do what, resolved from the configuration at start.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// Uid of Slurm's SlurmUser, if that user exists.
+    pub slurm_uid: Option<u32>,
+    /// Name of SlurmUser, for messages.
+    pub slurm_user: String,
+    /// Uids that may read every user's jobs.
+    pub admin_uids: Vec<u32>,
+}
+
+impl Policy {
+    /// Resolves user names to uids; unknown names are logged and ignored.
+    pub fn resolve(slurm_user: &str, admins: &[String]) -> Policy {
+        let uid_of = |name: &str| match nix::unistd::User::from_name(name) {
+            Ok(Some(user)) => Some(user.uid.as_raw()),
+            _ => {
+                warn!(user = name, "configured user does not exist on this node; ignored");
+                None
+            }
+        };
+        Policy {
+            slurm_uid: uid_of(slurm_user),
+            slurm_user: slurm_user.to_string(),
+            admin_uids: admins.iter().filter_map(|a| uid_of(a)).collect(),
+        }
+    }
+
+    /// Narrows or refuses `request` for the caller `uid`.
+    pub fn authorize(&self, uid: u32, request: Request) -> Result<Request, String> {
+        let privileged = uid == 0 || Some(uid) == self.slurm_uid;
+        match request {
+            Request::JobBegin(_) | Request::JobEnd { .. } if !privileged => Err(format!(
+                "permission denied: only root and SlurmUser ({}) may begin or end jobs (you are uid {uid})",
+                self.slurm_user
+            )),
+            Request::Acct(mut filter) if !(uid == 0 || self.admin_uids.contains(&uid)) => match filter.uid {
+                Some(other) if other != uid => {
+                    Err(format!("permission denied: uid {uid} may see only its own jobs, not uid {other}'s"))
+                }
+                _ => {
+                    filter.uid = Some(uid);
+                    Ok(Request::Acct(filter))
+                }
+            },
+            other => Ok(other),
+        }
+    }
+}
+
+/// Locks the core, surviving a panic in an earlier holder (the state is still consistent:
+/// every change is committed to the store before memory is updated).
+pub fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
+    core.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Binds the socket at `path`, refusing if another daemon answers there.
+pub fn bind(path: &Path) -> Result<UnixListener, String> {
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(format!("another wattsond is already listening on {}", path.display()));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot remove stale socket {}: {e}", path.display())),
+    }
+    let listener = UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    // Everyone may connect; what they may do is decided from their credentials.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("cannot set permissions on {}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+/// Serves connections until the task is dropped.
+pub async fn serve(listener: UnixListener, core: Arc<Mutex<Core>>, policy: Arc<Policy>, timeout: Duration) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let (core, policy) = (core.clone(), policy.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = handle(stream, core, &policy, timeout).await {
+                        debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn handle(stream: UnixStream, core: Arc<Mutex<Core>>, policy: &Policy, timeout: Duration) -> std::io::Result<()> {
+    let uid = stream.peer_cred()?.uid();
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let limit = protocol::MAX_REQUEST_BYTES as u64 + 1;
+    let response: Response = match tokio::time::timeout(timeout, BufReader::new(read).take(limit).read_line(&mut line)).await {
+        Err(_) => Err(format!("no complete request within {timeout:?}")),
+        Ok(Err(e)) => Err(format!("cannot read request: {e}")),
+        Ok(Ok(_)) => match protocol::parse_request(&line).and_then(|r| policy.authorize(uid, r)) {
+            Ok(request) => dispatch(core, request).await,
+            Err(e) => Err(e),
+        },
+    };
+    if let Err(e) = &response {
+        debug!(uid, error = %e, "request refused");
+    }
+    let mut out = serde_json::to_vec(&response).unwrap_or_else(|e| format!("{{\"Err\":\"{e}\"}}").into_bytes());
+    out.push(b'\n');
+    tokio::time::timeout(timeout, write.write_all(&out)).await.map_err(std::io::Error::other)??;
+    write.shutdown().await
+}
+
+async fn dispatch(core: Arc<Mutex<Core>>, request: Request) -> Response {
+    let work = move || {
+        let mut core = lock(&core);
+        match request {
+            Request::JobBegin(begin) => core.begin(begin),
+            Request::JobEnd { job } => core.end(&job),
+            Request::Status => Ok(core.status()),
+            Request::Acct(filter) => core.acct(&filter),
+        }
+    };
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| Err(format!("internal error: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobKey;
+    use crate::protocol::AcctFilter;
+
+    fn policy() -> Policy {
+        Policy { slurm_uid: Some(64030), slurm_user: "slurm".into(), admin_uids: vec![500] }
+    }
+
+    #[test]
+    fn only_root_and_slurm_user_begin_and_end_jobs() {
+        let end = Request::JobEnd { job: JobKey::job(1) };
+        assert!(policy().authorize(0, end.clone()).is_ok());
+        assert!(policy().authorize(64030, end.clone()).is_ok());
+        let e = policy().authorize(1000, end).unwrap_err();
+        assert!(e.contains("permission denied") && e.contains("slurm"), "{e}");
+        assert!(policy().authorize(1000, Request::Status).is_ok());
+    }
+
+    #[test]
+    fn users_see_only_their_own_jobs_admins_see_all() {
+        let any = Request::Acct(AcctFilter::default());
+        assert_eq!(
+            policy().authorize(1000, any.clone()).unwrap(),
+            Request::Acct(AcctFilter { uid: Some(1000), ..AcctFilter::default() })
+        );
+        assert_eq!(policy().authorize(500, any.clone()).unwrap(), any);
+        assert_eq!(policy().authorize(0, any.clone()).unwrap(), any);
+        let other = Request::Acct(AcctFilter { uid: Some(1001), ..AcctFilter::default() });
+        assert!(policy().authorize(1000, other.clone()).is_err());
+        assert_eq!(policy().authorize(500, other.clone()).unwrap(), other);
+    }
+}

@@ -1,0 +1,207 @@
+//! A private wattson node for integration tests: simulated GPUs (the fake NVML library built
+//! from this repository), a configuration file, and the real `wattsond` binary as a child
+//! process that the harness starts, kills and restarts.
+#![allow(dead_code)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_nvml::Sim;
+use wattson::job::{JobKey, JobRecord};
+use wattson::protocol::{self, Reply, Request};
+
+/// The uid of `nobody`, an unprivileged user that exists on Debian.
+pub const NOBODY: u32 = 65534;
+
+/// One node: GPUs, config, daemon.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub sim: Sim,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+    pub store: PathBuf,
+    daemon: Option<Child>,
+}
+
+impl Node {
+    /// A node with `gpus` simulated GPUs and extra `[daemon]` lines in its config.
+    pub fn new(gpus: fake_nvml::Config, daemon_extra: &str) -> Node {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Unprivileged test users must reach the socket and the store.
+        set_mode(dir.path(), 0o755);
+        let sim = Sim::create(&dir.path().join("gpus"), &gpus).expect("fake GPUs");
+        let socket = dir.path().join("wattsond.sock");
+        let store = dir.path().join("db").join("wattson.db");
+        let config = dir.path().join("wattson.toml");
+        let text = format!(
+            "[daemon]\nsocket = {socket:?}\nstore = {store:?}\nnode_name = \"n1\"\nsample_interval = \"200ms\"\n{daemon_extra}\n[gpu]\nnvml_library = {lib:?}\n",
+            lib = fake_library()
+        );
+        std::fs::write(&config, text).expect("config");
+        Node { dir, sim, config, socket, store, daemon: None }
+    }
+
+    /// A node of `n` simulated H100s.
+    pub fn h100(n: usize) -> Node {
+        Node::new(fake_nvml::Config::uniform("H100", n), "")
+    }
+
+    /// Starts wattsond and waits until it answers.
+    pub fn start(&mut self) {
+        assert!(self.daemon.is_none(), "daemon already running");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("wattsond.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+            .arg("-c")
+            .arg(&self.config)
+            .env("WATTSON_FAKE_NVML_DIR", self.sim.dir())
+            .env("WATTSON_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn wattsond");
+        self.daemon = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if protocol::call(&self.socket, &Request::Status, Duration::from_secs(1)).is_ok() {
+                return;
+            }
+            if let Some(status) = self.daemon.as_mut().unwrap().try_wait().unwrap() {
+                panic!("wattsond exited with {status} at start:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("wattsond did not become ready:\n{}", self.log());
+    }
+
+    /// Kills wattsond with SIGKILL (no chance to persist anything).
+    pub fn kill9(&mut self) {
+        let mut child = self.daemon.take().expect("daemon running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Stops wattsond with SIGTERM and checks it exits cleanly.
+    pub fn stop(&mut self) {
+        let mut child = self.daemon.take().expect("daemon running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "wattsond exited with {status}:\n{}", self.log());
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("wattsond.log")).unwrap_or_default()
+    }
+
+    /// Runs the `wattson` CLI with this node's config, as root.
+    pub fn wattson(&self, args: &[&str]) -> Output {
+        self.wattson_cmd(args).output().expect("run wattson")
+    }
+
+    /// Runs the `wattson` CLI as another uid.
+    pub fn wattson_as(&self, uid: u32, args: &[&str]) -> Output {
+        self.wattson_cmd(args).uid(uid).gid(uid).output().expect("run wattson")
+    }
+
+    fn wattson_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_wattson"));
+        cmd.arg("-c").arg(&self.config).args(args);
+        for var in ["SLURM_JOB_ID", "SLURM_JOB_UID", "SLURM_JOB_USER", "SLURM_JOB_NAME", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"] {
+            cmd.env_remove(var);
+        }
+        cmd
+    }
+
+    /// `wattson job begin` for `job` owned by `uid` on `gpus`; panics unless it succeeds.
+    pub fn begin(&self, job: &str, uid: u32, gpus: &str) {
+        let out = self.wattson(&["job", "begin", "--job", job, "--uid", &uid.to_string(), "--gpus", gpus]);
+        assert_ok(&out);
+    }
+
+    /// `wattson job end` for `job`; panics unless it succeeds.
+    pub fn end(&self, job: &str) {
+        assert_ok(&self.wattson(&["job", "end", "--job", job]));
+    }
+
+    /// The records `wattson acct --json -j <job>` prints, as root.
+    pub fn acct_json(&self, args: &[&str]) -> Vec<JobRecord> {
+        parse_acct_json(&self.wattson(&[&["acct", "--json"], args].concat()))
+    }
+
+    /// The one record of `job`, read through the daemon's socket.
+    pub fn record(&self, job: &str) -> JobRecord {
+        let key = JobKey::parse(job).unwrap();
+        let filter = protocol::AcctFilter { jobs: vec![key.clone()], ..Default::default() };
+        match protocol::call(&self.socket, &Request::Acct(filter), Duration::from_secs(5)).unwrap() {
+            Reply::Acct { records } => {
+                let mut mine: Vec<JobRecord> = records.into_iter().filter(|r| r.key == key).collect();
+                assert_eq!(mine.len(), 1, "expected exactly one record of {job}: {mine:?}");
+                mine.pop().unwrap()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The UUID of GPU `index`, as the daemon reports it.
+    pub fn gpu_uuid(&self, index: u32) -> String {
+        match protocol::call(&self.socket, &Request::Status, Duration::from_secs(5)).unwrap() {
+            Reply::Status { gpus, .. } => gpus[index as usize].info.uuid.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Exact energy each GPU of `record` drew over the record's own measured interval, in mJ.
+    pub fn truth_mj(&self, record: &JobRecord) -> Vec<f64> {
+        record
+            .gpus
+            .iter()
+            .map(|g| self.sim.truth_energy_mj(g.index, g.meter.begin_ns, g.meter.last.t_ns).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Parses `wattson acct --json` output.
+pub fn parse_acct_json(out: &Output) -> Vec<JobRecord> {
+    assert_ok(out);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("acct --json is JSON");
+    let jobs = doc["jobs"].as_array().expect("jobs array");
+    jobs.iter().map(|j| serde_json::from_value(j["record"].clone()).expect("record")).collect()
+}
+
+/// Panics with the command's output unless it exited 0.
+pub fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "exit {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The fake NVML library built next to the test binaries.
+pub fn fake_library() -> PathBuf {
+    fake_nvml::library_path_next_to(Path::new(env!("CARGO_BIN_EXE_wattsond")))
+        .expect("libfake_nvml.so is built with the tests (dev-dependency)")
+}
+
+/// Relative difference |a-b|/b.
+pub fn rel_err(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs()
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}

@@ -1,0 +1,125 @@
+//! Bad configuration, bad socket messages and unauthorised callers: each gets a clear error,
+//! and nothing else is affected.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{NOBODY, Node, assert_ok};
+
+fn raw(node: &Node, bytes: &[u8]) -> String {
+    let mut s = UnixStream::connect(&node.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn a_bad_config_stops_the_daemon_with_file_line_and_what_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.toml");
+    std::fs::write(&path, "[daemon]\nsocket = \"/tmp/x.sock\"\nsample_interval = \"often\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:3: ", path.display())) && err.contains("\"1s\""), "{err}");
+
+    std::fs::write(&path, "[daemon]\nsockett = \"/tmp/x.sock\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(&path).arg("--check-config").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(":2: ") && err.contains("unknown field `sockett`") && err.contains("`socket`"), "{err}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(dir.path().join("missing.toml")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml: cannot read"));
+}
+
+#[test]
+fn without_a_driver_the_daemon_says_so() {
+    let mut node = Node::h100(1);
+    let text = std::fs::read_to_string(&node.config).unwrap();
+    std::fs::write(&node.config, text.replace("libfake_nvml.so", "libnot_there.so")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(&node.config).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot load NVML from"), "{out:?}");
+    // The same config with the library back starts.
+    std::fs::write(&node.config, text).unwrap();
+    node.start();
+}
+
+#[test]
+fn bad_messages_get_an_error_and_the_daemon_keeps_serving() {
+    let mut node = Node::h100(2);
+    node.start();
+    node.sim.set_load(0, 0.5).unwrap();
+    node.begin("1", 1000, "0");
+
+    assert!(raw(&node, b"hello\n").contains("bad request"));
+    assert!(raw(&node, b"{\"op\":\"format_disk\"}\n").contains("unknown variant"));
+    assert!(raw(&node, &[b'{'; 70_000]).contains("longer than"));
+    let unknown_gpu = br#"{"op":"job_begin","job":{"job_id":2},"uid":1,"gpus":[7]}"#;
+    assert!(raw(&node, &[&unknown_gpu[..], b"\n"].concat()).contains("no such GPU: index 7 (this node has 2 GPUs)"));
+    let taken = br#"{"op":"job_begin","job":{"job_id":3},"uid":1,"gpus":[0]}"#;
+    assert!(raw(&node, &[&taken[..], b"\n"].concat()).contains("GPU 0 is in use by job 1"));
+    let bad_hint = br#"{"op":"job_begin","job":{"job_id":4},"uid":1,"gpus":[1],"hints":{"policy":"fast"}}"#;
+    assert!(raw(&node, &[&bad_hint[..], b"\n"].concat()).contains("not one of min-energy, balanced, perf"));
+
+    // A client that connects and says nothing holds no one up.
+    let _silent = UnixStream::connect(&node.socket).unwrap();
+    let t = Instant::now();
+    assert_ok(&node.wattson(&["status"]));
+    assert!(t.elapsed() < Duration::from_secs(2));
+
+    node.end("1");
+    let record = node.record("1");
+    assert!(record.energy_j() > 0.0);
+    assert!(node.acct_json(&["-j", "2,3,4"]).is_empty(), "refused jobs must leave no record");
+}
+
+#[test]
+fn only_root_or_slurm_user_may_begin_and_end_jobs() {
+    let mut node = Node::h100(1);
+    node.start();
+    let out = node.wattson_as(NOBODY, &["job", "begin", "--job", "5", "--uid", "65534", "--gpus", "0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("permission denied: only root and SlurmUser (slurm)"), "{err}");
+    assert!(node.acct_json(&["-j", "5"]).is_empty());
+    node.begin("5", NOBODY, "0");
+    let out = node.wattson_as(NOBODY, &["job", "end", "--job", "5"]);
+    assert!(!out.status.success());
+    node.end("5");
+}
+
+#[test]
+fn users_see_only_their_own_jobs_with_or_without_the_daemon() {
+    let mut node = Node::h100(2);
+    node.start();
+    node.begin("10", NOBODY, "0");
+    node.begin("11", 1000, "1");
+    node.end("10");
+    node.end("11");
+
+    let ids = |out: std::process::Output| {
+        assert_ok(&out);
+        let mut ids: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().skip(1).map(|l| l.to_string()).collect();
+        ids.sort();
+        ids
+    };
+    let as_nobody = || ids(node.wattson_as(NOBODY, &["acct", "-S", "now-1hour", "-o", "JobID", "-P"]));
+    assert_eq!(as_nobody(), vec!["10"]);
+    assert_eq!(ids(node.wattson(&["acct", "-S", "now-1hour", "-o", "JobID", "-P"])), vec!["10", "11"]);
+    // Asking for someone else's job by id shows nothing; asking for their user is refused.
+    assert!(ids(node.wattson_as(NOBODY, &["acct", "-j", "11", "-o", "JobID", "-P"])).is_empty());
+    let out = node.wattson_as(NOBODY, &["acct", "-u", "1000", "-S", "now-1hour"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("permission denied"));
+
+    node.stop();
+    assert_eq!(as_nobody(), vec!["10"], "direct store read after the daemon stopped");
+}
