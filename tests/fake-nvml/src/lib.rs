@@ -97,6 +97,12 @@ impl Sim {
         self.with_gpu(gpu, |g| g.clone())
     }
 
+    /// CLOCK_REALTIME (ns) of the most recent access by any process, without advancing time:
+    /// called right after an NVML read, it is the exact instant that read was taken at.
+    pub fn last_access_ns(&self) -> io::Result<i64> {
+        Ok(state::peek(&self.dir)?.t_ns)
+    }
+
     /// Exact true energy (mJ) GPU `gpu` consumed over the wall-clock interval [from_ns, to_ns]
     /// (CLOCK_REALTIME ns); independent of the counter and its resets.  Errors if the interval
     /// starts before the directory was created.

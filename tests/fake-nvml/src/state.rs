@@ -315,6 +315,12 @@ pub fn with_state<R>(dir: &Path, f: impl FnOnce(&Config, &mut State, i64) -> R) 
     Ok(result)
 }
 
+/// The saved state as it is, without advancing it (its `t_ns` is the instant of the last access).
+pub fn peek(dir: &Path) -> io::Result<State> {
+    let _lock = lock_dir(dir)?;
+    serde_json::from_slice(&fs::read(dir.join(STATE_FILE))?).map_err(invalid_data)
+}
+
 /// Exact integral (mJ) of GPU `index`'s true power over [from_ns, to_ns], from its history file.
 pub fn truth_energy_mj(dir: &Path, index: usize, from_ns: i64, to_ns: i64) -> io::Result<f64> {
     let text = {
