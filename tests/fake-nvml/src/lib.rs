@@ -1,1 +1,123 @@
-//! placeholder
+//! A simulated `libnvidia-ml.so` for wattson's tests and demo.
+//!
+//! Built as a cdylib (`libfake_nvml.so`), it exports the NVML symbols that
+//! nvml-wrapper 0.13 uses; load it with
+//! `Nvml::builder().lib_path(path).init()` after pointing the environment
+//! variable [`DIR_ENV`] (`WATTSON_FAKE_NVML_DIR`) at a directory made with
+//! [`Sim::create`].  The rlib side ([`Sim`]) drives loads, injects faults and
+//! reads the exact ground truth, from any process, while the library runs.
+//!
+//! Files in the directory: `config.toml` (the GPUs), `state.json` (live
+//! state, shared and persistent), `state.lock` (flock), and
+//! `history-<index>.log` (`t_ns power_mw [reset]` per power change).
+
+mod config;
+mod ffi;
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub use config::{CONFIG_FILE, Config, GpuConfig, GpuSpec};
+pub use ffi::DIR_ENV;
+pub use state::{Fault, GpuState, LOCK_FILE, STATE_FILE, check_privilege, history_path, now_ns};
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// File name cargo gives the cdylib.
+pub const LIBRARY_FILE: &str = "libfake_nvml.so";
+
+/// Handle on a fake driver directory; cheap, holds no open files.
+#[derive(Clone, Debug)]
+pub struct Sim {
+    dir: PathBuf,
+}
+
+fn bad_input(msg: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg.to_string())
+}
+
+impl Sim {
+    /// Creates (or re-creates) a driver directory: writes `config.toml` and fresh state and history.
+    pub fn create(dir: &Path, config: &Config) -> io::Result<Sim> {
+        let text = config.to_toml();
+        Config::from_toml(&text)?;
+        std::fs::create_dir_all(dir)?;
+        {
+            let _lock = state::lock_dir(dir)?;
+            let tmp = dir.join(format!("{CONFIG_FILE}.tmp.{}", std::process::id()));
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, dir.join(CONFIG_FILE))?;
+            match std::fs::remove_file(dir.join(STATE_FILE)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        let sim = Sim::open(dir);
+        // Creates state.json and truncates every history file.
+        state::with_state(dir, |_, _, _| ())?;
+        Ok(sim)
+    }
+
+    /// A handle on an existing directory (nothing is checked until the first call).
+    pub fn open(dir: &Path) -> Sim {
+        Sim { dir: dir.to_path_buf() }
+    }
+
+    /// The driver directory (set `WATTSON_FAKE_NVML_DIR` to this).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn with_gpu<T>(&self, gpu: u32, f: impl FnOnce(&mut GpuState) -> T) -> io::Result<T> {
+        state::with_state(&self.dir, |_, st, _| st.gpus.get_mut(gpu as usize).map(f))?
+            .ok_or_else(|| bad_input("no such gpu"))
+    }
+
+    /// Sets GPU `gpu`'s load (0.0..=1.0) now; power changes at this instant.
+    pub fn set_load(&self, gpu: u32, load: f64) -> io::Result<()> {
+        if !(0.0..=1.0).contains(&load) {
+            return Err(bad_input("load must be within 0.0..=1.0"));
+        }
+        self.with_gpu(gpu, |g| g.load = load)
+    }
+
+    /// Injects a fault into GPU `gpu` now (`CounterReset` is one-shot).
+    pub fn set_fault(&self, gpu: u32, fault: Fault) -> io::Result<()> {
+        self.with_gpu(gpu, |g| g.set_fault(fault))
+    }
+
+    /// Clears a fault of GPU `gpu` (no-op for `CounterReset`).
+    pub fn clear_fault(&self, gpu: u32, fault: Fault) -> io::Result<()> {
+        self.with_gpu(gpu, |g| g.clear_fault(fault))
+    }
+
+    /// GPU `gpu`'s state advanced to now: power, counter, clocks, limit, load, faults.
+    pub fn gpu_state(&self, gpu: u32) -> io::Result<GpuState> {
+        self.with_gpu(gpu, |g| g.clone())
+    }
+
+    /// CLOCK_REALTIME (ns) of the most recent access by any process, without advancing time:
+    /// called right after an NVML read, it is the exact instant that read was taken at.
+    pub fn last_access_ns(&self) -> io::Result<i64> {
+        Ok(state::peek(&self.dir)?.t_ns)
+    }
+
+    /// Exact true energy (mJ) GPU `gpu` consumed over the wall-clock interval [from_ns, to_ns]
+    /// (CLOCK_REALTIME ns); independent of the counter and its resets.  Errors if the interval
+    /// starts before the directory was created.
+    pub fn truth_energy_mj(&self, gpu: u32, from_ns: i64, to_ns: i64) -> io::Result<f64> {
+        state::truth_energy_mj(&self.dir, gpu as usize, from_ns, to_ns)
+    }
+}
+
+/// Finds `libfake_nvml.so` built in the same cargo profile directory as `exe`
+/// (looks beside it, in `deps/`, and in the parent when `exe` is itself in `deps/`).
+pub fn library_path_next_to(exe: &Path) -> Option<PathBuf> {
+    let parent = exe.parent()?;
+    let mut candidates = vec![parent.join(LIBRARY_FILE), parent.join("deps").join(LIBRARY_FILE)];
+    if let Some(profile) = parent.parent() {
+        candidates.push(profile.join(LIBRARY_FILE));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}

@@ -1,0 +1,360 @@
+//! Physics of the simulated GPUs and their persistence in `state.json`.
+//!
+//! All state lives in files so that several processes (the daemon that loads
+//! the fake library, the test that drives loads) see one driver, and so that
+//! the energy counter survives process restarts.  Every access goes through
+//! [`with_state`]: flock, load, advance to now, change, save, unlock.
+
+use crate::config::{Config, GpuSpec};
+use nvml_wrapper_sys::bindings::*;
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// File holding the persistent state (JSON).
+pub const STATE_FILE: &str = "state.json";
+/// File that is `flock`ed around every state access.
+pub const LOCK_FILE: &str = "state.lock";
+/// mW·ns per mJ.
+const MW_NS_PER_MJ: u128 = 1_000_000_000;
+
+/// An NVML return code (`nvmlReturn_t`).
+pub type Code = nvmlReturn_t;
+
+/// A fault that can be injected into one GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fault {
+    /// The GPU fell off the bus: every device call returns `NVML_ERROR_GPU_IS_LOST`.
+    Lost,
+    /// The energy counter query returns `NVML_ERROR_NOT_SUPPORTED`.
+    CounterUnsupported,
+    /// One-shot: the energy counter restarts from 0 now (driver reload).
+    CounterReset,
+}
+
+/// Live state of one GPU, as stored in `state.json` and returned by `Sim::gpu_state`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuState {
+    /// Load in [0, 1].
+    pub load: f64,
+    /// Current power limit, mW.
+    pub power_limit_mw: u32,
+    /// Application (default) SM clock, MHz.
+    pub app_clock_mhz: u32,
+    /// Locked SM clock range (min, max), MHz, if set.
+    pub locked_clocks_mhz: Option<(u32, u32)>,
+    /// `Fault::Lost` is active.
+    pub lost: bool,
+    /// `Fault::CounterUnsupported` is active.
+    pub counter_unsupported: bool,
+    /// Energy counter, mJ (what `nvmlDeviceGetTotalEnergyConsumption` reports).
+    pub counter_mj: u64,
+    /// Sub-mJ remainder of the counter, in mW·ns (always < 1e9).
+    pub counter_rem_mw_ns: u64,
+    /// How many `Fault::CounterReset`s happened.
+    pub counter_resets: u32,
+    /// Current true power draw, mW (derived).
+    pub power_mw: u32,
+    /// Current effective SM clock, MHz (derived; lowered when the power cap binds).
+    pub sm_clock_mhz: u32,
+}
+
+/// State of the whole fake driver.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// CLOCK_REALTIME (ns) up to which the counters have been advanced.
+    pub t_ns: i64,
+    /// Per-GPU state, in index order.
+    pub gpus: Vec<GpuState>,
+}
+
+/// Current CLOCK_REALTIME in ns since the Unix epoch.
+pub fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// Power (W) of the load curve at load `load` and SM clock `f` MHz, before capping.
+pub fn curve_w(spec: &GpuSpec, load: f64, f: f64) -> f64 {
+    spec.idle_w + load * (spec.b * f + spec.c * f * f * f)
+}
+
+/// SM clock the GPU runs at before power capping: the locked max, else the application clock.
+pub fn target_clock(gs: &GpuState) -> u32 {
+    gs.locked_clocks_mhz.map_or(gs.app_clock_mhz, |(_, max)| max)
+}
+
+/// The clock `f` in [0, f_hi] at which the curve reaches `limit_w` (bisection).
+pub fn solve_capped_clock(spec: &GpuSpec, load: f64, limit_w: f64, f_hi: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0, f_hi);
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if curve_w(spec, load, mid) > limit_w {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    lo
+}
+
+/// (power mW, effective SM clock MHz) for a GPU in state `gs`.
+pub fn operating_point(spec: &GpuSpec, gs: &GpuState) -> (u32, u32) {
+    let limit_w = f64::from(gs.power_limit_mw) / 1000.0;
+    if gs.load <= 0.0 {
+        let idle_clock = gs.locked_clocks_mhz.map_or(spec.min_clock(), |(min, _)| min);
+        return (((spec.idle_w.min(limit_w)) * 1000.0).round() as u32, idle_clock);
+    }
+    let f = f64::from(target_clock(gs));
+    let p = curve_w(spec, gs.load, f);
+    if p <= limit_w {
+        ((p * 1000.0).round() as u32, target_clock(gs))
+    } else {
+        let fc = solve_capped_clock(spec, gs.load, limit_w, f);
+        (gs.power_limit_mw, (fc.round() as u32).max(1))
+    }
+}
+
+impl GpuState {
+    /// State of GPU `index` right after a driver load.
+    pub fn fresh(spec: &GpuSpec, index: usize) -> GpuState {
+        let mut gs = GpuState {
+            load: 0.0,
+            power_limit_mw: spec.limit_default_mw,
+            app_clock_mhz: spec.max_clock(),
+            locked_clocks_mhz: None,
+            lost: false,
+            counter_unsupported: false,
+            counter_mj: 1_000_000_000 * (index as u64 + 1),
+            counter_rem_mw_ns: 0,
+            counter_resets: 0,
+            power_mw: 0,
+            sm_clock_mhz: 0,
+        };
+        gs.refresh(spec);
+        gs
+    }
+
+    /// Recomputes the derived power and clock.
+    pub fn refresh(&mut self, spec: &GpuSpec) {
+        (self.power_mw, self.sm_clock_mhz) = operating_point(spec, self);
+    }
+
+    /// Integrates the current power over `dt_ns` into the counter, exactly.
+    pub fn integrate(&mut self, dt_ns: u64) {
+        let total = u128::from(self.counter_rem_mw_ns) + u128::from(self.power_mw) * u128::from(dt_ns);
+        self.counter_mj = self.counter_mj.wrapping_add((total / MW_NS_PER_MJ) as u64);
+        self.counter_rem_mw_ns = (total % MW_NS_PER_MJ) as u64;
+    }
+
+    /// Applies a fault (set) at the current instant.
+    pub fn set_fault(&mut self, fault: Fault) {
+        match fault {
+            Fault::Lost => self.lost = true,
+            Fault::CounterUnsupported => self.counter_unsupported = true,
+            Fault::CounterReset => {
+                self.counter_mj = 0;
+                self.counter_rem_mw_ns = 0;
+                self.counter_resets += 1;
+            }
+        }
+    }
+
+    /// Clears a fault; clearing `CounterReset` does nothing (it is one-shot).
+    pub fn clear_fault(&mut self, fault: Fault) {
+        match fault {
+            Fault::Lost => self.lost = false,
+            Fault::CounterUnsupported => self.counter_unsupported = false,
+            Fault::CounterReset => {}
+        }
+    }
+}
+
+/// Settings may only be changed by a privileged effective uid (`NVML_ERROR_NO_PERMISSION` otherwise).
+pub fn check_privilege(euid: u32, privileged_uids: &[u32]) -> Result<(), Code> {
+    if privileged_uids.contains(&euid) { Ok(()) } else { Err(nvmlReturn_enum_NVML_ERROR_NO_PERMISSION) }
+}
+
+const INVALID: Code = nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+
+/// Sets the power limit (mW) after checking it lies in [min, max].
+pub fn set_power_limit(spec: &GpuSpec, gs: &mut GpuState, mw: u32) -> Result<(), Code> {
+    if mw < spec.limit_min_mw || mw > spec.limit_max_mw {
+        return Err(INVALID);
+    }
+    gs.power_limit_mw = mw;
+    Ok(())
+}
+
+/// Locks the SM clock to [min, max]; both must be supported clocks and min <= max.
+pub fn set_locked_clocks(spec: &GpuSpec, gs: &mut GpuState, min: u32, max: u32) -> Result<(), Code> {
+    if min > max || !spec.sm_clocks_mhz.contains(&min) || !spec.sm_clocks_mhz.contains(&max) {
+        return Err(INVALID);
+    }
+    gs.locked_clocks_mhz = Some((min, max));
+    Ok(())
+}
+
+/// Sets the application clocks; the memory clock must be the supported one, the SM clock listed.
+pub fn set_app_clocks(spec: &GpuSpec, gs: &mut GpuState, mem: u32, gfx: u32) -> Result<(), Code> {
+    if mem != spec.mem_clock_mhz || !spec.sm_clocks_mhz.contains(&gfx) {
+        return Err(INVALID);
+    }
+    gs.app_clock_mhz = gfx;
+    Ok(())
+}
+
+impl State {
+    /// Fresh driver state for `cfg` at time `now`.
+    pub fn fresh(cfg: &Config, now: i64) -> Result<State, String> {
+        let gpus = (0..cfg.gpu.len())
+            .map(|i| Ok(GpuState::fresh(&cfg.spec(i)?, i)))
+            .collect::<Result<_, String>>()?;
+        Ok(State { t_ns: now, gpus })
+    }
+
+    /// Integrates every GPU's power up to `now`; time never runs backwards.
+    pub fn advance(&mut self, now: i64) {
+        if now > self.t_ns {
+            let dt = (now - self.t_ns) as u64;
+            self.gpus.iter_mut().for_each(|g| g.integrate(dt));
+            self.t_ns = now;
+        }
+    }
+}
+
+/// Path of the ground-truth power history of GPU `index`.
+pub fn history_path(dir: &Path, index: usize) -> PathBuf {
+    dir.join(format!("history-{index}.log"))
+}
+
+fn append_history(dir: &Path, index: usize, line: &str, truncate: bool) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(!truncate)
+        .write(true)
+        .truncate(truncate)
+        .open(history_path(dir, index))?;
+    f.write_all(line.as_bytes())
+}
+
+/// An exclusive `flock` on `state.lock`, released on drop.
+pub struct DirLock {
+    _file: File,
+}
+
+/// Takes the exclusive lock of a fake driver directory (blocking).
+pub fn lock_dir(dir: &Path) -> io::Result<DirLock> {
+    let file = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(LOCK_FILE))?;
+    loop {
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(DirLock { _file: file });
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+fn invalid_data(e: impl ToString) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+fn save(dir: &Path, state: &State) -> io::Result<()> {
+    let tmp = dir.join(format!("{STATE_FILE}.tmp.{}", std::process::id()));
+    fs::write(&tmp, serde_json::to_vec(state).map_err(invalid_data)?)?;
+    fs::rename(&tmp, dir.join(STATE_FILE))
+}
+
+/// Runs `f` on the locked, advanced state of `dir` and saves the result.
+///
+/// `f` receives the config, the state (advanced to `now`) and `now`.  Power
+/// changes and counter resets are appended to the history files, stamped
+/// `now`, before the new state is saved.
+pub fn with_state<R>(dir: &Path, f: impl FnOnce(&Config, &mut State, i64) -> R) -> io::Result<R> {
+    let _lock = lock_dir(dir)?;
+    let cfg = Config::load(dir)?;
+    let specs =
+        (0..cfg.gpu.len()).map(|i| cfg.spec(i)).collect::<Result<Vec<_>, _>>().map_err(invalid_data)?;
+    let now = now_ns();
+    let mut state = match fs::read(dir.join(STATE_FILE)) {
+        Ok(bytes) => serde_json::from_slice::<State>(&bytes).map_err(invalid_data)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let st = State::fresh(&cfg, now).map_err(invalid_data)?;
+            for (i, g) in st.gpus.iter().enumerate() {
+                append_history(dir, i, &format!("{} {}\n", st.t_ns, g.power_mw), true)?;
+            }
+            st
+        }
+        Err(e) => return Err(e),
+    };
+    state.advance(now);
+    // GPUs added to the config after the state was created start fresh now.
+    while state.gpus.len() < specs.len() {
+        let i = state.gpus.len();
+        state.gpus.push(GpuState::fresh(&specs[i], i));
+        append_history(dir, i, &format!("{now} {}\n", state.gpus[i].power_mw), true)?;
+    }
+    state.gpus.truncate(specs.len());
+    let before: Vec<(u32, u32)> = state.gpus.iter().map(|g| (g.power_mw, g.counter_resets)).collect();
+    let result = f(&cfg, &mut state, now);
+    for (i, g) in state.gpus.iter_mut().enumerate() {
+        g.refresh(&specs[i]);
+        let (p0, r0) = before[i];
+        if g.counter_resets != r0 {
+            append_history(dir, i, &format!("{} {} reset\n", state.t_ns, g.power_mw), false)?;
+        } else if g.power_mw != p0 {
+            append_history(dir, i, &format!("{} {}\n", state.t_ns, g.power_mw), false)?;
+        }
+    }
+    save(dir, &state)?;
+    Ok(result)
+}
+
+/// The saved state as it is, without advancing it (its `t_ns` is the instant of the last access).
+pub fn peek(dir: &Path) -> io::Result<State> {
+    let _lock = lock_dir(dir)?;
+    serde_json::from_slice(&fs::read(dir.join(STATE_FILE))?).map_err(invalid_data)
+}
+
+/// Exact integral (mJ) of GPU `index`'s true power over [from_ns, to_ns], from its history file.
+pub fn truth_energy_mj(dir: &Path, index: usize, from_ns: i64, to_ns: i64) -> io::Result<f64> {
+    let text = {
+        let _lock = lock_dir(dir)?;
+        fs::read_to_string(history_path(dir, index))?
+    };
+    let mut points = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut it = line.split_whitespace();
+        let t: i64 =
+            it.next().and_then(|x| x.parse().ok()).ok_or_else(|| invalid_data("bad history line"))?;
+        let p: u64 =
+            it.next().and_then(|x| x.parse().ok()).ok_or_else(|| invalid_data("bad history line"))?;
+        points.push((t, p));
+    }
+    integrate_history(&points, from_ns, to_ns)
+}
+
+/// Integrates a piecewise-constant power history `(t_ns, mW)` over [from, to], in mJ.
+pub fn integrate_history(points: &[(i64, u64)], from: i64, to: i64) -> io::Result<f64> {
+    if to < from {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interval ends before it starts"));
+    }
+    match points.first() {
+        Some(&(t0, _)) if t0 <= from => {}
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, "interval starts before the history")),
+    }
+    let mut total_mw_ns: u128 = 0;
+    for (k, &(t, p)) in points.iter().enumerate() {
+        let end = points.get(k + 1).map_or(i64::MAX, |n| n.0);
+        let (a, b) = (t.max(from), end.min(to));
+        if b > a {
+            total_mw_ns += u128::from(p) * (b - a) as u128;
+        }
+    }
+    Ok(total_mw_ns as f64 / MW_NS_PER_MJ as f64)
+}

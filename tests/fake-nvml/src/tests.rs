@@ -1,0 +1,154 @@
+//! Unit tests of the physics, validation and persistence.
+
+use crate::config::Config;
+use crate::state::*;
+use crate::{Fault, Sim};
+use nvml_wrapper_sys::bindings::*;
+use std::path::PathBuf;
+
+fn h100() -> crate::GpuSpec {
+    Config::uniform("H100", 1).spec(0).unwrap()
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fake-nvml-unit-{tag}-{}-{}", std::process::id(), now_ns()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn counter_integrates_exactly_across_load_changes() {
+    let spec = h100();
+    let mut st = State { t_ns: 1_000, gpus: vec![GpuState::fresh(&spec, 0)] };
+    let start = st.gpus[0].counter_mj;
+    assert_eq!(start, 1_000_000_000);
+    let idle_mw = st.gpus[0].power_mw;
+    assert_eq!(idle_mw, 72_000);
+    // 1.5 s idle, then 2.25 s at 50 % load, then 0.333333333 s at full load.
+    st.advance(1_000 + 1_500_000_000);
+    st.gpus[0].load = 0.5;
+    st.gpus[0].refresh(&spec);
+    let half_mw = st.gpus[0].power_mw;
+    st.advance(1_000 + 3_750_000_000);
+    st.gpus[0].load = 1.0;
+    st.gpus[0].refresh(&spec);
+    let full_mw = st.gpus[0].power_mw;
+    assert_eq!(full_mw, 650_000);
+    st.advance(1_000 + 4_083_333_333);
+    let expect_mw_ns =
+        72_000u128 * 1_500_000_000 + u128::from(half_mw) * 2_250_000_000 + u128::from(full_mw) * 333_333_333;
+    let g = &st.gpus[0];
+    assert_eq!(
+        u128::from(g.counter_mj - start) * 1_000_000_000 + u128::from(g.counter_rem_mw_ns),
+        expect_mw_ns
+    );
+    // Many tiny steps lose nothing either.
+    let mut a = GpuState::fresh(&spec, 0);
+    let mut b = a.clone();
+    for _ in 0..1000 {
+        a.integrate(1_234_567);
+    }
+    b.integrate(1_234_567_000);
+    assert_eq!((a.counter_mj, a.counter_rem_mw_ns), (b.counter_mj, b.counter_rem_mw_ns));
+    // Time running backwards does not move the counter.
+    let before = st.clone();
+    st.advance(5);
+    assert_eq!(st, before);
+}
+
+#[test]
+fn power_cap_lowers_clock_to_where_curve_meets_limit() {
+    let spec = h100();
+    let mut g = GpuState::fresh(&spec, 0);
+    g.load = 1.0;
+    g.power_limit_mw = 400_000;
+    g.refresh(&spec);
+    assert_eq!(g.power_mw, 400_000);
+    assert!(g.sm_clock_mhz < 1980 && g.sm_clock_mhz > 345, "{}", g.sm_clock_mhz);
+    let exact = solve_capped_clock(&spec, 1.0, 400.0, 1980.0);
+    assert!((curve_w(&spec, 1.0, exact) - 400.0).abs() < 1e-6);
+    assert_eq!(g.sm_clock_mhz, exact.round() as u32);
+    // Not binding: full clock, curve power.
+    g.power_limit_mw = 700_000;
+    g.refresh(&spec);
+    assert_eq!((g.power_mw, g.sm_clock_mhz), (650_000, 1980));
+    // Locked clocks lower the target and the power.
+    g.locked_clocks_mhz = Some((1005, 1500));
+    g.refresh(&spec);
+    assert_eq!(g.sm_clock_mhz, 1500);
+    assert_eq!(g.power_mw, (curve_w(&spec, 1.0, 1500.0) * 1000.0).round() as u32);
+    // Idle reports the lock's floor, idle power.
+    g.load = 0.0;
+    g.refresh(&spec);
+    assert_eq!((g.power_mw, g.sm_clock_mhz), (72_000, 1005));
+}
+
+#[test]
+fn privilege_check() {
+    assert_eq!(check_privilege(0, &[0]), Ok(()));
+    assert_eq!(check_privilege(1000, &[0]), Err(nvmlReturn_enum_NVML_ERROR_NO_PERMISSION));
+    assert_eq!(check_privilege(1000, &[0, 1000]), Ok(()));
+    assert_eq!(check_privilege(0, &[]), Err(nvmlReturn_enum_NVML_ERROR_NO_PERMISSION));
+}
+
+#[test]
+fn setter_validation() {
+    let spec = h100();
+    let mut g = GpuState::fresh(&spec, 0);
+    let inv = Err(nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT);
+    assert_eq!(set_power_limit(&spec, &mut g, 199_999), inv);
+    assert_eq!(set_power_limit(&spec, &mut g, 700_001), inv);
+    assert_eq!(g.power_limit_mw, 700_000);
+    assert_eq!(set_power_limit(&spec, &mut g, 200_000), Ok(()));
+    assert_eq!(g.power_limit_mw, 200_000);
+    assert_eq!(set_locked_clocks(&spec, &mut g, 1500, 1005), inv);
+    assert_eq!(set_locked_clocks(&spec, &mut g, 1000, 1500), inv); // 1000 is not a supported step
+    assert_eq!(g.locked_clocks_mhz, None);
+    assert_eq!(set_locked_clocks(&spec, &mut g, 1500, 1500), Ok(()));
+    assert_eq!(g.locked_clocks_mhz, Some((1500, 1500)));
+    assert_eq!(set_app_clocks(&spec, &mut g, 1593, 1500), inv);
+    assert_eq!(set_app_clocks(&spec, &mut g, 2619, 1501), inv);
+    assert_eq!(set_app_clocks(&spec, &mut g, 2619, 1200), Ok(()));
+    assert_eq!(g.app_clock_mhz, 1200);
+}
+
+#[test]
+fn history_integration_is_piecewise_exact() {
+    let pts = [(100, 1_000), (200, 3_000), (400, 0)];
+    // mW·ns / 1e9 = mJ.
+    assert_eq!(integrate_history(&pts, 100, 100).unwrap(), 0.0);
+    assert_eq!(integrate_history(&pts, 150, 250).unwrap(), (50.0 * 1000.0 + 50.0 * 3000.0) / 1e9);
+    assert_eq!(integrate_history(&pts, 100, 1000).unwrap(), (100.0 * 1000.0 + 200.0 * 3000.0) / 1e9);
+    assert!(integrate_history(&pts, 50, 150).is_err());
+    assert!(integrate_history(&pts, 300, 200).is_err());
+}
+
+#[test]
+fn sim_state_is_persistent_and_truth_matches_counter() {
+    let dir = temp_dir("persist");
+    let sim = Sim::create(&dir, &Config::uniform("A100", 2)).unwrap();
+    let s0 = sim.gpu_state(1).unwrap();
+    // Starts at 2e9 mJ for index 1 and has run for a moment at idle power.
+    assert!((2_000_000_000..2_000_055_000).contains(&s0.counter_mj), "{}", s0.counter_mj);
+    let t0 = now_ns();
+    let c0 = sim.gpu_state(0).unwrap().counter_mj;
+    sim.set_load(0, 0.8).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    sim.set_fault(0, Fault::CounterReset).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    // A second handle (as another process would) sees the same state.
+    let other = Sim::open(&dir);
+    let g = other.gpu_state(0).unwrap();
+    let t1 = now_ns();
+    assert!(g.counter_mj < c0 && g.counter_resets == 1);
+    assert!(g.power_mw > 55_000);
+    let truth = sim.truth_energy_mj(0, t0, t1).unwrap();
+    // ≥ 60 ms at ≥ 55 W plus the loaded part.
+    assert!(truth > 60e-3 * 55_000.0, "{truth}");
+    assert!(sim.set_load(0, 1.5).is_err());
+    assert!(sim.set_load(7, 0.5).is_err());
+    let text = std::fs::read_to_string(history_path(&dir, 0)).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(text.lines().nth(2).unwrap().ends_with(" reset"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
