@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::energy::GpuReading;
 use crate::gpu::{GpuInfo, GpuSettings};
 use crate::job::{GpuRef, Hints, JobKey, JobRecord};
+use crate::store::AcctQuery;
 
 /// Largest request the daemon reads, in bytes.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
@@ -73,6 +74,19 @@ pub struct AcctFilter {
     /// Jobs running at or before this time (ns since the epoch).
     #[serde(default)]
     pub end_ns: Option<i64>,
+}
+
+impl AcctFilter {
+    /// The store query this filter asks for.
+    pub fn query(&self) -> AcctQuery {
+        AcctQuery {
+            jobs: self.jobs.clone(),
+            uid: self.uid,
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
+            limit: None,
+        }
+    }
 }
 
 /// One GPU in a status reply.

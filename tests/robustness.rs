@@ -112,8 +112,8 @@ fn users_see_only_their_own_jobs_with_or_without_the_daemon() {
         ids.sort();
         ids
     };
-    let as_nobody = || ids(node.wattson_as(NOBODY, &["acct", "-S", "now-1hour", "-o", "JobID", "-P"]));
-    assert_eq!(as_nobody(), vec!["10"]);
+    let as_nobody = |node: &Node| ids(node.wattson_as(NOBODY, &["acct", "-S", "now-1hour", "-o", "JobID", "-P"]));
+    assert_eq!(as_nobody(&node), vec!["10"]);
     assert_eq!(ids(node.wattson(&["acct", "-S", "now-1hour", "-o", "JobID", "-P"])), vec!["10", "11"]);
     // Asking for someone else's job by id shows nothing; asking for their user is refused.
     assert!(ids(node.wattson_as(NOBODY, &["acct", "-j", "11", "-o", "JobID", "-P"])).is_empty());
@@ -121,5 +121,5 @@ fn users_see_only_their_own_jobs_with_or_without_the_daemon() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("permission denied"));
 
     node.stop();
-    assert_eq!(as_nobody(), vec!["10"], "direct store read after the daemon stopped");
+    assert_eq!(as_nobody(&node), vec!["10"], "direct store read after the daemon stopped");
 }

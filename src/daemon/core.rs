@@ -198,8 +198,14 @@ impl Core {
         }
         if !updates.is_empty() {
             match self.store.save_meters_many(&updates, &series) {
-                Ok(()) if with_series => self.last_series_ns = now,
-                Ok(()) => {}
+                Ok(skipped) => {
+                    for key in skipped {
+                        warn!(job = %key, "running job has no running record in the store");
+                    }
+                    if with_series {
+                        self.last_series_ns = now;
+                    }
+                }
                 Err(e) => warn!(error = %e, "cannot persist running meters; will retry next sample"),
             }
         }
@@ -235,14 +241,7 @@ impl Core {
 
     /// Recorded jobs matching `filter`; running jobs show their live meters.
     pub fn acct(&self, filter: &AcctFilter) -> Result<Reply, String> {
-        let query = AcctQuery {
-            jobs: filter.jobs.clone(),
-            uid: filter.uid,
-            start_ns: filter.start_ns,
-            end_ns: filter.end_ns,
-            limit: None,
-        };
-        let mut records = self.store.query(&query).map_err(|e| e.to_string())?;
+        let mut records = self.store.query(&filter.query()).map_err(|e| e.to_string())?;
         for record in records.iter_mut().filter(|r| r.state == JobState::Running) {
             if let Some(live) = self.running.get(&record.key) {
                 record.gpus = live.gpus.clone();

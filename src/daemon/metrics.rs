@@ -77,7 +77,7 @@ impl Metrics {
         for (labels, reading) in self.gpu_labels.iter().zip(&tick.readings) {
             self.gpu_up.get_or_create(labels).set(if reading.is_ok() { 1.0 } else { 0.0 });
             let Ok(r) = reading else { continue };
-            let mut set = |family: &Gauges, value: Option<f64>| match value {
+            let set = |family: &Gauges, value: Option<f64>| match value {
                 Some(v) => {
                     family.get_or_create(labels).set(v);
                 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
@@ -116,7 +116,7 @@ async fn handle(stream: UnixStream, core: Arc<Mutex<Core>>, policy: &Policy, tim
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let limit = protocol::MAX_REQUEST_BYTES as u64 + 1;
-    let response: Response = match tokio::time::timeout(timeout, BufReader::new(read).take(limit).read_line(&mut line)).await {
+    let response: Response = match tokio::time::timeout(timeout, BufReader::new(read.take(limit)).read_line(&mut line)).await {
         Err(_) => Err(format!("no complete request within {timeout:?}")),
         Ok(Err(e)) => Err(format!("cannot read request: {e}")),
         Ok(Ok(_)) => match protocol::parse_request(&line).and_then(|r| policy.authorize(uid, r)) {

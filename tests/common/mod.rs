@@ -115,14 +115,18 @@ impl Node {
     }
 
     /// `wattson job begin` for `job` owned by `uid` on `gpus`; panics unless it succeeds.
-    pub fn begin(&self, job: &str, uid: u32, gpus: &str) {
-        let out = self.wattson(&["job", "begin", "--job", job, "--uid", &uid.to_string(), "--gpus", gpus]);
-        assert_ok(&out);
+    /// Returns the wall-clock interval around the call.
+    pub fn begin(&self, job: &str, uid: u32, gpus: &str) -> Bracket {
+        let t0 = wattson::gpu::now_ns();
+        assert_ok(&self.wattson(&["job", "begin", "--job", job, "--uid", &uid.to_string(), "--gpus", gpus]));
+        Bracket(t0, wattson::gpu::now_ns())
     }
 
-    /// `wattson job end` for `job`; panics unless it succeeds.
-    pub fn end(&self, job: &str) {
+    /// `wattson job end` for `job`; panics unless it succeeds. Returns the interval around it.
+    pub fn end(&self, job: &str) -> Bracket {
+        let t0 = wattson::gpu::now_ns();
         assert_ok(&self.wattson(&["job", "end", "--job", job]));
+        Bracket(t0, wattson::gpu::now_ns())
     }
 
     /// The records `wattson acct --json -j <job>` prints, as root.
@@ -169,6 +173,37 @@ impl Drop for Node {
             let _ = child.wait();
         }
     }
+}
+
+/// A wall-clock interval (ns) around a call.
+#[derive(Debug, Clone, Copy)]
+pub struct Bracket(pub i64, pub i64);
+
+impl Bracket {
+    /// Panics unless `t_ns` lies within the interval.
+    pub fn assert_contains(&self, t_ns: i64, what: &str) {
+        assert!(self.0 <= t_ns && t_ns <= self.1, "{what} at {t_ns} is outside the call's interval {self:?}");
+    }
+}
+
+/// Checks that every GPU of `record` was read within the begin and end calls, and that its
+/// energy equals the simulated GPU's exact energy over that reading interval within `tolerance`.
+pub fn assert_exact(node: &Node, record: &JobRecord, begin: Bracket, end: Bracket, tolerance: f64) {
+    let truth = node.truth_mj(record);
+    for (gpu, truth) in record.gpus.iter().zip(truth) {
+        begin.assert_contains(gpu.meter.begin_ns, "first reading");
+        end.assert_contains(gpu.meter.last.t_ns, "last reading");
+        let err = rel_err(gpu.meter.energy_mj, truth);
+        assert!(
+            err < tolerance,
+            "job {} GPU {}: {} mJ vs truth {truth} mJ (relative error {err:e})\n{}",
+            record.key,
+            gpu.index,
+            gpu.meter.energy_mj,
+            node.log()
+        );
+    }
+    end.assert_contains(record.end_ns.expect("ended"), "end time");
 }
 
 /// Parses `wattson acct --json` output.
