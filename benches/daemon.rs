@@ -1,0 +1,131 @@
+//! Daemon cost at 8 GPUs and 1 s sampling: CPU time per sample per GPU and resident memory of
+//! the real `wattsond`, with no job (baseline: reading the GPUs only) and with 8 running jobs
+//! (reading, metering and persisting), plus the simulated NVML library's own cost per GPU
+//! read measured in-process, so the share that belongs to the stand-in is visible.
+//!
+//! Run: `cargo bench --bench daemon` (WATTSON_BENCH_SECS sets the measured seconds, default 30).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_nvml::{Config, Sim};
+use wattson::gpu::{GpuBackend, NvmlBackend};
+use wattson::job::{GpuRef, Hints, JobKey};
+use wattson::protocol::{self, JobBegin, Request};
+
+const GPUS: u32 = 8;
+
+fn main() {
+    let secs: u64 = std::env::var("WATTSON_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let exe = Path::new(env!("CARGO_BIN_EXE_wattsond"));
+    let library = fake_nvml::library_path_next_to(exe).expect("libfake_nvml.so next to wattsond");
+    let ticks = clock_ticks_per_second();
+
+    println!("wattsond at {GPUS} simulated GPUs, 1 s sampling, {secs} s measured per case");
+    println!("{:<28} {:>18} {:>12} {:>12}", "case", "CPU/sample/GPU", "RSS", "peak RSS");
+    let mut per_gpu = Vec::new();
+    for jobs in [0, GPUS] {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Sim::create(&dir.path().join("gpus"), &Config::uniform("H100", GPUS as usize)).unwrap();
+        for gpu in 0..GPUS {
+            sim.set_load(gpu, 0.8).unwrap();
+        }
+        let socket = dir.path().join("w.sock");
+        let config = dir.path().join("w.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[daemon]\nsocket = {socket:?}\nstore = {:?}\nslurm_user = \"root\"\n[gpu]\nnvml_library = {library:?}\n",
+                dir.path().join("w.db")
+            ),
+        )
+        .unwrap();
+        let mut daemon = start(exe, &config, &sim, &socket);
+        for job in 0..jobs {
+            let begin = JobBegin {
+                job: JobKey::job(job + 1),
+                uid: 1000,
+                user: None,
+                name: None,
+                gpus: vec![GpuRef::Index(job)],
+                hints: Hints::default(),
+            };
+            protocol::call(&socket, &Request::JobBegin(begin), Duration::from_secs(5)).unwrap();
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let cpu0 = cpu_ticks(daemon.id());
+        std::thread::sleep(Duration::from_secs(secs));
+        let cpu1 = cpu_ticks(daemon.id());
+        let (rss, hwm) = rss_kib(daemon.id());
+        let cpu_s = (cpu1 - cpu0) as f64 / ticks;
+        let us = cpu_s / (secs as f64 * f64::from(GPUS)) * 1e6;
+        per_gpu.push(us);
+        let case = format!("{jobs} running jobs");
+        println!("{case:<28} {:>15.1} µs {:>9} KiB {:>8} KiB", us, rss, hwm);
+        daemon.kill().unwrap();
+        daemon.wait().unwrap();
+    }
+
+    // The stand-in's own cost: what one GPU read through nvml-wrapper costs in this process.
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::create(&dir.path().join("gpus"), &Config::uniform("H100", GPUS as usize)).unwrap();
+    // SAFETY: single-threaded at this point; the variable is read by the library at init.
+    unsafe { std::env::set_var(fake_nvml::DIR_ENV, sim.dir()) };
+    let backend = NvmlBackend::open(Some(&library)).unwrap();
+    let reads = 2000;
+    let t = Instant::now();
+    for i in 0..reads {
+        backend.read(i % GPUS).unwrap();
+    }
+    let fake_us = t.elapsed().as_secs_f64() / f64::from(reads) * 1e6;
+    println!("{:<28} {:>15.1} µs", "simulated NVML read alone", fake_us);
+    println!(
+        "metering+persisting 8 jobs vs reading only: {:.2}x CPU per sample per GPU",
+        per_gpu[1] / per_gpu[0].max(f64::MIN_POSITIVE)
+    );
+}
+
+fn start(exe: &Path, config: &Path, sim: &Sim, socket: &Path) -> Child {
+    let child = Command::new(exe)
+        .arg("-c")
+        .arg(config)
+        .env(fake_nvml::DIR_ENV, sim.dir())
+        .env("WATTSON_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while protocol::call(socket, &Request::Status, Duration::from_secs(1)).is_err() {
+        assert!(Instant::now() < deadline, "wattsond did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Current and peak resident memory, KiB.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
+}
