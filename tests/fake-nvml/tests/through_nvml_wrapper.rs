@@ -211,8 +211,6 @@ fn fake_driver_through_nvml_wrapper() {
 
     // Shutdown and re-init (a daemon restart): the counter continues from the shared state.
     let last = dev0.total_energy_consumption().unwrap();
-    drop(dev0);
-    drop(dev1);
     nvml.shutdown().unwrap();
     sleep(Duration::from_millis(20));
     let nvml = init(&lib).unwrap();
