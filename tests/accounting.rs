@@ -105,7 +105,7 @@ fn a_lost_gpu_stops_only_its_own_meter() {
 fn a_gpu_without_energy_counter_is_metered_by_power_and_says_so() {
     let mut config = fake_nvml::Config::uniform("V100", 2);
     config.gpu[1].energy_counter = Some(false);
-    let mut node = Node::new(config, "");
+    let mut node = Node::new(config, "200ms");
     node.start();
     node.sim.set_load(0, 0.7).unwrap();
     node.sim.set_load(1, 0.7).unwrap();

@@ -26,8 +26,8 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node with `gpus` simulated GPUs and extra `[daemon]` lines in its config.
-    pub fn new(gpus: fake_nvml::Config, daemon_extra: &str) -> Node {
+    /// A node with `gpus` simulated GPUs, sampled every `sample_interval` (e.g. "200ms").
+    pub fn new(gpus: fake_nvml::Config, sample_interval: &str) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         // Unprivileged test users must reach the socket and the store.
         set_mode(dir.path(), 0o755);
@@ -36,16 +36,16 @@ impl Node {
         let store = dir.path().join("db").join("wattson.db");
         let config = dir.path().join("wattson.toml");
         let text = format!(
-            "[daemon]\nsocket = {socket:?}\nstore = {store:?}\nnode_name = \"n1\"\nsample_interval = \"200ms\"\n{daemon_extra}\n[gpu]\nnvml_library = {lib:?}\n",
+            "[daemon]\nsocket = {socket:?}\nstore = {store:?}\nnode_name = \"n1\"\nsample_interval = {sample_interval:?}\n[gpu]\nnvml_library = {lib:?}\n",
             lib = fake_library()
         );
         std::fs::write(&config, text).expect("config");
         Node { dir, sim, config, socket, store, daemon: None }
     }
 
-    /// A node of `n` simulated H100s.
+    /// A node of `n` simulated H100s sampled every 200 ms.
     pub fn h100(n: usize) -> Node {
-        Node::new(fake_nvml::Config::uniform("H100", n), "")
+        Node::new(fake_nvml::Config::uniform("H100", n), "200ms")
     }
 
     /// Starts wattsond and waits until it answers.
