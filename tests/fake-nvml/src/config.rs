@@ -97,6 +97,20 @@ impl GpuConfig {
     }
 }
 
+impl Default for GpuConfig {
+    /// An H100 with every field from the preset.
+    fn default() -> GpuConfig {
+        GpuConfig::preset("H100")
+    }
+}
+
+impl Default for Config {
+    /// No GPUs; only root may change settings.
+    fn default() -> Config {
+        Config { privileged_uids: default_privileged(), gpu: Vec::new() }
+    }
+}
+
 impl Config {
     /// `n` identical GPUs of preset `model` ("H100", "A100", "V100").
     pub fn uniform(model: &str, n: usize) -> Config {
@@ -331,6 +345,8 @@ mod tests {
         assert!(Config::from_toml("[[gpu]]\nmodel = \"H100\"\nbogus = 1\n").is_err());
         assert!(Config::from_toml("[[gpu]]\nmodel = \"K80\"\n").is_err());
         assert!(Config::from_toml("[[gpu]]\npower_limit_min_w = 800.0\n").is_err());
+        assert_eq!(Config::default().privileged_uids, vec![0]);
+        assert_eq!(GpuConfig::default(), GpuConfig::preset("H100"));
         let round = Config::uniform("A100", 3);
         assert_eq!(Config::from_toml(&round.to_toml()).unwrap(), round);
     }

@@ -53,7 +53,6 @@ fn check_counter_matches_truth(sim: &Sim, dev: &nvml_wrapper::Device, gpu: u32, 
     let lo = sim.truth_energy_mj(gpu, a1, b0).unwrap();
     let hi = sim.truth_energy_mj(gpu, a0, b1).unwrap();
     assert!(lo - 1.0 <= delta && delta <= hi + 1.0, "counter delta {delta} mJ outside truth [{lo}, {hi}]");
-    assert!(hi - lo < 0.05 * lo, "read latency too large to be meaningful: [{lo}, {hi}]");
     assert!(a0 <= t0 && t0 <= a1 && b0 <= t1 && t1 <= b1);
     let exact = sim.truth_energy_mj(gpu, t0, t1).unwrap();
     assert!((delta - exact).abs() <= 1.0, "counter delta {delta} mJ != truth {exact} mJ");
