@@ -123,3 +123,52 @@ fn users_see_only_their_own_jobs_with_or_without_the_daemon() {
     node.stop();
     assert_eq!(as_nobody(&node), vec!["10"], "direct store read after the daemon stopped");
 }
+
+/// A tmpfs of a given size mounted for the life of the value (lazily unmounted on drop).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let status = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(at).status();
+        assert!(status.is_ok_and(|s| s.success()), "mounting a tmpfs needs root (the test harness runs as root)");
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_new_jobs_loudly_and_loses_nothing_of_running_ones() {
+    let mut node = Node::h100(2);
+    let db_dir = node.store.parent().unwrap().to_path_buf();
+    let _disk = Tmpfs::mount(&db_dir, "8m");
+    node.start();
+    node.sim.set_load(0, 0.7).unwrap();
+    let begin = node.begin("1", 1000, "0");
+
+    // Fill the disk.
+    let filler = db_dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    while f.write_all(&chunk).is_ok() {}
+    drop(f);
+    std::thread::sleep(Duration::from_millis(600)); // samples fail to persist meanwhile
+
+    let out = node.wattson(&["job", "begin", "--job", "2", "--uid", "1000", "--gpus", "1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("job 2: cannot record the start") && err.contains("full"), "{err}");
+    assert_ok(&node.wattson(&["status"]));
+
+    // Space comes back: the running job ends with all its energy.
+    std::fs::remove_file(&filler).unwrap();
+    let end = node.end("1");
+    common::assert_exact(&node, &node.record("1"), begin, end, 0.001);
+    assert!(node.acct_json(&["-j", "2"]).is_empty());
+    assert!(node.log().contains("cannot persist running meters"), "the failed samples were logged");
+}
