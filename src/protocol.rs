@@ -100,6 +100,9 @@ pub struct GpuStatus {
     pub settings: Option<GpuSettings>,
     /// Why the GPU did not answer.
     pub error: Option<String>,
+    /// Compute processes on the GPU (pids).
+    #[serde(default)]
+    pub processes: Vec<u32>,
     /// Jobs and steps using the GPU now.
     pub jobs: Vec<JobKey>,
 }

@@ -232,6 +232,7 @@ impl Core {
                     error: reading.as_ref().err().map(|e| e.to_string()),
                     reading: reading.ok(),
                     settings,
+                    processes: self.backend.compute_processes(info.index).unwrap_or_default(),
                     jobs,
                 }
             })

@@ -80,6 +80,8 @@ pub trait GpuBackend: Send + Sync {
     fn read(&self, index: u32) -> Result<GpuReading, GpuError>;
     /// Current settings.
     fn settings(&self, index: u32) -> Result<GpuSettings, GpuError>;
+    /// Process ids of the compute processes running on the GPU.
+    fn compute_processes(&self, index: u32) -> Result<Vec<u32>, GpuError>;
     /// Sets the power limit, in mW.
     fn set_power_limit(&self, index: u32, mw: u32) -> Result<(), GpuError>;
     /// Locks the SM clock into `[min, max]` MHz.

@@ -124,6 +124,11 @@ impl GpuBackend for NvmlBackend {
         })
     }
 
+    fn compute_processes(&self, index: u32) -> Result<Vec<u32>, GpuError> {
+        let processes = self.device(index)?.running_compute_processes().map_err(map_err)?;
+        Ok(processes.into_iter().map(|p| p.pid).collect())
+    }
+
     fn set_power_limit(&self, index: u32, mw: u32) -> Result<(), GpuError> {
         let info = self.devices.get(index as usize).ok_or_else(|| GpuError::NotFound(format!("index {index}")))?;
         if let (Some(lo), Some(hi)) = (info.power_limit_min_mw, info.power_limit_max_mw)
