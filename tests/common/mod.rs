@@ -50,6 +50,11 @@ impl Node {
 
     /// Starts wattsond and waits until it answers.
     pub fn start(&mut self) {
+        self.start_with_env(&[]);
+    }
+
+    /// Starts wattsond with extra environment variables and waits until it answers.
+    pub fn start_with_env(&mut self, env: &[(&str, &Path)]) {
         assert!(self.daemon.is_none(), "daemon already running");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("wattsond.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_wattsond"))
@@ -57,6 +62,7 @@ impl Node {
             .arg(&self.config)
             .env("WATTSON_FAKE_NVML_DIR", self.sim.dir())
             .env("WATTSON_LOG", "debug")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
