@@ -19,8 +19,13 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let sim = Sim::create(&dir.join("gpus"), &Config::uniform("H100", 4)).expect("simulated GPUs");
-    let library = fake_nvml::library_path_next_to(&bin.join("wattsond")).expect("libfake_nvml.so (run ./scripts/demo)");
-    let user = nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.name).unwrap_or("root".into());
+    let library =
+        fake_nvml::library_path_next_to(&bin.join("wattsond")).expect("libfake_nvml.so (run ./scripts/demo)");
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or("root".into());
     let config = dir.join("wattson.toml");
     std::fs::write(
         &config,
@@ -39,11 +44,58 @@ fn main() {
     step("Three jobs with different loads, begun and ended as a Slurm Prolog/Epilog would");
     sim.set_load(0, 0.95).unwrap();
     sim.set_load(1, 0.95).unwrap();
-    wattson(&["job", "begin", "--job", "1001", "--uid", "1000", "--user", "alice", "--name", "bert-pretrain", "--gpus", "0,1", "--energy", "perf"]);
+    wattson(&[
+        "job",
+        "begin",
+        "--job",
+        "1001",
+        "--uid",
+        "1000",
+        "--user",
+        "alice",
+        "--name",
+        "bert-pretrain",
+        "--gpus",
+        "0,1",
+        "--energy",
+        "perf",
+    ]);
     sim.set_load(2, 0.40).unwrap();
-    wattson(&["job", "begin", "--job", "1002", "--uid", "1001", "--user", "bob", "--name", "resnet50-infer", "--gpus", "2", "--energy", "min-energy", "--energy-slowdown", "10"]);
+    wattson(&[
+        "job",
+        "begin",
+        "--job",
+        "1002",
+        "--uid",
+        "1001",
+        "--user",
+        "bob",
+        "--name",
+        "resnet50-infer",
+        "--gpus",
+        "2",
+        "--energy",
+        "min-energy",
+        "--energy-slowdown",
+        "10",
+    ]);
     sim.set_load(3, 0.70).unwrap();
-    wattson(&["job", "begin", "--job", "1003", "--uid", "1000", "--user", "alice", "--name", "gpt2-finetune", "--gpus", "3", "--energy-tag", "gpt2-ft"]);
+    wattson(&[
+        "job",
+        "begin",
+        "--job",
+        "1003",
+        "--uid",
+        "1000",
+        "--user",
+        "alice",
+        "--name",
+        "gpt2-finetune",
+        "--gpus",
+        "3",
+        "--energy-tag",
+        "gpt2-ft",
+    ]);
     sleep(Duration::from_secs(2));
     wattson(&["status"]);
 
@@ -59,23 +111,42 @@ fn main() {
     wattson(&["job", "end", "--job", "1003"]);
 
     step("The report, as sacct prints it");
-    wattson(&["acct", "-S", "now-1hour", "-o", "JobID,JobName,User,NGPUs,Elapsed,GPUEnergy,GPUEnergyRaw,AvgGPUPower,PeakGPUPower,AvgSMClock,GPUUtil,Method,Policy"]);
+    wattson(&[
+        "acct",
+        "-S",
+        "now-1hour",
+        "-o",
+        "JobID,JobName,User,NGPUs,Elapsed,GPUEnergy,GPUEnergyRaw,AvgGPUPower,PeakGPUPower,AvgSMClock,GPUUtil,Method,Policy",
+    ]);
 
     step("Check against the simulated GPUs' exact energy");
-    let out = Command::new(bin.join("wattson")).arg("-c").arg(&config).args(["acct", "-S", "now-1hour", "--json"]).output().unwrap();
+    let out = Command::new(bin.join("wattson"))
+        .arg("-c")
+        .arg(&config)
+        .args(["acct", "-S", "now-1hour", "--json"])
+        .output()
+        .unwrap();
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("acct --json");
     let mut worst: f64 = 0.0;
     for job in doc["jobs"].as_array().unwrap() {
-        let record: wattson::job::JobRecord = serde_json::from_value(job["record"].clone()).unwrap();
-        let measured = record.energy_j();
-        let truth: f64 = record
-            .gpus
+        let measured = job["energy_j"].as_f64().unwrap();
+        let truth: f64 = job["gpus"]
+            .as_array()
+            .unwrap()
             .iter()
-            .map(|g| sim.truth_energy_mj(g.index, g.meter.begin_ns, g.meter.last.t_ns).unwrap() / 1000.0)
+            .map(|g| {
+                let (index, from, to) =
+                    (g["index"].as_u64(), g["first_reading_ns"].as_i64(), g["last_reading_ns"].as_i64());
+                sim.truth_energy_mj(index.unwrap() as u32, from.unwrap(), to.unwrap()).unwrap() / 1000.0
+            })
             .sum();
         let err = (measured - truth).abs() / truth;
         worst = worst.max(err);
-        println!("  job {:>5}: measured {measured:>10.1} J, truth {truth:>10.1} J, error {:.5}%", record.key, err * 100.0);
+        println!(
+            "  job {:>5}: measured {measured:>10.1} J, truth {truth:>10.1} J, error {:.5}%",
+            job["id"].as_str().unwrap(),
+            err * 100.0
+        );
     }
     daemon.stop();
     println!("\nStore: {}  (worst error {:.5}%)", dir.join("wattson.db").display(), worst * 100.0);
@@ -99,7 +170,8 @@ struct Daemon(Child);
 
 impl Daemon {
     fn start(bin: &Path, config: &Path, sim: &Sim, dir: &Path) -> Daemon {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("wattsond.log")).unwrap();
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(dir.join("wattsond.log")).unwrap();
         let child = Command::new(bin.join("wattsond"))
             .arg("-c")
             .arg(config)
@@ -111,7 +183,11 @@ impl Daemon {
         let socket = dir.join("wattsond.sock");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(Instant::now() < deadline, "wattsond did not start; see {}", dir.join("wattsond.log").display());
+            assert!(
+                Instant::now() < deadline,
+                "wattsond did not start; see {}",
+                dir.join("wattsond.log").display()
+            );
             sleep(Duration::from_millis(20));
         }
         println!("wattsond running (pid {}), log {}", child.id(), dir.join("wattsond.log").display());

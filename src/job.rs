@@ -28,9 +28,9 @@ impl JobKey {
             Some((id, step)) => (id, step),
             None => (s, ""),
         };
-        let job_id = id
-            .parse::<u32>()
-            .map_err(|_| format!("bad job id {s:?}: expected a number, optionally .step (42, 42.0, 42.batch)"))?;
+        let job_id = id.parse::<u32>().map_err(|_| {
+            format!("bad job id {s:?}: expected a number, optionally .step (42, 42.0, 42.batch)")
+        })?;
         let step_ok = step.is_empty()
             || step.parse::<u32>().is_ok()
             || matches!(step, "batch" | "extern" | "interactive");
@@ -43,7 +43,11 @@ impl JobKey {
 
 impl std::fmt::Display for JobKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.step.is_empty() { write!(f, "{}", self.job_id) } else { write!(f, "{}.{}", self.job_id, self.step) }
+        if self.step.is_empty() {
+            write!(f, "{}", self.job_id)
+        } else {
+            write!(f, "{}.{}", self.job_id, self.step)
+        }
     }
 }
 
@@ -201,7 +205,8 @@ mod tests {
     #[test]
     fn hints_are_validated() {
         assert!(Hints::default().validate().is_ok());
-        let ok = Hints { policy: Some("min-energy".into()), slowdown_pct: Some(10.0), tag: Some("bert".into()) };
+        let ok =
+            Hints { policy: Some("min-energy".into()), slowdown_pct: Some(10.0), tag: Some("bert".into()) };
         assert!(ok.validate().is_ok());
         let bad = Hints { policy: Some("fast".into()), ..Hints::default() };
         assert!(bad.validate().unwrap_err().contains("min-energy, balanced, perf"));

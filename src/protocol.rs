@@ -180,7 +180,8 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Reply
     if text.is_empty() {
         return Err(ClientError::Io("wattsond closed the connection without answering".into()));
     }
-    let response: Response = serde_json::from_str(&text).map_err(|e| ClientError::Io(format!("bad reply: {e}")))?;
+    let response: Response =
+        serde_json::from_str(&text).map_err(|e| ClientError::Io(format!("bad reply: {e}")))?;
     response.map_err(ClientError::Refused)
 }
 

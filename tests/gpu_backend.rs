@@ -51,7 +51,10 @@ fn the_nvml_backend_reads_resolves_and_validates_settings() {
     sim.set_load(0, 1.0).unwrap();
     assert!(gpus.read(0).unwrap().power_mw.unwrap() <= 150_000);
     assert!(matches!(gpus.set_locked_clocks(0, 1000, 900), Err(GpuError::InvalidValue(_))));
-    assert!(matches!(gpus.set_locked_clocks(0, 1001, 1003), Err(GpuError::InvalidValue(_))), "unsupported clock");
+    assert!(
+        matches!(gpus.set_locked_clocks(0, 1001, 1003), Err(GpuError::InvalidValue(_))),
+        "unsupported clock"
+    );
     let lowest = *d[0].sm_clocks_mhz.last().unwrap();
     gpus.set_locked_clocks(0, lowest, lowest).unwrap();
     gpus.set_power_limit(0, 400_000).unwrap();

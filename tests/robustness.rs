@@ -30,12 +30,24 @@ fn a_bad_config_stops_the_daemon_with_file_line_and_what_is_allowed() {
     assert!(err.contains(&format!("{}:3: ", path.display())) && err.contains("\"1s\""), "{err}");
 
     std::fs::write(&path, "[daemon]\nsockett = \"/tmp/x.sock\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(&path).arg("--check-config").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+        .arg("-c")
+        .arg(&path)
+        .arg("--check-config")
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains(":2: ") && err.contains("unknown field `sockett`") && err.contains("`socket`"), "{err}");
+    assert!(
+        err.contains(":2: ") && err.contains("unknown field `sockett`") && err.contains("`socket`"),
+        "{err}"
+    );
 
-    let out = Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(dir.path().join("missing.toml")).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+        .arg("-c")
+        .arg(dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml: cannot read"));
 }
@@ -64,7 +76,10 @@ fn bad_messages_get_an_error_and_the_daemon_keeps_serving() {
     assert!(raw(&node, b"{\"op\":\"format_disk\"}\n").contains("unknown variant"));
     assert!(raw(&node, &[b'{'; 70_000]).contains("longer than"));
     let unknown_gpu = br#"{"op":"job_begin","job":{"job_id":2},"uid":1,"gpus":[7]}"#;
-    assert!(raw(&node, &[&unknown_gpu[..], b"\n"].concat()).contains("no such GPU: index 7 (this node has 2 GPUs)"));
+    assert!(
+        raw(&node, &[&unknown_gpu[..], b"\n"].concat())
+            .contains("no such GPU: index 7 (this node has 2 GPUs)")
+    );
     let taken = br#"{"op":"job_begin","job":{"job_id":3},"uid":1,"gpus":[0]}"#;
     assert!(raw(&node, &[&taken[..], b"\n"].concat()).contains("GPU 0 is in use by job 1"));
     let bad_hint = br#"{"op":"job_begin","job":{"job_id":4},"uid":1,"gpus":[1],"hints":{"policy":"fast"}}"#;
@@ -108,11 +123,13 @@ fn users_see_only_their_own_jobs_with_or_without_the_daemon() {
 
     let ids = |out: std::process::Output| {
         assert_ok(&out);
-        let mut ids: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().skip(1).map(|l| l.to_string()).collect();
+        let mut ids: Vec<String> =
+            String::from_utf8_lossy(&out.stdout).lines().skip(1).map(|l| l.to_string()).collect();
         ids.sort();
         ids
     };
-    let as_nobody = |node: &Node| ids(node.wattson_as(NOBODY, &["acct", "-S", "now-1hour", "-o", "JobID", "-P"]));
+    let as_nobody =
+        |node: &Node| ids(node.wattson_as(NOBODY, &["acct", "-S", "now-1hour", "-o", "JobID", "-P"]));
     assert_eq!(as_nobody(&node), vec!["10"]);
     assert_eq!(ids(node.wattson(&["acct", "-S", "now-1hour", "-o", "JobID", "-P"])), vec!["10", "11"]);
     // Asking for someone else's job by id shows nothing; asking for their user is refused.
@@ -130,8 +147,14 @@ struct Tmpfs(std::path::PathBuf);
 impl Tmpfs {
     fn mount(at: &std::path::Path, size: &str) -> Tmpfs {
         std::fs::create_dir_all(at).unwrap();
-        let status = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(at).status();
-        assert!(status.is_ok_and(|s| s.success()), "mounting a tmpfs needs root (the test harness runs as root)");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "mounting a tmpfs needs root (the test harness runs as root)"
+        );
         Tmpfs(at.to_path_buf())
     }
 }

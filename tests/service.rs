@@ -46,7 +46,8 @@ fn readiness_metrics_and_a_clean_stop() {
     assert!(page.contains("DCGM_FI_DEV_POWER_USAGE{gpu=\"1\""), "{page}");
     assert!(page.contains("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"0\""), "{page}");
     assert!(page.contains("wattson_gpu_up{gpu=\"1\""), "{page}");
-    let job_line = page.lines().find(|l| l.starts_with("wattson_job_gpu_energy_joules{job=\"77\"")).expect("job gauge");
+    let job_line =
+        page.lines().find(|l| l.starts_with("wattson_job_gpu_energy_joules{job=\"77\"")).expect("job gauge");
     let joules: f64 = job_line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(joules > 0.0, "{job_line}");
     assert!(http_get(port, "/other").starts_with("HTTP/1.1 404"));
@@ -72,6 +73,9 @@ fn a_second_daemon_on_the_same_socket_refuses_to_start() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("another wattsond is already listening"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another wattsond is already listening"),
+        "{out:?}"
+    );
     common::assert_ok(&node.wattson(&["status"]));
 }

@@ -63,8 +63,8 @@ pub fn run(config: &Config, args: AcctArgs) -> Result<(), String> {
     };
     let format = match (args.json, args.parsable, args.parsable2) {
         (true, _, _) => Format::Json,
-        (_, true, _) => Format::Parsable { trailing: true },
-        (_, _, true) => Format::Parsable { trailing: false },
+        (_, true, _) => Format::Parsable,
+        (_, _, true) => Format::Parsable2,
         _ => Format::Table,
     };
     let filter = filter(&args)?;
@@ -111,9 +111,8 @@ fn fetch(config: &Config, filter: AcctFilter) -> Result<Vec<JobRecord>, String> 
             let Request::Acct(filter) = policy.authorize(caller_uid(), request)? else {
                 unreachable!("authorize keeps the request's kind")
             };
-            let store = Store::open_read_only(&config.daemon.store).map_err(|e| {
-                format!("wattsond is not running and the store cannot be read: {e}")
-            })?;
+            let store = Store::open_read_only(&config.daemon.store)
+                .map_err(|e| format!("wattsond is not running and the store cannot be read: {e}"))?;
             store.query(&filter.query()).map_err(|e| e.to_string())
         }
         Err(e) => Err(e.to_string()),

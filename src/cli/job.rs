@@ -62,18 +62,29 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
                 .or_else(|| std::env::var("SLURM_JOB_GPUS").ok())
                 .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok())
                 .unwrap_or_default();
-            let gpus: Vec<GpuRef> = gpus.split(',').filter(|s| !s.trim().is_empty()).map(GpuRef::parse).collect();
+            let gpus: Vec<GpuRef> =
+                gpus.split(',').filter(|s| !s.trim().is_empty()).map(GpuRef::parse).collect();
             if gpus.is_empty() {
                 println!("job {} has no GPUs on this node: nothing to account", args.job);
                 return Ok(());
             }
-            let hints = Hints { policy: args.energy, slowdown_pct: args.energy_slowdown, tag: args.energy_tag };
+            let hints =
+                Hints { policy: args.energy, slowdown_pct: args.energy_slowdown, tag: args.energy_tag };
             hints.validate()?;
-            Request::JobBegin(JobBegin { job: args.job, uid: args.uid, user: args.user, name: args.name, gpus, hints })
+            Request::JobBegin(JobBegin {
+                job: args.job,
+                uid: args.uid,
+                user: args.user,
+                name: args.name,
+                gpus,
+                hints,
+            })
         }
         JobCommand::End(args) => Request::JobEnd { job: args.job },
     };
-    match protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout).map_err(|e| e.to_string())? {
+    match protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout)
+        .map_err(|e| e.to_string())?
+    {
         Reply::Begun { job, already_running: false } => println!("job {job} began"),
         Reply::Begun { job, already_running: true } => println!("job {job} was already recorded as running"),
         Reply::Ended { record } => println!(

@@ -26,7 +26,10 @@ pub fn run(config: &Config, args: StatusArgs) -> Result<(), String> {
         return Ok(());
     }
     println!("Node {node}: {} GPU(s)", gpus.len());
-    println!("{:>3} {:<24} {:>8} {:>8} {:>7} {:>5} {:>14} {:<8} Jobs", "GPU", "Name", "Power", "Limit", "SMClock", "Util", "EnergyCounter", "Method");
+    println!(
+        "{:>3} {:<24} {:>8} {:>8} {:>7} {:>5} {:>14} {:<8} Jobs",
+        "GPU", "Name", "Power", "Limit", "SMClock", "Util", "EnergyCounter", "Method"
+    );
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
     for g in &gpus {
         let r = g.reading.as_ref();

@@ -36,8 +36,14 @@ pub struct Core {
 
 impl Core {
     /// Builds the state and resumes the jobs the store says are running.
-    pub fn new(backend: Box<dyn GpuBackend>, store: Store, node: String, series_interval: Duration) -> Result<Core, String> {
-        let resumed = store.running_jobs().map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
+    pub fn new(
+        backend: Box<dyn GpuBackend>,
+        store: Store,
+        node: String,
+        series_interval: Duration,
+    ) -> Result<Core, String> {
+        let resumed =
+            store.running_jobs().map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
         let running: BTreeMap<JobKey, JobRecord> = resumed.into_iter().map(|r| (r.key.clone(), r)).collect();
         for key in running.keys() {
             info!(job = %key, "resumed running job from the store");
@@ -111,7 +117,10 @@ impl Core {
             hints: req.hints,
             gpus,
         };
-        let outcome = self.store.begin_job(&record).map_err(|e| format!("job {}: cannot record the start: {e}", req.job))?;
+        let outcome = self
+            .store
+            .begin_job(&record)
+            .map_err(|e| format!("job {}: cannot record the start: {e}", req.job))?;
         info!(job = %record.key, uid = record.uid, gpus = ?indices, "job began");
         let already_running = matches!(outcome, BeginOutcome::AlreadyRunning);
         self.running.insert(record.key.clone(), record);

@@ -43,11 +43,13 @@ impl Metrics {
             family
         };
         let power_w = gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)");
-        let energy_mj = gauge("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ)");
+        let energy_mj =
+            gauge("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ)");
         let sm_clock_mhz = gauge("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)");
         let util_pct = gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)");
         let gpu_up = gauge("wattson_gpu_up", "1 if the GPU answered the last sample, else 0");
-        let job_energy_j = gauge("wattson_job_gpu_energy_joules", "GPU energy of a running job so far (in J)");
+        let job_energy_j =
+            gauge("wattson_job_gpu_energy_joules", "GPU energy of a running job so far (in J)");
         let gpu_labels = gpus
             .iter()
             .map(|g| {
@@ -152,11 +154,28 @@ mod tests {
     #[test]
     fn gauges_follow_readings_and_jobs() {
         let mut m = Metrics::new("n1", &[gpu(0), gpu(1)]);
-        let reading = GpuReading { t_ns: 1, energy_mj: Some(5000), power_mw: Some(250_500), sm_clock_mhz: Some(1980), util_pct: Some(97) };
-        m.observe(&Tick { readings: vec![Ok(reading), Err(GpuError::Lost)], job_energy: vec![(JobKey::job(42), 0, 12_345.0)] });
+        let reading = GpuReading {
+            t_ns: 1,
+            energy_mj: Some(5000),
+            power_mw: Some(250_500),
+            sm_clock_mhz: Some(1980),
+            util_pct: Some(97),
+        };
+        m.observe(&Tick {
+            readings: vec![Ok(reading), Err(GpuError::Lost)],
+            job_energy: vec![(JobKey::job(42), 0, 12_345.0)],
+        });
         let text = m.encode();
-        assert!(text.contains(r#"DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-0",modelName="NVIDIA H100",Hostname="n1"} 250.5"#), "{text}");
-        assert!(text.contains(r#"wattson_gpu_up{gpu="1",UUID="GPU-1",modelName="NVIDIA H100",Hostname="n1"} 0"#), "{text}");
+        assert!(
+            text.contains(
+                r#"DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-0",modelName="NVIDIA H100",Hostname="n1"} 250.5"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"wattson_gpu_up{gpu="1",UUID="GPU-1",modelName="NVIDIA H100",Hostname="n1"} 0"#),
+            "{text}"
+        );
         assert!(text.contains(r#"wattson_job_gpu_energy_joules{job="42",step="",gpu="0"} 12.345"#), "{text}");
         m.observe(&Tick { readings: vec![Ok(reading), Ok(reading)], job_energy: vec![] });
         assert!(!m.encode().contains("job=\"42\""));

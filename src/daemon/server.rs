@@ -83,7 +83,8 @@ pub fn bind(path: &Path) -> Result<UnixListener, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("cannot remove stale socket {}: {e}", path.display())),
     }
-    let listener = UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let listener =
+        UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
     // Everyone may connect; what they may do is decided from their credentials.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
@@ -111,23 +112,30 @@ pub async fn serve(listener: UnixListener, core: Arc<Mutex<Core>>, policy: Arc<P
     }
 }
 
-async fn handle(stream: UnixStream, core: Arc<Mutex<Core>>, policy: &Policy, timeout: Duration) -> std::io::Result<()> {
+async fn handle(
+    stream: UnixStream,
+    core: Arc<Mutex<Core>>,
+    policy: &Policy,
+    timeout: Duration,
+) -> std::io::Result<()> {
     let uid = stream.peer_cred()?.uid();
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let limit = protocol::MAX_REQUEST_BYTES as u64 + 1;
-    let response: Response = match tokio::time::timeout(timeout, BufReader::new(read.take(limit)).read_line(&mut line)).await {
-        Err(_) => Err(format!("no complete request within {timeout:?}")),
-        Ok(Err(e)) => Err(format!("cannot read request: {e}")),
-        Ok(Ok(_)) => match protocol::parse_request(&line).and_then(|r| policy.authorize(uid, r)) {
-            Ok(request) => dispatch(core, request).await,
-            Err(e) => Err(e),
-        },
-    };
+    let response: Response =
+        match tokio::time::timeout(timeout, BufReader::new(read.take(limit)).read_line(&mut line)).await {
+            Err(_) => Err(format!("no complete request within {timeout:?}")),
+            Ok(Err(e)) => Err(format!("cannot read request: {e}")),
+            Ok(Ok(_)) => match protocol::parse_request(&line).and_then(|r| policy.authorize(uid, r)) {
+                Ok(request) => dispatch(core, request).await,
+                Err(e) => Err(e),
+            },
+        };
     if let Err(e) = &response {
         debug!(uid, error = %e, "request refused");
     }
-    let mut out = serde_json::to_vec(&response).unwrap_or_else(|e| format!("{{\"Err\":\"{e}\"}}").into_bytes());
+    let mut out =
+        serde_json::to_vec(&response).unwrap_or_else(|e| format!("{{\"Err\":\"{e}\"}}").into_bytes());
     out.push(b'\n');
     tokio::time::timeout(timeout, write.write_all(&out)).await.map_err(std::io::Error::other)??;
     write.shutdown().await

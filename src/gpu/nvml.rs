@@ -55,11 +55,8 @@ fn describe(library: Option<&Path>) -> String {
 fn describe_device(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
     let constraints = d.power_management_limit_constraints().ok();
     let mem_clocks_mhz = d.supported_memory_clocks().unwrap_or_default();
-    let sm_clocks_mhz = mem_clocks_mhz
-        .iter()
-        .max()
-        .and_then(|m| d.supported_graphics_clocks(*m).ok())
-        .unwrap_or_default();
+    let sm_clocks_mhz =
+        mem_clocks_mhz.iter().max().and_then(|m| d.supported_graphics_clocks(*m).ok()).unwrap_or_default();
     Ok(GpuInfo {
         index,
         uuid: d.uuid().map_err(map_err)?,
@@ -130,7 +127,8 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn set_power_limit(&self, index: u32, mw: u32) -> Result<(), GpuError> {
-        let info = self.devices.get(index as usize).ok_or_else(|| GpuError::NotFound(format!("index {index}")))?;
+        let info =
+            self.devices.get(index as usize).ok_or_else(|| GpuError::NotFound(format!("index {index}")))?;
         if let (Some(lo), Some(hi)) = (info.power_limit_min_mw, info.power_limit_max_mw)
             && !(lo..=hi).contains(&mw)
         {
@@ -146,7 +144,9 @@ impl GpuBackend for NvmlBackend {
 
     fn set_locked_clocks(&self, index: u32, min_mhz: u32, max_mhz: u32) -> Result<(), GpuError> {
         if min_mhz > max_mhz {
-            return Err(GpuError::InvalidValue(format!("locked clock range {min_mhz}-{max_mhz} MHz is empty")));
+            return Err(GpuError::InvalidValue(format!(
+                "locked clock range {min_mhz}-{max_mhz} MHz is empty"
+            )));
         }
         let setting = GpuLockedClocksSetting::Numeric { min_clock_mhz: min_mhz, max_clock_mhz: max_mhz };
         self.device(index)?.set_gpu_locked_clocks(setting).map_err(map_err)

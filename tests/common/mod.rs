@@ -56,7 +56,11 @@ impl Node {
     /// Starts wattsond with extra environment variables and waits until it answers.
     pub fn start_with_env(&mut self, env: &[(&str, &Path)]) {
         assert!(self.daemon.is_none(), "daemon already running");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("wattsond.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("wattsond.log"))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_wattsond"))
             .arg("-c")
             .arg(&self.config)
@@ -91,7 +95,11 @@ impl Node {
     /// Stops wattsond with SIGTERM and checks it exits cleanly.
     pub fn stop(&mut self) {
         let mut child = self.daemon.take().expect("daemon running");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
         let status = child.wait().unwrap();
         assert!(status.success(), "wattsond exited with {status}:\n{}", self.log());
     }
@@ -114,7 +122,14 @@ impl Node {
     fn wattson_cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_wattson"));
         cmd.arg("-c").arg(&self.config).args(args);
-        for var in ["SLURM_JOB_ID", "SLURM_JOB_UID", "SLURM_JOB_USER", "SLURM_JOB_NAME", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"] {
+        for var in [
+            "SLURM_JOB_ID",
+            "SLURM_JOB_UID",
+            "SLURM_JOB_USER",
+            "SLURM_JOB_NAME",
+            "SLURM_JOB_GPUS",
+            "CUDA_VISIBLE_DEVICES",
+        ] {
             cmd.env_remove(var);
         }
         cmd
@@ -135,8 +150,8 @@ impl Node {
         Bracket(t0, wattson::gpu::now_ns())
     }
 
-    /// The records `wattson acct --json -j <job>` prints, as root.
-    pub fn acct_json(&self, args: &[&str]) -> Vec<JobRecord> {
+    /// The jobs `wattson acct --json <args>` prints, as root.
+    pub fn acct_json(&self, args: &[&str]) -> Vec<serde_json::Value> {
         parse_acct_json(&self.wattson(&[&["acct", "--json"], args].concat()))
     }
 
@@ -162,12 +177,36 @@ impl Node {
         }
     }
 
-    /// Exact energy each GPU of `record` drew over the record's own measured interval, in mJ.
-    pub fn truth_mj(&self, record: &JobRecord) -> Vec<f64> {
+    /// The exact interval (ns) between the first and last readings of each GPU of `record`:
+    /// the instants at which the simulated GPU served the counter values the meter recorded
+    /// (the daemon's own timestamps only where the GPU has no counter).
+    pub fn read_intervals(&self, record: &JobRecord) -> Vec<(i64, i64)> {
         record
             .gpus
             .iter()
-            .map(|g| self.sim.truth_energy_mj(g.index, g.meter.begin_ns, g.meter.last.t_ns).unwrap())
+            .map(|g| {
+                let m = &g.meter;
+                let instant = |counter: Option<u64>, near: i64| match counter {
+                    Some(c) => self
+                        .sim
+                        .counter_read_instants(g.index, c)
+                        .unwrap()
+                        .into_iter()
+                        .min_by_key(|t| (t - near).abs())
+                        .unwrap_or_else(|| panic!("GPU {} never served counter value {c}", g.index)),
+                    None => near,
+                };
+                (instant(m.begin_counter_mj, m.begin_ns), instant(m.last.energy_mj, m.last.t_ns))
+            })
+            .collect()
+    }
+
+    /// Exact energy each GPU of `record` drew between its first and last reading, in mJ.
+    pub fn truth_mj(&self, record: &JobRecord) -> Vec<f64> {
+        self.read_intervals(record)
+            .into_iter()
+            .zip(&record.gpus)
+            .map(|((from, to), g)| self.sim.truth_energy_mj(g.index, from, to).unwrap())
             .collect()
     }
 }
@@ -192,13 +231,20 @@ impl Bracket {
     }
 }
 
-/// Checks that every GPU of `record` was read within the begin and end calls, and that its
-/// energy equals the simulated GPU's exact energy over that reading interval within `tolerance`.
+/// Checks that every GPU of `record` was first read within the begin call and last read
+/// within the end call, and that its energy equals the simulated GPU's exact energy between
+/// those two readings within `tolerance` (relative).
 pub fn assert_exact(node: &Node, record: &JobRecord, begin: Bracket, end: Bracket, tolerance: f64) {
+    let intervals = node.read_intervals(record);
     let truth = node.truth_mj(record);
-    for (gpu, truth) in record.gpus.iter().zip(truth) {
-        begin.assert_contains(gpu.meter.begin_ns, "first reading");
-        end.assert_contains(gpu.meter.last.t_ns, "last reading");
+    for ((gpu, truth), (first, last)) in record.gpus.iter().zip(truth).zip(intervals) {
+        begin.assert_contains(first, "first reading");
+        end.assert_contains(last, "last reading");
+        // The daemon's own timestamps are close to the true instants.
+        assert!(
+            (gpu.meter.begin_ns - first).abs() < 100_000_000
+                && (gpu.meter.last.t_ns - last).abs() < 100_000_000
+        );
         let err = rel_err(gpu.meter.energy_mj, truth);
         assert!(
             err < tolerance,
@@ -212,12 +258,11 @@ pub fn assert_exact(node: &Node, record: &JobRecord, begin: Bracket, end: Bracke
     end.assert_contains(record.end_ns.expect("ended"), "end time");
 }
 
-/// Parses `wattson acct --json` output.
-pub fn parse_acct_json(out: &Output) -> Vec<JobRecord> {
+/// Parses `wattson acct --json` output into its jobs.
+pub fn parse_acct_json(out: &Output) -> Vec<serde_json::Value> {
     assert_ok(out);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("acct --json is JSON");
-    let jobs = doc["jobs"].as_array().expect("jobs array");
-    jobs.iter().map(|j| serde_json::from_value(j["record"].clone()).expect("record")).collect()
+    doc["jobs"].as_array().expect("jobs array").clone()
 }
 
 /// Panics with the command's output unless it exited 0.

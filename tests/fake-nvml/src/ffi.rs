@@ -366,13 +366,22 @@ pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     energy: *mut c_ulonglong,
 ) -> nvmlReturn_t {
     run(|| {
-        let v = with_device(device, |_, spec, gs| {
-            if !spec.energy_counter || gs.counter_unsupported {
+        let index = handle_index(device)?;
+        let dir = driver_dir()?;
+        let (t_ns, v) = locked(|cfg, st| {
+            let t_ns = st.t_ns;
+            let gs = st.gpus.get_mut(index).ok_or(INVALID)?;
+            let spec = cfg.spec(index).map_err(|_| UNKNOWN)?;
+            if gs.lost {
+                Err(nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST)
+            } else if !spec.energy_counter || gs.counter_unsupported {
                 Err(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED)
             } else {
-                Ok(gs.counter_mj)
+                Ok((t_ns, gs.counter_mj))
             }
         })?;
+        // Ground truth for tests: the exact instant this counter value was served.
+        state::log_counter_read(&dir, index, t_ns, v).map_err(|_| UNKNOWN)?;
         out(energy, v)
     })
 }

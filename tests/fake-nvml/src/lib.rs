@@ -103,6 +103,13 @@ impl Sim {
         Ok(state::peek(&self.dir)?.t_ns)
     }
 
+    /// The exact instants (CLOCK_REALTIME ns) at which GPU `gpu`'s energy counter was read
+    /// and returned the value `counter_mj`, in order. Lets a test learn exactly when a reading
+    /// that a caller recorded was taken, whatever the caller's own clock said.
+    pub fn counter_read_instants(&self, gpu: u32, counter_mj: u64) -> io::Result<Vec<i64>> {
+        state::counter_read_instants(&self.dir, gpu as usize, counter_mj)
+    }
+
     /// Exact true energy (mJ) GPU `gpu` consumed over the wall-clock interval [from_ns, to_ns]
     /// (CLOCK_REALTIME ns); independent of the counter and its resets.  Errors if the interval
     /// starts before the directory was created.

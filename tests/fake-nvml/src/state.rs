@@ -225,6 +225,32 @@ impl State {
     }
 }
 
+/// Path of the log of energy-counter reads of GPU `index` (`t_ns counter_mj` per line).
+pub fn reads_path(dir: &Path, index: usize) -> PathBuf {
+    dir.join(format!("reads-{index}.log"))
+}
+
+/// Appends one energy-counter read: the instant it was taken and the value served.
+pub fn log_counter_read(dir: &Path, index: usize, t_ns: i64, counter_mj: u64) -> io::Result<()> {
+    let mut f = OpenOptions::new().create(true).append(true).open(reads_path(dir, index))?;
+    f.write_all(format!("{t_ns} {counter_mj}\n").as_bytes())
+}
+
+/// The instants at which GPU `index` served the counter value `counter_mj`, in order.
+pub fn counter_read_instants(dir: &Path, index: usize, counter_mj: u64) -> io::Result<Vec<i64>> {
+    let text = match fs::read_to_string(reads_path(dir, index)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, v)| v.parse::<u64>().ok() == Some(counter_mj))
+        .filter_map(|(t, _)| t.parse().ok())
+        .collect())
+}
+
 /// Path of the ground-truth power history of GPU `index`.
 pub fn history_path(dir: &Path, index: usize) -> PathBuf {
     dir.join(format!("history-{index}.log"))

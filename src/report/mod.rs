@@ -1,0 +1,369 @@
+//! `sacct`-style reports for `wattson acct`: columns, the fixed-width table, `-p`/`-P`
+//! parsable output, and JSON. Pure: the caller passes the records and `now`.
+//!
+//! Table layout as sacct's (Slurm `src/common/print_fields.c`): every field is padded to its
+//! column width and followed by one space (so lines end with a space), right-aligned except
+//! JobID (left), the header likewise, then a line of `-` per column; a value wider than its
+//! column keeps its first `width - 1` characters and ends in `+`. (sacct does not truncate
+//! its integer columns; wattson truncates every column the same way.) Empty values print blank.
+
+pub mod time;
+pub mod units;
+
+use chrono::{Local, SecondsFormat, TimeZone, Utc};
+use serde_json::{Value, json};
+
+use crate::energy::MeterEvent;
+use crate::job::JobRecord;
+pub use time::{TIME_FORMS, format_time, parse_time};
+
+/// A report column. Names (see [`Column::name`]) are matched case-insensitively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Column {
+    /// `42`, `42.batch`, `42.0`.
+    JobId,
+    /// Job name.
+    JobName,
+    /// User name (the uid when the name is unknown).
+    User,
+    /// Numeric uid.
+    Uid,
+    /// Node the record was taken on.
+    NodeList,
+    /// Number of GPUs.
+    NGpus,
+    /// GPU indices, e.g. `0,1`.
+    Gpus,
+    /// Begin time.
+    Start,
+    /// End time; `Unknown` while running.
+    End,
+    /// `[D-]HH:MM:SS` up to the end, or up to now while running.
+    Elapsed,
+    /// `RUNNING` or `COMPLETED`.
+    State,
+    /// Total GPU energy, formatted like sacct's ConsumedEnergy.
+    GpuEnergy,
+    /// Total GPU energy in whole joules, like ConsumedEnergyRaw.
+    GpuEnergyRaw,
+    /// Mean power per GPU over the elapsed time: energy / elapsed / NGPUs, in W.
+    AvgGpuPower,
+    /// Highest power of any one of the job's GPUs, in W.
+    PeakGpuPower,
+    /// Mean over the GPUs of each GPU's mean SM clock, in MHz.
+    AvgSmClock,
+    /// Mean over the GPUs of each GPU's mean utilisation, in percent.
+    GpuUtil,
+    /// `counter`, `power` or `counter+power`.
+    Method,
+    /// Meter events, e.g. `gpu1:counter-reset,gpu0:lost`.
+    Events,
+    /// Energy policy hint.
+    Policy,
+    /// Workload tag hint.
+    Tag,
+}
+
+/// `wattson acct`'s columns when none are asked for.
+pub const DEFAULT_COLUMNS: [Column; 9] = [
+    Column::JobId,
+    Column::JobName,
+    Column::User,
+    Column::NGpus,
+    Column::Elapsed,
+    Column::State,
+    Column::GpuEnergy,
+    Column::AvgGpuPower,
+    Column::Method,
+];
+
+impl Column {
+    /// Every column, in the order `--helpformat` lists them.
+    pub const ALL: [Column; 21] = [
+        Column::JobId,
+        Column::JobName,
+        Column::User,
+        Column::Uid,
+        Column::NodeList,
+        Column::NGpus,
+        Column::Gpus,
+        Column::Start,
+        Column::End,
+        Column::Elapsed,
+        Column::State,
+        Column::GpuEnergy,
+        Column::GpuEnergyRaw,
+        Column::AvgGpuPower,
+        Column::PeakGpuPower,
+        Column::AvgSmClock,
+        Column::GpuUtil,
+        Column::Method,
+        Column::Events,
+        Column::Policy,
+        Column::Tag,
+    ];
+
+    /// The column's name as printed in headers and accepted by [`Column::parse_list`].
+    pub fn name(self) -> &'static str {
+        self.spec().0
+    }
+
+    /// Name, table width, left-aligned. Widths follow sacct's where it has the field
+    /// (JobID -12, JobName 10, User 9, UID 6, NodeList 15, Start/End 19, Elapsed/State 10,
+    /// ConsumedEnergy 14, ConsumedEnergyRaw 17).
+    fn spec(self) -> (&'static str, usize, bool) {
+        match self {
+            Column::JobId => ("JobID", 12, true),
+            Column::JobName => ("JobName", 10, false),
+            Column::User => ("User", 9, false),
+            Column::Uid => ("UID", 6, false),
+            Column::NodeList => ("NodeList", 15, false),
+            Column::NGpus => ("NGPUs", 5, false),
+            Column::Gpus => ("GPUs", 10, false),
+            Column::Start => ("Start", 19, false),
+            Column::End => ("End", 19, false),
+            Column::Elapsed => ("Elapsed", 10, false),
+            Column::State => ("State", 10, false),
+            Column::GpuEnergy => ("GPUEnergy", 14, false),
+            Column::GpuEnergyRaw => ("GPUEnergyRaw", 17, false),
+            Column::AvgGpuPower => ("AvgGPUPower", 11, false),
+            Column::PeakGpuPower => ("PeakGPUPower", 12, false),
+            Column::AvgSmClock => ("AvgSMClock", 10, false),
+            Column::GpuUtil => ("GPUUtil", 7, false),
+            Column::Method => ("Method", 13, false),
+            Column::Events => ("Events", 24, false),
+            Column::Policy => ("Policy", 10, false),
+            Column::Tag => ("Tag", 12, false),
+        }
+    }
+
+    /// Parses one column name, case-insensitively.
+    pub fn parse(s: &str) -> Option<Column> {
+        Column::ALL.into_iter().find(|c| c.name().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// Parses a comma-separated list like `--format JobID,User,GPUEnergy`. The error names
+    /// the bad field and lists every allowed one.
+    pub fn parse_list(s: &str) -> Result<Vec<Column>, String> {
+        let mut out = Vec::new();
+        for field in s.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+            match Column::parse(field) {
+                Some(c) => out.push(c),
+                None => {
+                    let allowed: Vec<&str> = Column::ALL.iter().map(|c| c.name()).collect();
+                    return Err(format!("unknown field {field:?}; allowed fields: {}", allowed.join(", ")));
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err("no fields given".to_string());
+        }
+        Ok(out)
+    }
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Fixed-width table (sacct's default).
+    Table,
+    /// `-p`/`--parsable`: `|` after every field, the last included.
+    Parsable,
+    /// `-P`/`--parsable2`: `|` between fields, none at line end.
+    Parsable2,
+    /// `--json`: `{"jobs":[...]}` with full, unformatted values.
+    Json,
+}
+
+/// Renders `records` in local time. `now_ns` is the end of running jobs' elapsed time.
+pub fn render(records: &[JobRecord], columns: &[Column], format: Format, now_ns: i64) -> String {
+    render_in(records, columns, format, now_ns, &Local)
+}
+
+/// [`render`] with Start/End in time zone `tz`.
+pub fn render_in<Tz: TimeZone>(
+    records: &[JobRecord],
+    columns: &[Column],
+    format: Format,
+    now_ns: i64,
+    tz: &Tz,
+) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let mut out = String::new();
+    match format {
+        Format::Json => {
+            let jobs: Vec<Value> = records.iter().map(|r| job_json(r, now_ns)).collect();
+            out = serde_json::to_string_pretty(&json!({ "jobs": jobs })).unwrap_or_default();
+            out.push('\n');
+        }
+        Format::Parsable | Format::Parsable2 => {
+            let trailing = if format == Format::Parsable { "|" } else { "" };
+            let line = |out: &mut String, cells: Vec<String>| {
+                out.push_str(&cells.join("|"));
+                out.push_str(trailing);
+                out.push('\n');
+            };
+            line(&mut out, columns.iter().map(|c| c.name().to_string()).collect());
+            for r in records {
+                line(&mut out, columns.iter().map(|&c| cell(r, c, now_ns, tz)).collect());
+            }
+        }
+        Format::Table => {
+            let row = |out: &mut String, cells: &mut dyn Iterator<Item = (Column, String)>| {
+                for (c, v) in cells {
+                    let (_, width, left) = c.spec();
+                    out.push_str(&fit(&v, width, left));
+                    out.push(' ');
+                }
+                out.push('\n');
+            };
+            row(&mut out, &mut columns.iter().map(|&c| (c, c.name().to_string())));
+            row(&mut out, &mut columns.iter().map(|&c| (c, "-".repeat(c.spec().1))));
+            for r in records {
+                row(&mut out, &mut columns.iter().map(|&c| (c, cell(r, c, now_ns, tz))));
+            }
+        }
+    }
+    out
+}
+
+/// Pads `v` to `width` characters, or cuts it to `width - 1` characters and a `+`.
+fn fit(v: &str, width: usize, left: bool) -> String {
+    let n = v.chars().count();
+    let v = if n > width {
+        v.chars().take(width.saturating_sub(1)).chain(['+']).collect()
+    } else {
+        v.to_string()
+    };
+    if left { format!("{v:<width$}") } else { format!("{v:>width$}") }
+}
+
+/// Mean power per GPU in W over the elapsed time; `None` for no GPUs or no time.
+fn avg_power_w(r: &JobRecord, now_ns: i64) -> Option<f64> {
+    let secs = r.elapsed_s(now_ns);
+    (secs > 0.0 && !r.gpus.is_empty()).then(|| r.energy_j() / secs / r.gpus.len() as f64)
+}
+
+fn peak_power_w(r: &JobRecord) -> Option<f64> {
+    r.gpus.iter().map(|g| g.meter.peak_power_mw).max().map(|mw| f64::from(mw) / 1000.0)
+}
+
+fn mean(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Vec<f64> = values.flatten().collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn avg_sm_clock(r: &JobRecord) -> Option<f64> {
+    mean(r.gpus.iter().map(|g| g.meter.avg_sm_clock_mhz()))
+}
+
+fn avg_util(r: &JobRecord) -> Option<f64> {
+    mean(r.gpus.iter().map(|g| g.meter.avg_util_pct()))
+}
+
+fn event_name(e: &MeterEvent) -> &'static str {
+    match e {
+        MeterEvent::CounterReset { .. } => "counter-reset",
+        MeterEvent::GpuLost { .. } => "lost",
+        MeterEvent::GpuBack { .. } => "back",
+    }
+}
+
+/// `gpu1:counter-reset,gpu0:lost`, in GPU order then event order.
+fn events_text(r: &JobRecord) -> String {
+    let all: Vec<String> = r
+        .gpus
+        .iter()
+        .flat_map(|g| g.meter.events.iter().map(move |e| format!("gpu{}:{}", g.index, event_name(e))))
+        .collect();
+    all.join(",")
+}
+
+/// The text of one cell (untruncated).
+fn cell<Tz: TimeZone>(r: &JobRecord, c: Column, now_ns: i64, tz: &Tz) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let opt = |v: Option<f64>, unit: &str| v.map(|x| format!("{x:.0}{unit}")).unwrap_or_default();
+    match c {
+        Column::JobId => r.key.to_string(),
+        Column::JobName => r.name.clone().unwrap_or_default(),
+        Column::User => r.user.clone().unwrap_or_else(|| r.uid.to_string()),
+        Column::Uid => r.uid.to_string(),
+        Column::NodeList => r.node.clone(),
+        Column::NGpus => r.gpus.len().to_string(),
+        Column::Gpus => r.gpus.iter().map(|g| g.index.to_string()).collect::<Vec<_>>().join(","),
+        Column::Start => format_time(r.begin_ns, tz),
+        Column::End => r.end_ns.map(|t| format_time(t, tz)).unwrap_or_else(|| "Unknown".to_string()),
+        Column::Elapsed => units::elapsed(time::whole_secs(r.begin_ns, r.end_ns.unwrap_or(now_ns))),
+        Column::State => r.state.as_str().to_string(),
+        Column::GpuEnergy => units::energy(units::joules_raw(r.energy_j())),
+        Column::GpuEnergyRaw => units::joules_raw(r.energy_j()).to_string(),
+        Column::AvgGpuPower => opt(avg_power_w(r, now_ns), "W"),
+        Column::PeakGpuPower => opt(peak_power_w(r), "W"),
+        Column::AvgSmClock => opt(avg_sm_clock(r), "MHz"),
+        Column::GpuUtil => opt(avg_util(r), "%"),
+        Column::Method => r.method().map(|m| m.as_str().to_string()).unwrap_or_default(),
+        Column::Events => events_text(r),
+        Column::Policy => r.hints.policy.clone().unwrap_or_default(),
+        Column::Tag => r.hints.tag.clone().unwrap_or_default(),
+    }
+}
+
+fn rfc3339(ns: i64) -> String {
+    Utc.timestamp_nanos(ns).to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// One record with full values, for `--json`.
+fn job_json(r: &JobRecord, now_ns: i64) -> Value {
+    let gpus: Vec<Value> = r
+        .gpus
+        .iter()
+        .map(|g| {
+            let m = &g.meter;
+            json!({
+                "index": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "energy_j": m.energy_mj / 1000.0,
+                "first_reading_ns": m.begin_ns,
+                "last_reading_ns": m.last.t_ns,
+                "method": m.method.as_str(),
+                "peak_power_w": f64::from(m.peak_power_mw) / 1000.0,
+                "avg_sm_clock_mhz": m.avg_sm_clock_mhz(),
+                "avg_util_pct": m.avg_util_pct(),
+                "lost": m.lost,
+                "events": m.events,
+            })
+        })
+        .collect();
+    json!({
+        "job_id": r.key.job_id,
+        "step": r.key.step,
+        "id": r.key.to_string(),
+        "name": r.name,
+        "uid": r.uid,
+        "user": r.user,
+        "node": r.node,
+        "state": r.state.as_str(),
+        "begin_ns": r.begin_ns,
+        "end_ns": r.end_ns,
+        "start": rfc3339(r.begin_ns),
+        "end": r.end_ns.map(rfc3339),
+        "elapsed_s": r.elapsed_s(now_ns),
+        "energy_j": r.energy_j(),
+        "avg_gpu_power_w": avg_power_w(r, now_ns),
+        "peak_gpu_power_w": peak_power_w(r),
+        "avg_sm_clock_mhz": avg_sm_clock(r),
+        "gpu_util_pct": avg_util(r),
+        "method": r.method().map(|m| m.as_str()),
+        "events": events_text(r),
+        "hints": r.hints,
+        "gpus": gpus,
+    })
+}
+
+#[cfg(test)]
+mod tests;

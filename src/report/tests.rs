@@ -1,0 +1,132 @@
+use chrono::Utc;
+
+use super::*;
+use crate::energy::{GpuMeter, GpuReading, Method};
+use crate::job::{Hints, JobGpu, JobKey, JobState};
+
+const S: i64 = 1_000_000_000;
+
+fn gpu(index: u32, energy_j: f64, peak_w: u32, method: Method) -> JobGpu {
+    let mut meter = GpuMeter::begin(GpuReading { t_ns: 0, ..Default::default() });
+    meter.energy_mj = energy_j * 1000.0;
+    meter.peak_power_mw = peak_w * 1000;
+    meter.method = method;
+    meter.clock_sum_mhz = 1400 * 10;
+    meter.clock_samples = 10;
+    meter.util_sum_pct = 50 * 10;
+    meter.util_samples = 10;
+    JobGpu { index, uuid: format!("GPU-{index}"), name: "H100".into(), meter }
+}
+
+fn job(id: &str, name: &str, energy_j: f64) -> JobRecord {
+    JobRecord {
+        key: JobKey::parse(id).unwrap(),
+        uid: 1000,
+        user: Some("alice".into()),
+        name: Some(name.into()),
+        node: "gpu01".into(),
+        begin_ns: 0,
+        end_ns: Some(3600 * S),
+        state: JobState::Completed,
+        hints: Hints { policy: Some("min-energy".into()), slowdown_pct: None, tag: Some("bert".into()) },
+        gpus: vec![gpu(0, energy_j, 300, Method::Counter)],
+    }
+}
+
+fn cols(s: &str) -> Vec<Column> {
+    Column::parse_list(s).unwrap()
+}
+
+#[test]
+fn table_looks_like_sacct() {
+    let recs = [job("42", "train", 1_500_000.0), job("42.batch", "a-very-long-name", 999.0)];
+    let out = render_in(&recs, &cols("JobID,JobName,GPUEnergy,State"), Format::Table, 0, &Utc);
+    let expected = "\
+JobID           JobName      GPUEnergy      State \n\
+------------ ---------- -------------- ---------- \n\
+42                train          1.50M  COMPLETED \n\
+42.batch     a-very-lo+            999  COMPLETED \n";
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn parsable_p_has_a_trailing_bar_and_capital_p_does_not() {
+    let recs = [job("7", "x", 1000.0)];
+    let c = cols("jobid,GPUENERGY,gpuenergyraw");
+    assert_eq!(
+        render_in(&recs, &c, Format::Parsable, 0, &Utc),
+        "JobID|GPUEnergy|GPUEnergyRaw|\n7|1K|1000|\n"
+    );
+    assert_eq!(render_in(&recs, &c, Format::Parsable2, 0, &Utc), "JobID|GPUEnergy|GPUEnergyRaw\n7|1K|1000\n");
+    // Parsable output never truncates.
+    let long = [job("8", "a-very-long-name", 0.0)];
+    assert_eq!(render_in(&long, &cols("JobName"), Format::Parsable2, 0, &Utc), "JobName\na-very-long-name\n");
+}
+
+#[test]
+fn derived_columns() {
+    let mut r = job("9", "t", 0.0);
+    let mut g1 = gpu(1, 360_000.0, 450, Method::Power);
+    g1.meter.events.push(MeterEvent::CounterReset { t_ns: 5, estimated_gap_mj: 1.0 });
+    g1.meter.events.push(MeterEvent::GpuLost { t_ns: 6 });
+    g1.meter.clock_sum_mhz = 1200 * 10;
+    g1.meter.util_sum_pct = 100 * 10;
+    r.gpus = vec![gpu(0, 360_000.0, 300, Method::Counter), g1];
+    // 720 kJ over 3600 s on 2 GPUs: 100 W per GPU.
+    let c = cols(
+        "NGPUs,GPUs,AvgGPUPower,PeakGPUPower,AvgSMClock,GPUUtil,Method,Events,Policy,Tag,User,UID,NodeList",
+    );
+    assert_eq!(
+        render_in(&[r], &c, Format::Parsable2, 0, &Utc).lines().nth(1).unwrap(),
+        "2|0,1|100W|450W|1300MHz|75%|counter+power|gpu1:counter-reset,gpu1:lost|min-energy|bert|alice|1000|gpu01"
+    );
+}
+
+#[test]
+fn running_jobs_count_to_now_and_end_is_unknown() {
+    let mut r = job("5", "t", 0.0);
+    r.end_ns = None;
+    r.state = JobState::Running;
+    r.begin_ns = 1_700_000_000 * S;
+    let now = r.begin_ns + (86_400 + 3600 + 60 + 1) * S;
+    let out = render_in(&[r], &cols("Start,End,Elapsed,State"), Format::Parsable2, now, &Utc);
+    assert_eq!(out.lines().nth(1).unwrap(), "2023-11-14T22:13:20|Unknown|1-01:01:01|RUNNING");
+}
+
+#[test]
+fn json_has_full_values() {
+    let mut r = job("42.0", "t", 1234.5678);
+    r.gpus.push(gpu(3, 1000.0, 200, Method::Counter));
+    let out = render_in(&[r], &DEFAULT_COLUMNS, Format::Json, 0, &Utc);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let j = &v["jobs"][0];
+    assert_eq!(j["job_id"], 42);
+    assert_eq!(j["step"], "0");
+    assert!((j["energy_j"].as_f64().unwrap() - 2234.5678).abs() < 1e-9);
+    assert_eq!(j["start"], "1970-01-01T00:00:00Z");
+    assert_eq!(j["end"], "1970-01-01T01:00:00Z");
+    assert_eq!(j["end_ns"], 3600 * S);
+    assert_eq!(j["method"], "counter");
+    assert_eq!(j["gpus"][1]["index"], 3);
+    assert_eq!(j["gpus"][1]["peak_power_w"], 200.0);
+    assert_eq!(j["hints"]["policy"], "min-energy");
+}
+
+#[test]
+fn default_columns_header() {
+    let out = render_in(&[], &DEFAULT_COLUMNS, Format::Parsable2, 0, &Utc);
+    assert_eq!(out, "JobID|JobName|User|NGPUs|Elapsed|State|GPUEnergy|AvgGPUPower|Method\n");
+}
+
+#[test]
+fn bad_column_list_names_the_field_and_lists_all() {
+    let err = Column::parse_list("JobID,Bogus,User").unwrap_err();
+    assert_eq!(
+        err,
+        "unknown field \"Bogus\"; allowed fields: JobID, JobName, User, UID, NodeList, NGPUs, GPUs, Start, End, \
+         Elapsed, State, GPUEnergy, GPUEnergyRaw, AvgGPUPower, PeakGPUPower, AvgSMClock, GPUUtil, Method, Events, \
+         Policy, Tag"
+    );
+    assert!(Column::parse_list("").is_err());
+    assert_eq!(cols(" jobid , gpuutil "), [Column::JobId, Column::GpuUtil]);
+}

@@ -1,0 +1,110 @@
+//! The store's schema and its migrations.
+//!
+//! The schema version lives in SQLite's `PRAGMA user_version`. [`MIGRATIONS`] is an ordered
+//! list: step `i` takes a file from version `i` to version `i + 1`, in one transaction that
+//! also sets the new version, so a crash leaves the file at the old or the new version,
+//! never in between. A file newer than [`SCHEMA_VERSION`] is refused, never downgraded.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+/// Migration steps, oldest first. Never edit a released step; append a new one.
+pub const MIGRATIONS: &[&str] = &[
+    // v1: jobs, their GPUs and meters, and a downsampled per-GPU time series.
+    "
+    CREATE TABLE jobs (
+        id       INTEGER PRIMARY KEY,
+        job_id   INTEGER NOT NULL,
+        step     TEXT    NOT NULL DEFAULT '',
+        uid      INTEGER NOT NULL,
+        user     TEXT,
+        name     TEXT,
+        node     TEXT    NOT NULL,
+        begin_ns INTEGER NOT NULL,
+        end_ns   INTEGER,
+        state    TEXT    NOT NULL CHECK (state IN ('RUNNING', 'COMPLETED')),
+        hints    TEXT    NOT NULL DEFAULT '{}'
+    );
+    -- At most one RUNNING record per job or step; Slurm job ids restart, so completed
+    -- records with the same key may accumulate.
+    CREATE UNIQUE INDEX jobs_one_running ON jobs (job_id, step) WHERE state = 'RUNNING';
+    CREATE INDEX jobs_by_job ON jobs (job_id, step);
+    CREATE INDEX jobs_by_uid_begin ON jobs (uid, begin_ns);
+    CREATE INDEX jobs_by_begin ON jobs (begin_ns);
+
+    CREATE TABLE job_gpus (
+        job       INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+        gpu_index INTEGER NOT NULL,
+        uuid      TEXT    NOT NULL,
+        name      TEXT    NOT NULL,
+        energy_mj REAL    NOT NULL,
+        meter     TEXT    NOT NULL,
+        PRIMARY KEY (job, gpu_index)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE samples (
+        job          INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+        gpu_index    INTEGER NOT NULL,
+        t_ns         INTEGER NOT NULL,
+        power_mw     INTEGER,
+        sm_clock_mhz INTEGER,
+        util_pct     INTEGER,
+        energy_mj    REAL    NOT NULL,
+        PRIMARY KEY (job, gpu_index, t_ns)
+    ) WITHOUT ROWID;
+    ",
+];
+
+/// The schema version this binary writes and understands.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Why migration did not happen.
+#[derive(Debug)]
+pub(crate) enum MigrateError {
+    /// The file was written by a newer wattson.
+    TooNew { found: i64 },
+    /// SQLite failed.
+    Sqlite(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for MigrateError {
+    fn from(e: rusqlite::Error) -> Self {
+        MigrateError::Sqlite(e)
+    }
+}
+
+/// Reads the schema version of an open database.
+pub(crate) fn version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+}
+
+/// Brings the database to [`SCHEMA_VERSION`], one transaction per step.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), MigrateError> {
+    migrate_with(conn, MIGRATIONS)
+}
+
+/// [`migrate`] with an explicit list of steps (tests use longer lists).
+pub(crate) fn migrate_with(conn: &mut Connection, steps: &[&str]) -> Result<(), MigrateError> {
+    loop {
+        // Re-read inside an IMMEDIATE transaction so two openers cannot both apply a step.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found = version(&tx)?;
+        if found > steps.len() as i64 {
+            return Err(MigrateError::TooNew { found });
+        }
+        if found == steps.len() as i64 {
+            return Ok(());
+        }
+        tx.execute_batch(steps[found as usize])?;
+        tx.pragma_update(None, "user_version", found + 1)?;
+        tx.commit()?;
+    }
+}
+
+/// Checks the version of a database opened read-only (no migration possible).
+pub(crate) fn check_readable(conn: &Connection) -> Result<i64, MigrateError> {
+    let found = version(conn)?;
+    if found > SCHEMA_VERSION {
+        return Err(MigrateError::TooNew { found });
+    }
+    Ok(found)
+}
