@@ -13,6 +13,7 @@
 mod query;
 pub mod schema;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -324,38 +325,33 @@ impl Store {
         samples: &[(JobKey, Sample)],
     ) -> Result<Vec<JobKey>, StoreError> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut ids: Vec<(&JobKey, Option<i64>)> = Vec::new();
+        let mut ids: HashMap<&JobKey, Option<i64>> = HashMap::new();
         let mut skipped = Vec::new();
-        let mut lookup =
-            |key: &JobKey, ids: &mut Vec<(&JobKey, Option<i64>)>| -> rusqlite::Result<Option<i64>> {
-                if let Some((_, id)) = ids.iter().find(|(k, _)| *k == key) {
-                    return Ok(*id);
+        let all = updates
+            .iter()
+            .map(|(k, g)| (k, Some(g), None))
+            .chain(samples.iter().map(|(k, s)| (k, None, Some(s))));
+        for (key, gpus, sample) in all {
+            let id = match ids.get(key) {
+                Some(id) => *id,
+                None => {
+                    let id = running_id(&tx, key)?;
+                    if id.is_none() {
+                        skipped.push(key.clone());
+                    }
+                    ids.insert(key, id);
+                    id
                 }
-                let id = running_id(&tx, key)?;
-                if id.is_none() {
-                    skipped.push(key.clone());
-                }
-                Ok(id)
             };
-        for (key, gpus) in updates {
-            let id = lookup(key, &mut ids)?;
-            ids.push((key, id));
-            if let Some(id) = id {
-                for gpu in gpus {
-                    upsert_gpu(&tx, id, gpu)?;
-                }
+            let Some(id) = id else { continue };
+            for gpu in gpus.into_iter().flatten() {
+                upsert_gpu(&tx, id, gpu)?;
             }
-        }
-        for (key, s) in samples {
-            let id = lookup(key, &mut ids)?;
-            ids.push((key, id));
-            if let Some(id) = id {
+            if let Some(s) = sample {
                 insert_sample(&tx, id, s)?;
             }
         }
-        drop(lookup);
         tx.commit()?;
-        skipped.dedup();
         Ok(skipped)
     }
 
