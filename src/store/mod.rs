@@ -363,6 +363,40 @@ impl Store {
         Ok(rec)
     }
 
+    /// Writes whole records (any state, with their `end_ns`) in ONE transaction: backfills,
+    /// tests and benchmarks. A RUNNING record whose key is already running fails the whole
+    /// import (nothing is written). Returns how many records were written.
+    pub fn import<I: IntoIterator<Item = JobRecord>>(&mut self, records: I) -> Result<usize, StoreError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut n = 0;
+        for rec in records {
+            let hints = serde_json::to_string(&rec.hints).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            tx.prepare_cached(
+                "INSERT INTO jobs (job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![
+                rec.key.job_id,
+                rec.key.step,
+                rec.uid,
+                rec.user,
+                rec.name,
+                rec.node,
+                rec.begin_ns,
+                rec.end_ns,
+                rec.state.as_str(),
+                hints
+            ])?;
+            let id = tx.last_insert_rowid();
+            for gpu in &rec.gpus {
+                upsert_gpu(&tx, id, gpu)?;
+            }
+            n += 1;
+        }
+        tx.commit()?;
+        Ok(n)
+    }
+
     /// All RUNNING records, for resuming their meters after a daemon restart.
     pub fn running_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         query::running(&self.conn)
