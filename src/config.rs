@@ -26,6 +26,9 @@ pub struct Config {
     /// `[metrics]`: the Prometheus endpoint.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// `[policy]`: which energy policy jobs get and how it is enacted.
+    #[serde(default)]
+    pub policy: crate::policy::PolicyConfig,
 }
 
 /// `[daemon]` section.

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod energy;
 pub mod gpu;
 pub mod job;
+pub mod policy;
 pub mod protocol;
 pub mod report;
 pub mod store;

@@ -13,8 +13,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::energy::GpuReading;
-use crate::gpu::{GpuInfo, GpuSettings};
+use crate::gpu::{GpuInfo, GpuSetting, GpuSettings};
 use crate::job::{GpuRef, Hints, JobKey, JobRecord};
+use crate::policy::Decision;
 use crate::store::AcctQuery;
 
 /// Largest request the daemon reads, in bytes.
@@ -33,6 +34,11 @@ pub enum Request {
     },
     /// The node's GPUs, their readings and owners.
     Status,
+    /// The energy decision and GPU settings of a running job (for its environment).
+    JobSettings {
+        /// Which job or step.
+        job: JobKey,
+    },
     /// Recorded jobs matching a filter.
     Acct(AcctFilter),
 }
@@ -117,6 +123,21 @@ pub enum Reply {
         job: JobKey,
         /// True when this was a repeat of a begin already recorded.
         already_running: bool,
+        /// The energy policy the job gets.
+        decision: Decision,
+        /// The settings applied to its GPUs (none: the GPUs run at their defaults).
+        settings: Vec<(u32, GpuSetting)>,
+    },
+    /// A running job's decision and settings.
+    Settings {
+        /// Which job or step.
+        job: JobKey,
+        /// The job owner.
+        uid: u32,
+        /// The energy policy the job gets.
+        decision: Decision,
+        /// The settings applied to its GPUs.
+        settings: Vec<(u32, GpuSetting)>,
     },
     /// The job's final record.
     Ended {

@@ -80,8 +80,8 @@ fn bad_messages_get_an_error_and_the_daemon_keeps_serving() {
         raw(&node, &[&unknown_gpu[..], b"\n"].concat())
             .contains("no such GPU: index 7 (this node has 2 GPUs)")
     );
-    let taken = br#"{"op":"job_begin","job":{"job_id":3},"uid":1,"gpus":[0]}"#;
-    assert!(raw(&node, &[&taken[..], b"\n"].concat()).contains("GPU 0 is in use by job 1"));
+    let twice = br#"{"op":"job_begin","job":{"job_id":3},"uid":1,"gpus":[1,1]}"#;
+    assert!(raw(&node, &[&twice[..], b"\n"].concat()).contains("GPU 1 is named twice"));
     let bad_hint = br#"{"op":"job_begin","job":{"job_id":4},"uid":1,"gpus":[1],"hints":{"policy":"fast"}}"#;
     assert!(raw(&node, &[&bad_hint[..], b"\n"].concat()).contains("not one of min-energy, balanced, perf"));
 

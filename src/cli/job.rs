@@ -3,6 +3,7 @@
 use clap::{Args, Subcommand};
 
 use crate::config::Config;
+use crate::gpu::GpuSetting;
 use crate::job::{GpuRef, Hints, JobKey};
 use crate::protocol::{self, JobBegin, Reply, Request};
 
@@ -85,8 +86,13 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
     match protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout)
         .map_err(|e| e.to_string())?
     {
-        Reply::Begun { job, already_running: false } => println!("job {job} began"),
-        Reply::Begun { job, already_running: true } => println!("job {job} was already recorded as running"),
+        Reply::Begun { job, already_running, decision, settings } => {
+            let how = if already_running { "was already recorded as running" } else { "began" };
+            println!("job {job} {how}: policy {}{}", decision.policy, describe_settings(&settings));
+            if let Some(note) = decision.note {
+                println!("note: {note}");
+            }
+        }
         Reply::Ended { record } => println!(
             "job {} ended: {:.0} J on {} GPU(s), method {}",
             record.key,
@@ -97,4 +103,18 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
         other => return Err(format!("unexpected reply from wattsond: {other:?}")),
     }
     Ok(())
+}
+
+fn describe_settings(settings: &[(u32, GpuSetting)]) -> String {
+    if settings.is_empty() {
+        return ", GPUs at their defaults".to_string();
+    }
+    let each: Vec<String> = settings
+        .iter()
+        .map(|(gpu, s)| match s {
+            GpuSetting::PowerLimit { mw } => format!("GPU {gpu} power limit {} W", mw / 1000),
+            GpuSetting::LockedClock { mhz } => format!("GPU {gpu} SM clock {mhz} MHz"),
+        })
+        .collect();
+    format!(", {}", each.join(", "))
 }

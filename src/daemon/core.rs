@@ -12,6 +12,7 @@ use tracing::{info, warn};
 use crate::energy::{GpuMeter, GpuReading};
 use crate::gpu::{GpuBackend, GpuError, now_ns};
 use crate::job::{JobGpu, JobKey, JobRecord, JobState};
+use crate::policy::{Decision, PolicyConfig};
 use crate::protocol::{AcctFilter, GpuStatus, JobBegin, Reply};
 use crate::store::{AcctQuery, BeginOutcome, Sample, Store};
 
@@ -29,17 +30,22 @@ pub struct Core {
     backend: Box<dyn GpuBackend>,
     store: Store,
     node: String,
+    policy: PolicyConfig,
     running: BTreeMap<JobKey, JobRecord>,
     series_interval_ns: i64,
     last_series_ns: i64,
+    /// GPUs whose restore failed and is retried at every sample.
+    restores_pending: usize,
 }
 
 impl Core {
-    /// Builds the state and resumes the jobs the store says are running.
+    /// Builds the state, resumes the jobs the store says are running, and returns to their
+    /// defaults the GPUs that were changed for jobs that are not.
     pub fn new(
         backend: Box<dyn GpuBackend>,
         store: Store,
         node: String,
+        policy: PolicyConfig,
         series_interval: Duration,
     ) -> Result<Core, String> {
         let resumed =
@@ -48,14 +54,31 @@ impl Core {
         for key in running.keys() {
             info!(job = %key, "resumed running job from the store");
         }
-        Ok(Core {
+        let mut core = Core {
             backend,
             store,
             node,
+            policy,
             running,
             series_interval_ns: series_interval.as_nanos() as i64,
             last_series_ns: 0,
-        })
+            restores_pending: 0,
+        };
+        core.restores_pending = core.restore_orphans();
+        Ok(core)
+    }
+
+    pub(super) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(super) fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// Whether `key` is running.
+    pub fn is_running(&self, key: &JobKey) -> bool {
+        self.running.contains_key(key)
     }
 
     /// The GPU backend.
@@ -91,17 +114,23 @@ impl Core {
         if let Some(existing) = self.running.get(&req.job) {
             let same_gpus = existing.gpus.iter().map(|g| g.index).eq(indices.iter().copied());
             if existing.uid == req.uid && same_gpus {
-                return Ok(Reply::Begun { job: req.job, already_running: true });
+                let (decision, settings) =
+                    (self.decision_of(existing), self.settings_of(&JobKey::job(req.job.job_id)));
+                return Ok(Reply::Begun { job: req.job, already_running: true, decision, settings });
             }
             return Err(format!("job {} is already running with other GPUs or another owner", req.job));
         }
-        for other in self.running.values().filter(|r| r.key.job_id != req.job.job_id) {
-            if let Some(g) = other.gpus.iter().find(|g| indices.contains(&g.index)) {
-                return Err(format!(
-                    "GPU {} is in use by job {} (if that job is gone, end it first: wattson job end --job {})",
-                    g.index, other.key, other.key
-                ));
-            }
+        // Slurm gives a GPU to one job at a time: a running record of another job on these
+        // GPUs means that job's end was never reported. It ended; close it now.
+        let stale: Vec<JobKey> = self
+            .running
+            .values()
+            .filter(|r| r.key.job_id != req.job.job_id && r.gpus.iter().any(|g| indices.contains(&g.index)))
+            .map(|r| r.key.clone())
+            .collect();
+        for key in stale {
+            warn!(job = %key, new_job = %req.job, "GPUs given to another job: ending the job whose end was never reported");
+            self.end(&key)?;
         }
         let t = now_ns();
         let gpus: Vec<JobGpu> = indices.iter().map(|&index| self.begin_gpu(index, t)).collect();
@@ -123,8 +152,29 @@ impl Core {
             .map_err(|e| format!("job {}: cannot record the start: {e}", req.job))?;
         info!(job = %record.key, uid = record.uid, gpus = ?indices, "job began");
         let already_running = matches!(outcome, BeginOutcome::AlreadyRunning);
+        // Settings belong to the whole job; its steps run on them.
+        let decision = self.decision_of(&record);
+        let settings = if record.key.step.is_empty() {
+            self.enforce(&record, &decision)
+        } else {
+            self.settings_of(&record.key)
+        };
         self.running.insert(record.key.clone(), record);
-        Ok(Reply::Begun { job: req.job, already_running })
+        Ok(Reply::Begun { job: req.job, already_running, decision, settings })
+    }
+
+    /// The site policy's decision for a job; deterministic, so it is recomputed, not stored.
+    fn decision_of(&self, record: &JobRecord) -> Decision {
+        let user = record.user.clone().unwrap_or_else(|| record.uid.to_string());
+        self.policy.decide(&record.hints, &user)
+    }
+
+    /// The decision and the GPU settings of a running job.
+    pub fn settings(&self, key: &JobKey) -> Result<Reply, String> {
+        let record = self.running.get(key).ok_or_else(|| format!("job {key} is not running on this node"))?;
+        let decision = self.decision_of(record);
+        let settings = self.settings_of(&JobKey::job(key.job_id));
+        Ok(Reply::Settings { job: key.clone(), uid: record.uid, decision, settings })
     }
 
     fn begin_gpu(&self, index: u32, t: i64) -> JobGpu {
@@ -169,11 +219,17 @@ impl Core {
             .map_err(|e| format!("job {key}: cannot record the end: {e}"))?;
         self.running.remove(key);
         info!(job = %key, energy_j = stored.energy_j(), "job ended");
+        if key.step.is_empty() {
+            self.restores_pending = self.restore_orphans();
+        }
         Ok(Reply::Ended { record: stored })
     }
 
     /// Reads every GPU once, advances every running job's meters and persists them.
     pub fn sample(&mut self) -> Tick {
+        if self.restores_pending > 0 {
+            self.restores_pending = self.restore_orphans();
+        }
         let count = self.backend.devices().len() as u32;
         let readings: Vec<Result<GpuReading, GpuError>> = (0..count).map(|i| self.backend.read(i)).collect();
         let now = now_ns();

@@ -2,6 +2,7 @@
 //! answers the socket, serves metrics, and tells systemd when it is ready.
 
 pub mod core;
+mod enforce;
 pub mod metrics;
 pub mod server;
 
@@ -29,7 +30,8 @@ pub async fn run(config: Config) -> Result<(), String> {
     let store = Store::open(store_path).map_err(|e| format!("cannot open the store: {e}"))?;
     let node = config.node_name();
     let mut metrics = Metrics::new(&node, backend.devices());
-    let mut core = Core::new(Box::new(backend), store, node, config.daemon.series_interval)?;
+    let mut core =
+        Core::new(Box::new(backend), store, node, config.policy.clone(), config.daemon.series_interval)?;
     let policy = Arc::new(Policy::resolve(&config.daemon.slurm_user, &config.daemon.admins));
     let listener = server::bind(&config.daemon.socket)?;
 
@@ -64,9 +66,15 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     tasks.abort_all();
-    // Persist the running meters one last time; the jobs resume at the next start.
+    // Persist the running meters one last time (the jobs resume at the next start), and
+    // return to defaults any GPU still changed for a job that is not running.
     let core = core.clone();
-    let _ = tokio::task::spawn_blocking(move || lock(&core).sample()).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        let mut core = lock(&core);
+        core.sample();
+        core.restore_orphans();
+    })
+    .await;
     let _ = std::fs::remove_file(&config.daemon.socket);
     info!("wattsond stopped");
     Ok(())

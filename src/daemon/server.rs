@@ -12,7 +12,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
 use super::core::Core;
-use crate::protocol::{self, Request, Response};
+use crate::protocol::{self, Reply, Request, Response};
 
 /// Who may do what, resolved from the configuration at start.
 #[derive(Debug, Clone, Default)]
@@ -42,9 +42,14 @@ impl Policy {
         }
     }
 
+    /// Whether `uid` is root or SlurmUser.
+    pub fn is_privileged(&self, uid: u32) -> bool {
+        uid == 0 || Some(uid) == self.slurm_uid
+    }
+
     /// Narrows or refuses `request` for the caller `uid`.
     pub fn authorize(&self, uid: u32, request: Request) -> Result<Request, String> {
-        let privileged = uid == 0 || Some(uid) == self.slurm_uid;
+        let privileged = self.is_privileged(uid);
         match request {
             Request::JobBegin(_) | Request::JobEnd { .. } if !privileged => Err(format!(
                 "permission denied: only root and SlurmUser ({}) may begin or end jobs (you are uid {uid})",
@@ -122,15 +127,15 @@ async fn handle(
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let limit = protocol::MAX_REQUEST_BYTES as u64 + 1;
-    let response: Response =
-        match tokio::time::timeout(timeout, BufReader::new(read.take(limit)).read_line(&mut line)).await {
-            Err(_) => Err(format!("no complete request within {timeout:?}")),
-            Ok(Err(e)) => Err(format!("cannot read request: {e}")),
-            Ok(Ok(_)) => match protocol::parse_request(&line).and_then(|r| policy.authorize(uid, r)) {
-                Ok(request) => dispatch(core, request).await,
-                Err(e) => Err(e),
-            },
-        };
+    let mut reader = BufReader::new(read.take(limit));
+    let response: Response = match tokio::time::timeout(timeout, reader.read_line(&mut line)).await {
+        Err(_) => Err(format!("no complete request within {timeout:?}")),
+        Ok(Err(e)) => Err(format!("cannot read request: {e}")),
+        Ok(Ok(_)) => match protocol::parse_request(&line).and_then(|r| policy.authorize(uid, r)) {
+            Ok(request) => dispatch(core, request, uid, policy.is_privileged(uid)).await,
+            Err(e) => Err(e),
+        },
+    };
     if let Err(e) = &response {
         debug!(uid, error = %e, "request refused");
     }
@@ -138,10 +143,17 @@ async fn handle(
         serde_json::to_vec(&response).unwrap_or_else(|e| format!("{{\"Err\":\"{e}\"}}").into_bytes());
     out.push(b'\n');
     tokio::time::timeout(timeout, write.write_all(&out)).await.map_err(std::io::Error::other)??;
-    write.shutdown().await
+    write.shutdown().await?;
+    // Closing with unread input would reset the connection before the client reads the reply
+    // (an oversized request, say): discard what is left, within bounds.
+    let mut rest = reader.into_inner().into_inner().take(1 << 20);
+    let _ =
+        tokio::time::timeout(Duration::from_millis(200), tokio::io::copy(&mut rest, &mut tokio::io::sink()))
+            .await;
+    Ok(())
 }
 
-async fn dispatch(core: Arc<Mutex<Core>>, request: Request) -> Response {
+async fn dispatch(core: Arc<Mutex<Core>>, request: Request, uid: u32, privileged: bool) -> Response {
     let work = move || {
         let mut core = lock(&core);
         match request {
@@ -149,6 +161,15 @@ async fn dispatch(core: Arc<Mutex<Core>>, request: Request) -> Response {
             Request::JobEnd { job } => core.end(&job),
             Request::Status => Ok(core.status()),
             Request::Acct(filter) => core.acct(&filter),
+            Request::JobSettings { job } => {
+                let reply = core.settings(&job)?;
+                match &reply {
+                    Reply::Settings { uid: owner, .. } if !(privileged || *owner == uid) => {
+                        Err(format!("permission denied: job {job} belongs to another user"))
+                    }
+                    _ => Ok(reply),
+                }
+            }
         }
     };
     tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| Err(format!("internal error: {e}")))

@@ -46,6 +46,22 @@ pub struct GpuSettings {
     pub app_sm_clock_mhz: Option<u32>,
 }
 
+/// A setting wattson applies to a GPU for a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "knob", rename_all = "kebab-case")]
+pub enum GpuSetting {
+    /// A power limit, in mW.
+    PowerLimit {
+        /// The limit, mW.
+        mw: u32,
+    },
+    /// The SM clock locked at one frequency, MHz.
+    LockedClock {
+        /// The clock, MHz.
+        mhz: u32,
+    },
+}
+
 /// Why a GPU call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GpuError {
@@ -88,6 +104,24 @@ pub trait GpuBackend: Send + Sync {
     fn set_locked_clocks(&self, index: u32, min_mhz: u32, max_mhz: u32) -> Result<(), GpuError>;
     /// Returns the SM clock to the driver's control.
     fn reset_locked_clocks(&self, index: u32) -> Result<(), GpuError>;
+
+    /// Applies a setting.
+    fn apply(&self, index: u32, setting: GpuSetting) -> Result<(), GpuError> {
+        match setting {
+            GpuSetting::PowerLimit { mw } => self.set_power_limit(index, mw),
+            GpuSetting::LockedClock { mhz } => self.set_locked_clocks(index, mhz, mhz),
+        }
+    }
+
+    /// Returns the GPU to its defaults: default power limit, SM clock under driver control.
+    fn restore_defaults(&self, index: u32) -> Result<(), GpuError> {
+        let info =
+            self.devices().get(index as usize).ok_or_else(|| GpuError::NotFound(format!("index {index}")))?;
+        if let Some(mw) = info.power_limit_default_mw {
+            self.set_power_limit(index, mw)?;
+        }
+        self.reset_locked_clocks(index)
+    }
 
     /// Resolves an index, UUID or PCI bus id to an index on this node.
     fn resolve(&self, gpu: &GpuRef) -> Result<u32, GpuError> {

@@ -12,6 +12,9 @@
 
 mod query;
 pub mod schema;
+mod settings;
+
+pub use settings::GpuChange;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

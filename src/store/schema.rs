@@ -52,6 +52,18 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job, gpu_index, t_ns)
     ) WITHOUT ROWID;
     ",
+    // v2: the restore journal: each GPU whose settings wattson changed, for which job, to what.
+    // Written and committed before the change; removed after the GPU is back at its defaults.
+    "
+    CREATE TABLE gpu_changes (
+        gpu_index  INTEGER PRIMARY KEY,
+        uuid       TEXT    NOT NULL,
+        job_id     INTEGER NOT NULL,
+        step       TEXT    NOT NULL,
+        setting    TEXT    NOT NULL,
+        applied_ns INTEGER NOT NULL
+    );
+    ",
 ];
 
 /// The schema version this binary writes and understands.

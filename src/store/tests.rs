@@ -184,20 +184,21 @@ fn migrates_an_empty_file_and_refuses_a_newer_one() {
     Store::open(&path).unwrap();
     // A later migration step applies on top, in order.
     let mut conn = Connection::open(&path).unwrap();
-    let steps = [schema::MIGRATIONS[0], "CREATE TABLE extra (x)"];
+    let newer = schema::SCHEMA_VERSION + 1;
+    let steps: Vec<&str> = schema::MIGRATIONS.iter().copied().chain(["CREATE TABLE extra (x)"]).collect();
     schema::migrate_with(&mut conn, &steps).unwrap();
-    assert_eq!(schema::version(&conn).unwrap(), 2);
+    assert_eq!(schema::version(&conn).unwrap(), newer);
     conn.execute("INSERT INTO extra VALUES (1)", []).unwrap();
     drop(conn);
     for open in [Store::open, Store::open_read_only] {
         match open(&path) {
-            Err(StoreError::TooNew { found: 2, supported: 1, .. }) => {}
+            Err(StoreError::TooNew { found, supported, .. }) if found == newer && supported == newer - 1 => {}
             other => panic!("expected TooNew, got {other:?}"),
         }
     }
-    // Untouched: still version 2 with its data.
+    // Untouched: still the newer version with its data.
     let conn = Connection::open(&path).unwrap();
-    assert_eq!(schema::version(&conn).unwrap(), 2);
+    assert_eq!(schema::version(&conn).unwrap(), newer);
 }
 
 #[test]
@@ -337,4 +338,23 @@ fn end_job_is_durable_when_it_returns() {
     assert_eq!(got[0].state, JobState::Completed);
     assert_eq!(got[0].end_ns, Some(9 * S));
     assert_eq!(got[0].gpus[0].meter.energy_mj, 123_456.0);
+}
+
+#[test]
+fn a_version_1_file_migrates_and_keeps_its_jobs() {
+    let (_d, path) = tmp();
+    let mut conn = Connection::open(&path).unwrap();
+    schema::migrate_with(&mut conn, &schema::MIGRATIONS[..1]).unwrap();
+    conn.execute(
+        "INSERT INTO jobs (job_id, step, uid, node, begin_ns, end_ns, state) VALUES (7, '', 1000, 'n1', 1, 2, 'COMPLETED')",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let st = Store::open(&path).unwrap();
+    assert_eq!(schema::version(&st.conn).unwrap(), schema::SCHEMA_VERSION);
+    let jobs = st.query(&AcctQuery::default()).unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].key.job_id, 7);
+    assert!(st.gpu_changes().unwrap().is_empty(), "v2's journal exists and is empty");
 }

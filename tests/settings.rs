@@ -1,0 +1,101 @@
+//! GPU settings: a job's policy is enacted on its GPUs while it runs and undone after, and no
+//! GPU stays changed for a job that is gone, whatever happened to the daemon.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Node, assert_ok};
+use wattson::gpu::GpuSetting;
+use wattson::job::JobKey;
+use wattson::protocol::{self, Reply, Request};
+use wattson::store::Store;
+
+const H100_MAX_MW: u32 = 700_000;
+
+fn limit(node: &Node, gpu: u32) -> u32 {
+    node.sim.gpu_state(gpu).unwrap().power_limit_mw
+}
+
+fn begin_with(node: &Node, job: &str, gpus: &str, policy: &str) -> String {
+    let out = node.wattson(&[
+        "job", "begin", "--job", job, "--uid", "1000", "--user", "alice", "--gpus", gpus, "--energy", policy,
+    ]);
+    assert_ok(&out);
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn a_jobs_policy_is_applied_while_it_runs_and_undone_after() {
+    let mut node = Node::h100(3);
+    node.start();
+    let said = begin_with(&node, "1", "0,1", "min-energy");
+    assert!(said.contains("policy min-energy") && said.contains("GPU 0 power limit 420 W"), "{said}");
+    assert_eq!((limit(&node, 0), limit(&node, 1), limit(&node, 2)), (420_000, 420_000, H100_MAX_MW));
+    // The capped GPU draws no more than its limit at full load.
+    node.sim.set_load(0, 1.0).unwrap();
+    assert!(node.sim.gpu_state(0).unwrap().power_mw <= 420_000);
+
+    // The job (and its users, through SPANK) can ask what it got.
+    let reply =
+        protocol::call(&node.socket, &Request::JobSettings { job: JobKey::job(1) }, Duration::from_secs(5))
+            .unwrap();
+    let Reply::Settings { decision, settings, .. } = reply else { panic!("{reply:?}") };
+    assert_eq!(decision.policy, "min-energy");
+    assert_eq!(
+        settings,
+        vec![(0, GpuSetting::PowerLimit { mw: 420_000 }), (1, GpuSetting::PowerLimit { mw: 420_000 })]
+    );
+
+    let said = begin_with(&node, "2", "2", "perf");
+    assert!(said.contains("GPUs at their defaults"), "{said}");
+    assert_eq!(limit(&node, 2), H100_MAX_MW);
+
+    node.end("1");
+    assert_eq!((limit(&node, 0), limit(&node, 1)), (H100_MAX_MW, H100_MAX_MW));
+    node.end("2");
+}
+
+#[test]
+fn settings_survive_a_daemon_crash_and_are_undone_when_the_job_ends() {
+    let mut node = Node::h100(1);
+    node.start();
+    begin_with(&node, "5", "0", "balanced");
+    assert_eq!(limit(&node, 0), 595_000);
+    node.kill9();
+    node.start();
+    assert_eq!(limit(&node, 0), 595_000, "the job still runs: its setting stays");
+    node.end("5");
+    assert_eq!(limit(&node, 0), H100_MAX_MW);
+}
+
+#[test]
+fn at_start_gpus_changed_for_jobs_that_are_gone_go_back_to_defaults() {
+    let mut node = Node::h100(2);
+    node.start();
+    begin_with(&node, "8", "1", "min-energy");
+    node.kill9();
+    // The job's end was recorded but the daemon died before restoring the GPU.
+    let mut store = Store::open(&node.store).unwrap();
+    let running = store.running_jobs().unwrap();
+    store.end_job(&JobKey::job(8), wattson::gpu::now_ns(), &running[0].gpus).unwrap();
+    drop(store);
+    assert_eq!(limit(&node, 1), 420_000);
+    node.start();
+    assert_eq!(limit(&node, 1), H100_MAX_MW);
+    assert!(node.log().contains("GPU back at its defaults"));
+}
+
+#[test]
+fn a_gpu_that_refuses_the_setting_runs_the_job_at_defaults() {
+    let mut config = fake_nvml::Config::uniform("H100", 1);
+    config.privileged_uids = vec![]; // as if the daemon ran without root
+    let mut node = Node::new(config, "200ms");
+    node.start();
+    let said = begin_with(&node, "3", "0", "min-energy");
+    assert!(said.contains("GPUs at their defaults"), "{said}");
+    assert_eq!(limit(&node, 0), H100_MAX_MW);
+    assert!(node.log().contains("GPU refused the setting"));
+    node.end("3");
+    assert_eq!(node.record("3").state, wattson::job::JobState::Completed);
+}
