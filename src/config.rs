@@ -29,6 +29,9 @@ pub struct Config {
     /// `[policy]`: which energy policy jobs get and how it is enacted.
     #[serde(default)]
     pub policy: crate::policy::PolicyConfig,
+    /// `[prices]`: the electricity tariff that `--energy-defer` follows.
+    #[serde(default)]
+    pub prices: crate::prices::PriceSchedule,
 }
 
 /// `[daemon]` section.

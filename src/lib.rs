@@ -12,6 +12,8 @@ pub mod energy;
 pub mod gpu;
 pub mod job;
 pub mod policy;
+pub mod prices;
 pub mod protocol;
 pub mod report;
+pub mod slurm;
 pub mod store;

@@ -1,0 +1,75 @@
+//! Electricity prices by hour of day, and the cheapest time to start deferrable work.
+
+use serde::Deserialize;
+
+/// `[prices]` in `wattson.toml`: a time-of-use tariff.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceSchedule {
+    /// Price per kWh for each hour of the day, in UTC, from 00:00 to 23:00 (24 values);
+    /// empty means no tariff, so nothing is deferred.
+    #[serde(default, deserialize_with = "hourly")]
+    pub hourly_utc: Vec<f64>,
+}
+
+fn hourly<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    let prices = Vec::<f64>::deserialize(d)?;
+    if prices.len() != 24 || prices.iter().any(|p| !p.is_finite() || *p < 0.0) {
+        return Err(serde::de::Error::custom(format!(
+            "hourly_utc needs 24 prices (one per UTC hour, each >= 0), got {}",
+            prices.len()
+        )));
+    }
+    Ok(prices)
+}
+
+impl PriceSchedule {
+    /// The price at `t_s` (seconds since the epoch), if there is a tariff.
+    pub fn price_at(&self, t_s: i64) -> Option<f64> {
+        let hour = t_s.rem_euclid(86_400) / 3600;
+        self.hourly_utc.get(hour as usize).copied()
+    }
+
+    /// The earliest start within `[now_s, now_s + window_s]` at the lowest price: `now_s`
+    /// itself unless a later hour is strictly cheaper.
+    pub fn cheapest_start(&self, now_s: i64, window_s: i64) -> i64 {
+        let Some(mut best_price) = self.price_at(now_s) else { return now_s };
+        let mut best = now_s;
+        let mut t = (now_s / 3600 + 1) * 3600;
+        while t <= now_s + window_s {
+            let price = self.price_at(t).unwrap_or(best_price);
+            if price < best_price {
+                (best, best_price) = (t, price);
+            }
+            t += 3600;
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn night_tariff() -> PriceSchedule {
+        // 0.10 from 00:00 to 05:59 UTC, 0.30 otherwise.
+        PriceSchedule { hourly_utc: (0..24).map(|h| if h < 6 { 0.10 } else { 0.30 }).collect() }
+    }
+
+    #[test]
+    fn deferral_waits_for_the_cheap_hours_within_the_window() {
+        let day = 20_000 * 86_400;
+        let evening = day + 20 * 3600 + 17 * 60; // 20:17 UTC
+        assert_eq!(night_tariff().cheapest_start(evening, 6 * 3600), day + 86_400); // next 00:00
+        assert_eq!(night_tariff().cheapest_start(evening, 3 * 3600), evening, "no cheaper hour within 3 h");
+        let night = day + 2 * 3600 + 5;
+        assert_eq!(night_tariff().cheapest_start(night, 6 * 3600), night, "already cheap: start now");
+        assert_eq!(PriceSchedule::default().cheapest_start(evening, 6 * 3600), evening);
+    }
+
+    #[test]
+    fn a_tariff_needs_24_prices() {
+        let e = toml::from_str::<PriceSchedule>("hourly_utc = [0.1, 0.2]").unwrap_err();
+        assert!(e.to_string().contains("needs 24 prices"), "{e}");
+    }
+}
