@@ -41,16 +41,19 @@ pub struct Decision {
 /// Tunables of the chooser.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ChooserConfig {
-    /// Safety margin in standard errors: a setting qualifies when
-    /// `slowdown + z·σ ≤ bound`.
+    /// Safety margin in standard errors: a setting qualifies when its pessimistic slowdown
+    /// (see [`crate::engine::Prediction::time_hi`]) plus `z·σ` is within the bound.
     pub z: f64,
     /// A model whose noise or error exceeds this (relative) is not trusted: max setting.
     pub max_model_error: f64,
+    /// Under a slowdown bound, leave the max setting only for a predicted energy saving of
+    /// at least this many standard errors (a saving inside the noise is not worth a slowdown).
+    pub min_saving_sigmas: f64,
 }
 
 impl Default for ChooserConfig {
     fn default() -> Self {
-        ChooserConfig { z: 1.5, max_model_error: 0.15 }
+        ChooserConfig { z: 1.0, max_model_error: 0.15, min_saving_sigmas: 0.5 }
     }
 }
 
@@ -118,8 +121,10 @@ pub fn choose(model: &DvfsModel, settings: &[f64], policy: Policy, cfg: &Chooser
             continue;
         }
         let slowdown = p.time / top.time - 1.0;
+        let pessimistic = p.time_hi.max(p.time) / top.time - 1.0;
         if let Some(b) = bound
-            && slowdown + cfg.z * p.rel_sigma > b
+            && (pessimistic + cfg.z * p.rel_sigma > b
+                || 1.0 - p.energy / top.energy < cfg.min_saving_sigmas * p.rel_sigma)
         {
             continue;
         }
@@ -186,7 +191,10 @@ mod tests {
             // Nothing that meets the margin has less energy.
             for &o in &LIMITS {
                 let p = m.predict(o);
-                if p.time / m.predict(250.0).time - 1.0 + cfg.z * p.rel_sigma <= b {
+                let top = m.predict(250.0);
+                if p.time_hi / top.time - 1.0 + cfg.z * p.rel_sigma <= b
+                    && 1.0 - p.energy / top.energy >= cfg.min_saving_sigmas * p.rel_sigma
+                {
                     assert!(p.energy >= m.predict(s).energy - 1e-9);
                 }
             }

@@ -179,32 +179,13 @@ pub fn fit_power_limit(samples: &[Sample]) -> Result<PowerLimitModel, FitError> 
             .collect();
         nnls3(&rows).map(|(b, sse)| (sse, b[0], b[1]))
     };
-    // Coarse grid over the floor `a`, then golden-section refinement around the best point.
+    // Grid over the floor `a` in 1% steps of the lowest power (an exact 3-point fit, by
+    // refining `a`, chases noise: it predicted worse on the Zeus data; see docs/engine.md).
     let mut best: Option<(f64, f64, f64, f64)> = None; // (sse, a, t0, d)
-    let mut best_k = 0;
     for k in 0..99 {
         let a = p_min * f64::from(k) / 100.0;
         let Some((sse, t0, d)) = eval(a) else { continue };
         if best.is_none_or(|(b, ..)| sse < b - 1e-12) {
-            best = Some((sse, a, t0, d));
-            best_k = k;
-        }
-    }
-    if best.is_some() {
-        let (mut lo, mut hi) =
-            (p_min * f64::from(best_k.max(1) - 1) / 100.0, p_min * f64::from(best_k + 1) / 100.0);
-        hi = hi.min(p_min * 0.99);
-        let g = (5f64.sqrt() - 1.0) / 2.0;
-        for _ in 0..60 {
-            let (m1, m2) = (hi - g * (hi - lo), lo + g * (hi - lo));
-            let f1 = eval(m1).map_or(f64::INFINITY, |r| r.0);
-            let f2 = eval(m2).map_or(f64::INFINITY, |r| r.0);
-            if f1 <= f2 { hi = m2 } else { lo = m1 }
-        }
-        let a = 0.5 * (lo + hi);
-        if let (Some((sse, t0, d)), Some((b, ..))) = (eval(a), best)
-            && sse < b
-        {
             best = Some((sse, a, t0, d));
         }
     }
@@ -287,7 +268,7 @@ mod tests {
 
     #[test]
     fn power_limit_fit_recovers_a_curve_of_its_own_family() {
-        let (t0, d, a) = (2.0, 40.0, 90.0);
+        let (t0, d, a) = (2.0, 40.0, 85.5); // a = 60% of the lowest power: on the grid
         let p_of = |p: f64| p.min(230.0) * 0.95;
         let s: Vec<Sample> = [150.0, 225.0, 300.0]
             .iter()

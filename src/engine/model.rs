@@ -19,6 +19,9 @@ pub struct Prediction {
     pub energy: f64,
     /// Relative standard error of the time (and, to first order, of the energy).
     pub rel_sigma: f64,
+    /// A pessimistic time (s): the larger of the model and a straight line through the
+    /// probes (time is convex in the setting, so the line errs on the slow side).
+    pub time_hi: f64,
 }
 
 /// SM-clock knob: `t(f) = t0 + D/f` (valid above ~0.45·fmax), `P(f) = a + b·f + c·f³`.
@@ -56,7 +59,7 @@ impl ClockModel {
         let time = self.time(f);
         let power = self.power(f);
         let outside = if f < self.f_valid_min { (self.f_valid_min - f) / self.f_valid_min } else { 0.0 };
-        Prediction { time, power, energy: time * power, rel_sigma: self.rel_sigma + outside }
+        Prediction { time, power, energy: time * power, rel_sigma: self.rel_sigma + outside, time_hi: time }
     }
 }
 
@@ -128,7 +131,7 @@ impl PowerLimitModel {
             (disagreement * disagreement + self.noise * self.noise + self.sigma_floor * self.sigma_floor)
                 .sqrt()
                 + outside;
-        Prediction { time, power, energy: time * power, rel_sigma }
+        Prediction { time, power, energy: time * power, rel_sigma, time_hi: time.max(line) }
     }
 }
 
