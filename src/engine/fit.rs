@@ -79,12 +79,10 @@ fn wls<const K: usize>(rows: &[([f64; K], f64, f64)]) -> Option<[f64; K]> {
     let mut l = [[0.0; K]; K];
     for i in 0..K {
         for j in 0..=i {
-            let mut s = a[i][j];
-            for m in 0..j {
-                s -= l[i][m] * l[j][m];
-            }
+            let s = a[i][j] - (0..j).map(|m| l[i][m] * l[j][m]).sum::<f64>();
             if i == j {
-                if !(s > 1e-10 * a[i][i].abs()) || !s.is_finite() {
+                // Also rejects NaN: `s.is_finite() && s > …` is false for it.
+                if !(s.is_finite() && s > 1e-10 * a[i][i].abs()) {
                     return None;
                 }
                 l[i][i] = s.sqrt();
