@@ -1,0 +1,311 @@
+//! Constrained weighted least squares for the two model families, hand-written for ≤ 3
+//! unknowns (normal equations + a tiny Cholesky; non-negativity by enumerating supports).
+
+use super::model::{CUBE_EXPONENT, ClockModel, PowerLimitModel};
+
+/// One measurement at one setting, per unit of work.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// SM clock (MHz) or power limit (W).
+    pub setting: f64,
+    /// Time per unit of work (s).
+    pub time: f64,
+    /// Average power (W).
+    pub power: f64,
+    /// Relative weight (e.g. number of steps measured); must be > 0.
+    pub weight: f64,
+}
+
+/// Why a fit was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FitError {
+    /// Fewer distinct settings than the model needs.
+    #[error("too few distinct settings: need {need}, got {got}")]
+    TooFewSettings {
+        /// Distinct settings needed.
+        need: usize,
+        /// Distinct settings given.
+        got: usize,
+    },
+    /// A sample has a non-finite or non-positive field.
+    #[error("sample {0} is invalid (non-finite or non-positive setting, time, power or weight)")]
+    InvalidSample(usize),
+    /// The samples do not determine the model.
+    #[error("degenerate samples: {0}")]
+    Degenerate(&'static str),
+}
+
+/// Default relative error floor (measurement noise between runs of the same workload).
+pub const SIGMA_FLOOR: f64 = 0.01;
+
+/// Checks samples, sorts them by setting and merges equal settings (weighted means).
+fn merge(samples: &[Sample]) -> Result<Vec<Sample>, FitError> {
+    for (i, s) in samples.iter().enumerate() {
+        let ok = [s.setting, s.time, s.power, s.weight].iter().all(|v| v.is_finite() && *v > 0.0);
+        if !ok {
+            return Err(FitError::InvalidSample(i));
+        }
+    }
+    let mut v: Vec<Sample> = samples.to_vec();
+    v.sort_by(|a, b| a.setting.total_cmp(&b.setting));
+    let mut out: Vec<Sample> = Vec::with_capacity(v.len());
+    for s in v {
+        match out.last_mut() {
+            Some(last) if (last.setting - s.setting).abs() <= 1e-9 * s.setting => {
+                let w = last.weight + s.weight;
+                last.time = (last.time * last.weight + s.time * s.weight) / w;
+                last.power = (last.power * last.weight + s.power * s.weight) / w;
+                last.weight = w;
+            }
+            _ => out.push(s),
+        }
+    }
+    Ok(out)
+}
+
+/// Weighted least squares `y ≈ X·β` for `k ≤ 3` columns; `None` if singular.
+fn wls<const K: usize>(rows: &[([f64; K], f64, f64)]) -> Option<[f64; K]> {
+    let mut a = [[0.0; K]; K];
+    let mut r = [0.0; K];
+    for (x, y, w) in rows {
+        for i in 0..K {
+            r[i] += w * x[i] * y;
+            for j in 0..K {
+                a[i][j] += w * x[i] * x[j];
+            }
+        }
+    }
+    // Cholesky A = L·Lᵀ, relative pivot check against the diagonal scale.
+    let mut l = [[0.0; K]; K];
+    for i in 0..K {
+        for j in 0..=i {
+            let s = a[i][j] - (0..j).map(|m| l[i][m] * l[j][m]).sum::<f64>();
+            if i == j {
+                // Also rejects NaN: `s.is_finite() && s > …` is false for it.
+                if !(s.is_finite() && s > 1e-10 * a[i][i].abs()) {
+                    return None;
+                }
+                l[i][i] = s.sqrt();
+            } else {
+                l[i][j] = s / l[j][j];
+            }
+        }
+    }
+    let mut z = [0.0; K];
+    for i in 0..K {
+        let s = r[i] - (0..i).map(|m| l[i][m] * z[m]).sum::<f64>();
+        z[i] = s / l[i][i];
+    }
+    let mut b = [0.0; K];
+    for i in (0..K).rev() {
+        let s = z[i] - (i + 1..K).map(|m| l[m][i] * b[m]).sum::<f64>();
+        b[i] = s / l[i][i];
+    }
+    b.iter().all(|v| v.is_finite()).then_some(b)
+}
+
+/// Non-negative weighted least squares over 3 columns: the best feasible solution over all
+/// supports (exact NNLS for this size). Rows are `(x, y, w)`; returns `(β, weighted SSE)`.
+fn nnls3(rows: &[([f64; 3], f64, f64)]) -> Option<([f64; 3], f64)> {
+    let mut best: Option<([f64; 3], f64)> = None;
+    for mask in 1u8..8 {
+        let cols: Vec<usize> = (0..3).filter(|i| mask & (1 << i) != 0).collect();
+        let beta = match cols.len() {
+            1 => {
+                let sub: Vec<_> = rows.iter().map(|(x, y, w)| ([x[cols[0]]], *y, *w)).collect();
+                wls::<1>(&sub).map(|b| {
+                    let mut f = [0.0; 3];
+                    f[cols[0]] = b[0];
+                    f
+                })
+            }
+            2 => {
+                let sub: Vec<_> = rows.iter().map(|(x, y, w)| ([x[cols[0]], x[cols[1]]], *y, *w)).collect();
+                wls::<2>(&sub).map(|b| {
+                    let mut f = [0.0; 3];
+                    f[cols[0]] = b[0];
+                    f[cols[1]] = b[1];
+                    f
+                })
+            }
+            _ => wls::<3>(rows),
+        };
+        let Some(beta) = beta else { continue };
+        if beta.iter().any(|v| *v < 0.0) {
+            continue;
+        }
+        let sse: f64 = rows
+            .iter()
+            .map(|(x, y, w)| {
+                let e = y - (beta[0] * x[0] + beta[1] * x[1] + beta[2] * x[2]);
+                w * e * e
+            })
+            .sum();
+        if best.is_none_or(|(_, s)| sse < s * (1.0 - 1e-12)) {
+            best = Some((beta, sse));
+        }
+    }
+    best
+}
+
+/// Fits the power-limit model from ≥ 3 distinct probed limits.
+///
+/// Power: monotone (running max upward) piecewise-linear through the probes. Time:
+/// `t = t0 + D·(P − a)^(−1/3)` with `t0, D ≥ 0` (so time never rises with the limit), `a` by
+/// a 1-D search over `[0, 0.98·min P)` and `(t0, D)` by relative-error WLS for each `a`.
+pub fn fit_power_limit(samples: &[Sample]) -> Result<PowerLimitModel, FitError> {
+    let s = merge(samples)?;
+    if s.len() < 3 {
+        return Err(FitError::TooFewSettings { need: 3, got: s.len() });
+    }
+    let limits: Vec<f64> = s.iter().map(|x| x.setting).collect();
+    let mut powers: Vec<f64> = s.iter().map(|x| x.power).collect();
+    for i in 1..powers.len() {
+        powers[i] = powers[i].max(powers[i - 1]);
+    }
+    let mut times: Vec<f64> = s.iter().map(|x| x.time).collect();
+    for i in (0..times.len() - 1).rev() {
+        times[i] = times[i].max(times[i + 1]);
+    }
+    let noise = s.windows(2).map(|w| (w[1].time - w[0].time) / w[0].time).fold(0.0, f64::max);
+    let p_min = powers[0];
+    let eval = |a: f64| -> Option<(f64, f64, f64)> {
+        let rows: Vec<([f64; 3], f64, f64)> = s
+            .iter()
+            .zip(&powers)
+            .map(|(x, &p)| ([1.0, (p - a).powf(-CUBE_EXPONENT), 0.0], x.time, x.weight / (x.time * x.time)))
+            .collect();
+        nnls3(&rows).map(|(b, sse)| (sse, b[0], b[1]))
+    };
+    // Grid over the floor `a` in 1% steps of the lowest power (an exact 3-point fit, by
+    // refining `a`, chases noise: it predicted worse on the Zeus data; see docs/engine.md).
+    let mut best: Option<(f64, f64, f64, f64)> = None; // (sse, a, t0, d)
+    for k in 0..99 {
+        let a = p_min * f64::from(k) / 100.0;
+        let Some((sse, t0, d)) = eval(a) else { continue };
+        if best.is_none_or(|(b, ..)| sse < b - 1e-12) {
+            best = Some((sse, a, t0, d));
+        }
+    }
+    let (_, a, t0, d) = best.ok_or(FitError::Degenerate("no time curve fits the samples"))?;
+    if t0 + d <= 0.0 {
+        return Err(FitError::Degenerate("fitted time is zero"));
+    }
+    Ok(PowerLimitModel { limits, powers, times, t0, d, a, noise, sigma_floor: SIGMA_FLOOR })
+}
+
+/// Fits the SM-clock model from ≥ 3 distinct clocks (MHz) at or above `f_valid_min`.
+///
+/// `t(f) = t0 + D/f` and `P(f) = a + b·f + c·f³`, all coefficients ≥ 0 (so time never rises
+/// with the clock), each by relative-error NNLS. The error is the residual standard error
+/// (relative, over both curves), floored at [`SIGMA_FLOOR`].
+pub fn fit_clock(samples: &[Sample], f_valid_min: f64) -> Result<ClockModel, FitError> {
+    let s = merge(samples)?;
+    let valid: Vec<&Sample> = s.iter().filter(|x| x.setting >= f_valid_min).collect();
+    if valid.len() < 3 {
+        return Err(FitError::TooFewSettings { need: 3, got: valid.len() });
+    }
+    let scale = valid.last().map_or(1.0, |x| x.setting); // clocks in units of fmax for conditioning
+    let trows: Vec<([f64; 3], f64, f64)> =
+        valid.iter().map(|x| ([1.0, scale / x.setting, 0.0], x.time, x.weight / (x.time * x.time))).collect();
+    let prows: Vec<([f64; 3], f64, f64)> = valid
+        .iter()
+        .map(|x| {
+            let u = x.setting / scale;
+            ([1.0, u, u * u * u], x.power, x.weight / (x.power * x.power))
+        })
+        .collect();
+    let (tb, tsse) = nnls3(&trows).ok_or(FitError::Degenerate("time curve"))?;
+    let (pb, psse) = nnls3(&prows).ok_or(FitError::Degenerate("power curve"))?;
+    let wsum: f64 = valid.iter().map(|x| x.weight).sum();
+    let n = valid.len() as f64;
+    let dof = (2.0 * n - 5.0).max(1.0);
+    let rel = ((tsse + psse) / wsum * n / dof).sqrt();
+    Ok(ClockModel {
+        t0: tb[0],
+        d: tb[1] * scale,
+        a: pb[0],
+        b: pb[1] / scale,
+        c: pb[2] / (scale * scale * scale),
+        rel_sigma: rel.max(SIGMA_FLOOR),
+        f_valid_min,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn smp(setting: f64, time: f64, power: f64) -> Sample {
+        Sample { setting, time, power, weight: 1.0 }
+    }
+
+    #[test]
+    fn clock_fit_recovers_known_parameters_exactly() {
+        let (t0, d, a, b, c) = (0.05, 120.0, 60.0, 0.02, 4e-8);
+        let s: Vec<Sample> = [800.0, 1000.0, 1200.0, 1410.0]
+            .iter()
+            .map(|&f| smp(f, t0 + d / f, a + b * f + c * f * f * f))
+            .collect();
+        let m = fit_clock(&s, 600.0).unwrap();
+        for (got, want) in [(m.t0, t0), (m.d, d), (m.a, a), (m.b, b), (m.c, c)] {
+            assert!((got - want).abs() <= 1e-6 * want.abs().max(1e-9), "{got} vs {want}");
+        }
+        assert_eq!(m.rel_sigma, SIGMA_FLOOR);
+    }
+
+    #[test]
+    fn clock_fit_keeps_coefficients_non_negative() {
+        // Time that rises with the clock would need D < 0: the constraint clamps it to 0.
+        let s = [smp(800.0, 1.0, 100.0), smp(1000.0, 1.1, 150.0), smp(1400.0, 1.2, 250.0)];
+        let m = fit_clock(&s, 600.0).unwrap();
+        assert!(m.d >= 0.0 && m.t0 >= 0.0 && m.a >= 0.0 && m.b >= 0.0 && m.c >= 0.0);
+        assert!(m.time(1400.0) <= m.time(800.0));
+        assert!(m.rel_sigma > 0.05);
+    }
+
+    #[test]
+    fn power_limit_fit_recovers_a_curve_of_its_own_family() {
+        let (t0, d, a) = (2.0, 40.0, 85.5); // a = 60% of the lowest power: on the grid
+        let p_of = |p: f64| p.min(230.0) * 0.95;
+        let s: Vec<Sample> = [150.0, 225.0, 300.0]
+            .iter()
+            .map(|&p| smp(p, t0 + d * (p_of(p) - a).powf(-1.0 / 3.0), p_of(p)))
+            .collect();
+        let m = fit_power_limit(&s).unwrap();
+        for (got, want) in [(m.t0, t0), (m.d, d), (m.a, a)] {
+            assert!((got - want).abs() <= 1e-3 * want, "{got} vs {want}");
+        }
+        for x in &s {
+            assert!((m.time(x.setting) - x.time).abs() / x.time < 1e-9);
+        }
+        assert_eq!(m.noise, 0.0);
+    }
+
+    #[test]
+    fn power_limit_fit_is_monotone_on_noisy_input() {
+        let s = [smp(100.0, 10.0, 90.0), smp(175.0, 7.0, 150.0), smp(250.0, 7.5, 140.0)];
+        let m = fit_power_limit(&s).unwrap();
+        let mut last = f64::INFINITY;
+        for p in (100..=250).step_by(5) {
+            let t = m.time(f64::from(p));
+            assert!(t <= last + 1e-12, "time rose at {p}");
+            last = t;
+        }
+        assert!((m.noise - 0.5 / 7.0).abs() < 1e-12);
+        assert!(m.power(250.0) >= m.power(175.0));
+    }
+
+    #[test]
+    fn degenerate_input_is_an_error() {
+        assert_eq!(fit_power_limit(&[]), Err(FitError::TooFewSettings { need: 3, got: 0 }));
+        let dup = [smp(200.0, 1.0, 100.0), smp(200.0, 1.1, 100.0), smp(250.0, 1.0, 120.0)];
+        assert_eq!(fit_power_limit(&dup), Err(FitError::TooFewSettings { need: 3, got: 2 }));
+        let bad = [smp(100.0, 1.0, 90.0), smp(150.0, f64::NAN, 100.0), smp(250.0, 1.0, 120.0)];
+        assert_eq!(fit_power_limit(&bad), Err(FitError::InvalidSample(1)));
+        let neg = [smp(100.0, 1.0, -90.0), smp(150.0, 1.0, 100.0), smp(250.0, 1.0, 120.0)];
+        assert_eq!(fit_clock(&neg, 0.0), Err(FitError::InvalidSample(0)));
+        let low = [smp(100.0, 1.0, 90.0), smp(150.0, 1.0, 100.0), smp(900.0, 1.0, 120.0)];
+        assert_eq!(fit_clock(&low, 600.0), Err(FitError::TooFewSettings { need: 3, got: 1 }));
+    }
+}

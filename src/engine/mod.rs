@@ -1,0 +1,19 @@
+//! The engine's GPU DVFS models: pure, deterministic, allocation-light code shared by
+//! slurmctld's job_submit plugin, the daemon and the simulator.
+//!
+//! [`model`] holds the two model families (SM clock and power limit), [`fit`] fits them from a
+//! few (setting, time, power) samples, [`choose`] picks a setting under a [`choose::Policy`],
+//! [`gpus`] holds per-GPU priors and [`table`] is the tag → model table read by job_submit.
+//! Nothing here does I/O, reads a clock, spawns threads or panics on bad input.
+
+pub mod choose;
+pub mod fit;
+pub mod gpus;
+pub mod model;
+pub mod table;
+
+pub use choose::{ChooserConfig, Decision, Policy, choose};
+pub use fit::{FitError, Sample, fit_clock, fit_power_limit};
+pub use gpus::{GpuPrior, prior};
+pub use model::{ClockModel, DvfsModel, PowerLimitModel, Prediction};
+pub use table::{ModelEntry, ModelTable};
