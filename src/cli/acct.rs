@@ -91,13 +91,7 @@ fn filter(args: &AcctArgs) -> Result<AcctFilter, String> {
 }
 
 fn resolve_user(user: &str) -> Result<u32, String> {
-    if let Ok(uid) = user.parse::<u32>() {
-        return Ok(uid);
-    }
-    match nix::unistd::User::from_name(user) {
-        Ok(Some(u)) => Ok(u.uid.as_raw()),
-        _ => Err(format!("unknown user {user:?}")),
-    }
+    crate::daemon::server::uid_of(user).ok_or_else(|| format!("unknown user {user:?}"))
 }
 
 /// Asks the daemon; if none runs, reads the store with the same visibility rule.

@@ -28,12 +28,12 @@ pub struct Policy {
 impl Policy {
     /// Resolves user names to uids; unknown names are logged and ignored.
     pub fn resolve(slurm_user: &str, admins: &[String]) -> Policy {
-        let uid_of = |name: &str| match nix::unistd::User::from_name(name) {
-            Ok(Some(user)) => Some(user.uid.as_raw()),
-            _ => {
+        let uid_of = |name: &str| {
+            let uid = uid_of(name);
+            if uid.is_none() {
                 warn!(user = name, "configured user does not exist on this node; ignored");
-                None
             }
+            uid
         };
         Policy {
             slurm_uid: uid_of(slurm_user),
@@ -66,6 +66,17 @@ impl Policy {
             },
             other => Ok(other),
         }
+    }
+}
+
+/// The uid of a user given by name or number, from the local user database.
+pub fn uid_of(user: &str) -> Option<u32> {
+    if let Ok(uid) = user.parse::<u32>() {
+        return Some(uid);
+    }
+    match nix::unistd::User::from_name(user) {
+        Ok(Some(u)) => Some(u.uid.as_raw()),
+        _ => None,
     }
 }
 

@@ -1,0 +1,181 @@
+//! `job_submit_wattson.so`: wattson's job_submit plugin, loaded by slurmctld. FFI only; the
+//! decision is `wattson::slurm::submit::decide`.
+//!
+//! Validates energy hints again (API submissions bypass sbatch's SPANK plugin), applies the
+//! site policy from `wattson.toml` (path in slurmctld's `WATTSON_CONFIG`, else
+//! `/etc/wattson/wattson.toml`), records the decision in the job's AdminComment, and turns
+//! `--energy-defer` into a later begin time when the tariff has a cheaper hour. No network
+//! I/O; panics are caught and the job is accepted as if wattson were absent.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use wattson::slurm::submit::{self, CachedConfig};
+use wattson::slurm::sys::{self, job_desc_msg_t};
+use wattson_slurm_ffi::{error, guard, test_panic_trigger};
+
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 29] = *b"wattson GPU energy decisions\0";
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 19] = *b"job_submit/wattson\0";
+/// Must equal the running slurmctld's version exactly: the bindings come from its headers.
+#[unsafe(no_mangle)]
+pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
+
+const SLURM_SUCCESS: c_int = sys::SLURM_SUCCESS as c_int;
+const SLURM_ERROR: c_int = sys::SLURM_ERROR;
+
+unsafe extern "C" {
+    fn slurm_xstrdup(s: *const c_char) -> *mut c_char;
+    fn slurm_xfree(p: *mut *mut c_void);
+}
+
+static CONFIG: Mutex<Option<CachedConfig>> = Mutex::new(None);
+
+fn config_path() -> PathBuf {
+    std::env::var_os("WATTSON_CONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(wattson::config::DEFAULT_PATH))
+}
+
+/// Called when slurmctld loads the plugin.
+#[unsafe(no_mangle)]
+pub extern "C" fn init() -> c_int {
+    guard("init", SLURM_SUCCESS, || {
+        let (cached, problem) = CachedConfig::load(&config_path());
+        if let Some(problem) = problem {
+            error(&format!("job_submit/wattson: {problem}"));
+        }
+        *CONFIG.lock().unwrap_or_else(|p| p.into_inner()) = Some(cached);
+        SLURM_SUCCESS
+    })
+}
+
+/// Called when slurmctld unloads the plugin.
+#[unsafe(no_mangle)]
+pub extern "C" fn fini() -> c_int {
+    SLURM_SUCCESS
+}
+
+/// Replaces a Slurm-owned string with a copy of `value` made by Slurm's allocator.
+///
+/// # Safety
+/// `slot` must point at a string field Slurm owns (NULL or allocated by Slurm).
+unsafe fn set_string(slot: *mut *mut c_char, value: &str) {
+    let value = CString::new(value.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: per the contract, the old value was allocated by Slurm and may be freed by it.
+    unsafe {
+        if !(*slot).is_null() {
+            slurm_xfree(slot.cast());
+        }
+        *slot = slurm_xstrdup(value.as_ptr());
+    }
+}
+
+/// `NAME=value` strings of a Slurm string array.
+///
+/// # Safety
+/// `array` must hold `len` valid NUL-terminated strings (or be NULL).
+unsafe fn strings<'a>(array: *mut *mut c_char, len: u32) -> Vec<&'a str> {
+    if array.is_null() {
+        return Vec::new();
+    }
+    (0..len as usize)
+        // SAFETY: per the contract.
+        .filter_map(|i| unsafe { (*array.add(i)).as_ref() }.map(|p| unsafe { CStr::from_ptr(p) }))
+        .filter_map(|s| s.to_str().ok())
+        .collect()
+}
+
+/// Slurm's job_submit hook: accept (possibly deferred, with the decision recorded) or refuse.
+///
+/// # Safety
+/// Called by slurmctld with a valid job description and a valid (or NULL) message slot.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn job_submit(
+    job_desc: *mut job_desc_msg_t,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
+    guard("job_submit", SLURM_SUCCESS, || {
+        // SAFETY: slurmctld passes a valid, exclusively borrowed job description.
+        let Some(job) = (unsafe { job_desc.as_mut() }) else { return SLURM_SUCCESS };
+        // SAFETY: Slurm's arrays with their element counts.
+        let mut env = unsafe { strings(job.spank_job_env, job.spank_job_env_size) };
+        env.extend(unsafe { strings(job.environment, job.env_size) });
+        let name = if job.name.is_null() {
+            String::new()
+        } else {
+            unsafe { CStr::from_ptr(job.name) }.to_string_lossy().into_owned()
+        };
+        test_panic_trigger(&name);
+
+        let mut guard_config = CONFIG.lock().unwrap_or_else(|p| p.into_inner());
+        let cached = guard_config.get_or_insert_with(|| CachedConfig::load(&config_path()).0);
+        let (config, problem) = cached.get();
+        if let Some(problem) = problem {
+            error(&format!("job_submit/wattson: {problem}"));
+        }
+        let uid = if job.user_id == sys::NO_VAL { submit_uid } else { job.user_id };
+        let user = perf_user_named(&config.policy.perf_users, uid).unwrap_or_else(|| uid.to_string());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        match submit::decide(env, &user, now, config) {
+            Ok(decision) => {
+                // SAFETY: Slurm-owned string fields of the job description.
+                unsafe { set_string(&mut job.admin_comment, &decision.admin_comment) };
+                if let Some(begin) = decision.begin_time_s
+                    && begin > job.begin_time
+                {
+                    job.begin_time = begin;
+                }
+                if let (Some(message), false) = (decision.message, err_msg.is_null()) {
+                    // SAFETY: slurmctld passes a valid out-pointer for the message.
+                    unsafe { set_string(err_msg, &message) };
+                }
+                SLURM_SUCCESS
+            }
+            Err(reason) => {
+                if !err_msg.is_null() {
+                    // SAFETY: as above.
+                    unsafe { set_string(err_msg, &format!("wattson: {reason}")) };
+                }
+                SLURM_ERROR
+            }
+        }
+    })
+}
+
+/// Slurm's job_modify hook (`scontrol update`): nothing to decide; accept.
+#[unsafe(no_mangle)]
+pub extern "C" fn job_modify(
+    _job_desc: *mut job_desc_msg_t,
+    _job_ptr: *mut c_void,
+    _submit_uid: u32,
+    _err_msg: *mut *mut c_char,
+) -> c_int {
+    SLURM_SUCCESS
+}
+
+/// `perf_users` resolved to uids, redone only when the list changes: user-database lookups
+/// may go over the network (LDAP), which the submit path must not do per job.
+static PERF_UIDS: Mutex<PerfUids> = Mutex::new((Vec::new(), Vec::new()));
+
+/// The `perf_users` list as configured, and the uid of each name that resolved.
+type PerfUids = (Vec<String>, Vec<(u32, String)>);
+
+/// The `perf_users` entry that names `uid`, if any.
+fn perf_user_named(perf_users: &[String], uid: u32) -> Option<String> {
+    let mut cache = PERF_UIDS.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.0 != perf_users {
+        let resolved = perf_users
+            .iter()
+            .filter_map(|name| wattson::daemon::server::uid_of(name).map(|uid| (uid, name.clone())))
+            .collect();
+        *cache = (perf_users.to_vec(), resolved);
+    }
+    cache.1.iter().find(|(u, _)| *u == uid).map(|(_, name)| name.clone())
+}

@@ -1,0 +1,219 @@
+//! `spank_wattson.so`: wattson's SPANK plugin. FFI only; the logic is in `wattson::slurm`.
+//!
+//! - sbatch/srun/salloc: registers `--energy`, `--energy-slowdown`, `--energy-tag`,
+//!   `--energy-defer` and refuses bad values with one line (the job is not queued).
+//! - slurmd (job prolog/epilog, as root): tells the node's wattsond that the job began or ended.
+//! - slurmstepd (user init): puts the decision in the job's environment.
+//!
+//! Every entry point catches panics and fails open: if wattson is down or confused, the job
+//! runs as it would without it, and a log line says why.
+
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use wattson::slurm::hints::{OPTIONS, SubmitHints};
+use wattson::slurm::node::{self, NodeJob, PluginArgs};
+use wattson::slurm::sys::{self, spank_option, spank_t};
+use wattson_slurm_ffi::{error, guard, info, test_panic_trigger};
+
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 8] = *b"wattson\0";
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+#[unsafe(no_mangle)]
+pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
+#[unsafe(no_mangle)]
+pub static spank_plugin_version: u32 = 1;
+
+/// Arguments from plugstack.conf, parsed once per process.
+static ARGS: OnceLock<PluginArgs> = OnceLock::new();
+/// The registered option table (leaked: it lives as long as the process, as Slurm requires).
+static TABLE: AtomicPtr<spank_option> = AtomicPtr::new(std::ptr::null_mut());
+/// Hints given on this command line (local context).
+static HINTS: Mutex<Option<SubmitHints>> = Mutex::new(None);
+
+fn args() -> PluginArgs {
+    ARGS.get().cloned().unwrap_or_default()
+}
+
+/// Slurm's `argc/argv` as strings.
+fn arguments<'a>(ac: c_int, av: *mut *mut c_char) -> Vec<&'a str> {
+    if av.is_null() {
+        return Vec::new();
+    }
+    (0..ac.max(0) as usize)
+        // SAFETY: Slurm passes `ac` valid NUL-terminated strings in `av`.
+        .filter_map(|i| unsafe { (*av.add(i)).as_ref() }.map(|p| unsafe { CStr::from_ptr(p) }))
+        .filter_map(|s| s.to_str().ok())
+        .collect()
+}
+
+fn option_table() -> *mut spank_option {
+    let existing = TABLE.load(Ordering::Acquire);
+    if !existing.is_null() {
+        return existing;
+    }
+    let leak = |s: &str| CString::new(s).unwrap_or_default().into_raw();
+    let table: Vec<spank_option> = OPTIONS
+        .iter()
+        .enumerate()
+        .map(|(i, o)| spank_option {
+            name: leak(o.name),
+            arginfo: leak(o.arginfo),
+            usage: leak(o.usage),
+            has_arg: 1,
+            val: i as c_int,
+            cb: Some(on_option),
+        })
+        .collect();
+    let table = Box::leak(table.into_boxed_slice()).as_mut_ptr();
+    TABLE.store(table, Ordering::Release);
+    table
+}
+
+/// Called by Slurm in every context: parses the arguments and registers the options.
+///
+/// # Safety
+/// Called by Slurm with its own valid handle and arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    guard("slurm_spank_init", 0, || {
+        match PluginArgs::parse(arguments(ac, av)) {
+            Ok(parsed) => {
+                let _ = ARGS.set(parsed);
+            }
+            Err(e) => error(&format!("wattson: {e}; using defaults")),
+        }
+        let table = option_table();
+        for (i, spec) in OPTIONS.iter().enumerate() {
+            // SAFETY: `table` holds OPTIONS.len() leaked, initialised entries.
+            let rc = unsafe { sys::spank_option_register(sp, table.add(i)) };
+            if rc != sys::ESPANK_SUCCESS {
+                error(&format!("wattson: cannot register --{} (error {rc})", spec.name));
+            }
+        }
+        0
+    })
+}
+
+/// Option callback: validates each value where the user typed it. Non-zero refuses the job.
+extern "C" fn on_option(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+    guard("option callback", 0, || {
+        let Some(spec) = OPTIONS.get(val as usize) else { return 0 };
+        let value = if optarg.is_null() {
+            ""
+        } else {
+            // SAFETY: Slurm passes the option's NUL-terminated argument.
+            unsafe { CStr::from_ptr(optarg) }.to_str().unwrap_or("")
+        };
+        let mut hints = HINTS.lock().unwrap_or_else(|p| p.into_inner());
+        match hints.get_or_insert_with(SubmitHints::default).set(spec.name, value) {
+            Ok(()) => 0,
+            // On the node the value was accepted at submission; never fail a job there.
+            Err(_) if remote != 0 => 0,
+            Err(message) => {
+                error(&message);
+                -1
+            }
+        }
+    })
+}
+
+/// slurmd, as root, when the job is allocated: register it with the node's wattsond.
+///
+/// # Safety
+/// Called by Slurm with its own valid handle and arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+    guard("slurm_spank_job_prolog", 0, || {
+        test_panic_trigger("job_prolog");
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let job = NodeJob {
+            job_id: item_u32(sp, sys::S_JOB_ID).unwrap_or(0),
+            uid: item_u32(sp, sys::S_JOB_UID).unwrap_or(u32::MAX),
+            user: env("SLURM_JOB_USER"),
+            name: env("SLURM_JOB_NAME"),
+            gpus: env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).unwrap_or_default(),
+            hints: job_hints(sp).hints,
+        };
+        let id = job.job_id;
+        match node::begin(&args(), job) {
+            Ok(line) => info(&line),
+            Err(e) => error(&format!("wattson: job {id}: not accounted: {e}")),
+        }
+        0
+    })
+}
+
+/// slurmd, as root, when the job ends: close its record and restore its GPUs.
+///
+/// # Safety
+/// Called by Slurm with its own valid handle and arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+    guard("slurm_spank_job_epilog", 0, || {
+        let Some(id) = item_u32(sp, sys::S_JOB_ID) else { return 0 };
+        let has_gpus = ["SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"]
+            .iter()
+            .any(|v| std::env::var(v).is_ok_and(|s| !s.is_empty()));
+        if has_gpus {
+            match node::end(&args(), id) {
+                Ok(line) => info(&line),
+                Err(e) => error(&format!("wattson: job {id}: end not recorded: {e}")),
+            }
+        }
+        0
+    })
+}
+
+/// slurmstepd, as the user, before tasks start: tell the job what it got.
+///
+/// # Safety
+/// Called by Slurm with its own valid handle and arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_user_init(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+    guard("slurm_spank_user_init", 0, || {
+        let Some(id) = item_u32(sp, sys::S_JOB_ID) else { return 0 };
+        match node::job_env(&args(), id) {
+            Ok(vars) => {
+                for (name, value) in vars {
+                    let (name, value) =
+                        (CString::new(name).unwrap_or_default(), CString::new(value).unwrap_or_default());
+                    // SAFETY: valid handle from Slurm and NUL-terminated strings.
+                    unsafe { sys::spank_setenv(sp, name.as_ptr(), value.as_ptr(), 1) };
+                }
+            }
+            // A job without GPUs on this node is not known to wattsond: nothing to say.
+            Err(e) if e.contains("is not running") => {}
+            Err(e) => error(&format!("wattson: job {id}: no energy decision in the environment: {e}")),
+        }
+        0
+    })
+}
+
+/// The job's hints as Slurm forwarded its options.
+fn job_hints(sp: spank_t) -> SubmitHints {
+    let table = option_table();
+    let mut hints = SubmitHints::default();
+    for (i, spec) in OPTIONS.iter().enumerate() {
+        let mut value: *mut c_char = std::ptr::null_mut();
+        // SAFETY: valid handle; `table.add(i)` is a registered option; Slurm owns `value`.
+        let rc = unsafe { sys::spank_option_getopt(sp, table.add(i), &mut value) };
+        if rc == sys::ESPANK_SUCCESS && !value.is_null() {
+            // SAFETY: Slurm returned a NUL-terminated string.
+            let text = unsafe { CStr::from_ptr(value) }.to_string_lossy();
+            if let Err(e) = hints.set(spec.name, &text) {
+                error(&format!("wattson: ignoring {e}"));
+            }
+        }
+    }
+    hints
+}
+
+fn item_u32(sp: spank_t, item: sys::spank_item) -> Option<u32> {
+    let mut value: u32 = 0;
+    // SAFETY: S_JOB_ID and S_JOB_UID write one uint32_t/uid_t (both 32 bits) through the pointer.
+    let rc = unsafe { sys::spank_get_item(sp, item, &mut value as *mut u32) };
+    (rc == sys::ESPANK_SUCCESS).then_some(value)
+}
