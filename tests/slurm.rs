@@ -1,0 +1,188 @@
+//! wattson's Slurm plugins inside real Slurm daemons (Debian's slurmctld/slurmd 22.05, started
+//! by the harness on loopback), with wattsond on simulated GPUs: Slurm is the judge.
+
+mod common;
+mod slurm_lab;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{Node, assert_ok};
+use slurm_lab::{LabNode, LabOptions, SlurmLab};
+use wattson::job::JobKey;
+
+const MAX_W: u32 = 700_000;
+
+/// Builds the two plugins and installs them (write, then rename) into `dir`.
+fn install_plugins(dir: &Path) {
+    let cargo = env!("CARGO");
+    let out = std::process::Command::new(cargo)
+        .args(["build", "-p", "spank-wattson", "-p", "job-submit-wattson"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let built = Path::new(env!("CARGO_BIN_EXE_wattsond")).parent().unwrap().to_path_buf();
+    for (lib, plugin) in [("libspank_wattson.so", "spank_wattson.so"), ("libjob_submit_wattson.so", "job_submit_wattson.so")] {
+        let tmp = dir.join(format!(".{plugin}.new"));
+        std::fs::copy(built.join(lib), &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join(plugin)).unwrap();
+    }
+}
+
+/// A node with wattsond on 4 simulated H100s, and a one-node Slurm whose plugins talk to it.
+struct Cluster {
+    node: Node,
+    lab: SlurmLab,
+    plugins: PathBuf,
+}
+
+fn cluster(spank_args: &str, daemon_env: &[(&str, &str)]) -> Cluster {
+    let mut node = Node::h100(4);
+    node.start();
+    let plugins = node.dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    install_plugins(&plugins);
+    let mut env: Vec<(String, String)> = vec![("WATTSON_CONFIG".into(), node.config.display().to_string())];
+    env.extend(daemon_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let lab = SlurmLab::start(LabOptions {
+        nodes: vec![LabNode::new("n1", 4, "h100")],
+        plugstack: Some(format!(
+            "required {} config={} {spank_args}\n",
+            plugins.join("spank_wattson.so").display(),
+            node.config.display()
+        )),
+        job_submit_plugins: Some("wattson".into()),
+        plugin_dir: Some(plugins.clone()),
+        daemon_env: env,
+        ..LabOptions::default()
+    });
+    Cluster { node, lab, plugins }
+}
+
+fn power_limits(node: &Node) -> Vec<u32> {
+    (0..4).map(|g| node.sim.gpu_state(g).unwrap().power_limit_mw).collect()
+}
+
+#[test]
+fn a_min_energy_job_runs_capped_is_accounted_exactly_and_its_gpus_are_restored() {
+    let c = cluster("", &[]);
+    let script = "#!/bin/sh\nsleep 3\nenv | grep -E '^(WATTSON_|SLURM_JOB_GPUS)' | sort\n";
+    let submitted = wattson::gpu::now_ns();
+    let (id, said) = c.lab.sbatch_verbose(&["--gres=gpu:2", "--energy=min-energy", "--energy-tag=bert-squad"], script).unwrap();
+    // While it runs, its two GPUs are capped at 60 % of 700 W and the others are not.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let capped = loop {
+        let limits = power_limits(&c.node);
+        if limits.iter().filter(|&&l| l == 420_000).count() == 2 {
+            break limits;
+        }
+        assert!(Instant::now() < deadline, "GPUs never capped: {limits:?}\n{}\n{said}", c.lab.all_logs());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(capped.iter().filter(|&&l| l == MAX_W).count(), 2, "{capped:?}");
+    let info = c.lab.wait_job(id, Duration::from_secs(60));
+    let finished = wattson::gpu::now_ns();
+    assert_eq!(info.state, "COMPLETED", "{}", c.lab.all_logs());
+    assert!(info.get("AdminComment").contains("wattson:policy=min-energy,power=60%"), "{:?}", info.fields);
+
+    // The job saw what it got.
+    let output = c.lab.job_output(id);
+    assert!(output.contains("WATTSON_POLICY=min-energy"), "{output}\n{}", c.lab.log("slurmd-n1"));
+    assert!(output.contains("WATTSON_GPU_POWER_LIMIT_W=420"), "{output}");
+
+    // Restored after the job, and its energy is the GPUs' exact energy.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while power_limits(&c.node) != vec![MAX_W; 4] {
+        assert!(Instant::now() < deadline, "GPUs not restored: {:?}\n{}", power_limits(&c.node), c.node.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let record = c.node.record(&id.to_string());
+    assert_eq!(record.gpus.len(), 2);
+    assert_eq!(record.hints.tag.as_deref(), Some("bert-squad"));
+    common::assert_exact(&c.node, &record, common::Bracket(submitted, finished), common::Bracket(submitted, finished), 0.001);
+    let acct = c.node.wattson(&["acct", "-j", &id.to_string(), "-o", "JobID,NGPUs,Method,Policy", "-P"]);
+    assert_eq!(String::from_utf8_lossy(&acct.stdout).lines().nth(1), Some(format!("{id}|2|counter|min-energy").as_str()));
+}
+
+#[test]
+fn bad_hints_are_refused_at_submission_with_what_is_allowed() {
+    let c = cluster("", &[]);
+    for (flag, expected) in [
+        ("--energy=fast", "--energy=fast: not one of min-energy, balanced, perf"),
+        ("--energy-slowdown=-3", "--energy-slowdown=-3: not a percentage between 0 and 1000"),
+        ("--energy-defer=tomorrow", "--energy-defer=tomorrow: not a duration from 0 to 7d"),
+    ] {
+        let err = c.lab.sbatch(&[flag], "#!/bin/sh\ntrue\n").unwrap_err();
+        assert!(err.contains(expected), "{flag}: {err}");
+    }
+    // A submission that bypasses sbatch's options is checked again inside slurmctld.
+    let err = c.lab.sbatch(&["--export=ALL,WATTSON_ENERGY=fast"], "#!/bin/sh\ntrue\n").unwrap_err();
+    assert!(err.contains("wattson: --energy=fast: not one of"), "{err}");
+    let queue = c.lab.run_ok("squeue", &["-h", "-o", "%i"]);
+    assert!(queue.trim().is_empty(), "no refused job may be queued: {queue}");
+    // sbatch --help lists the options.
+    let help = c.lab.run_ok("sbatch", &["--help"]);
+    assert!(help.contains("--energy=policy") && help.contains("--energy-defer=duration"), "{help}");
+}
+
+#[test]
+fn jobs_run_when_wattsond_is_down_or_hung_and_slurm_logs_why() {
+    let mut c = cluster("timeout=1s", &[]);
+    c.node.stop();
+    let id = c.lab.sbatch(&["--gres=gpu:1"], "#!/bin/sh\ntrue\n").unwrap();
+    assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
+    assert!(c.lab.log("slurmd-n1").contains(&format!("wattson: job {id}: not accounted")), "{}", c.lab.log("slurmd-n1"));
+
+    // A socket that accepts and never answers: each plugin call gives up after 1 s.
+    let hung = std::os::unix::net::UnixListener::bind(&c.node.socket).unwrap();
+    let warm = c.lab.sbatch(&[], "#!/bin/sh\ntrue\n").unwrap();
+    c.lab.wait_job(warm, Duration::from_secs(60));
+    let t = Instant::now();
+    let id = c.lab.sbatch(&["--gres=gpu:1"], "#!/bin/sh\ntrue\n").unwrap();
+    assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
+    // Prolog, user init and epilog each wait at most the 1 s timeout; a plain job takes ~1 s.
+    assert!(t.elapsed() < Duration::from_secs(1 + 3 + 2), "{:?}", t.elapsed());
+    assert!(c.lab.log("slurmd-n1").contains("did not answer within 1s"), "{}", c.lab.log("slurmd-n1"));
+    drop(hung);
+}
+
+#[test]
+fn a_panic_inside_the_plugins_does_not_take_slurm_down() {
+    let c = cluster("", &[("WATTSON_TEST_PANIC", "job_prolog"), ("WATTSON_TEST_PANIC_NAME", "")]);
+    let id = c.lab.sbatch(&["--gres=gpu:1"], "#!/bin/sh\ntrue\n").unwrap();
+    assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
+    assert!(c.lab.log("slurmd-n1").contains("internal error in slurm_spank_job_prolog"), "{}", c.lab.log("slurmd-n1"));
+    assert_eq!(c.lab.node_state("n1"), "idle");
+    drop(c);
+
+    // In slurmctld: a job whose name is the trigger makes job_submit panic; the job is accepted.
+    let c = cluster("", &[("WATTSON_TEST_PANIC", "boom")]);
+    let id = c.lab.sbatch(&["--job-name=boom"], "#!/bin/sh\ntrue\n").unwrap();
+    assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
+    assert!(c.lab.log("slurmctld").contains("internal error in job_submit"), "{}", c.lab.log("slurmctld"));
+    c.lab.run_ok("scontrol", &["ping"]);
+    let _ = JobKey::job(id);
+    let _ = &c.plugins;
+}
+
+#[test]
+fn a_deferrable_job_waits_for_the_cheap_hour() {
+    let c = cluster("", &[]);
+    // A tariff where the next UTC hour is the only cheap one.
+    let hour = (wattson::gpu::now_ns() / 3_600_000_000_000 % 24) as usize;
+    let prices: Vec<String> = (0..24).map(|h| if h == (hour + 1) % 24 { "0.05".into() } else { "0.30".to_string() }).collect();
+    let mut config = std::fs::OpenOptions::new().append(true).open(&c.node.config).unwrap();
+    use std::io::Write;
+    writeln!(config, "[prices]\nhourly_utc = [{}]", prices.join(", ")).unwrap();
+    drop(config);
+    let (id, said) = c.lab.sbatch_verbose(&["--energy-defer=2h"], "#!/bin/sh\ntrue\n").unwrap();
+    assert!(said.contains("wattson: deferred to"), "{said}");
+    let info = c.lab.job_info(id).unwrap();
+    assert_eq!(info.state, "PENDING", "{:?}", info.fields);
+    assert_eq!(info.get("Reason"), "BeginTime");
+    assert!(info.get("AdminComment").contains(",deferred="), "{:?}", info.fields);
+    // Not deferrable: runs now.
+    let now = c.lab.sbatch(&[], "#!/bin/sh\ntrue\n").unwrap();
+    assert_eq!(c.lab.wait_job(now, Duration::from_secs(60)).state, "COMPLETED");
+}
