@@ -122,7 +122,7 @@ fn two_node_lab_runs_a_job_on_each_node() {
     assert_eq!(node2, "n2");
     assert_eq!(g2, vec![0]);
     assert_eq!(lab.job_info(j2).unwrap().get("NodeList"), "n2");
-    assert!(lab.log("slurmd-n2").contains("launch"), "{}", lab.log("slurmd-n2"));
+    assert!(lab.log("slurmd-n2").contains("Launching batch job"), "{}", lab.log("slurmd-n2"));
     // Only 1 GPU on n2: asking for 2 there is refused at submit.
     assert!(lab.sbatch(&["-w", "n2", "--gres=gpu:2"], "true").is_err());
     eprintln!("two_nodes: {:?}", t0.elapsed());
@@ -169,4 +169,34 @@ fn too_many_gpus_is_refused_at_submit() {
     lab.reconfigure();
     let id = lab.sbatch(&["--gres=gpu:h100:4"], "true").expect("sbatch after reconfigure");
     assert_eq!(lab.wait_job(id, JOB_TIMEOUT).state, "COMPLETED");
+}
+
+#[test]
+fn a_broken_config_fails_fast_with_logs() {
+    let t0 = Instant::now();
+    let res = std::panic::catch_unwind(|| {
+        SlurmLab::start(LabOptions { extra_conf: "NoSuchSlurmKey=1\n".into(), ..LabOptions::default() })
+    });
+    let err = res.err().expect("a lab with an invalid slurm.conf started");
+    let msg = err
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(msg.contains("slurmctld") && msg.contains("exited"), "panic message: {msg}");
+    assert!(msg.contains("NoSuchSlurmKey"), "the log should show why: {msg}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+}
+
+#[test]
+fn jobs_run_as_another_user() {
+    let lab = SlurmLab::start(LabOptions::default());
+    let out = lab.dir().join("jobs/whoami.txt");
+    let id = lab
+        .sbatch(&["--uid=nobody", "--gres=gpu:1"], &format!("id -u > {}\n", out.display()))
+        .expect("sbatch --uid=nobody");
+    let info = lab.wait_job(id, JOB_TIMEOUT);
+    assert_eq!(info.state, "COMPLETED", "{info:#?}\n{}", lab.all_logs());
+    let uid = std::fs::read_to_string(&out).expect("job output");
+    assert_ne!(uid.trim(), "0", "job ran as root");
 }

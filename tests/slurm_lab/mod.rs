@@ -301,10 +301,10 @@ impl SlurmLab {
             pids: Vec::new(),
             script_seq: AtomicU32::new(0),
         };
-        if std::env::var_os("SLURM_LAB_KEEP").is_some_and(|v| v != "0" && !v.is_empty()) {
-            if let Some(d) = lab.dir.take() {
-                eprintln!("slurm_lab: keeping lab directory {}", d.keep().display());
-            }
+        if std::env::var_os("SLURM_LAB_KEEP").is_some_and(|v| v != "0" && !v.is_empty())
+            && let Some(d) = lab.dir.take()
+        {
+            eprintln!("slurm_lab: keeping lab directory {}", d.keep().display());
         }
         lab.make_gpus();
         lab.write_config(&opts);
@@ -366,7 +366,8 @@ impl SlurmLab {
         let mut cmd = Command::new(program);
         for (k, _) in std::env::vars_os() {
             let k = k.to_string_lossy().into_owned();
-            if ["SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_"].iter().any(|p| k.starts_with(p)) {
+            if ["SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_"].iter().any(|p| k.starts_with(p))
+            {
                 cmd.env_remove(k);
             }
         }
@@ -459,9 +460,7 @@ impl SlurmLab {
 
     /// Contents of the job's StdOut file ("" if unreadable).
     pub fn job_output(&self, job_id: u32) -> String {
-        self.job_info(job_id)
-            .and_then(|i| fs::read_to_string(i.get("StdOut")).ok())
-            .unwrap_or_default()
+        self.job_info(job_id).and_then(|i| fs::read_to_string(i.get("StdOut")).ok()).unwrap_or_default()
     }
 
     /// Short state of a node from `sinfo %t` ("idle", "alloc", "mix", "down*", "idle~" ...); "" if unknown.
@@ -474,17 +473,21 @@ impl SlurmLab {
     /// or "jobcomp" (jobcomp/filetxt records).
     pub fn log(&self, daemon: &str) -> String {
         let log = self.path.join("log");
-        let mut s = String::new();
-        let files: Vec<PathBuf> = match daemon {
-            "jobcomp" => vec![log.join("jobcomp.txt")],
-            d => vec![log.join(format!("{d}.log")), log.join(format!("{d}.stderr"))],
-        };
-        for f in files {
-            if let Ok(t) = fs::read_to_string(&f) {
-                s.push_str(&t);
-            }
+        if daemon == "jobcomp" {
+            return fs::read_to_string(log.join("jobcomp.txt")).unwrap_or_default();
         }
-        s
+        // With -D the daemons write each line to both their log file and stderr: show the file,
+        // or stderr when the file was never written (fatal errors before it was opened).
+        let file = fs::read_to_string(log.join(format!("{daemon}.log"))).unwrap_or_default();
+        if !file.trim().is_empty() {
+            return file;
+        }
+        self.stderr(daemon)
+    }
+
+    /// What a daemon wrote to stdout/stderr ("slurmctld", "slurmd-<node>", "munged").
+    pub fn stderr(&self, daemon: &str) -> String {
+        fs::read_to_string(self.path.join(format!("log/{daemon}.stderr"))).unwrap_or_default()
     }
 
     /// The last lines of every daemon's log, for panic messages.
@@ -528,7 +531,11 @@ impl SlurmLab {
                 match run_with_timeout(&mut cmd, CLIENT_TIMEOUT) {
                     Ok(o) if o.status.success() => {}
                     Ok(o) => {
-                        panic!("slurm_lab: mknod {} failed: {}", p.display(), String::from_utf8_lossy(&o.stderr))
+                        panic!(
+                            "slurm_lab: mknod {} failed: {}",
+                            p.display(),
+                            String::from_utf8_lossy(&o.stderr)
+                        )
                     }
                     Err(e) => panic!("slurm_lab: {e}"),
                 }
@@ -589,8 +596,11 @@ impl SlurmLab {
         }
         let mut gres = String::from("AutoDetect=off\n");
         for (node, port) in self.nodes.iter().zip(&self.node_ports) {
-            let gres_spec =
-                if node.gpus > 0 { format!(" Gres=gpu:{}:{}", node.gpu_type, node.gpus) } else { String::new() };
+            let gres_spec = if node.gpus > 0 {
+                format!(" Gres=gpu:{}:{}", node.gpu_type, node.gpus)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 c,
                 "NodeName={} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs={} RealMemory=2000{gres_spec} State=UNKNOWN",
@@ -607,7 +617,8 @@ impl SlurmLab {
             }
         }
         let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
-        let _ = writeln!(c, "PartitionName=lab Nodes={} Default=YES MaxTime=INFINITE State=UP", names.join(","));
+        let _ =
+            writeln!(c, "PartitionName=lab Nodes={} Default=YES MaxTime=INFINITE State=UP", names.join(","));
         if !opts.extra_conf.is_empty() {
             let _ = writeln!(c, "# extra_conf\n{}", opts.extra_conf);
         }
@@ -667,7 +678,8 @@ impl SlurmLab {
     }
 
     fn start_slurmctld(&mut self) {
-        let args = vec!["-D".to_string(), "-i".to_string(), "-f".to_string(), self.conf.display().to_string()];
+        let args =
+            vec!["-D".to_string(), "-i".to_string(), "-f".to_string(), self.conf.display().to_string()];
         let child = self.spawn_daemon("slurmctld", daemon_bin("slurmctld"), &args);
         self.slurmctld = Some(child);
         self.wait_ctld_up(START_TIMEOUT);
@@ -688,24 +700,21 @@ impl SlurmLab {
         self.slurmds.push((name, child));
     }
 
-    /// Panics with logs if a daemon this lab started has exited.
-    fn check_alive(&mut self) {
-        let mut dead = Vec::new();
-        if let Some(c) = self.munged.as_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
-                dead.push(format!("munged exited ({st})"));
-            }
-        }
-        if let Some(c) = self.slurmctld.as_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
-                dead.push(format!("slurmctld exited ({st})"));
-            }
-        }
-        for (n, c) in self.slurmds.iter_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
-                dead.push(format!("slurmd -N {n} exited ({st})"));
-            }
-        }
+    /// Panics with logs if a daemon this lab started has exited (absent or zombie in /proc).
+    fn check_alive(&self) {
+        let mut names = vec![("munged".to_string(), self.munged.as_ref())];
+        names.push(("slurmctld".to_string(), self.slurmctld.as_ref()));
+        names.extend(self.slurmds.iter().map(|(n, c)| (format!("slurmd -N {n}"), Some(c))));
+        let dead: Vec<String> = names
+            .into_iter()
+            .filter_map(|(n, c)| c.map(|c| (n, c.id())))
+            .filter(|(_, pid)| {
+                let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // Field 3 (after the parenthesised command) is the state; Z = exited, not yet reaped.
+                stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+            })
+            .map(|(n, pid)| format!("{n} (pid {pid}) exited"))
+            .collect();
         if !dead.is_empty() {
             self.fail(&dead.join("; "));
         }
@@ -716,11 +725,12 @@ impl SlurmLab {
         loop {
             let mut cmd = self.command("scontrol");
             cmd.arg("ping");
-            if let Ok(out) = run_with_timeout(&mut cmd, CLIENT_TIMEOUT) {
-                if String::from_utf8_lossy(&out.stdout).contains("is UP") {
-                    return;
-                }
+            if let Ok(out) = run_with_timeout(&mut cmd, CLIENT_TIMEOUT)
+                && String::from_utf8_lossy(&out.stdout).contains("is UP")
+            {
+                return;
             }
+            self.check_alive();
             if Instant::now() >= deadline {
                 self.fail(&format!("slurmctld not UP after {timeout:?}"));
             }
@@ -746,6 +756,7 @@ impl SlurmLab {
                     return;
                 }
             }
+            self.check_alive();
             if Instant::now() >= deadline {
                 self.fail(&format!("nodes not ready after {timeout:?}; sinfo says:\n{last}"));
             }
