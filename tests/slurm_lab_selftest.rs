@@ -200,3 +200,53 @@ fn jobs_run_as_another_user() {
     let uid = std::fs::read_to_string(&out).expect("job output");
     assert_ne!(uid.trim(), "0", "job ran as root");
 }
+
+/// A tiny C SPANK plugin: shows where plugin log lines land and that the job prolog sees the GPUs.
+const PROBE_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <slurm/spank.h>
+SPANK_PLUGIN(labprobe, 1);
+int slurm_spank_job_prolog(spank_t sp, int ac, char **av) {
+    const char *g = getenv("SLURM_JOB_GPUS");
+    slurm_info("labprobe: job_prolog gpus=%s", g ? g : "(none)");
+    if (ac > 0) {
+        FILE *f = fopen(av[0], "w");
+        if (f) { fprintf(f, "%s\n", g ? g : ""); fclose(f); }
+    }
+    return 0;
+}
+int slurm_spank_task_init(spank_t sp, int ac, char **av) {
+    slurm_info("labprobe: task_init");
+    return 0;
+}
+"#;
+
+#[test]
+fn spank_plugin_from_plugstack_runs_in_prolog_and_task() {
+    let build = tempfile::tempdir().unwrap();
+    let src = build.path().join("probe.c");
+    let so = build.path().join("labprobe.so");
+    std::fs::write(&src, PROBE_C).unwrap();
+    let cc = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .output()
+        .expect("run cc (a C compiler is needed to build Rust anyway)");
+    assert!(cc.status.success(), "cc failed: {}", String::from_utf8_lossy(&cc.stderr));
+    std::fs::set_permissions(build.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mark = build.path().join("prolog.gpus");
+    let lab = SlurmLab::start(LabOptions {
+        plugstack: Some(format!("required {} {}\n", so.display(), mark.display())),
+        ..LabOptions::default()
+    });
+    let id = lab.sbatch(&["--gres=gpu:2"], "true").expect("sbatch with a SPANK plugin");
+    let info = lab.wait_job(id, JOB_TIMEOUT);
+    assert_eq!(info.state, "COMPLETED", "{info:#?}\n{}", lab.all_logs());
+    let gpus = std::fs::read_to_string(&mark).expect("job prolog wrote its mark");
+    assert_eq!(indices(&gpus).len(), 2, "SLURM_JOB_GPUS in prolog: {gpus:?}");
+    let slurmd = lab.log("slurmd-n1");
+    assert!(slurmd.contains("labprobe: job_prolog gpus="), "{slurmd}");
+    assert!(slurmd.contains("labprobe: task_init"), "{slurmd}");
+}
