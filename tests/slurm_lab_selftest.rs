@@ -250,3 +250,76 @@ fn spank_plugin_from_plugstack_runs_in_prolog_and_task() {
     assert!(slurmd.contains("labprobe: job_prolog gpus="), "{slurmd}");
     assert!(slurmd.contains("labprobe: task_init"), "{slurmd}");
 }
+
+/// A tiny C job_submit plugin that refuses jobs named "reject-me".
+const JOB_SUBMIT_C: &str = r#"
+#include <string.h>
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+const char plugin_name[] = "lab probe job_submit";
+const char plugin_type[] = "job_submit/labprobe";
+const uint32_t plugin_version = SLURM_VERSION_NUMBER;
+int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid, char **err_msg) {
+    if (job_desc->name && strcmp(job_desc->name, "reject-me") == 0)
+        return ESLURM_ACCESS_DENIED;
+    return SLURM_SUCCESS;
+}
+int job_modify(job_desc_msg_t *job_desc, void *job_ptr, uint32_t submit_uid, char **err_msg) {
+    return SLURM_SUCCESS;
+}
+"#;
+
+#[test]
+fn job_submit_plugin_from_prepended_plugin_dir() {
+    let build = tempfile::tempdir().unwrap();
+    let src = build.path().join("js.c");
+    std::fs::write(&src, JOB_SUBMIT_C).unwrap();
+    let cc = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(build.path().join("job_submit_labprobe.so"))
+        .arg(&src)
+        .output()
+        .expect("run cc");
+    assert!(cc.status.success(), "cc failed: {}", String::from_utf8_lossy(&cc.stderr));
+    let lab = SlurmLab::start(LabOptions {
+        plugin_dir: Some(build.path().to_path_buf()),
+        job_submit_plugins: Some("labprobe".into()),
+        ..LabOptions::default()
+    });
+    let err = lab.sbatch(&["-J", "reject-me"], "true").expect_err("job_submit plugin did not refuse");
+    assert!(err.contains("Batch job submission failed"), "stderr: {err}");
+    let id = lab.sbatch(&["-J", "fine"], "true").expect("a normal job is accepted");
+    assert_eq!(lab.wait_job(id, JOB_TIMEOUT).state, "COMPLETED");
+}
+
+/// Processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn stop_cancels_running_jobs() {
+    let lab = SlurmLab::start(LabOptions::default());
+    let dir = lab.dir().display().to_string();
+    let id = lab.sbatch(&["--gres=gpu:1"], "sleep 300\n").expect("sbatch");
+    let deadline = Instant::now() + JOB_TIMEOUT;
+    while lab.job_info(id).unwrap().state != "RUNNING" {
+        assert!(Instant::now() < deadline, "job never ran\n{}", lab.all_logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!processes_mentioning(&dir).is_empty(), "the job script should be running");
+    let t = Instant::now();
+    lab.stop();
+    let left = processes_mentioning(&dir);
+    assert!(left.is_empty(), "left behind: {left:?}");
+    eprintln!("stop with a running job: {:?}", t.elapsed());
+}

@@ -764,7 +764,43 @@ impl SlurmLab {
         }
     }
 
+    /// Asks slurmctld to cancel every unfinished job and waits (at most 10 s) until none is running or
+    /// completing, so no job process outlives the lab. Never panics (runs from Drop).
+    fn cancel_all_jobs(&self) {
+        let alive = self.slurmctld.as_ref().is_some_and(|c| {
+            fs::read_to_string(format!("/proc/{}/stat", c.id()))
+                .ok()
+                .and_then(|st| st.rsplit_once(')').map(|(_, r)| !r.trim_start().starts_with(['Z', 'X'])))
+                .unwrap_or(false)
+        });
+        if !alive {
+            return;
+        }
+        let unfinished = || -> Vec<String> {
+            let mut cmd = self.command("squeue");
+            cmd.args(["-h", "-t", "PD,R,CG,CF,S,RQ,RS,RH,SO,ST", "-o", "%i"]);
+            match run_with_timeout(&mut cmd, Duration::from_secs(5)) {
+                Ok(o) if o.status.success() => {
+                    String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect()
+                }
+                _ => Vec::new(),
+            }
+        };
+        let ids = unfinished();
+        if ids.is_empty() {
+            return;
+        }
+        let mut cmd = self.command("scancel");
+        cmd.args(&ids);
+        let _ = run_with_timeout(&mut cmd, Duration::from_secs(5));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && !unfinished().is_empty() {
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn shutdown(&mut self) {
+        self.cancel_all_jobs();
         // slurmctld first (stopping slurmd first makes slurmctld hang ~5 s), then slurmd, then munged.
         let mut order: Vec<(String, Child)> = Vec::new();
         if let Some(c) = self.slurmctld.take() {
