@@ -286,7 +286,7 @@ fn job_submit_plugin_from_prepended_plugin_dir() {
         job_submit_plugins: Some("labprobe".into()),
         ..LabOptions::default()
     });
-    let err = lab.sbatch(&["-J", "reject-me"], "true").expect_err("job_submit plugin did not refuse");
+    let err = lab.sbatch_verbose(&["-J", "reject-me"], "true").expect_err("job_submit plugin did not refuse");
     assert!(err.contains("Batch job submission failed"), "stderr: {err}");
     let id = lab.sbatch(&["-J", "fine"], "true").expect("a normal job is accepted");
     assert_eq!(lab.wait_job(id, JOB_TIMEOUT).state, "COMPLETED");

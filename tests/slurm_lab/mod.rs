@@ -5,6 +5,19 @@
 //! Include it from an integration test with `mod slurm_lab;`. Needs root (CI runs as root).
 //!
 //! Set `SLURM_LAB_KEEP=1` to keep lab directories (their path is printed) for post-mortems.
+//!
+//! Notes for plugin tests:
+//! - The first batch job after a lab starts waits ~3 s (slurmctld's scheduler only starts running ~3 s
+//!   after launch); later jobs go from sbatch to COMPLETED in ~1 s.
+//! - SPANK `slurm_info` from slurmd (job_prolog/job_epilog) and slurmstepd (init, task_init, exit; lines
+//!   prefixed `[<job>.batch]` / `[<job>.<step>]`) land in `log("slurmd-<node>")`; from sbatch itself
+//!   (local/allocator context) in sbatch's stderr (`sbatch_verbose`, or the `Err` of `sbatch`).
+//!   job_submit plugins log to `log("slurmctld")`. The job's own stdout is `job_output(id)`.
+//! - plugstack.conf and plugin `.so` files are read per step: rewrite `plugstack()` freely, but install a
+//!   new `.so` by write-then-rename, never overwrite a loaded one. `reconfigure()` reloads job_submit.
+//! - Jobs run as root unless `--uid=<user>`; jobs/ is world-writable for their output.
+//! - slurmstepd is not a child of the harness: it double-forks and is reparented to PID 1 (short-lived
+//!   zombies may show up there). `stop()` cancels unfinished jobs through Slurm before killing daemons.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -402,6 +415,12 @@ impl SlurmLab {
     /// `sbatch --parsable <args> <script>` from jobs/ (default output: jobs/slurm-<id>.out).
     /// Returns the job id, or Err(stderr) when sbatch refuses the job.
     pub fn sbatch(&self, args: &[&str], script: &str) -> Result<u32, String> {
+        self.sbatch_verbose(args, script).map(|(id, _)| id)
+    }
+
+    /// Like `sbatch` but also returns sbatch's stderr on success (job_submit `err_msg` info lines,
+    /// SPANK `slurm_info` from the local/allocator context).
+    pub fn sbatch_verbose(&self, args: &[&str], script: &str) -> Result<(u32, String), String> {
         let n = self.script_seq.fetch_add(1, Ordering::SeqCst);
         let file = self.path.join(format!("jobs/script-{n}.sh"));
         let body =
@@ -417,7 +436,10 @@ impl SlurmLab {
             return Err(stderr);
         }
         let first = stdout.trim().split([';', '\n']).next().unwrap_or("");
-        first.trim().parse().map_err(|_| format!("unexpected sbatch output {stdout:?}; stderr: {stderr}"))
+        match first.trim().parse() {
+            Ok(id) => Ok((id, stderr)),
+            Err(_) => Err(format!("unexpected sbatch output {stdout:?}; stderr: {stderr}")),
+        }
     }
 
     /// Parsed `scontrol show job -o <id>`, or None when Slurm does not know the job.
