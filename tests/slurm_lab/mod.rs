@@ -678,6 +678,11 @@ impl SlurmLab {
         fs::write(&key, &k).expect("write munge key");
         set_mode(&key, 0o400);
         let sock = lab.join("run/munge.sock");
+        assert!(
+            sock.as_os_str().len() < 100,
+            "slurm_lab: munge socket path {} too long for a Unix socket: use a shorter TMPDIR",
+            sock.display()
+        );
         let args = vec![
             "-F".to_string(),
             format!("--socket={}", sock.display()),
