@@ -4,12 +4,11 @@
 mod common;
 mod slurm_lab;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{Node, assert_ok};
 use slurm_lab::{LabNode, LabOptions, SlurmLab};
-use wattson::job::JobKey;
 
 const MAX_W: u32 = 700_000;
 
@@ -23,7 +22,9 @@ fn install_plugins(dir: &Path) {
         .unwrap();
     assert_ok(&out);
     let built = Path::new(env!("CARGO_BIN_EXE_wattsond")).parent().unwrap().to_path_buf();
-    for (lib, plugin) in [("libspank_wattson.so", "spank_wattson.so"), ("libjob_submit_wattson.so", "job_submit_wattson.so")] {
+    for (lib, plugin) in
+        [("libspank_wattson.so", "spank_wattson.so"), ("libjob_submit_wattson.so", "job_submit_wattson.so")]
+    {
         let tmp = dir.join(format!(".{plugin}.new"));
         std::fs::copy(built.join(lib), &tmp).unwrap();
         std::fs::rename(&tmp, dir.join(plugin)).unwrap();
@@ -34,7 +35,6 @@ fn install_plugins(dir: &Path) {
 struct Cluster {
     node: Node,
     lab: SlurmLab,
-    plugins: PathBuf,
 }
 
 fn cluster(spank_args: &str, daemon_env: &[(&str, &str)]) -> Cluster {
@@ -57,7 +57,7 @@ fn cluster(spank_args: &str, daemon_env: &[(&str, &str)]) -> Cluster {
         daemon_env: env,
         ..LabOptions::default()
     });
-    Cluster { node, lab, plugins }
+    Cluster { node, lab }
 }
 
 fn power_limits(node: &Node) -> Vec<u32> {
@@ -69,7 +69,10 @@ fn a_min_energy_job_runs_capped_is_accounted_exactly_and_its_gpus_are_restored()
     let c = cluster("", &[]);
     let script = "#!/bin/sh\nsleep 3\nenv | grep -E '^(WATTSON_|SLURM_JOB_GPUS)' | sort\n";
     let submitted = wattson::gpu::now_ns();
-    let (id, said) = c.lab.sbatch_verbose(&["--gres=gpu:2", "--energy=min-energy", "--energy-tag=bert-squad"], script).unwrap();
+    let (id, said) = c
+        .lab
+        .sbatch_verbose(&["--gres=gpu:2", "--energy=min-energy", "--energy-tag=bert-squad"], script)
+        .unwrap();
     // While it runs, its two GPUs are capped at 60 % of 700 W and the others are not.
     let deadline = Instant::now() + Duration::from_secs(30);
     let capped = loop {
@@ -94,15 +97,29 @@ fn a_min_energy_job_runs_capped_is_accounted_exactly_and_its_gpus_are_restored()
     // Restored after the job, and its energy is the GPUs' exact energy.
     let deadline = Instant::now() + Duration::from_secs(10);
     while power_limits(&c.node) != vec![MAX_W; 4] {
-        assert!(Instant::now() < deadline, "GPUs not restored: {:?}\n{}", power_limits(&c.node), c.node.log());
+        assert!(
+            Instant::now() < deadline,
+            "GPUs not restored: {:?}\n{}",
+            power_limits(&c.node),
+            c.node.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let record = c.node.record(&id.to_string());
     assert_eq!(record.gpus.len(), 2);
     assert_eq!(record.hints.tag.as_deref(), Some("bert-squad"));
-    common::assert_exact(&c.node, &record, common::Bracket(submitted, finished), common::Bracket(submitted, finished), 0.001);
+    common::assert_exact(
+        &c.node,
+        &record,
+        common::Bracket(submitted, finished),
+        common::Bracket(submitted, finished),
+        0.001,
+    );
     let acct = c.node.wattson(&["acct", "-j", &id.to_string(), "-o", "JobID,NGPUs,Method,Policy", "-P"]);
-    assert_eq!(String::from_utf8_lossy(&acct.stdout).lines().nth(1), Some(format!("{id}|2|counter|min-energy").as_str()));
+    assert_eq!(
+        String::from_utf8_lossy(&acct.stdout).lines().nth(1),
+        Some(format!("{id}|2|counter|min-energy").as_str())
+    );
 }
 
 #[test]
@@ -132,7 +149,11 @@ fn jobs_run_when_wattsond_is_down_or_hung_and_slurm_logs_why() {
     c.node.stop();
     let id = c.lab.sbatch(&["--gres=gpu:1"], "#!/bin/sh\ntrue\n").unwrap();
     assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
-    assert!(c.lab.log("slurmd-n1").contains(&format!("wattson: job {id}: not accounted")), "{}", c.lab.log("slurmd-n1"));
+    assert!(
+        c.lab.log("slurmd-n1").contains(&format!("wattson: job {id}: not accounted")),
+        "{}",
+        c.lab.log("slurmd-n1")
+    );
 
     // A socket that accepts and never answers: each plugin call gives up after 1 s.
     let hung = std::os::unix::net::UnixListener::bind(&c.node.socket).unwrap();
@@ -149,10 +170,14 @@ fn jobs_run_when_wattsond_is_down_or_hung_and_slurm_logs_why() {
 
 #[test]
 fn a_panic_inside_the_plugins_does_not_take_slurm_down() {
-    let c = cluster("", &[("WATTSON_TEST_PANIC", "job_prolog"), ("WATTSON_TEST_PANIC_NAME", "")]);
+    let c = cluster("test_panic=job_prolog", &[]);
     let id = c.lab.sbatch(&["--gres=gpu:1"], "#!/bin/sh\ntrue\n").unwrap();
     assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
-    assert!(c.lab.log("slurmd-n1").contains("internal error in slurm_spank_job_prolog"), "{}", c.lab.log("slurmd-n1"));
+    assert!(
+        c.lab.log("slurmd-n1").contains("internal error in slurm_spank_job_prolog"),
+        "{}",
+        c.lab.log("slurmd-n1")
+    );
     assert_eq!(c.lab.node_state("n1"), "idle");
     drop(c);
 
@@ -161,9 +186,7 @@ fn a_panic_inside_the_plugins_does_not_take_slurm_down() {
     let id = c.lab.sbatch(&["--job-name=boom"], "#!/bin/sh\ntrue\n").unwrap();
     assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
     assert!(c.lab.log("slurmctld").contains("internal error in job_submit"), "{}", c.lab.log("slurmctld"));
-    c.lab.run_ok("scontrol", &["ping"]);
-    let _ = JobKey::job(id);
-    let _ = &c.plugins;
+    assert!(c.lab.run_ok("scontrol", &["ping"]).contains("is UP"));
 }
 
 #[test]
@@ -171,7 +194,8 @@ fn a_deferrable_job_waits_for_the_cheap_hour() {
     let c = cluster("", &[]);
     // A tariff where the next UTC hour is the only cheap one.
     let hour = (wattson::gpu::now_ns() / 3_600_000_000_000 % 24) as usize;
-    let prices: Vec<String> = (0..24).map(|h| if h == (hour + 1) % 24 { "0.05".into() } else { "0.30".to_string() }).collect();
+    let prices: Vec<String> =
+        (0..24).map(|h| if h == (hour + 1) % 24 { "0.05".into() } else { "0.30".to_string() }).collect();
     let mut config = std::fs::OpenOptions::new().append(true).open(&c.node.config).unwrap();
     use std::io::Write;
     writeln!(config, "[prices]\nhourly_utc = [{}]", prices.join(", ")).unwrap();

@@ -10,18 +10,21 @@ use crate::gpu::GpuSetting;
 use crate::job::{GpuRef, Hints, JobKey};
 use crate::protocol::{self, JobBegin, Reply, Request};
 
-/// The plugin's arguments in `plugstack.conf`: `config=PATH` and `timeout=DURATION`.
+/// The plugin's arguments in `plugstack.conf`: `config=PATH`, `timeout=DURATION`, and the
+/// test-only `test_panic=CALLBACK` (makes that callback panic, to prove Slurm survives it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginArgs {
     /// wattson's configuration file (for the daemon's socket and timeout).
     pub config: PathBuf,
     /// Overrides the configured request timeout.
     pub timeout: Option<Duration>,
+    /// Test only: the callback that panics on purpose.
+    pub test_panic: Option<String>,
 }
 
 impl Default for PluginArgs {
     fn default() -> Self {
-        PluginArgs { config: PathBuf::from(crate::config::DEFAULT_PATH), timeout: None }
+        PluginArgs { config: PathBuf::from(crate::config::DEFAULT_PATH), timeout: None, test_panic: None }
     }
 }
 
@@ -32,6 +35,7 @@ impl PluginArgs {
         for arg in args {
             match arg.split_once('=') {
                 Some(("config", path)) => out.config = PathBuf::from(path),
+                Some(("test_panic", point)) => out.test_panic = Some(point.to_string()),
                 Some(("timeout", t)) => {
                     out.timeout = Some(
                         humantime::parse_duration(t).map_err(|e| format!("plugin argument {arg}: {e}"))?,
@@ -159,7 +163,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("w.toml");
         std::fs::write(&config, format!("[daemon]\nsocket = {:?}\n", dir.path().join("none.sock"))).unwrap();
-        let args = PluginArgs { config, timeout: Some(Duration::from_millis(200)) };
+        let args = PluginArgs { config, timeout: Some(Duration::from_millis(200)), test_panic: None };
         let job = NodeJob { job_id: 1, gpus: "0".into(), ..NodeJob::default() };
         assert!(begin(&args, job).unwrap_err().contains("not reachable"));
         let no_gpus = NodeJob { job_id: 2, ..NodeJob::default() };

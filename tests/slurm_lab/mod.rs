@@ -83,6 +83,8 @@ pub struct LabOptions {
     pub plugin_dir: Option<PathBuf>,
     /// Extra slurm.conf lines, appended at the end.
     pub extra_conf: String,
+    /// Extra environment variables for slurmctld and every slurmd.
+    pub daemon_env: Vec<(String, String)>,
 }
 
 impl Default for LabOptions {
@@ -93,6 +95,7 @@ impl Default for LabOptions {
             job_submit_plugins: None,
             plugin_dir: None,
             extra_conf: String::new(),
+            daemon_env: Vec::new(),
         }
     }
 }
@@ -136,6 +139,7 @@ pub struct SlurmLab {
     slurmds: Vec<(String, Child)>,
     pids: Vec<u32>,
     script_seq: AtomicU32,
+    daemon_env: Vec<(String, String)>,
 }
 
 static INSTALL: OnceLock<Result<(), String>> = OnceLock::new();
@@ -313,6 +317,7 @@ impl SlurmLab {
             slurmds: Vec::new(),
             pids: Vec::new(),
             script_seq: AtomicU32::new(0),
+            daemon_env: opts.daemon_env.clone(),
         };
         if std::env::var_os("SLURM_LAB_KEEP").is_some_and(|v| v != "0" && !v.is_empty())
             && let Some(d) = lab.dir.take()
@@ -661,6 +666,7 @@ impl SlurmLab {
         let child = Command::new(&program)
             .args(args)
             .env("SLURM_CONF", &self.conf)
+            .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -46,8 +46,8 @@ pub fn guard<T>(entry: &str, fail_open: T, f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Panics when the test-only trigger `WATTSON_TEST_PANIC` (in the Slurm daemon's
-/// environment) names `point`: how the tests prove that a panic does not take Slurm down.
+/// Panics when the test-only trigger `WATTSON_TEST_PANIC` in the process environment (set by
+/// an admin for slurmctld) names `point`: how the tests prove a panic does not take Slurm down.
 pub fn test_panic_trigger(point: &str) {
     if std::env::var("WATTSON_TEST_PANIC").is_ok_and(|v| v == point) {
         panic!("test panic at {point}");

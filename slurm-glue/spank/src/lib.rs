@@ -9,13 +9,13 @@
 //! runs as it would without it, and a log line says why.
 
 use std::ffi::{CStr, CString, c_char, c_int};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Mutex, OnceLock};
 
 use wattson::slurm::hints::{OPTIONS, SubmitHints};
 use wattson::slurm::node::{self, NodeJob, PluginArgs};
 use wattson::slurm::sys::{self, spank_option, spank_t};
-use wattson_slurm_ffi::{error, guard, info, test_panic_trigger};
+use wattson_slurm_ffi::{error, guard, info};
 
 #[unsafe(no_mangle)]
 pub static plugin_name: [u8; 8] = *b"wattson\0";
@@ -26,15 +26,17 @@ pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
 #[unsafe(no_mangle)]
 pub static spank_plugin_version: u32 = 1;
 
-/// Arguments from plugstack.conf, parsed once per process.
-static ARGS: OnceLock<PluginArgs> = OnceLock::new();
 /// The registered option table (leaked: it lives as long as the process, as Slurm requires).
 static TABLE: AtomicPtr<spank_option> = AtomicPtr::new(std::ptr::null_mut());
 /// Hints given on this command line (local context).
 static HINTS: Mutex<Option<SubmitHints>> = Mutex::new(None);
 
-fn args() -> PluginArgs {
-    ARGS.get().cloned().unwrap_or_default()
+/// The plugin's arguments from plugstack.conf, which Slurm passes to every callback.
+fn args(ac: c_int, av: *mut *mut c_char) -> PluginArgs {
+    PluginArgs::parse(arguments(ac, av)).unwrap_or_else(|e| {
+        error(&format!("wattson: {e}; using defaults"));
+        PluginArgs::default()
+    })
 }
 
 /// Slurm's `argc/argv` as strings.
@@ -79,12 +81,7 @@ fn option_table() -> *mut spank_option {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     guard("slurm_spank_init", 0, || {
-        match PluginArgs::parse(arguments(ac, av)) {
-            Ok(parsed) => {
-                let _ = ARGS.set(parsed);
-            }
-            Err(e) => error(&format!("wattson: {e}; using defaults")),
-        }
+        let _ = args(ac, av); // reports bad arguments once, where sbatch shows them
         let table = option_table();
         for (i, spec) in OPTIONS.iter().enumerate() {
             // SAFETY: `table` holds OPTIONS.len() leaked, initialised entries.
@@ -125,9 +122,12 @@ extern "C" fn on_option(val: c_int, optarg: *const c_char, remote: c_int) -> c_i
 /// # Safety
 /// Called by Slurm with its own valid handle and arguments.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     guard("slurm_spank_job_prolog", 0, || {
-        test_panic_trigger("job_prolog");
+        let args = args(ac, av);
+        if args.test_panic.as_deref() == Some("job_prolog") {
+            panic!("test panic in job_prolog (plugin argument test_panic)");
+        }
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let job = NodeJob {
             job_id: item_u32(sp, sys::S_JOB_ID).unwrap_or(0),
@@ -138,7 +138,7 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, _ac: c_int, _av: *m
             hints: job_hints(sp).hints,
         };
         let id = job.job_id;
-        match node::begin(&args(), job) {
+        match node::begin(&args, job) {
             Ok(line) => info(&line),
             Err(e) => error(&format!("wattson: job {id}: not accounted: {e}")),
         }
@@ -151,14 +151,14 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, _ac: c_int, _av: *m
 /// # Safety
 /// Called by Slurm with its own valid handle and arguments.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     guard("slurm_spank_job_epilog", 0, || {
         let Some(id) = item_u32(sp, sys::S_JOB_ID) else { return 0 };
         let has_gpus = ["SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"]
             .iter()
             .any(|v| std::env::var(v).is_ok_and(|s| !s.is_empty()));
         if has_gpus {
-            match node::end(&args(), id) {
+            match node::end(&args(ac, av), id) {
                 Ok(line) => info(&line),
                 Err(e) => error(&format!("wattson: job {id}: end not recorded: {e}")),
             }
@@ -172,10 +172,10 @@ pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, _ac: c_int, _av: *m
 /// # Safety
 /// Called by Slurm with its own valid handle and arguments.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn slurm_spank_user_init(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn slurm_spank_user_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     guard("slurm_spank_user_init", 0, || {
         let Some(id) = item_u32(sp, sys::S_JOB_ID) else { return 0 };
-        match node::job_env(&args(), id) {
+        match node::job_env(&args(ac, av), id) {
             Ok(vars) => {
                 for (name, value) in vars {
                     let (name, value) =
