@@ -1,10 +1,14 @@
-//! wattson's main job end to end on one machine, with no GPU: `wattsond` on four simulated
-//! H100s (the fake NVML library built from this repository), a real SQLite store, a few jobs
-//! with different loads begun and ended through `wattson job`, and the `wattson acct` report,
-//! checked against the simulated GPUs' exact energy.
+//! wattson's main job end to end on one machine, with no GPU: real Slurm daemons (Debian's
+//! slurmctld, slurmd, munged) on loopback with wattson's plugins, `wattsond` on four simulated
+//! H100s (the fake NVML library built from this repository) with a real SQLite store, a few
+//! `sbatch` jobs with different energy hints (one refused), a `kill -9` of wattsond mid-job,
+//! and the `wattson acct` report checked against the simulated GPUs' exact energy.
 //!
-//! Run with `./scripts/demo` (which builds everything first). Keeps its files in
-//! `target/demo/` so the store can be inspected afterwards.
+//! Run with `./scripts/demo` (which installs Slurm and builds everything first). Files stay in
+//! `target/demo/`.
+
+#[path = "../tests/slurm_lab/mod.rs"]
+mod slurm_lab;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -12,25 +16,21 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use fake_nvml::{Config, Sim};
+use slurm_lab::{LabNode, LabOptions, SlurmLab};
 
 fn main() {
     let bin = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf();
     let dir = bin.parent().unwrap().join("demo");
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(dir.join("plugins")).unwrap();
     let sim = Sim::create(&dir.join("gpus"), &Config::uniform("H100", 4)).expect("simulated GPUs");
     let library =
         fake_nvml::library_path_next_to(&bin.join("wattsond")).expect("libfake_nvml.so (run ./scripts/demo)");
-    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .unwrap_or("root".into());
     let config = dir.join("wattson.toml");
     std::fs::write(
         &config,
         format!(
-            "[daemon]\nsocket = {:?}\nstore = {:?}\nnode_name = \"demo01\"\nslurm_user = {user:?}\nsample_interval = \"250ms\"\n\n[gpu]\nnvml_library = {library:?}\n",
+            "[daemon]\nsocket = {:?}\nstore = {:?}\nnode_name = \"n1\"\nslurm_user = \"root\"\nsample_interval = \"250ms\"\n\n[gpu]\nnvml_library = {library:?}\n",
             dir.join("wattsond.sock"),
             dir.join("wattson.db"),
         ),
@@ -41,74 +41,73 @@ fn main() {
     let mut daemon = Daemon::start(&bin, &config, &sim, &dir);
     let wattson = |args: &[&str]| run(&bin.join("wattson"), &config, args);
 
-    step("Three jobs with different loads, begun and ended as a Slurm Prolog/Epilog would");
-    sim.set_load(0, 0.95).unwrap();
-    sim.set_load(1, 0.95).unwrap();
-    wattson(&[
-        "job",
-        "begin",
-        "--job",
-        "1001",
-        "--uid",
-        "1000",
-        "--user",
-        "alice",
-        "--name",
-        "bert-pretrain",
-        "--gpus",
-        "0,1",
-        "--energy",
-        "perf",
-    ]);
-    sim.set_load(2, 0.40).unwrap();
-    wattson(&[
-        "job",
-        "begin",
-        "--job",
-        "1002",
-        "--uid",
-        "1001",
-        "--user",
-        "bob",
-        "--name",
-        "resnet50-infer",
-        "--gpus",
-        "2",
-        "--energy",
-        "min-energy",
-        "--energy-slowdown",
-        "10",
-    ]);
-    sim.set_load(3, 0.70).unwrap();
-    wattson(&[
-        "job",
-        "begin",
-        "--job",
-        "1003",
-        "--uid",
-        "1000",
-        "--user",
-        "alice",
-        "--name",
-        "gpt2-finetune",
-        "--gpus",
-        "3",
-        "--energy-tag",
-        "gpt2-ft",
-    ]);
+    step("Start Slurm (slurmctld, slurmd n1 with 4 GPUs as GRES, munged) with wattson's plugins");
+    for (lib, plugin) in
+        [("libspank_wattson.so", "spank_wattson.so"), ("libjob_submit_wattson.so", "job_submit_wattson.so")]
+    {
+        slurm_lab::install_plugin(&bin.join(lib), &dir.join("plugins"), plugin);
+    }
+    let lab = SlurmLab::start(LabOptions {
+        nodes: vec![LabNode { cpus: 4, ..LabNode::new("n1", 4, "h100") }],
+        plugstack: Some(format!(
+            "required {} config={}\n",
+            dir.join("plugins/spank_wattson.so").display(),
+            config.display()
+        )),
+        job_submit_plugins: Some("wattson".into()),
+        plugin_dir: Some(dir.join("plugins")),
+        daemon_env: vec![("WATTSON_CONFIG".into(), config.display().to_string())],
+        ..LabOptions::default()
+    });
+    println!("Slurm cluster {} up; plugstack: spank_wattson.so, JobSubmitPlugins=wattson", lab.cluster());
+
+    step("Submit jobs with different energy hints (the GPUs' load is simulated per GPU)");
+    for (gpu, load) in [(0, 0.95), (1, 0.95), (2, 0.40), (3, 0.70)] {
+        sim.set_load(gpu, load).unwrap();
+    }
+    let script = "#!/bin/sh\nsleep 6\necho \"policy=$WATTSON_POLICY gpu_power_limit_w=${WATTSON_GPU_POWER_LIMIT_W:-default} gpus=$SLURM_JOB_GPUS\"\n";
+    let mut jobs = Vec::new();
+    for args in [
+        &[
+            "--job-name=bert-pretrain",
+            "--gres=gpu:2",
+            "--energy=min-energy",
+            "--energy-slowdown=10",
+            "--energy-tag=bert",
+        ][..],
+        &["--job-name=resnet50-infer", "--gres=gpu:1", "--energy=perf"][..],
+        &["--job-name=gpt2-finetune", "--gres=gpu:1"][..],
+    ] {
+        println!("$ sbatch {}", args.join(" "));
+        let id = lab.sbatch(args, script).expect("accepted");
+        println!("Submitted batch job {id}");
+        jobs.push(id);
+    }
+    println!("$ sbatch --energy=fast ...");
+    match lab.sbatch(&["--energy=fast"], script) {
+        Ok(id) => panic!("job {id} with a bad hint was accepted"),
+        Err(e) => println!("{}", e.trim()),
+    }
+
+    wait_until("all jobs running", || {
+        jobs.iter().all(|&id| lab.job_info(id).is_some_and(|j| j.state == "RUNNING"))
+    });
     sleep(Duration::from_secs(2));
     wattson(&["status"]);
 
-    step("Job 1003 changes phase; wattsond is killed with SIGKILL and restarted mid-job");
-    sim.set_load(3, 0.20).unwrap();
+    step("wattsond is killed with SIGKILL mid-job and restarted: no energy is lost");
     daemon.kill9();
     sleep(Duration::from_secs(1));
     daemon = Daemon::start(&bin, &config, &sim, &dir);
-    sleep(Duration::from_secs(1));
-    wattson(&["job", "end", "--job", "1002"]);
-    sleep(Duration::from_secs(1));
-    wattson(&["job", "end", "--job", "1001"]);
-    wattson(&["job", "end", "--job", "1003"]);
+    for &id in &jobs {
+        let info = lab.wait_job(id, Duration::from_secs(120));
+        println!("job {id} {}: {}", info.state, lab.job_output(id).trim());
+        println!("  AdminComment={}", info.get("AdminComment"));
+    }
+    wait_until("GPUs back at their defaults", || {
+        (0..4).all(|g| sim.gpu_state(g).unwrap().power_limit_mw == 700_000)
+    });
+    println!("all GPUs back at their default 700 W limit");
 
     step("The report, as sacct prints it");
     wattson(&[
@@ -116,7 +115,7 @@ fn main() {
         "-S",
         "now-1hour",
         "-o",
-        "JobID,JobName,User,NGPUs,Elapsed,GPUEnergy,GPUEnergyRaw,AvgGPUPower,PeakGPUPower,AvgSMClock,GPUUtil,Method,Policy",
+        "JobID,JobName,NGPUs,Elapsed,GPUEnergy,GPUEnergyRaw,AvgGPUPower,PeakGPUPower,GPUUtil,Method,Policy",
     ]);
 
     step("Check against the simulated GPUs' exact energy");
@@ -143,21 +142,30 @@ fn main() {
         let err = (measured - truth).abs() / truth;
         worst = worst.max(err);
         println!(
-            "  job {:>5}: measured {measured:>10.1} J, truth {truth:>10.1} J, error {:.5}%",
+            "  job {:>3}: measured {measured:>9.1} J, truth {truth:>9.1} J, error {:.4}%",
             job["id"].as_str().unwrap(),
             err * 100.0
         );
     }
+    lab.stop();
     daemon.stop();
-    println!("\nStore: {}  (worst error {:.5}%)", dir.join("wattson.db").display(), worst * 100.0);
-    if worst > 0.001 {
-        eprintln!("demo: FAILED: an energy differs from the truth by more than 0.1%");
+    println!("\nStore: {}  (worst error {:.4}%)", dir.join("wattson.db").display(), worst * 100.0);
+    if worst > 0.001 || doc["jobs"].as_array().unwrap().len() != jobs.len() {
+        eprintln!("demo: FAILED: a job is missing or differs from the truth by more than 0.1%");
         std::process::exit(1);
     }
 }
 
 fn step(title: &str) {
     println!("\n== {title}");
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ok() {
+        assert!(Instant::now() < deadline, "demo: timed out waiting for {what}");
+        sleep(Duration::from_millis(100));
+    }
 }
 
 fn run(exe: &Path, config: &Path, args: &[&str]) {
@@ -175,21 +183,13 @@ impl Daemon {
         let child = Command::new(bin.join("wattsond"))
             .arg("-c")
             .arg(config)
-            .env("WATTSON_FAKE_NVML_DIR", sim.dir())
+            .env(fake_nvml::DIR_ENV, sim.dir())
             .stderr(log)
             .stdout(Stdio::null())
             .spawn()
             .expect("start wattsond");
         let socket = dir.join("wattsond.sock");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "wattsond did not start; see {}",
-                dir.join("wattsond.log").display()
-            );
-            sleep(Duration::from_millis(20));
-        }
+        wait_until("wattsond", || std::os::unix::net::UnixStream::connect(&socket).is_ok());
         println!("wattsond running (pid {}), log {}", child.id(), dir.join("wattsond.log").display());
         Daemon(child)
     }

@@ -12,7 +12,7 @@ use slurm_lab::{LabNode, LabOptions, SlurmLab};
 
 const MAX_W: u32 = 700_000;
 
-/// Builds the two plugins and installs them (write, then rename) into `dir`.
+/// Builds the two plugins and installs them into `dir`.
 fn install_plugins(dir: &Path) {
     let cargo = env!("CARGO");
     let out = std::process::Command::new(cargo)
@@ -25,9 +25,7 @@ fn install_plugins(dir: &Path) {
     for (lib, plugin) in
         [("libspank_wattson.so", "spank_wattson.so"), ("libjob_submit_wattson.so", "job_submit_wattson.so")]
     {
-        let tmp = dir.join(format!(".{plugin}.new"));
-        std::fs::copy(built.join(lib), &tmp).unwrap();
-        std::fs::rename(&tmp, dir.join(plugin)).unwrap();
+        slurm_lab::install_plugin(&built.join(lib), dir, plugin);
     }
 }
 

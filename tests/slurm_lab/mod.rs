@@ -876,3 +876,11 @@ impl Drop for SlurmLab {
         self.shutdown();
     }
 }
+
+/// Installs a plugin file into `dir` as `name` the safe way: write a new file, then rename it
+/// over the old one (overwriting a `.so` a daemon has loaded can crash it).
+pub fn install_plugin(from: &Path, dir: &Path, name: &str) {
+    let tmp = dir.join(format!(".{name}.new"));
+    fs::copy(from, &tmp).unwrap_or_else(|e| panic!("slurm_lab: cannot copy {}: {e}", from.display()));
+    fs::rename(&tmp, dir.join(name)).expect("rename plugin into place");
+}
