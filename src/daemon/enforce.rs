@@ -17,32 +17,43 @@ impl Core {
     /// Applies `decision` to the GPUs of a job that just began; returns what was applied.
     /// A GPU that refuses the setting keeps its defaults and the job runs anyway.
     pub(super) fn enforce(&mut self, record: &JobRecord, decision: &Decision) -> Vec<(u32, GpuSetting)> {
+        let changes: Vec<GpuChange> = record
+            .gpus
+            .iter()
+            .filter_map(|gpu| {
+                let info = &self.backend().devices()[gpu.index as usize];
+                let setting = decision.setting_for(info)?;
+                Some(GpuChange {
+                    gpu_index: gpu.index,
+                    uuid: info.uuid.clone(),
+                    job: record.key.clone(),
+                    setting,
+                    applied_ns: now_ns(),
+                })
+            })
+            .collect();
+        if changes.is_empty() {
+            return Vec::new();
+        }
+        if let Err(e) = self.store_mut().journal_gpu_changes(&changes) {
+            warn!(job = %record.key, error = %e, "cannot journal GPU changes; leaving the GPUs at their defaults");
+            return Vec::new();
+        }
         let mut applied = Vec::new();
-        for gpu in &record.gpus {
-            let info = self.backend().devices()[gpu.index as usize].clone();
-            let Some(setting) = decision.setting_for(&info) else { continue };
-            let change = GpuChange {
-                gpu_index: gpu.index,
-                uuid: info.uuid.clone(),
-                job: record.key.clone(),
-                setting,
-                applied_ns: now_ns(),
-            };
-            if let Err(e) = self.store_mut().journal_gpu_change(&change) {
-                warn!(job = %record.key, gpu = gpu.index, error = %e, "cannot journal a GPU change; leaving the GPU at its defaults");
-                continue;
-            }
-            match self.backend().apply(gpu.index, setting) {
+        let mut refused = Vec::new();
+        for change in changes {
+            match self.backend().apply(change.gpu_index, change.setting) {
                 Ok(()) => {
-                    info!(job = %record.key, gpu = gpu.index, ?setting, "GPU setting applied");
-                    applied.push((gpu.index, setting));
+                    info!(job = %record.key, gpu = change.gpu_index, setting = ?change.setting, "GPU setting applied");
+                    applied.push((change.gpu_index, change.setting));
                 }
                 Err(e) => {
-                    warn!(job = %record.key, gpu = gpu.index, error = %e, "GPU refused the setting; job runs at defaults");
-                    self.restore(&change);
+                    warn!(job = %record.key, gpu = change.gpu_index, error = %e, "GPU refused the setting; job runs at defaults");
+                    refused.push(change);
                 }
             }
         }
+        self.restore(&refused);
         applied
     }
 
@@ -62,30 +73,44 @@ impl Core {
     /// Returns to defaults every journaled GPU whose job is not running. Returns how many
     /// GPUs are still waiting to be restored (their restore failed).
     pub fn restore_orphans(&mut self) -> usize {
-        let changes = match self.store().gpu_changes() {
-            Ok(changes) => changes,
+        match self.store().gpu_changes() {
+            Ok(changes) => {
+                let orphans: Vec<GpuChange> =
+                    changes.into_iter().filter(|c| !self.is_running(&c.job)).collect();
+                self.restore(&orphans)
+            }
             Err(e) => {
                 warn!(error = %e, "cannot read the restore journal");
-                return 0;
+                0
             }
-        };
-        let orphans: Vec<GpuChange> = changes.into_iter().filter(|c| !self.is_running(&c.job)).collect();
-        orphans.iter().filter(|change| !self.restore(change)).count()
+        }
     }
 
-    /// Restores one GPU and clears its journal entry; false if the GPU could not be restored.
-    fn restore(&mut self, change: &GpuChange) -> bool {
-        let same_gpu =
-            self.backend().devices().get(change.gpu_index as usize).is_some_and(|d| d.uuid == change.uuid);
-        if same_gpu && let Err(e) = self.backend().restore_defaults(change.gpu_index) {
-            warn!(gpu = change.gpu_index, job = %change.job, error = %e, "cannot restore GPU defaults; will retry");
-            return false;
+    /// Restores GPUs and clears their journal entries; returns how many could not be restored.
+    fn restore(&mut self, changes: &[GpuChange]) -> usize {
+        let mut done = Vec::new();
+        for change in changes {
+            // A different GPU at this index (hardware changed while the daemon was down) was
+            // never touched by wattson: only its journal entry goes.
+            let same_gpu = self
+                .backend()
+                .devices()
+                .get(change.gpu_index as usize)
+                .is_some_and(|d| d.uuid == change.uuid);
+            match if same_gpu { self.backend().restore_defaults(change.gpu_index) } else { Ok(()) } {
+                Ok(()) => {
+                    info!(gpu = change.gpu_index, job = %change.job, "GPU back at its defaults");
+                    done.push(change.gpu_index);
+                }
+                Err(e) => {
+                    warn!(gpu = change.gpu_index, job = %change.job, error = %e, "cannot restore GPU defaults; will retry")
+                }
+            }
         }
-        if let Err(e) = self.store_mut().clear_gpu_change(change.gpu_index) {
-            warn!(gpu = change.gpu_index, error = %e, "GPU restored but its journal entry remains; will retry");
-            return false;
+        if let Err(e) = self.store_mut().clear_gpu_changes(&done) {
+            warn!(error = %e, "GPUs restored but their journal entries remain; will retry");
+            return changes.len();
         }
-        info!(gpu = change.gpu_index, job = %change.job, "GPU back at its defaults");
-        true
+        changes.len() - done.len()
     }
 }

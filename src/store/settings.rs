@@ -24,22 +24,26 @@ pub struct GpuChange {
 }
 
 impl Store {
-    /// Journals a change (replacing any earlier entry for the GPU), durably.
-    pub fn journal_gpu_change(&mut self, change: &GpuChange) -> Result<(), StoreError> {
-        let setting =
-            serde_json::to_string(&change.setting).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        self.conn.execute(
-            "INSERT OR REPLACE INTO gpu_changes (gpu_index, uuid, job_id, step, setting, applied_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                change.gpu_index,
-                change.uuid,
-                change.job.job_id,
-                change.job.step,
-                setting,
-                change.applied_ns
-            ],
-        )?;
+    /// Journals changes (replacing earlier entries for the same GPUs), durably, in one commit.
+    pub fn journal_gpu_changes(&mut self, changes: &[GpuChange]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for change in changes {
+            let setting =
+                serde_json::to_string(&change.setting).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            tx.execute(
+                "INSERT OR REPLACE INTO gpu_changes (gpu_index, uuid, job_id, step, setting, applied_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    change.gpu_index,
+                    change.uuid,
+                    change.job.job_id,
+                    change.job.step,
+                    setting,
+                    change.applied_ns
+                ],
+            )?;
+        }
+        tx.commit()?;
         Ok(())
     }
 
@@ -60,9 +64,13 @@ impl Store {
         Ok(out)
     }
 
-    /// Removes the journal entry of a GPU that is back at its defaults.
-    pub fn clear_gpu_change(&mut self, gpu_index: u32) -> Result<(), StoreError> {
-        self.conn.execute("DELETE FROM gpu_changes WHERE gpu_index = ?1", params![gpu_index])?;
+    /// Removes the journal entries of GPUs that are back at their defaults, in one commit.
+    pub fn clear_gpu_changes(&mut self, gpu_indices: &[u32]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for index in gpu_indices {
+            tx.execute("DELETE FROM gpu_changes WHERE gpu_index = ?1", params![index])?;
+        }
+        tx.commit()?;
         Ok(())
     }
 }
@@ -82,11 +90,11 @@ mod tests {
             setting: GpuSetting::PowerLimit { mw: 420_000 },
             applied_ns: 7,
         };
-        store.journal_gpu_change(&change).unwrap();
+        store.journal_gpu_changes(std::slice::from_ref(&change)).unwrap();
         drop(store);
         let mut store = Store::open(&dir.path().join("s.db")).unwrap();
         assert_eq!(store.gpu_changes().unwrap(), vec![change]);
-        store.clear_gpu_change(3).unwrap();
+        store.clear_gpu_changes(&[3]).unwrap();
         assert!(store.gpu_changes().unwrap().is_empty());
     }
 }

@@ -1,0 +1,121 @@
+//! Latency of what the Slurm plugins do, each against a baseline measured in the same run:
+//!
+//! - job_submit: `wattson::slurm::submit` over 10,000 submissions (the configuration check,
+//!   hint parsing from a realistic job environment, policy, deferral) vs. the configuration's
+//!   `stat` alone, which every submission pays anyway.
+//! - SPANK: the job prolog's begin and the epilog's end, each a round trip to a real wattsond
+//!   on simulated GPUs that commits the record durably, vs. a `status` round trip.
+//!
+//! Run: `cargo bench --bench slurm`.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_nvml::{Config, Sim};
+use wattson::protocol::{self, Request};
+use wattson::slurm::node::{self, NodeJob, PluginArgs};
+use wattson::slurm::submit::{self, CachedConfig};
+
+fn percentiles(mut us: Vec<f64>) -> (f64, f64) {
+    us.sort_by(f64::total_cmp);
+    (us[us.len() / 2], us[us.len() * 99 / 100])
+}
+
+fn time_us(mut f: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64() * 1e6
+}
+
+fn row(what: &str, (p50, p99): (f64, f64)) {
+    println!("{what:<46} {p50:>10.1} {p99:>10.1}");
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    println!("{:<46} {:>10} {:>10}", "operation (µs)", "p50", "p99");
+
+    // job_submit: a job environment like sbatch's (about 40 variables plus the options).
+    let config_path = dir.path().join("wattson.toml");
+    let tariff: Vec<String> = (0..24).map(|h| if h < 6 { "0.1".into() } else { "0.3".to_string() }).collect();
+    std::fs::write(
+        &config_path,
+        format!("[policy]\nperf_users = [\"0\"]\n[prices]\nhourly_utc = [{}]\n", tariff.join(", ")),
+    )
+    .unwrap();
+    let mut env: Vec<String> = (0..40).map(|i| format!("VAR_{i}=/some/value/{i}")).collect();
+    env.push("_SLURM_SPANK_OPTION_wattson_energy=min-energy".into());
+    env.push("_SLURM_SPANK_OPTION_wattson_energy_slowdown=10".into());
+    env.push("_SLURM_SPANK_OPTION_wattson_energy_defer=6h".into());
+    let (mut cached, _) = CachedConfig::load(&config_path);
+    let now = 20_000 * 86_400 + 22 * 3600;
+    let (mut decide, mut stat) = (Vec::with_capacity(10_000), Vec::with_capacity(10_000));
+    for _ in 0..10_000 {
+        stat.push(time_us(|| {
+            std::hint::black_box(std::fs::metadata(&config_path).and_then(|m| m.modified()).ok());
+        }));
+        decide.push(time_us(|| {
+            let (config, _) = cached.get();
+            let d = submit::decide(env.iter().map(String::as_str), "1000", now, config).unwrap();
+            std::hint::black_box(d);
+        }));
+    }
+    let (d, s) = (percentiles(decide), percentiles(stat));
+    row("job_submit decision (10,000 submissions)", d);
+    row("  baseline: stat of wattson.toml", s);
+    println!("  ratio p99: {:.1}x the stat", d.1 / s.1);
+
+    // SPANK round trips against a real daemon.
+    let exe = Path::new(env!("CARGO_BIN_EXE_wattsond"));
+    let library = fake_nvml::library_path_next_to(exe).expect("libfake_nvml.so next to wattsond");
+    let sim = Sim::create(&dir.path().join("gpus"), &Config::uniform("H100", 4)).unwrap();
+    let socket = dir.path().join("w.sock");
+    let daemon_config = dir.path().join("daemon.toml");
+    std::fs::write(
+        &daemon_config,
+        format!(
+            "[daemon]\nsocket = {socket:?}\nstore = {:?}\nslurm_user = \"root\"\n[gpu]\nnvml_library = {library:?}\n",
+            dir.path().join("w.db")
+        ),
+    )
+    .unwrap();
+    let mut daemon = start(exe, &daemon_config, &sim, &socket);
+    let args = PluginArgs { config: daemon_config, timeout: Some(Duration::from_secs(5)), test_panic: None };
+    let (mut begin, mut end, mut status) = (Vec::new(), Vec::new(), Vec::new());
+    for id in 1..=1000 {
+        let job = NodeJob { job_id: id, uid: 1000, gpus: "0,1".into(), ..NodeJob::default() };
+        begin.push(time_us(|| {
+            node::begin(&args, job.clone()).unwrap();
+        }));
+        end.push(time_us(|| {
+            node::end(&args, id).unwrap();
+        }));
+        status.push(time_us(|| {
+            protocol::call(&socket, &Request::Status, Duration::from_secs(5)).unwrap();
+        }));
+    }
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let (b, e, s) = (percentiles(begin), percentiles(end), percentiles(status));
+    row("SPANK begin round trip (2 GPUs, durable commit)", b);
+    row("SPANK end round trip (2 GPUs, durable commit)", e);
+    row("  baseline: status round trip (4 GPUs read)", s);
+}
+
+fn start(exe: &Path, config: &Path, sim: &Sim, socket: &Path) -> Child {
+    let child = Command::new(exe)
+        .arg("-c")
+        .arg(config)
+        .env(fake_nvml::DIR_ENV, sim.dir())
+        .env("WATTSON_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while protocol::call(socket, &Request::Status, Duration::from_secs(1)).is_err() {
+        assert!(Instant::now() < deadline, "wattsond did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
