@@ -1,0 +1,449 @@
+//! Starting and stopping a lab's daemons (munged, slurmctld, one slurmd per node), its
+//! configuration files and fake GPU devices, and the process plumbing they need.
+
+use super::*;
+
+impl SlurmLab {
+    pub(super) fn fail(&self, what: &str) -> ! {
+        panic!("slurm_lab: {what}\n{}", self.all_logs());
+    }
+
+    pub(super) fn make_gpus(&self) {
+        for node in &self.nodes {
+            let d = self.path.join("dev").join(&node.name);
+            fs::create_dir_all(&d).expect("create dev dir");
+            set_mode(&d, 0o755);
+            for i in 0..node.gpus {
+                let p = d.join(format!("nvidia{i}"));
+                let mut cmd = Command::new("mknod");
+                cmd.args(["-m", "0666"]).arg(&p).args(["c", "195", &i.to_string()]);
+                match run_with_timeout(&mut cmd, CLIENT_TIMEOUT) {
+                    Ok(o) if o.status.success() => {}
+                    Ok(o) => {
+                        panic!(
+                            "slurm_lab: mknod {} failed: {}",
+                            p.display(),
+                            String::from_utf8_lossy(&o.stderr)
+                        )
+                    }
+                    Err(e) => panic!("slurm_lab: {e}"),
+                }
+            }
+        }
+    }
+
+    pub(super) fn write_config(&self, opts: &LabOptions) {
+        let lab = self.path.display().to_string();
+        let sys_dir = system_plugin_dir();
+        let plugin_dir = match &opts.plugin_dir {
+            Some(extra) => format!("{}:{}", extra.display(), sys_dir.display()),
+            None => sys_dir.display().to_string(),
+        };
+        let mut c = String::new();
+        let _ = write!(
+            c,
+            "# slurm.conf written by tests/slurm_lab\n\
+             ClusterName={cluster}\n\
+             SlurmctldHost=localhost\n\
+             SlurmctldPort={ctld_port}\n\
+             SlurmUser=root\n\
+             SlurmdUser=root\n\
+             AuthType=auth/munge\n\
+             CredType=cred/munge\n\
+             AuthInfo=socket={lab}/run/munge.sock\n\
+             StateSaveLocation={lab}/state\n\
+             SlurmdSpoolDir={lab}/spool/slurmd-%n\n\
+             SlurmctldPidFile={lab}/run/slurmctld.pid\n\
+             SlurmdPidFile={lab}/run/slurmd-%n.pid\n\
+             SlurmctldLogFile={lab}/log/slurmctld.log\n\
+             SlurmdLogFile={lab}/log/slurmd-%n.log\n\
+             SlurmctldDebug=info\n\
+             SlurmdDebug=info\n\
+             PluginDir={plugin_dir}\n\
+             PlugStackConfig={lab}/etc/plugstack.conf\n\
+             ProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\n\
+             SelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_Core\n\
+             SchedulerType=sched/backfill\n\
+             SchedulerParameters=batch_sched_delay=0\n\
+             AccountingStorageType=accounting_storage/none\n\
+             JobCompType=jobcomp/filetxt\n\
+             JobCompLoc={lab}/log/jobcomp.txt\n\
+             ReturnToService=2\n\
+             MinJobAge=600\n\
+             KillWait=5\n\
+             MailProg=/bin/true\n\
+             SlurmdParameters=config_overrides\n\
+             PrologFlags=Alloc\n\
+             GresTypes=gpu\n",
+            cluster = self.cluster,
+            ctld_port = self.ctld_port,
+        );
+        if let Some(js) = &opts.job_submit_plugins {
+            let _ = writeln!(c, "JobSubmitPlugins={js}");
+        }
+        let mut gres = String::from("AutoDetect=off\n");
+        for (node, port) in self.nodes.iter().zip(&self.node_ports) {
+            let gres_spec = if node.gpus > 0 {
+                format!(" Gres=gpu:{}:{}", node.gpu_type, node.gpus)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                c,
+                "NodeName={} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs={} RealMemory=2000{gres_spec} State=UNKNOWN",
+                node.name, node.cpus
+            );
+            if node.gpus > 0 {
+                let _ = writeln!(
+                    gres,
+                    "NodeName={n} Name=gpu Type={t} File={lab}/dev/{n}/nvidia[0-{last}]",
+                    n = node.name,
+                    t = node.gpu_type,
+                    last = node.gpus - 1
+                );
+            }
+        }
+        let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+        let _ =
+            writeln!(c, "PartitionName=lab Nodes={} Default=YES MaxTime=INFINITE State=UP", names.join(","));
+        if !opts.extra_conf.is_empty() {
+            let _ = writeln!(c, "# extra_conf\n{}", opts.extra_conf);
+        }
+        let etc = self.path.join("etc");
+        fs::write(&self.conf, c).expect("write slurm.conf");
+        fs::write(etc.join("gres.conf"), gres).expect("write gres.conf");
+        fs::write(etc.join("plugstack.conf"), opts.plugstack.clone().unwrap_or_default())
+            .expect("write plugstack.conf");
+        for f in ["slurm.conf", "gres.conf", "plugstack.conf"] {
+            set_mode(&etc.join(f), 0o644);
+        }
+    }
+
+    pub(super) fn spawn_daemon(&mut self, name: &str, program: PathBuf, args: &[String]) -> Child {
+        let log = self.path.join("log");
+        let out = fs::File::create(log.join(format!("{name}.stderr"))).expect("create daemon stderr log");
+        let err = out.try_clone().expect("dup log fd");
+        let child = Command::new(&program)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| self.fail(&format!("cannot start {}: {e}", program.display())));
+        self.pids.push(child.id());
+        child
+    }
+
+    pub(super) fn start_munged(&mut self) {
+        let lab = self.path.clone();
+        let key = lab.join("etc/munge.key");
+        let mut k = vec![0u8; 1024];
+        fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut k)).expect("read /dev/urandom");
+        fs::write(&key, &k).expect("write munge key");
+        set_mode(&key, 0o400);
+        let sock = lab.join("run/munge.sock");
+        assert!(
+            sock.as_os_str().len() < 100,
+            "slurm_lab: munge socket path {} too long for a Unix socket: use a shorter TMPDIR",
+            sock.display()
+        );
+        let args = vec![
+            "-F".to_string(),
+            format!("--socket={}", sock.display()),
+            format!("--key-file={}", key.display()),
+            format!("--pid-file={}", lab.join("run/munged.pid").display()),
+            format!("--log-file={}", lab.join("log/munged.log").display()),
+            format!("--seed-file={}", lab.join("run/munged.seed").display()),
+            "--num-threads=2".to_string(),
+        ];
+        let child = self.spawn_daemon("munged", daemon_bin("munged"), &args);
+        self.munged = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !sock.exists() {
+            self.check_alive();
+            if Instant::now() >= deadline {
+                self.fail("munged did not create its socket");
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub(super) fn start_slurmctld(&mut self) {
+        let args =
+            vec!["-D".to_string(), "-i".to_string(), "-f".to_string(), self.conf.display().to_string()];
+        let child = self.spawn_daemon("slurmctld", daemon_bin("slurmctld"), &args);
+        self.slurmctld = Some(child);
+        self.wait_ctld_up(START_TIMEOUT);
+    }
+
+    pub(super) fn start_slurmd(&mut self, i: usize) {
+        let name = self.nodes[i].name.clone();
+        let spool = self.path.join(format!("spool/slurmd-{name}"));
+        fs::create_dir_all(&spool).expect("create slurmd spool");
+        let args = vec![
+            "-D".to_string(),
+            "-f".to_string(),
+            self.conf.display().to_string(),
+            "-N".to_string(),
+            name.clone(),
+        ];
+        let child = self.spawn_daemon(&format!("slurmd-{name}"), daemon_bin("slurmd"), &args);
+        self.slurmds.push((name, child));
+    }
+
+    /// Panics with logs if a daemon this lab started has exited (absent or zombie in /proc).
+    pub(super) fn check_alive(&self) {
+        let mut names = vec![("munged".to_string(), self.munged.as_ref())];
+        names.push(("slurmctld".to_string(), self.slurmctld.as_ref()));
+        names.extend(self.slurmds.iter().map(|(n, c)| (format!("slurmd -N {n}"), Some(c))));
+        let dead: Vec<String> = names
+            .into_iter()
+            .filter_map(|(n, c)| c.map(|c| (n, c.id())))
+            .filter(|(_, pid)| {
+                let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // Field 3 (after the parenthesised command) is the state; Z = exited, not yet reaped.
+                stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+            })
+            .map(|(n, pid)| format!("{n} (pid {pid}) exited"))
+            .collect();
+        if !dead.is_empty() {
+            self.fail(&dead.join("; "));
+        }
+    }
+
+    pub(super) fn wait_ctld_up(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut cmd = self.command("scontrol");
+            cmd.arg("ping");
+            if let Ok(out) = run_with_timeout(&mut cmd, CLIENT_TIMEOUT)
+                && String::from_utf8_lossy(&out.stdout).contains("is UP")
+            {
+                return;
+            }
+            self.check_alive();
+            if Instant::now() >= deadline {
+                self.fail(&format!("slurmctld not UP after {timeout:?}"));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until `sinfo` lists every node as idle, mixed or allocated (no `*`, no down/drain/inval).
+    pub(super) fn wait_nodes_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            let mut cmd = self.command("sinfo");
+            cmd.args(["-h", "-N", "-p", "lab", "-o", "%N %t"]);
+            if let Ok(out) = run_with_timeout(&mut cmd, CLIENT_TIMEOUT) {
+                last = String::from_utf8_lossy(&out.stdout).into_owned();
+                let states: BTreeMap<&str, &str> =
+                    last.lines().filter_map(|l| l.trim().split_once(' ')).collect();
+                let ready = self.nodes.iter().all(|n| {
+                    states.get(n.name.as_str()).is_some_and(|s| ["idle", "mix", "alloc"].contains(s))
+                });
+                if out.status.success() && ready {
+                    return;
+                }
+            }
+            self.check_alive();
+            if Instant::now() >= deadline {
+                self.fail(&format!("nodes not ready after {timeout:?}; sinfo says:\n{last}"));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Asks slurmctld to cancel every unfinished job and waits (at most 10 s) until none is running or
+    /// completing, so no job process outlives the lab. Never panics (runs from Drop).
+    pub(super) fn cancel_all_jobs(&self) {
+        let alive = self.slurmctld.as_ref().is_some_and(|c| {
+            fs::read_to_string(format!("/proc/{}/stat", c.id()))
+                .ok()
+                .and_then(|st| st.rsplit_once(')').map(|(_, r)| !r.trim_start().starts_with(['Z', 'X'])))
+                .unwrap_or(false)
+        });
+        if !alive {
+            return;
+        }
+        let unfinished = || -> Vec<String> {
+            let mut cmd = self.command("squeue");
+            cmd.args(["-h", "-t", "PD,R,CG,CF,S,RQ,RS,RH,SO,ST", "-o", "%i"]);
+            match run_with_timeout(&mut cmd, Duration::from_secs(5)) {
+                Ok(o) if o.status.success() => {
+                    String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect()
+                }
+                _ => Vec::new(),
+            }
+        };
+        let ids = unfinished();
+        if ids.is_empty() {
+            return;
+        }
+        let mut cmd = self.command("scancel");
+        cmd.args(&ids);
+        let _ = run_with_timeout(&mut cmd, Duration::from_secs(5));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && !unfinished().is_empty() {
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub(super) fn shutdown(&mut self) {
+        self.cancel_all_jobs();
+        // slurmctld first (stopping slurmd first makes slurmctld hang ~5 s), then slurmd, then munged.
+        let mut order: Vec<(String, Child)> = Vec::new();
+        if let Some(c) = self.slurmctld.take() {
+            order.push(("slurmctld".into(), c));
+        }
+        for (n, c) in self.slurmds.drain(..) {
+            order.push((format!("slurmd-{n}"), c));
+        }
+        for (_, mut c) in order {
+            terminate(&mut c);
+        }
+        if let Some(mut c) = self.munged.take() {
+            terminate(&mut c);
+        }
+    }
+}
+
+/// SIGTERM, wait up to 5 s, then SIGKILL; always reaps the child.
+pub(super) fn terminate(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    // SAFETY: kill(2) on the PID of our own un-reaped child: it cannot have been recycled.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Runs `scripts/install-slurm` once per process; panics with its output on failure.
+pub fn ensure_slurm_installed() {
+    let res = INSTALL.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-slurm");
+        let mut cmd = Command::new(&script);
+        match run_with_timeout(&mut cmd, Duration::from_secs(600)) {
+            Ok(out) if out.status.success() => Ok(()),
+            Ok(out) => Err(format!(
+                "{} failed ({}):\n{}{}",
+                script.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )),
+            Err(e) => Err(format!("{}: {e}", script.display())),
+        }
+    });
+    if let Err(e) = res {
+        panic!("slurm_lab: cannot install Slurm: {e}");
+    }
+}
+
+/// Spawns `cmd` with piped stdout/stderr and waits at most `timeout`; kills it on expiry (Err).
+pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
+    let mut so = child.stdout.take().expect("stdout piped");
+    let mut se = child.stderr.take().expect("stderr piped");
+    let t_out = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = so.read_to_end(&mut v);
+        v
+    });
+    let t_err = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = se.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + timeout;
+    let status: ExitStatus = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{what} timed out after {timeout:?}"));
+            }
+            Ok(None) => thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(format!("waiting for {what}: {e}")),
+        }
+    };
+    let stdout = t_out.join().unwrap_or_default();
+    let stderr = t_err.join().unwrap_or_default();
+    Ok(Output { status, stdout, stderr })
+}
+
+/// A free TCP port on 127.0.0.1, never handed out twice in this process.
+pub(super) fn free_port() -> u16 {
+    for _ in 0..100 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = l.local_addr().expect("local_addr").port();
+        drop(l);
+        if PORTS_GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
+        }
+    }
+    panic!("slurm_lab: no free port found");
+}
+
+/// Slurm's own plugin directory (Debian multiarch path), or `SLURM_LAB_PLUGIN_DIR`.
+pub fn system_plugin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SLURM_LAB_PLUGIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Ok(rd) = fs::read_dir("/usr/lib") {
+        for e in rd.flatten() {
+            candidates.push(e.path().join("slurm-wlm"));
+        }
+    }
+    candidates.extend(["/usr/lib/slurm-wlm", "/usr/lib64/slurm", "/usr/lib/slurm"].map(PathBuf::from));
+    candidates
+        .into_iter()
+        .find(|d| d.join("select_cons_tres.so").exists())
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"))
+}
+
+pub(super) fn daemon_bin(name: &str) -> PathBuf {
+    let sbin = Path::new("/usr/sbin").join(name);
+    if sbin.exists() { sbin } else { PathBuf::from(name) }
+}
+
+pub(super) fn tail(text: &str, lines: usize) -> String {
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+pub(super) fn set_mode(p: &Path, mode: u32) {
+    fs::set_permissions(p, fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {mode:o} {}: {e}", p.display()));
+}
+
+/// Installs a plugin file into `dir` as `name` the safe way: write a new file, then rename it
+/// over the old one (overwriting a `.so` a daemon has loaded can crash it).
+pub fn install_plugin(from: &Path, dir: &Path, name: &str) {
+    let tmp = dir.join(format!(".{name}.new"));
+    fs::copy(from, &tmp).unwrap_or_else(|e| panic!("slurm_lab: cannot copy {}: {e}", from.display()));
+    fs::rename(&tmp, dir.join(name)).expect("rename plugin into place");
+}
