@@ -5,9 +5,12 @@
 //!
 //! Run: `cargo bench --bench daemon` (WATTSON_BENCH_SECS sets the measured seconds, default 30).
 
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use common::BenchDaemon;
 
 use fake_nvml::{Config, Sim};
 use wattson::gpu::{GpuBackend, NvmlBackend};
@@ -27,21 +30,10 @@ fn main() {
     let mut per_gpu = Vec::new();
     for jobs in [0, GPUS] {
         let dir = tempfile::tempdir().unwrap();
-        let sim = Sim::create(&dir.path().join("gpus"), &Config::uniform("H100", GPUS as usize)).unwrap();
+        let daemon = BenchDaemon::start(dir.path(), GPUS as usize);
         for gpu in 0..GPUS {
-            sim.set_load(gpu, 0.8).unwrap();
+            daemon.sim.set_load(gpu, 0.8).unwrap();
         }
-        let socket = dir.path().join("w.sock");
-        let config = dir.path().join("w.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[daemon]\nsocket = {socket:?}\nstore = {:?}\nslurm_user = \"root\"\n[gpu]\nnvml_library = {library:?}\n",
-                dir.path().join("w.db")
-            ),
-        )
-        .unwrap();
-        let mut daemon = start(exe, &config, &sim, &socket);
         for job in 0..jobs {
             let begin = JobBegin {
                 job: JobKey::job(job + 1),
@@ -51,20 +43,18 @@ fn main() {
                 gpus: vec![GpuRef::Index(job)],
                 hints: Hints::default(),
             };
-            protocol::call(&socket, &Request::JobBegin(begin), Duration::from_secs(5)).unwrap();
+            protocol::call(&daemon.socket, &Request::JobBegin(begin), Duration::from_secs(5)).unwrap();
         }
         std::thread::sleep(Duration::from_secs(2));
-        let cpu0 = cpu_ticks(daemon.id());
+        let cpu0 = cpu_ticks(daemon.pid());
         std::thread::sleep(Duration::from_secs(secs));
-        let cpu1 = cpu_ticks(daemon.id());
-        let (rss, hwm) = rss_kib(daemon.id());
+        let cpu1 = cpu_ticks(daemon.pid());
+        let (rss, hwm) = rss_kib(daemon.pid());
         let cpu_s = (cpu1 - cpu0) as f64 / ticks;
         let us = cpu_s / (secs as f64 * f64::from(GPUS)) * 1e6;
         per_gpu.push(us);
         let case = format!("{jobs} running jobs");
         println!("{case:<28} {:>15.1} µs {:>9} KiB {:>8} KiB", us, rss, hwm);
-        daemon.kill().unwrap();
-        daemon.wait().unwrap();
     }
 
     // The stand-in's own cost: what one GPU read through nvml-wrapper costs in this process.
@@ -84,23 +74,6 @@ fn main() {
         "metering+persisting 8 jobs vs reading only: {:.2}x CPU per sample per GPU",
         per_gpu[1] / per_gpu[0].max(f64::MIN_POSITIVE)
     );
-}
-
-fn start(exe: &Path, config: &Path, sim: &Sim, socket: &Path) -> Child {
-    let child = Command::new(exe)
-        .arg("-c")
-        .arg(config)
-        .env(fake_nvml::DIR_ENV, sim.dir())
-        .env("WATTSON_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while protocol::call(socket, &Request::Status, Duration::from_secs(1)).is_err() {
-        assert!(Instant::now() < deadline, "wattsond did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
 }
 
 /// utime + stime of a process, in clock ticks.

@@ -8,11 +8,11 @@
 //!
 //! Run: `cargo bench --bench slurm`.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
-use fake_nvml::{Config, Sim};
+use common::BenchDaemon;
 use wattson::protocol::{self, Request};
 use wattson::slurm::node::{self, NodeJob, PluginArgs};
 use wattson::slurm::submit::{self, CachedConfig};
@@ -67,21 +67,9 @@ fn main() {
     println!("  ratio p99: {:.1}x the stat", d.1 / s.1);
 
     // SPANK round trips against a real daemon.
-    let exe = Path::new(env!("CARGO_BIN_EXE_wattsond"));
-    let library = fake_nvml::library_path_next_to(exe).expect("libfake_nvml.so next to wattsond");
-    let sim = Sim::create(&dir.path().join("gpus"), &Config::uniform("H100", 4)).unwrap();
-    let socket = dir.path().join("w.sock");
-    let daemon_config = dir.path().join("daemon.toml");
-    std::fs::write(
-        &daemon_config,
-        format!(
-            "[daemon]\nsocket = {socket:?}\nstore = {:?}\nslurm_user = \"root\"\n[gpu]\nnvml_library = {library:?}\n",
-            dir.path().join("w.db")
-        ),
-    )
-    .unwrap();
-    let mut daemon = start(exe, &daemon_config, &sim, &socket);
-    let args = PluginArgs { config: daemon_config, timeout: Some(Duration::from_secs(5)), test_panic: None };
+    let daemon = BenchDaemon::start(dir.path(), 4);
+    let args =
+        PluginArgs { config: daemon.config.clone(), timeout: Some(Duration::from_secs(5)), test_panic: None };
     let (mut begin, mut end, mut status) = (Vec::new(), Vec::new(), Vec::new());
     for id in 1..=1000 {
         let job = NodeJob { job_id: id, uid: 1000, gpus: "0,1".into(), ..NodeJob::default() };
@@ -92,30 +80,12 @@ fn main() {
             node::end(&args, id).unwrap();
         }));
         status.push(time_us(|| {
-            protocol::call(&socket, &Request::Status, Duration::from_secs(5)).unwrap();
+            protocol::call(&daemon.socket, &Request::Status, Duration::from_secs(5)).unwrap();
         }));
     }
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
+    drop(daemon);
     let (b, e, s) = (percentiles(begin), percentiles(end), percentiles(status));
     row("SPANK begin round trip (2 GPUs, durable commit)", b);
     row("SPANK end round trip (2 GPUs, durable commit)", e);
     row("  baseline: status round trip (4 GPUs read)", s);
-}
-
-fn start(exe: &Path, config: &Path, sim: &Sim, socket: &Path) -> Child {
-    let child = Command::new(exe)
-        .arg("-c")
-        .arg(config)
-        .env(fake_nvml::DIR_ENV, sim.dir())
-        .env("WATTSON_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while protocol::call(socket, &Request::Status, Duration::from_secs(1)).is_err() {
-        assert!(Instant::now() < deadline, "wattsond did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
 }
