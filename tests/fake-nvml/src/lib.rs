@@ -97,10 +97,11 @@ impl Sim {
         self.with_gpu(gpu, |g| g.clone())
     }
 
-    /// CLOCK_REALTIME (ns) of the most recent access by any process, without advancing time:
-    /// called right after an NVML read, it is the exact instant that read was taken at.
+    /// CLOCK_REALTIME (ns) of the most recent energy-counter read by any process: called right
+    /// after such a read, it is the exact instant that read was taken at.
     pub fn last_access_ns(&self) -> io::Result<i64> {
-        Ok(state::peek(&self.dir)?.t_ns)
+        state::last_counter_read_ns(&self.dir)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no counter read yet"))
     }
 
     /// The exact instants (CLOCK_REALTIME ns) at which GPU `gpu`'s energy counter was read

@@ -327,6 +327,7 @@ pub fn with_state<R>(dir: &Path, f: impl FnOnce(&Config, &mut State, i64) -> R) 
     }
     state.gpus.truncate(specs.len());
     let before: Vec<(u32, u32)> = state.gpus.iter().map(|g| (g.power_mw, g.counter_resets)).collect();
+    let advanced = state.clone();
     let result = f(&cfg, &mut state, now);
     for (i, g) in state.gpus.iter_mut().enumerate() {
         g.refresh(&specs[i]);
@@ -337,14 +338,28 @@ pub fn with_state<R>(dir: &Path, f: impl FnOnce(&Config, &mut State, i64) -> R) 
             append_history(dir, i, &format!("{} {}\n", state.t_ns, g.power_mw), false)?;
         }
     }
-    save(dir, &state)?;
+    // A call that changed nothing but time need not be saved: advancing is exact integer
+    // arithmetic, so the next call advances the saved state to the same counter.
+    if state != advanced || !dir.join(STATE_FILE).exists() {
+        save(dir, &state)?;
+    }
     Ok(result)
 }
 
-/// The saved state as it is, without advancing it (its `t_ns` is the instant of the last access).
-pub fn peek(dir: &Path) -> io::Result<State> {
+/// The latest instant any GPU's energy counter was read (from the read logs), if any.
+pub fn last_counter_read_ns(dir: &Path) -> io::Result<Option<i64>> {
     let _lock = lock_dir(dir)?;
-    serde_json::from_slice(&fs::read(dir.join(STATE_FILE))?).map_err(invalid_data)
+    let mut latest = None;
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let is_log = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("reads-"));
+        if is_log {
+            let text = fs::read_to_string(&path)?;
+            let last = text.lines().filter_map(|l| l.split_once(' ')?.0.parse::<i64>().ok()).max();
+            latest = latest.max(last);
+        }
+    }
+    Ok(latest)
 }
 
 /// Exact integral (mJ) of GPU `index`'s true power over [from_ns, to_ns], from its history file.
