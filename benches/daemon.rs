@@ -23,7 +23,6 @@ fn main() {
     let secs: u64 = std::env::var("WATTSON_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
     let exe = Path::new(env!("CARGO_BIN_EXE_wattsond"));
     let library = fake_nvml::library_path_next_to(exe).expect("libfake_nvml.so next to wattsond");
-    let ticks = clock_ticks_per_second();
 
     println!("wattsond at {GPUS} simulated GPUs, 1 s sampling, {secs} s measured per case");
     println!("{:<28} {:>18} {:>12} {:>12}", "case", "CPU/sample/GPU", "RSS", "peak RSS");
@@ -46,11 +45,11 @@ fn main() {
             protocol::call(&daemon.socket, &Request::JobBegin(begin), Duration::from_secs(5)).unwrap();
         }
         std::thread::sleep(Duration::from_secs(2));
-        let cpu0 = cpu_ticks(daemon.pid());
+        let cpu0 = cpu_ns(daemon.pid());
         std::thread::sleep(Duration::from_secs(secs));
-        let cpu1 = cpu_ticks(daemon.pid());
+        let cpu1 = cpu_ns(daemon.pid());
         let (rss, hwm) = rss_kib(daemon.pid());
-        let cpu_s = (cpu1 - cpu0) as f64 / ticks;
+        let cpu_s = (cpu1 - cpu0) as f64 / 1e9;
         let us = cpu_s / (secs as f64 * f64::from(GPUS)) * 1e6;
         per_gpu.push(us);
         let case = format!("{jobs} running jobs");
@@ -76,12 +75,13 @@ fn main() {
     );
 }
 
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+/// CPU time a process has run so far, in ns (`/proc/PID/schedstat`, summed over its threads).
+fn cpu_ns(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Current and peak resident memory, KiB.
@@ -110,7 +110,3 @@ fn own_cpu_s() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
-fn clock_ticks_per_second() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
-}
