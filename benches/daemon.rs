@@ -109,4 +109,3 @@ fn own_cpu_s() -> f64 {
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
-

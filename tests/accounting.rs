@@ -165,3 +165,25 @@ fn a_job_whose_end_was_lost_is_closed_when_its_gpus_are_given_away() {
     assert!(node.log().contains("ending the job whose end was never reported"));
     node.end("21");
 }
+
+#[test]
+fn steps_are_metered_on_their_jobs_gpus_and_end_with_their_job() {
+    let mut node = Node::h100(2);
+    node.start();
+    node.sim.set_load(0, 0.8).unwrap();
+    node.sim.set_load(1, 0.8).unwrap();
+    let begin = node.begin("30", 1000, "0,1");
+    let step_begin = node.begin("30.0", 1000, "1");
+    secs(0.6);
+    let step_end = node.end("30.0");
+    node.begin("30.1", 1000, "0"); // its end is never reported
+    secs(0.4);
+    let end = node.end("30");
+    assert_exact(&node, &node.record("30"), begin, end, EXACT);
+    assert_exact(&node, &node.record("30.0"), step_begin, step_end, EXACT);
+    let lost_step = node.record("30.1");
+    assert_eq!(lost_step.state, JobState::Completed, "a step ends with its job");
+    let table = node.wattson(&["acct", "-j", "30", "-o", "JobID,NGPUs", "-P"]);
+    let out = String::from_utf8_lossy(&table.stdout).to_string();
+    assert_eq!(out.lines().skip(1).collect::<Vec<_>>(), vec!["30|2", "30.0|1", "30.1|1"], "{out}");
+}

@@ -47,6 +47,9 @@ fn a_jobs_policy_is_applied_while_it_runs_and_undone_after() {
         vec![(0, GpuSetting::PowerLimit { mw: 420_000 }), (1, GpuSetting::PowerLimit { mw: 420_000 })]
     );
 
+    // A step runs on its job's setting.
+    let said = begin_with(&node, "1.0", "0", "min-energy");
+    assert!(said.contains("GPU 0 power limit 420 W"), "{said}");
     let said = begin_with(&node, "2", "2", "perf");
     assert!(said.contains("GPUs at their defaults"), "{said}");
     assert_eq!(limit(&node, 2), H100_MAX_MW);

@@ -86,16 +86,6 @@ impl Core {
         self.backend.as_ref()
     }
 
-    /// The node name recorded with jobs.
-    pub fn node(&self) -> &str {
-        &self.node
-    }
-
-    /// Jobs currently running, by key.
-    pub fn running(&self) -> impl Iterator<Item = &JobRecord> {
-        self.running.values()
-    }
-
     /// Records a job's start: reads its GPUs' counters and commits the record.
     pub fn begin(&mut self, req: JobBegin) -> Result<Reply, String> {
         req.hints.validate()?;
@@ -157,7 +147,7 @@ impl Core {
         let settings = if record.key.step.is_empty() {
             self.enforce(&record, &decision)
         } else {
-            self.settings_of(&record.key)
+            self.settings_of(&JobKey::job(record.key.job_id))
         };
         self.running.insert(record.key.clone(), record);
         Ok(Reply::Begun { job: req.job, already_running, decision, settings })
@@ -192,6 +182,20 @@ impl Core {
     /// Records a job's end: a final reading of its GPUs, then the committed final record.
     /// Ending a job that already ended returns its record again.
     pub fn end(&mut self, key: &JobKey) -> Result<Reply, String> {
+        if key.step.is_empty() {
+            // A job's steps end with it, whether or not their own end was reported.
+            let steps: Vec<JobKey> = self
+                .running
+                .keys()
+                .filter(|k| k.job_id == key.job_id && !k.step.is_empty())
+                .cloned()
+                .collect();
+            for step in steps {
+                if let Err(e) = self.end(&step) {
+                    warn!(job = %step, error = %e, "cannot end a step of an ending job");
+                }
+            }
+        }
         let Some(mut record) = self.running.get(key).cloned() else {
             let query = AcctQuery { jobs: vec![key.clone()], ..AcctQuery::default() };
             let done = self.store.query(&query).map_err(|e| e.to_string())?;

@@ -296,28 +296,8 @@ impl Store {
         Ok(BeginOutcome::Inserted)
     }
 
-    /// Updates the meters of the RUNNING record `key` (adding GPUs not yet recorded) and
-    /// appends `samples` to its time series, in one transaction.
-    /// [`StoreError::NotRunning`] if `key` has no RUNNING record.
-    pub fn save_meters(
-        &mut self,
-        key: &JobKey,
-        gpus: &[JobGpu],
-        samples: &[Sample],
-    ) -> Result<(), StoreError> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let id = running_id(&tx, key)?.ok_or_else(|| StoreError::NotRunning(key.clone()))?;
-        for gpu in gpus {
-            upsert_gpu(&tx, id, gpu)?;
-        }
-        for s in samples {
-            insert_sample(&tx, id, s)?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// [`Store::save_meters`] for all running jobs of one sampling tick, in ONE transaction
+    /// Updates the meters of every running job of one sampling tick (adding GPUs not yet
+    /// recorded) and appends their series points, in ONE transaction
     /// (the hot path). Keys without a RUNNING record are skipped, not an error, so one stale
     /// job cannot make a whole tick fail; they are returned (each once, in order of first
     /// appearance) for the caller to log.

@@ -66,7 +66,9 @@ fn round_trip_with_meters_and_events() {
         util_pct: Some(3),
         energy_mj: 4.5,
     };
-    st.save_meters(&r.key, &gpus, std::slice::from_ref(&sample)).unwrap();
+    let skipped =
+        st.save_meters_many(&[(r.key.clone(), gpus.clone())], &[(r.key.clone(), sample.clone())]).unwrap();
+    assert!(skipped.is_empty());
     let done = st.end_job(&r.key, 200 * S, &gpus).unwrap();
     assert_eq!(done.state, JobState::Completed);
     assert_eq!(done.end_ns, Some(200 * S));
@@ -111,7 +113,7 @@ fn ending_or_updating_a_job_that_is_not_running_fails() {
     let mut st = Store::open(&path).unwrap();
     let key = JobKey::job(5);
     assert!(matches!(st.end_job(&key, 1, &[]), Err(StoreError::NotRunning(k)) if k == key));
-    assert!(matches!(st.save_meters(&key, &[], &[]), Err(StoreError::NotRunning(_))));
+    assert_eq!(st.save_meters_many(&[(key.clone(), vec![])], &[]).unwrap(), vec![key.clone()]);
     st.begin_job(&rec(5, "", 1, 1, &[0])).unwrap();
     st.end_job(&key, 2 * S, &[]).unwrap();
     assert!(matches!(st.end_job(&key, 3 * S, &[]), Err(StoreError::NotRunning(_))));
