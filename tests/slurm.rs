@@ -36,6 +36,11 @@ struct Cluster {
 }
 
 fn cluster(spank_args: &str, daemon_env: &[(&str, &str)]) -> Cluster {
+    cluster_with(spank_args, daemon_env, false)
+}
+
+/// [`cluster`], optionally with Slurm's accounting (slurmdbd on MariaDB) so `sacct` works.
+fn cluster_with(spank_args: &str, daemon_env: &[(&str, &str)], accounting: bool) -> Cluster {
     let mut node = Node::h100(4);
     node.start();
     let plugins = node.dir.path().join("plugins");
@@ -53,6 +58,7 @@ fn cluster(spank_args: &str, daemon_env: &[(&str, &str)]) -> Cluster {
         job_submit_plugins: Some("wattson".into()),
         plugin_dir: Some(plugins.clone()),
         daemon_env: env,
+        accounting,
         ..LabOptions::default()
     });
     Cluster { node, lab }
@@ -207,4 +213,23 @@ fn a_deferrable_job_waits_for_the_cheap_hour() {
     // Not deferrable: runs now.
     let now = c.lab.sbatch(&[], "#!/bin/sh\ntrue\n").unwrap();
     assert_eq!(c.lab.wait_job(now, Duration::from_secs(60)).state, "COMPLETED");
+}
+
+#[test]
+fn the_decision_is_in_slurms_own_accounting() {
+    let c = cluster_with("", &[], true);
+    let id = c.lab.sbatch(&["--gres=gpu:1", "--energy=min-energy"], "#!/bin/sh\ntrue\n").unwrap();
+    assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
+    // slurmdbd stores job records asynchronously: poll.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = c
+            .lab
+            .run_ok("sacct", &["-j", &id.to_string(), "-n", "-P", "-X", "-o", "JobID,State,AdminComment"]);
+        if out.trim() == format!("{id}|COMPLETED|wattson:policy=min-energy,power=60%") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "sacct shows {out:?}\n{}", c.lab.log("slurmdbd"));
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }

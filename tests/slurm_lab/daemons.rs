@@ -67,7 +67,7 @@ impl SlurmLab {
              SelectTypeParameters=CR_Core\n\
              SchedulerType=sched/backfill\n\
              SchedulerParameters=batch_sched_delay=0\n\
-             AccountingStorageType=accounting_storage/none\n\
+             {accounting}\n\
              JobCompType=jobcomp/filetxt\n\
              JobCompLoc={lab}/log/jobcomp.txt\n\
              ReturnToService=2\n\
@@ -78,6 +78,7 @@ impl SlurmLab {
              PrologFlags=Alloc\n\
              GresTypes=gpu\n",
             cluster = self.cluster,
+            accounting = self.accounting_conf(),
             ctld_port = self.ctld_port,
         );
         if let Some(js) = &opts.job_submit_plugins {
@@ -307,6 +308,7 @@ impl SlurmLab {
         for (_, mut c) in order {
             terminate(&mut c);
         }
+        self.stop_accounting();
         if let Some(mut c) = self.munged.take() {
             terminate(&mut c);
         }
