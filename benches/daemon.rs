@@ -5,12 +5,12 @@
 //!
 //! Run: `cargo bench --bench daemon` (WATTSON_BENCH_SECS sets the measured seconds, default 30).
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::BenchDaemon;
+use common::Node;
 
 use fake_nvml::{Config, Sim};
 use wattson::gpu::{GpuBackend, NvmlBackend};
@@ -21,15 +21,13 @@ const GPUS: u32 = 8;
 
 fn main() {
     let secs: u64 = std::env::var("WATTSON_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
-    let exe = Path::new(env!("CARGO_BIN_EXE_wattsond"));
-    let library = fake_nvml::library_path_next_to(exe).expect("libfake_nvml.so next to wattsond");
 
     println!("wattsond at {GPUS} simulated GPUs, 1 s sampling, {secs} s measured per case");
     println!("{:<28} {:>18} {:>12} {:>12}", "case", "CPU/sample/GPU", "RSS", "peak RSS");
     let mut per_gpu = Vec::new();
     for jobs in [0, GPUS] {
-        let dir = tempfile::tempdir().unwrap();
-        let daemon = BenchDaemon::start(dir.path(), GPUS as usize);
+        let mut daemon = Node::new(Config::uniform("H100", GPUS as usize), "1s");
+        daemon.start();
         for gpu in 0..GPUS {
             daemon.sim.set_load(gpu, 0.8).unwrap();
         }
@@ -61,7 +59,7 @@ fn main() {
     let sim = Sim::create(&dir.path().join("gpus"), &Config::uniform("H100", GPUS as usize)).unwrap();
     // SAFETY: single-threaded at this point; the variable is read by the library at init.
     unsafe { std::env::set_var(fake_nvml::DIR_ENV, sim.dir()) };
-    let backend = NvmlBackend::open(Some(&library)).unwrap();
+    let backend = NvmlBackend::open(Some(&common::fake_library())).unwrap();
     let reads = 2000;
     let cpu0 = own_cpu_s();
     for i in 0..reads {

@@ -8,11 +8,12 @@
 //!
 //! Run: `cargo bench --bench slurm`.
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::BenchDaemon;
+use common::Node;
 use wattson::protocol::{self, Request};
 use wattson::slurm::node::{self, NodeJob, PluginArgs};
 use wattson::slurm::submit::{self, CachedConfig};
@@ -67,7 +68,8 @@ fn main() {
     println!("  ratio p99: {:.1}x the stat", d.1 / s.1);
 
     // SPANK round trips against a real daemon.
-    let daemon = BenchDaemon::start(dir.path(), 4);
+    let mut daemon = Node::h100(4);
+    daemon.start();
     let args =
         PluginArgs { config: daemon.config.clone(), timeout: Some(Duration::from_secs(5)), test_panic: None };
     let (mut begin, mut end, mut status) = (Vec::new(), Vec::new(), Vec::new());

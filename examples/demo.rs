@@ -206,3 +206,13 @@ impl Daemon {
         self.0.wait().unwrap();
     }
 }
+
+impl Drop for Daemon {
+    /// A demo that fails half-way leaves no daemon behind (after `stop`/`kill9` this is a no-op).
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}

@@ -5,7 +5,7 @@
 //! may ask for status; a user's `acct` request is narrowed to that user's own jobs unless the
 //! user is root or a configured admin.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -206,13 +206,20 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Reply
     response.map_err(ClientError::Refused)
 }
 
-/// Reads one request line of at most [`MAX_REQUEST_BYTES`] from a blocking reader (tests, tools).
-pub fn read_request(reader: impl Read) -> Result<Request, String> {
-    let mut line = String::new();
-    BufReader::new(reader.take(MAX_REQUEST_BYTES as u64 + 1))
-        .read_line(&mut line)
-        .map_err(|e| format!("cannot read request: {e}"))?;
-    parse_request(&line)
+/// The settings a job got, as one clause for a message: `, GPU 0 power limit 420 W, ...` or
+/// `, GPUs at their defaults`.
+pub fn describe_settings(settings: &[(u32, GpuSetting)]) -> String {
+    if settings.is_empty() {
+        return ", GPUs at their defaults".to_string();
+    }
+    let each: Vec<String> = settings
+        .iter()
+        .map(|(gpu, s)| match s {
+            GpuSetting::PowerLimit { mw } => format!("GPU {gpu} power limit {} W", mw / 1000),
+            GpuSetting::LockedClock { mhz } => format!("GPU {gpu} SM clock {mhz} MHz"),
+        })
+        .collect();
+    format!(", {}", each.join(", "))
 }
 
 /// Parses one request line; the error says what was wrong.

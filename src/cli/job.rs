@@ -3,9 +3,8 @@
 use clap::{Args, Subcommand};
 
 use crate::config::Config;
-use crate::gpu::GpuSetting;
 use crate::job::{GpuRef, Hints, JobKey};
-use crate::protocol::{self, JobBegin, Reply, Request};
+use crate::protocol::{self, JobBegin, Reply, Request, describe_settings};
 
 /// `wattson job` subcommands.
 #[derive(Debug, Subcommand)]
@@ -103,18 +102,4 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
         other => return Err(format!("unexpected reply from wattsond: {other:?}")),
     }
     Ok(())
-}
-
-fn describe_settings(settings: &[(u32, GpuSetting)]) -> String {
-    if settings.is_empty() {
-        return ", GPUs at their defaults".to_string();
-    }
-    let each: Vec<String> = settings
-        .iter()
-        .map(|(gpu, s)| match s {
-            GpuSetting::PowerLimit { mw } => format!("GPU {gpu} power limit {} W", mw / 1000),
-            GpuSetting::LockedClock { mhz } => format!("GPU {gpu} SM clock {mhz} MHz"),
-        })
-        .collect();
-    format!(", {}", each.join(", "))
 }

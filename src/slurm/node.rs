@@ -95,9 +95,11 @@ pub fn begin(args: &PluginArgs, job: NodeJob) -> Result<String, String> {
         hints: job.hints,
     });
     match args.call(&request)? {
-        Reply::Begun { job, decision, settings, .. } => {
-            Ok(format!("wattson: job {job} began: policy {}{}", decision.policy, describe(&settings)))
-        }
+        Reply::Begun { job, decision, settings, .. } => Ok(format!(
+            "wattson: job {job} began: policy {}{}",
+            decision.policy,
+            protocol::describe_settings(&settings)
+        )),
         other => Err(format!("unexpected reply {other:?}")),
     }
 }
@@ -131,14 +133,6 @@ pub fn job_env(args: &PluginArgs, job_id: u32) -> Result<Vec<(&'static str, Stri
             Ok(env)
         }
         other => Err(format!("unexpected reply {other:?}")),
-    }
-}
-
-fn describe(settings: &[(u32, GpuSetting)]) -> String {
-    match settings.first() {
-        None => ", GPUs at their defaults".to_string(),
-        Some((_, GpuSetting::PowerLimit { mw })) => format!(", {} GPU(s) at {} W", settings.len(), mw / 1000),
-        Some((_, GpuSetting::LockedClock { mhz })) => format!(", {} GPU(s) at {mhz} MHz", settings.len()),
     }
 }
 

@@ -85,6 +85,11 @@ impl Node {
         panic!("wattsond did not become ready:\n{}", self.log());
     }
 
+    /// The running daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.daemon.as_ref().expect("daemon running").id()
+    }
+
     /// Kills wattsond with SIGKILL (no chance to persist anything).
     pub fn kill9(&mut self) {
         let mut child = self.daemon.take().expect("daemon running");

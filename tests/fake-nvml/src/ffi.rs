@@ -78,14 +78,23 @@ fn handle_for(index: usize) -> nvmlDevice_t {
 
 /// Runs `f` for a valid, present (not lost) device.
 fn with_device<T>(device: nvmlDevice_t, f: impl FnOnce(&Config, &GpuSpec, &mut GpuState) -> R<T>) -> R<T> {
+    with_device_at(device, |cfg, spec, gs, _| f(cfg, spec, gs))
+}
+
+/// [`with_device`], also passing the instant (CLOCK_REALTIME ns) the state was advanced to.
+fn with_device_at<T>(
+    device: nvmlDevice_t,
+    f: impl FnOnce(&Config, &GpuSpec, &mut GpuState, i64) -> R<T>,
+) -> R<T> {
     let index = handle_index(device)?;
     locked(|cfg, st| {
+        let t_ns = st.t_ns;
         let gs = st.gpus.get_mut(index).ok_or(INVALID)?;
         let spec = cfg.spec(index).map_err(|_| UNKNOWN)?;
         if gs.lost {
             return Err(nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST);
         }
-        f(cfg, &spec, gs)
+        f(cfg, &spec, gs, t_ns)
     })
 }
 
@@ -366,22 +375,15 @@ pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     energy: *mut c_ulonglong,
 ) -> nvmlReturn_t {
     run(|| {
-        let index = handle_index(device)?;
-        let dir = driver_dir()?;
-        let (t_ns, v) = locked(|cfg, st| {
-            let t_ns = st.t_ns;
-            let gs = st.gpus.get_mut(index).ok_or(INVALID)?;
-            let spec = cfg.spec(index).map_err(|_| UNKNOWN)?;
-            if gs.lost {
-                Err(nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST)
-            } else if !spec.energy_counter || gs.counter_unsupported {
+        let (t_ns, v) = with_device_at(device, |_, spec, gs, t_ns| {
+            if !spec.energy_counter || gs.counter_unsupported {
                 Err(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED)
             } else {
                 Ok((t_ns, gs.counter_mj))
             }
         })?;
         // Ground truth for tests: the exact instant this counter value was served.
-        state::log_counter_read(&dir, index, t_ns, v).map_err(|_| UNKNOWN)?;
+        state::log_counter_read(&driver_dir()?, handle_index(device)?, t_ns, v).map_err(|_| UNKNOWN)?;
         out(energy, v)
     })
 }
