@@ -49,11 +49,26 @@ pub struct ChooserConfig {
     /// Under a slowdown bound, leave the max setting only for a predicted energy saving of
     /// at least this many standard errors (a saving inside the noise is not worth a slowdown).
     pub min_saving_sigmas: f64,
+    /// Judge the bound on the pessimistic time (`time_hi`); `false` uses the model's own
+    /// time (probing uses that to find the setting most worth measuring).
+    #[serde(default = "yes")]
+    pub pessimistic: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl ChooserConfig {
+    /// The chooser that points probing at the likely best setting: no margin, model time.
+    pub fn optimistic(&self) -> ChooserConfig {
+        ChooserConfig { z: 0.0, min_saving_sigmas: 0.0, pessimistic: false, ..*self }
+    }
 }
 
 impl Default for ChooserConfig {
     fn default() -> Self {
-        ChooserConfig { z: 1.0, max_model_error: 0.15, min_saving_sigmas: 0.5 }
+        ChooserConfig { z: 1.0, max_model_error: 0.15, min_saving_sigmas: 0.5, pessimistic: true }
     }
 }
 
@@ -121,7 +136,8 @@ pub fn choose(model: &DvfsModel, settings: &[f64], policy: Policy, cfg: &Chooser
             continue;
         }
         let slowdown = p.time / top.time - 1.0;
-        let pessimistic = p.time_hi.max(p.time) / top.time - 1.0;
+        let judged = if cfg.pessimistic { p.time_hi.max(p.time) } else { p.time };
+        let pessimistic = judged / top.time - 1.0;
         if let Some(b) = bound
             && (pessimistic + cfg.z * p.rel_sigma > b
                 || 1.0 - p.energy / top.energy < cfg.min_saving_sigmas * p.rel_sigma)

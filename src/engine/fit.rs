@@ -4,7 +4,7 @@
 use super::model::{CUBE_EXPONENT, ClockModel, PowerLimitModel};
 
 /// One measurement at one setting, per unit of work.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sample {
     /// SM clock (MHz) or power limit (W).
     pub setting: f64,

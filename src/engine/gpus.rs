@@ -118,6 +118,23 @@ pub fn prior(gpu_type: &str) -> Option<&'static GpuPrior> {
     PRIORS.iter().find(|p| key.clone().eq(p.name.bytes()))
 }
 
+/// Candidate power limits from `min_w` to `max_w` in `step_w` steps, always ending at
+/// `max_w`; empty when the range or the step is empty or not finite.
+pub fn power_limit_grid(min_w: f64, max_w: f64, step_w: f64) -> Vec<f64> {
+    let mut v = Vec::new();
+    let valid = [min_w, max_w, step_w].iter().all(|x| x.is_finite() && *x > 0.0) && min_w <= max_w;
+    if !valid {
+        return v;
+    }
+    let mut k = 0.0;
+    while min_w + k * step_w < max_w - 1e-9 {
+        v.push(min_w + k * step_w);
+        k += 1.0;
+    }
+    v.push(max_w);
+    v
+}
+
 /// All priors, for listing.
 pub fn all() -> &'static [GpuPrior] {
     PRIORS
@@ -127,14 +144,7 @@ impl GpuPrior {
     /// Candidate power limits from the minimum to the maximum in [`POWER_LIMIT_STEP_W`] steps,
     /// always ending at the maximum.
     pub fn power_limits(&self) -> Vec<f64> {
-        let mut v = Vec::new();
-        let mut p = self.min_power_limit_w;
-        while p < self.max_power_limit_w - 1e-9 {
-            v.push(p);
-            p += POWER_LIMIT_STEP_W;
-        }
-        v.push(self.max_power_limit_w);
-        v
+        power_limit_grid(self.min_power_limit_w, self.max_power_limit_w, POWER_LIMIT_STEP_W)
     }
 
     /// Lowest SM clock (MHz) where the clock model is valid.
@@ -165,5 +175,11 @@ mod tests {
         assert_eq!(p.last(), Some(&260.0));
         assert_eq!(p[p.len() - 2], 250.0);
         assert!(all().iter().all(|g| g.min_power_limit_w < g.max_power_limit_w));
+        assert_eq!(power_limit_grid(200.0, 260.0, 25.0), vec![200.0, 225.0, 250.0, 260.0]);
+        assert_eq!(power_limit_grid(300.0, 300.0, 5.0), vec![300.0]);
+        assert!(
+            power_limit_grid(300.0, 200.0, 5.0).is_empty() && power_limit_grid(f64::NAN, 1.0, 5.0).is_empty()
+        );
+        assert!(power_limit_grid(100.0, 200.0, 0.0).is_empty());
     }
 }

@@ -3,17 +3,20 @@
 //!
 //! [`model`] holds the two model families (SM clock and power limit), [`fit`] fits them from a
 //! few (setting, time, power) samples, [`choose`] picks a setting under a [`choose::Policy`],
-//! [`gpus`] holds per-GPU priors and [`table`] is the tag → model table read by job_submit.
+//! [`gpus`] holds per-GPU priors, [`probe`] decides what to measure next for a job whose
+//! workload is not known yet, and [`table`] is the tag → model table read by job_submit.
 //! Nothing here does I/O, reads a clock, spawns threads or panics on bad input.
 
 pub mod choose;
 pub mod fit;
 pub mod gpus;
 pub mod model;
+pub mod probe;
 pub mod table;
 
 pub use choose::{ChooserConfig, Decision, Policy, choose};
 pub use fit::{FitError, Sample, fit_clock, fit_power_limit};
 pub use gpus::{GpuPrior, prior};
 pub use model::{ClockModel, DvfsModel, PowerLimitModel, Prediction};
+pub use probe::{ProbeConfig, Step, Window, next_step};
 pub use table::{ModelEntry, ModelTable};

@@ -19,7 +19,9 @@ mod tests;
 
 pub use config::{CONFIG_FILE, Config, GpuConfig, GpuSpec};
 pub use ffi::DIR_ENV;
-pub use state::{Fault, GpuState, LOCK_FILE, STATE_FILE, check_privilege, history_path, now_ns};
+pub use state::{
+    Fault, GpuState, LOCK_FILE, STATE_FILE, Workload, check_privilege, history_path, now_ns, operating_point,
+};
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -80,6 +82,25 @@ impl Sim {
             return Err(bad_input("load must be within 0.0..=1.0"));
         }
         self.with_gpu(gpu, |g| g.load = load)
+    }
+
+    /// Starts (or, with `None`, removes) the workload on GPU `gpu` now; its progress then
+    /// follows [`Workload::rate`] at the GPU's effective clock while the load is above zero.
+    pub fn set_workload(&self, gpu: u32, workload: Option<Workload>) -> io::Result<()> {
+        if let Some(w) = workload
+            && !(w.t0_s >= 0.0
+                && w.d_s_mhz >= 0.0
+                && w.t0_s + w.d_s_mhz > 0.0
+                && (w.t0_s + w.d_s_mhz).is_finite())
+        {
+            return Err(bad_input("workload times must be finite, >= 0 and not both 0"));
+        }
+        self.with_gpu(gpu, |g| g.workload = workload)
+    }
+
+    /// Units of work GPU `gpu`'s workloads have completed up to now.
+    pub fn work_done(&self, gpu: u32) -> io::Result<f64> {
+        self.with_gpu(gpu, |g| g.work_units)
     }
 
     /// Injects a fault into GPU `gpu` now (`CounterReset` is one-shot).

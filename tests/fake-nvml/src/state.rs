@@ -60,6 +60,30 @@ pub struct GpuState {
     pub power_mw: u32,
     /// Current effective SM clock, MHz (derived; lowered when the power cap binds).
     pub sm_clock_mhz: u32,
+    /// The workload running on the GPU, whose progress follows a model hidden from wattson.
+    #[serde(default)]
+    pub workload: Option<Workload>,
+    /// Units of work the workload has completed (exact integral of its rate).
+    #[serde(default)]
+    pub work_units: f64,
+}
+
+/// A workload's hidden speed law: one unit of work takes `t0_s + d_s_mhz / f` seconds at
+/// effective SM clock `f` MHz (a clock-independent part, e.g. memory-bound, and a clock-bound
+/// part). It progresses only while the GPU's load is above zero.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    /// Clock-independent seconds per unit.
+    pub t0_s: f64,
+    /// Clock-bound work per unit, s·MHz.
+    pub d_s_mhz: f64,
+}
+
+impl Workload {
+    /// Units per second at effective SM clock `f_mhz`.
+    pub fn rate(&self, f_mhz: f64) -> f64 {
+        if f_mhz > 0.0 { 1.0 / (self.t0_s + self.d_s_mhz / f_mhz) } else { 0.0 }
+    }
 }
 
 /// State of the whole fake driver.
@@ -132,6 +156,8 @@ impl GpuState {
             counter_resets: 0,
             power_mw: 0,
             sm_clock_mhz: 0,
+            workload: None,
+            work_units: 0.0,
         };
         gs.refresh(spec);
         gs
@@ -147,6 +173,9 @@ impl GpuState {
         let total = u128::from(self.counter_rem_mw_ns) + u128::from(self.power_mw) * u128::from(dt_ns);
         self.counter_mj = self.counter_mj.wrapping_add((total / MW_NS_PER_MJ) as u64);
         self.counter_rem_mw_ns = (total % MW_NS_PER_MJ) as u64;
+        if let Some(w) = self.workload.filter(|_| self.load > 0.0) {
+            self.work_units += w.rate(f64::from(self.sm_clock_mhz)) * dt_ns as f64 / 1e9;
+        }
     }
 
     /// Applies a fault (set) at the current instant.

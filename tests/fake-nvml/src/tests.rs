@@ -152,3 +152,23 @@ fn sim_state_is_persistent_and_truth_matches_counter() {
     assert!(text.lines().nth(2).unwrap().ends_with(" reset"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn work_follows_the_hidden_law_at_the_effective_clock() {
+    let spec = h100();
+    let mut g = GpuState::fresh(&spec, 0);
+    g.workload = Some(Workload { t0_s: 0.02, d_s_mhz: 158.4 });
+    g.integrate(1_000_000_000);
+    assert_eq!(g.work_units, 0.0, "no progress at zero load");
+    g.load = 1.0;
+    g.refresh(&spec);
+    g.integrate(2_000_000_000);
+    // 1980 MHz: 0.02 + 0.08 = 0.1 s per unit, so 20 units in 2 s.
+    assert!((g.work_units - 20.0).abs() < 1e-9, "{}", g.work_units);
+    g.power_limit_mw = 400_000;
+    g.refresh(&spec);
+    let f = f64::from(g.sm_clock_mhz);
+    g.integrate(1_000_000_000);
+    assert!((g.work_units - 20.0 - 1.0 / (0.02 + 158.4 / f)).abs() < 1e-9);
+    assert!(g.work_units - 20.0 < 10.0, "capped GPU is slower");
+}
