@@ -97,6 +97,7 @@ fn job(i: u64, n: u64, rng: &mut Rng) -> JobRecord {
         state: JobState::Completed,
         hints: Hints { policy: Some(policy.into()), slowdown_pct: None, tag: None },
         gpus,
+        dvfs: None,
     }
 }
 

@@ -32,6 +32,88 @@ pub struct Config {
     /// `[prices]`: the electricity tariff that `--energy-defer` follows.
     #[serde(default)]
     pub prices: crate::prices::PriceSchedule,
+    /// `[engine]`: online probing and the learned models.
+    #[serde(default)]
+    pub engine: EngineConfig,
+}
+
+/// `[engine]` section: how wattsond measures workloads it does not know, and where it keeps
+/// what it learned.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// How long each probed power limit is held and measured.
+    #[serde(default = "default_probe_window", deserialize_with = "probe_duration")]
+    pub probe_window: Duration,
+    /// How long after a change the GPU is left to settle before measuring.
+    #[serde(default = "default_probe_settle", deserialize_with = "probe_duration")]
+    pub probe_settle: Duration,
+    /// Most probe windows per job (at least 3).
+    #[serde(default = "default_max_probes", deserialize_with = "max_probes")]
+    pub max_probes: usize,
+    /// Step between candidate power limits, W.
+    #[serde(default = "default_power_limit_step", deserialize_with = "power_limit_step")]
+    pub power_limit_step_w: f64,
+    /// Directory of the per-job progress files (`WATTSON_PROGRESS_FILE`).
+    #[serde(default = "default_progress_dir")]
+    pub progress_dir: PathBuf,
+    /// The model table for `job_submit/wattson`, rewritten whenever a model changes.
+    #[serde(default = "default_models_file")]
+    pub models_file: PathBuf,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            probe_window: default_probe_window(),
+            probe_settle: default_probe_settle(),
+            max_probes: default_max_probes(),
+            power_limit_step_w: default_power_limit_step(),
+            progress_dir: default_progress_dir(),
+            models_file: default_models_file(),
+        }
+    }
+}
+
+fn default_probe_window() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_probe_settle() -> Duration {
+    Duration::from_secs(3)
+}
+fn default_max_probes() -> usize {
+    6
+}
+fn default_power_limit_step() -> f64 {
+    5.0
+}
+fn default_progress_dir() -> PathBuf {
+    PathBuf::from("/run/wattson/progress")
+}
+fn default_models_file() -> PathBuf {
+    PathBuf::from("/var/lib/wattson/models.json")
+}
+
+fn probe_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_millis(100), Duration::from_secs(3600))
+}
+
+fn max_probes<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    if (3..=50).contains(&n) {
+        Ok(n)
+    } else {
+        Err(serde::de::Error::custom(format!("{n} probes: allowed 3 to 50")))
+    }
+}
+
+fn power_limit_step<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let w = f64::deserialize(d)?;
+    if (1.0..=100.0).contains(&w) {
+        Ok(w)
+    } else {
+        Err(serde::de::Error::custom(format!("{w} W: allowed 1 to 100")))
+    }
 }
 
 /// `[daemon]` section.
@@ -170,6 +252,11 @@ impl Config {
                 None => ConfigError(format!("{origin}: {message}")),
             }
         })?;
+        if config.engine.probe_settle >= config.engine.probe_window {
+            return Err(ConfigError(format!(
+                "{origin}: engine.probe_settle must be shorter than engine.probe_window"
+            )));
+        }
         if config.daemon.slurm_user.is_empty() {
             return Err(ConfigError(format!("{origin}: daemon.slurm_user must not be empty")));
         }

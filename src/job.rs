@@ -168,6 +168,67 @@ pub struct JobRecord {
     pub hints: Hints,
     /// The job's GPUs, by index.
     pub gpus: Vec<JobGpu>,
+    /// What the DVFS models did for the job, when they chose its setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dvfs: Option<Box<JobDvfs>>,
+}
+
+/// How a job's throughput was measured while the models chose its setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Progress {
+    /// The job wrote its work units to `WATTSON_PROGRESS_FILE`.
+    File,
+    /// No progress reported: SM clock × utilisation stood in for throughput.
+    SmActivity,
+}
+
+impl Progress {
+    /// `file` or `sm-activity`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Progress::File => "file",
+            Progress::SmActivity => "sm-activity",
+        }
+    }
+}
+
+/// What the DVFS models did for one job: the workload, the probes, the chosen power limit,
+/// what the model predicted for it and what was measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobDvfs {
+    /// Workload key the models learn under (`--energy-tag`, else `user:jobname`).
+    pub tag: String,
+    /// GPU model name the workload ran on.
+    pub gpu_type: String,
+    /// Power limits (W) measured in this run, in order.
+    pub probed_w: Vec<f64>,
+    /// How throughput was measured, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    /// Power limit (W) the job settled on; `None` while probing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setting_w: Option<f64>,
+    /// The model's slowdown at that limit against the highest (fraction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_slowdown: Option<f64>,
+    /// The model's energy at that limit over the energy at the highest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_energy_ratio: Option<f64>,
+    /// Relative standard error of the prediction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncertainty: Option<f64>,
+    /// Why this limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Measured after the job: time per unit of work at the limit over that at the highest,
+    /// minus 1 (the reference is this run's probe or an earlier run's measurement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_slowdown: Option<f64>,
+    /// Estimate: energy the same work would have taken at the highest limit, minus what the
+    /// settled part of the job took (J).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_saved_j: Option<f64>,
 }
 
 impl JobRecord {

@@ -2,11 +2,13 @@
 //! the job gets and the GPU setting that enacts it. Pure and deterministic, so slurmctld (at
 //! submit) and wattsond (at job start) reach the same decision from the same inputs.
 //!
-//! Until the DVFS models decide per workload, each policy maps to a power limit given as a
-//! share of each GPU's maximum; `perf` leaves the GPU at its defaults.
+//! Two ways to enact a policy (`[policy] enact`): `model` (the default) lets the engine's
+//! DVFS models choose each job's power limit (see `daemon::adapt`); `share` maps each policy
+//! to a fixed share of each GPU's maximum power limit. `perf` leaves the GPU at its defaults.
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::Policy as EnginePolicy;
 use crate::gpu::{GpuInfo, GpuSetting};
 use crate::job::Hints;
 
@@ -26,6 +28,26 @@ pub struct PolicyConfig {
     /// Power limit of `balanced` jobs, percent of the GPU's maximum.
     #[serde(default = "default_balanced_pct", deserialize_with = "percent")]
     pub balanced_power_pct: u32,
+    /// How policies become GPU settings.
+    #[serde(default)]
+    pub enact: Enact,
+    /// Slowdown bound of `min-energy` jobs that give no `--energy-slowdown`, in percent.
+    #[serde(default = "default_slowdown_pct", deserialize_with = "slowdown")]
+    pub slowdown_pct: f64,
+    /// Weight of energy in the `balanced` cost `η·E + (1−η)·P_max·T`, in [0, 1].
+    #[serde(default = "default_eta", deserialize_with = "eta")]
+    pub balanced_eta: f64,
+}
+
+/// How a policy becomes a GPU setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Enact {
+    /// The DVFS models choose per workload, probing workloads they do not know.
+    #[default]
+    Model,
+    /// A fixed share of each GPU's maximum power limit per policy.
+    Share,
 }
 
 impl Default for PolicyConfig {
@@ -35,6 +57,9 @@ impl Default for PolicyConfig {
             perf_users: Vec::new(),
             min_energy_power_pct: default_min_energy_pct(),
             balanced_power_pct: default_balanced_pct(),
+            enact: Enact::default(),
+            slowdown_pct: default_slowdown_pct(),
+            balanced_eta: default_eta(),
         }
     }
 }
@@ -47,6 +72,31 @@ fn default_min_energy_pct() -> u32 {
 }
 fn default_balanced_pct() -> u32 {
     85
+}
+
+fn default_slowdown_pct() -> f64 {
+    10.0
+}
+fn default_eta() -> f64 {
+    0.5
+}
+
+fn slowdown<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let pct = f64::deserialize(d)?;
+    if pct.is_finite() && (0.0..=1000.0).contains(&pct) {
+        Ok(pct)
+    } else {
+        Err(serde::de::Error::custom(format!("{pct} is not a slowdown percentage between 0 and 1000")))
+    }
+}
+
+fn eta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let eta = f64::deserialize(d)?;
+    if (0.0..=1.0).contains(&eta) {
+        Ok(eta)
+    } else {
+        Err(serde::de::Error::custom(format!("{eta} is not between 0 and 1")))
+    }
 }
 
 fn policy_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -67,13 +117,17 @@ fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     }
 }
 
-/// What a job gets: its policy, the share of the maximum power limit, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What a job gets: its policy, how it is enacted, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     /// `min-energy`, `balanced` or `perf`.
     pub policy: String,
-    /// Power limit as a percentage of each GPU's maximum; 100 means the GPU's defaults.
+    /// How the policy is enacted.
+    pub enact: Enact,
+    /// With `share`: power limit as a percentage of each GPU's maximum; 100 means defaults.
     pub power_pct: u32,
+    /// For the models: the engine's policy (slowdown bound or balanced weight).
+    pub engine: crate::engine::Policy,
     /// Why the policy differs from what the user asked, if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -91,19 +145,28 @@ impl PolicyConfig {
         } else {
             (asked, None)
         };
-        let power_pct = match policy.as_str() {
-            "min-energy" => self.min_energy_power_pct,
-            "balanced" => self.balanced_power_pct,
-            _ => 100,
+        let (power_pct, engine) = match policy.as_str() {
+            "min-energy" => {
+                let pct = hints.slowdown_pct.unwrap_or(self.slowdown_pct);
+                (self.min_energy_power_pct, EnginePolicy::MinEnergy { max_slowdown: pct / 100.0 })
+            }
+            "balanced" => (self.balanced_power_pct, EnginePolicy::Balanced { eta: self.balanced_eta }),
+            _ => (100, EnginePolicy::Perf),
         };
-        Decision { policy, power_pct, note }
+        Decision { policy, enact: self.enact, power_pct, engine, note }
     }
 }
 
 impl Decision {
-    /// The setting that enacts the decision on `gpu`; `None` leaves the GPU at its defaults.
+    /// Whether the DVFS models choose this job's setting (it is not `perf` nor a fixed share).
+    pub fn by_model(&self) -> bool {
+        self.enact == Enact::Model && self.engine != EnginePolicy::Perf
+    }
+
+    /// The fixed-share setting on `gpu` (`enact = "share"`); `None` leaves the GPU at its
+    /// defaults (perf, or the models decide).
     pub fn setting_for(&self, gpu: &GpuInfo) -> Option<GpuSetting> {
-        if self.power_pct >= 100 {
+        if self.enact != Enact::Share || self.power_pct >= 100 {
             return None;
         }
         let max = gpu.power_limit_max_mw?;
@@ -139,7 +202,7 @@ mod tests {
 
     #[test]
     fn policies_map_to_power_limits() {
-        let cfg = PolicyConfig::default();
+        let cfg = PolicyConfig { enact: Enact::Share, ..PolicyConfig::default() };
         let d = cfg.decide(&hints("min-energy"), "alice");
         assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 420_000 }));
         let d = cfg.decide(&Hints::default(), "alice");
@@ -150,9 +213,21 @@ mod tests {
 
     #[test]
     fn limits_are_clamped_to_the_gpu_range() {
-        let cfg = PolicyConfig { min_energy_power_pct: 10, ..PolicyConfig::default() };
+        let cfg = PolicyConfig { min_energy_power_pct: 10, enact: Enact::Share, ..PolicyConfig::default() };
         let d = cfg.decide(&hints("min-energy"), "bob");
         assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 200_000 }));
+    }
+
+    #[test]
+    fn the_models_get_the_bound_or_the_weight() {
+        let cfg = PolicyConfig::default();
+        let d = cfg.decide(&hints("min-energy"), "alice");
+        assert!(d.by_model() && d.setting_for(&h100()).is_none());
+        assert_eq!(d.engine, EnginePolicy::MinEnergy { max_slowdown: 0.1 });
+        let asked = Hints { slowdown_pct: Some(25.0), ..hints("min-energy") };
+        assert_eq!(cfg.decide(&asked, "alice").engine, EnginePolicy::MinEnergy { max_slowdown: 0.25 });
+        assert_eq!(cfg.decide(&Hints::default(), "alice").engine, EnginePolicy::Balanced { eta: 0.5 });
+        assert!(!cfg.decide(&hints("perf"), "alice").by_model());
     }
 
     #[test]

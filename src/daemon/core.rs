@@ -5,10 +5,11 @@
 //! answered; every sample persists the running meters, so a restart resumes them.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use tracing::{info, warn};
 
+use super::adapt::Adaptive;
+use crate::config::{Config, EngineConfig};
 use crate::energy::{GpuMeter, GpuReading};
 use crate::gpu::{GpuBackend, GpuError, now_ns};
 use crate::job::{JobGpu, JobKey, JobRecord, JobState};
@@ -36,6 +37,9 @@ pub struct Core {
     last_series_ns: i64,
     /// GPUs whose restore failed and is retried at every sample.
     restores_pending: usize,
+    pub(super) engine: EngineConfig,
+    /// Jobs whose power limit the DVFS models choose, by job id.
+    pub(super) adaptive: BTreeMap<u32, Adaptive>,
 }
 
 impl Core {
@@ -45,8 +49,7 @@ impl Core {
         backend: Box<dyn GpuBackend>,
         store: Store,
         node: String,
-        policy: PolicyConfig,
-        series_interval: Duration,
+        config: &Config,
     ) -> Result<Core, String> {
         let resumed =
             store.running_jobs().map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
@@ -58,11 +61,13 @@ impl Core {
             backend,
             store,
             node,
-            policy,
+            policy: config.policy.clone(),
             running,
-            series_interval_ns: series_interval.as_nanos() as i64,
+            series_interval_ns: config.daemon.series_interval.as_nanos() as i64,
             last_series_ns: 0,
             restores_pending: 0,
+            engine: config.engine.clone(),
+            adaptive: BTreeMap::new(),
         };
         core.restores_pending = core.restore_orphans();
         Ok(core)
@@ -74,6 +79,11 @@ impl Core {
 
     pub(super) fn store_mut(&mut self) -> &mut Store {
         &mut self.store
+    }
+
+    /// A copy of the running record of `key`.
+    pub(super) fn running_record(&self, key: &JobKey) -> Option<JobRecord> {
+        self.running.get(key).cloned()
     }
 
     /// Whether `key` is running.
@@ -135,6 +145,7 @@ impl Core {
             state: JobState::Running,
             hints: req.hints,
             gpus,
+            dvfs: None,
         };
         let outcome = self
             .store
@@ -144,10 +155,12 @@ impl Core {
         let already_running = matches!(outcome, BeginOutcome::AlreadyRunning);
         // Settings belong to the whole job; its steps run on them.
         let decision = self.decision_of(&record);
-        let settings = if record.key.step.is_empty() {
-            self.enforce(&record, &decision)
-        } else {
+        let settings = if !record.key.step.is_empty() || (decision.by_model() && already_running) {
             self.settings_of(&JobKey::job(record.key.job_id))
+        } else if decision.by_model() {
+            self.adapt_begin(&record, &decision)
+        } else {
+            self.enforce(&record, &decision)
         };
         self.running.insert(record.key.clone(), record);
         Ok(Reply::Begun { job: req.job, already_running, decision, settings })
@@ -217,6 +230,9 @@ impl Core {
                 }
             }
         }
+        if key.step.is_empty() {
+            record.dvfs = self.adapt_end(&record).map(Box::new);
+        }
         let stored = self
             .store
             .end_job(key, end_ns, &record.gpus)
@@ -277,6 +293,9 @@ impl Core {
                 }
                 Err(e) => warn!(error = %e, "cannot persist running meters; will retry next sample"),
             }
+        }
+        if !self.adaptive.is_empty() {
+            self.adapt_tick(&readings);
         }
         Tick { readings, job_energy }
     }

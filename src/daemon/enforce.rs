@@ -14,29 +14,41 @@ use crate::policy::Decision;
 use crate::store::GpuChange;
 
 impl Core {
-    /// Applies `decision` to the GPUs of a job that just began; returns what was applied.
-    /// A GPU that refuses the setting keeps its defaults and the job runs anyway.
+    /// Applies `decision`'s fixed setting to the GPUs of a job that just began; returns what
+    /// was applied. A GPU that refuses the setting keeps its defaults and the job runs anyway.
     pub(super) fn enforce(&mut self, record: &JobRecord, decision: &Decision) -> Vec<(u32, GpuSetting)> {
-        let changes: Vec<GpuChange> = record
+        let wanted: Vec<(u32, GpuSetting)> = record
             .gpus
             .iter()
             .filter_map(|gpu| {
-                let info = &self.backend().devices()[gpu.index as usize];
-                let setting = decision.setting_for(info)?;
-                Some(GpuChange {
-                    gpu_index: gpu.index,
-                    uuid: info.uuid.clone(),
-                    job: record.key.clone(),
-                    setting,
-                    applied_ns: now_ns(),
-                })
+                Some((gpu.index, decision.setting_for(&self.backend().devices()[gpu.index as usize])?))
+            })
+            .collect();
+        self.apply_settings(&record.key, &wanted)
+    }
+
+    /// Journals, then applies, settings of `job`'s GPUs; returns what was applied. A GPU that
+    /// refuses keeps (or returns to) its defaults.
+    pub(super) fn apply_settings(
+        &mut self,
+        job: &JobKey,
+        wanted: &[(u32, GpuSetting)],
+    ) -> Vec<(u32, GpuSetting)> {
+        let changes: Vec<GpuChange> = wanted
+            .iter()
+            .map(|&(gpu_index, setting)| GpuChange {
+                gpu_index,
+                uuid: self.backend().devices()[gpu_index as usize].uuid.clone(),
+                job: job.clone(),
+                setting,
+                applied_ns: now_ns(),
             })
             .collect();
         if changes.is_empty() {
             return Vec::new();
         }
         if let Err(e) = self.store_mut().journal_gpu_changes(&changes) {
-            warn!(job = %record.key, error = %e, "cannot journal GPU changes; leaving the GPUs at their defaults");
+            warn!(job = %job, error = %e, "cannot journal GPU changes; leaving the GPUs as they are");
             return Vec::new();
         }
         let mut applied = Vec::new();
@@ -44,11 +56,11 @@ impl Core {
         for change in changes {
             match self.backend().apply(change.gpu_index, change.setting) {
                 Ok(()) => {
-                    info!(job = %record.key, gpu = change.gpu_index, setting = ?change.setting, "GPU setting applied");
+                    info!(job = %job, gpu = change.gpu_index, setting = ?change.setting, "GPU setting applied");
                     applied.push((change.gpu_index, change.setting));
                 }
                 Err(e) => {
-                    warn!(job = %record.key, gpu = change.gpu_index, error = %e, "GPU refused the setting; job runs at defaults");
+                    warn!(job = %job, gpu = change.gpu_index, error = %e, "GPU refused the setting; it goes back to its defaults");
                     refused.push(change);
                 }
             }

@@ -1,6 +1,7 @@
 //! `wattsond`, the node daemon: samples the GPUs, meters each job's energy, keeps the store,
 //! answers the socket, serves metrics, and tells systemd when it is ready.
 
+mod adapt;
 pub mod core;
 mod enforce;
 pub mod metrics;
@@ -30,8 +31,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let store = Store::open(store_path).map_err(|e| format!("cannot open the store: {e}"))?;
     let node = config.node_name();
     let mut metrics = Metrics::new(&node, backend.devices());
-    let mut core =
-        Core::new(Box::new(backend), store, node, config.policy.clone(), config.daemon.series_interval)?;
+    let mut core = Core::new(Box::new(backend), store, node, &config)?;
     let policy = Arc::new(Policy::resolve(&config.daemon.slurm_user, &config.daemon.admins));
     let listener = server::bind(&config.daemon.socket)?;
 

@@ -6,7 +6,8 @@
 //! model is fitted and two choices are made: the likely best (the model's own time, no safety
 //! margin) and the safe one (pessimistic time plus margin). Whichever of them is not measured
 //! yet is probed next, so the decision ends up confirmed by a measurement, until `max_probes`
-//! windows were spent in this run. Measurements of earlier runs of the same workload count too, so a workload
+//! windows were spent in this run. A run that starts from earlier runs' measurements (of at
+//! least the three first probes) does not probe: it settles on the best measured setting. Measurements of earlier runs of the same workload count too, so a workload
 //! that converged once settles at once the next time.
 
 use super::choose::{ChooserConfig, Decision, Policy, choose};
@@ -90,6 +91,12 @@ pub fn next_step(
             ));
         }
     };
+    if probes_this_run == 0 {
+        // A run that starts from earlier runs' measurements does not probe: it chooses among
+        // the settings already measured.
+        let known: Vec<f64> = settings.iter().copied().filter(|&s| measured(samples, s)).collect();
+        return Step::Settle(choose(&model, &known, policy, &cfg.chooser));
+    }
     let decision = choose(&model, settings, policy, &cfg.chooser);
     let likely_best = choose(&model, settings, policy, &cfg.chooser.optimistic()).setting;
     match [likely_best, decision.setting].into_iter().flatten().find(|&s| !measured(samples, s)) {

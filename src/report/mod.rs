@@ -62,6 +62,19 @@ pub enum Column {
     Policy,
     /// Workload tag hint.
     Tag,
+    /// Power limit the DVFS models settled on (`probing` until then).
+    Setting,
+    /// Power limits the models measured in this run.
+    Probes,
+    /// How throughput was measured: `file` (the job's own count) or `sm-activity`.
+    Progress,
+    /// The model's slowdown at the setting against the highest limit.
+    PredSlowdown,
+    /// Measured slowdown at the setting against the highest limit.
+    Slowdown,
+    /// Estimate: energy the settled part would have taken at the highest limit minus what
+    /// it took.
+    EnergySaved,
 }
 
 /// `wattson acct`'s columns when none are asked for.
@@ -79,7 +92,7 @@ pub const DEFAULT_COLUMNS: [Column; 9] = [
 
 impl Column {
     /// Every column, in the order `--helpformat` lists them.
-    pub const ALL: [Column; 21] = [
+    pub const ALL: [Column; 27] = [
         Column::JobId,
         Column::JobName,
         Column::User,
@@ -101,6 +114,12 @@ impl Column {
         Column::Events,
         Column::Policy,
         Column::Tag,
+        Column::Setting,
+        Column::Probes,
+        Column::Progress,
+        Column::PredSlowdown,
+        Column::Slowdown,
+        Column::EnergySaved,
     ];
 
     /// The column's name as printed in headers and accepted by [`Column::parse_list`].
@@ -134,6 +153,12 @@ impl Column {
             Column::Events => ("Events", 24, false),
             Column::Policy => ("Policy", 10, false),
             Column::Tag => ("Tag", 12, false),
+            Column::Setting => ("Setting", 8, false),
+            Column::Probes => ("Probes", 6, false),
+            Column::Progress => ("Progress", 11, false),
+            Column::PredSlowdown => ("PredSlowdown", 12, false),
+            Column::Slowdown => ("Slowdown", 8, false),
+            Column::EnergySaved => ("EnergySaved", 14, false),
         }
     }
 
@@ -309,7 +334,31 @@ where
         Column::Events => events_text(r),
         Column::Policy => r.hints.policy.clone().unwrap_or_default(),
         Column::Tag => r.hints.tag.clone().unwrap_or_default(),
+        Column::Setting => match &r.dvfs {
+            Some(d) => d.setting_w.map(|w| format!("{w:.0}W")).unwrap_or_else(|| "probing".to_string()),
+            None => String::new(),
+        },
+        Column::Probes => r.dvfs.as_ref().map(|d| d.probed_w.len().to_string()).unwrap_or_default(),
+        Column::Progress => {
+            r.dvfs.as_ref().and_then(|d| d.progress).map(|p| p.as_str().to_string()).unwrap_or_default()
+        }
+        Column::PredSlowdown => percent(r.dvfs.as_ref().and_then(|d| d.predicted_slowdown)),
+        Column::Slowdown => percent(r.dvfs.as_ref().and_then(|d| d.measured_slowdown)),
+        Column::EnergySaved => r
+            .dvfs
+            .as_ref()
+            .and_then(|d| d.energy_saved_j)
+            .map(|j| {
+                let text = units::energy(units::joules_raw(j.abs()));
+                if j < 0.0 { format!("-{text}") } else { text }
+            })
+            .unwrap_or_default(),
     }
+}
+
+/// A fraction as a percentage with one decimal, e.g. `8.7%`; blank when unknown.
+fn percent(v: Option<f64>) -> String {
+    v.map(|x| format!("{:.1}%", 100.0 * x)).unwrap_or_default()
 }
 
 fn rfc3339(ns: i64) -> String {
@@ -361,6 +410,7 @@ fn job_json(r: &JobRecord, now_ns: i64) -> Value {
         "method": r.method().map(|m| m.as_str()),
         "events": events_text(r),
         "hints": r.hints,
+        "dvfs": r.dvfs,
         "gpus": gpus,
     })
 }

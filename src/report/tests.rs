@@ -30,6 +30,7 @@ fn job(id: &str, name: &str, energy_j: f64) -> JobRecord {
         state: JobState::Completed,
         hints: Hints { policy: Some("min-energy".into()), slowdown_pct: None, tag: Some("bert".into()) },
         gpus: vec![gpu(0, energy_j, 300, Method::Counter)],
+        dvfs: None,
     }
 }
 

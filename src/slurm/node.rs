@@ -51,15 +51,18 @@ impl PluginArgs {
         Ok(out)
     }
 
-    fn connect(&self) -> Result<(PathBuf, Duration), String> {
-        let config = Config::load_or_default(Some(&self.config).filter(|p| p.exists()).map(|p| p.as_path()))
-            .map_err(|e| e.to_string())?;
-        Ok((config.daemon.socket, self.timeout.unwrap_or(config.daemon.request_timeout)))
+    fn load(&self) -> Result<Config, String> {
+        Config::load_or_default(Some(&self.config).filter(|p| p.exists()).map(|p| p.as_path()))
+            .map_err(|e| e.to_string())
+    }
+
+    fn call_with(&self, config: &Config, request: &Request) -> Result<Reply, String> {
+        let timeout = self.timeout.unwrap_or(config.daemon.request_timeout);
+        protocol::call(&config.daemon.socket, request, timeout).map_err(|e| e.to_string())
     }
 
     fn call(&self, request: &Request) -> Result<Reply, String> {
-        let (socket, timeout) = self.connect()?;
-        protocol::call(&socket, request, timeout).map_err(|e| e.to_string())
+        self.call_with(&self.load()?, request)
     }
 }
 
@@ -117,12 +120,18 @@ pub fn end(args: &PluginArgs, job_id: u32) -> Result<String, String> {
     }
 }
 
-/// The variables that tell a job what it got: `WATTSON_POLICY`, and
-/// `WATTSON_GPU_POWER_LIMIT_W` or `WATTSON_GPU_CLOCK_MHZ` when its GPUs were set.
+/// The variables that tell a job what it got: `WATTSON_POLICY`; `WATTSON_GPU_POWER_LIMIT_W`
+/// or `WATTSON_GPU_CLOCK_MHZ` when its GPUs were set (at that moment: the models may probe
+/// other limits later); and `WATTSON_PROGRESS_FILE` when the models choose its setting.
 pub fn job_env(args: &PluginArgs, job_id: u32) -> Result<Vec<(&'static str, String)>, String> {
-    match args.call(&Request::JobSettings { job: JobKey::job(job_id) })? {
+    let config = args.load()?;
+    match args.call_with(&config, &Request::JobSettings { job: JobKey::job(job_id) })? {
         Reply::Settings { decision, settings, .. } => {
-            let mut env = vec![("WATTSON_POLICY", decision.policy)];
+            let mut env = vec![("WATTSON_POLICY", decision.policy.clone())];
+            if decision.by_model() {
+                let path = config.engine.progress_dir.join(job_id.to_string());
+                env.push(("WATTSON_PROGRESS_FILE", path.display().to_string()));
+            }
             match settings.first().map(|(_, s)| *s) {
                 Some(GpuSetting::PowerLimit { mw }) => {
                     env.push(("WATTSON_GPU_POWER_LIMIT_W", (mw / 1000).to_string()))

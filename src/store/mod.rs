@@ -10,10 +10,12 @@
 //! with the WAL truncated to zero bytes), so readers without write access to the directory
 //! can still open the file while the daemon is stopped.
 
+mod models;
 mod query;
 pub mod schema;
 mod settings;
 
+pub use models::StoredModel;
 pub use settings::GpuChange;
 
 use std::path::{Path, PathBuf};
@@ -354,9 +356,15 @@ impl Store {
         let mut n = 0;
         for rec in records {
             let hints = serde_json::to_string(&rec.hints).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let dvfs = rec
+                .dvfs
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
             tx.prepare_cached(
-                "INSERT INTO jobs (job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT INTO jobs (job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?
             .execute(params![
                 rec.key.job_id,
@@ -368,7 +376,8 @@ impl Store {
                 rec.begin_ns,
                 rec.end_ns,
                 rec.state.as_str(),
-                hints
+                hints,
+                dvfs
             ])?;
             let id = tx.last_insert_rowid();
             for gpu in &rec.gpus {

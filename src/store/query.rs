@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::{Sample, StoreError};
 use crate::energy::GpuMeter;
-use crate::job::{Hints, JobGpu, JobKey, JobRecord, JobState};
+use crate::job::{Hints, JobDvfs, JobGpu, JobKey, JobRecord, JobState};
 
 /// Which records [`super::Store::query`] returns; every filter is optional (`Default` = all).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -22,14 +22,26 @@ pub struct AcctQuery {
     pub limit: Option<usize>,
 }
 
-const JOB_COLS: &str = "id, job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints";
+const JOB_COLS: &str = "id, job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs";
 
 /// Result order: begin time, job id, the job before its steps, numeric steps by number.
 const ORDER: &str = " ORDER BY begin_ns, job_id, step <> '', \
      CASE WHEN step GLOB '[0-9]*' THEN CAST(step AS INTEGER) ELSE -1 END, step";
 
 /// A `jobs` row before its GPUs are attached.
-type RawJob = (i64, JobKey, u32, Option<String>, Option<String>, String, i64, Option<i64>, String, String);
+type RawJob = (
+    i64,
+    JobKey,
+    u32,
+    Option<String>,
+    Option<String>,
+    String,
+    i64,
+    Option<i64>,
+    String,
+    String,
+    Option<String>,
+);
 
 fn raw_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
     Ok((
@@ -43,11 +55,12 @@ fn raw_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
         r.get(8)?,
         r.get(9)?,
         r.get(10)?,
+        r.get(11)?,
     ))
 }
 
 fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
-    let (id, key, uid, user, name, node, begin_ns, end_ns, state, hints) = raw;
+    let (id, key, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs) = raw;
     let state = match state.as_str() {
         "RUNNING" => JobState::Running,
         "COMPLETED" => JobState::Completed,
@@ -55,6 +68,10 @@ fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
     };
     let hints: Hints =
         serde_json::from_str(&hints).map_err(|e| StoreError::Corrupt(format!("job {key}: hints: {e}")))?;
+    let dvfs: Option<Box<JobDvfs>> = dvfs
+        .map(|text| serde_json::from_str(&text))
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("job {key}: dvfs: {e}")))?;
     let mut stmt = conn.prepare_cached(
         "SELECT gpu_index, uuid, name, meter FROM job_gpus WHERE job = ?1 ORDER BY gpu_index",
     )?;
@@ -68,7 +85,7 @@ fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
             .map_err(|e| StoreError::Corrupt(format!("job {key} GPU {index}: meter: {e}")))?;
         gpus.push(JobGpu { index, uuid, name: gname, meter });
     }
-    Ok(JobRecord { key, uid, user, name, node, begin_ns, end_ns, state, hints, gpus })
+    Ok(JobRecord { key, uid, user, name, node, begin_ns, end_ns, state, hints, gpus, dvfs })
 }
 
 fn collect(conn: &Connection, sql: &str, params: Vec<Value>) -> Result<Vec<JobRecord>, StoreError> {

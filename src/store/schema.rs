@@ -64,6 +64,21 @@ pub const MIGRATIONS: &[&str] = &[
         applied_ns INTEGER NOT NULL
     );
     ",
+    // v3: what the DVFS models did for each job (JSON, NULL when they did not choose), and
+    // the measurements each workload's model is fitted from, by GPU type, tag and how work
+    // was counted (the job's own units, or SM activity: they do not mix).
+    "
+    ALTER TABLE jobs ADD COLUMN dvfs TEXT;
+    CREATE TABLE models (
+        gpu_type   TEXT    NOT NULL,
+        tag        TEXT    NOT NULL,
+        progress   TEXT    NOT NULL CHECK (progress IN ('file', 'sm-activity')),
+        samples    TEXT    NOT NULL,
+        settings   TEXT    NOT NULL,
+        updated_ns INTEGER NOT NULL,
+        PRIMARY KEY (gpu_type, tag, progress)
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The schema version this binary writes and understands.

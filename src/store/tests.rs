@@ -34,6 +34,7 @@ fn rec(job_id: u32, step: &str, uid: u32, begin_s: i64, gpus: &[u32]) -> JobReco
         state: JobState::Running,
         hints: Hints { policy: Some("balanced".into()), slowdown_pct: Some(5.0), tag: Some("bert".into()) },
         gpus: gpus.iter().map(|&i| gpu(i, begin_s * S, 1000)).collect(),
+        dvfs: None,
     }
 }
 

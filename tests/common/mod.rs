@@ -26,8 +26,15 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node with `gpus` simulated GPUs, sampled every `sample_interval` (e.g. "200ms").
+    /// A node with `gpus` simulated GPUs, sampled every `sample_interval` (e.g. "200ms"),
+    /// enacting policies as fixed power-limit shares.
     pub fn new(gpus: fake_nvml::Config, sample_interval: &str) -> Node {
+        Node::with_sections(gpus, sample_interval, "enact = \"share\"\n", "")
+    }
+
+    /// A node whose `[policy]` and `[engine]` sections hold `policy` and `engine` (lines),
+    /// besides the engine's files inside the node's directory.
+    pub fn with_sections(gpus: fake_nvml::Config, sample_interval: &str, policy: &str, engine: &str) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         // Unprivileged test users must reach the socket and the store.
         set_mode(dir.path(), 0o755);
@@ -36,8 +43,10 @@ impl Node {
         let store = dir.path().join("db").join("wattson.db");
         let config = dir.path().join("wattson.toml");
         let text = format!(
-            "[daemon]\nsocket = {socket:?}\nstore = {store:?}\nnode_name = \"n1\"\nsample_interval = {sample_interval:?}\n[gpu]\nnvml_library = {lib:?}\n",
-            lib = fake_library()
+            "[daemon]\nsocket = {socket:?}\nstore = {store:?}\nnode_name = \"n1\"\nsample_interval = {sample_interval:?}\n[gpu]\nnvml_library = {lib:?}\n[policy]\n{policy}[engine]\nprogress_dir = {progress:?}\nmodels_file = {models:?}\n{engine}",
+            lib = fake_library(),
+            progress = dir.path().join("progress"),
+            models = dir.path().join("models.json"),
         );
         std::fs::write(&config, text).expect("config");
         Node { dir, sim, config, socket, store, daemon: None }

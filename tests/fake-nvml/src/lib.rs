@@ -141,12 +141,18 @@ impl Sim {
 }
 
 /// Finds `libfake_nvml.so` built in the same cargo profile directory as `exe`
-/// (looks beside it, in `deps/`, and in the parent when `exe` is itself in `deps/`).
+/// (looks beside it, in `deps/`, and in the parent when `exe` is itself in `deps/`); the
+/// newest one wins, since cargo refreshes `deps/` on every build but the copy beside the
+/// binaries only when the library itself is a build target.
 pub fn library_path_next_to(exe: &Path) -> Option<PathBuf> {
     let parent = exe.parent()?;
     let mut candidates = vec![parent.join(LIBRARY_FILE), parent.join("deps").join(LIBRARY_FILE)];
     if let Some(profile) = parent.parent() {
         candidates.push(profile.join(LIBRARY_FILE));
     }
-    candidates.into_iter().find(|p| p.is_file())
+    candidates
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok().filter(|m| m.is_file())?.modified().ok()?, p)))
+        .max_by_key(|(modified, _)| *modified)
+        .map(|(_, p)| p)
 }

@@ -1,0 +1,247 @@
+//! The DVFS models end to end on simulated GPUs whose speed follows a law the engine does not
+//! see: a job with an unknown tag probes, converges within its slowdown bound near the least
+//! energy, `wattson acct` shows what was done; the next run of the tag skips probing, and the
+//! model table for job_submit decides the same.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Node, assert_ok};
+use fake_nvml::{GpuState, Workload};
+use wattson::engine::{ModelTable, Policy};
+use wattson::job::{JobRecord, Progress};
+
+/// The hidden law: 0.1 s per unit at 1980 MHz, a fifth of it clock-independent.
+const WORK: Workload = Workload { t0_s: 0.02, d_s_mhz: 158.4 };
+const BOUND: f64 = 0.10;
+const GRID_STEP_W: f64 = 5.0;
+
+/// True (seconds, watts) per unit of work at a power limit, from the fake's own physics.
+fn truth(limit_w: f64) -> (f64, f64) {
+    let spec = fake_nvml::Config::uniform("H100", 1).spec(0).unwrap();
+    let mut gs = GpuState::fresh(&spec, 0);
+    gs.load = 1.0;
+    gs.power_limit_mw = (limit_w * 1000.0).round() as u32;
+    let (mw, mhz) = fake_nvml::operating_point(&spec, &gs);
+    (1.0 / WORK.rate(f64::from(mhz)), f64::from(mw) / 1000.0)
+}
+
+fn true_energy(limit_w: f64) -> f64 {
+    let (t, p) = truth(limit_w);
+    t * p
+}
+
+fn true_slowdown(limit_w: f64) -> f64 {
+    truth(limit_w).0 / truth(700.0).0 - 1.0
+}
+
+/// The least true energy per unit among the limits whose true slowdown meets the bound.
+fn oracle() -> f64 {
+    wattson::engine::gpus::power_limit_grid(200.0, 700.0, GRID_STEP_W)
+        .into_iter()
+        .filter(|&l| true_slowdown(l) <= BOUND)
+        .map(true_energy)
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// A job on GPU 0 that reports its progress as the work the fake GPU has done.
+struct Job {
+    stop: Arc<AtomicBool>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Job {
+    fn start(node: &Node, id: &str, tag: &str) -> Job {
+        node.sim.set_workload(0, Some(WORK)).unwrap();
+        node.sim.set_load(0, 1.0).unwrap();
+        let out = node.wattson(&[
+            "job",
+            "begin",
+            "--job",
+            id,
+            "--uid",
+            "1000",
+            "--user",
+            "alice",
+            "--gpus",
+            "0",
+            "--energy",
+            "min-energy",
+            "--energy-slowdown",
+            "10",
+            "--energy-tag",
+            tag,
+        ]);
+        assert_ok(&out);
+        let file = node.dir.path().join("progress").join(id);
+        assert!(file.exists(), "the daemon creates the job's progress file");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sim, flag) = (node.sim.clone(), stop.clone());
+        let writer = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                let done = sim.work_done(0).unwrap();
+                // Rewritten in place, as a training loop would after each step.
+                std::fs::write(&file, format!("{done}\n")).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Job { stop, writer: Some(writer) }
+    }
+
+    fn end(mut self, node: &Node, id: &str) -> JobRecord {
+        self.stop.store(true, Ordering::Relaxed);
+        self.writer.take().unwrap().join().unwrap();
+        node.end(id);
+        node.sim.set_load(0, 0.0).unwrap();
+        node.record(id)
+    }
+}
+
+fn wait_settled(node: &Node, id: &str, within: Duration) -> JobRecord {
+    let deadline = Instant::now() + within;
+    loop {
+        let record = node.record(id);
+        if record.dvfs.as_ref().is_some_and(|d| d.setting_w.is_some()) {
+            return record;
+        }
+        assert!(Instant::now() < deadline, "job {id} did not settle: {:?}\n{}", record.dvfs, node.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
+    let mut node = Node::with_sections(
+        fake_nvml::Config::uniform("H100", 2),
+        "100ms",
+        "",
+        "probe_window = \"1500ms\"\nprobe_settle = \"300ms\"\npower_limit_step_w = 5\n",
+    );
+    node.start();
+
+    // First run: unknown tag.
+    let job = Job::start(&node, "1", "bert");
+    let running = wait_settled(&node, "1", Duration::from_secs(40));
+    let chosen = running.dvfs.as_ref().unwrap().setting_w.unwrap();
+    assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, (chosen * 1000.0) as u32);
+    assert_eq!(node.sim.gpu_state(1).unwrap().power_limit_mw, 700_000, "GPU 1 is not the job's");
+    std::thread::sleep(Duration::from_secs(4));
+    let first = job.end(&node, "1");
+    assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "restored after the job");
+    let d = first.dvfs.clone().unwrap();
+    assert_eq!(d.progress, Some(Progress::File));
+    assert!(d.probed_w.len() >= 3 && d.probed_w[..3] == [700.0, 450.0, 200.0], "{:?}", d.probed_w);
+
+    // The criteria, against the hidden truth.
+    let slowdown = true_slowdown(chosen);
+    assert!(slowdown <= BOUND, "{chosen} W is truly {slowdown:.4} slower");
+    let gap = true_energy(chosen) / oracle() - 1.0;
+    assert!(gap <= 0.03, "{chosen} W uses {gap:.4} more energy per unit than the oracle");
+    let measured = d.measured_slowdown.unwrap();
+    assert!(measured <= BOUND, "measured slowdown {measured}");
+    assert!((measured - slowdown).abs() < 0.005, "measured {measured} vs true {slowdown}");
+    let predicted = d.predicted_slowdown.unwrap();
+    assert!((predicted - slowdown).abs() < 0.02, "predicted {predicted} vs true {slowdown}");
+
+    // acct shows it; EnergySaved is an estimate of the settled part against the highest limit.
+    let out = node.wattson(&[
+        "acct",
+        "-j",
+        "1",
+        "-P",
+        "-o",
+        "JobID,Setting,Probes,Progress,PredSlowdown,Slowdown,EnergySaved",
+    ]);
+    assert_ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<&str> = text.lines().nth(1).unwrap().split('|').collect();
+    assert_eq!(row[..4], ["1", &format!("{chosen:.0}W"), &d.probed_w.len().to_string(), "file"]);
+    assert_eq!(row[4], format!("{:.1}%", 100.0 * predicted));
+    assert_eq!(row[5], format!("{:.1}%", 100.0 * measured));
+    let saved = d.energy_saved_j.unwrap();
+    assert!(saved > 0.0 && !row[6].is_empty(), "{row:?}");
+    // Work of the settled part: saved / (E(max) − E(chosen)) per unit, in the true physics.
+    let per_unit = true_energy(700.0) - true_energy(chosen);
+    let units = saved / per_unit;
+    let settled_s = units * truth(chosen).0;
+    assert!((3.0..6.0).contains(&settled_s), "the estimate implies {settled_s} s settled");
+
+    // Second run, same tag: no probing; its limit (refitted with the first run's settled
+    // part) holds from the first instant and meets the same criteria.
+    let job = Job::start(&node, "2", "bert");
+    let d2 = node.record("2").dvfs.unwrap();
+    assert!(d2.probed_w.is_empty(), "{d2:?}");
+    let again = d2.setting_w.unwrap();
+    assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, (again * 1000.0) as u32);
+    assert!(true_slowdown(again) <= BOUND && true_energy(again) / oracle() - 1.0 <= 0.03, "{again} W");
+    std::thread::sleep(Duration::from_secs(3));
+    let d2 = job.end(&node, "2").dvfs.unwrap();
+    assert!(d2.probed_w.is_empty());
+    let measured = d2.measured_slowdown.unwrap();
+    assert!(
+        measured <= BOUND && (measured - true_slowdown(again)).abs() < 0.005,
+        "second run at {again} W measured {measured}, truly {}: {d2:?}",
+        true_slowdown(again)
+    );
+
+    // The model table job_submit reads (refitted with both runs) decides for this tag on this
+    // GPU type, meeting the same criteria.
+    let table = ModelTable::from_json(&std::fs::read_to_string(node.dir.path().join("models.json")).unwrap())
+        .unwrap();
+    let gpu_type = &first.gpus[0].name;
+    let decision = table.decide("bert", gpu_type, Policy::MinEnergy { max_slowdown: BOUND });
+    let at_submit = decision.setting.unwrap();
+    assert!(at_submit < 700.0 && true_slowdown(at_submit) <= BOUND, "{decision:?}");
+    assert!(true_energy(at_submit) / oracle() - 1.0 <= 0.03, "{decision:?}");
+    // An unknown tag falls back to full speed there.
+    assert_eq!(table.decide("gpt", gpu_type, Policy::MinEnergy { max_slowdown: BOUND }).setting, None);
+}
+
+#[test]
+fn without_a_progress_file_sm_activity_stands_in_and_says_so() {
+    let mut node = Node::with_sections(
+        fake_nvml::Config::uniform("H100", 1),
+        "100ms",
+        "",
+        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\n",
+    );
+    node.start();
+    node.sim.set_workload(0, Some(WORK)).unwrap();
+    node.sim.set_load(0, 1.0).unwrap();
+    assert_ok(&node.wattson(&[
+        "job",
+        "begin",
+        "--job",
+        "5",
+        "--uid",
+        "1000",
+        "--user",
+        "bob",
+        "--name",
+        "train",
+        "--gpus",
+        "0",
+        "--energy",
+        "min-energy",
+        "--energy-slowdown",
+        "10",
+    ]));
+    let running = wait_settled(&node, "5", Duration::from_secs(30));
+    let d = running.dvfs.unwrap();
+    assert_eq!((d.progress, d.tag.as_str()), (Some(Progress::SmActivity), "bob:train"));
+    let chosen = d.setting_w.unwrap();
+    // SM clock stands in for speed; the clock-independent fifth of the work makes the true
+    // slowdown smaller than the clock's, so the bound still holds.
+    assert!(true_slowdown(chosen) <= BOUND, "{chosen} W");
+    std::thread::sleep(Duration::from_secs(1));
+    node.end("5");
+    let out = node.wattson(&["acct", "-j", "5", "-P", "-o", "Progress,Setting"]);
+    assert_ok(&out);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().nth(1),
+        Some(&*format!("sm-activity|{chosen:.0}W"))
+    );
+}
