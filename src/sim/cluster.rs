@@ -236,7 +236,7 @@ impl ClusterConfig {
         }
         let mut sum = 0.0;
         for [b, p] in &h.slowdown {
-            if !(b.is_finite() && (0.0..=1.0).contains(b)) || !(p.is_finite() && *p >= 0.0) {
+            if !(b.is_finite() && (0.0..=1.0).contains(b) && p.is_finite() && *p >= 0.0) {
                 return Err(format!("hints.slowdown pair [{b}, {p}]: bound in [0, 1], probability >= 0"));
             }
             sum += p;

@@ -252,12 +252,12 @@ mod tests {
         let c = ClusterConfig::from_toml(SMALL, "c").unwrap();
         let mut m = Meter::new(&c, 0.0);
         m.run(0, 100.0, 4, 200.0);
-        m.run(0, 5000.0, -4, 200.0);
         m.set_state(1, 1000.0, NodeState::ShuttingDown);
         m.set_state(1, 1060.0, NodeState::OffWait);
         m.set_state(1, 1120.0, NodeState::Off);
         m.set_state(1, 2000.0, NodeState::Booting);
         m.set_state(1, 2300.0, NodeState::On);
+        m.run(0, 5000.0, -4, 200.0);
         m.finish(7200.0);
         let idle_node = 300.0 + 8.0 * 57.0;
         let want_busy = 4.0 * 200.0 * 4900.0;
@@ -269,7 +269,12 @@ mod tests {
         let on_s = 4.0 * 7200.0 - (2300.0 - 1000.0);
         let want_total = on_s * idle_node - 4.0 * 57.0 * 4900.0 + want_busy + want_transition + want_off;
         assert!((m.parts.total_j() - want_total).abs() < 1e-6 * want_total);
-        assert!((m.timeline_j() - want_total).abs() < 1e-6 * want_total);
+        assert!(
+            (m.timeline_j() - want_total).abs() < 1e-6 * want_total,
+            "{} vs {want_total}: {:?}",
+            m.timeline_j(),
+            m.bins
+        );
         assert_eq!(m.bins.len(), 2);
         assert_eq!(m.state_changes, 2);
         assert_eq!(m.intervals.iter().filter(|i| i.node == 1).count(), 6);

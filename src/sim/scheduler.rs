@@ -175,19 +175,26 @@ pub trait JobView {
 /// patterns sort like the numbers.
 pub type Ends = BTreeSet<(u64, u32)>;
 
-/// One FIFO + EASY backfill pass at `now`. Starts jobs by taking their GPUs from `pool` and
-/// returns them with their shares, in start order; removes them from `queue`. `later` lists
-/// (time, node) for unavailable nodes that become resumable at `time`.
-pub fn easy_pass(
-    pool: &mut Pool,
-    queue: &mut Vec<u32>,
-    now: f64,
-    ends: &Ends,
-    later: &[(f64, u32)],
-    jobs: &dyn JobView,
-    how: Placement,
-    depth: usize,
-) -> Vec<(u32, Vec<Share>)> {
+/// What one scheduling pass reads besides the pool and the queue.
+pub struct PassInput<'a> {
+    /// The instant of the pass (s).
+    pub now: f64,
+    /// Running (and booting) jobs by expected end.
+    pub ends: &'a Ends,
+    /// (time, node): unavailable nodes that become resumable at `time`.
+    pub later: &'a [(f64, u32)],
+    /// The jobs.
+    pub jobs: &'a dyn JobView,
+    /// Placement rule.
+    pub how: Placement,
+    /// `bf_max_job_test`.
+    pub depth: usize,
+}
+
+/// One FIFO + EASY backfill pass. Starts jobs by taking their GPUs from `pool` and returns
+/// them with their shares, in start order; removes them from `queue`.
+pub fn easy_pass(pool: &mut Pool, queue: &mut Vec<u32>, input: &PassInput) -> Vec<(u32, Vec<Share>)> {
+    let PassInput { now, ends, later, jobs, how, depth } = *input;
     let mut started = Vec::new();
     let start = |pool: &mut Pool, at: Vec<(u32, u32)>| -> Vec<Share> {
         at.into_iter().map(|(n, c)| (n, pool.take(n as usize, c))).collect()
@@ -350,7 +357,15 @@ mod tests {
         let mut ends = Ends::new();
         ends.insert((100f64.to_bits(), 0));
         let mut queue = vec![1, 2, 3];
-        let s = easy_pass(&mut pool, &mut queue, 0.0, &ends, &[], &jobs, Placement::FirstFit, 100);
+        let input = PassInput {
+            now: 0.0,
+            ends: &ends,
+            later: &[],
+            jobs: &jobs,
+            how: Placement::FirstFit,
+            depth: 100,
+        };
+        let s = easy_pass(&mut pool, &mut queue, &input);
         assert_eq!(s.iter().map(|x| x.0).collect::<Vec<_>>(), vec![3]);
         assert_eq!(queue, vec![1, 2]);
     }

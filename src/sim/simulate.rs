@@ -10,7 +10,7 @@ use super::cluster::ClusterConfig;
 use super::events::{Event, Queue};
 use super::policies::{PolicyKind, SimJob};
 use super::power::{Meter, NodeState};
-use super::scheduler::{Ends, JobView, Pool, Share, UNAVAILABLE, easy_pass};
+use super::scheduler::{Ends, JobView, PassInput, Pool, Share, UNAVAILABLE, easy_pass};
 use super::workloads::Catalog;
 
 /// What happened to one job under one policy.
@@ -292,16 +292,15 @@ impl Sim<'_> {
             return;
         }
         let view = View { jobs: self.jobs, runtime: &self.runtime, runs: &self.runs };
-        let started = easy_pass(
-            &mut self.pool,
-            &mut self.queue,
-            t,
-            &self.ends,
-            &self.later,
-            &view,
-            self.policy.placement(),
-            self.c.slurm.bf_max_job_test,
-        );
+        let input = PassInput {
+            now: t,
+            ends: &self.ends,
+            later: &self.later,
+            jobs: &view,
+            how: self.policy.placement(),
+            depth: self.c.slurm.bf_max_job_test,
+        };
+        let started = easy_pass(&mut self.pool, &mut self.queue, &input);
         for (j, shares) in started {
             let ju = j as usize;
             let mut ready = t;

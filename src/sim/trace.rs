@@ -122,7 +122,9 @@ pub fn parse(text: &str, name: &str, format: TraceFormat) -> Result<Vec<TraceJob
         }
         let gpus_f = num(i_gpus, "gpus")?;
         if !(gpus_f >= 1.0 && gpus_f.fract() == 0.0 && gpus_f <= 65_536.0) {
-            return Err(SimError::Input(format!("{name}:{line}: gpus = {gpus_f}: a whole number >= 1")));
+            return Err(SimError::Input(format!(
+                "{name}:{line}: gpus = {gpus_f}: allowed a whole number from 1 to 65536"
+            )));
         }
         let duration = num(i_dur, "duration")?;
         if duration <= 0.0 {

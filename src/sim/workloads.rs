@@ -96,6 +96,9 @@ impl Workload {
     }
 }
 
+/// (network, batch size, dataset, optimizer) of a Zeus row.
+type GroupKey = (String, u32, String, String);
+
 /// All workloads of one GPU type, keyed by network then batch size.
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
@@ -127,7 +130,7 @@ impl Catalog {
         if header != want {
             return Err(SimError::Input(format!("{name}:1: expected the header {}", want.join(","))));
         }
-        let mut groups: BTreeMap<(String, u32, String, String), Vec<(f64, f64, f64)>> = BTreeMap::new();
+        let mut groups: BTreeMap<GroupKey, Vec<(f64, f64, f64)>> = BTreeMap::new();
         for (k, rec) in rdr.records().enumerate() {
             let line = k + 2;
             let rec = rec.map_err(|e| SimError::Input(format!("{name}:{line}: {e}")))?;
