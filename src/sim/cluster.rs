@@ -120,6 +120,10 @@ pub struct WattsonTuning {
     /// Defer a job only for at least this relative price drop.
     #[serde(default = "default_min_price_drop")]
     pub min_price_drop: f64,
+    /// Slow a starting job (the engine's choice under its bound) only when no job is left
+    /// waiting and at most this fraction of GPUs is allocated; otherwise the max limit.
+    #[serde(default = "default_dvfs_load_limit")]
+    pub dvfs_load_limit: f64,
 }
 
 fn default_forecast() -> f64 {
@@ -131,6 +135,9 @@ fn default_min_warm() -> u32 {
 fn default_min_price_drop() -> f64 {
     0.2
 }
+fn default_dvfs_load_limit() -> f64 {
+    1.0
+}
 
 impl Default for WattsonTuning {
     fn default() -> Self {
@@ -138,6 +145,7 @@ impl Default for WattsonTuning {
             forecast_window_s: default_forecast(),
             min_warm_nodes: default_min_warm(),
             min_price_drop: default_min_price_drop(),
+            dvfs_load_limit: default_dvfs_load_limit(),
         }
     }
 }
@@ -204,6 +212,7 @@ impl ClusterConfig {
             ("slurm.resume_timeout_s", self.slurm.resume_timeout_s),
             ("wattson.forecast_window_s", self.wattson.forecast_window_s),
             ("wattson.min_price_drop", self.wattson.min_price_drop),
+            ("wattson.dvfs_load_limit", self.wattson.dvfs_load_limit),
         ];
         for (key, v) in nonneg {
             if !(v.is_finite() && v >= 0.0) {
