@@ -17,5 +17,6 @@ pub mod policy;
 pub mod prices;
 pub mod protocol;
 pub mod report;
+pub mod sim;
 pub mod slurm;
 pub mod store;

@@ -1,8 +1,9 @@
 //! `wattson`, the command line: `acct` (sacct-style energy report), `job begin|end` (for Slurm
-//! Prolog/Epilog scripts), `status` (the node's GPUs).
+//! Prolog/Epilog scripts), `status` (the node's GPUs), `sim` (the trace-driven cluster simulator).
 
 mod acct;
 mod job;
+mod sim;
 mod status;
 
 use std::path::PathBuf;
@@ -32,11 +33,20 @@ enum Command {
     Job(job::JobCommand),
     /// Show this node's GPUs: power, clocks, utilisation, energy counter and owning jobs.
     Status(status::StatusArgs),
+    /// Replay a job trace on a simulated cluster: energy, cost and JCT per policy, with plots.
+    Sim(sim::SimArgs),
 }
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Sim(args) = cli.command {
+        // The simulator needs no site configuration: it reads only the files it is given.
+        return match sim::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e),
+        };
+    }
     let config = match Config::load_or_default(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return fail(&e.to_string()),
@@ -45,6 +55,7 @@ pub fn main() -> ExitCode {
         Command::Acct(args) => acct::run(&config, args),
         Command::Job(cmd) => job::run(&config, cmd),
         Command::Status(args) => status::run(&config, args),
+        Command::Sim(_) => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

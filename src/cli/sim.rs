@@ -1,0 +1,102 @@
+//! `wattson sim`: reads the trace, cluster file and Zeus measurements, runs the simulator,
+//! prints the table and writes CSV, JSON and SVG files. All file I/O of the simulator is here.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+
+use crate::sim::{self, Catalog, ClusterConfig, PolicyKind, TraceFormat};
+
+/// Trace layouts `--format` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Decide from the header.
+    Auto,
+    /// ElasticFlow's ITP columns (job_id,submission_time,...,num_gpu,duration).
+    Itp,
+    /// submit,gpus,duration[,tag] (e.g. from a sacct export).
+    Generic,
+}
+
+/// Replay a job trace on a simulated cluster under several scheduling/energy policies.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Job trace (CSV): ITP layout or submit,gpus,duration[,tag]
+    #[arg(long)]
+    trace: PathBuf,
+    /// Trace layout
+    #[arg(long, value_enum, default_value = "auto")]
+    format: FormatArg,
+    /// Cluster model (TOML; see etc/sim/cluster.toml)
+    #[arg(long, default_value = "etc/sim/cluster.toml")]
+    cluster: PathBuf,
+    /// Zeus measurements CSV [default: the cluster file's zeus_csv, relative to that file]
+    #[arg(long)]
+    zeus: Option<PathBuf>,
+    /// Policies: all, or a comma list of slurm-default, slurm-powersave, zeus-per-job, wattson, oracle
+    #[arg(long, default_value = "all")]
+    policies: String,
+    /// Seed of the per-job slowdown-bound and deferral draws
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write summary.csv, summary.json, power_hourly.csv, energy_vs_jct.svg, power_over_time.svg here
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Simulate only the first N jobs (by submission time)
+    #[arg(long)]
+    limit_jobs: Option<usize>,
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
+}
+
+/// Runs `wattson sim`.
+pub fn run(args: SimArgs) -> Result<(), String> {
+    let policies = PolicyKind::parse_list(&args.policies).map_err(|e| e.to_string())?;
+    let cname = args.cluster.display().to_string();
+    let cluster = ClusterConfig::from_toml(&read(&args.cluster)?, &cname).map_err(|e| e.to_string())?;
+    let zeus = args
+        .zeus
+        .clone()
+        .unwrap_or_else(|| args.cluster.parent().unwrap_or(Path::new(".")).join(&cluster.zeus_csv));
+    let catalog =
+        Catalog::from_zeus_csv(&read(&zeus)?, &zeus.display().to_string()).map_err(|e| e.to_string())?;
+    let format = match args.format {
+        FormatArg::Auto => TraceFormat::Auto,
+        FormatArg::Itp => TraceFormat::Itp,
+        FormatArg::Generic => TraceFormat::Generic,
+    };
+    let tname = args.trace.display().to_string();
+    let mut trace = sim::trace::parse(&read(&args.trace)?, &tname, format).map_err(|e| e.to_string())?;
+    if let Some(n) = args.limit_jobs {
+        if n == 0 {
+            return Err("--limit-jobs must be at least 1".to_string());
+        }
+        trace.truncate(n);
+    }
+    let label = args.trace.file_name().map_or(tname.clone(), |f| f.to_string_lossy().into_owned());
+    let outcome =
+        sim::run(&cluster, &catalog, &trace, &label, &policies, args.seed).map_err(|e| e.to_string())?;
+    let r = &outcome.report;
+    print!("{}", sim::metrics::to_table(r));
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
+        let files = [
+            ("summary.csv", sim::metrics::to_csv(r)),
+            ("summary.json", sim::metrics::to_json(r)),
+            ("power_hourly.csv", sim::metrics::power_csv(r)),
+            ("energy_vs_jct.svg", sim::plot::energy_vs_jct(r)),
+            ("power_over_time.svg", sim::plot::power_over_time(r)),
+        ];
+        for (name, text) in files {
+            let p = dir.join(name);
+            std::fs::write(&p, text).map_err(|e| format!("{}: cannot write: {e}", p.display()))?;
+        }
+        println!(
+            "wrote {}/{{summary.csv,summary.json,power_hourly.csv,energy_vs_jct.svg,power_over_time.svg}}",
+            dir.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! The two comparison charts as SVG, written by hand: two plain charts (a labelled scatter
+//! and a few polylines) need ~150 lines of text output, less than wiring a plotting crate
+//! and its font and backend dependencies, and the output is byte-for-byte deterministic.
+
+use std::fmt::Write as _;
+
+use super::metrics::Report;
+use super::power::BIN_S;
+
+const W: f64 = 860.0;
+const H: f64 = 520.0;
+const L: f64 = 80.0;
+const R: f64 = 180.0;
+const T: f64 = 40.0;
+const B: f64 = 60.0;
+const COLORS: [&str; 6] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#7f7f7f", "#9467bd"];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Rounds `range` up to a 1/2/5 step giving about `n` ticks.
+fn step(range: f64, n: f64) -> f64 {
+    if !(range.is_finite() && range > 0.0) {
+        return 1.0;
+    }
+    let raw = range / n;
+    let mag = 10f64.powf(raw.log10().floor());
+    let f = raw / mag;
+    mag * if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 5.0 {
+        5.0
+    } else {
+        10.0
+    }
+}
+
+struct Axes {
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+}
+
+impl Axes {
+    fn px(&self, x: f64) -> f64 {
+        L + (x - self.x0) / (self.x1 - self.x0) * (W - L - R)
+    }
+    fn py(&self, y: f64) -> f64 {
+        H - B - (y - self.y0) / (self.y1 - self.y0) * (H - T - B)
+    }
+}
+
+fn frame(out: &mut String, a: &Axes, title: &str, xlabel: &str, ylabel: &str) {
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(out, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="24" font-size="15" text-anchor="middle">{}</text>"#,
+        W / 2.0,
+        esc(title)
+    );
+    let (sx, sy) = (step(a.x1 - a.x0, 8.0), step(a.y1 - a.y0, 6.0));
+    let mut x = (a.x0 / sx).ceil() * sx;
+    while x <= a.x1 + 1e-9 {
+        let p = a.px(x);
+        let _ =
+            writeln!(out, r##"<line x1="{p:.1}" y1="{T}" x2="{p:.1}" y2="{:.1}" stroke="#ddd"/>"##, H - B);
+        let _ = writeln!(
+            out,
+            r#"<text x="{p:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            H - B + 16.0,
+            fmt(x)
+        );
+        x += sx;
+    }
+    let mut y = (a.y0 / sy).ceil() * sy;
+    while y <= a.y1 + 1e-9 {
+        let p = a.py(y);
+        let _ =
+            writeln!(out, r##"<line x1="{L}" y1="{p:.1}" x2="{:.1}" y2="{p:.1}" stroke="#ddd"/>"##, W - R);
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            L - 6.0,
+            p + 4.0,
+            fmt(y)
+        );
+        y += sy;
+    }
+    let _ = writeln!(
+        out,
+        r#"<rect x="{L}" y="{T}" width="{:.1}" height="{:.1}" fill="none" stroke="black"/>"#,
+        W - L - R,
+        H - T - B
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+        (L + W - R) / 2.0,
+        H - 18.0,
+        esc(xlabel)
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">{}</text>"#,
+        (T + H - B) / 2.0,
+        (T + H - B) / 2.0,
+        esc(ylabel)
+    );
+}
+
+fn fmt(v: f64) -> String {
+    if v.abs() >= 100.0 || v == v.trunc() { format!("{v:.0}") } else { format!("{v:.2}") }
+}
+
+fn padded(lo: f64, hi: f64) -> (f64, f64) {
+    let pad = ((hi - lo) * 0.08).max(hi.abs() * 0.02).max(1e-9);
+    (lo - pad, hi + pad)
+}
+
+/// Energy (kWh) against mean JCT (h), one labelled point per policy.
+pub fn energy_vs_jct(r: &Report) -> String {
+    let pts: Vec<(f64, f64, &str)> =
+        r.summaries.iter().map(|s| (s.jct_mean_s / 3600.0, s.energy_kwh, s.policy.as_str())).collect();
+    let (x0, x1) = padded(
+        pts.iter().map(|p| p.0).fold(f64::INFINITY, f64::min),
+        pts.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max),
+    );
+    let (y0, y1) = padded(0.0, pts.iter().map(|p| p.1).fold(0.0, f64::max));
+    let a = Axes { x0, x1, y0: y0.max(0.0), y1 };
+    let mut out = String::new();
+    frame(
+        &mut out,
+        &a,
+        &format!("Energy vs mean JCT — {} on {}", r.trace, r.cluster),
+        "mean JCT (h)",
+        "total energy (kWh)",
+    );
+    for (i, (x, y, name)) in pts.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="6" fill="{c}"/>"#, a.px(*x), a.py(*y));
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+            a.px(*x) + 9.0,
+            a.py(*y) - 6.0,
+            esc(name)
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Hourly mean cluster power (kW) over time (days), one line per policy.
+pub fn power_over_time(r: &Report) -> String {
+    let origin = r.power.iter().map(|p| p.origin_s).fold(f64::INFINITY, f64::min);
+    let origin = if origin.is_finite() { origin } else { 0.0 };
+    let x1 = r
+        .power
+        .iter()
+        .map(|p| (p.origin_s - origin + p.kw.len() as f64 * BIN_S) / 86400.0)
+        .fold(1e-9, f64::max);
+    let y1 = r.power.iter().flat_map(|p| p.kw.iter().copied()).fold(1e-9, f64::max) * 1.05;
+    let a = Axes { x0: 0.0, x1, y0: 0.0, y1 };
+    let mut out = String::new();
+    frame(
+        &mut out,
+        &a,
+        &format!("Cluster power, hourly mean — {} on {}", r.trace, r.cluster),
+        "time since first submission (days)",
+        "power (kW)",
+    );
+    for (i, p) in r.power.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let mut pts = String::new();
+        for (k, kw) in p.kw.iter().enumerate() {
+            let d = (p.origin_s - origin + (k as f64 + 0.5) * BIN_S) / 86400.0;
+            let _ = write!(pts, "{:.1},{:.1} ", a.px(d), a.py(*kw));
+        }
+        let _ = writeln!(
+            out,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="1" points="{}"/>"#,
+            pts.trim_end()
+        );
+        let ly = T + 16.0 + 18.0 * i as f64;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{c}" stroke-width="3"/>"#,
+            W - R + 10.0,
+            W - R + 30.0
+        );
+        let _ =
+            writeln!(out, r#"<text x="{:.1}" y="{:.1}">{}</text>"#, W - R + 36.0, ly + 4.0, esc(&p.policy));
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_one_two_five() {
+        assert_eq!(step(10.0, 5.0), 2.0);
+        assert_eq!(step(70.0, 7.0), 10.0);
+        assert_eq!(step(0.3, 6.0), 0.05);
+        assert_eq!(step(0.0, 6.0), 1.0);
+    }
+}

@@ -1,0 +1,284 @@
+//! `wattson sim` checks on real data: ElasticFlow's ITP trace (microsoft/elasticflow-traces @
+//! 277ed24d, MIT) and Zeus's V100 measurements (ml-energy/zeus @ 75a8b939, Apache-2.0), read
+//! from `../shared/data`. A missing file fails the test. Debug-mode fast: the 195-job trace and
+//! a 1,500-job prefix of cluster04; the full trace runs in `benches/sim.rs`.
+//!
+//! Every check here recomputes its quantity from the simulator's raw per-job and per-node
+//! records, independently of the simulator's own energy meter and bookkeeping.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use wattson::sim::power::NodeState;
+use wattson::sim::{self, Catalog, ClusterConfig, Outcome, PolicyKind, TraceFormat};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn data(rel: &str) -> PathBuf {
+    let p = Path::new(ROOT).join("../shared/data").join(rel);
+    assert!(p.exists(), "data file missing: {} (the simulator tests need ../shared/data)", p.display());
+    p
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+}
+
+fn inputs() -> (ClusterConfig, Catalog) {
+    let cpath = Path::new(ROOT).join("etc/sim/cluster.toml");
+    let c = ClusterConfig::from_toml(&read(&cpath), "etc/sim/cluster.toml").expect("cluster file parses");
+    let z = data("dvfs/zeus-power-limit/summary_power_v100.csv");
+    let cat = Catalog::from_zeus_csv(&read(&z), "zeus").expect("zeus parses");
+    (c, cat)
+}
+
+fn run(trace: &str, limit: usize, seed: u64) -> (ClusterConfig, Catalog, Outcome) {
+    let (c, cat) = inputs();
+    let mut t = sim::trace::parse(&read(&data(trace)), trace, TraceFormat::Auto).expect("trace parses");
+    t.truncate(limit);
+    let o = sim::run(&c, &cat, &t, trace, &sim::policies::ALL, seed).expect("simulation runs");
+    (c, cat, o)
+}
+
+fn rel_close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol * a.abs().max(b.abs()).max(1.0)
+}
+
+/// Energy parts recomputed from job records and node-state stretches.
+fn check_conservation(c: &ClusterConfig, o: &Outcome) {
+    let idle_w = c.gpu_idle_w();
+    let gpn = f64::from(c.gpus_per_node);
+    for r in &o.runs {
+        let name = r.policy.name();
+        let mut busy = 0.0;
+        let mut busy_gpu_s = 0.0;
+        for (j, x) in o.jobs.iter().zip(&r.jobs) {
+            assert!(x.start.is_finite() && x.end.is_finite(), "{name}: job {} never ran", j.id);
+            assert!(
+                x.alloc >= j.submit - 1e-9 && x.start >= x.alloc - 1e-9,
+                "{name}: job {} starts early",
+                j.id
+            );
+            let gpus: u32 = x.shares.iter().map(|s| s.1.count_ones()).sum();
+            assert_eq!(gpus, j.gpus, "{name}: job {} got {gpus} GPUs", j.id);
+            busy += f64::from(j.gpus) * x.gpu_w * (x.end - x.start);
+            busy_gpu_s += f64::from(j.gpus) * (x.end - x.start);
+        }
+        let (mut on_s, mut off_s, mut down_s, mut boot_s) = (0.0, 0.0, 0.0, 0.0);
+        for i in &r.meter.intervals {
+            let d = i.to - i.from;
+            assert!(d >= -1e-9, "{name}: negative stretch");
+            match i.state {
+                NodeState::On => on_s += d,
+                NodeState::Off | NodeState::OffWait => off_s += d,
+                NodeState::ShuttingDown => down_s += d,
+                NodeState::Booting => boot_s += d,
+            }
+        }
+        let span = (r.t_end - r.t0) * f64::from(c.nodes);
+        assert!(
+            rel_close(on_s + off_s + down_s + boot_s, span, 1e-9),
+            "{name}: node stretches do not tile time"
+        );
+        let p = r.meter.parts;
+        assert!(rel_close(p.gpu_busy_j, busy, 1e-9), "{name}: busy {} vs {busy}", p.gpu_busy_j);
+        assert!(rel_close(p.node_base_j, on_s * c.node.base_w, 1e-9), "{name}: base");
+        assert!(rel_close(p.gpu_idle_j, (on_s * gpn - busy_gpu_s) * idle_w, 1e-9), "{name}: idle GPUs");
+        assert!(rel_close(p.off_j, off_s * c.node.off_w, 1e-9), "{name}: off");
+        let trans = down_s * c.node.shutdown_w + boot_s * c.node.boot_w;
+        assert!(rel_close(p.transition_j, trans, 1e-9), "{name}: transitions");
+        let s = o.report.summaries.iter().find(|s| s.policy == name).unwrap();
+        let parts_kwh = s.gpu_busy_kwh + s.gpu_idle_kwh + s.node_base_kwh + s.off_kwh + s.transition_kwh;
+        assert!(rel_close(parts_kwh, s.energy_kwh, 1e-12), "{name}: parts do not add up");
+        assert!(
+            rel_close(s.timeline_kwh, s.energy_kwh, 1e-9),
+            "{name}: timeline {} vs parts {}",
+            s.timeline_kwh,
+            s.energy_kwh
+        );
+    }
+}
+
+/// No GPU in two jobs at once, and jobs run only on powered-on nodes: an interval sweep.
+fn check_no_double_booking(c: &ClusterConfig, o: &Outcome) {
+    for r in &o.runs {
+        let name = r.policy.name();
+        let mut per_gpu: BTreeMap<(u32, u32), Vec<(f64, f64)>> = BTreeMap::new();
+        for x in &r.jobs {
+            for &(n, mask) in &x.shares {
+                for g in 0..c.gpus_per_node {
+                    if mask & (1u64 << g) != 0 {
+                        per_gpu.entry((n, g)).or_default().push((x.alloc, x.end));
+                    }
+                }
+            }
+        }
+        for (gpu, mut v) in per_gpu {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for w in v.windows(2) {
+                assert!(w[1].0 >= w[0].1 - 1e-9, "{name}: GPU {gpu:?} double-booked at {}", w[1].0);
+            }
+        }
+        let mut on: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
+        for i in r.meter.intervals.iter().filter(|i| i.state == NodeState::On) {
+            on.entry(i.node).or_default().push((i.from, i.to));
+        }
+        for x in &r.jobs {
+            for &(n, _) in &x.shares {
+                let ok = on
+                    .get(&n)
+                    .is_some_and(|v| v.iter().any(|&(a, b)| a <= x.start + 1e-9 && x.end <= b + 1e-9));
+                assert!(ok, "{name}: a job ran on node {n} while it was not on ({}..{})", x.start, x.end);
+            }
+        }
+    }
+}
+
+fn check_sanity(o: &Outcome) {
+    let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    let oracle = by(PolicyKind::Oracle);
+    for s in &o.report.summaries {
+        assert!(oracle.gpu_busy_kwh <= s.gpu_busy_kwh * (1.0 + 1e-12), "oracle above {}", s.policy);
+        assert!(oracle.energy_kwh <= s.energy_kwh * (1.0 + 1e-12));
+    }
+    assert_eq!(by(PolicyKind::SlurmDefault).power_state_changes, 0);
+    assert_eq!(by(PolicyKind::ZeusPerJob).power_state_changes, 0);
+    assert!(by(PolicyKind::SlurmPowersave).power_state_changes > 0);
+    let w = o.runs.iter().find(|r| r.policy == PolicyKind::Wattson).unwrap();
+    for (j, x) in o.jobs.iter().zip(&w.jobs) {
+        assert!(
+            x.slowdown <= j.bound + 1e-12,
+            "wattson: job {} slowed {} > bound {}",
+            j.id,
+            x.slowdown,
+            j.bound
+        );
+    }
+    let d = o.runs.iter().find(|r| r.policy == PolicyKind::SlurmDefault).unwrap();
+    assert!(d.jobs.iter().all(|x| x.slowdown == 0.0), "slurm-default runs at the max limit");
+}
+
+#[test]
+fn small_trace_conserves_energy_jobs_and_gpus() {
+    let (c, _, o) = run("traces/itp-elasticflow/195job.csv", usize::MAX, 1);
+    assert_eq!(o.jobs.len(), 195);
+    check_conservation(&c, &o);
+    check_no_double_booking(&c, &o);
+    check_sanity(&o);
+}
+
+#[test]
+fn cluster04_prefix_conserves_energy_jobs_and_gpus() {
+    let (c, _, o) = run("traces/itp-elasticflow/cluster04.csv", 1500, 3);
+    assert_eq!(o.jobs.len(), 1500);
+    check_conservation(&c, &o);
+    check_no_double_booking(&c, &o);
+    check_sanity(&o);
+}
+
+#[test]
+fn same_inputs_give_byte_identical_outputs_and_another_seed_differs() {
+    let render = |o: &Outcome| {
+        let r = &o.report;
+        [
+            sim::metrics::to_csv(r),
+            sim::metrics::to_json(r),
+            sim::metrics::power_csv(r),
+            sim::plot::energy_vs_jct(r),
+            sim::plot::power_over_time(r),
+        ]
+    };
+    let a = render(&run("traces/itp-elasticflow/cluster04.csv", 800, 5).2);
+    let b = render(&run("traces/itp-elasticflow/cluster04.csv", 800, 5).2);
+    assert_eq!(a, b);
+    let c = render(&run("traces/itp-elasticflow/cluster04.csv", 800, 6).2);
+    assert_ne!(a[0], c[0], "the seed changes the hints, so wattson's results");
+}
+
+fn wattson_bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wattson"));
+    c.current_dir(ROOT);
+    c
+}
+
+#[test]
+fn cli_writes_identical_files_twice() {
+    let trace = data("traces/itp-elasticflow/195job.csv");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    for d in &dirs {
+        let out = wattson_bin()
+            .args(["sim", "--trace"])
+            .arg(&trace)
+            .args(["--cluster", "etc/sim/cluster.toml", "--policies", "all", "--seed", "9", "--out"])
+            .arg(d.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for p in sim::policies::ALL {
+            assert!(stdout.contains(p.name()), "table lacks {}", p.name());
+        }
+    }
+    for f in ["summary.csv", "summary.json", "power_hourly.csv", "energy_vs_jct.svg", "power_over_time.svg"] {
+        let a = std::fs::read(dirs[0].path().join(f)).unwrap();
+        let b = std::fs::read(dirs[1].path().join(f)).unwrap();
+        assert!(!a.is_empty() && a == b, "{f} differs between runs");
+    }
+}
+
+#[test]
+fn cli_bad_input_is_a_clear_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_trace = dir.path().join("t.csv");
+    std::fs::write(&bad_trace, "submit,gpus,duration\n0,1,100\n10,two,100\n").unwrap();
+    let bad_cluster = dir.path().join("c.toml");
+    std::fs::write(
+        &bad_cluster,
+        read(&Path::new(ROOT).join("etc/sim/cluster.toml")).replace("nodes = 80", "nodes = 0"),
+    )
+    .unwrap();
+    let huge = dir.path().join("huge.csv");
+    std::fs::write(&huge, "submit,gpus,duration\n0,1000,100\n").unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--trace".into(), bad_trace.display().to_string()], "t.csv:3: gpus = \"two\" is not a number"),
+        (vec!["--trace".into(), "/nonexistent.csv".into()], "/nonexistent.csv: cannot read"),
+        (
+            vec![
+                "--trace".into(),
+                bad_trace.display().to_string(),
+                "--cluster".into(),
+                bad_cluster.display().to_string(),
+            ],
+            "c.toml: nodes = 0",
+        ),
+        (vec!["--trace".into(), huge.display().to_string()], "asks for 1000 GPUs; the cluster has 640"),
+        (
+            vec!["--trace".into(), bad_trace.display().to_string(), "--policies".into(), "fast".into()],
+            "unknown policy",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = wattson_bin().arg("sim").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want) && err.starts_with("wattson: error: "), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn generic_trace_replays() {
+    let (c, cat) = inputs();
+    let text = "submit,gpus,duration,tag\n0,8,3600,bert\n10,16,7200,resnet50\n20,1,600,mystery\n";
+    let t = sim::trace::parse(text, "g.csv", TraceFormat::Auto).unwrap();
+    let o = sim::run(&c, &cat, &t, "g.csv", &sim::policies::ALL, 1).unwrap();
+    check_conservation(&c, &o);
+    check_no_double_booking(&c, &o);
+    let d = o.runs.iter().find(|r| r.policy == PolicyKind::SlurmDefault).unwrap();
+    // An empty cluster starts every job at submission and runs it for its trace duration.
+    for (j, x) in o.jobs.iter().zip(&d.jobs) {
+        assert_eq!(x.start, j.submit);
+        assert_eq!(x.end - x.start, j.duration);
+    }
+}
