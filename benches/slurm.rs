@@ -57,8 +57,8 @@ fn main() {
             std::hint::black_box(std::fs::metadata(&config_path).and_then(|m| m.modified()).ok());
         }));
         decide.push(time_us(|| {
-            let (config, _) = cached.get();
-            let d = submit::decide(env.iter().map(String::as_str), "1000", now, config).unwrap();
+            let (config, models, _) = cached.get();
+            let d = submit::decide(env.iter().map(String::as_str), "1000", now, config, models).unwrap();
             std::hint::black_box(d);
         }));
     }

@@ -48,6 +48,14 @@ impl ModelTable {
         self.models.get(gpu_key(gpu_type))?.get(tag)
     }
 
+    /// The GPU types that have a model for `tag`, in name order.
+    pub fn gpu_types_with(&self, tag: &str) -> Vec<&str> {
+        let mut types: Vec<&str> =
+            self.models.iter().filter(|(_, tags)| tags.contains_key(tag)).map(|(g, _)| g.as_str()).collect();
+        types.sort_unstable();
+        types
+    }
+
     /// Number of (GPU type, tag) entries.
     pub fn len(&self) -> usize {
         self.models.values().map(HashMap::len).sum()

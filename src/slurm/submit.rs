@@ -1,13 +1,16 @@
 //! What `job_submit/wattson` decides inside slurmctld: validate the hints again (API
 //! submissions bypass `sbatch`), apply the site policy, and turn `--energy-defer` into a later
-//! eligible start when the tariff has a cheaper hour within the window. No network I/O: the
-//! only I/O is a `stat` of the configuration file, reloaded when it changes.
+//! eligible start when the tariff has a cheaper hour within the window; with `enact = "model"`,
+//! record what the learned model table predicts for a known `--energy-tag`. No network I/O:
+//! the only I/O is a `stat` of the configuration file and of the model table, each reloaded
+//! when it changes.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::hints::SubmitHints;
 use crate::config::Config;
+use crate::engine::{ModelTable, Policy as EnginePolicy};
 use crate::policy::Decision;
 
 /// The outcome for an accepted job.
@@ -30,10 +33,21 @@ pub fn decide<'a>(
     user: &str,
     now_s: i64,
     config: &Config,
+    models: &ModelTable,
 ) -> Result<SubmitDecision, String> {
     let hints = SubmitHints::from_env(env)?;
     let decision = config.policy.decide(&hints.hints, user);
-    let mut admin_comment = format!("wattson:policy={},power={}%", decision.policy, decision.power_pct);
+    let mut admin_comment = format!("wattson:policy={}", decision.policy);
+    match decision.engine {
+        _ if !decision.by_model() => admin_comment.push_str(&format!(",power={}%", decision.power_pct)),
+        EnginePolicy::MinEnergy { max_slowdown } => {
+            admin_comment.push_str(&format!(",slowdown={}%", 100.0 * max_slowdown))
+        }
+        _ => {}
+    }
+    if decision.by_model() {
+        admin_comment.push_str(&model_note(models, hints.hints.tag.as_deref(), decision.engine));
+    }
     let begin_time_s = hints.defer.and_then(|window| {
         let start = config.prices.cheapest_start(now_s, window.as_secs() as i64);
         (start > now_s).then_some(start)
@@ -49,32 +63,86 @@ pub fn decide<'a>(
     Ok(SubmitDecision { decision, begin_time_s, admin_comment, message })
 }
 
+/// `,tag=T,model=GPU:530W(-8.5%)` per GPU type the table knows the tag on, or
+/// `,model=none` (the node probes); nothing without a tag.
+fn model_note(models: &ModelTable, tag: Option<&str>, policy: EnginePolicy) -> String {
+    let Some(tag) = tag else { return String::new() };
+    let mut note = format!(",tag={tag}");
+    let mut known = false;
+    for gpu_type in models.gpu_types_with(tag) {
+        let d = models.decide(tag, gpu_type, policy);
+        if let Some(w) = d.setting {
+            known = true;
+            note.push_str(&format!(
+                ",model={gpu_type}:{w:.0}W(slowdown {:.1}%)",
+                100.0 * d.predicted_slowdown
+            ));
+        }
+    }
+    if !known {
+        note.push_str(",model=none");
+    }
+    note
+}
+
 fn format_utc(t_s: i64) -> String {
     chrono::DateTime::from_timestamp(t_s, 0)
         .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_default()
 }
 
-/// The configuration as last read, reloaded when the file's modification time changes.
-/// A file that fails to parse keeps the last good configuration in force.
+/// The configuration and the model table as last read, each reloaded when its file's
+/// modification time changes. A file that fails to parse keeps the last good one in force.
 pub struct CachedConfig {
     path: PathBuf,
     stamp: Option<SystemTime>,
     config: Config,
+    models_stamp: Option<SystemTime>,
+    models: ModelTable,
 }
 
 impl CachedConfig {
     /// Reads `path` (defaults when it does not exist); the error is for the log.
     pub fn load(path: &Path) -> (CachedConfig, Option<String>) {
-        let mut cached = CachedConfig { path: path.to_path_buf(), stamp: None, config: Config::default() };
+        let mut cached = CachedConfig {
+            path: path.to_path_buf(),
+            stamp: None,
+            config: Config::default(),
+            models_stamp: None,
+            models: ModelTable::new(),
+        };
         let error = cached.refresh();
         (cached, error)
     }
 
-    /// The configuration, re-read first if the file changed; also returns a reload error.
-    pub fn get(&mut self) -> (&Config, Option<String>) {
-        let error = self.refresh();
-        (&self.config, error)
+    /// The configuration and the model table, re-read first if their files changed; also
+    /// returns a reload error.
+    pub fn get(&mut self) -> (&Config, &ModelTable, Option<String>) {
+        let error = self.refresh().or_else(|| self.refresh_models());
+        (&self.config, &self.models, error)
+    }
+
+    fn refresh_models(&mut self) -> Option<String> {
+        let path = &self.config.engine.models_file;
+        let stamp = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        if stamp == self.models_stamp {
+            return None;
+        }
+        self.models_stamp = stamp;
+        if stamp.is_none() {
+            self.models = ModelTable::new();
+            return None;
+        }
+        match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| ModelTable::from_json(&t).map_err(|e| e.to_string()))
+        {
+            Ok(models) => {
+                self.models = models;
+                None
+            }
+            Err(e) => Some(format!("{}: {e}; keeping the previous model table", path.display())),
+        }
     }
 
     fn refresh(&mut self) -> Option<String> {
@@ -107,17 +175,47 @@ mod tests {
 
     #[test]
     fn the_policy_is_recorded_on_the_job() {
-        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy=min-energy"], "alice", 0, &Config::default())
-            .unwrap();
+        let share = config("[policy]\nenact = \"share\"\n");
+        let none = ModelTable::new();
+        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy=min-energy"], "alice", 0, &share, &none).unwrap();
         assert_eq!(d.admin_comment, "wattson:policy=min-energy,power=60%");
         assert_eq!((d.begin_time_s, d.message), (None, None));
-        let d = decide([], "alice", 0, &Config::default()).unwrap();
+        let d = decide([], "alice", 0, &Config::default(), &none).unwrap();
         assert_eq!(d.decision.policy, "balanced");
+        assert_eq!(d.admin_comment, "wattson:policy=balanced");
+    }
+
+    #[test]
+    fn a_known_tag_gets_the_models_prediction_and_an_unknown_one_says_none() {
+        use crate::engine::{DvfsModel, ModelEntry, Sample, fit_power_limit};
+        let samples: Vec<Sample> =
+            [(200.0, 0.187, 200.0), (450.0, 0.116, 450.0), (530.0, 0.109, 530.0), (700.0, 0.1, 650.0)]
+                .iter()
+                .map(|&(setting, time, power)| Sample { setting, time, power, weight: 1.0 })
+                .collect();
+        let entry = ModelEntry {
+            model: DvfsModel::PowerLimit(fit_power_limit(&samples).unwrap()),
+            settings: vec![200.0, 450.0, 530.0, 700.0],
+        };
+        let mut table = ModelTable::new();
+        table.insert("bert", "H100", entry);
+        let env =
+            ["_SLURM_SPANK_OPTION_wattson_energy=min-energy", "_SLURM_SPANK_OPTION_wattson_energy_tag=bert"];
+        let d = decide(env, "alice", 0, &Config::default(), &table).unwrap();
+        // 530 W is the least energy measured within 10% (measured 9.0% slower).
+        let prefix = "wattson:policy=min-energy,slowdown=10%,tag=bert,model=H100:530W(slowdown ";
+        assert!(d.admin_comment.starts_with(prefix), "{}", d.admin_comment);
+        let pct: f64 = d.admin_comment[prefix.len()..].trim_end_matches("%)").parse().unwrap();
+        assert!((5.0..=10.0).contains(&pct), "{pct}");
+        let env = ["_SLURM_SPANK_OPTION_wattson_energy_tag=gpt"];
+        let d = decide(env, "alice", 0, &Config::default(), &table).unwrap();
+        assert_eq!(d.admin_comment, "wattson:policy=balanced,tag=gpt,model=none");
     }
 
     #[test]
     fn bad_hints_refuse_the_job() {
-        let e = decide(["WATTSON_ENERGY_SLOWDOWN=-3"], "alice", 0, &Config::default()).unwrap_err();
+        let e = decide(["WATTSON_ENERGY_SLOWDOWN=-3"], "alice", 0, &Config::default(), &ModelTable::new())
+            .unwrap_err();
         assert!(e.contains("--energy-slowdown=-3"), "{e}");
     }
 
@@ -127,7 +225,8 @@ mod tests {
             (0..24).map(|h| if h < 6 { "0.1".into() } else { "0.3".to_string() }).collect();
         let cfg = config(&format!("[prices]\nhourly_utc = [{}]\n", night.join(", ")));
         let now = 20_000 * 86_400 + 22 * 3600; // 22:00 UTC
-        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy_defer=6h"], "bob", now, &cfg).unwrap();
+        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy_defer=6h"], "bob", now, &cfg, &ModelTable::new())
+            .unwrap();
         assert_eq!(d.begin_time_s, Some(20_001 * 86_400));
         assert!(d.admin_comment.ends_with(",deferred=2024-10-05T00:00:00Z"), "{}", d.admin_comment);
         assert!(d.message.unwrap().contains("deferred to 2024-10-05T00:00:00Z"));
@@ -140,11 +239,12 @@ mod tests {
         let (mut cached, error) = CachedConfig::load(&path);
         assert!(error.is_none());
         assert_eq!(cached.get().0.policy.default, "balanced");
+        assert!(cached.get().1.is_empty());
         std::fs::write(&path, "[policy]\ndefault = \"perf\"\n").unwrap();
         assert_eq!(cached.get().0.policy.default, "perf");
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&path, "[policy]\ndefault = \"fastest\"\n").unwrap();
-        let (config, error) = cached.get();
+        let (config, _, error) = cached.get();
         assert_eq!(config.policy.default, "perf");
         assert!(error.unwrap().contains("w.toml:2"));
     }

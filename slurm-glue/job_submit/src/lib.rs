@@ -113,7 +113,7 @@ pub unsafe extern "C" fn job_submit(
 
         let mut guard_config = CONFIG.lock().unwrap_or_else(|p| p.into_inner());
         let cached = guard_config.get_or_insert_with(|| CachedConfig::load(&config_path()).0);
-        let (config, problem) = cached.get();
+        let (config, models, problem) = cached.get();
         if let Some(problem) = problem {
             error(&format!("job_submit/wattson: {problem}"));
         }
@@ -123,7 +123,7 @@ pub unsafe extern "C" fn job_submit(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
-        match submit::decide(env, &user, now, config) {
+        match submit::decide(env, &user, now, config, models) {
             Ok(decision) => {
                 // SAFETY: Slurm-owned string fields of the job description.
                 unsafe { set_string(&mut job.admin_comment, &decision.admin_comment) };
