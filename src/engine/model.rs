@@ -66,9 +66,12 @@ impl ClockModel {
 /// Power-limit knob.
 ///
 /// Observed average power `P(p)` is the monotone piecewise-linear interpolation through the
-/// probed limits (it saturates at the unconstrained draw). Time follows the effective-clock law
-/// `t = t0 + D·(P(p) − a)^(−1/3)`: `a` is the fitted power floor at which progress stops.
-/// The relative error combines a model-disagreement term (this curve vs a straight line through
+/// probed limits (it saturates at the unconstrained draw). The time's shape follows the
+/// effective-clock law `t = t0 + D·(P(p) − a)^(−1/3)` (`a`: the fitted power floor at which
+/// progress stops), anchored on the measurements: at a probed limit the time is the measured
+/// one, between two probes it moves from one to the other along that law's shape. Where the
+/// measured time rises with the limit (noise), so does the curve, and the `noise` term widens
+/// every margin. The relative error combines a model-disagreement term (this curve vs a straight line through
 /// the probes, zero at probed limits), the noise seen in the probes, and a floor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PowerLimitModel {
@@ -76,7 +79,7 @@ pub struct PowerLimitModel {
     pub limits: Vec<f64>,
     /// Monotone (non-decreasing) observed power at each probed limit (W).
     pub powers: Vec<f64>,
-    /// Monotone (non-increasing) observed time at each probed limit (s), for the error term.
+    /// Observed time at each probed limit (s).
     pub times: Vec<f64>,
     /// Limit-independent time (s).
     pub t0: f64,
@@ -114,15 +117,42 @@ impl PowerLimitModel {
         interp(&self.limits, &self.powers, p).max(floor)
     }
 
-    /// Predicted time per unit of work under limit `p` (s).
-    pub fn time(&self, p: f64) -> f64 {
+    /// The fitted law alone (s), not anchored on the measurements.
+    fn law(&self, p: f64) -> f64 {
         self.t0 + self.d * (self.power(p) - self.a).powf(-CUBE_EXPONENT)
+    }
+
+    /// Predicted time per unit of work under limit `p` (s): the measured time at a probed
+    /// limit; between probes `i` and `i+1`, `t_i + (t_{i+1} − t_i)·(law(p) − law_i) /
+    /// (law_{i+1} − law_i)` (linear in `p` where the law is flat), so it stays between the two
+    /// measurements; below the lowest probe the law scaled to it; above the highest, flat.
+    pub fn time(&self, p: f64) -> f64 {
+        let (xs, ts) = (&self.limits, &self.times);
+        let n = xs.len().min(ts.len());
+        if n == 0 {
+            return self.law(p);
+        }
+        if p >= xs[n - 1] {
+            return ts[n - 1];
+        }
+        if p <= xs[0] {
+            let at = self.law(xs[0]);
+            return if at > 0.0 { ts[0] * self.law(p) / at } else { ts[0] };
+        }
+        let i = xs.partition_point(|&x| x <= p).saturating_sub(1).min(n - 2);
+        let (l0, l1) = (self.law(xs[i]), self.law(xs[i + 1]));
+        let w = if l0 - l1 > 1e-12 * l0.abs() {
+            (l0 - self.law(p)) / (l0 - l1)
+        } else {
+            (p - xs[i]) / (xs[i + 1] - xs[i])
+        };
+        ts[i] + w.clamp(0.0, 1.0) * (ts[i + 1] - ts[i])
     }
 
     /// Prediction under limit `p`, with its relative error.
     pub fn predict(&self, p: f64) -> Prediction {
         let power = self.power(p);
-        let time = self.t0 + self.d * (power - self.a).powf(-CUBE_EXPONENT);
+        let time = self.time(p);
         let line = interp(&self.limits, &self.times, p);
         let disagreement = if time > 0.0 { (time - line).abs() / time } else { 1.0 };
         let lo = self.limits.first().copied().unwrap_or(p);
