@@ -90,6 +90,19 @@ fn max(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
 }
 
+/// What every decision on a curve is scored against: its limits and the max limit's time and
+/// energy (the full-speed reference).
+struct Reference {
+    settings: Vec<f64>,
+    t_max: f64,
+    e_max: f64,
+}
+
+fn reference(c: &Curve) -> Reference {
+    let (_, t_max, w_max) = c[c.len() - 1];
+    Reference { settings: c.iter().map(|x| x.0).collect(), t_max, e_max: t_max * w_max }
+}
+
 fn evaluate(c: &Curve, s: &mut GpuStats) {
     let pr = probes(c);
     let samples: Vec<Sample> =
@@ -105,14 +118,15 @@ fn evaluate(c: &Curve, s: &mut GpuStats) {
         s.ape_time.push((pred.time - t).abs() / t);
         s.ape_energy.push((pred.energy - t * w).abs() / (t * w));
     }
-    let settings: Vec<f64> = c.iter().map(|x| x.0).collect();
-    let (t_max, e_max) = {
-        let last = c[c.len() - 1];
-        (last.1, last.1 * last.2)
-    };
+    let re = reference(c);
+    let (t_max, e_max) = (re.t_max, re.e_max);
     for (k, &bound) in BOUNDS.iter().enumerate() {
-        let d =
-            choose(&model, &settings, Policy::MinEnergy { max_slowdown: bound }, &ChooserConfig::default());
+        let d = choose(
+            &model,
+            &re.settings,
+            Policy::MinEnergy { max_slowdown: bound },
+            &ChooserConfig::default(),
+        );
         let chosen = d.setting.expect("a setting");
         let &(_, t, w) = c.iter().find(|x| x.0 == chosen).expect("chosen among the settings");
         let slowdown = t / t_max - 1.0;
@@ -125,7 +139,7 @@ fn evaluate(c: &Curve, s: &mut GpuStats) {
         s.gaps[k].push(t * w / oracle - 1.0);
         s.savings[k].push(1.0 - t * w / e_max);
         s.true_slowdowns[k].push(slowdown);
-        replay(c, bound, oracle, &mut s.node[k]);
+        replay(c, &re, bound, oracle, &mut s.node[k]);
     }
 }
 
@@ -134,14 +148,14 @@ fn evaluate(c: &Curve, s: &mut GpuStats) {
 /// is the same measurement, so this scores the search (probes spent, distance to the oracle),
 /// not measurement noise. A second run from the stored measurements must not probe and must
 /// settle on the same limit.
-fn replay(c: &Curve, bound: f64, oracle: f64, r: &mut Replay) {
-    let settings: Vec<f64> = c.iter().map(|x| x.0).collect();
+fn replay(c: &Curve, re: &Reference, bound: f64, oracle: f64, r: &mut Replay) {
+    let Reference { settings, t_max, e_max } = re;
     let at = |p: f64| *c.iter().find(|x| x.0 == p).expect("the plan only asks for the curve's limits");
     let policy = Policy::MinEnergy { max_slowdown: bound };
     let cfg = ProbeConfig::default();
     let mut samples: Vec<Sample> = Vec::new();
     let decision = loop {
-        match next_step(&samples, &settings, policy, &cfg, samples.len()) {
+        match next_step(&samples, settings, policy, &cfg, samples.len()) {
             Step::Probe(p) => {
                 let (_, t, w) = at(p);
                 samples.push(Sample { setting: p, time: t, power: w, weight: 1.0 });
@@ -151,10 +165,6 @@ fn replay(c: &Curve, bound: f64, oracle: f64, r: &mut Replay) {
     };
     let chosen = decision.setting.expect("a setting");
     let (_, t, w) = at(chosen);
-    let (t_max, e_max) = {
-        let last = c[c.len() - 1];
-        (last.1, last.1 * last.2)
-    };
     if t / t_max - 1.0 > bound + 1e-12 {
         r.violations += 1;
         eprintln!("node plan violation: bound {bound}, chose {chosen} W, true slowdown {}", t / t_max - 1.0);
@@ -162,7 +172,7 @@ fn replay(c: &Curve, bound: f64, oracle: f64, r: &mut Replay) {
     r.gaps.push(t * w / oracle - 1.0);
     r.savings.push(1.0 - t * w / e_max);
     r.probes.push(samples.len() as f64);
-    if next_step(&samples, &settings, policy, &cfg, 0) != Step::Settle(decision) {
+    if next_step(&samples, settings, policy, &cfg, 0) != Step::Settle(decision) {
         r.unstable += 1;
     }
 }
