@@ -14,10 +14,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use wattson::energy::{GpuMeter, GpuReading};
-use wattson::job::{Hints, JobGpu, JobKey, JobRecord, JobState};
 use wattson::report::{self, DEFAULT_COLUMNS, Format};
-use wattson::store::{AcctQuery, Store, schema::SCHEMA_VERSION};
+use wattson_store::{AcctQuery, Store, schema::SCHEMA_VERSION};
+use wattson_types::energy::{GpuMeter, GpuReading};
+use wattson_types::job::{Hints, JobGpu, JobKey, JobRecord, JobState};
 
 /// Bump when the generated data changes.
 const GENERATOR_VERSION: u32 = 1;

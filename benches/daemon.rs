@@ -13,9 +13,9 @@ use std::time::Duration;
 use common::Node;
 
 use fake_nvml::{Config, Sim};
-use wattson::gpu::{GpuBackend, NvmlBackend};
-use wattson::job::{GpuRef, Hints, JobKey};
-use wattson::protocol::{self, JobBegin, Request};
+use wattson_gpu::{GpuBackend, NvmlBackend};
+use wattson_protocol::{JobBegin, Request};
+use wattson_types::job::{GpuRef, Hints, JobKey};
 
 const GPUS: u32 = 8;
 
@@ -40,7 +40,8 @@ fn main() {
                 gpus: vec![GpuRef::Index(job)],
                 hints: Hints::default(),
             };
-            protocol::call(&daemon.socket, &Request::JobBegin(begin), Duration::from_secs(5)).unwrap();
+            wattson_protocol::call(&daemon.socket, &Request::JobBegin(begin), Duration::from_secs(5))
+                .unwrap();
         }
         std::thread::sleep(Duration::from_secs(2));
         let cpu0 = cpu_ns(daemon.pid());

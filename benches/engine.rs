@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Instant;
 
-use wattson::engine::{Decision, DvfsModel, ModelEntry, ModelTable, Policy, Sample, fit_power_limit, prior};
+use wattson_engine::{Decision, DvfsModel, ModelEntry, ModelTable, Policy, Sample, fit_power_limit, prior};
 
 const TAGS: usize = 10_000;
 const DECISIONS: usize = 100_000;

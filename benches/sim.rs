@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use wattson::sim::{self, Catalog, ClusterConfig, PolicyKind, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const REPS: usize = 5;
@@ -38,18 +38,18 @@ fn main() {
     let c04 = read(&format!("{dir}/cluster04.csv"));
     let all: Vec<(String, String)> =
         (1..=10).map(|i| (format!("cluster{i:02}.csv"), read(&format!("{dir}/cluster{i:02}.csv")))).collect();
-    let parse = |t: &str| sim::trace::parse(t, "t", TraceFormat::Auto).unwrap();
+    let parse = |t: &str| wattson_sim::trace::parse(t, "t", TraceFormat::Auto).unwrap();
     let run = |t: &str, p: &[PolicyKind]| {
         let jobs = parse(t);
-        sim::run(&cluster, &catalog, &jobs, "t", p, 1).unwrap().jobs.len()
+        wattson_sim::run(&cluster, &catalog, &jobs, "t", p, 1).unwrap().jobs.len()
     };
     let rows = [
         ("parse cluster04 (baseline)", time(|| parse(&c04).len())),
         ("cluster04, slurm-default only", time(|| run(&c04, &[PolicyKind::SlurmDefault]))),
-        ("cluster04, all five policies", time(|| run(&c04, &sim::policies::ALL))),
+        ("cluster04, all five policies", time(|| run(&c04, &wattson_sim::policies::ALL))),
         (
             "10 ITP clusters, all five policies",
-            time(|| all.iter().map(|(_, t)| run(t, &sim::policies::ALL)).sum()),
+            time(|| all.iter().map(|(_, t)| run(t, &wattson_sim::policies::ALL)).sum()),
         ),
     ];
     let base = rows[0].1.0;

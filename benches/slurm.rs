@@ -1,6 +1,6 @@
 //! Latency of what the Slurm plugins do, each against a baseline measured in the same run:
 //!
-//! - job_submit: `wattson::slurm::submit` over 10,000 submissions (the configuration check,
+//! - job_submit: `wattson_slurm::submit` over 10,000 submissions (the configuration check,
 //!   hint parsing from a realistic job environment, policy, deferral) vs. the configuration's
 //!   `stat` alone, which every submission pays anyway.
 //! - SPANK: the job prolog's begin and the epilog's end, each a round trip to a real wattsond
@@ -14,9 +14,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Node;
-use wattson::protocol::{self, Request};
-use wattson::slurm::node::{self, NodeJob, PluginArgs};
-use wattson::slurm::submit::{self, CachedConfig};
+use wattson_protocol::Request;
+use wattson_slurm::node::{self, NodeJob, PluginArgs};
+use wattson_slurm::submit::{self, CachedConfig};
 
 fn percentiles(mut us: Vec<f64>) -> (f64, f64) {
     us.sort_by(f64::total_cmp);
@@ -82,7 +82,7 @@ fn main() {
             node::end(&args, id).unwrap();
         }));
         status.push(time_us(|| {
-            protocol::call(&daemon.socket, &Request::Status, Duration::from_secs(5)).unwrap();
+            wattson_protocol::call(&daemon.socket, &Request::Status, Duration::from_secs(5)).unwrap();
         }));
     }
     drop(daemon);

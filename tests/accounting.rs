@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::{Node, assert_exact};
 use fake_nvml::Fault;
-use wattson::energy::{MeterEvent, Method};
-use wattson::job::{JobRecord, JobState};
+use wattson_types::energy::{MeterEvent, Method};
+use wattson_types::job::{JobRecord, JobState};
 
 const EXACT: f64 = 0.001; // 0.1 %
 

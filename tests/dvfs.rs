@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{Node, assert_ok};
 use fake_nvml::{GpuState, Workload};
-use wattson::engine::{ModelTable, Policy};
-use wattson::job::{JobRecord, Progress};
+use wattson_engine::{ModelTable, Policy};
+use wattson_types::job::{JobRecord, Progress};
 
 /// The hidden law: 0.1 s per unit at 1980 MHz, a fifth of it clock-independent.
 const WORK: Workload = Workload { t0_s: 0.02, d_s_mhz: 158.4 };
@@ -40,7 +40,7 @@ fn true_slowdown(limit_w: f64) -> f64 {
 
 /// The least true energy per unit among the limits whose true slowdown meets the bound.
 fn oracle() -> f64 {
-    wattson::engine::gpus::power_limit_grid(200.0, 700.0, GRID_STEP_W)
+    wattson_engine::gpus::power_limit_grid(200.0, 700.0, GRID_STEP_W)
         .into_iter()
         .filter(|&l| true_slowdown(l) <= BOUND)
         .map(true_energy)

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use wattson::engine::{
+use wattson_engine::{
     ChooserConfig, DvfsModel, Policy, ProbeConfig, Sample, Step, choose, fit_power_limit, next_step,
 };
 

@@ -4,8 +4,8 @@
 
 mod common;
 
-use wattson::gpu::{GpuBackend, GpuError, NvmlBackend};
-use wattson::job::GpuRef;
+use wattson_gpu::{GpuBackend, GpuError, NvmlBackend};
+use wattson_types::job::GpuRef;
 
 #[test]
 fn the_nvml_backend_reads_resolves_and_validates_settings() {

@@ -8,7 +8,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::{Node, assert_exact};
-use wattson::energy::Method;
+use wattson_types::energy::Method;
 
 #[test]
 fn a_ten_minute_job_is_exact_to_a_tenth_of_a_percent() {

@@ -6,10 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::{Node, assert_ok};
-use wattson::gpu::GpuSetting;
-use wattson::job::JobKey;
-use wattson::protocol::{self, Reply, Request};
-use wattson::store::Store;
+use wattson_gpu::GpuSetting;
+use wattson_protocol::{Reply, Request};
+use wattson_store::Store;
+use wattson_types::job::JobKey;
 
 const H100_MAX_MW: u32 = 700_000;
 
@@ -37,9 +37,12 @@ fn a_jobs_policy_is_applied_while_it_runs_and_undone_after() {
     assert!(node.sim.gpu_state(0).unwrap().power_mw <= 420_000);
 
     // The job (and its users, through SPANK) can ask what it got.
-    let reply =
-        protocol::call(&node.socket, &Request::JobSettings { job: JobKey::job(1) }, Duration::from_secs(5))
-            .unwrap();
+    let reply = wattson_protocol::call(
+        &node.socket,
+        &Request::JobSettings { job: JobKey::job(1) },
+        Duration::from_secs(5),
+    )
+    .unwrap();
     let Reply::Settings { decision, settings, .. } = reply else { panic!("{reply:?}") };
     assert_eq!(decision.policy, "min-energy");
     assert_eq!(
@@ -81,7 +84,7 @@ fn at_start_gpus_changed_for_jobs_that_are_gone_go_back_to_defaults() {
     // The job's end was recorded but the daemon died before restoring the GPU.
     let mut store = Store::open(&node.store).unwrap();
     let running = store.running_jobs().unwrap();
-    store.end_job(&JobKey::job(8), wattson::gpu::now_ns(), &running[0].gpus).unwrap();
+    store.end_job(&JobKey::job(8), wattson_types::now_ns(), &running[0].gpus).unwrap();
     drop(store);
     assert_eq!(limit(&node, 1), 420_000);
     node.start();
@@ -100,5 +103,5 @@ fn a_gpu_that_refuses_the_setting_runs_the_job_at_defaults() {
     assert_eq!(limit(&node, 0), H100_MAX_MW);
     assert!(node.log().contains("GPU refused the setting"));
     node.end("3");
-    assert_eq!(node.record("3").state, wattson::job::JobState::Completed);
+    assert_eq!(node.record("3").state, wattson_types::job::JobState::Completed);
 }

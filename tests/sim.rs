@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use wattson::sim::power::NodeState;
-use wattson::sim::{self, Catalog, ClusterConfig, Outcome, PolicyKind, TraceFormat};
+use wattson_sim::power::NodeState;
+use wattson_sim::{Catalog, ClusterConfig, Outcome, PolicyKind, TraceFormat};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -35,9 +35,11 @@ fn inputs() -> (ClusterConfig, Catalog) {
 
 fn run(trace: &str, limit: usize, seed: u64) -> (ClusterConfig, Catalog, Outcome) {
     let (c, cat) = inputs();
-    let mut t = sim::trace::parse(&read(&data(trace)), trace, TraceFormat::Auto).expect("trace parses");
+    let mut t =
+        wattson_sim::trace::parse(&read(&data(trace)), trace, TraceFormat::Auto).expect("trace parses");
     t.truncate(limit);
-    let o = sim::run(&c, &cat, &t, trace, &sim::policies::ALL, seed).expect("simulation runs");
+    let o =
+        wattson_sim::run(&c, &cat, &t, trace, &wattson_sim::policies::ALL, seed).expect("simulation runs");
     (c, cat, o)
 }
 
@@ -182,11 +184,11 @@ fn same_inputs_give_byte_identical_outputs_and_another_seed_differs() {
     let render = |o: &Outcome| {
         let r = &o.report;
         [
-            sim::metrics::to_csv(r),
-            sim::metrics::to_json(r),
-            sim::metrics::power_csv(r),
-            sim::plot::energy_vs_jct(r),
-            sim::plot::power_over_time(r),
+            wattson_sim::metrics::to_csv(r),
+            wattson_sim::metrics::to_json(r),
+            wattson_sim::metrics::power_csv(r),
+            wattson_sim::plot::energy_vs_jct(r),
+            wattson_sim::plot::power_over_time(r),
         ]
     };
     let a = render(&run("traces/itp-elasticflow/cluster04.csv", 800, 5).2);
@@ -216,7 +218,7 @@ fn cli_writes_identical_files_twice() {
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
-        for p in sim::policies::ALL {
+        for p in wattson_sim::policies::ALL {
             assert!(stdout.contains(p.name()), "table lacks {}", p.name());
         }
     }
@@ -271,8 +273,8 @@ fn cli_bad_input_is_a_clear_error_not_a_panic() {
 fn generic_trace_replays() {
     let (c, cat) = inputs();
     let text = "submit,gpus,duration,tag\n0,8,3600,bert\n10,16,7200,resnet50\n20,1,600,mystery\n";
-    let t = sim::trace::parse(text, "g.csv", TraceFormat::Auto).unwrap();
-    let o = sim::run(&c, &cat, &t, "g.csv", &sim::policies::ALL, 1).unwrap();
+    let t = wattson_sim::trace::parse(text, "g.csv", TraceFormat::Auto).unwrap();
+    let o = wattson_sim::run(&c, &cat, &t, "g.csv", &wattson_sim::policies::ALL, 1).unwrap();
     check_conservation(&c, &o);
     check_no_double_booking(&c, &o);
     let d = o.runs.iter().find(|r| r.policy == PolicyKind::SlurmDefault).unwrap();

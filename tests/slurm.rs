@@ -72,7 +72,7 @@ fn power_limits(node: &Node) -> Vec<u32> {
 fn a_min_energy_job_runs_capped_is_accounted_exactly_and_its_gpus_are_restored() {
     let c = cluster("", &[]);
     let script = "#!/bin/sh\nsleep 3\nenv | grep -E '^(WATTSON_|SLURM_JOB_GPUS)' | sort\n";
-    let submitted = wattson::gpu::now_ns();
+    let submitted = wattson_types::now_ns();
     let (id, said) = c
         .lab
         .sbatch_verbose(&["--gres=gpu:2", "--energy=min-energy", "--energy-tag=bert-squad"], script)
@@ -89,7 +89,7 @@ fn a_min_energy_job_runs_capped_is_accounted_exactly_and_its_gpus_are_restored()
     };
     assert_eq!(capped.iter().filter(|&&l| l == MAX_W).count(), 2, "{capped:?}");
     let info = c.lab.wait_job(id, Duration::from_secs(60));
-    let finished = wattson::gpu::now_ns();
+    let finished = wattson_types::now_ns();
     assert_eq!(info.state, "COMPLETED", "{}", c.lab.all_logs());
     assert!(info.get("AdminComment").contains("wattson:policy=min-energy,power=60%"), "{:?}", info.fields);
 
@@ -197,7 +197,7 @@ fn a_panic_inside_the_plugins_does_not_take_slurm_down() {
 fn a_deferrable_job_waits_for_the_cheap_hour() {
     let c = cluster("", &[]);
     // A tariff where the next UTC hour is the only cheap one.
-    let hour = (wattson::gpu::now_ns() / 3_600_000_000_000 % 24) as usize;
+    let hour = (wattson_types::now_ns() / 3_600_000_000_000 % 24) as usize;
     let prices: Vec<String> =
         (0..24).map(|h| if h == (hour + 1) % 24 { "0.05".into() } else { "0.30".to_string() }).collect();
     let mut config = std::fs::OpenOptions::new().append(true).open(&c.node.config).unwrap();

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
-use wattson::config::Config;
+use wattson_config::Config;
 
 /// The wattson node daemon: exact per-job GPU energy accounting into a local SQLite store.
 ///
@@ -37,14 +37,7 @@ fn main() -> ExitCode {
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("wattsond: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(wattson::daemon::run(config)) {
+    match wattson_daemon::run_blocking(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

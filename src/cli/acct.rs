@@ -7,13 +7,13 @@
 use clap::Args;
 
 use super::caller_uid;
-use crate::config::Config;
-use crate::daemon::server::Policy;
-use crate::gpu::now_ns;
-use crate::job::{JobKey, JobRecord};
-use crate::protocol::{self, AcctFilter, ClientError, Reply, Request};
 use crate::report::{self, Column, Format};
-use crate::store::Store;
+use wattson_config::Config;
+use wattson_protocol::access::Access;
+use wattson_protocol::{AcctFilter, ClientError, Reply, Request};
+use wattson_store::Store;
+use wattson_types::job::{JobKey, JobRecord};
+use wattson_types::now_ns;
 
 /// `wattson acct` options, as `sacct`'s.
 #[derive(Debug, Args)]
@@ -91,17 +91,17 @@ fn filter(args: &AcctArgs) -> Result<AcctFilter, String> {
 }
 
 fn resolve_user(user: &str) -> Result<u32, String> {
-    crate::daemon::server::uid_of(user).ok_or_else(|| format!("unknown user {user:?}"))
+    wattson_config::users::uid_of(user).ok_or_else(|| format!("unknown user {user:?}"))
 }
 
 /// Asks the daemon; if none runs, reads the store with the same visibility rule.
 fn fetch(config: &Config, filter: AcctFilter) -> Result<Vec<JobRecord>, String> {
     let request = Request::Acct(filter);
-    match protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout) {
+    match wattson_protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout) {
         Ok(Reply::Acct { records }) => Ok(records),
         Ok(other) => Err(format!("unexpected reply from wattsond: {other:?}")),
         Err(ClientError::Unavailable { .. }) => {
-            let policy = Policy::resolve(&config.daemon.slurm_user, &config.daemon.admins);
+            let (policy, _) = Access::resolve(&config.daemon.slurm_user, &config.daemon.admins);
             let Request::Acct(filter) = policy.authorize(caller_uid(), request)? else {
                 unreachable!("authorize keeps the request's kind")
             };

@@ -2,9 +2,9 @@
 
 use clap::{Args, Subcommand};
 
-use crate::config::Config;
-use crate::job::{GpuRef, Hints, JobKey};
-use crate::protocol::{self, JobBegin, Reply, Request, describe_settings};
+use wattson_config::Config;
+use wattson_protocol::{JobBegin, Reply, Request, describe_settings};
+use wattson_types::job::{GpuRef, Hints, JobKey};
 
 /// `wattson job` subcommands.
 #[derive(Debug, Subcommand)]
@@ -82,7 +82,7 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
         }
         JobCommand::End(args) => Request::JobEnd { job: args.job },
     };
-    match protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout)
+    match wattson_protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout)
         .map_err(|e| e.to_string())?
     {
         Reply::Begun { job, already_running, decision, settings } => {

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Config;
+use wattson_config::Config;
 
 /// Exact per-job GPU energy accounting for Slurm clusters.
 #[derive(Debug, Parser)]

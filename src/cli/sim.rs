@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use crate::sim::{self, Catalog, ClusterConfig, PolicyKind, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
 
 /// Trace layouts `--format` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -68,7 +68,8 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         FormatArg::Generic => TraceFormat::Generic,
     };
     let tname = args.trace.display().to_string();
-    let mut trace = sim::trace::parse(&read(&args.trace)?, &tname, format).map_err(|e| e.to_string())?;
+    let mut trace =
+        wattson_sim::trace::parse(&read(&args.trace)?, &tname, format).map_err(|e| e.to_string())?;
     if let Some(n) = args.limit_jobs {
         if n == 0 {
             return Err("--limit-jobs must be at least 1".to_string());
@@ -76,18 +77,18 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         trace.truncate(n);
     }
     let label = args.trace.file_name().map_or(tname.clone(), |f| f.to_string_lossy().into_owned());
-    let outcome =
-        sim::run(&cluster, &catalog, &trace, &label, &policies, args.seed).map_err(|e| e.to_string())?;
+    let outcome = wattson_sim::run(&cluster, &catalog, &trace, &label, &policies, args.seed)
+        .map_err(|e| e.to_string())?;
     let r = &outcome.report;
-    print!("{}", sim::metrics::to_table(r));
+    print!("{}", wattson_sim::metrics::to_table(r));
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
         let files = [
-            ("summary.csv", sim::metrics::to_csv(r)),
-            ("summary.json", sim::metrics::to_json(r)),
-            ("power_hourly.csv", sim::metrics::power_csv(r)),
-            ("energy_vs_jct.svg", sim::plot::energy_vs_jct(r)),
-            ("power_over_time.svg", sim::plot::power_over_time(r)),
+            ("summary.csv", wattson_sim::metrics::to_csv(r)),
+            ("summary.json", wattson_sim::metrics::to_json(r)),
+            ("power_hourly.csv", wattson_sim::metrics::power_csv(r)),
+            ("energy_vs_jct.svg", wattson_sim::plot::energy_vs_jct(r)),
+            ("power_over_time.svg", wattson_sim::plot::power_over_time(r)),
         ];
         for (name, text) in files {
             let p = dir.join(name);

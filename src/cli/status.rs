@@ -2,8 +2,8 @@
 
 use clap::Args;
 
-use crate::config::Config;
-use crate::protocol::{self, Reply, Request};
+use wattson_config::Config;
+use wattson_protocol::{Reply, Request};
 
 /// `wattson status` options.
 #[derive(Debug, Args)]
@@ -15,8 +15,9 @@ pub struct StatusArgs {
 
 /// Runs `wattson status`.
 pub fn run(config: &Config, args: StatusArgs) -> Result<(), String> {
-    let reply = protocol::call(&config.daemon.socket, &Request::Status, config.daemon.request_timeout)
-        .map_err(|e| e.to_string())?;
+    let reply =
+        wattson_protocol::call(&config.daemon.socket, &Request::Status, config.daemon.request_timeout)
+            .map_err(|e| e.to_string())?;
     let Reply::Status { node, gpus } = reply else {
         return Err(format!("unexpected reply from wattsond: {reply:?}"));
     };

@@ -13,9 +13,9 @@ pub mod units;
 use chrono::{Local, SecondsFormat, TimeZone, Utc};
 use serde_json::{Value, json};
 
-use crate::energy::MeterEvent;
-use crate::job::JobRecord;
 pub use time::{TIME_FORMS, format_time, parse_time};
+use wattson_types::energy::MeterEvent;
+use wattson_types::job::JobRecord;
 
 /// A report column. Names (see [`Column::name`]) are matched case-insensitively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,8 +1,8 @@
 use chrono::Utc;
 
 use super::*;
-use crate::energy::{GpuMeter, GpuReading, Method};
-use crate::job::{Hints, JobGpu, JobKey, JobState};
+use wattson_types::energy::{GpuMeter, GpuReading, Method};
+use wattson_types::job::{Hints, JobGpu, JobKey, JobState};
 
 const S: i64 = 1_000_000_000;
 

@@ -9,8 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fake_nvml::Sim;
-use wattson::job::{JobKey, JobRecord};
-use wattson::protocol::{self, Reply, Request};
+use wattson_protocol::{Reply, Request};
+use wattson_types::job::{JobKey, JobRecord};
 
 /// The uid of `nobody`, an unprivileged user that exists on Debian.
 pub const NOBODY: u32 = 65534;
@@ -83,7 +83,7 @@ impl Node {
         self.daemon = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if protocol::call(&self.socket, &Request::Status, Duration::from_secs(1)).is_ok() {
+            if wattson_protocol::call(&self.socket, &Request::Status, Duration::from_secs(1)).is_ok() {
                 return;
             }
             if let Some(status) = self.daemon.as_mut().unwrap().try_wait().unwrap() {
@@ -152,16 +152,16 @@ impl Node {
     /// `wattson job begin` for `job` owned by `uid` on `gpus`; panics unless it succeeds.
     /// Returns the wall-clock interval around the call.
     pub fn begin(&self, job: &str, uid: u32, gpus: &str) -> Bracket {
-        let t0 = wattson::gpu::now_ns();
+        let t0 = wattson_types::now_ns();
         assert_ok(&self.wattson(&["job", "begin", "--job", job, "--uid", &uid.to_string(), "--gpus", gpus]));
-        Bracket(t0, wattson::gpu::now_ns())
+        Bracket(t0, wattson_types::now_ns())
     }
 
     /// `wattson job end` for `job`; panics unless it succeeds. Returns the interval around it.
     pub fn end(&self, job: &str) -> Bracket {
-        let t0 = wattson::gpu::now_ns();
+        let t0 = wattson_types::now_ns();
         assert_ok(&self.wattson(&["job", "end", "--job", job]));
-        Bracket(t0, wattson::gpu::now_ns())
+        Bracket(t0, wattson_types::now_ns())
     }
 
     /// The jobs `wattson acct --json <args>` prints, as root.
@@ -172,8 +172,8 @@ impl Node {
     /// The one record of `job`, read through the daemon's socket.
     pub fn record(&self, job: &str) -> JobRecord {
         let key = JobKey::parse(job).unwrap();
-        let filter = protocol::AcctFilter { jobs: vec![key.clone()], ..Default::default() };
-        match protocol::call(&self.socket, &Request::Acct(filter), Duration::from_secs(5)).unwrap() {
+        let filter = wattson_protocol::AcctFilter { jobs: vec![key.clone()], ..Default::default() };
+        match wattson_protocol::call(&self.socket, &Request::Acct(filter), Duration::from_secs(5)).unwrap() {
             Reply::Acct { records } => {
                 let mut mine: Vec<JobRecord> = records.into_iter().filter(|r| r.key == key).collect();
                 assert_eq!(mine.len(), 1, "expected exactly one record of {job}: {mine:?}");
@@ -185,7 +185,7 @@ impl Node {
 
     /// The UUID of GPU `index`, as the daemon reports it.
     pub fn gpu_uuid(&self, index: u32) -> String {
-        match protocol::call(&self.socket, &Request::Status, Duration::from_secs(5)).unwrap() {
+        match wattson_protocol::call(&self.socket, &Request::Status, Duration::from_secs(5)).unwrap() {
             Reply::Status { gpus, .. } => gpus[index as usize].info.uuid.clone(),
             other => panic!("{other:?}"),
         }

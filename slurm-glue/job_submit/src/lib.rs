@@ -1,5 +1,5 @@
 //! `job_submit_wattson.so`: wattson's job_submit plugin, loaded by slurmctld. FFI only; the
-//! decision is `wattson::slurm::submit::decide`.
+//! decision is `wattson_slurm::submit::decide`.
 //!
 //! Validates energy hints again (API submissions bypass sbatch's SPANK plugin), applies the
 //! site policy from `wattson.toml` (path in slurmctld's `WATTSON_CONFIG`, else
@@ -11,8 +11,8 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use wattson::slurm::submit::{self, CachedConfig};
-use wattson::slurm::sys::{self, job_desc_msg_t};
+use wattson_slurm::submit::{self, CachedConfig};
+use wattson_slurm::sys::{self, job_desc_msg_t};
 use wattson_slurm_ffi::{error, guard, test_panic_trigger};
 
 #[unsafe(no_mangle)]
@@ -36,7 +36,7 @@ static CONFIG: Mutex<Option<CachedConfig>> = Mutex::new(None);
 fn config_path() -> PathBuf {
     std::env::var_os("WATTSON_CONFIG")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(wattson::config::DEFAULT_PATH))
+        .unwrap_or_else(|| PathBuf::from(wattson_config::DEFAULT_PATH))
 }
 
 /// Called when slurmctld loads the plugin.
@@ -173,7 +173,7 @@ fn perf_user_named(perf_users: &[String], uid: u32) -> Option<String> {
     if cache.0 != perf_users {
         let resolved = perf_users
             .iter()
-            .filter_map(|name| wattson::daemon::server::uid_of(name).map(|uid| (uid, name.clone())))
+            .filter_map(|name| wattson_config::users::uid_of(name).map(|uid| (uid, name.clone())))
             .collect();
         *cache = (perf_users.to_vec(), resolved);
     }

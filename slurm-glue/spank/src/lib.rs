@@ -1,4 +1,4 @@
-//! `spank_wattson.so`: wattson's SPANK plugin. FFI only; the logic is in `wattson::slurm`.
+//! `spank_wattson.so`: wattson's SPANK plugin. FFI only; the logic is in `wattson_slurm`.
 //!
 //! - sbatch/srun/salloc: registers `--energy`, `--energy-slowdown`, `--energy-tag`,
 //!   `--energy-defer` and refuses bad values with one line (the job is not queued).
@@ -12,9 +12,9 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use wattson::slurm::hints::{OPTIONS, SubmitHints};
-use wattson::slurm::node::{self, NodeJob, PluginArgs};
-use wattson::slurm::sys::{self, spank_option, spank_t};
+use wattson_slurm::hints::{OPTIONS, SubmitHints};
+use wattson_slurm::node::{self, NodeJob, PluginArgs};
+use wattson_slurm::sys::{self, spank_option, spank_t};
 use wattson_slurm_ffi::{error, guard, info};
 
 #[unsafe(no_mangle)]

@@ -1,0 +1,348 @@
+//! `wattson.toml`: the one configuration file of the daemon and the CLI.
+//!
+//! Every key is optional and has a production default. An unknown key or a bad value is an
+//! error that names the file and line, what was wrong, and what is allowed; the daemon refuses
+//! to start on it rather than guess.
+
+pub mod policy;
+pub mod users;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// Where the CLI and the daemon look for the configuration when none is given.
+pub const DEFAULT_PATH: &str = "/etc/wattson/wattson.toml";
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[daemon]`: wattsond's socket, store and sampling.
+    #[serde(default)]
+    pub daemon: DaemonConfig,
+    /// `[gpu]`: the GPU backend.
+    #[serde(default)]
+    pub gpu: GpuConfig,
+    /// `[metrics]`: the Prometheus endpoint.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// `[policy]`: which energy policy jobs get and how it is enacted.
+    #[serde(default)]
+    pub policy: policy::PolicyConfig,
+    /// `[prices]`: the electricity tariff that `--energy-defer` follows.
+    #[serde(default)]
+    pub prices: wattson_types::prices::PriceSchedule,
+    /// `[engine]`: online probing and the learned models.
+    #[serde(default)]
+    pub engine: EngineConfig,
+}
+
+/// `[engine]` section: how wattsond measures workloads it does not know, and where it keeps
+/// what it learned.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// How long each probed power limit is held and measured.
+    #[serde(default = "default_probe_window", deserialize_with = "probe_duration")]
+    pub probe_window: Duration,
+    /// How long after a change the GPU is left to settle before measuring.
+    #[serde(default = "default_probe_settle", deserialize_with = "probe_duration")]
+    pub probe_settle: Duration,
+    /// Most probe windows per job (at least 3).
+    #[serde(default = "default_max_probes", deserialize_with = "max_probes")]
+    pub max_probes: usize,
+    /// Step between candidate power limits, W.
+    #[serde(default = "default_power_limit_step", deserialize_with = "power_limit_step")]
+    pub power_limit_step_w: f64,
+    /// Directory of the per-job progress files (`WATTSON_PROGRESS_FILE`).
+    #[serde(default = "default_progress_dir")]
+    pub progress_dir: PathBuf,
+    /// The model table for `job_submit/wattson`, rewritten whenever a model changes.
+    #[serde(default = "default_models_file")]
+    pub models_file: PathBuf,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            probe_window: default_probe_window(),
+            probe_settle: default_probe_settle(),
+            max_probes: default_max_probes(),
+            power_limit_step_w: default_power_limit_step(),
+            progress_dir: default_progress_dir(),
+            models_file: default_models_file(),
+        }
+    }
+}
+
+fn default_probe_window() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_probe_settle() -> Duration {
+    Duration::from_secs(3)
+}
+fn default_max_probes() -> usize {
+    6
+}
+fn default_power_limit_step() -> f64 {
+    5.0
+}
+fn default_progress_dir() -> PathBuf {
+    PathBuf::from("/run/wattson/progress")
+}
+fn default_models_file() -> PathBuf {
+    PathBuf::from("/var/lib/wattson/models.json")
+}
+
+fn probe_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_millis(100), Duration::from_secs(3600))
+}
+
+fn max_probes<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    if (3..=50).contains(&n) {
+        Ok(n)
+    } else {
+        Err(serde::de::Error::custom(format!("{n} probes: allowed 3 to 50")))
+    }
+}
+
+fn power_limit_step<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let w = f64::deserialize(d)?;
+    if (1.0..=100.0).contains(&w) {
+        Ok(w)
+    } else {
+        Err(serde::de::Error::custom(format!("{w} W: allowed 1 to 100")))
+    }
+}
+
+/// `[daemon]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// Unix socket the daemon listens on.
+    #[serde(default = "default_socket")]
+    pub socket: PathBuf,
+    /// SQLite file with the node's job energy records.
+    #[serde(default = "default_store")]
+    pub store: PathBuf,
+    /// Node name recorded with each job (default: the host name).
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// The user besides root that may begin and end jobs (Slurm's `SlurmUser`).
+    #[serde(default = "default_slurm_user")]
+    pub slurm_user: String,
+    /// Users who may read every user's jobs (root always may).
+    #[serde(default)]
+    pub admins: Vec<String>,
+    /// How often every GPU is read.
+    #[serde(default = "default_sample_interval", deserialize_with = "sample_interval")]
+    pub sample_interval: Duration,
+    /// How often a point of the per-job time series is stored.
+    #[serde(default = "default_series_interval", deserialize_with = "series_interval")]
+    pub series_interval: Duration,
+    /// How long a client waits for the daemon, and the daemon for a client's request.
+    #[serde(default = "default_request_timeout", deserialize_with = "request_timeout")]
+    pub request_timeout: Duration,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            socket: default_socket(),
+            store: default_store(),
+            node_name: None,
+            slurm_user: default_slurm_user(),
+            admins: Vec::new(),
+            sample_interval: default_sample_interval(),
+            series_interval: default_series_interval(),
+            request_timeout: default_request_timeout(),
+        }
+    }
+}
+
+/// `[gpu]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuConfig {
+    /// The GPU backend; `nvml` is the only one.
+    #[serde(default)]
+    pub backend: Backend,
+    /// Path of the NVML library to load instead of the driver's `libnvidia-ml.so.1`
+    /// (the simulated GPUs of tests and the demo are loaded this way).
+    #[serde(default)]
+    pub nvml_library: Option<PathBuf>,
+}
+
+/// The available GPU backends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// NVIDIA Management Library.
+    #[default]
+    Nvml,
+}
+
+/// `[metrics]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address for Prometheus' `/metrics` (e.g. `127.0.0.1:9400`); absent = no endpoint.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+}
+
+fn default_socket() -> PathBuf {
+    PathBuf::from("/run/wattson/wattsond.sock")
+}
+fn default_store() -> PathBuf {
+    PathBuf::from("/var/lib/wattson/wattson.db")
+}
+fn default_slurm_user() -> String {
+    "slurm".to_string()
+}
+fn default_sample_interval() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_series_interval() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn duration_in<'de, D: Deserializer<'de>>(d: D, min: Duration, max: Duration) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    let value = humantime::parse_duration(&text).map_err(|e| {
+        serde::de::Error::custom(format!("bad duration {text:?} ({e}): write e.g. \"500ms\", \"1s\", \"2m\""))
+    })?;
+    if value < min || value > max {
+        return Err(serde::de::Error::custom(format!(
+            "duration {text:?} is out of range: allowed {} to {}",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        )));
+    }
+    Ok(value)
+}
+
+fn sample_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_millis(100), Duration::from_secs(3600))
+}
+fn series_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_millis(100), Duration::from_secs(86400))
+}
+fn request_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_millis(10), Duration::from_secs(300))
+}
+
+/// A configuration error a person can act on.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Parses `text`, naming `origin` (a path) in errors as `origin:line: message`.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let message = e.message().trim_end();
+            match line {
+                Some(line) => ConfigError(format!("{origin}:{line}: {message}")),
+                None => ConfigError(format!("{origin}: {message}")),
+            }
+        })?;
+        if config.engine.probe_settle >= config.engine.probe_window {
+            return Err(ConfigError(format!(
+                "{origin}: engine.probe_settle must be shorter than engine.probe_window"
+            )));
+        }
+        if config.daemon.slurm_user.is_empty() {
+            return Err(ConfigError(format!("{origin}: daemon.slurm_user must not be empty")));
+        }
+        Ok(config)
+    }
+
+    /// Reads and parses the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{}: cannot read configuration: {e}", path.display())))?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Loads `path` if given; else the default file if it exists; else the defaults.
+    pub fn load_or_default(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            Some(p) => Config::load(p),
+            None if Path::new(DEFAULT_PATH).exists() => Config::load(Path::new(DEFAULT_PATH)),
+            None => Ok(Config::default()),
+        }
+    }
+
+    /// The node name to record: the configured one, else the host name.
+    pub fn node_name(&self) -> String {
+        self.daemon.node_name.clone().unwrap_or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .unwrap_or_else(|| "localhost".to_string())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = Config::parse("", "x.toml").unwrap();
+        assert_eq!(c.daemon.sample_interval, Duration::from_secs(1));
+        assert_eq!(c.daemon.socket, PathBuf::from("/run/wattson/wattsond.sock"));
+        assert!(c.metrics.listen.is_none());
+        assert_eq!(c.gpu.backend, Backend::Nvml);
+    }
+
+    #[test]
+    fn the_example_file_parses() {
+        let text = include_str!("../../../etc/wattson.toml");
+        let c = Config::parse(text, "etc/wattson.toml").unwrap();
+        assert_eq!(c.daemon.sample_interval, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn values_are_read() {
+        let c = Config::parse(
+            "[daemon]\nsample_interval = \"250ms\"\nadmins = [\"ops\"]\n[metrics]\nlisten = \"127.0.0.1:9400\"\n",
+            "x.toml",
+        )
+        .unwrap();
+        assert_eq!(c.daemon.sample_interval, Duration::from_millis(250));
+        assert_eq!(c.daemon.admins, vec!["ops".to_string()]);
+        assert_eq!(c.metrics.listen.unwrap().port(), 9400);
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_and_allowed_keys() {
+        let e = Config::parse("[daemon]\n\nsampel_interval = \"1s\"\n", "/etc/w.toml").unwrap_err().0;
+        assert!(e.starts_with("/etc/w.toml:3: "), "{e}");
+        assert!(e.contains("sampel_interval") && e.contains("sample_interval"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_say_what_is_allowed() {
+        let e = Config::parse("[daemon]\nsample_interval = \"fast\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: ") && e.contains("\"1s\""), "{e}");
+        let e = Config::parse("[daemon]\nsample_interval = \"1ms\"\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("allowed 100ms to 1h"), "{e}");
+        let e = Config::parse("[gpu]\nbackend = \"rocm\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: ") && e.contains("nvml"), "{e}");
+        let e = Config::parse("[metrics]\nlisten = \"somewhere\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: "), "{e}");
+        let e = Config::parse("[daemon\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:1: "), "{e}");
+    }
+}

@@ -1,0 +1,241 @@
+//! Site policy: from a job's energy hints and the site's configuration to the energy policy
+//! the job gets and the GPU setting that enacts it. Pure and deterministic, so slurmctld (at
+//! submit) and wattsond (at job start) reach the same decision from the same inputs.
+//!
+//! Two ways to enact a policy (`[policy] enact`): `model` (the default) lets the engine's
+//! DVFS models choose each job's power limit (see `daemon::adapt`); `share` maps each policy
+//! to a fixed share of each GPU's maximum power limit. `perf` leaves the GPU at its defaults.
+
+use serde::{Deserialize, Serialize};
+
+use wattson_engine::Policy as EnginePolicy;
+use wattson_types::gpu::{GpuInfo, GpuSetting};
+use wattson_types::job::Hints;
+
+/// `[policy]` in `wattson.toml`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Policy of jobs that give none: `min-energy`, `balanced` or `perf`.
+    #[serde(default = "default_policy", deserialize_with = "policy_name")]
+    pub default: String,
+    /// Users who may ask for `perf`; empty means everyone may.
+    #[serde(default)]
+    pub perf_users: Vec<String>,
+    /// Power limit of `min-energy` jobs, percent of the GPU's maximum (clamped to its minimum).
+    #[serde(default = "default_min_energy_pct", deserialize_with = "percent")]
+    pub min_energy_power_pct: u32,
+    /// Power limit of `balanced` jobs, percent of the GPU's maximum.
+    #[serde(default = "default_balanced_pct", deserialize_with = "percent")]
+    pub balanced_power_pct: u32,
+    /// How policies become GPU settings.
+    #[serde(default)]
+    pub enact: Enact,
+    /// Slowdown bound of `min-energy` jobs that give no `--energy-slowdown`, in percent.
+    #[serde(default = "default_slowdown_pct", deserialize_with = "slowdown")]
+    pub slowdown_pct: f64,
+    /// Weight of energy in the `balanced` cost `η·E + (1−η)·P_max·T`, in [0, 1].
+    #[serde(default = "default_eta", deserialize_with = "eta")]
+    pub balanced_eta: f64,
+}
+
+/// How a policy becomes a GPU setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Enact {
+    /// The DVFS models choose per workload, probing workloads they do not know.
+    #[default]
+    Model,
+    /// A fixed share of each GPU's maximum power limit per policy.
+    Share,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            default: default_policy(),
+            perf_users: Vec::new(),
+            min_energy_power_pct: default_min_energy_pct(),
+            balanced_power_pct: default_balanced_pct(),
+            enact: Enact::default(),
+            slowdown_pct: default_slowdown_pct(),
+            balanced_eta: default_eta(),
+        }
+    }
+}
+
+fn default_policy() -> String {
+    "balanced".into()
+}
+fn default_min_energy_pct() -> u32 {
+    60
+}
+fn default_balanced_pct() -> u32 {
+    85
+}
+
+fn default_slowdown_pct() -> f64 {
+    10.0
+}
+fn default_eta() -> f64 {
+    0.5
+}
+
+fn slowdown<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let pct = f64::deserialize(d)?;
+    if pct.is_finite() && (0.0..=1000.0).contains(&pct) {
+        Ok(pct)
+    } else {
+        Err(serde::de::Error::custom(format!("{pct} is not a slowdown percentage between 0 and 1000")))
+    }
+}
+
+fn eta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let eta = f64::deserialize(d)?;
+    if (0.0..=1.0).contains(&eta) {
+        Ok(eta)
+    } else {
+        Err(serde::de::Error::custom(format!("{eta} is not between 0 and 1")))
+    }
+}
+
+fn policy_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    if Hints::POLICIES.contains(&name.as_str()) {
+        Ok(name)
+    } else {
+        Err(serde::de::Error::custom(format!("policy {name:?} is not one of min-energy, balanced, perf")))
+    }
+}
+
+fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let pct = u32::deserialize(d)?;
+    if (1..=100).contains(&pct) {
+        Ok(pct)
+    } else {
+        Err(serde::de::Error::custom(format!("{pct} is not a percentage between 1 and 100")))
+    }
+}
+
+/// What a job gets: its policy, how it is enacted, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// `min-energy`, `balanced` or `perf`.
+    pub policy: String,
+    /// How the policy is enacted.
+    pub enact: Enact,
+    /// With `share`: power limit as a percentage of each GPU's maximum; 100 means defaults.
+    pub power_pct: u32,
+    /// For the models: the engine's policy (slowdown bound or balanced weight).
+    pub engine: wattson_engine::Policy,
+    /// Why the policy differs from what the user asked, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl PolicyConfig {
+    /// Decides the policy of a job of `user` with `hints` (already validated).
+    pub fn decide(&self, hints: &Hints, user: &str) -> Decision {
+        let asked = hints.policy.clone().unwrap_or_else(|| self.default.clone());
+        let reserved = !self.perf_users.is_empty() && !self.perf_users.iter().any(|u| u == user);
+        let (policy, note) = if asked == "perf" && reserved {
+            let fallback = if self.default == "perf" { "balanced".to_string() } else { self.default.clone() };
+            let note = format!("user {user} may not ask for perf here; running {fallback} instead");
+            (fallback, Some(note))
+        } else {
+            (asked, None)
+        };
+        let (power_pct, engine) = match policy.as_str() {
+            "min-energy" => {
+                let pct = hints.slowdown_pct.unwrap_or(self.slowdown_pct);
+                (self.min_energy_power_pct, EnginePolicy::MinEnergy { max_slowdown: pct / 100.0 })
+            }
+            "balanced" => (self.balanced_power_pct, EnginePolicy::Balanced { eta: self.balanced_eta }),
+            _ => (100, EnginePolicy::Perf),
+        };
+        Decision { policy, enact: self.enact, power_pct, engine, note }
+    }
+}
+
+impl Decision {
+    /// Whether the DVFS models choose this job's setting (it is not `perf` nor a fixed share).
+    pub fn by_model(&self) -> bool {
+        self.enact == Enact::Model && self.engine != EnginePolicy::Perf
+    }
+
+    /// The fixed-share setting on `gpu` (`enact = "share"`); `None` leaves the GPU at its
+    /// defaults (perf, or the models decide).
+    pub fn setting_for(&self, gpu: &GpuInfo) -> Option<GpuSetting> {
+        if self.enact != Enact::Share || self.power_pct >= 100 {
+            return None;
+        }
+        let max = gpu.power_limit_max_mw?;
+        let min = gpu.power_limit_min_mw.unwrap_or(0);
+        let mw = (u64::from(max) * u64::from(self.power_pct) / 100) as u32;
+        // Whole watts, as nvidia-smi and users think of limits.
+        Some(GpuSetting::PowerLimit { mw: (mw / 1000 * 1000).clamp(min, max) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100() -> GpuInfo {
+        GpuInfo {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "H100".into(),
+            pci_bus_id: String::new(),
+            energy_counter: true,
+            power_limit_min_mw: Some(200_000),
+            power_limit_max_mw: Some(700_000),
+            power_limit_default_mw: Some(700_000),
+            sm_clocks_mhz: vec![],
+            mem_clocks_mhz: vec![],
+        }
+    }
+
+    fn hints(policy: &str) -> Hints {
+        Hints { policy: Some(policy.into()), ..Hints::default() }
+    }
+
+    #[test]
+    fn policies_map_to_power_limits() {
+        let cfg = PolicyConfig { enact: Enact::Share, ..PolicyConfig::default() };
+        let d = cfg.decide(&hints("min-energy"), "alice");
+        assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 420_000 }));
+        let d = cfg.decide(&Hints::default(), "alice");
+        assert_eq!(d.policy, "balanced");
+        assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 595_000 }));
+        assert_eq!(cfg.decide(&hints("perf"), "alice").setting_for(&h100()), None);
+    }
+
+    #[test]
+    fn limits_are_clamped_to_the_gpu_range() {
+        let cfg = PolicyConfig { min_energy_power_pct: 10, enact: Enact::Share, ..PolicyConfig::default() };
+        let d = cfg.decide(&hints("min-energy"), "bob");
+        assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 200_000 }));
+    }
+
+    #[test]
+    fn the_models_get_the_bound_or_the_weight() {
+        let cfg = PolicyConfig::default();
+        let d = cfg.decide(&hints("min-energy"), "alice");
+        assert!(d.by_model() && d.setting_for(&h100()).is_none());
+        assert_eq!(d.engine, EnginePolicy::MinEnergy { max_slowdown: 0.1 });
+        let asked = Hints { slowdown_pct: Some(25.0), ..hints("min-energy") };
+        assert_eq!(cfg.decide(&asked, "alice").engine, EnginePolicy::MinEnergy { max_slowdown: 0.25 });
+        assert_eq!(cfg.decide(&Hints::default(), "alice").engine, EnginePolicy::Balanced { eta: 0.5 });
+        assert!(!cfg.decide(&hints("perf"), "alice").by_model());
+    }
+
+    #[test]
+    fn perf_is_reserved_when_the_site_says_so() {
+        let cfg = PolicyConfig { perf_users: vec!["alice".into()], ..PolicyConfig::default() };
+        assert_eq!(cfg.decide(&hints("perf"), "alice").policy, "perf");
+        let d = cfg.decide(&hints("perf"), "bob");
+        assert_eq!(d.policy, "balanced");
+        assert!(d.note.unwrap().contains("may not ask for perf"));
+    }
+}

@@ -1,0 +1,393 @@
+//! The DVFS models at work on a node (`[policy] enact = "model"`).
+//!
+//! For each job the models decide, the engine ([`wattson_engine::probe`]) says which power
+//! limit to measure next or which to settle on; this module holds each setting, measures it
+//! over a window (GPU energy from the job's meters; work from the job's progress file, else
+//! SM clock × utilisation), and records what it did in the job's record. When the job ends,
+//! the settled window is measured too, and every window joins the workload's stored
+//! measurements, so the next run of the same tag starts from them (and usually settles at
+//! once). The model table for `job_submit/wattson` is rewritten after each change.
+//!
+//! A daemon restart forgets the probing state: the job keeps its last setting to the end.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use tracing::{info, warn};
+
+use super::core::Core;
+use wattson_config::policy::Decision;
+use wattson_engine::{ModelEntry, ModelTable, Sample, Step, Window};
+use wattson_gpu::{GpuError, GpuSetting};
+use wattson_store::StoredModel;
+use wattson_types::energy::GpuReading;
+use wattson_types::job::{JobDvfs, JobKey, JobRecord, Progress};
+use wattson_types::now_ns;
+
+/// A point in a job's run: energy so far, and work so far by either count.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    /// Time of the meters' latest reading (ns).
+    t_ns: i64,
+    /// Energy of all the job's GPUs so far (mJ).
+    energy_mj: f64,
+    /// The job's own count and the instant it was written (file mtime, ns).
+    work: Option<(i64, f64)>,
+    /// SM clock × utilisation integrated over the job's GPUs (MHz·s).
+    activity: f64,
+}
+
+/// One job whose power limit the models choose.
+pub(super) struct Adaptive {
+    policy: wattson_engine::Policy,
+    settings: Vec<f64>,
+    /// Earlier runs' measurements, by unit of work.
+    earlier: BTreeMap<&'static str, Vec<Sample>>,
+    /// This run's measured windows.
+    measured: Vec<Sample>,
+    /// Windows closed in this run, with or without work seen.
+    windows: usize,
+    dvfs: JobDvfs,
+    held_w: f64,
+    changed_ns: i64,
+    start: Option<Mark>,
+    settled: bool,
+    progress_file: Option<PathBuf>,
+    /// The last progress read that parsed (a read can meet the file mid-rewrite).
+    last_work: Option<(i64, f64)>,
+    activity: f64,
+    last_tick_ns: i64,
+    /// Whether the workload has a tag to learn under.
+    learn: bool,
+}
+
+impl Adaptive {
+    fn samples(&self) -> Vec<Sample> {
+        let unit =
+            self.dvfs.progress.or(if self.earlier["file"].is_empty() { None } else { Some(Progress::File) });
+        let key = unit.unwrap_or(Progress::SmActivity).as_str();
+        self.earlier[key].iter().chain(&self.measured).copied().collect()
+    }
+
+    /// The window from `start` to `end` and the work done in it, or `None` if it saw no work
+    /// in the job's unit.
+    fn window(&mut self, start: &Mark, end: &Mark, gpus: u32) -> Option<(Sample, f64)> {
+        let energy_s = (end.t_ns - start.t_ns) as f64 / 1e9;
+        let from_file = match (start.work, end.work) {
+            (Some((t0, w0)), Some((t1, w1))) if t1 > t0 && w1 > w0 => Some(((t1 - t0) as f64 / 1e9, w1 - w0)),
+            _ => None,
+        };
+        let progress = *self.dvfs.progress.get_or_insert(if from_file.is_some() {
+            Progress::File
+        } else {
+            Progress::SmActivity
+        });
+        let (work_s, work) = match progress {
+            Progress::File => from_file?,
+            Progress::SmActivity => (energy_s, end.activity - start.activity),
+        };
+        let energy_j = (end.energy_mj - start.energy_mj) / 1000.0;
+        Some((Window { setting: self.held_w, energy_j, energy_s, work, work_s, gpus }.sample()?, work))
+    }
+}
+
+/// Reads a progress file: its first number and its modification time (ns). Never follows a
+/// link; reads at most 64 bytes.
+fn read_progress(path: &Path) -> Option<(i64, f64)> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let mtime = file.metadata().ok()?.modified().ok()?;
+    let t_ns = mtime.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos() as i64;
+    let mut text = String::new();
+    file.take(64).read_to_string(&mut text).ok()?;
+    let value: f64 = text.split_whitespace().next()?.parse().ok()?;
+    (value.is_finite() && value >= 0.0).then_some((t_ns, value))
+}
+
+/// Creates the job's progress file (owned by the job's user when the daemon is root).
+fn create_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(job_id.to_string());
+    let _ = std::fs::remove_file(&path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)?;
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(uid)), None)
+            .map_err(std::io::Error::from)?;
+    }
+    Ok(path)
+}
+
+/// The workload's tag: `--energy-tag`, else `user:jobname`; `None` when neither is known.
+fn tag_of(record: &JobRecord) -> Option<String> {
+    record
+        .hints
+        .tag
+        .clone()
+        .or_else(|| Some(format!("{}:{}", record.user.as_deref()?, record.name.as_deref()?)))
+}
+
+fn power_limit(w: f64) -> GpuSetting {
+    GpuSetting::PowerLimit { mw: (w * 1000.0).round() as u32 }
+}
+
+impl Core {
+    /// Starts the models on a job that just began; returns the settings applied.
+    pub(super) fn adapt_begin(&mut self, record: &JobRecord, decision: &Decision) -> Vec<(u32, GpuSetting)> {
+        let Some(first) = record.gpus.first() else { return Vec::new() };
+        let info = self.backend().devices()[first.index as usize].clone();
+        let (Some(min), Some(max)) = (info.power_limit_min_mw, info.power_limit_max_mw) else {
+            warn!(job = %record.key, "GPU has no settable power limit; the models leave it as it is");
+            return Vec::new();
+        };
+        let settings = wattson_engine::gpus::power_limit_grid(
+            f64::from(min) / 1000.0,
+            f64::from(max) / 1000.0,
+            self.engine.power_limit_step_w,
+        );
+        let tag = tag_of(record);
+        let mut earlier = BTreeMap::new();
+        for unit in [Progress::File, Progress::SmActivity] {
+            let stored = match &tag {
+                Some(tag) => self.store().model(&info.name, tag, unit).unwrap_or_else(|e| {
+                    warn!(job = %record.key, error = %e, "cannot read the workload's model; probing afresh");
+                    None
+                }),
+                None => None,
+            };
+            earlier.insert(unit.as_str(), stored.map(|m| m.samples).unwrap_or_default());
+        }
+        let progress_file = create_progress_file(&self.engine.progress_dir, record.key.job_id, record.uid)
+            .map_err(|e| warn!(job = %record.key, error = %e, "cannot create the progress file; SM activity stands in"))
+            .ok();
+        let now = now_ns();
+        let mut job = Adaptive {
+            policy: decision.engine,
+            settings,
+            earlier,
+            measured: Vec::new(),
+            windows: 0,
+            dvfs: JobDvfs { tag: tag.clone().unwrap_or_default(), gpu_type: info.name, ..JobDvfs::default() },
+            held_w: f64::from(max) / 1000.0,
+            changed_ns: now,
+            start: None,
+            settled: false,
+            progress_file,
+            last_work: None,
+            activity: 0.0,
+            last_tick_ns: now,
+            learn: tag.is_some(),
+        };
+        let step =
+            wattson_engine::next_step(&job.samples(), &job.settings, job.policy, &self.probe_config(), 0);
+        let applied = self.take_step(record, &mut job, step);
+        self.adaptive.insert(record.key.job_id, job);
+        applied
+    }
+
+    fn probe_config(&self) -> wattson_engine::ProbeConfig {
+        wattson_engine::ProbeConfig {
+            max_probes: self.engine.max_probes,
+            ..wattson_engine::ProbeConfig::default()
+        }
+    }
+
+    /// Holds the step's setting on the job's GPUs and records it.
+    fn take_step(&mut self, record: &JobRecord, job: &mut Adaptive, step: Step) -> Vec<(u32, GpuSetting)> {
+        let setting = match step {
+            Step::Probe(w) => {
+                info!(job = %record.key, limit_w = w, "probing");
+                Some(w)
+            }
+            Step::Settle(d) => {
+                job.settled = true;
+                job.dvfs.setting_w = d.setting;
+                job.dvfs.predicted_slowdown = Some(d.predicted_slowdown);
+                job.dvfs.predicted_energy_ratio = Some(d.predicted_energy_ratio);
+                job.dvfs.uncertainty = Some(d.uncertainty);
+                job.dvfs.reason = Some(d.reason.to_string());
+                info!(job = %record.key, limit_w = ?d.setting, reason = d.reason, "settled");
+                d.setting
+            }
+        };
+        job.changed_ns = now_ns();
+        job.start = None;
+        if let Some(w) = setting {
+            job.held_w = w;
+        }
+        if let Err(e) = self.store_mut().set_dvfs(&record.key, &job.dvfs) {
+            warn!(job = %record.key, error = %e, "cannot record the DVFS state");
+        }
+        let wanted: Vec<(u32, GpuSetting)> = setting
+            .map(|w| record.gpus.iter().map(|g| (g.index, power_limit(w))).collect())
+            .unwrap_or_default();
+        self.apply_settings(&record.key, &wanted)
+    }
+
+    fn mark(&self, record: &JobRecord, job: &mut Adaptive) -> Mark {
+        if let Some(read) = job.progress_file.as_deref().and_then(read_progress) {
+            job.last_work = Some(read);
+        }
+        Mark {
+            t_ns: record.gpus.iter().map(|g| g.meter.last.t_ns).max().unwrap_or(0),
+            energy_mj: record.gpus.iter().map(|g| g.meter.energy_mj).sum(),
+            // Each count carries the instant it was written, so an older one is still exact.
+            work: job.last_work,
+            activity: job.activity,
+        }
+    }
+
+    /// One sampling tick for every job the models decide: integrate SM activity, open and
+    /// close measurement windows, and take the engine's next step when a probe is done.
+    pub(super) fn adapt_tick(&mut self, readings: &[Result<GpuReading, GpuError>]) {
+        let window_ns = self.engine.probe_window.as_nanos() as i64;
+        let settle_ns = self.engine.probe_settle.as_nanos() as i64;
+        let ids: Vec<u32> = self.adaptive.keys().copied().collect();
+        for id in ids {
+            let Some(record) = self.running_record(&JobKey::job(id)) else { continue };
+            let Some(mut job) = self.adaptive.remove(&id) else { continue };
+            let now = record
+                .gpus
+                .iter()
+                .filter_map(|g| readings.get(g.index as usize)?.as_ref().ok())
+                .map(|r| r.t_ns)
+                .max();
+            if let Some(now) = now {
+                let dt = (now - job.last_tick_ns).max(0) as f64 / 1e9;
+                for g in &record.gpus {
+                    if let Some(Ok(r)) = readings.get(g.index as usize) {
+                        job.activity += f64::from(r.sm_clock_mhz.unwrap_or(0))
+                            * f64::from(r.util_pct.unwrap_or(0))
+                            / 100.0
+                            * dt;
+                    }
+                }
+                job.last_tick_ns = now;
+                let mark = self.mark(&record, &mut job);
+                match job.start {
+                    None if now - job.changed_ns >= settle_ns => job.start = Some(mark),
+                    Some(start) if !job.settled && mark.t_ns - start.t_ns >= window_ns => {
+                        job.windows += 1;
+                        match job.window(&start, &mark, record.gpus.len() as u32) {
+                            Some((sample, _)) => {
+                                job.measured.push(sample);
+                                job.dvfs.probed_w.push(job.held_w);
+                            }
+                            None => {
+                                warn!(job = %record.key, limit_w = job.held_w, "probe window saw no work; not counted")
+                            }
+                        }
+                        let step = wattson_engine::next_step(
+                            &job.samples(),
+                            &job.settings,
+                            job.policy,
+                            &self.probe_config(),
+                            job.windows,
+                        );
+                        self.take_step(&record, &mut job, step);
+                    }
+                    _ => {}
+                }
+            }
+            self.adaptive.insert(id, job);
+        }
+    }
+
+    /// Finishes the models' part of a job that is ending (its meters hold the final reading):
+    /// measures the settled window, stores the measurements, returns the final record.
+    pub(super) fn adapt_end(&mut self, record: &JobRecord) -> Option<JobDvfs> {
+        let mut job = self.adaptive.remove(&record.key.job_id)?;
+        let end = self.mark(record, &mut job);
+        if job.settled
+            && let Some(start) = job.start
+            && let Some((sample, work)) = job.window(&start, &end, record.gpus.len() as u32)
+        {
+            self.judge(&mut job, sample, work);
+            job.measured.push(sample);
+        }
+        if let Some(path) = &job.progress_file {
+            let _ = std::fs::remove_file(path);
+        }
+        if job.learn && !job.measured.is_empty() {
+            let unit = job.dvfs.progress.unwrap_or(Progress::SmActivity);
+            let model = StoredModel {
+                gpu_type: job.dvfs.gpu_type.clone(),
+                tag: job.dvfs.tag.clone(),
+                progress: unit,
+                samples: job.earlier[unit.as_str()].iter().chain(&job.measured).copied().collect(),
+                settings: job.settings.clone(),
+                updated_ns: now_ns(),
+            };
+            match self.store_mut().save_model(&model) {
+                Ok(()) => self.write_model_table(),
+                Err(e) => warn!(job = %record.key, error = %e, "cannot store the workload's measurements"),
+            }
+        }
+        if let Err(e) = self.store_mut().set_dvfs(&record.key, &job.dvfs) {
+            warn!(job = %record.key, error = %e, "cannot record the DVFS outcome");
+        }
+        Some(job.dvfs)
+    }
+
+    /// Measured slowdown and estimated saving of the settled window against the highest
+    /// limit's measurement (this run's probe, else earlier runs').
+    fn judge(&self, job: &mut Adaptive, settled: Sample, work: f64) {
+        let Some(&max) = job.settings.last() else { return };
+        let reference: Vec<Sample> =
+            job.samples().into_iter().filter(|s| (s.setting - max).abs() < 1e-9).collect();
+        let weight: f64 = reference.iter().map(|s| s.weight).sum();
+        if weight <= 0.0 {
+            return;
+        }
+        let time = reference.iter().map(|s| s.time * s.weight).sum::<f64>() / weight;
+        let power = reference.iter().map(|s| s.power * s.weight).sum::<f64>() / weight;
+        job.dvfs.measured_slowdown = Some(settled.time / time - 1.0);
+        // Per unit of work, energy is GPU-seconds × W per GPU.
+        job.dvfs.energy_saved_j = Some(work * (time * power - settled.time * settled.power));
+    }
+
+    /// Rewrites the model table file from every stored workload (atomically: temp + rename).
+    pub(super) fn write_model_table(&self) {
+        let mut table = ModelTable::new();
+        let models = match self.store().models() {
+            Ok(m) => m,
+            Err(e) => return warn!(error = %e, "cannot read the stored models"),
+        };
+        // File-counted models win over SM-activity ones for the same workload.
+        for m in models
+            .iter()
+            .filter(|m| m.progress == Progress::SmActivity)
+            .chain(models.iter().filter(|m| m.progress == Progress::File))
+        {
+            if let Ok(fit) = wattson_engine::fit_power_limit(&m.samples) {
+                // As on the node at a job's start: choose among the measured settings.
+                let settings = m
+                    .settings
+                    .iter()
+                    .copied()
+                    .filter(|&w| m.samples.iter().any(|s| s.setting == w))
+                    .collect();
+                let entry = ModelEntry { model: wattson_engine::DvfsModel::PowerLimit(fit), settings };
+                table.insert(&m.tag, &m.gpu_type, entry);
+            }
+        }
+        let path = &self.engine.models_file;
+        let result = table.to_json().map_err(std::io::Error::other).and_then(|json| {
+            let tmp = path.with_extension("json.tmp");
+            std::fs::write(&tmp, json)?;
+            std::fs::rename(&tmp, path)
+        });
+        if let Err(e) = result {
+            warn!(path = %path.display(), error = %e, "cannot write the model table");
+        }
+    }
+}

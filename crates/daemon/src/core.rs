@@ -1,0 +1,342 @@
+//! The daemon's state and its operations: begin and end jobs, sample the GPUs, answer queries.
+//!
+//! Blocking by design (NVML and SQLite are): the async server runs each operation on a
+//! blocking thread. Every job-boundary change is committed to the store before the caller is
+//! answered; every sample persists the running meters, so a restart resumes them.
+
+use std::collections::BTreeMap;
+
+use tracing::{info, warn};
+
+use super::adapt::Adaptive;
+use wattson_config::policy::{Decision, PolicyConfig};
+use wattson_config::{Config, EngineConfig};
+use wattson_gpu::{GpuBackend, GpuError};
+use wattson_protocol::{AcctFilter, GpuStatus, JobBegin, Reply};
+use wattson_store::{AcctQuery, BeginOutcome, Sample, Store};
+use wattson_types::energy::{GpuMeter, GpuReading};
+use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
+use wattson_types::now_ns;
+
+/// One sampling tick's outcome, for metrics and logs.
+#[derive(Debug, Default)]
+pub struct Tick {
+    /// Each GPU's reading or error, by index.
+    pub readings: Vec<Result<GpuReading, GpuError>>,
+    /// Each running job's GPU energy so far: (job, GPU index, mJ).
+    pub job_energy: Vec<(JobKey, u32, f64)>,
+}
+
+/// The daemon's state.
+pub struct Core {
+    backend: Box<dyn GpuBackend>,
+    store: Store,
+    node: String,
+    policy: PolicyConfig,
+    running: BTreeMap<JobKey, JobRecord>,
+    series_interval_ns: i64,
+    last_series_ns: i64,
+    /// GPUs whose restore failed and is retried at every sample.
+    restores_pending: usize,
+    pub(super) engine: EngineConfig,
+    /// Jobs whose power limit the DVFS models choose, by job id.
+    pub(super) adaptive: BTreeMap<u32, Adaptive>,
+}
+
+impl Core {
+    /// Builds the state, resumes the jobs the store says are running, and returns to their
+    /// defaults the GPUs that were changed for jobs that are not.
+    pub fn new(
+        backend: Box<dyn GpuBackend>,
+        store: Store,
+        node: String,
+        config: &Config,
+    ) -> Result<Core, String> {
+        let resumed =
+            store.running_jobs().map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
+        let running: BTreeMap<JobKey, JobRecord> = resumed.into_iter().map(|r| (r.key.clone(), r)).collect();
+        for key in running.keys() {
+            info!(job = %key, "resumed running job from the store");
+        }
+        let mut core = Core {
+            backend,
+            store,
+            node,
+            policy: config.policy.clone(),
+            running,
+            series_interval_ns: config.daemon.series_interval.as_nanos() as i64,
+            last_series_ns: 0,
+            restores_pending: 0,
+            engine: config.engine.clone(),
+            adaptive: BTreeMap::new(),
+        };
+        core.restores_pending = core.restore_orphans();
+        Ok(core)
+    }
+
+    pub(super) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(super) fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// A copy of the running record of `key`.
+    pub(super) fn running_record(&self, key: &JobKey) -> Option<JobRecord> {
+        self.running.get(key).cloned()
+    }
+
+    /// Whether `key` is running.
+    pub fn is_running(&self, key: &JobKey) -> bool {
+        self.running.contains_key(key)
+    }
+
+    /// The GPU backend.
+    pub fn backend(&self) -> &dyn GpuBackend {
+        self.backend.as_ref()
+    }
+
+    /// Records a job's start: reads its GPUs' counters and commits the record.
+    pub fn begin(&mut self, req: JobBegin) -> Result<Reply, String> {
+        req.hints.validate()?;
+        if req.gpus.is_empty() {
+            return Err(format!("job {} names no GPUs: nothing to account on this node", req.job));
+        }
+        let mut indices = Vec::with_capacity(req.gpus.len());
+        for gpu in &req.gpus {
+            let index = self.backend.resolve(gpu).map_err(|e| format!("job {}: {e}", req.job))?;
+            if indices.contains(&index) {
+                return Err(format!("job {}: GPU {index} is named twice", req.job));
+            }
+            indices.push(index);
+        }
+        indices.sort_unstable();
+        if let Some(existing) = self.running.get(&req.job) {
+            let same_gpus = existing.gpus.iter().map(|g| g.index).eq(indices.iter().copied());
+            if existing.uid == req.uid && same_gpus {
+                let (decision, settings) =
+                    (self.decision_of(existing), self.settings_of(&JobKey::job(req.job.job_id)));
+                return Ok(Reply::Begun { job: req.job, already_running: true, decision, settings });
+            }
+            return Err(format!("job {} is already running with other GPUs or another owner", req.job));
+        }
+        // Slurm gives a GPU to one job at a time: a running record of another job on these
+        // GPUs means that job's end was never reported. It ended; close it now.
+        let stale: Vec<JobKey> = self
+            .running
+            .values()
+            .filter(|r| r.key.job_id != req.job.job_id && r.gpus.iter().any(|g| indices.contains(&g.index)))
+            .map(|r| r.key.clone())
+            .collect();
+        for key in stale {
+            warn!(job = %key, new_job = %req.job, "GPUs given to another job: ending the job whose end was never reported");
+            self.end(&key)?;
+        }
+        let t = now_ns();
+        let gpus: Vec<JobGpu> = indices.iter().map(|&index| self.begin_gpu(index, t)).collect();
+        let record = JobRecord {
+            key: req.job.clone(),
+            uid: req.uid,
+            user: req.user,
+            name: req.name,
+            node: self.node.clone(),
+            begin_ns: gpus.iter().map(|g| g.meter.begin_ns).min().unwrap_or(t),
+            end_ns: None,
+            state: JobState::Running,
+            hints: req.hints,
+            gpus,
+            dvfs: None,
+        };
+        let outcome = self
+            .store
+            .begin_job(&record)
+            .map_err(|e| format!("job {}: cannot record the start: {e}", req.job))?;
+        info!(job = %record.key, uid = record.uid, gpus = ?indices, "job began");
+        let already_running = matches!(outcome, BeginOutcome::AlreadyRunning);
+        // Settings belong to the whole job; its steps run on them.
+        let decision = self.decision_of(&record);
+        let settings = if !record.key.step.is_empty() || (decision.by_model() && already_running) {
+            self.settings_of(&JobKey::job(record.key.job_id))
+        } else if decision.by_model() {
+            self.adapt_begin(&record, &decision)
+        } else {
+            self.enforce(&record, &decision)
+        };
+        self.running.insert(record.key.clone(), record);
+        Ok(Reply::Begun { job: req.job, already_running, decision, settings })
+    }
+
+    /// The site policy's decision for a job; deterministic, so it is recomputed, not stored.
+    fn decision_of(&self, record: &JobRecord) -> Decision {
+        let user = record.user.clone().unwrap_or_else(|| record.uid.to_string());
+        self.policy.decide(&record.hints, &user)
+    }
+
+    /// The decision and the GPU settings of a running job.
+    pub fn settings(&self, key: &JobKey) -> Result<Reply, String> {
+        let record = self.running.get(key).ok_or_else(|| format!("job {key} is not running on this node"))?;
+        let decision = self.decision_of(record);
+        let settings = self.settings_of(&JobKey::job(key.job_id));
+        Ok(Reply::Settings { job: key.clone(), uid: record.uid, decision, settings })
+    }
+
+    fn begin_gpu(&self, index: u32, t: i64) -> JobGpu {
+        let info = &self.backend.devices()[index as usize];
+        let meter = match self.backend.read(index) {
+            Ok(reading) => GpuMeter::begin(reading),
+            Err(e) => {
+                warn!(gpu = index, error = %e, "GPU did not answer at job start");
+                GpuMeter::begin_lost(t)
+            }
+        };
+        JobGpu { index, uuid: info.uuid.clone(), name: info.name.clone(), meter }
+    }
+
+    /// Records a job's end: a final reading of its GPUs, then the committed final record.
+    /// Ending a job that already ended returns its record again.
+    pub fn end(&mut self, key: &JobKey) -> Result<Reply, String> {
+        if key.step.is_empty() {
+            // A job's steps end with it, whether or not their own end was reported.
+            let steps: Vec<JobKey> = self
+                .running
+                .keys()
+                .filter(|k| k.job_id == key.job_id && !k.step.is_empty())
+                .cloned()
+                .collect();
+            for step in steps {
+                if let Err(e) = self.end(&step) {
+                    warn!(job = %step, error = %e, "cannot end a step of an ending job");
+                }
+            }
+        }
+        let Some(mut record) = self.running.get(key).cloned() else {
+            let query = AcctQuery { jobs: vec![key.clone()], ..AcctQuery::default() };
+            let done = self.store.query(&query).map_err(|e| e.to_string())?;
+            return match done.into_iter().rev().find(|r| r.key == *key && r.state == JobState::Completed) {
+                Some(record) => Ok(Reply::Ended { record }),
+                None => Err(format!("job {key} is not running on this node")),
+            };
+        };
+        let mut end_ns = now_ns();
+        for gpu in &mut record.gpus {
+            match self.backend.read(gpu.index) {
+                Ok(reading) => {
+                    gpu.meter.advance(reading);
+                    end_ns = end_ns.max(reading.t_ns);
+                }
+                Err(e) => {
+                    warn!(job = %key, gpu = gpu.index, error = %e, "GPU did not answer at job end");
+                    gpu.meter.mark_lost(end_ns);
+                }
+            }
+        }
+        if key.step.is_empty() {
+            record.dvfs = self.adapt_end(&record).map(Box::new);
+        }
+        let stored = self
+            .store
+            .end_job(key, end_ns, &record.gpus)
+            .map_err(|e| format!("job {key}: cannot record the end: {e}"))?;
+        self.running.remove(key);
+        info!(job = %key, energy_j = stored.energy_j(), "job ended");
+        if key.step.is_empty() {
+            self.restores_pending = self.restore_orphans();
+        }
+        Ok(Reply::Ended { record: stored })
+    }
+
+    /// Reads every GPU once, advances every running job's meters and persists them.
+    pub fn sample(&mut self) -> Tick {
+        if self.restores_pending > 0 {
+            self.restores_pending = self.restore_orphans();
+        }
+        let count = self.backend.devices().len() as u32;
+        let readings: Vec<Result<GpuReading, GpuError>> = (0..count).map(|i| self.backend.read(i)).collect();
+        let now = now_ns();
+        let with_series = now - self.last_series_ns >= self.series_interval_ns;
+        let mut updates = Vec::with_capacity(self.running.len());
+        let mut series = Vec::new();
+        let mut job_energy = Vec::new();
+        for record in self.running.values_mut() {
+            for gpu in &mut record.gpus {
+                match &readings[gpu.index as usize] {
+                    Ok(reading) => gpu.meter.advance(*reading),
+                    Err(_) => gpu.meter.mark_lost(now),
+                }
+                job_energy.push((record.key.clone(), gpu.index, gpu.meter.energy_mj));
+                if with_series && !gpu.meter.lost {
+                    let r = gpu.meter.last;
+                    series.push((
+                        record.key.clone(),
+                        Sample {
+                            t_ns: r.t_ns,
+                            gpu_index: gpu.index,
+                            power_mw: r.power_mw,
+                            sm_clock_mhz: r.sm_clock_mhz,
+                            util_pct: r.util_pct,
+                            energy_mj: gpu.meter.energy_mj,
+                        },
+                    ));
+                }
+            }
+            updates.push((record.key.clone(), record.gpus.clone()));
+        }
+        if !updates.is_empty() {
+            match self.store.save_meters_many(&updates, &series) {
+                Ok(skipped) => {
+                    for key in skipped {
+                        warn!(job = %key, "running job has no running record in the store");
+                    }
+                    if with_series {
+                        self.last_series_ns = now;
+                    }
+                }
+                Err(e) => warn!(error = %e, "cannot persist running meters; will retry next sample"),
+            }
+        }
+        if !self.adaptive.is_empty() {
+            self.adapt_tick(&readings);
+        }
+        Tick { readings, job_energy }
+    }
+
+    /// Every GPU with a fresh reading, its settings and the jobs using it.
+    pub fn status(&self) -> Reply {
+        let gpus = self
+            .backend
+            .devices()
+            .iter()
+            .map(|info| {
+                let reading = self.backend.read(info.index);
+                let settings = self.backend.settings(info.index).ok();
+                let jobs = self
+                    .running
+                    .values()
+                    .filter(|r| r.gpus.iter().any(|g| g.index == info.index))
+                    .map(|r| r.key.clone())
+                    .collect();
+                GpuStatus {
+                    info: info.clone(),
+                    error: reading.as_ref().err().map(|e| e.to_string()),
+                    reading: reading.ok(),
+                    settings,
+                    processes: self.backend.compute_processes(info.index).unwrap_or_default(),
+                    jobs,
+                }
+            })
+            .collect();
+        Reply::Status { node: self.node.clone(), gpus }
+    }
+
+    /// Recorded jobs matching `filter`; running jobs show their live meters.
+    pub fn acct(&self, filter: &AcctFilter) -> Result<Reply, String> {
+        let mut records = self.store.query(&filter.query()).map_err(|e| e.to_string())?;
+        for record in records.iter_mut().filter(|r| r.state == JobState::Running) {
+            if let Some(live) = self.running.get(&record.key) {
+                record.gpus = live.gpus.clone();
+            }
+        }
+        Ok(Reply::Acct { records })
+    }
+}

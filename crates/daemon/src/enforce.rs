@@ -1,0 +1,129 @@
+//! Enforcing a job's GPU setting, and always undoing it.
+//!
+//! Every change is journaled in the store and committed before it is applied; the entry is
+//! cleared only once the GPU is back at its defaults. The journal is replayed at start-up,
+//! at shutdown and after every job end: any GPU changed for a job that is no longer running
+//! goes back to its defaults, so no GPU stays slowed by a dead job or a crashed daemon.
+
+use tracing::{info, warn};
+
+use super::core::Core;
+use wattson_config::policy::Decision;
+use wattson_gpu::GpuSetting;
+use wattson_store::GpuChange;
+use wattson_types::job::{JobKey, JobRecord};
+use wattson_types::now_ns;
+
+impl Core {
+    /// Applies `decision`'s fixed setting to the GPUs of a job that just began; returns what
+    /// was applied. A GPU that refuses the setting keeps its defaults and the job runs anyway.
+    pub(super) fn enforce(&mut self, record: &JobRecord, decision: &Decision) -> Vec<(u32, GpuSetting)> {
+        let wanted: Vec<(u32, GpuSetting)> = record
+            .gpus
+            .iter()
+            .filter_map(|gpu| {
+                Some((gpu.index, decision.setting_for(&self.backend().devices()[gpu.index as usize])?))
+            })
+            .collect();
+        self.apply_settings(&record.key, &wanted)
+    }
+
+    /// Journals, then applies, settings of `job`'s GPUs; returns what was applied. A GPU that
+    /// refuses keeps (or returns to) its defaults.
+    pub(super) fn apply_settings(
+        &mut self,
+        job: &JobKey,
+        wanted: &[(u32, GpuSetting)],
+    ) -> Vec<(u32, GpuSetting)> {
+        let changes: Vec<GpuChange> = wanted
+            .iter()
+            .map(|&(gpu_index, setting)| GpuChange {
+                gpu_index,
+                uuid: self.backend().devices()[gpu_index as usize].uuid.clone(),
+                job: job.clone(),
+                setting,
+                applied_ns: now_ns(),
+            })
+            .collect();
+        if changes.is_empty() {
+            return Vec::new();
+        }
+        if let Err(e) = self.store_mut().journal_gpu_changes(&changes) {
+            warn!(job = %job, error = %e, "cannot journal GPU changes; leaving the GPUs as they are");
+            return Vec::new();
+        }
+        let mut applied = Vec::new();
+        let mut refused = Vec::new();
+        for change in changes {
+            match self.backend().apply(change.gpu_index, change.setting) {
+                Ok(()) => {
+                    info!(job = %job, gpu = change.gpu_index, setting = ?change.setting, "GPU setting applied");
+                    applied.push((change.gpu_index, change.setting));
+                }
+                Err(e) => {
+                    warn!(job = %job, gpu = change.gpu_index, error = %e, "GPU refused the setting; it goes back to its defaults");
+                    refused.push(change);
+                }
+            }
+        }
+        self.restore(&refused);
+        applied
+    }
+
+    /// The settings journaled for `job`, by GPU.
+    pub(super) fn settings_of(&self, job: &JobKey) -> Vec<(u32, GpuSetting)> {
+        match self.store().gpu_changes() {
+            Ok(changes) => {
+                changes.into_iter().filter(|c| &c.job == job).map(|c| (c.gpu_index, c.setting)).collect()
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot read the restore journal");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Returns to defaults every journaled GPU whose job is not running. Returns how many
+    /// GPUs are still waiting to be restored (their restore failed).
+    pub fn restore_orphans(&mut self) -> usize {
+        match self.store().gpu_changes() {
+            Ok(changes) => {
+                let orphans: Vec<GpuChange> =
+                    changes.into_iter().filter(|c| !self.is_running(&c.job)).collect();
+                self.restore(&orphans)
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot read the restore journal");
+                0
+            }
+        }
+    }
+
+    /// Restores GPUs and clears their journal entries; returns how many could not be restored.
+    fn restore(&mut self, changes: &[GpuChange]) -> usize {
+        let mut done = Vec::new();
+        for change in changes {
+            // A different GPU at this index (hardware changed while the daemon was down) was
+            // never touched by wattson: only its journal entry goes.
+            let same_gpu = self
+                .backend()
+                .devices()
+                .get(change.gpu_index as usize)
+                .is_some_and(|d| d.uuid == change.uuid);
+            match if same_gpu { self.backend().restore_defaults(change.gpu_index) } else { Ok(()) } {
+                Ok(()) => {
+                    info!(gpu = change.gpu_index, job = %change.job, "GPU back at its defaults");
+                    done.push(change.gpu_index);
+                }
+                Err(e) => {
+                    warn!(gpu = change.gpu_index, job = %change.job, error = %e, "cannot restore GPU defaults; will retry")
+                }
+            }
+        }
+        if let Err(e) = self.store_mut().clear_gpu_changes(&done) {
+            warn!(error = %e, "GPUs restored but their journal entries remain; will retry");
+            return changes.len();
+        }
+        changes.len() - done.len()
+    }
+}

@@ -1,0 +1,183 @@
+//! Prometheus `/metrics`: per-GPU gauges named like dcgm-exporter's, per-job energy.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use axum::Router;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use super::core::Tick;
+use wattson_gpu::GpuInfo;
+use wattson_types::job::JobKey;
+
+type Labels = Vec<(&'static str, String)>;
+type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
+
+/// The daemon's metrics.
+pub struct Metrics {
+    registry: Registry,
+    power_w: Gauges,
+    energy_mj: Gauges,
+    sm_clock_mhz: Gauges,
+    util_pct: Gauges,
+    gpu_up: Gauges,
+    job_energy_j: Gauges,
+    gpu_labels: Vec<Labels>,
+    job_labels: Vec<Labels>,
+}
+
+impl Metrics {
+    /// Registers the metrics for these GPUs.
+    pub fn new(node: &str, gpus: &[GpuInfo]) -> Metrics {
+        let mut registry = Registry::default();
+        let mut gauge = |name: &str, help: &str| {
+            let family = Gauges::default();
+            registry.register(name, help, family.clone());
+            family
+        };
+        let power_w = gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)");
+        let energy_mj =
+            gauge("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ)");
+        let sm_clock_mhz = gauge("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)");
+        let util_pct = gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)");
+        let gpu_up = gauge("wattson_gpu_up", "1 if the GPU answered the last sample, else 0");
+        let job_energy_j =
+            gauge("wattson_job_gpu_energy_joules", "GPU energy of a running job so far (in J)");
+        let gpu_labels = gpus
+            .iter()
+            .map(|g| {
+                vec![
+                    ("gpu", g.index.to_string()),
+                    ("UUID", g.uuid.clone()),
+                    ("modelName", g.name.clone()),
+                    ("Hostname", node.to_string()),
+                ]
+            })
+            .collect();
+        Metrics {
+            registry,
+            power_w,
+            energy_mj,
+            sm_clock_mhz,
+            util_pct,
+            gpu_up,
+            job_energy_j,
+            gpu_labels,
+            job_labels: Vec::new(),
+        }
+    }
+
+    /// Updates every gauge from a sampling tick; jobs that ended disappear.
+    pub fn observe(&mut self, tick: &Tick) {
+        for (labels, reading) in self.gpu_labels.iter().zip(&tick.readings) {
+            self.gpu_up.get_or_create(labels).set(if reading.is_ok() { 1.0 } else { 0.0 });
+            let Ok(r) = reading else { continue };
+            let set = |family: &Gauges, value: Option<f64>| match value {
+                Some(v) => {
+                    family.get_or_create(labels).set(v);
+                }
+                None => {
+                    family.remove(labels);
+                }
+            };
+            set(&self.power_w, r.power_mw.map(|p| f64::from(p) / 1000.0));
+            set(&self.energy_mj, r.energy_mj.map(|e| e as f64));
+            set(&self.sm_clock_mhz, r.sm_clock_mhz.map(f64::from));
+            set(&self.util_pct, r.util_pct.map(f64::from));
+        }
+        for labels in self.job_labels.drain(..) {
+            self.job_energy_j.remove(&labels);
+        }
+        for (key, gpu, mj) in &tick.job_energy {
+            let labels = job_labels(key, *gpu);
+            self.job_energy_j.get_or_create(&labels).set(mj / 1000.0);
+            self.job_labels.push(labels);
+        }
+    }
+
+    /// The metrics in Prometheus' text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+fn job_labels(key: &JobKey, gpu: u32) -> Labels {
+    vec![("job", key.job_id.to_string()), ("step", key.step.clone()), ("gpu", gpu.to_string())]
+}
+
+/// Serves `/metrics` on a bound listener until the task is dropped.
+pub async fn serve(listener: TcpListener, metrics: Arc<std::sync::Mutex<Metrics>>) -> std::io::Result<()> {
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let metrics = metrics.clone();
+            async move {
+                let body = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
+                ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
+                    .into_response()
+            }
+        }),
+    );
+    axum::serve(listener, app).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wattson_gpu::GpuError;
+    use wattson_types::energy::GpuReading;
+
+    fn gpu(index: u32) -> GpuInfo {
+        GpuInfo {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "NVIDIA H100".into(),
+            pci_bus_id: String::new(),
+            energy_counter: true,
+            power_limit_min_mw: None,
+            power_limit_max_mw: None,
+            power_limit_default_mw: None,
+            sm_clocks_mhz: vec![],
+            mem_clocks_mhz: vec![],
+        }
+    }
+
+    #[test]
+    fn gauges_follow_readings_and_jobs() {
+        let mut m = Metrics::new("n1", &[gpu(0), gpu(1)]);
+        let reading = GpuReading {
+            t_ns: 1,
+            energy_mj: Some(5000),
+            power_mw: Some(250_500),
+            sm_clock_mhz: Some(1980),
+            util_pct: Some(97),
+        };
+        m.observe(&Tick {
+            readings: vec![Ok(reading), Err(GpuError::Lost)],
+            job_energy: vec![(JobKey::job(42), 0, 12_345.0)],
+        });
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-0",modelName="NVIDIA H100",Hostname="n1"} 250.5"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"wattson_gpu_up{gpu="1",UUID="GPU-1",modelName="NVIDIA H100",Hostname="n1"} 0"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"wattson_job_gpu_energy_joules{job="42",step="",gpu="0"} 12.345"#), "{text}");
+        m.observe(&Tick { readings: vec![Ok(reading), Ok(reading)], job_energy: vec![] });
+        assert!(!m.encode().contains("job=\"42\""));
+    }
+}

@@ -1,0 +1,252 @@
+//! Picking a setting under a policy, with a safety margin that grows with the model's error.
+
+use serde::{Deserialize, Serialize};
+
+use super::model::DvfsModel;
+
+/// What the user (or the site) asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "policy", rename_all = "snake_case")]
+pub enum Policy {
+    /// Maximum setting: no slowdown.
+    Perf,
+    /// Minimum energy with predicted slowdown (vs the max setting) within `max_slowdown`
+    /// (a fraction: 0.1 = 10%) minus a safety margin.
+    MinEnergy {
+        /// Slowdown bound, as a fraction.
+        max_slowdown: f64,
+    },
+    /// Minimum Zeus cost `η·E + (1−η)·P_max·T` per unit of work.
+    Balanced {
+        /// Weight of energy, in `[0, 1]`.
+        eta: f64,
+    },
+}
+
+/// The chosen setting and what the model expects of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    /// Chosen setting (W or MHz); `None` when nothing is known: leave the GPU as it is.
+    pub setting: Option<f64>,
+    /// Predicted slowdown vs the max setting (fraction).
+    pub predicted_slowdown: f64,
+    /// Predicted energy at the chosen setting / at the max setting.
+    pub predicted_energy_ratio: f64,
+    /// Relative standard error of the prediction at the chosen setting.
+    pub uncertainty: f64,
+    /// Why this setting.
+    pub reason: &'static str,
+}
+
+/// Tunables of the chooser.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ChooserConfig {
+    /// Safety margin in standard errors: a setting qualifies when its pessimistic slowdown
+    /// (see [`crate::Prediction::time_hi`]) plus `z·σ` is within the bound.
+    pub z: f64,
+    /// A model whose noise or error exceeds this (relative) is not trusted: max setting.
+    pub max_model_error: f64,
+    /// Under a slowdown bound, leave the max setting only for a predicted energy saving of
+    /// at least this many standard errors (a saving inside the noise is not worth a slowdown).
+    pub min_saving_sigmas: f64,
+    /// Judge the bound on the pessimistic time (`time_hi`); `false` uses the model's own
+    /// time (probing uses that to find the setting most worth measuring).
+    #[serde(default = "yes")]
+    pub pessimistic: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl ChooserConfig {
+    /// The chooser that points probing at the likely best setting: no margin, model time.
+    pub fn optimistic(&self) -> ChooserConfig {
+        ChooserConfig { z: 0.0, min_saving_sigmas: 0.0, pessimistic: false, ..*self }
+    }
+}
+
+impl Default for ChooserConfig {
+    fn default() -> Self {
+        ChooserConfig { z: 1.0, max_model_error: 0.15, min_saving_sigmas: 0.5, pessimistic: true }
+    }
+}
+
+impl Decision {
+    /// The conservative answer: the highest setting (or none), with the reason.
+    pub fn fallback(settings: &[f64], reason: &'static str) -> Decision {
+        Decision {
+            setting: max_setting(settings),
+            predicted_slowdown: 0.0,
+            predicted_energy_ratio: 1.0,
+            uncertainty: 0.0,
+            reason,
+        }
+    }
+}
+
+fn max_setting(settings: &[f64]) -> Option<f64> {
+    settings.iter().copied().filter(|s| s.is_finite() && *s > 0.0).reduce(f64::max)
+}
+
+/// Chooses among `settings` (any order) for `model` under `policy`. Never panics; bad input
+/// (no valid settings, a bad policy value, non-finite predictions) gives a fallback.
+pub fn choose(model: &DvfsModel, settings: &[f64], policy: Policy, cfg: &ChooserConfig) -> Decision {
+    let Some(max) = max_setting(settings) else {
+        return Decision::fallback(settings, "no valid settings");
+    };
+    let top = model.predict(max);
+    if !(top.time > 0.0 && top.energy > 0.0 && top.time.is_finite() && top.energy.is_finite()) {
+        return Decision::fallback(settings, "model predicts nonsense at the max setting");
+    }
+    let noise = match model {
+        DvfsModel::PowerLimit(m) => m.noise,
+        DvfsModel::Clock(m) => m.rel_sigma,
+    };
+    let (bound, eta) = match policy {
+        Policy::Perf => return Decision::fallback(settings, "perf policy: max setting"),
+        Policy::MinEnergy { max_slowdown } if max_slowdown.is_finite() && max_slowdown >= 0.0 => {
+            (Some(max_slowdown), 1.0)
+        }
+        Policy::Balanced { eta } if (0.0..=1.0).contains(&eta) => (None, eta),
+        _ => return Decision::fallback(settings, "invalid policy parameter"),
+    };
+    if noise > cfg.max_model_error {
+        return Decision::fallback(settings, "model error too large: max setting");
+    }
+    let cost = |time: f64, energy: f64| eta * energy + (1.0 - eta) * max * time;
+    let mut best = Decision {
+        setting: Some(max),
+        predicted_slowdown: 0.0,
+        predicted_energy_ratio: 1.0,
+        uncertainty: top.rel_sigma,
+        reason: if bound.is_some() {
+            "max setting is the least energy within the bound"
+        } else {
+            "max setting has the least cost"
+        },
+    };
+    let mut best_cost = cost(top.time, top.energy);
+    for &s in settings {
+        if !(s.is_finite() && s > 0.0) || s == max {
+            continue;
+        }
+        let p = model.predict(s);
+        if !(p.time.is_finite() && p.energy.is_finite() && p.rel_sigma.is_finite()) {
+            continue;
+        }
+        let slowdown = p.time / top.time - 1.0;
+        let judged = if cfg.pessimistic { p.time_hi.max(p.time) } else { p.time };
+        let pessimistic = judged / top.time - 1.0;
+        if let Some(b) = bound
+            && (pessimistic + cfg.z * p.rel_sigma > b
+                || 1.0 - p.energy / top.energy < cfg.min_saving_sigmas * p.rel_sigma)
+        {
+            continue;
+        }
+        let c = cost(p.time, p.energy);
+        if c < best_cost {
+            best_cost = c;
+            best = Decision {
+                setting: Some(s),
+                predicted_slowdown: slowdown,
+                predicted_energy_ratio: p.energy / top.energy,
+                uncertainty: p.rel_sigma,
+                reason: if bound.is_some() {
+                    "least predicted energy within the bound minus the safety margin"
+                } else {
+                    "least predicted Zeus cost"
+                },
+            };
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ClockModel, PowerLimitModel};
+
+    fn plm() -> DvfsModel {
+        DvfsModel::PowerLimit(PowerLimitModel {
+            limits: vec![100.0, 175.0, 250.0],
+            powers: vec![95.0, 160.0, 200.0],
+            times: vec![12.0, 8.5, 8.0],
+            t0: 2.0,
+            d: 25.0,
+            a: 60.0,
+            noise: 0.0,
+            sigma_floor: 0.01,
+        })
+    }
+
+    const LIMITS: [f64; 7] = [100.0, 125.0, 150.0, 175.0, 200.0, 225.0, 250.0];
+
+    #[test]
+    fn perf_and_bad_input_give_the_max_setting() {
+        let cfg = ChooserConfig::default();
+        assert_eq!(choose(&plm(), &LIMITS, Policy::Perf, &cfg).setting, Some(250.0));
+        let d = choose(&plm(), &LIMITS, Policy::MinEnergy { max_slowdown: f64::NAN }, &cfg);
+        assert_eq!((d.setting, d.reason), (Some(250.0), "invalid policy parameter"));
+        assert_eq!(choose(&plm(), &[], Policy::Perf, &cfg).setting, None);
+        assert_eq!(choose(&plm(), &[f64::NAN, -3.0], Policy::Balanced { eta: 0.5 }, &cfg).setting, None);
+        assert_eq!(choose(&plm(), &LIMITS, Policy::Balanced { eta: 1.5 }, &cfg).setting, Some(250.0));
+    }
+
+    #[test]
+    fn min_energy_never_exceeds_the_bound_on_its_own_model() {
+        let cfg = ChooserConfig::default();
+        let m = plm();
+        for b in [0.0, 0.01, 0.05, 0.1, 0.2, 0.5] {
+            let d = choose(&m, &LIMITS, Policy::MinEnergy { max_slowdown: b }, &cfg);
+            let s = d.setting.unwrap();
+            let true_slow = m.predict(s).time / m.predict(250.0).time - 1.0;
+            assert!(true_slow <= b + 1e-12, "bound {b}: slowdown {true_slow}");
+            assert!(d.predicted_slowdown + cfg.z * d.uncertainty <= b + 1e-12 || s == 250.0);
+            // Nothing that meets the margin has less energy.
+            for &o in &LIMITS {
+                let p = m.predict(o);
+                let top = m.predict(250.0);
+                if p.time_hi / top.time - 1.0 + cfg.z * p.rel_sigma <= b
+                    && 1.0 - p.energy / top.energy >= cfg.min_saving_sigmas * p.rel_sigma
+                {
+                    assert!(p.energy >= m.predict(s).energy - 1e-9);
+                }
+            }
+        }
+        let loose = choose(&m, &LIMITS, Policy::MinEnergy { max_slowdown: 0.5 }, &cfg);
+        assert!(loose.setting.unwrap() < 250.0 && loose.predicted_energy_ratio < 1.0);
+    }
+
+    #[test]
+    fn noisy_model_falls_back() {
+        let mut m = plm();
+        if let DvfsModel::PowerLimit(p) = &mut m {
+            p.noise = 0.3;
+        }
+        let d = choose(&m, &LIMITS, Policy::MinEnergy { max_slowdown: 0.5 }, &ChooserConfig::default());
+        assert_eq!((d.setting, d.reason), (Some(250.0), "model error too large: max setting"));
+    }
+
+    #[test]
+    fn balanced_trades_energy_for_time() {
+        let m = DvfsModel::Clock(ClockModel {
+            t0: 0.0,
+            d: 1000.0,
+            a: 50.0,
+            b: 0.0,
+            c: 1e-7,
+            rel_sigma: 0.01,
+            f_valid_min: 600.0,
+        });
+        let clocks: Vec<f64> = (7..=14).map(|k| f64::from(k) * 100.0).collect();
+        let cfg = ChooserConfig::default();
+        let e = choose(&m, &clocks, Policy::Balanced { eta: 1.0 }, &cfg);
+        let t = choose(&m, &clocks, Policy::Balanced { eta: 0.0 }, &cfg);
+        assert_eq!(t.setting, Some(1400.0));
+        // E(f) = (50 + 1e-7 f³)·1000/f is least at f = (50/2e-7)^(1/3) ≈ 630 → 700 of the grid.
+        assert_eq!(e.setting, Some(700.0));
+        assert!(e.predicted_energy_ratio < 1.0 && e.predicted_slowdown > 0.0);
+    }
+}

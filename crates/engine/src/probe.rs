@@ -1,0 +1,232 @@
+//! Online probing, Zeus-style: measure a job at a few power limits, fit, choose, measure the
+//! choice itself, and settle. Pure: the daemon feeds measurements and applies the answers.
+//!
+//! The first three probes are the highest limit (the full-speed reference), the one nearest
+//! the middle of the range and the lowest (as in the validation on the Zeus data). Then the
+//! model is fitted and two choices are made: the likely best (the model's own time, no safety
+//! margin) and the safe one (pessimistic time plus margin). Whichever of them is not measured
+//! yet is probed next, so the decision ends up confirmed by a measurement, until `max_probes`
+//! windows were spent in this run. A run that starts from earlier runs' measurements (of at
+//! least the three first probes) does not probe: it settles on the best measured setting. Measurements of earlier runs of the same workload count too, so a workload
+//! that converged once settles at once the next time.
+
+use super::choose::{ChooserConfig, Decision, Policy, choose};
+use super::fit::{Sample, fit_power_limit};
+use super::model::DvfsModel;
+
+/// What the job should do next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// Hold this setting for one probe window and measure it.
+    Probe(f64),
+    /// Run the rest of the job at the decision's setting.
+    Settle(Decision),
+}
+
+/// Probing tunables.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProbeConfig {
+    /// Most probe windows one run may spend (the first three included).
+    pub max_probes: usize,
+    /// The chooser's tunables.
+    pub chooser: ChooserConfig,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig { max_probes: 6, chooser: ChooserConfig::default() }
+    }
+}
+
+fn measured(samples: &[Sample], setting: f64) -> bool {
+    samples.iter().any(|s| (s.setting - setting).abs() <= 1e-9 * setting.abs().max(1.0))
+}
+
+/// The settings probed first: highest, nearest the middle, lowest (without repeats).
+pub fn initial_probes(settings: &[f64]) -> Vec<f64> {
+    let valid: Vec<f64> = settings.iter().copied().filter(|s| s.is_finite() && *s > 0.0).collect();
+    let (Some(lo), Some(hi)) =
+        (valid.iter().copied().reduce(f64::min), valid.iter().copied().reduce(f64::max))
+    else {
+        return Vec::new();
+    };
+    let middle = 0.5 * (lo + hi);
+    let mid =
+        valid.iter().copied().min_by(|a, b| (a - middle).abs().total_cmp(&(b - middle).abs())).unwrap_or(hi);
+    let mut out = vec![hi];
+    for s in [mid, lo] {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The next step for a workload measured as `samples` (this run's and earlier runs'), after
+/// `probes_this_run` windows of this run, on a GPU with `settings`.
+pub fn next_step(
+    samples: &[Sample],
+    settings: &[f64],
+    policy: Policy,
+    cfg: &ProbeConfig,
+    probes_this_run: usize,
+) -> Step {
+    if matches!(policy, Policy::Perf) {
+        return Step::Settle(Decision::fallback(settings, "perf policy: max setting"));
+    }
+    let budget_left = probes_this_run < cfg.max_probes;
+    if let Some(&next) = initial_probes(settings).iter().find(|&&s| !measured(samples, s)) {
+        return if budget_left {
+            Step::Probe(next)
+        } else {
+            Step::Settle(Decision::fallback(settings, "too few measurements: max setting"))
+        };
+    }
+    let model = match fit_power_limit(samples) {
+        Ok(m) => DvfsModel::PowerLimit(m),
+        Err(_) => {
+            return Step::Settle(Decision::fallback(
+                settings,
+                "measurements do not fit the model: max setting",
+            ));
+        }
+    };
+    if probes_this_run == 0 {
+        // A run that starts from earlier runs' measurements does not probe: it chooses among
+        // the settings already measured.
+        let known: Vec<f64> = settings.iter().copied().filter(|&s| measured(samples, s)).collect();
+        return Step::Settle(choose(&model, &known, policy, &cfg.chooser));
+    }
+    let decision = choose(&model, settings, policy, &cfg.chooser);
+    let likely_best = choose(&model, settings, policy, &cfg.chooser.optimistic()).setting;
+    match [likely_best, decision.setting].into_iter().flatten().find(|&s| !measured(samples, s)) {
+        Some(s) if budget_left => Step::Probe(s),
+        _ => Step::Settle(decision),
+    }
+}
+
+/// One measurement window at one setting: GPU energy over `energy_s` seconds, and `work`
+/// units done over `work_s` seconds (the two clocks may differ: work is stamped by the job).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    /// The setting held (W).
+    pub setting: f64,
+    /// Energy of all the job's GPUs (J).
+    pub energy_j: f64,
+    /// Seconds the energy was measured over.
+    pub energy_s: f64,
+    /// Units of work done.
+    pub work: f64,
+    /// Seconds the work was measured over.
+    pub work_s: f64,
+    /// Number of GPUs.
+    pub gpus: u32,
+}
+
+impl Window {
+    /// The engine sample: GPU-seconds per unit of work (so runs on different GPU counts of a
+    /// well-scaling workload agree), mean power per GPU, weighted by the seconds measured.
+    /// `None` when the window saw no work or no time.
+    pub fn sample(&self) -> Option<Sample> {
+        let n = f64::from(self.gpus);
+        let ok = [self.energy_j, self.energy_s, self.work, self.work_s, n]
+            .iter()
+            .all(|v| v.is_finite() && *v > 0.0);
+        ok.then(|| Sample {
+            setting: self.setting,
+            time: n * self.work_s / self.work,
+            power: self.energy_j / self.energy_s / n,
+            weight: self.energy_s.min(self.work_s),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100() -> Vec<f64> {
+        crate::gpus::power_limit_grid(200.0, 700.0, 5.0)
+    }
+
+    /// A GPU whose power saturates at 650 W and whose time follows `t = 0.02 + 158.4/f` at the
+    /// clock where `72 + b·f + c·f³` meets the limit.
+    fn truth(limit: f64) -> Sample {
+        let (b, c) = (0.3 * 578.0 / 1980.0, 0.7 * 578.0 / 1980f64.powi(3));
+        let curve = |f: f64| 72.0 + b * f + c * f * f * f;
+        let (mut lo, mut hi) = (0.0, 1980.0);
+        if curve(hi) <= limit {
+            lo = hi;
+        }
+        for _ in 0..100 {
+            let mid = 0.5 * (lo + hi);
+            if curve(mid) > limit { hi = mid } else { lo = mid }
+        }
+        Sample { setting: limit, time: 0.02 + 158.4 / lo, power: curve(lo).min(limit), weight: 1.0 }
+    }
+
+    #[test]
+    fn first_probes_are_max_middle_min() {
+        assert_eq!(initial_probes(&h100()), vec![700.0, 450.0, 200.0]);
+        assert_eq!(initial_probes(&[300.0, 300.0]), vec![300.0]);
+        assert!(initial_probes(&[f64::NAN]).is_empty());
+        let policy = Policy::MinEnergy { max_slowdown: 0.1 };
+        let cfg = ProbeConfig::default();
+        assert_eq!(next_step(&[], &h100(), policy, &cfg, 0), Step::Probe(700.0));
+        assert_eq!(next_step(&[truth(700.0)], &h100(), policy, &cfg, 1), Step::Probe(450.0));
+        let Step::Settle(d) = next_step(&[], &h100(), Policy::Perf, &cfg, 0) else { panic!() };
+        assert_eq!(d.setting, Some(700.0));
+    }
+
+    #[test]
+    fn probing_converges_within_the_bound_and_the_next_run_settles_at_once() {
+        let cfg = ProbeConfig::default();
+        for bound in [0.05, 0.1, 0.2] {
+            let policy = Policy::MinEnergy { max_slowdown: bound };
+            let mut samples = Vec::new();
+            let mut probes = 0;
+            let decision = loop {
+                match next_step(&samples, &h100(), policy, &cfg, probes) {
+                    Step::Probe(s) => {
+                        assert!(!samples.iter().any(|x: &Sample| x.setting == s), "{s} probed twice");
+                        samples.push(truth(s));
+                        probes += 1;
+                    }
+                    Step::Settle(d) => break d,
+                }
+            };
+            assert!(probes <= cfg.max_probes);
+            let s = decision.setting.unwrap();
+            let slowdown = truth(s).time / truth(700.0).time - 1.0;
+            assert!(slowdown <= bound, "bound {bound}: {s} W is {slowdown} slower");
+            let energy = |x: Sample| x.time * x.power;
+            let oracle = h100()
+                .iter()
+                .map(|&l| truth(l))
+                .filter(|x| x.time / truth(700.0).time - 1.0 <= bound)
+                .map(energy)
+                .fold(f64::INFINITY, f64::min);
+            let gap = energy(truth(s)) / oracle - 1.0;
+            assert!(gap <= 0.03, "bound {bound}: {s} W is {gap} above the oracle");
+            // The next run starts from these measurements and settles without probing.
+            assert_eq!(next_step(&samples, &h100(), policy, &cfg, 0), Step::Settle(decision));
+        }
+    }
+
+    #[test]
+    fn an_exhausted_budget_settles_and_says_why() {
+        let cfg = ProbeConfig { max_probes: 1, ..ProbeConfig::default() };
+        let policy = Policy::Balanced { eta: 0.5 };
+        let Step::Settle(d) = next_step(&[truth(700.0)], &h100(), policy, &cfg, 1) else { panic!() };
+        assert_eq!((d.setting, d.reason), (Some(700.0), "too few measurements: max setting"));
+    }
+
+    #[test]
+    fn windows_become_per_gpu_samples() {
+        let w = Window { setting: 300.0, energy_j: 1200.0, energy_s: 2.0, work: 40.0, work_s: 2.0, gpus: 2 };
+        let s = w.sample().unwrap();
+        assert_eq!((s.time, s.power, s.weight), (0.1, 300.0, 2.0));
+        assert!(Window { work: 0.0, ..w }.sample().is_none());
+        assert!(Window { energy_s: f64::NAN, ..w }.sample().is_none());
+    }
+}

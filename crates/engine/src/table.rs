@@ -1,0 +1,145 @@
+//! The model table job_submit reads: (GPU type, tag) → fitted model and its settings.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::choose::{ChooserConfig, Decision, Policy, choose};
+use super::gpus;
+use super::model::DvfsModel;
+
+/// One fitted workload on one GPU type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelEntry {
+    /// The fitted model.
+    pub model: DvfsModel,
+    /// Allowed settings on this GPU type (W or MHz, by the model's knob).
+    pub settings: Vec<f64>,
+}
+
+/// Tag (e.g. `user:jobname` or an `--energy-tag`) and GPU type → model. Lookups borrow the
+/// strings (no allocation); GPU types are keyed by [`gpus::prior`]'s canonical name when known.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelTable {
+    /// Chooser tunables used by [`ModelTable::decide`].
+    #[serde(default)]
+    pub config: ChooserConfig,
+    /// GPU type → tag → entry.
+    models: HashMap<String, HashMap<String, ModelEntry>>,
+}
+
+fn gpu_key(gpu_type: &str) -> &str {
+    gpus::prior(gpu_type).map_or(gpu_type, |p| p.name)
+}
+
+impl ModelTable {
+    /// An empty table with the default chooser.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces the model for `tag` on `gpu_type`.
+    pub fn insert(&mut self, tag: &str, gpu_type: &str, entry: ModelEntry) {
+        self.models.entry(gpu_key(gpu_type).to_owned()).or_default().insert(tag.to_owned(), entry);
+    }
+
+    /// The model for `tag` on `gpu_type`, if any.
+    pub fn get(&self, tag: &str, gpu_type: &str) -> Option<&ModelEntry> {
+        self.models.get(gpu_key(gpu_type))?.get(tag)
+    }
+
+    /// The GPU types that have a model for `tag`, in name order.
+    pub fn gpu_types_with(&self, tag: &str) -> Vec<&str> {
+        let mut types: Vec<&str> =
+            self.models.iter().filter(|(_, tags)| tags.contains_key(tag)).map(|(g, _)| g.as_str()).collect();
+        types.sort_unstable();
+        types
+    }
+
+    /// Number of (GPU type, tag) entries.
+    pub fn len(&self) -> usize {
+        self.models.values().map(HashMap::len).sum()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.models.values().all(HashMap::is_empty)
+    }
+
+    /// The setting for a job: the chooser over the entry's model, or the GPU's max power limit
+    /// (known type, unknown tag), or no setting (unknown type). Never allocates or panics.
+    pub fn decide(&self, tag: &str, gpu_type: &str, policy: Policy) -> Decision {
+        match self.get(tag, gpu_type) {
+            Some(e) => choose(&e.model, &e.settings, policy, &self.config),
+            None => match gpus::prior(gpu_type) {
+                Some(p) => {
+                    Decision::fallback(&[p.max_power_limit_w], "no model for this tag: max power limit")
+                }
+                None => Decision::fallback(&[], "unknown GPU type and no model: leave the GPU as it is"),
+            },
+        }
+    }
+
+    /// The table as JSON.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
+    /// A table from JSON written by [`ModelTable::to_json`].
+    pub fn from_json(json: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fit::{Sample, fit_power_limit};
+    use crate::model::DvfsModel;
+
+    fn entry() -> ModelEntry {
+        let s: Vec<Sample> = [(150.0, 10.0, 140.0), (225.0, 8.2, 200.0), (300.0, 8.0, 215.0)]
+            .iter()
+            .map(|&(setting, time, power)| Sample { setting, time, power, weight: 1.0 })
+            .collect();
+        let model = DvfsModel::PowerLimit(fit_power_limit(&s).unwrap());
+        ModelEntry { model, settings: gpus::prior("A40").unwrap().power_limits() }
+    }
+
+    #[test]
+    fn json_round_trip_keeps_decisions() {
+        let mut t = ModelTable::new();
+        t.insert("alice:train", "a40", entry());
+        t.insert("bob:bert", "Tesla V100", entry());
+        let back = ModelTable::from_json(&t.to_json().unwrap()).unwrap();
+        // serde_json's default float parser may differ in the last bit; the rest is exact.
+        let (a, b) = (back.get("alice:train", "A40").unwrap(), t.get("alice:train", "A40").unwrap());
+        assert_eq!(a.settings, b.settings);
+        let (DvfsModel::PowerLimit(ma), DvfsModel::PowerLimit(mb)) = (&a.model, &b.model) else { panic!() };
+        assert_eq!((&ma.limits, &ma.powers, &ma.times), (&mb.limits, &mb.powers, &mb.times));
+        assert!((ma.a - mb.a).abs() <= 1e-12 * mb.a && (ma.d - mb.d).abs() <= 1e-12 * mb.d);
+        assert_eq!(back.len(), 2);
+        assert_eq!(back.config, t.config);
+        for p in [Policy::Perf, Policy::MinEnergy { max_slowdown: 0.1 }, Policy::Balanced { eta: 0.5 }] {
+            let (a, b) = (back.decide("alice:train", "A40", p), t.decide("alice:train", "A40", p));
+            assert_eq!((a.setting, a.reason), (b.setting, b.reason));
+            assert!((a.predicted_energy_ratio - b.predicted_energy_ratio).abs() < 1e-12);
+            assert!((a.predicted_slowdown - b.predicted_slowdown).abs() < 1e-12);
+        }
+        assert!(back.get("bob:bert", "V100").is_some());
+        assert!(ModelTable::from_json("{\"models\": 3}").is_err());
+    }
+
+    #[test]
+    fn unknown_tags_and_types_fall_back() {
+        let mut t = ModelTable::new();
+        assert!(t.is_empty());
+        t.insert("alice:train", "A40", entry());
+        let d = t.decide("carol:x", "H100", Policy::MinEnergy { max_slowdown: 0.2 });
+        assert_eq!(d.setting, Some(700.0));
+        let d = t.decide("alice:train", "TPUv4", Policy::MinEnergy { max_slowdown: 0.2 });
+        assert_eq!(d.setting, None);
+        let d = t.decide("alice:train", "A40", Policy::MinEnergy { max_slowdown: 0.2 });
+        assert!(d.setting.unwrap() < 300.0, "{d:?}");
+    }
+}

@@ -1,0 +1,124 @@
+//! The GPU backend: the only code in wattson that talks to GPUs.
+//!
+//! [`GpuBackend`] is blocking (NVML calls are); the daemon runs it off the async runtime.
+//! Errors are per GPU, so one failing GPU never stops the others from being read.
+
+mod nvml;
+
+pub use nvml::NvmlBackend;
+
+use wattson_types::energy::GpuReading;
+pub use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings};
+use wattson_types::job::GpuRef;
+
+/// Why a GPU call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GpuError {
+    /// The GPU fell off the bus or stopped answering.
+    #[error("GPU is lost")]
+    Lost,
+    /// No GPU matches the given index, UUID or PCI bus id.
+    #[error("no such GPU: {0}")]
+    NotFound(String),
+    /// The GPU does not support this call.
+    #[error("not supported by this GPU")]
+    NotSupported,
+    /// The caller lacks the privilege (root) for this call.
+    #[error("permission denied (setting GPU clocks and power limits needs root)")]
+    NoPermission,
+    /// A value outside what the GPU supports.
+    #[error("invalid value: {0}")]
+    InvalidValue(String),
+    /// The driver or library could not be used at all.
+    #[error("GPU driver unavailable: {0}")]
+    Driver(String),
+    /// Anything else the driver reported.
+    #[error("GPU error: {0}")]
+    Other(String),
+}
+
+/// Access to a node's GPUs. Implementations must be cheap to call from several threads.
+pub trait GpuBackend: Send + Sync {
+    /// Every GPU on the node, by index.
+    fn devices(&self) -> &[GpuInfo];
+    /// Reads the energy counter (timestamped at the read), power, SM clock and utilisation.
+    fn read(&self, index: u32) -> Result<GpuReading, GpuError>;
+    /// Current settings.
+    fn settings(&self, index: u32) -> Result<GpuSettings, GpuError>;
+    /// Process ids of the compute processes running on the GPU.
+    fn compute_processes(&self, index: u32) -> Result<Vec<u32>, GpuError>;
+    /// Sets the power limit, in mW.
+    fn set_power_limit(&self, index: u32, mw: u32) -> Result<(), GpuError>;
+    /// Locks the SM clock into `[min, max]` MHz.
+    fn set_locked_clocks(&self, index: u32, min_mhz: u32, max_mhz: u32) -> Result<(), GpuError>;
+    /// Returns the SM clock to the driver's control.
+    fn reset_locked_clocks(&self, index: u32) -> Result<(), GpuError>;
+
+    /// Applies a setting.
+    fn apply(&self, index: u32, setting: GpuSetting) -> Result<(), GpuError> {
+        match setting {
+            GpuSetting::PowerLimit { mw } => self.set_power_limit(index, mw),
+            GpuSetting::LockedClock { mhz } => self.set_locked_clocks(index, mhz, mhz),
+        }
+    }
+
+    /// Returns the GPU to its defaults: default power limit, SM clock under driver control.
+    fn restore_defaults(&self, index: u32) -> Result<(), GpuError> {
+        let info =
+            self.devices().get(index as usize).ok_or_else(|| GpuError::NotFound(format!("index {index}")))?;
+        if let Some(mw) = info.power_limit_default_mw {
+            self.set_power_limit(index, mw)?;
+        }
+        self.reset_locked_clocks(index)
+    }
+
+    /// Resolves an index, UUID or PCI bus id to an index on this node.
+    fn resolve(&self, gpu: &GpuRef) -> Result<u32, GpuError> {
+        let found = match gpu {
+            GpuRef::Index(i) => self.devices().iter().find(|d| d.index == *i),
+            GpuRef::Id(id) => self
+                .devices()
+                .iter()
+                .find(|d| d.uuid.eq_ignore_ascii_case(id) || pci_bus_ids_match(&d.pci_bus_id, id)),
+        };
+        found.map(|d| d.index).ok_or_else(|| {
+            GpuError::NotFound(match gpu {
+                GpuRef::Index(i) => format!("index {i} (this node has {} GPUs)", self.devices().len()),
+                GpuRef::Id(id) => id.clone(),
+            })
+        })
+    }
+}
+
+/// Compares PCI bus ids as numbers, so `00000000:17:00.0`, `0000:17:00.0` and `17:00.0` match.
+fn pci_bus_ids_match(a: &str, b: &str) -> bool {
+    matches!((parse_pci(a), parse_pci(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// `[domain:]bus:device.function` as numbers (hex), domain 0 when absent.
+fn parse_pci(s: &str) -> Option<[u32; 4]> {
+    let (rest, function) = s.rsplit_once('.')?;
+    let parts: Vec<&str> = rest.split(':').collect();
+    let (domain, bus, device) = match parts[..] {
+        [d, b, v] => (d, b, v),
+        [b, v] => ("0", b, v),
+        _ => return None,
+    };
+    let hex = |x: &str| u32::from_str_radix(x, 16).ok();
+    Some([hex(domain)?, hex(bus)?, hex(device)?, hex(function)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_ids_match_long_and_short_forms() {
+        assert!(pci_bus_ids_match("00000000:17:00.0", "00000000:17:00.0"));
+        assert!(pci_bus_ids_match("00000000:17:00.0", "0000:17:00.0"));
+        assert!(pci_bus_ids_match("00000000:17:00.0", "17:00.0"));
+        assert!(!pci_bus_ids_match("00000000:17:00.0", "18:00.0"));
+        assert!(!pci_bus_ids_match("00000000:17:00.0", ""));
+        assert!(!pci_bus_ids_match("GPU-17:00.0", "17:00.0"));
+    }
+}

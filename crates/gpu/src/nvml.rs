@@ -1,0 +1,159 @@
+//! [`GpuBackend`] over NVML, through nvml-wrapper.
+//!
+//! The same code drives real GPUs (the driver's `libnvidia-ml.so.1`) and the simulated GPUs
+//! of the tests (a library path in the configuration).
+
+use std::path::Path;
+
+use nvml_wrapper::enum_wrappers::device::Clock;
+use nvml_wrapper::enums::device::GpuLockedClocksSetting;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+
+use super::{GpuBackend, GpuError, GpuInfo, GpuSettings};
+use wattson_types::energy::GpuReading;
+use wattson_types::now_ns;
+
+/// NVML-backed GPUs. Devices are looked up per call, as nvml-wrapper's `Device` borrows `Nvml`.
+pub struct NvmlBackend {
+    nvml: Nvml,
+    devices: Vec<GpuInfo>,
+}
+
+impl NvmlBackend {
+    /// Loads NVML (from `library` if given) and enumerates the GPUs.
+    pub fn open(library: Option<&Path>) -> Result<NvmlBackend, GpuError> {
+        let nvml = match library {
+            Some(path) => Nvml::builder().lib_path(path.as_os_str()).init(),
+            None => Nvml::init(),
+        }
+        .map_err(|e| GpuError::Driver(format!("cannot load NVML{}: {e}", describe(library))))?;
+        let count = nvml.device_count().map_err(map_err)?;
+        let mut devices = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            devices.push(describe_device(&nvml.device_by_index(index).map_err(map_err)?, index)?);
+        }
+        Ok(NvmlBackend { nvml, devices })
+    }
+
+    /// The driver's version string.
+    pub fn driver_version(&self) -> Option<String> {
+        self.nvml.sys_driver_version().ok()
+    }
+
+    fn device(&self, index: u32) -> Result<Device<'_>, GpuError> {
+        if index as usize >= self.devices.len() {
+            return Err(GpuError::NotFound(format!("index {index}")));
+        }
+        self.nvml.device_by_index(index).map_err(map_err)
+    }
+}
+
+fn describe(library: Option<&Path>) -> String {
+    library.map(|p| format!(" from {}", p.display())).unwrap_or_default()
+}
+
+fn describe_device(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
+    let constraints = d.power_management_limit_constraints().ok();
+    let mem_clocks_mhz = d.supported_memory_clocks().unwrap_or_default();
+    let sm_clocks_mhz =
+        mem_clocks_mhz.iter().max().and_then(|m| d.supported_graphics_clocks(*m).ok()).unwrap_or_default();
+    Ok(GpuInfo {
+        index,
+        uuid: d.uuid().map_err(map_err)?,
+        name: d.name().map_err(map_err)?,
+        pci_bus_id: d.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+        energy_counter: !matches!(d.total_energy_consumption(), Err(NvmlError::NotSupported)),
+        power_limit_min_mw: constraints.as_ref().map(|c| c.min_limit),
+        power_limit_max_mw: constraints.as_ref().map(|c| c.max_limit),
+        power_limit_default_mw: d.power_management_limit_default().ok(),
+        sm_clocks_mhz,
+        mem_clocks_mhz,
+    })
+}
+
+fn map_err(e: NvmlError) -> GpuError {
+    match e {
+        NvmlError::GpuLost => GpuError::Lost,
+        NvmlError::NotSupported => GpuError::NotSupported,
+        NvmlError::NoPermission => GpuError::NoPermission,
+        NvmlError::InvalidArg => GpuError::InvalidValue("rejected by the driver".into()),
+        NvmlError::NotFound => GpuError::NotFound("no such device".into()),
+        NvmlError::DriverNotLoaded | NvmlError::Uninitialized | NvmlError::LibraryNotFound => {
+            GpuError::Driver(e.to_string())
+        }
+        other => GpuError::Other(other.to_string()),
+    }
+}
+
+/// Turns "not supported" into `None` and keeps real failures.
+fn optional<T>(r: Result<T, NvmlError>) -> Result<Option<T>, GpuError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(NvmlError::NotSupported) => Ok(None),
+        Err(e) => Err(map_err(e)),
+    }
+}
+
+impl GpuBackend for NvmlBackend {
+    fn devices(&self) -> &[GpuInfo] {
+        &self.devices
+    }
+
+    fn read(&self, index: u32) -> Result<GpuReading, GpuError> {
+        let d = self.device(index)?;
+        // The counter is read first and timestamped at once: only it needs a precise time.
+        let energy_mj = optional(d.total_energy_consumption())?;
+        let t_ns = now_ns();
+        Ok(GpuReading {
+            t_ns,
+            energy_mj,
+            power_mw: optional(d.power_usage())?,
+            sm_clock_mhz: optional(d.clock_info(Clock::SM))?,
+            util_pct: optional(d.utilization_rates().map(|u| u.gpu))?,
+        })
+    }
+
+    fn settings(&self, index: u32) -> Result<GpuSettings, GpuError> {
+        let d = self.device(index)?;
+        Ok(GpuSettings {
+            power_limit_mw: optional(d.power_management_limit())?,
+            app_sm_clock_mhz: optional(d.applications_clock(Clock::Graphics))?,
+        })
+    }
+
+    fn compute_processes(&self, index: u32) -> Result<Vec<u32>, GpuError> {
+        let processes = self.device(index)?.running_compute_processes().map_err(map_err)?;
+        Ok(processes.into_iter().map(|p| p.pid).collect())
+    }
+
+    fn set_power_limit(&self, index: u32, mw: u32) -> Result<(), GpuError> {
+        let info =
+            self.devices.get(index as usize).ok_or_else(|| GpuError::NotFound(format!("index {index}")))?;
+        if let (Some(lo), Some(hi)) = (info.power_limit_min_mw, info.power_limit_max_mw)
+            && !(lo..=hi).contains(&mw)
+        {
+            return Err(GpuError::InvalidValue(format!(
+                "power limit {} W is outside this GPU's range {}-{} W",
+                mw / 1000,
+                lo / 1000,
+                hi / 1000
+            )));
+        }
+        self.device(index)?.set_power_management_limit(mw).map_err(map_err)
+    }
+
+    fn set_locked_clocks(&self, index: u32, min_mhz: u32, max_mhz: u32) -> Result<(), GpuError> {
+        if min_mhz > max_mhz {
+            return Err(GpuError::InvalidValue(format!(
+                "locked clock range {min_mhz}-{max_mhz} MHz is empty"
+            )));
+        }
+        let setting = GpuLockedClocksSetting::Numeric { min_clock_mhz: min_mhz, max_clock_mhz: max_mhz };
+        self.device(index)?.set_gpu_locked_clocks(setting).map_err(map_err)
+    }
+
+    fn reset_locked_clocks(&self, index: u32) -> Result<(), GpuError> {
+        self.device(index)?.reset_gpu_locked_clocks().map_err(map_err)
+    }
+}

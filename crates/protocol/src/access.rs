@@ -1,0 +1,99 @@
+//! Who may ask wattsond what: root and SlurmUser begin and end jobs; a user sees only their own
+//! jobs, admins see all. Used by the daemon on every request and by `wattson acct` when it reads
+//! the store directly.
+
+use wattson_config::users::uid_of;
+
+use crate::Request;
+
+/// Who may do what, resolved from the configuration at start.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Uid of Slurm's SlurmUser, if that user exists.
+    pub slurm_uid: Option<u32>,
+    /// Name of SlurmUser, for messages.
+    pub slurm_user: String,
+    /// Uids that may read every user's jobs.
+    pub admin_uids: Vec<u32>,
+}
+
+impl Access {
+    /// Resolves user names to uids; returns the names that do not exist here, for the log.
+    pub fn resolve(slurm_user: &str, admins: &[String]) -> (Access, Vec<String>) {
+        let mut unknown = Vec::new();
+        let mut uid = |name: &str| {
+            let found = uid_of(name);
+            if found.is_none() {
+                unknown.push(name.to_string());
+            }
+            found
+        };
+        let access = Access {
+            slurm_uid: uid(slurm_user),
+            slurm_user: slurm_user.to_string(),
+            admin_uids: admins.iter().filter_map(|a| uid(a)).collect(),
+        };
+        (access, unknown)
+    }
+
+    /// Whether `uid` is root or SlurmUser.
+    pub fn is_privileged(&self, uid: u32) -> bool {
+        uid == 0 || Some(uid) == self.slurm_uid
+    }
+
+    /// Narrows or refuses `request` for the caller `uid`.
+    pub fn authorize(&self, uid: u32, request: Request) -> Result<Request, String> {
+        let privileged = self.is_privileged(uid);
+        match request {
+            Request::JobBegin(_) | Request::JobEnd { .. } if !privileged => Err(format!(
+                "permission denied: only root and SlurmUser ({}) may begin or end jobs (you are uid {uid})",
+                self.slurm_user
+            )),
+            Request::Acct(mut filter) if !(uid == 0 || self.admin_uids.contains(&uid)) => match filter.uid {
+                Some(other) if other != uid => {
+                    Err(format!("permission denied: uid {uid} may see only its own jobs, not uid {other}'s"))
+                }
+                _ => {
+                    filter.uid = Some(uid);
+                    Ok(Request::Acct(filter))
+                }
+            },
+            other => Ok(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AcctFilter;
+    use wattson_types::job::JobKey;
+
+    fn policy() -> Access {
+        Access { slurm_uid: Some(64030), slurm_user: "slurm".into(), admin_uids: vec![500] }
+    }
+
+    #[test]
+    fn only_root_and_slurm_user_begin_and_end_jobs() {
+        let end = Request::JobEnd { job: JobKey::job(1) };
+        assert!(policy().authorize(0, end.clone()).is_ok());
+        assert!(policy().authorize(64030, end.clone()).is_ok());
+        let e = policy().authorize(1000, end).unwrap_err();
+        assert!(e.contains("permission denied") && e.contains("slurm"), "{e}");
+        assert!(policy().authorize(1000, Request::Status).is_ok());
+    }
+
+    #[test]
+    fn users_see_only_their_own_jobs_admins_see_all() {
+        let any = Request::Acct(AcctFilter::default());
+        assert_eq!(
+            policy().authorize(1000, any.clone()).unwrap(),
+            Request::Acct(AcctFilter { uid: Some(1000), ..AcctFilter::default() })
+        );
+        assert_eq!(policy().authorize(500, any.clone()).unwrap(), any);
+        assert_eq!(policy().authorize(0, any.clone()).unwrap(), any);
+        let other = Request::Acct(AcctFilter { uid: Some(1001), ..AcctFilter::default() });
+        assert!(policy().authorize(1000, other.clone()).is_err());
+        assert_eq!(policy().authorize(500, other.clone()).unwrap(), other);
+    }
+}

@@ -1,0 +1,265 @@
+//! The daemon's Unix-socket protocol: one JSON request per line, one JSON reply, then close.
+//!
+//! Who may do what is decided by the daemon from the socket's peer credentials, never from
+//! anything in the request: root and the configured SlurmUser may begin and end jobs; anyone
+//! may ask for status; a user's `acct` request is narrowed to that user's own jobs unless the
+//! user is root or a configured admin.
+
+pub mod access;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use wattson_config::policy::Decision;
+use wattson_types::energy::GpuReading;
+use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings};
+use wattson_types::job::{GpuRef, Hints, JobKey, JobRecord};
+use wattson_types::query::AcctQuery;
+
+/// Largest request the daemon reads, in bytes.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// A request to the daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// A job or step starts on this node's GPUs.
+    JobBegin(JobBegin),
+    /// A job or step ended.
+    JobEnd {
+        /// Which job or step.
+        job: JobKey,
+    },
+    /// The node's GPUs, their readings and owners.
+    Status,
+    /// The energy decision and GPU settings of a running job (for its environment).
+    JobSettings {
+        /// Which job or step.
+        job: JobKey,
+    },
+    /// Recorded jobs matching a filter.
+    Acct(AcctFilter),
+}
+
+/// What the daemon needs to know when a job starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobBegin {
+    /// Which job or step.
+    pub job: JobKey,
+    /// The job owner's uid.
+    pub uid: u32,
+    /// The owner's user name, if known.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The job name, if known.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The GPUs the job owns on this node.
+    pub gpus: Vec<GpuRef>,
+    /// The user's energy hints.
+    #[serde(default)]
+    pub hints: Hints,
+}
+
+/// Which recorded jobs to return, as `sacct`'s `-j`, `-u`, `-S`, `-E`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcctFilter {
+    /// Jobs or steps; empty means any. A job key without step also matches its steps.
+    #[serde(default)]
+    pub jobs: Vec<JobKey>,
+    /// Only this user's jobs.
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// Jobs running at or after this time (ns since the epoch).
+    #[serde(default)]
+    pub start_ns: Option<i64>,
+    /// Jobs running at or before this time (ns since the epoch).
+    #[serde(default)]
+    pub end_ns: Option<i64>,
+}
+
+impl AcctFilter {
+    /// The store query this filter asks for.
+    pub fn query(&self) -> AcctQuery {
+        AcctQuery {
+            jobs: self.jobs.clone(),
+            uid: self.uid,
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
+            limit: None,
+        }
+    }
+}
+
+/// One GPU in a status reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    /// Identity and capabilities.
+    pub info: GpuInfo,
+    /// Latest reading, if the GPU answered.
+    pub reading: Option<GpuReading>,
+    /// Current settings, if the GPU answered.
+    pub settings: Option<GpuSettings>,
+    /// Why the GPU did not answer.
+    pub error: Option<String>,
+    /// Compute processes on the GPU (pids).
+    #[serde(default)]
+    pub processes: Vec<u32>,
+    /// Jobs and steps using the GPU now.
+    pub jobs: Vec<JobKey>,
+}
+
+/// A successful reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    /// The job is recorded (or was already, for a repeated identical request).
+    Begun {
+        /// Which job or step.
+        job: JobKey,
+        /// True when this was a repeat of a begin already recorded.
+        already_running: bool,
+        /// The energy policy the job gets.
+        decision: Decision,
+        /// The settings applied to its GPUs (none: the GPUs run at their defaults).
+        settings: Vec<(u32, GpuSetting)>,
+    },
+    /// A running job's decision and settings.
+    Settings {
+        /// Which job or step.
+        job: JobKey,
+        /// The job owner.
+        uid: u32,
+        /// The energy policy the job gets.
+        decision: Decision,
+        /// The settings applied to its GPUs.
+        settings: Vec<(u32, GpuSetting)>,
+    },
+    /// The job's final record.
+    Ended {
+        /// The record as stored.
+        record: JobRecord,
+    },
+    /// The node's GPUs.
+    Status {
+        /// Node name.
+        node: String,
+        /// Every GPU by index.
+        gpus: Vec<GpuStatus>,
+    },
+    /// Matching records.
+    Acct {
+        /// Records the caller may see.
+        records: Vec<JobRecord>,
+    },
+}
+
+/// The daemon's answer: a reply or a one-line error.
+pub type Response = Result<Reply, String>;
+
+/// Why a call to the daemon failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No daemon listens on the socket (not running, or no permission to connect).
+    #[error("wattsond is not reachable at {path}: {source}")]
+    Unavailable {
+        /// Socket path.
+        path: String,
+        /// What connect said.
+        source: std::io::Error,
+    },
+    /// The daemon did not answer in time.
+    #[error("wattsond did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The daemon refused the request.
+    #[error("{0}")]
+    Refused(String),
+    /// Anything else on the wire.
+    #[error("talking to wattsond: {0}")]
+    Io(String),
+}
+
+/// Sends `request` to the daemon at `socket` and waits at most `timeout` for each read/write.
+pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Reply, ClientError> {
+    let mut stream = UnixStream::connect(socket)
+        .map_err(|source| ClientError::Unavailable { path: socket.display().to_string(), source })?;
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => ClientError::Timeout(timeout),
+        _ => ClientError::Io(e.to_string()),
+    };
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io)?;
+    let mut line = serde_json::to_vec(request).map_err(|e| ClientError::Io(e.to_string()))?;
+    line.push(b'\n');
+    stream.write_all(&line).map_err(io)?;
+    let mut text = String::new();
+    BufReader::new(stream).read_line(&mut text).map_err(io)?;
+    if text.is_empty() {
+        return Err(ClientError::Io("wattsond closed the connection without answering".into()));
+    }
+    let response: Response =
+        serde_json::from_str(&text).map_err(|e| ClientError::Io(format!("bad reply: {e}")))?;
+    response.map_err(ClientError::Refused)
+}
+
+/// The settings a job got, as one clause for a message: `, GPU 0 power limit 420 W, ...` or
+/// `, GPUs at their defaults`.
+pub fn describe_settings(settings: &[(u32, GpuSetting)]) -> String {
+    if settings.is_empty() {
+        return ", GPUs at their defaults".to_string();
+    }
+    let each: Vec<String> = settings
+        .iter()
+        .map(|(gpu, s)| match s {
+            GpuSetting::PowerLimit { mw } => format!("GPU {gpu} power limit {} W", mw / 1000),
+            GpuSetting::LockedClock { mhz } => format!("GPU {gpu} SM clock {mhz} MHz"),
+        })
+        .collect();
+    format!(", {}", each.join(", "))
+}
+
+/// Parses one request line; the error says what was wrong.
+pub fn parse_request(line: &str) -> Result<Request, String> {
+    if line.len() > MAX_REQUEST_BYTES {
+        return Err(format!("request longer than {MAX_REQUEST_BYTES} bytes"));
+    }
+    if !line.ends_with('\n') {
+        return Err("request must be one JSON object ending with a newline".into());
+    }
+    serde_json::from_str(line).map_err(|e| format!("bad request: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_on_the_wire() {
+        let line = r#"{"op":"job_begin","job":{"job_id":42,"step":"0"},"uid":1000,"gpus":[0,"GPU-x"],"hints":{"policy":"perf"}}"#;
+        let req = parse_request(&format!("{line}\n")).unwrap();
+        let Request::JobBegin(b) = &req else { panic!("{req:?}") };
+        assert_eq!(b.job.to_string(), "42.0");
+        assert_eq!(b.gpus, vec![GpuRef::Index(0), GpuRef::Id("GPU-x".into())]);
+        assert_eq!(b.hints.policy.as_deref(), Some("perf"));
+        assert_eq!(parse_request(&(serde_json::to_string(&req).unwrap() + "\n")).unwrap(), req);
+        assert_eq!(parse_request("{\"op\":\"status\"}\n").unwrap(), Request::Status);
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_a_reason() {
+        assert!(parse_request("{\"op\":\"status\"}").unwrap_err().contains("newline"));
+        assert!(parse_request("{\"op\":\"reboot\"}\n").unwrap_err().contains("unknown variant"));
+        assert!(parse_request("{\"op\":\"job_end\"}\n").unwrap_err().contains("missing field"));
+        assert!(parse_request("not json\n").unwrap_err().starts_with("bad request"));
+        let huge = format!("{{\"op\":\"status\",\"x\":\"{}\"}}\n", "a".repeat(MAX_REQUEST_BYTES));
+        assert!(parse_request(&huge).unwrap_err().contains("longer than"));
+        let e = parse_request("{\"op\":\"job_end\",\"job\":{\"job_id\":1},\"uid\":0}\n").unwrap_err();
+        assert!(e.contains("unknown field"), "{e}");
+    }
+}

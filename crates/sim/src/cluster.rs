@@ -1,0 +1,321 @@
+//! The simulated cluster, read from a TOML file (`etc/sim/cluster.toml` documents every key).
+//!
+//! Pure: [`ClusterConfig::from_toml`] takes the file's text and its name (for messages); the
+//! CLI reads the file. Errors read `file: what is wrong`.
+
+use serde::Deserialize;
+
+use wattson_types::prices::PriceSchedule;
+
+use super::SimError;
+
+/// The whole cluster file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// A name for reports.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Number of identical GPU nodes.
+    pub nodes: u32,
+    /// GPUs per node (1..=64).
+    pub gpus_per_node: u32,
+    /// GPU type, an engine prior name with Zeus measurements: V100, A40, P100 or RTX6000.
+    pub gpu: String,
+    /// Path of Zeus's `summary_power_<gpu>.csv`, relative to the cluster file.
+    pub zeus_csv: String,
+    /// Idle draw of one GPU (W); default: the engine's prior for the GPU type.
+    #[serde(default)]
+    pub gpu_idle_w: Option<f64>,
+    /// Node power states and transitions.
+    pub node: NodePower,
+    /// Slurm's power-saving settings, used by `slurm-powersave`.
+    pub slurm: SlurmSettings,
+    /// Time-of-use electricity tariff (per kWh, by UTC hour), the same type as `wattson.toml`.
+    pub prices: PriceSchedule,
+    /// UTC time of day (s) at trace time 0, to look up the tariff.
+    #[serde(default)]
+    pub trace_start_utc_s: i64,
+    /// Optional cluster power budget; reported against (time above it), not enforced.
+    #[serde(default)]
+    pub budget: Option<Budget>,
+    /// Per-job hints drawn from a seeded distribution (the traces carry none).
+    pub hints: HintDistribution,
+    /// Tunables of the `wattson` policy.
+    #[serde(default)]
+    pub wattson: WattsonTuning,
+}
+
+fn default_name() -> String {
+    "cluster".to_string()
+}
+
+/// Node power model (everything but the GPUs).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodePower {
+    /// Draw of a powered-on node without its GPUs (CPUs, memory, fans, NICs, PSU losses) (W).
+    pub base_w: f64,
+    /// Draw of a powered-off node (BMC) (W).
+    pub off_w: f64,
+    /// Time to shut down (s).
+    pub shutdown_s: f64,
+    /// Average draw while shutting down, GPUs included (W).
+    pub shutdown_w: f64,
+    /// Time to boot until Slurm can start jobs on it (s).
+    pub boot_s: f64,
+    /// Average draw while booting, GPUs included (W).
+    pub boot_w: f64,
+}
+
+/// Slurm's power-saving parameters (`slurm.conf`).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSettings {
+    /// `SuspendTime`: idle time before Slurm powers a node down (s).
+    pub suspend_time_s: f64,
+    /// `SuspendTimeout`: time a node stays unavailable after power-down starts (s).
+    pub suspend_timeout_s: f64,
+    /// `ResumeTimeout`: longest boot Slurm waits for (s); `node.boot_s` must not exceed it.
+    pub resume_timeout_s: f64,
+    /// `bf_max_job_test`: how many queued jobs one backfill pass considers.
+    #[serde(default = "default_bf")]
+    pub bf_max_job_test: usize,
+}
+
+fn default_bf() -> usize {
+    100
+}
+
+/// An optional cluster power budget.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Cluster power budget (W).
+    pub power_w: f64,
+}
+
+/// The distribution per-job hints are drawn from.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HintDistribution {
+    /// `[bound, probability]` pairs: slowdown bounds (fractions) a user asks for.
+    pub slowdown: Vec<[f64; 2]>,
+    /// Fraction of jobs that may be deferred.
+    pub defer_fraction: f64,
+    /// `[min, max]` deferral window (s) of a deferrable job, drawn uniformly.
+    pub defer_window_s: [f64; 2],
+}
+
+/// Tunables of the `wattson` policy.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WattsonTuning {
+    /// Window of the arrival-rate forecast (s).
+    #[serde(default = "default_forecast")]
+    pub forecast_window_s: f64,
+    /// Nodes always kept warm, on top of the forecast.
+    #[serde(default = "default_min_warm")]
+    pub min_warm_nodes: u32,
+    /// Defer a job only for at least this relative price drop.
+    #[serde(default = "default_min_price_drop")]
+    pub min_price_drop: f64,
+    /// Slow a starting job (the engine's choice under its bound) only when no job is left
+    /// waiting and at most this fraction of GPUs is allocated; otherwise the max limit.
+    #[serde(default = "default_dvfs_load_limit")]
+    pub dvfs_load_limit: f64,
+}
+
+fn default_forecast() -> f64 {
+    3600.0
+}
+fn default_min_warm() -> u32 {
+    1
+}
+fn default_min_price_drop() -> f64 {
+    0.2
+}
+fn default_dvfs_load_limit() -> f64 {
+    1.0
+}
+
+impl Default for WattsonTuning {
+    fn default() -> Self {
+        WattsonTuning {
+            forecast_window_s: default_forecast(),
+            min_warm_nodes: default_min_warm(),
+            min_price_drop: default_min_price_drop(),
+            dvfs_load_limit: default_dvfs_load_limit(),
+        }
+    }
+}
+
+impl NodePower {
+    /// Break-even idle time (s): an idle gap longer than this makes power-down pay off,
+    /// `(P_down·t_down + P_up·t_up − P_off·(t_down + t_up)) / (P_idle − P_off)`.
+    pub fn break_even_s(&self, idle_w: f64) -> f64 {
+        let num = self.shutdown_w * self.shutdown_s + self.boot_w * self.boot_s
+            - self.off_w * (self.shutdown_s + self.boot_s);
+        let den = idle_w - self.off_w;
+        if den <= 0.0 { f64::INFINITY } else { (num / den).max(0.0) }
+    }
+}
+
+impl ClusterConfig {
+    /// Parses and validates a cluster file; `name` prefixes every message.
+    pub fn from_toml(text: &str, name: &str) -> Result<ClusterConfig, SimError> {
+        let c: ClusterConfig =
+            toml::from_str(text).map_err(|e| SimError::Input(format!("{name}: {}", e.to_string().trim())))?;
+        c.validate().map_err(|what| SimError::Input(format!("{name}: {what}")))?;
+        Ok(c)
+    }
+
+    /// Idle draw of one GPU (W).
+    pub fn gpu_idle_w(&self) -> f64 {
+        self.gpu_idle_w.or_else(|| wattson_engine::prior(&self.gpu).map(|p| p.idle_w)).unwrap_or(0.0)
+    }
+
+    /// Draw of an idle powered-on node, GPUs included (W).
+    pub fn node_idle_w(&self) -> f64 {
+        self.node.base_w + f64::from(self.gpus_per_node) * self.gpu_idle_w()
+    }
+
+    /// Total GPUs.
+    pub fn total_gpus(&self) -> u64 {
+        u64::from(self.nodes) * u64::from(self.gpus_per_node)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.nodes == 0 || self.nodes > 100_000 {
+            return Err(format!("nodes = {}: allowed 1..=100000", self.nodes));
+        }
+        if !(1..=64).contains(&self.gpus_per_node) {
+            return Err(format!("gpus_per_node = {}: allowed 1..=64", self.gpus_per_node));
+        }
+        if wattson_engine::prior(&self.gpu).is_none() {
+            return Err(format!(
+                "gpu = {:?}: not a known GPU type (V100, A40, P100, RTX6000 have Zeus data)",
+                self.gpu
+            ));
+        }
+        let n = &self.node;
+        let nonneg = [
+            ("gpu_idle_w", self.gpu_idle_w.unwrap_or(0.0)),
+            ("node.base_w", n.base_w),
+            ("node.off_w", n.off_w),
+            ("node.shutdown_s", n.shutdown_s),
+            ("node.shutdown_w", n.shutdown_w),
+            ("node.boot_s", n.boot_s),
+            ("node.boot_w", n.boot_w),
+            ("slurm.suspend_time_s", self.slurm.suspend_time_s),
+            ("slurm.suspend_timeout_s", self.slurm.suspend_timeout_s),
+            ("slurm.resume_timeout_s", self.slurm.resume_timeout_s),
+            ("wattson.forecast_window_s", self.wattson.forecast_window_s),
+            ("wattson.min_price_drop", self.wattson.min_price_drop),
+            ("wattson.dvfs_load_limit", self.wattson.dvfs_load_limit),
+        ];
+        for (key, v) in nonneg {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{key} = {v}: must be a finite number >= 0"));
+            }
+        }
+        if n.shutdown_s > self.slurm.suspend_timeout_s {
+            return Err(format!(
+                "node.shutdown_s = {} exceeds slurm.suspend_timeout_s = {}: Slurm would mark the node down",
+                n.shutdown_s, self.slurm.suspend_timeout_s
+            ));
+        }
+        if n.boot_s > self.slurm.resume_timeout_s {
+            return Err(format!(
+                "node.boot_s = {} exceeds slurm.resume_timeout_s = {}: Slurm would mark the node down",
+                n.boot_s, self.slurm.resume_timeout_s
+            ));
+        }
+        if self.wattson.forecast_window_s <= 0.0 {
+            return Err("wattson.forecast_window_s must be > 0".to_string());
+        }
+        if let Some(b) = self.budget
+            && !(b.power_w.is_finite() && b.power_w > 0.0)
+        {
+            return Err(format!("budget.power_w = {}: must be > 0", b.power_w));
+        }
+        let h = &self.hints;
+        if h.slowdown.is_empty() {
+            return Err("hints.slowdown is empty: give [bound, probability] pairs".to_string());
+        }
+        let mut sum = 0.0;
+        for [b, p] in &h.slowdown {
+            if !(b.is_finite() && (0.0..=1.0).contains(b) && p.is_finite() && *p >= 0.0) {
+                return Err(format!("hints.slowdown pair [{b}, {p}]: bound in [0, 1], probability >= 0"));
+            }
+            sum += p;
+        }
+        if (sum - 1.0).abs() > 1e-6 {
+            return Err(format!("hints.slowdown probabilities add up to {sum}, not 1"));
+        }
+        if !(0.0..=1.0).contains(&h.defer_fraction) {
+            return Err(format!("hints.defer_fraction = {}: allowed 0..=1", h.defer_fraction));
+        }
+        let [lo, hi] = h.defer_window_s;
+        if !(lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi) {
+            return Err(format!("hints.defer_window_s = [{lo}, {hi}]: need 0 <= min <= max"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A small valid cluster file for unit tests.
+    pub(crate) const SMALL: &str = r#"
+nodes = 4
+gpus_per_node = 8
+gpu = "V100"
+zeus_csv = "zeus.csv"
+[node]
+base_w = 300.0
+off_w = 10.0
+shutdown_s = 60.0
+shutdown_w = 400.0
+boot_s = 300.0
+boot_w = 500.0
+[slurm]
+suspend_time_s = 600.0
+suspend_timeout_s = 120.0
+resume_timeout_s = 600.0
+[prices]
+hourly_utc = [0.1,0.1,0.1,0.1,0.1,0.1,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2]
+[hints]
+slowdown = [[0.0, 0.5], [0.1, 0.5]]
+defer_fraction = 0.1
+defer_window_s = [3600.0, 7200.0]
+"#;
+
+    #[test]
+    fn small_file_parses_and_break_even_matches_the_formula() {
+        let c = ClusterConfig::from_toml(SMALL, "small.toml").unwrap();
+        assert_eq!(c.total_gpus(), 32);
+        assert_eq!(c.gpu_idle_w(), 57.0);
+        let idle = 300.0 + 8.0 * 57.0;
+        let want = (400.0 * 60.0 + 500.0 * 300.0 - 10.0 * 360.0) / (idle - 10.0);
+        assert!((c.node.break_even_s(idle) - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_problem() {
+        let bad = SMALL.replace("gpus_per_node = 8", "gpus_per_node = 0");
+        let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
+        assert!(e.starts_with("c.toml: gpus_per_node = 0"), "{e}");
+        let bad = SMALL.replace("boot_s = 300.0", "boot_s = 900.0");
+        let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
+        assert!(e.contains("resume_timeout_s"), "{e}");
+        let bad = SMALL.replace("[[0.0, 0.5], [0.1, 0.5]]", "[[0.0, 0.5]]");
+        let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
+        assert!(e.contains("add up to 0.5"), "{e}");
+        let bad = SMALL.replace("nodes = 4", "nodes = 4\nbogus = 1");
+        let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
+        assert!(e.starts_with("c.toml: ") && e.contains("bogus"), "{e}");
+    }
+}

@@ -1,0 +1,248 @@
+//! Measured workloads: Zeus's per-power-limit time and power (Zeus, NSDI'23, ml-energy/zeus @
+//! 75a8b939, Apache-2.0) and the map from ITP model names to Zeus networks.
+//!
+//! Every job's time and power at every power limit come from one measured Zeus curve. The
+//! engine sees only three probes of that curve (lowest, nearest the middle, highest limit, as a
+//! probing daemon would measure), fits [`wattson_engine::PowerLimitModel`] and chooses; the
+//! simulator then charges the *measured* time and power at the chosen limit.
+
+use std::collections::BTreeMap;
+
+use wattson_engine::{ChooserConfig, DvfsModel, Policy, Sample, choose, fit_power_limit};
+
+use super::SimError;
+
+/// ITP model name → (Zeus network, why). gpt2, inception3 and vgg16 were not measured by Zeus.
+pub const STAND_INS: [(&str, &str, &str); 6] = [
+    ("bert", "bert_base_uncased", "measured"),
+    ("resnet50", "resnet50", "measured"),
+    ("deepspeech2", "deepspeech2", "measured"),
+    ("gpt2", "bert_base_uncased", "stand-in: the measured transformer language model"),
+    ("inception3", "resnet50", "stand-in: the measured ImageNet CNN"),
+    ("vgg16", "resnet50", "stand-in: the measured ImageNet CNN"),
+];
+
+/// Network used for a tag that is neither an ITP model nor a Zeus network.
+pub const DEFAULT_NETWORK: &str = "resnet50";
+
+/// One measured workload: time per epoch and average power at each power limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// `dataset/network/batch/optimizer`.
+    pub name: String,
+    /// Zeus network.
+    pub network: String,
+    /// Batch size.
+    pub batch: u32,
+    /// Measured power limits (W), increasing.
+    pub limits: Vec<f64>,
+    /// Measured time per epoch at each limit (s).
+    pub time: Vec<f64>,
+    /// Measured average power at each limit (W per GPU).
+    pub power: Vec<f64>,
+}
+
+impl Workload {
+    /// Index of the highest limit (the default setting).
+    pub fn max_idx(&self) -> usize {
+        self.limits.len() - 1
+    }
+
+    /// Measured time at limit `i` / at the max limit.
+    pub fn time_ratio(&self, i: usize) -> f64 {
+        self.time[i] / self.time[self.max_idx()]
+    }
+
+    /// Index of the least measured energy per epoch (the oracle's setting).
+    pub fn min_energy_idx(&self) -> usize {
+        (0..self.limits.len())
+            .min_by(|&a, &b| (self.power[a] * self.time[a]).total_cmp(&(self.power[b] * self.time[b])))
+            .unwrap_or(self.max_idx())
+    }
+
+    /// The three probes a daemon would measure: lowest, nearest the middle, highest.
+    pub fn probes(&self) -> [usize; 3] {
+        let n = self.limits.len();
+        let target = 0.5 * (self.limits[0] + self.limits[n - 1]);
+        let mid = (1..n - 1)
+            .min_by(|&a, &b| (self.limits[a] - target).abs().total_cmp(&(self.limits[b] - target).abs()))
+            .unwrap_or(n / 2);
+        [0, mid, n - 1]
+    }
+
+    /// The engine's model, fitted from the three probes only.
+    pub fn fit(&self) -> Result<DvfsModel, SimError> {
+        let samples: Vec<Sample> = self
+            .probes()
+            .iter()
+            .map(|&i| Sample {
+                setting: self.limits[i],
+                time: self.time[i],
+                power: self.power[i],
+                weight: 1.0,
+            })
+            .collect();
+        fit_power_limit(&samples)
+            .map(DvfsModel::PowerLimit)
+            .map_err(|e| SimError::Input(format!("workload {}: {e}", self.name)))
+    }
+
+    /// The engine's choice under `policy`, as an index into the measured limits.
+    pub fn choose_idx(&self, model: &DvfsModel, policy: Policy) -> usize {
+        let d = choose(model, &self.limits, policy, &ChooserConfig::default());
+        d.setting
+            .and_then(|s| self.limits.iter().position(|&l| (l - s).abs() < 1e-9))
+            .unwrap_or(self.max_idx())
+    }
+}
+
+/// (network, batch size, dataset, optimizer) of a Zeus row.
+type GroupKey = (String, u32, String, String);
+
+/// All workloads of one GPU type, keyed by network then batch size.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    /// Workloads, in a fixed order.
+    pub workloads: Vec<Workload>,
+}
+
+impl Catalog {
+    /// Parses a Zeus `summary_power_<gpu>.csv`; keeps workloads with ≥ 5 limits (three probes
+    /// plus points to score them on), one per (network, batch size): the first dataset and
+    /// optimizer in name order.
+    pub fn from_zeus_csv(text: &str, name: &str) -> Result<Catalog, SimError> {
+        let mut rdr = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
+        let want = [
+            "dataset",
+            "network",
+            "batch_size",
+            "optimizer",
+            "power_limit",
+            "time_per_epoch",
+            "average_power",
+        ];
+        let header: Vec<String> = rdr
+            .headers()
+            .map_err(|e| SimError::Input(format!("{name}:1: {e}")))?
+            .iter()
+            .map(str::to_string)
+            .collect();
+        if header != want {
+            return Err(SimError::Input(format!("{name}:1: expected the header {}", want.join(","))));
+        }
+        let mut groups: BTreeMap<GroupKey, Vec<(f64, f64, f64)>> = BTreeMap::new();
+        for (k, rec) in rdr.records().enumerate() {
+            let line = k + 2;
+            let rec = rec.map_err(|e| SimError::Input(format!("{name}:{line}: {e}")))?;
+            let num = |i: usize| -> Result<f64, SimError> {
+                rec.get(i)
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .filter(|v| v.is_finite() && *v > 0.0)
+                    .ok_or_else(|| {
+                        SimError::Input(format!("{name}:{line}: {} is not a positive number", want[i]))
+                    })
+            };
+            let batch = num(2)?;
+            let (limit, time, power) = (num(4)?, num(5)?, num(6)?);
+            let key = (rec[1].to_string(), batch as u32, rec[0].to_string(), rec[3].to_string());
+            groups.entry(key).or_default().push((limit, time, power));
+        }
+        let mut seen: BTreeMap<(String, u32), ()> = BTreeMap::new();
+        let mut workloads = Vec::new();
+        for ((network, batch, dataset, opt), mut c) in groups {
+            c.sort_by(|a, b| a.0.total_cmp(&b.0));
+            c.dedup_by(|a, b| a.0 == b.0);
+            if c.len() < 5 || seen.insert((network.clone(), batch), ()).is_some() {
+                continue;
+            }
+            workloads.push(Workload {
+                name: format!("{dataset}/{network}/{batch}/{opt}"),
+                network,
+                batch,
+                limits: c.iter().map(|x| x.0).collect(),
+                time: c.iter().map(|x| x.1).collect(),
+                power: c.iter().map(|x| x.2).collect(),
+            });
+        }
+        if workloads.is_empty() {
+            return Err(SimError::Input(format!("{name}: no workload with at least 5 power limits")));
+        }
+        Ok(Catalog { workloads })
+    }
+
+    /// The workload for a job's tag and batch size: the tag's Zeus network (see [`STAND_INS`];
+    /// a Zeus network name is taken as is; anything else uses [`DEFAULT_NETWORK`]), at the
+    /// measured batch size nearest in log scale (ties: the smaller).
+    pub fn lookup(&self, tag: &str, batch: Option<u32>) -> Option<usize> {
+        let tag = tag.to_ascii_lowercase();
+        let network = STAND_INS
+            .iter()
+            .find(|(m, ..)| *m == tag)
+            .map(|(_, n, _)| *n)
+            .or_else(|| self.workloads.iter().find(|w| w.network == tag).map(|w| w.network.as_str()))
+            .unwrap_or(DEFAULT_NETWORK);
+        let target = f64::from(batch.unwrap_or(64).max(1)).ln();
+        let mut best: Option<(f64, usize)> = None;
+        for (i, w) in self.workloads.iter().enumerate() {
+            if w.network != network {
+                continue;
+            }
+            let d = (f64::from(w.batch.max(1)).ln() - target).abs();
+            if best.is_none_or(|(bd, _)| d < bd - 1e-12) {
+                best = Some((d, i));
+            }
+        }
+        best.map(|(_, i)| i).or_else(|| (!self.workloads.is_empty()).then_some(0))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A tiny Zeus-format file: resnet50 batch 64 and 256, shufflenetv2 batch 128.
+    pub(crate) fn tiny_zeus() -> String {
+        let mut s =
+            String::from("dataset,network,batch_size,optimizer,power_limit,time_per_epoch,average_power\n");
+        for (net, batch, scale) in [("resnet50", 64, 1.0), ("resnet50", 256, 2.0), ("shufflenetv2", 128, 0.5)]
+        {
+            for (p, t, w) in [
+                (100, 30.0, 95.0),
+                (125, 24.0, 118.0),
+                (150, 21.0, 140.0),
+                (175, 20.0, 155.0),
+                (200, 19.5, 165.0),
+                (225, 19.4, 170.0),
+            ] {
+                s.push_str(&format!("imagenet,{net},{batch},adam,{p},{},{w}\n", t * scale));
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn catalog_maps_stand_ins_and_nearest_batch() {
+        let c = Catalog::from_zeus_csv(&tiny_zeus(), "z.csv").unwrap();
+        assert_eq!(c.workloads.len(), 3);
+        let v = c.lookup("vgg16", Some(200)).unwrap();
+        assert_eq!((c.workloads[v].network.as_str(), c.workloads[v].batch), ("resnet50", 256));
+        let s = c.lookup("shufflenetv2", None).unwrap();
+        assert_eq!(c.workloads[s].network, "shufflenetv2");
+        let w = &c.workloads[v];
+        assert_eq!(w.probes(), [0, 2, 5]);
+        assert_eq!(w.min_energy_idx(), 1); // 24·118 = 2832 is the least of the six products
+        let m = w.fit().unwrap();
+        let i = w.choose_idx(&m, Policy::Perf);
+        assert_eq!(i, w.max_idx());
+    }
+
+    #[test]
+    fn bad_zeus_rows_are_errors() {
+        let e = Catalog::from_zeus_csv("a,b\n", "z.csv").unwrap_err();
+        assert!(e.to_string().starts_with("z.csv:1: expected the header"), "{e}");
+        let mut t = tiny_zeus();
+        t.push_str("imagenet,resnet50,64,adam,250,-1,170\n");
+        let e = Catalog::from_zeus_csv(&t, "z.csv").unwrap_err();
+        assert!(e.to_string().starts_with("z.csv:20: time_per_epoch"), "{e}");
+    }
+}

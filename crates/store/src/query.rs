@@ -1,0 +1,173 @@
+//! Reading records back: the `wattson acct` query and record decoding.
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+
+use super::{Sample, StoreError};
+use wattson_types::energy::GpuMeter;
+use wattson_types::job::{Hints, JobDvfs, JobGpu, JobKey, JobRecord, JobState};
+pub use wattson_types::query::AcctQuery;
+
+const JOB_COLS: &str = "id, job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs";
+
+/// Result order: begin time, job id, the job before its steps, numeric steps by number.
+const ORDER: &str = " ORDER BY begin_ns, job_id, step <> '', \
+     CASE WHEN step GLOB '[0-9]*' THEN CAST(step AS INTEGER) ELSE -1 END, step";
+
+/// A `jobs` row before its GPUs are attached.
+type RawJob = (
+    i64,
+    JobKey,
+    u32,
+    Option<String>,
+    Option<String>,
+    String,
+    i64,
+    Option<i64>,
+    String,
+    String,
+    Option<String>,
+);
+
+fn raw_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
+    Ok((
+        r.get(0)?,
+        JobKey { job_id: r.get(1)?, step: r.get(2)? },
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+        r.get(9)?,
+        r.get(10)?,
+        r.get(11)?,
+    ))
+}
+
+fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
+    let (id, key, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs) = raw;
+    let state = match state.as_str() {
+        "RUNNING" => JobState::Running,
+        "COMPLETED" => JobState::Completed,
+        other => return Err(StoreError::Corrupt(format!("job {key}: unknown state {other:?}"))),
+    };
+    let hints: Hints =
+        serde_json::from_str(&hints).map_err(|e| StoreError::Corrupt(format!("job {key}: hints: {e}")))?;
+    let dvfs: Option<Box<JobDvfs>> = dvfs
+        .map(|text| serde_json::from_str(&text))
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("job {key}: dvfs: {e}")))?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT gpu_index, uuid, name, meter FROM job_gpus WHERE job = ?1 ORDER BY gpu_index",
+    )?;
+    let rows = stmt.query_map([id], |r| {
+        Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+    })?;
+    let mut gpus = Vec::new();
+    for row in rows {
+        let (index, uuid, gname, meter) = row?;
+        let meter: GpuMeter = serde_json::from_str(&meter)
+            .map_err(|e| StoreError::Corrupt(format!("job {key} GPU {index}: meter: {e}")))?;
+        gpus.push(JobGpu { index, uuid, name: gname, meter });
+    }
+    Ok(JobRecord { key, uid, user, name, node, begin_ns, end_ns, state, hints, gpus, dvfs })
+}
+
+fn collect(conn: &Connection, sql: &str, params: Vec<Value>) -> Result<Vec<JobRecord>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let raws = stmt.query_map(params_from_iter(params), raw_job)?.collect::<rusqlite::Result<Vec<_>>>()?;
+    raws.into_iter().map(|raw| finish(conn, raw)).collect()
+}
+
+/// The record with row id `id`.
+pub(super) fn load_by_id(conn: &Connection, id: i64) -> Result<JobRecord, StoreError> {
+    let raw = conn
+        .prepare_cached(&format!("SELECT {JOB_COLS} FROM jobs WHERE id = ?1"))?
+        .query_row([id], raw_job)?;
+    finish(conn, raw)
+}
+
+/// All RUNNING records.
+pub(super) fn running(conn: &Connection) -> Result<Vec<JobRecord>, StoreError> {
+    collect(conn, &format!("SELECT {JOB_COLS} FROM jobs WHERE state = 'RUNNING'{ORDER}"), Vec::new())
+}
+
+/// Builds the SQL of `q` (placeholders only) and its parameters.
+fn build(q: &AcctQuery, full_scan: bool) -> (String, Vec<Value>) {
+    let mut sql =
+        format!("SELECT {JOB_COLS} FROM jobs{} WHERE 1", if full_scan { " NOT INDEXED" } else { "" });
+    let mut params = Vec::new();
+    if !q.jobs.is_empty() {
+        let mut terms = Vec::new();
+        for key in &q.jobs {
+            params.push(Value::Integer(key.job_id.into()));
+            if key.step.is_empty() {
+                terms.push("job_id = ?");
+            } else {
+                params.push(Value::Text(key.step.clone()));
+                terms.push("(job_id = ? AND step = ?)");
+            }
+        }
+        sql.push_str(&format!(" AND ({})", terms.join(" OR ")));
+    }
+    if let Some(uid) = q.uid {
+        sql.push_str(" AND uid = ?");
+        params.push(Value::Integer(uid.into()));
+    }
+    if let Some(end) = q.end_ns {
+        sql.push_str(" AND begin_ns <= ?");
+        params.push(Value::Integer(end));
+    }
+    if let Some(start) = q.start_ns {
+        sql.push_str(" AND (end_ns IS NULL OR end_ns >= ?)");
+        params.push(Value::Integer(start));
+    }
+    sql.push_str(ORDER);
+    if let Some(limit) = q.limit {
+        sql.push_str(" LIMIT ?");
+        params.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+    }
+    (sql, params)
+}
+
+/// Runs `q`; `full_scan` forbids the indexes on `jobs` (benchmark baseline).
+pub(super) fn run(conn: &Connection, q: &AcctQuery, full_scan: bool) -> Result<Vec<JobRecord>, StoreError> {
+    let (sql, params) = build(q, full_scan);
+    collect(conn, &sql, params)
+}
+
+/// `EXPLAIN QUERY PLAN` of `q`, one line per step.
+pub(super) fn plan(conn: &Connection, q: &AcctQuery) -> Result<String, StoreError> {
+    let (sql, params) = build(q, false);
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+    let lines = stmt.query_map(params_from_iter(params), |r| r.get::<_, String>(3))?;
+    Ok(lines.collect::<rusqlite::Result<Vec<_>>>()?.join("\n"))
+}
+
+/// The time series of `key`'s RUNNING record, else of its newest record.
+pub(super) fn samples(conn: &Connection, key: &JobKey) -> Result<Vec<Sample>, StoreError> {
+    let id: Option<i64> = conn
+        .prepare_cached(
+            "SELECT id FROM jobs WHERE job_id = ?1 AND step = ?2 \
+             ORDER BY state = 'RUNNING' DESC, begin_ns DESC, id DESC LIMIT 1",
+        )?
+        .query_row(params![key.job_id, key.step], |r| r.get(0))
+        .optional()?;
+    let Some(id) = id else { return Ok(Vec::new()) };
+    let mut stmt = conn.prepare_cached(
+        "SELECT t_ns, gpu_index, power_mw, sm_clock_mhz, util_pct, energy_mj FROM samples \
+         WHERE job = ?1 ORDER BY t_ns, gpu_index",
+    )?;
+    let rows = stmt.query_map([id], |r| {
+        Ok(Sample {
+            t_ns: r.get(0)?,
+            gpu_index: r.get(1)?,
+            power_mw: r.get(2)?,
+            sm_clock_mhz: r.get(3)?,
+            util_pct: r.get(4)?,
+            energy_mj: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}

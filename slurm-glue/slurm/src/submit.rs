@@ -1,0 +1,251 @@
+//! What `job_submit/wattson` decides inside slurmctld: validate the hints again (API
+//! submissions bypass `sbatch`), apply the site policy, and turn `--energy-defer` into a later
+//! eligible start when the tariff has a cheaper hour within the window; with `enact = "model"`,
+//! record what the learned model table predicts for a known `--energy-tag`. No network I/O:
+//! the only I/O is a `stat` of the configuration file and of the model table, each reloaded
+//! when it changes.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::hints::SubmitHints;
+use wattson_config::Config;
+use wattson_config::policy::Decision;
+use wattson_engine::{ModelTable, Policy as EnginePolicy};
+
+/// The outcome for an accepted job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmitDecision {
+    /// Policy and its enactment.
+    pub decision: Decision,
+    /// New eligible start (seconds since the epoch) when deferral found a cheaper hour.
+    pub begin_time_s: Option<i64>,
+    /// Recorded on the job (`AdminComment`, shown by `scontrol show job` and `sacct`).
+    pub admin_comment: String,
+    /// A line for the user, when something differs from what they asked.
+    pub message: Option<String>,
+}
+
+/// Decides for a submission whose environment entries are `env`; the error is the one-line
+/// reason the job is refused.
+pub fn decide<'a>(
+    env: impl IntoIterator<Item = &'a str>,
+    user: &str,
+    now_s: i64,
+    config: &Config,
+    models: &ModelTable,
+) -> Result<SubmitDecision, String> {
+    let hints = SubmitHints::from_env(env)?;
+    let decision = config.policy.decide(&hints.hints, user);
+    let mut admin_comment = format!("wattson:policy={}", decision.policy);
+    match decision.engine {
+        _ if !decision.by_model() => admin_comment.push_str(&format!(",power={}%", decision.power_pct)),
+        EnginePolicy::MinEnergy { max_slowdown } => {
+            admin_comment.push_str(&format!(",slowdown={}%", 100.0 * max_slowdown))
+        }
+        _ => {}
+    }
+    if decision.by_model() {
+        admin_comment.push_str(&model_note(models, hints.hints.tag.as_deref(), decision.engine));
+    }
+    let begin_time_s = hints.defer.and_then(|window| {
+        let start = config.prices.cheapest_start(now_s, window.as_secs() as i64);
+        (start > now_s).then_some(start)
+    });
+    if let Some(t) = begin_time_s {
+        admin_comment.push_str(&format!(",deferred={}", format_utc(t)));
+    }
+    let message = match (&decision.note, begin_time_s) {
+        (Some(note), _) => Some(format!("wattson: {note}")),
+        (None, Some(t)) => Some(format!("wattson: deferred to {} (cheaper electricity)", format_utc(t))),
+        (None, None) => None,
+    };
+    Ok(SubmitDecision { decision, begin_time_s, admin_comment, message })
+}
+
+/// `,tag=T,model=GPU:530W(-8.5%)` per GPU type the table knows the tag on, or
+/// `,model=none` (the node probes); nothing without a tag.
+fn model_note(models: &ModelTable, tag: Option<&str>, policy: EnginePolicy) -> String {
+    let Some(tag) = tag else { return String::new() };
+    let mut note = format!(",tag={tag}");
+    let mut known = false;
+    for gpu_type in models.gpu_types_with(tag) {
+        let d = models.decide(tag, gpu_type, policy);
+        if let Some(w) = d.setting {
+            known = true;
+            note.push_str(&format!(
+                ",model={gpu_type}:{w:.0}W(slowdown {:.1}%)",
+                100.0 * d.predicted_slowdown
+            ));
+        }
+    }
+    if !known {
+        note.push_str(",model=none");
+    }
+    note
+}
+
+fn format_utc(t_s: i64) -> String {
+    chrono::DateTime::from_timestamp(t_s, 0)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
+
+/// The configuration and the model table as last read, each reloaded when its file's
+/// modification time changes. A file that fails to parse keeps the last good one in force.
+pub struct CachedConfig {
+    path: PathBuf,
+    stamp: Option<SystemTime>,
+    config: Config,
+    models_stamp: Option<SystemTime>,
+    models: ModelTable,
+}
+
+impl CachedConfig {
+    /// Reads `path` (defaults when it does not exist); the error is for the log.
+    pub fn load(path: &Path) -> (CachedConfig, Option<String>) {
+        let mut cached = CachedConfig {
+            path: path.to_path_buf(),
+            stamp: None,
+            config: Config::default(),
+            models_stamp: None,
+            models: ModelTable::new(),
+        };
+        let error = cached.refresh();
+        (cached, error)
+    }
+
+    /// The configuration and the model table, re-read first if their files changed; also
+    /// returns a reload error.
+    pub fn get(&mut self) -> (&Config, &ModelTable, Option<String>) {
+        let error = self.refresh().or_else(|| self.refresh_models());
+        (&self.config, &self.models, error)
+    }
+
+    fn refresh_models(&mut self) -> Option<String> {
+        let path = &self.config.engine.models_file;
+        let stamp = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        if stamp == self.models_stamp {
+            return None;
+        }
+        self.models_stamp = stamp;
+        if stamp.is_none() {
+            self.models = ModelTable::new();
+            return None;
+        }
+        match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| ModelTable::from_json(&t).map_err(|e| e.to_string()))
+        {
+            Ok(models) => {
+                self.models = models;
+                None
+            }
+            Err(e) => Some(format!("{}: {e}; keeping the previous model table", path.display())),
+        }
+    }
+
+    fn refresh(&mut self) -> Option<String> {
+        let stamp = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
+        if stamp == self.stamp {
+            return None;
+        }
+        self.stamp = stamp;
+        if stamp.is_none() {
+            self.config = Config::default();
+            return None;
+        }
+        match Config::load(&self.path) {
+            Ok(config) => {
+                self.config = config;
+                None
+            }
+            Err(e) => Some(format!("{e}; keeping the previous configuration")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        Config::parse(text, "t.toml").unwrap()
+    }
+
+    #[test]
+    fn the_policy_is_recorded_on_the_job() {
+        let share = config("[policy]\nenact = \"share\"\n");
+        let none = ModelTable::new();
+        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy=min-energy"], "alice", 0, &share, &none).unwrap();
+        assert_eq!(d.admin_comment, "wattson:policy=min-energy,power=60%");
+        assert_eq!((d.begin_time_s, d.message), (None, None));
+        let d = decide([], "alice", 0, &Config::default(), &none).unwrap();
+        assert_eq!(d.decision.policy, "balanced");
+        assert_eq!(d.admin_comment, "wattson:policy=balanced");
+    }
+
+    #[test]
+    fn a_known_tag_gets_the_models_prediction_and_an_unknown_one_says_none() {
+        use wattson_engine::{DvfsModel, ModelEntry, Sample, fit_power_limit};
+        let samples: Vec<Sample> =
+            [(200.0, 0.187, 200.0), (450.0, 0.116, 450.0), (530.0, 0.109, 530.0), (700.0, 0.1, 650.0)]
+                .iter()
+                .map(|&(setting, time, power)| Sample { setting, time, power, weight: 1.0 })
+                .collect();
+        let entry = ModelEntry {
+            model: DvfsModel::PowerLimit(fit_power_limit(&samples).unwrap()),
+            settings: vec![200.0, 450.0, 530.0, 700.0],
+        };
+        let mut table = ModelTable::new();
+        table.insert("bert", "H100", entry);
+        let env =
+            ["_SLURM_SPANK_OPTION_wattson_energy=min-energy", "_SLURM_SPANK_OPTION_wattson_energy_tag=bert"];
+        let d = decide(env, "alice", 0, &Config::default(), &table).unwrap();
+        // 530 W is the least energy measured within 10% (measured 9.0% slower).
+        let prefix = "wattson:policy=min-energy,slowdown=10%,tag=bert,model=H100:530W(slowdown ";
+        assert!(d.admin_comment.starts_with(prefix), "{}", d.admin_comment);
+        let pct: f64 = d.admin_comment[prefix.len()..].trim_end_matches("%)").parse().unwrap();
+        assert!((5.0..=10.0).contains(&pct), "{pct}");
+        let env = ["_SLURM_SPANK_OPTION_wattson_energy_tag=gpt"];
+        let d = decide(env, "alice", 0, &Config::default(), &table).unwrap();
+        assert_eq!(d.admin_comment, "wattson:policy=balanced,tag=gpt,model=none");
+    }
+
+    #[test]
+    fn bad_hints_refuse_the_job() {
+        let e = decide(["WATTSON_ENERGY_SLOWDOWN=-3"], "alice", 0, &Config::default(), &ModelTable::new())
+            .unwrap_err();
+        assert!(e.contains("--energy-slowdown=-3"), "{e}");
+    }
+
+    #[test]
+    fn deferral_moves_the_start_to_the_cheap_hour() {
+        let night: Vec<String> =
+            (0..24).map(|h| if h < 6 { "0.1".into() } else { "0.3".to_string() }).collect();
+        let cfg = config(&format!("[prices]\nhourly_utc = [{}]\n", night.join(", ")));
+        let now = 20_000 * 86_400 + 22 * 3600; // 22:00 UTC
+        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy_defer=6h"], "bob", now, &cfg, &ModelTable::new())
+            .unwrap();
+        assert_eq!(d.begin_time_s, Some(20_001 * 86_400));
+        assert!(d.admin_comment.ends_with(",deferred=2024-10-05T00:00:00Z"), "{}", d.admin_comment);
+        assert!(d.message.unwrap().contains("deferred to 2024-10-05T00:00:00Z"));
+    }
+
+    #[test]
+    fn the_cached_config_reloads_on_change_and_survives_a_broken_edit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.toml");
+        let (mut cached, error) = CachedConfig::load(&path);
+        assert!(error.is_none());
+        assert_eq!(cached.get().0.policy.default, "balanced");
+        assert!(cached.get().1.is_empty());
+        std::fs::write(&path, "[policy]\ndefault = \"perf\"\n").unwrap();
+        assert_eq!(cached.get().0.policy.default, "perf");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, "[policy]\ndefault = \"fastest\"\n").unwrap();
+        let (config, _, error) = cached.get();
+        assert_eq!(config.policy.default, "perf");
+        assert!(error.unwrap().contains("w.toml:2"));
+    }
+}
