@@ -102,7 +102,8 @@ fn fetch(config: &Config, filter: AcctFilter) -> Result<Vec<JobRecord>, String> 
         Ok(other) => Err(format!("unexpected reply from wattsond: {other:?}")),
         Err(ClientError::Unavailable { .. }) => {
             let (policy, _) = Access::resolve(&config.daemon.slurm_user, &config.daemon.admins);
-            let Request::Acct(filter) = policy.authorize(caller_uid(), request)? else {
+            let Request::Acct(filter) = policy.authorize(caller_uid(), request).map_err(|e| e.to_string())?
+            else {
                 unreachable!("authorize keeps the request's kind")
             };
             let store = Store::open_read_only(&config.daemon.store)

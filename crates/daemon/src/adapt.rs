@@ -8,6 +8,9 @@
 //! measurements, so the next run of the same tag starts from them (and usually settles at
 //! once). The model table for `job_submit/wattson` is rewritten after each change.
 //!
+//! The prober holds no GPU and no store of its own: it is handed readings and the store, and
+//! returns the setting changes it wants, which the daemon's state applies and journals.
+//!
 //! A daemon restart forgets the probing state: the job keeps its last setting to the end.
 
 use std::collections::BTreeMap;
@@ -17,14 +20,16 @@ use std::path::{Path, PathBuf};
 
 use tracing::{info, warn};
 
-use super::core::Core;
+use wattson_config::EngineConfig;
 use wattson_config::policy::Decision;
 use wattson_engine::{ModelEntry, ModelTable, Sample, Step, Window};
-use wattson_gpu::{GpuError, GpuSetting};
-use wattson_store::StoredModel;
+use wattson_gpu::{GpuError, GpuInfo, GpuSetting};
+use wattson_store::{Store, StoredModel};
 use wattson_types::energy::GpuReading;
 use wattson_types::job::{JobDvfs, JobKey, JobRecord, Progress};
-use wattson_types::now_ns;
+
+/// Setting changes for a job's GPUs, by GPU index.
+pub(crate) type Changes = Vec<(u32, GpuSetting)>;
 
 /// A point in a job's run: energy so far, and work so far by either count.
 #[derive(Debug, Clone, Copy)]
@@ -140,11 +145,37 @@ fn power_limit(w: f64) -> GpuSetting {
     GpuSetting::PowerLimit { mw: (w * 1000.0).round() as u32 }
 }
 
-impl Core {
-    /// Starts the models on a job that just began; returns the settings applied.
-    pub(super) fn adapt_begin(&mut self, record: &JobRecord, decision: &Decision) -> Vec<(u32, GpuSetting)> {
-        let Some(first) = record.gpus.first() else { return Vec::new() };
-        let info = self.backend().devices()[first.index as usize].clone();
+/// The jobs whose power limit the DVFS models choose, by job id.
+pub(crate) struct Prober {
+    engine: EngineConfig,
+    jobs: BTreeMap<u32, Adaptive>,
+}
+
+impl Prober {
+    /// A prober with no jobs.
+    pub(crate) fn new(engine: EngineConfig) -> Prober {
+        Prober { engine, jobs: BTreeMap::new() }
+    }
+
+    /// Whether no job is being probed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Starts the models on a job that just began on GPUs of type `info`; returns the
+    /// settings wanted.
+    pub(crate) fn begin(
+        &mut self,
+        record: &JobRecord,
+        decision: &Decision,
+        info: &GpuInfo,
+        store: &mut Store,
+        now: i64,
+    ) -> Changes {
+        if record.gpus.is_empty() {
+            return Vec::new();
+        }
+        let info = info.clone();
         let (Some(min), Some(max)) = (info.power_limit_min_mw, info.power_limit_max_mw) else {
             warn!(job = %record.key, "GPU has no settable power limit; the models leave it as it is");
             return Vec::new();
@@ -158,7 +189,7 @@ impl Core {
         let mut earlier = BTreeMap::new();
         for unit in [Progress::File, Progress::SmActivity] {
             let stored = match &tag {
-                Some(tag) => self.store().model(&info.name, tag, unit).unwrap_or_else(|e| {
+                Some(tag) => store.model(&info.name, tag, unit).unwrap_or_else(|e| {
                     warn!(job = %record.key, error = %e, "cannot read the workload's model; probing afresh");
                     None
                 }),
@@ -169,7 +200,6 @@ impl Core {
         let progress_file = create_progress_file(&self.engine.progress_dir, record.key.job_id, record.uid)
             .map_err(|e| warn!(job = %record.key, error = %e, "cannot create the progress file; SM activity stands in"))
             .ok();
-        let now = now_ns();
         let mut job = Adaptive {
             policy: decision.engine,
             settings,
@@ -189,9 +219,9 @@ impl Core {
         };
         let step =
             wattson_engine::next_step(&job.samples(), &job.settings, job.policy, &self.probe_config(), 0);
-        let applied = self.take_step(record, &mut job, step);
-        self.adaptive.insert(record.key.job_id, job);
-        applied
+        let wanted = take_step(store, record, &mut job, step, now);
+        self.jobs.insert(record.key.job_id, job);
+        wanted
     }
 
     fn probe_config(&self) -> wattson_engine::ProbeConfig {
@@ -201,60 +231,22 @@ impl Core {
         }
     }
 
-    /// Holds the step's setting on the job's GPUs and records it.
-    fn take_step(&mut self, record: &JobRecord, job: &mut Adaptive, step: Step) -> Vec<(u32, GpuSetting)> {
-        let setting = match step {
-            Step::Probe(w) => {
-                info!(job = %record.key, limit_w = w, "probing");
-                Some(w)
-            }
-            Step::Settle(d) => {
-                job.settled = true;
-                job.dvfs.setting_w = d.setting;
-                job.dvfs.predicted_slowdown = Some(d.predicted_slowdown);
-                job.dvfs.predicted_energy_ratio = Some(d.predicted_energy_ratio);
-                job.dvfs.uncertainty = Some(d.uncertainty);
-                job.dvfs.reason = Some(d.reason.to_string());
-                info!(job = %record.key, limit_w = ?d.setting, reason = d.reason, "settled");
-                d.setting
-            }
-        };
-        job.changed_ns = now_ns();
-        job.start = None;
-        if let Some(w) = setting {
-            job.held_w = w;
-        }
-        if let Err(e) = self.store_mut().set_dvfs(&record.key, &job.dvfs) {
-            warn!(job = %record.key, error = %e, "cannot record the DVFS state");
-        }
-        let wanted: Vec<(u32, GpuSetting)> = setting
-            .map(|w| record.gpus.iter().map(|g| (g.index, power_limit(w))).collect())
-            .unwrap_or_default();
-        self.apply_settings(&record.key, &wanted)
-    }
-
-    fn mark(&self, record: &JobRecord, job: &mut Adaptive) -> Mark {
-        if let Some(read) = job.progress_file.as_deref().and_then(read_progress) {
-            job.last_work = Some(read);
-        }
-        Mark {
-            t_ns: record.gpus.iter().map(|g| g.meter.last.t_ns).max().unwrap_or(0),
-            energy_mj: record.gpus.iter().map(|g| g.meter.energy_mj).sum(),
-            // Each count carries the instant it was written, so an older one is still exact.
-            work: job.last_work,
-            activity: job.activity,
-        }
-    }
-
     /// One sampling tick for every job the models decide: integrate SM activity, open and
     /// close measurement windows, and take the engine's next step when a probe is done.
-    pub(super) fn adapt_tick(&mut self, readings: &[Result<GpuReading, GpuError>]) {
+    pub(crate) fn tick(
+        &mut self,
+        running: &BTreeMap<JobKey, JobRecord>,
+        readings: &[Result<GpuReading, GpuError>],
+        store: &mut Store,
+        now_wall: i64,
+    ) -> Vec<(JobKey, Changes)> {
+        let mut changes = Vec::new();
         let window_ns = self.engine.probe_window.as_nanos() as i64;
         let settle_ns = self.engine.probe_settle.as_nanos() as i64;
-        let ids: Vec<u32> = self.adaptive.keys().copied().collect();
+        let ids: Vec<u32> = self.jobs.keys().copied().collect();
         for id in ids {
-            let Some(record) = self.running_record(&JobKey::job(id)) else { continue };
-            let Some(mut job) = self.adaptive.remove(&id) else { continue };
+            let Some(record) = running.get(&JobKey::job(id)) else { continue };
+            let Some(mut job) = self.jobs.remove(&id) else { continue };
             let now = record
                 .gpus
                 .iter()
@@ -272,7 +264,7 @@ impl Core {
                     }
                 }
                 job.last_tick_ns = now;
-                let mark = self.mark(&record, &mut job);
+                let mark = mark(record, &mut job);
                 match job.start {
                     None if now - job.changed_ns >= settle_ns => job.start = Some(mark),
                     Some(start) if !job.settled && mark.t_ns - start.t_ns >= window_ns => {
@@ -293,25 +285,27 @@ impl Core {
                             &self.probe_config(),
                             job.windows,
                         );
-                        self.take_step(&record, &mut job, step);
+                        let wanted = take_step(store, record, &mut job, step, now_wall);
+                        changes.push((record.key.clone(), wanted));
                     }
                     _ => {}
                 }
             }
-            self.adaptive.insert(id, job);
+            self.jobs.insert(id, job);
         }
+        changes
     }
 
     /// Finishes the models' part of a job that is ending (its meters hold the final reading):
     /// measures the settled window, stores the measurements, returns the final record.
-    pub(super) fn adapt_end(&mut self, record: &JobRecord) -> Option<JobDvfs> {
-        let mut job = self.adaptive.remove(&record.key.job_id)?;
-        let end = self.mark(record, &mut job);
+    pub(crate) fn end(&mut self, record: &JobRecord, store: &mut Store, now: i64) -> Option<JobDvfs> {
+        let mut job = self.jobs.remove(&record.key.job_id)?;
+        let end = mark(record, &mut job);
         if job.settled
             && let Some(start) = job.start
             && let Some((sample, work)) = job.window(&start, &end, record.gpus.len() as u32)
         {
-            self.judge(&mut job, sample, work);
+            judge(&mut job, sample, work);
             job.measured.push(sample);
         }
         if let Some(path) = &job.progress_file {
@@ -325,40 +319,23 @@ impl Core {
                 progress: unit,
                 samples: job.earlier[unit.as_str()].iter().chain(&job.measured).copied().collect(),
                 settings: job.settings.clone(),
-                updated_ns: now_ns(),
+                updated_ns: now,
             };
-            match self.store_mut().save_model(&model) {
-                Ok(()) => self.write_model_table(),
+            match store.save_model(&model) {
+                Ok(()) => self.write_model_table(store),
                 Err(e) => warn!(job = %record.key, error = %e, "cannot store the workload's measurements"),
             }
         }
-        if let Err(e) = self.store_mut().set_dvfs(&record.key, &job.dvfs) {
+        if let Err(e) = store.set_dvfs(&record.key, &job.dvfs) {
             warn!(job = %record.key, error = %e, "cannot record the DVFS outcome");
         }
         Some(job.dvfs)
     }
 
-    /// Measured slowdown and estimated saving of the settled window against the highest
-    /// limit's measurement (this run's probe, else earlier runs').
-    fn judge(&self, job: &mut Adaptive, settled: Sample, work: f64) {
-        let Some(&max) = job.settings.last() else { return };
-        let reference: Vec<Sample> =
-            job.samples().into_iter().filter(|s| (s.setting - max).abs() < 1e-9).collect();
-        let weight: f64 = reference.iter().map(|s| s.weight).sum();
-        if weight <= 0.0 {
-            return;
-        }
-        let time = reference.iter().map(|s| s.time * s.weight).sum::<f64>() / weight;
-        let power = reference.iter().map(|s| s.power * s.weight).sum::<f64>() / weight;
-        job.dvfs.measured_slowdown = Some(settled.time / time - 1.0);
-        // Per unit of work, energy is GPU-seconds × W per GPU.
-        job.dvfs.energy_saved_j = Some(work * (time * power - settled.time * settled.power));
-    }
-
     /// Rewrites the model table file from every stored workload (atomically: temp + rename).
-    pub(super) fn write_model_table(&self) {
+    pub(crate) fn write_model_table(&self, store: &Store) {
         let mut table = ModelTable::new();
-        let models = match self.store().models() {
+        let models = match store.models() {
             Ok(m) => m,
             Err(e) => return warn!(error = %e, "cannot read the stored models"),
         };
@@ -390,4 +367,64 @@ impl Core {
             warn!(path = %path.display(), error = %e, "cannot write the model table");
         }
     }
+}
+
+/// Holds the step's setting on the job's GPUs and records it.
+fn take_step(store: &mut Store, record: &JobRecord, job: &mut Adaptive, step: Step, now: i64) -> Changes {
+    let setting = match step {
+        Step::Probe(w) => {
+            info!(job = %record.key, limit_w = w, "probing");
+            Some(w)
+        }
+        Step::Settle(d) => {
+            job.settled = true;
+            job.dvfs.setting_w = d.setting;
+            job.dvfs.predicted_slowdown = Some(d.predicted_slowdown);
+            job.dvfs.predicted_energy_ratio = Some(d.predicted_energy_ratio);
+            job.dvfs.uncertainty = Some(d.uncertainty);
+            job.dvfs.reason = Some(d.reason.to_string());
+            info!(job = %record.key, limit_w = ?d.setting, reason = d.reason, "settled");
+            d.setting
+        }
+    };
+    job.changed_ns = now;
+    job.start = None;
+    if let Some(w) = setting {
+        job.held_w = w;
+    }
+    if let Err(e) = store.set_dvfs(&record.key, &job.dvfs) {
+        warn!(job = %record.key, error = %e, "cannot record the DVFS state");
+    }
+    setting.map(|w| record.gpus.iter().map(|g| (g.index, power_limit(w))).collect()).unwrap_or_default()
+}
+
+/// Where a job's run stands now.
+fn mark(record: &JobRecord, job: &mut Adaptive) -> Mark {
+    if let Some(read) = job.progress_file.as_deref().and_then(read_progress) {
+        job.last_work = Some(read);
+    }
+    Mark {
+        t_ns: record.gpus.iter().map(|g| g.meter.last.t_ns).max().unwrap_or(0),
+        energy_mj: record.gpus.iter().map(|g| g.meter.energy_mj).sum(),
+        // Each count carries the instant it was written, so an older one is still exact.
+        work: job.last_work,
+        activity: job.activity,
+    }
+}
+
+/// Measured slowdown and estimated saving of the settled window against the highest
+/// limit's measurement (this run's probe, else earlier runs').
+fn judge(job: &mut Adaptive, settled: Sample, work: f64) {
+    let Some(&max) = job.settings.last() else { return };
+    let reference: Vec<Sample> =
+        job.samples().into_iter().filter(|s| (s.setting - max).abs() < 1e-9).collect();
+    let weight: f64 = reference.iter().map(|s| s.weight).sum();
+    if weight <= 0.0 {
+        return;
+    }
+    let time = reference.iter().map(|s| s.time * s.weight).sum::<f64>() / weight;
+    let power = reference.iter().map(|s| s.power * s.weight).sum::<f64>() / weight;
+    job.dvfs.measured_slowdown = Some(settled.time / time - 1.0);
+    // Per unit of work, energy is GPU-seconds × W per GPU.
+    job.dvfs.energy_saved_j = Some(work * (time * power - settled.time * settled.power));
 }

@@ -1,22 +1,25 @@
-//! The daemon's state and its operations: begin and end jobs, sample the GPUs, answer queries.
+//! The daemon's state and its operations: begin and end jobs, advance the meters with each
+//! sample, hold GPU settings and the prober.
 //!
-//! Blocking by design (NVML and SQLite are): the async server runs each operation on a
-//! blocking thread. Every job-boundary change is committed to the store before the caller is
-//! answered; every sample persists the running meters, so a restart resumes them.
+//! One owner ([`crate::owner`]) holds it on its own thread and feeds it commands; nobody else
+//! touches it. Blocking by design (SQLite is; GPU calls go through [`crate::gpus::GpuPool`],
+//! each with a deadline). Every job-boundary change is committed to the store before the caller
+//! is answered; every sample persists the running meters, so a restart resumes them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use tracing::{info, warn};
 
-use super::adapt::Adaptive;
+use crate::adapt::{Changes, Prober};
+use crate::clock::Clock;
+use wattson_config::Config;
 use wattson_config::policy::{Decision, PolicyConfig};
-use wattson_config::{Config, EngineConfig};
 use wattson_gpu::{GpuBackend, GpuError};
-use wattson_protocol::{AcctFilter, GpuStatus, JobBegin, Reply};
+use wattson_protocol::{Error, ErrorCode, JobBegin, Reply};
 use wattson_store::{AcctQuery, BeginOutcome, Sample, Store};
 use wattson_types::energy::{GpuMeter, GpuReading};
 use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
-use wattson_types::now_ns;
 
 /// One sampling tick's outcome, for metrics and logs.
 #[derive(Debug, Default)]
@@ -29,8 +32,9 @@ pub struct Tick {
 
 /// The daemon's state.
 pub struct Core {
-    backend: Box<dyn GpuBackend>,
-    store: Store,
+    backend: Arc<dyn GpuBackend>,
+    clock: Arc<dyn Clock>,
+    pub(crate) store: Store,
     node: String,
     policy: PolicyConfig,
     running: BTreeMap<JobKey, JobRecord>,
@@ -38,16 +42,16 @@ pub struct Core {
     last_series_ns: i64,
     /// GPUs whose restore failed and is retried at every sample.
     restores_pending: usize,
-    pub(super) engine: EngineConfig,
-    /// Jobs whose power limit the DVFS models choose, by job id.
-    pub(super) adaptive: BTreeMap<u32, Adaptive>,
+    /// Jobs whose power limit the DVFS models choose.
+    prober: Prober,
 }
 
 impl Core {
     /// Builds the state, resumes the jobs the store says are running, and returns to their
     /// defaults the GPUs that were changed for jobs that are not.
     pub fn new(
-        backend: Box<dyn GpuBackend>,
+        backend: Arc<dyn GpuBackend>,
+        clock: Arc<dyn Clock>,
         store: Store,
         node: String,
         config: &Config,
@@ -60,6 +64,7 @@ impl Core {
         }
         let mut core = Core {
             backend,
+            clock,
             store,
             node,
             policy: config.policy.clone(),
@@ -67,24 +72,15 @@ impl Core {
             series_interval_ns: config.daemon.series_interval.as_nanos() as i64,
             last_series_ns: 0,
             restores_pending: 0,
-            engine: config.engine.clone(),
-            adaptive: BTreeMap::new(),
+            prober: Prober::new(config.engine.clone()),
         };
         core.restores_pending = core.restore_orphans();
         Ok(core)
     }
 
-    pub(super) fn store(&self) -> &Store {
-        &self.store
-    }
-
-    pub(super) fn store_mut(&mut self) -> &mut Store {
-        &mut self.store
-    }
-
-    /// A copy of the running record of `key`.
-    pub(super) fn running_record(&self, key: &JobKey) -> Option<JobRecord> {
-        self.running.get(key).cloned()
+    /// The running jobs with their meters as of the last sample or job boundary.
+    pub fn running(&self) -> impl Iterator<Item = &JobRecord> {
+        self.running.values()
     }
 
     /// Whether `key` is running.
@@ -97,17 +93,31 @@ impl Core {
         self.backend.as_ref()
     }
 
+    /// The wall time now, in ns.
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.wall_ns()
+    }
+
     /// Records a job's start: reads its GPUs' counters and commits the record.
-    pub fn begin(&mut self, req: JobBegin) -> Result<Reply, String> {
-        req.hints.validate()?;
+    pub fn begin(&mut self, req: JobBegin) -> Result<Reply, Error> {
+        req.hints.validate().map_err(|e| Error::new(ErrorCode::BadRequest, e))?;
         if req.gpus.is_empty() {
-            return Err(format!("job {} names no GPUs: nothing to account on this node", req.job));
+            return Err(Error::new(
+                ErrorCode::BadRequest,
+                format!("job {} names no GPUs: nothing to account on this node", req.job),
+            ));
         }
         let mut indices = Vec::with_capacity(req.gpus.len());
         for gpu in &req.gpus {
-            let index = self.backend.resolve(gpu).map_err(|e| format!("job {}: {e}", req.job))?;
+            let index = self
+                .backend
+                .resolve(gpu)
+                .map_err(|e| Error::new(ErrorCode::BadRequest, format!("job {}: {e}", req.job)))?;
             if indices.contains(&index) {
-                return Err(format!("job {}: GPU {index} is named twice", req.job));
+                return Err(Error::new(
+                    ErrorCode::BadRequest,
+                    format!("job {}: GPU {index} is named twice", req.job),
+                ));
             }
             indices.push(index);
         }
@@ -119,7 +129,10 @@ impl Core {
                     (self.decision_of(existing), self.settings_of(&JobKey::job(req.job.job_id)));
                 return Ok(Reply::Begun { job: req.job, already_running: true, decision, settings });
             }
-            return Err(format!("job {} is already running with other GPUs or another owner", req.job));
+            return Err(Error::new(
+                ErrorCode::Conflict,
+                format!("job {} is already running with other GPUs or another owner", req.job),
+            ));
         }
         // Slurm gives a GPU to one job at a time: a running record of another job on these
         // GPUs means that job's end was never reported. It ended; close it now.
@@ -133,7 +146,7 @@ impl Core {
             warn!(job = %key, new_job = %req.job, "GPUs given to another job: ending the job whose end was never reported");
             self.end(&key)?;
         }
-        let t = now_ns();
+        let t = self.now();
         let gpus: Vec<JobGpu> = indices.iter().map(|&index| self.begin_gpu(index, t)).collect();
         let record = JobRecord {
             key: req.job.clone(),
@@ -148,10 +161,9 @@ impl Core {
             gpus,
             dvfs: None,
         };
-        let outcome = self
-            .store
-            .begin_job(&record)
-            .map_err(|e| format!("job {}: cannot record the start: {e}", req.job))?;
+        let outcome = self.store.begin_job(&record).map_err(|e| {
+            Error::new(ErrorCode::Store, format!("job {}: cannot record the start: {e}", req.job))
+        })?;
         info!(job = %record.key, uid = record.uid, gpus = ?indices, "job began");
         let already_running = matches!(outcome, BeginOutcome::AlreadyRunning);
         // Settings belong to the whole job; its steps run on them.
@@ -159,7 +171,10 @@ impl Core {
         let settings = if !record.key.step.is_empty() || (decision.by_model() && already_running) {
             self.settings_of(&JobKey::job(record.key.job_id))
         } else if decision.by_model() {
-            self.adapt_begin(&record, &decision)
+            let info = &self.backend.devices()[record.gpus[0].index as usize];
+            let now = self.now();
+            let wanted = self.prober.begin(&record, &decision, info, &mut self.store, now);
+            self.apply_settings(&record.key, &wanted)
         } else {
             self.enforce(&record, &decision)
         };
@@ -174,8 +189,8 @@ impl Core {
     }
 
     /// The decision and the GPU settings of a running job.
-    pub fn settings(&self, key: &JobKey) -> Result<Reply, String> {
-        let record = self.running.get(key).ok_or_else(|| format!("job {key} is not running on this node"))?;
+    pub fn settings(&self, key: &JobKey) -> Result<Reply, Error> {
+        let record = self.running.get(key).ok_or_else(|| not_running(key))?;
         let decision = self.decision_of(record);
         let settings = self.settings_of(&JobKey::job(key.job_id));
         Ok(Reply::Settings { job: key.clone(), uid: record.uid, decision, settings })
@@ -195,7 +210,7 @@ impl Core {
 
     /// Records a job's end: a final reading of its GPUs, then the committed final record.
     /// Ending a job that already ended returns its record again.
-    pub fn end(&mut self, key: &JobKey) -> Result<Reply, String> {
+    pub fn end(&mut self, key: &JobKey) -> Result<Reply, Error> {
         if key.step.is_empty() {
             // A job's steps end with it, whether or not their own end was reported.
             let steps: Vec<JobKey> = self
@@ -212,13 +227,13 @@ impl Core {
         }
         let Some(mut record) = self.running.get(key).cloned() else {
             let query = AcctQuery { jobs: vec![key.clone()], ..AcctQuery::default() };
-            let done = self.store.query(&query).map_err(|e| e.to_string())?;
+            let done = self.store.query(&query).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
             return match done.into_iter().rev().find(|r| r.key == *key && r.state == JobState::Completed) {
                 Some(record) => Ok(Reply::Ended { record }),
-                None => Err(format!("job {key} is not running on this node")),
+                None => Err(not_running(key)),
             };
         };
-        let mut end_ns = now_ns();
+        let mut end_ns = self.now();
         for gpu in &mut record.gpus {
             match self.backend.read(gpu.index) {
                 Ok(reading) => {
@@ -232,12 +247,13 @@ impl Core {
             }
         }
         if key.step.is_empty() {
-            record.dvfs = self.adapt_end(&record).map(Box::new);
+            let now = self.now();
+            record.dvfs = self.prober.end(&record, &mut self.store, now).map(Box::new);
         }
         let stored = self
             .store
             .end_job(key, end_ns, &record.gpus)
-            .map_err(|e| format!("job {key}: cannot record the end: {e}"))?;
+            .map_err(|e| Error::new(ErrorCode::Store, format!("job {key}: cannot record the end: {e}")))?;
         self.running.remove(key);
         info!(job = %key, energy_j = stored.energy_j(), "job ended");
         if key.step.is_empty() {
@@ -246,23 +262,22 @@ impl Core {
         Ok(Reply::Ended { record: stored })
     }
 
-    /// Reads every GPU once, advances every running job's meters and persists them.
-    pub fn sample(&mut self) -> Tick {
+    /// Advances every running job's meters with one reading of every GPU (by index) and
+    /// persists them.
+    pub fn sample(&mut self, readings: Vec<Result<GpuReading, GpuError>>) -> Tick {
         if self.restores_pending > 0 {
             self.restores_pending = self.restore_orphans();
         }
-        let count = self.backend.devices().len() as u32;
-        let readings: Vec<Result<GpuReading, GpuError>> = (0..count).map(|i| self.backend.read(i)).collect();
-        let now = now_ns();
+        let now = self.now();
         let with_series = now - self.last_series_ns >= self.series_interval_ns;
         let mut updates = Vec::with_capacity(self.running.len());
         let mut series = Vec::new();
         let mut job_energy = Vec::new();
         for record in self.running.values_mut() {
             for gpu in &mut record.gpus {
-                match &readings[gpu.index as usize] {
-                    Ok(reading) => gpu.meter.advance(*reading),
-                    Err(_) => gpu.meter.mark_lost(now),
+                match readings.get(gpu.index as usize) {
+                    Some(Ok(reading)) => gpu.meter.advance(*reading),
+                    _ => gpu.meter.mark_lost(now),
                 }
                 job_energy.push((record.key.clone(), gpu.index, gpu.meter.energy_mj));
                 if with_series && !gpu.meter.lost {
@@ -295,48 +310,17 @@ impl Core {
                 Err(e) => warn!(error = %e, "cannot persist running meters; will retry next sample"),
             }
         }
-        if !self.adaptive.is_empty() {
-            self.adapt_tick(&readings);
+        if !self.prober.is_empty() {
+            let changes: Vec<(JobKey, Changes)> =
+                self.prober.tick(&self.running, &readings, &mut self.store, now);
+            for (job, wanted) in changes {
+                self.apply_settings(&job, &wanted);
+            }
         }
         Tick { readings, job_energy }
     }
+}
 
-    /// Every GPU with a fresh reading, its settings and the jobs using it.
-    pub fn status(&self) -> Reply {
-        let gpus = self
-            .backend
-            .devices()
-            .iter()
-            .map(|info| {
-                let reading = self.backend.read(info.index);
-                let settings = self.backend.settings(info.index).ok();
-                let jobs = self
-                    .running
-                    .values()
-                    .filter(|r| r.gpus.iter().any(|g| g.index == info.index))
-                    .map(|r| r.key.clone())
-                    .collect();
-                GpuStatus {
-                    info: info.clone(),
-                    error: reading.as_ref().err().map(|e| e.to_string()),
-                    reading: reading.ok(),
-                    settings,
-                    processes: self.backend.compute_processes(info.index).unwrap_or_default(),
-                    jobs,
-                }
-            })
-            .collect();
-        Reply::Status { node: self.node.clone(), gpus }
-    }
-
-    /// Recorded jobs matching `filter`; running jobs show their live meters.
-    pub fn acct(&self, filter: &AcctFilter) -> Result<Reply, String> {
-        let mut records = self.store.query(&filter.query()).map_err(|e| e.to_string())?;
-        for record in records.iter_mut().filter(|r| r.state == JobState::Running) {
-            if let Some(live) = self.running.get(&record.key) {
-                record.gpus = live.gpus.clone();
-            }
-        }
-        Ok(Reply::Acct { records })
-    }
+fn not_running(key: &JobKey) -> Error {
+    Error::new(ErrorCode::NotRunning, format!("job {key} is not running on this node"))
 }

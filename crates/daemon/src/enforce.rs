@@ -7,12 +7,11 @@
 
 use tracing::{info, warn};
 
-use super::core::Core;
+use crate::core::Core;
 use wattson_config::policy::Decision;
 use wattson_gpu::GpuSetting;
 use wattson_store::GpuChange;
 use wattson_types::job::{JobKey, JobRecord};
-use wattson_types::now_ns;
 
 impl Core {
     /// Applies `decision`'s fixed setting to the GPUs of a job that just began; returns what
@@ -42,13 +41,13 @@ impl Core {
                 uuid: self.backend().devices()[gpu_index as usize].uuid.clone(),
                 job: job.clone(),
                 setting,
-                applied_ns: now_ns(),
+                applied_ns: self.now(),
             })
             .collect();
         if changes.is_empty() {
             return Vec::new();
         }
-        if let Err(e) = self.store_mut().journal_gpu_changes(&changes) {
+        if let Err(e) = self.store.journal_gpu_changes(&changes) {
             warn!(job = %job, error = %e, "cannot journal GPU changes; leaving the GPUs as they are");
             return Vec::new();
         }
@@ -72,7 +71,7 @@ impl Core {
 
     /// The settings journaled for `job`, by GPU.
     pub(super) fn settings_of(&self, job: &JobKey) -> Vec<(u32, GpuSetting)> {
-        match self.store().gpu_changes() {
+        match self.store.gpu_changes() {
             Ok(changes) => {
                 changes.into_iter().filter(|c| &c.job == job).map(|c| (c.gpu_index, c.setting)).collect()
             }
@@ -86,7 +85,7 @@ impl Core {
     /// Returns to defaults every journaled GPU whose job is not running. Returns how many
     /// GPUs are still waiting to be restored (their restore failed).
     pub fn restore_orphans(&mut self) -> usize {
-        match self.store().gpu_changes() {
+        match self.store.gpu_changes() {
             Ok(changes) => {
                 let orphans: Vec<GpuChange> =
                     changes.into_iter().filter(|c| !self.is_running(&c.job)).collect();
@@ -120,7 +119,7 @@ impl Core {
                 }
             }
         }
-        if let Err(e) = self.store_mut().clear_gpu_changes(&done) {
+        if let Err(e) = self.store.clear_gpu_changes(&done) {
             warn!(error = %e, "GPUs restored but their journal entries remain; will retry");
             return changes.len();
         }

@@ -12,8 +12,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
-use super::core::Tick;
+use crate::core::Tick;
 use wattson_gpu::GpuInfo;
 use wattson_types::job::JobKey;
 
@@ -114,14 +115,14 @@ fn job_labels(key: &JobKey, gpu: u32) -> Labels {
     vec![("job", key.job_id.to_string()), ("step", key.step.clone()), ("gpu", gpu.to_string())]
 }
 
-/// Serves `/metrics` on a bound listener until the task is dropped.
-pub async fn serve(listener: TcpListener, metrics: Arc<std::sync::Mutex<Metrics>>) -> std::io::Result<()> {
+/// Serves `/metrics` on a bound listener until the task is dropped; the body is the text the
+/// sampler last published.
+pub async fn serve(listener: TcpListener, published: watch::Receiver<Arc<str>>) -> std::io::Result<()> {
     let app = Router::new().route(
         "/metrics",
         get(move || {
-            let metrics = metrics.clone();
+            let body = published.borrow().to_string();
             async move {
-                let body = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
                 ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
                     .into_response()
             }

@@ -1,24 +1,34 @@
-//! The Unix socket: accept, authenticate by peer credentials, authorise, dispatch to [`Core`].
+//! The Unix socket: accept, authenticate by peer credentials, authorise, and pass each request
+//! to the part that answers it: job begin/end/settings to the state owner, `acct` to the
+//! reader, `status` to the sampler.
 //!
 //! Each connection carries one request. A slow or silent client times out without affecting
-//! anyone else; a malformed request gets a one-line error; the core runs on a blocking thread.
+//! anyone else; a malformed request gets a one-line error with a code.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
-use super::core::Core;
+use crate::owner::Owner;
+use crate::reader::Reader;
+use crate::sampler::StatusRequests;
 use wattson_protocol::access::Access;
-use wattson_protocol::{Reply, Request, Response};
+use wattson_protocol::{Error, ErrorCode, Reply, Request, Response};
 
-/// Locks the core, surviving a panic in an earlier holder (the state is still consistent:
-/// every change is committed to the store before memory is updated).
-pub fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
-    core.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// Who answers what.
+pub struct Services {
+    /// The state owner: job begin, end and settings.
+    pub owner: Owner,
+    /// The acct reader.
+    pub reader: Reader,
+    /// The sampler's status requests.
+    pub status: StatusRequests,
+    /// Who may do what.
+    pub access: Access,
 }
 
 /// Binds the socket at `path`, refusing if another daemon answers there.
@@ -44,13 +54,13 @@ pub fn bind(path: &Path) -> Result<UnixListener, String> {
 }
 
 /// Serves connections until the task is dropped.
-pub async fn serve(listener: UnixListener, core: Arc<Mutex<Core>>, policy: Arc<Access>, timeout: Duration) {
+pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Duration) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                let (core, policy) = (core.clone(), policy.clone());
+                let services = services.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = handle(stream, core, &policy, timeout).await {
+                    if let Err(e) = handle(stream, &services, timeout).await {
                         debug!(error = %e, "connection ended with an error");
                     }
                 });
@@ -63,30 +73,36 @@ pub async fn serve(listener: UnixListener, core: Arc<Mutex<Core>>, policy: Arc<A
     }
 }
 
-async fn handle(
-    stream: UnixStream,
-    core: Arc<Mutex<Core>>,
-    policy: &Access,
-    timeout: Duration,
-) -> std::io::Result<()> {
+async fn handle(stream: UnixStream, services: &Services, timeout: Duration) -> std::io::Result<()> {
     let uid = stream.peer_cred()?.uid();
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let limit = wattson_protocol::MAX_REQUEST_BYTES as u64 + 1;
     let mut reader = BufReader::new(read.take(limit));
+    let bad = |message: String| Error::new(ErrorCode::BadRequest, message);
     let response: Response = match tokio::time::timeout(timeout, reader.read_line(&mut line)).await {
-        Err(_) => Err(format!("no complete request within {timeout:?}")),
-        Ok(Err(e)) => Err(format!("cannot read request: {e}")),
-        Ok(Ok(_)) => match wattson_protocol::parse_request(&line).and_then(|r| policy.authorize(uid, r)) {
-            Ok(request) => dispatch(core, request, uid, policy.is_privileged(uid)).await,
+        Err(_) => Err(bad(format!("no complete request within {timeout:?}"))),
+        Ok(Err(e)) => Err(bad(format!("cannot read request: {e}"))),
+        Ok(Ok(_)) => match wattson_protocol::parse_request(&line).map_err(bad) {
+            Ok(request) => match services.access.authorize(uid, request) {
+                Ok(request) => match tokio::time::timeout(timeout, dispatch(services, request, uid)).await {
+                    Ok(response) => response,
+                    Err(_) => {
+                        Err(Error::new(ErrorCode::Busy, format!("no answer within {timeout:?}; retry")))
+                    }
+                },
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         },
     };
     if let Err(e) = &response {
         debug!(uid, error = %e, "request refused");
     }
-    let mut out =
-        serde_json::to_vec(&response).unwrap_or_else(|e| format!("{{\"Err\":\"{e}\"}}").into_bytes());
+    let mut out = serde_json::to_vec(&response).unwrap_or_else(|e| {
+        let error = Error::new(ErrorCode::Internal, format!("cannot encode the reply: {e}"));
+        serde_json::to_vec(&Response::Err(error)).unwrap_or_default()
+    });
     out.push(b'\n');
     tokio::time::timeout(timeout, write.write_all(&out)).await.map_err(std::io::Error::other)??;
     write.shutdown().await?;
@@ -99,24 +115,29 @@ async fn handle(
     Ok(())
 }
 
-async fn dispatch(core: Arc<Mutex<Core>>, request: Request, uid: u32, privileged: bool) -> Response {
-    let work = move || {
-        let mut core = lock(&core);
-        match request {
-            Request::JobBegin(begin) => core.begin(begin),
-            Request::JobEnd { job } => core.end(&job),
-            Request::Status => Ok(core.status()),
-            Request::Acct(filter) => core.acct(&filter),
-            Request::JobSettings { job } => {
-                let reply = core.settings(&job)?;
-                match &reply {
-                    Reply::Settings { uid: owner, .. } if !(privileged || *owner == uid) => {
-                        Err(format!("permission denied: job {job} belongs to another user"))
-                    }
-                    _ => Ok(reply),
+async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
+    match request {
+        Request::JobBegin(begin) => services.owner.begin(begin).await,
+        Request::JobEnd { job } => services.owner.end(job).await,
+        Request::Status => services
+            .status
+            .status()
+            .await
+            .ok_or_else(|| Error::new(ErrorCode::Busy, "too many status requests waiting; retry")),
+        Request::Acct(filter) => services.reader.acct(filter).await,
+        Request::JobSettings { job } => {
+            let reply = services.owner.settings(job.clone()).await?;
+            match &reply {
+                Reply::Settings { uid: owner, .. }
+                    if !(services.access.is_privileged(uid) || *owner == uid) =>
+                {
+                    Err(Error::new(
+                        ErrorCode::PermissionDenied,
+                        format!("permission denied: job {job} belongs to another user"),
+                    ))
                 }
+                _ => Ok(reply),
             }
         }
-    };
-    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| Err(format!("internal error: {e}")))
+    }
 }

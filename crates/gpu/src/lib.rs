@@ -32,6 +32,9 @@ pub enum GpuError {
     /// The driver or library could not be used at all.
     #[error("GPU driver unavailable: {0}")]
     Driver(String),
+    /// The GPU did not answer within the deadline (a wedged driver or a GPU in reset).
+    #[error("GPU did not answer within {0:?}")]
+    Timeout(std::time::Duration),
     /// Anything else the driver reported.
     #[error("GPU error: {0}")]
     Other(String),

@@ -4,7 +4,7 @@
 
 use wattson_config::users::uid_of;
 
-use crate::Request;
+use crate::{Error, ErrorCode, Request};
 
 /// Who may do what, resolved from the configuration at start.
 #[derive(Debug, Clone, Default)]
@@ -42,17 +42,17 @@ impl Access {
     }
 
     /// Narrows or refuses `request` for the caller `uid`.
-    pub fn authorize(&self, uid: u32, request: Request) -> Result<Request, String> {
+    pub fn authorize(&self, uid: u32, request: Request) -> Result<Request, Error> {
         let privileged = self.is_privileged(uid);
         match request {
-            Request::JobBegin(_) | Request::JobEnd { .. } if !privileged => Err(format!(
+            Request::JobBegin(_) | Request::JobEnd { .. } if !privileged => Err(denied(format!(
                 "permission denied: only root and SlurmUser ({}) may begin or end jobs (you are uid {uid})",
                 self.slurm_user
-            )),
+            ))),
             Request::Acct(mut filter) if !(uid == 0 || self.admin_uids.contains(&uid)) => match filter.uid {
-                Some(other) if other != uid => {
-                    Err(format!("permission denied: uid {uid} may see only its own jobs, not uid {other}'s"))
-                }
+                Some(other) if other != uid => Err(denied(format!(
+                    "permission denied: uid {uid} may see only its own jobs, not uid {other}'s"
+                ))),
                 _ => {
                     filter.uid = Some(uid);
                     Ok(Request::Acct(filter))
@@ -61,6 +61,10 @@ impl Access {
             other => Ok(other),
         }
     }
+}
+
+fn denied(message: String) -> Error {
+    Error::new(ErrorCode::PermissionDenied, message)
 }
 
 #[cfg(test)]
@@ -79,7 +83,8 @@ mod tests {
         assert!(policy().authorize(0, end.clone()).is_ok());
         assert!(policy().authorize(64030, end.clone()).is_ok());
         let e = policy().authorize(1000, end).unwrap_err();
-        assert!(e.contains("permission denied") && e.contains("slurm"), "{e}");
+        assert_eq!(e.code, ErrorCode::PermissionDenied);
+        assert!(e.message.contains("permission denied") && e.message.contains("slurm"), "{e}");
         assert!(policy().authorize(1000, Request::Status).is_ok());
     }
 

@@ -160,8 +160,45 @@ pub enum Reply {
     },
 }
 
-/// The daemon's answer: a reply or a one-line error.
-pub type Response = Result<Reply, String>;
+/// What kind of refusal an [`Error`] is; callers branch on this, never on the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request is malformed or names something invalid (bad hints, no GPUs, unknown GPU).
+    BadRequest,
+    /// The caller may not do this.
+    PermissionDenied,
+    /// The job or step is not running on this node.
+    NotRunning,
+    /// The job is already running with other GPUs or another owner.
+    Conflict,
+    /// The daemon is too busy to take the request now; retry later.
+    Busy,
+    /// The store could not record or read what was asked.
+    Store,
+    /// Anything else inside the daemon.
+    Internal,
+}
+
+/// A refusal from the daemon: a code to branch on and a one-line message for a person.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    /// What kind of refusal.
+    pub code: ErrorCode,
+    /// What was wrong and, where it helps, what is allowed.
+    pub message: String,
+}
+
+impl Error {
+    /// An error of kind `code`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
+        Error { code, message: message.into() }
+    }
+}
+
+/// The daemon's answer: a reply or a typed error.
+pub type Response = Result<Reply, Error>;
 
 /// Why a call to the daemon failed.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +216,7 @@ pub enum ClientError {
     Timeout(Duration),
     /// The daemon refused the request.
     #[error("{0}")]
-    Refused(String),
+    Refused(Error),
     /// Anything else on the wire.
     #[error("talking to wattsond: {0}")]
     Io(String),

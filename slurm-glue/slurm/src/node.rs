@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use wattson_config::Config;
-use wattson_protocol::{JobBegin, Reply, Request};
+use wattson_protocol::{ClientError, ErrorCode, JobBegin, Reply, Request};
 use wattson_types::gpu::GpuSetting;
 use wattson_types::job::{GpuRef, Hints, JobKey};
 
@@ -56,13 +56,13 @@ impl PluginArgs {
             .map_err(|e| e.to_string())
     }
 
-    fn call_with(&self, config: &Config, request: &Request) -> Result<Reply, String> {
+    fn call_with(&self, config: &Config, request: &Request) -> Result<Reply, ClientError> {
         let timeout = self.timeout.unwrap_or(config.daemon.request_timeout);
-        wattson_protocol::call(&config.daemon.socket, request, timeout).map_err(|e| e.to_string())
+        wattson_protocol::call(&config.daemon.socket, request, timeout)
     }
 
     fn call(&self, request: &Request) -> Result<Reply, String> {
-        self.call_with(&self.load()?, request)
+        self.call_with(&self.load()?, request).map_err(|e| e.to_string())
     }
 }
 
@@ -123,9 +123,15 @@ pub fn end(args: &PluginArgs, job_id: u32) -> Result<String, String> {
 /// The variables that tell a job what it got: `WATTSON_POLICY`; `WATTSON_GPU_POWER_LIMIT_W`
 /// or `WATTSON_GPU_CLOCK_MHZ` when its GPUs were set (at that moment: the models may probe
 /// other limits later); and `WATTSON_PROGRESS_FILE` when the models choose its setting.
-pub fn job_env(args: &PluginArgs, job_id: u32) -> Result<Vec<(&'static str, String)>, String> {
+/// `None` when wattsond does not know the job (it has no GPUs on this node).
+pub fn job_env(args: &PluginArgs, job_id: u32) -> Result<Option<Vec<(&'static str, String)>>, String> {
     let config = args.load()?;
-    match args.call_with(&config, &Request::JobSettings { job: JobKey::job(job_id) })? {
+    let reply = match args.call_with(&config, &Request::JobSettings { job: JobKey::job(job_id) }) {
+        Ok(reply) => reply,
+        Err(ClientError::Refused(e)) if e.code == ErrorCode::NotRunning => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    match reply {
         Reply::Settings { decision, settings, .. } => {
             let mut env = vec![("WATTSON_POLICY", decision.policy.clone())];
             if decision.by_model() {
@@ -139,7 +145,7 @@ pub fn job_env(args: &PluginArgs, job_id: u32) -> Result<Vec<(&'static str, Stri
                 Some(GpuSetting::LockedClock { mhz }) => env.push(("WATTSON_GPU_CLOCK_MHZ", mhz.to_string())),
                 None => {}
             }
-            Ok(env)
+            Ok(Some(env))
         }
         other => Err(format!("unexpected reply {other:?}")),
     }

@@ -176,7 +176,7 @@ pub unsafe extern "C" fn slurm_spank_user_init(sp: spank_t, ac: c_int, av: *mut 
     guard("slurm_spank_user_init", 0, || {
         let Some(id) = item_u32(sp, sys::S_JOB_ID) else { return 0 };
         match node::job_env(&args(ac, av), id) {
-            Ok(vars) => {
+            Ok(Some(vars)) => {
                 for (name, value) in vars {
                     let (name, value) =
                         (CString::new(name).unwrap_or_default(), CString::new(value).unwrap_or_default());
@@ -185,7 +185,7 @@ pub unsafe extern "C" fn slurm_spank_user_init(sp: spank_t, ac: c_int, av: *mut 
                 }
             }
             // A job without GPUs on this node is not known to wattsond: nothing to say.
-            Err(e) if e.contains("is not running") => {}
+            Ok(None) => {}
             Err(e) => error(&format!("wattson: job {id}: no energy decision in the environment: {e}")),
         }
         0

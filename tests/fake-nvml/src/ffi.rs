@@ -76,6 +76,14 @@ fn handle_for(index: usize) -> nvmlDevice_t {
     std::ptr::without_provenance_mut(index + 1)
 }
 
+/// Blocks, outside the state lock, while GPU `index` has `Fault::Hang`.
+fn wait_while_hung(index: usize) -> R {
+    while locked(|_, st| Ok(st.gpus.get(index).is_some_and(|g| g.hung)))? {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// Runs `f` for a valid, present (not lost) device.
 fn with_device<T>(device: nvmlDevice_t, f: impl FnOnce(&Config, &GpuSpec, &mut GpuState) -> R<T>) -> R<T> {
     with_device_at(device, |cfg, spec, gs, _| f(cfg, spec, gs))
@@ -87,6 +95,7 @@ fn with_device_at<T>(
     f: impl FnOnce(&Config, &GpuSpec, &mut GpuState, i64) -> R<T>,
 ) -> R<T> {
     let index = handle_index(device)?;
+    wait_while_hung(index)?;
     locked(|cfg, st| {
         let t_ns = st.t_ns;
         let gs = st.gpus.get_mut(index).ok_or(INVALID)?;

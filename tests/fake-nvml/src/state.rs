@@ -33,6 +33,9 @@ pub enum Fault {
     CounterUnsupported,
     /// One-shot: the energy counter restarts from 0 now (driver reload).
     CounterReset,
+    /// The GPU stops answering: every device call blocks until the fault is cleared (a wedged
+    /// driver or a GPU stuck in a reset).
+    Hang,
 }
 
 /// Live state of one GPU, as stored in `state.json` and returned by `Sim::gpu_state`.
@@ -50,6 +53,9 @@ pub struct GpuState {
     pub lost: bool,
     /// `Fault::CounterUnsupported` is active.
     pub counter_unsupported: bool,
+    /// `Fault::Hang` is active.
+    #[serde(default)]
+    pub hung: bool,
     /// Energy counter, mJ (what `nvmlDeviceGetTotalEnergyConsumption` reports).
     pub counter_mj: u64,
     /// Sub-mJ remainder of the counter, in mW·ns (always < 1e9).
@@ -150,6 +156,7 @@ impl GpuState {
             app_clock_mhz: spec.max_clock(),
             locked_clocks_mhz: None,
             lost: false,
+            hung: false,
             counter_unsupported: false,
             counter_mj: 1_000_000_000 * (index as u64 + 1),
             counter_rem_mw_ns: 0,
@@ -182,6 +189,7 @@ impl GpuState {
     pub fn set_fault(&mut self, fault: Fault) {
         match fault {
             Fault::Lost => self.lost = true,
+            Fault::Hang => self.hung = true,
             Fault::CounterUnsupported => self.counter_unsupported = true,
             Fault::CounterReset => {
                 self.counter_mj = 0;
@@ -195,6 +203,7 @@ impl GpuState {
     pub fn clear_fault(&mut self, fault: Fault) {
         match fault {
             Fault::Lost => self.lost = false,
+            Fault::Hang => self.hung = false,
             Fault::CounterUnsupported => self.counter_unsupported = false,
             Fault::CounterReset => {}
         }

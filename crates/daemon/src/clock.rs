@@ -1,0 +1,65 @@
+//! Time as the daemon sees it: wall time for what is recorded, monotonic time for how long
+//! things take. A seam, so the state machine's tests run on time they control.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A source of wall and monotonic time.
+pub trait Clock: Send + Sync {
+    /// Nanoseconds since the Unix epoch (records: job begin and end, journal entries).
+    fn wall_ns(&self) -> i64;
+    /// Time since an arbitrary fixed origin that never goes back (durations and deadlines).
+    fn monotonic(&self) -> Duration;
+}
+
+/// The system's clocks.
+#[derive(Debug)]
+pub struct SystemClock {
+    origin: Instant,
+}
+
+impl SystemClock {
+    /// The system clock, shared.
+    pub fn shared() -> Arc<dyn Clock> {
+        Arc::new(SystemClock { origin: Instant::now() })
+    }
+}
+
+impl Clock for SystemClock {
+    fn wall_ns(&self) -> i64 {
+        wattson_types::now_ns()
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+/// A clock that moves only when told to (tests).
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    ns: AtomicI64,
+}
+
+impl ManualClock {
+    /// A clock at `wall_ns`.
+    pub fn at(wall_ns: i64) -> Arc<ManualClock> {
+        Arc::new(ManualClock { ns: AtomicI64::new(wall_ns) })
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        self.ns.fetch_add(by.as_nanos() as i64, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn wall_ns(&self) -> i64 {
+        self.ns.load(Ordering::SeqCst)
+    }
+
+    fn monotonic(&self) -> Duration {
+        Duration::from_nanos(self.ns.load(Ordering::SeqCst).max(0) as u64)
+    }
+}

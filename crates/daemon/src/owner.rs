@@ -1,0 +1,135 @@
+//! The one owner of the daemon's state: a thread that holds [`Core`] (job meters, the GPU
+//! settings journal, the prober, the store's writer) and takes commands over a channel, each
+//! with a reply. Nothing else touches the state; what others need to read (the running jobs and
+//! their meters) is published after every command.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+
+use tokio::sync::{oneshot, watch};
+use tracing::{info, warn};
+
+use crate::core::{Core, Tick};
+use wattson_gpu::GpuError;
+use wattson_protocol::{Error, ErrorCode, JobBegin, Reply};
+use wattson_types::energy::GpuReading;
+use wattson_types::job::{JobKey, JobRecord};
+
+/// Commands queued beyond this are refused as busy rather than piling up.
+const QUEUE: usize = 1024;
+
+/// What the owner is asked to do.
+enum Command {
+    Begin(JobBegin, oneshot::Sender<Result<Reply, Error>>),
+    End(JobKey, oneshot::Sender<Result<Reply, Error>>),
+    Settings(JobKey, oneshot::Sender<Result<Reply, Error>>),
+    Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
+    Shutdown(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<()>),
+}
+
+/// The running jobs as of the owner's last command, for readers.
+pub type Running = Arc<Vec<JobRecord>>;
+
+/// A handle to the owner: cheap to clone, one per task that needs it.
+#[derive(Clone)]
+pub struct Owner {
+    commands: SyncSender<Command>,
+    running: watch::Receiver<Running>,
+}
+
+impl Owner {
+    /// Starts the owner thread on `core`.
+    pub fn spawn(core: Core) -> Owner {
+        let (commands, inbox) = sync_channel(QUEUE);
+        let (publish, running) = watch::channel(Arc::new(core.running().cloned().collect()));
+        std::thread::Builder::new()
+            .name("state".into())
+            .spawn(move || run(core, inbox, publish))
+            .expect("spawn the state owner thread");
+        Owner { commands, running }
+    }
+
+    /// The running jobs, as last published.
+    pub fn running(&self) -> Running {
+        self.running.borrow().clone()
+    }
+
+    /// Records a job's start.
+    pub async fn begin(&self, req: JobBegin) -> Result<Reply, Error> {
+        self.ask(|tx| Command::Begin(req, tx)).await?
+    }
+
+    /// Records a job's end.
+    pub async fn end(&self, job: JobKey) -> Result<Reply, Error> {
+        self.ask(|tx| Command::End(job, tx)).await?
+    }
+
+    /// A running job's decision and settings.
+    pub async fn settings(&self, job: JobKey) -> Result<Reply, Error> {
+        self.ask(|tx| Command::Settings(job, tx)).await?
+    }
+
+    /// Advances the meters with one reading of every GPU.
+    pub async fn sample(&self, readings: Vec<Result<GpuReading, GpuError>>) -> Result<Tick, Error> {
+        self.ask(|tx| Command::Sample(readings, tx)).await
+    }
+
+    /// Persists the meters one last time, restores orphaned GPUs, and stops the owner.
+    pub async fn shutdown(&self, readings: Vec<Result<GpuReading, GpuError>>) {
+        let _ = self.ask(|tx| Command::Shutdown(readings, tx)).await;
+    }
+
+    async fn ask<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Error> {
+        let (tx, rx) = oneshot::channel();
+        match self.commands.try_send(command(tx)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                return Err(Error::new(ErrorCode::Busy, "wattsond is busy: too many requests queued; retry"));
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(stopped()),
+        }
+        rx.await.map_err(|_| stopped())
+    }
+}
+
+fn stopped() -> Error {
+    Error::new(ErrorCode::Internal, "wattsond's state owner has stopped")
+}
+
+fn run(mut core: Core, inbox: Receiver<Command>, publish: watch::Sender<Running>) {
+    while let Ok(command) = inbox.recv() {
+        // A panic in one command must not take the state down with it: the store already
+        // holds every committed change, and the caller gets an error.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match command {
+            Command::Begin(req, reply) => {
+                let _ = reply.send(core.begin(req));
+                false
+            }
+            Command::End(job, reply) => {
+                let _ = reply.send(core.end(&job));
+                false
+            }
+            Command::Settings(job, reply) => {
+                let _ = reply.send(core.settings(&job));
+                false
+            }
+            Command::Sample(readings, reply) => {
+                let _ = reply.send(core.sample(readings));
+                false
+            }
+            Command::Shutdown(readings, reply) => {
+                core.sample(readings);
+                core.restore_orphans();
+                let _ = reply.send(());
+                true
+            }
+        }));
+        publish.send_replace(Arc::new(core.running().cloned().collect()));
+        match outcome {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(_) => warn!("a command panicked; its caller gets an error and the daemon goes on"),
+        }
+    }
+    info!("state owner stopped");
+}

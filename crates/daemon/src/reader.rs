@@ -1,0 +1,85 @@
+//! `acct` queries, served from their own read-only store connection on a low-priority thread:
+//! a user's query never waits for the writer, and the writer never waits for a user. Running
+//! jobs show the live meters the state owner last published.
+
+use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+
+use tokio::sync::oneshot;
+use tracing::warn;
+
+use crate::owner::Owner;
+use wattson_protocol::{AcctFilter, Error, ErrorCode, Reply};
+use wattson_store::Store;
+use wattson_types::job::JobState;
+
+/// Queries waiting beyond this are refused as busy.
+const QUEUE: usize = 64;
+
+/// Niceness of the reader thread: queries yield the CPU to job begin/end and sampling.
+const NICE: i32 = 10;
+
+type Query = (AcctFilter, oneshot::Sender<Result<Reply, Error>>);
+
+/// A handle to the reader thread.
+#[derive(Clone)]
+pub struct Reader {
+    queries: SyncSender<Query>,
+}
+
+impl Reader {
+    /// Opens a read-only connection to the store at `path` and starts the reader thread.
+    pub fn spawn(path: &Path, owner: Owner) -> Result<Reader, String> {
+        let store =
+            Store::open_read_only(path).map_err(|e| format!("cannot open the store for reading: {e}"))?;
+        let (queries, inbox) = sync_channel(QUEUE);
+        std::thread::Builder::new()
+            .name("acct".into())
+            .spawn(move || serve(store, owner, inbox))
+            .map_err(|e| format!("cannot start the acct thread: {e}"))?;
+        Ok(Reader { queries })
+    }
+
+    /// Recorded jobs matching `filter` (already narrowed to what the caller may see).
+    pub async fn acct(&self, filter: AcctFilter) -> Result<Reply, Error> {
+        let (tx, rx) = oneshot::channel();
+        match self.queries.try_send((filter, tx)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                return Err(Error::new(ErrorCode::Busy, "wattsond is busy with other queries; retry"));
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(stopped()),
+        }
+        rx.await.map_err(|_| stopped())?
+    }
+}
+
+fn stopped() -> Error {
+    Error::new(ErrorCode::Internal, "wattsond's acct thread has stopped")
+}
+
+fn serve(store: Store, owner: Owner, inbox: Receiver<Query>) {
+    // SAFETY: setpriority on the calling thread (PRIO_PROCESS with a thread id) has no
+    // memory-safety preconditions; failure only leaves the priority as it was.
+    let niced = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, NICE) };
+    if niced != 0 {
+        warn!("cannot lower the acct thread's priority; queries compete with job begin/end");
+    }
+    while let Ok((filter, reply)) = inbox.recv() {
+        let _ = reply.send(query(&store, &owner, &filter));
+    }
+}
+
+fn query(store: &Store, owner: &Owner, filter: &AcctFilter) -> Result<Reply, Error> {
+    let mut records =
+        store.query(&filter.query()).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
+    if records.iter().any(|r| r.state == JobState::Running) {
+        let running = owner.running();
+        for record in records.iter_mut().filter(|r| r.state == JobState::Running) {
+            if let Some(live) = running.iter().find(|r| r.key == record.key) {
+                record.gpus = live.gpus.clone();
+            }
+        }
+    }
+    Ok(Reply::Acct { records })
+}

@@ -1,0 +1,258 @@
+//! The daemon's state machine on in-process fake GPUs and a manual clock: begin, sample, end,
+//! restart resume, settings enforced and restored, and a hung GPU that delays only its own job.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::clock::{Clock, ManualClock};
+use crate::core::Core;
+use crate::gpus::GpuPool;
+use wattson_config::Config;
+use wattson_gpu::{GpuBackend, GpuError, GpuInfo, GpuSettings};
+use wattson_protocol::{ErrorCode, JobBegin, Reply};
+use wattson_store::Store;
+use wattson_types::energy::GpuReading;
+use wattson_types::job::{GpuRef, Hints, JobKey, JobRecord};
+
+const T0: i64 = 1_800_000_000_000_000_000;
+const W: u32 = 300;
+
+/// GPUs drawing a constant `W` watts, with an exact counter on the shared manual clock.
+struct FakeGpus {
+    clock: Arc<ManualClock>,
+    devices: Vec<GpuInfo>,
+    limits_mw: Vec<AtomicU32>,
+    hung: Vec<AtomicBool>,
+    applied: Mutex<Vec<(u32, u32)>>,
+}
+
+impl FakeGpus {
+    fn new(clock: Arc<ManualClock>, n: u32) -> Arc<FakeGpus> {
+        let devices = (0..n)
+            .map(|index| GpuInfo {
+                index,
+                uuid: format!("GPU-{index}"),
+                name: "NVIDIA H100 80GB HBM3".into(),
+                pci_bus_id: format!("00000000:{:02x}:00.0", index + 1),
+                energy_counter: true,
+                power_limit_min_mw: Some(200_000),
+                power_limit_max_mw: Some(700_000),
+                power_limit_default_mw: Some(700_000),
+                sm_clocks_mhz: vec![1980],
+                mem_clocks_mhz: vec![2619],
+            })
+            .collect();
+        Arc::new(FakeGpus {
+            clock,
+            devices,
+            limits_mw: (0..n).map(|_| AtomicU32::new(700_000)).collect(),
+            hung: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            applied: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn wait_if_hung(&self, index: u32) {
+        while self.hung[index as usize].load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl GpuBackend for FakeGpus {
+    fn devices(&self) -> &[GpuInfo] {
+        &self.devices
+    }
+
+    fn read(&self, index: u32) -> Result<GpuReading, GpuError> {
+        self.wait_if_hung(index);
+        let t_ns = self.clock.wall_ns();
+        // Energy since the epoch of the test at a constant W watts: mJ = W · ms.
+        let energy_mj = Some(u64::from(W) * ((t_ns - T0) / 1_000_000) as u64);
+        Ok(GpuReading {
+            t_ns,
+            energy_mj,
+            power_mw: Some(W * 1000),
+            sm_clock_mhz: Some(1980),
+            util_pct: Some(100),
+        })
+    }
+
+    fn settings(&self, index: u32) -> Result<GpuSettings, GpuError> {
+        let power_limit_mw = Some(self.limits_mw[index as usize].load(Ordering::SeqCst));
+        Ok(GpuSettings { power_limit_mw, app_sm_clock_mhz: Some(1980) })
+    }
+
+    fn compute_processes(&self, _: u32) -> Result<Vec<u32>, GpuError> {
+        Ok(Vec::new())
+    }
+
+    fn set_power_limit(&self, index: u32, mw: u32) -> Result<(), GpuError> {
+        self.wait_if_hung(index);
+        self.limits_mw[index as usize].store(mw, Ordering::SeqCst);
+        self.applied.lock().unwrap().push((index, mw));
+        Ok(())
+    }
+
+    fn set_locked_clocks(&self, _: u32, _: u32, _: u32) -> Result<(), GpuError> {
+        Ok(())
+    }
+
+    fn reset_locked_clocks(&self, _: u32) -> Result<(), GpuError> {
+        Ok(())
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    clock: Arc<ManualClock>,
+    gpus: Arc<FakeGpus>,
+    pool: Arc<GpuPool>,
+    config: Config,
+}
+
+impl Fixture {
+    fn new(enact: &str, n: u32) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wattson.db");
+        let clock = ManualClock::at(T0);
+        let gpus = FakeGpus::new(clock.clone(), n);
+        let pool = Arc::new(GpuPool::new(gpus.clone(), Duration::from_millis(200)));
+        let text = format!(
+            "[daemon]\nstore = {:?}\n[policy]\nenact = {enact:?}\n[engine]\nprogress_dir = {:?}\nmodels_file = {:?}\n",
+            path.display().to_string(),
+            dir.path().join("progress").display().to_string(),
+            dir.path().join("models.json").display().to_string(),
+        );
+        let config = Config::parse(&text, "test").unwrap();
+        Fixture { _dir: dir, path, clock, gpus, pool, config }
+    }
+
+    fn core(&self) -> Core {
+        let store = Store::open(&self.path).unwrap();
+        Core::new(self.pool.clone(), self.clock.clone(), store, "n1".into(), &self.config).unwrap()
+    }
+
+    fn sample(&self, core: &mut Core) {
+        core.sample(self.pool.read_all());
+    }
+}
+
+fn begin(job: u32, gpus: &[u32]) -> JobBegin {
+    JobBegin {
+        job: JobKey::job(job),
+        uid: 1000,
+        user: Some("alice".into()),
+        name: Some("train".into()),
+        gpus: gpus.iter().map(|&i| GpuRef::Index(i)).collect(),
+        hints: Hints::default(),
+    }
+}
+
+fn ended(reply: Reply) -> JobRecord {
+    match reply {
+        Reply::Ended { record } => record,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn energy_is_the_counter_delta_from_begin_to_end() {
+    let f = Fixture::new("share", 2);
+    let mut core = f.core();
+    core.begin(begin(7, &[0, 1])).unwrap();
+    for _ in 0..10 {
+        f.clock.advance(Duration::from_secs(1));
+        f.sample(&mut core);
+    }
+    f.clock.advance(Duration::from_millis(500));
+    let record = ended(core.end(&JobKey::job(7)).unwrap());
+    // Two GPUs at 300 W for 10.5 s.
+    assert_eq!(record.energy_j(), 2.0 * 300.0 * 10.5);
+    assert!(!core.is_running(&JobKey::job(7)));
+    let again = ended(core.end(&JobKey::job(7)).unwrap());
+    assert_eq!(again.energy_j(), record.energy_j(), "a repeated end returns the same record");
+}
+
+#[test]
+fn a_restarted_daemon_resumes_the_running_job() {
+    let f = Fixture::new("share", 1);
+    {
+        let mut core = f.core();
+        core.begin(begin(8, &[0])).unwrap();
+        f.clock.advance(Duration::from_secs(3));
+        f.sample(&mut core);
+    } // The daemon dies here: no end, no clean shutdown.
+    f.clock.advance(Duration::from_secs(4));
+    let mut core = f.core();
+    assert!(core.is_running(&JobKey::job(8)));
+    f.clock.advance(Duration::from_secs(1));
+    let record = ended(core.end(&JobKey::job(8)).unwrap());
+    assert_eq!(record.energy_j(), 300.0 * 8.0, "energy while the daemon was down is counted");
+}
+
+#[test]
+fn a_share_setting_is_applied_at_begin_and_restored_at_end() {
+    let f = Fixture::new("share", 2);
+    let mut core = f.core();
+    let Reply::Begun { settings, .. } = core.begin(begin(9, &[1])).unwrap() else { panic!() };
+    assert_eq!(settings.len(), 1, "{settings:?}");
+    assert!(f.gpus.limits_mw[1].load(Ordering::SeqCst) < 700_000);
+    assert_eq!(f.gpus.limits_mw[0].load(Ordering::SeqCst), 700_000, "other GPUs untouched");
+    core.end(&JobKey::job(9)).unwrap();
+    assert_eq!(f.gpus.limits_mw[1].load(Ordering::SeqCst), 700_000, "restored at end");
+}
+
+#[test]
+fn errors_carry_codes() {
+    let f = Fixture::new("share", 1);
+    let mut core = f.core();
+    assert_eq!(core.end(&JobKey::job(404)).unwrap_err().code, ErrorCode::NotRunning);
+    assert_eq!(core.begin(begin(1, &[])).unwrap_err().code, ErrorCode::BadRequest);
+    assert_eq!(core.begin(begin(1, &[5])).unwrap_err().code, ErrorCode::BadRequest);
+    core.begin(begin(2, &[0])).unwrap();
+    let mut other = begin(2, &[0]);
+    other.uid = 1001;
+    assert_eq!(core.begin(other).unwrap_err().code, ErrorCode::Conflict);
+}
+
+#[test]
+fn the_prober_sets_a_probe_limit_at_begin() {
+    let f = Fixture::new("model", 1);
+    let mut core = f.core();
+    let Reply::Begun { decision, settings, .. } = core.begin(begin(3, &[0])).unwrap() else { panic!() };
+    assert!(decision.by_model());
+    assert_eq!(settings.len(), 1, "the first probe holds a limit: {settings:?}");
+    core.end(&JobKey::job(3)).unwrap();
+    assert_eq!(f.gpus.limits_mw[0].load(Ordering::SeqCst), 700_000, "restored at end");
+}
+
+#[test]
+fn a_hung_gpu_delays_only_its_own_job() {
+    let f = Fixture::new("share", 2);
+    let mut core = f.core();
+    f.gpus.hung[0].store(true, Ordering::SeqCst);
+    // The sampler meets the hung GPU first and waits one deadline for it.
+    let readings = f.pool.read_all();
+    assert!(matches!(readings[0], Err(GpuError::Timeout(_))), "{:?}", readings[0]);
+    assert!(readings[1].is_ok());
+    assert!(f.pool.is_stuck(0));
+    core.sample(readings);
+
+    // From then on, the other GPU's jobs begin and end without waiting for it.
+    let started = Instant::now();
+    for job in 10..30 {
+        core.begin(begin(job, &[1])).unwrap();
+        f.clock.advance(Duration::from_millis(100));
+        core.end(&JobKey::job(job)).unwrap();
+    }
+    assert!(started.elapsed() < Duration::from_millis(200), "took {:?}", started.elapsed());
+
+    // The hung GPU's job is recorded, with the GPU lost for the time it did not answer.
+    core.begin(begin(40, &[0])).unwrap();
+    f.clock.advance(Duration::from_secs(1));
+    let record = ended(core.end(&JobKey::job(40)).unwrap());
+    assert!(record.gpus[0].meter.lost, "{record:?}");
+    f.gpus.hung[0].store(false, Ordering::SeqCst);
+}
