@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{NOBODY, Node, assert_ok};
+use fake_nvml::Fault;
 
 fn raw(node: &Node, bytes: &[u8]) -> String {
     let mut s = UnixStream::connect(&node.socket).unwrap();
@@ -194,4 +195,53 @@ fn a_full_disk_refuses_new_jobs_loudly_and_loses_nothing_of_running_ones() {
     common::assert_exact(&node, &node.record("1"), begin, end, 0.001);
     assert!(node.acct_json(&["-j", "2"]).is_empty());
     assert!(node.log().contains("cannot persist running meters"), "the failed samples were logged");
+}
+
+/// One GPU stops answering (its NVML calls block): jobs on the other GPUs still begin and end
+/// within 100 ms (p99), and the stuck GPU's job is recorded with the GPU lost.
+#[test]
+fn a_hung_gpu_stalls_only_its_own_jobs() {
+    use wattson_protocol::{JobBegin, Reply, Request};
+    use wattson_types::job::{GpuRef, Hints, JobKey};
+
+    let mut node = Node::h100(4);
+    node.start();
+    let call = |request: &Request| wattson_protocol::call(&node.socket, request, Duration::from_secs(10));
+    let job_begin = |job: u32, gpu: u32| {
+        Request::JobBegin(JobBegin {
+            job: JobKey::job(job),
+            uid: 1000,
+            user: None,
+            name: None,
+            gpus: vec![GpuRef::Index(gpu)],
+            hints: Hints::default(),
+        })
+    };
+    call(&job_begin(1, 0)).unwrap();
+    node.sim.set_fault(0, Fault::Hang).unwrap();
+    // Wait until the sampler has met the stuck GPU (status says so).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let Reply::Status { gpus, .. } = call(&Request::Status).unwrap() else { panic!() };
+        if gpus[0].error.as_deref().is_some_and(|e| e.contains("did not answer")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the hung GPU never showed in status: {gpus:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut took = Vec::new();
+    for job in 100..160 {
+        let gpu = 1 + job % 3;
+        let t = Instant::now();
+        call(&job_begin(job, gpu)).unwrap();
+        call(&Request::JobEnd { job: JobKey::job(job) }).unwrap();
+        took.push(t.elapsed() / 2);
+    }
+    took.sort();
+    let p99 = took[took.len() * 99 / 100];
+    assert!(p99 < Duration::from_millis(100), "begin/end p99 {p99:?} with a hung GPU: {took:?}");
+
+    let Reply::Ended { record } = call(&Request::JobEnd { job: JobKey::job(1) }).unwrap() else { panic!() };
+    assert!(record.gpus[0].meter.lost, "the stuck GPU's job says what happened: {record:?}");
+    node.sim.clear_fault(0, Fault::Hang).unwrap();
 }
