@@ -127,7 +127,7 @@ pub fn job_env(args: &PluginArgs, job_id: u32) -> Result<Vec<(&'static str, Stri
     let config = args.load()?;
     match args.call_with(&config, &Request::JobSettings { job: JobKey::job(job_id) })? {
         Reply::Settings { decision, settings, .. } => {
-            let mut env = vec![("WATTSON_POLICY", decision.policy.clone())];
+            let mut env = vec![("WATTSON_POLICY", decision.policy.to_string())];
             if decision.by_model() {
                 let path = config.engine.progress_dir.join(job_id.to_string());
                 env.push(("WATTSON_PROGRESS_FILE", path.display().to_string()));
