@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use wattson::report::{self, DEFAULT_COLUMNS, Format};
 use wattson_store::{AcctQuery, Store, schema::SCHEMA_VERSION};
 use wattson_types::energy::{GpuMeter, GpuReading};
-use wattson_types::job::{Hints, JobGpu, JobKey, JobRecord, JobState};
+use wattson_types::job::{EnergyPolicy, Hints, JobGpu, JobKey, JobRecord, JobState};
 
 /// Bump when the generated data changes.
 const GENERATOR_VERSION: u32 = 1;
@@ -85,7 +85,7 @@ fn job(i: u64, n: u64, rng: &mut Rng) -> JobRecord {
             }
         })
         .collect();
-    let policy = ["min-energy", "balanced", "perf"][rng.below(3) as usize];
+    let policy = [EnergyPolicy::MinEnergy, EnergyPolicy::Balanced, EnergyPolicy::Perf][rng.below(3) as usize];
     JobRecord {
         key: JobKey::job(1_000 + i as u32),
         uid,
@@ -95,7 +95,7 @@ fn job(i: u64, n: u64, rng: &mut Rng) -> JobRecord {
         begin_ns,
         end_ns: Some(end_ns),
         state: JobState::Completed,
-        hints: Hints { policy: Some(policy.into()), slowdown_pct: None, tag: None },
+        hints: Hints { policy: Some(policy), slowdown_pct: None, tag: None },
         gpus,
         dvfs: None,
     }

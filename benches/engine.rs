@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Instant;
 
-use wattson_engine::{Decision, DvfsModel, ModelEntry, ModelTable, Policy, Sample, fit_power_limit, prior};
+use wattson_engine::{
+    Decision, DvfsModel, ModelEntry, ModelTable, Objective, Sample, fit_power_limit, prior,
+};
 
 const TAGS: usize = 10_000;
 const DECISIONS: usize = 100_000;
@@ -49,7 +51,7 @@ fn main() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let settings = prior("V100").expect("V100 prior").power_limits();
     let tags: Vec<String> = (0..TAGS).map(|i| format!("user{}:job{}", i % 97, i)).collect();
-    let policy = Policy::MinEnergy { max_slowdown: 0.1 };
+    let objective = Objective::MinEnergy { max_slowdown: 0.1 };
 
     let mut table = ModelTable::new();
     let mut fit_ns = Vec::with_capacity(TAGS);
@@ -72,7 +74,7 @@ fn main() {
     );
 
     let baseline: HashMap<String, Decision> =
-        tags.iter().map(|t| (t.clone(), table.decide(t, "V100", policy))).collect();
+        tags.iter().map(|t| (t.clone(), table.decide(t, "V100", objective))).collect();
     let picks: Vec<usize> = (0..DECISIONS).map(|_| (rng.next() % TAGS as u64) as usize).collect();
 
     let measure = |f: &mut dyn FnMut(&str) -> Option<f64>| {
@@ -85,7 +87,7 @@ fn main() {
         ns.sort_unstable();
         (percentile(&ns, 0.5), percentile(&ns, 0.99))
     };
-    let (d50, d99) = measure(&mut |tag| table.decide(tag, "V100", policy).setting);
+    let (d50, d99) = measure(&mut |tag| table.decide(tag, "V100", objective).setting);
     let (b50, b99) = measure(&mut |tag| baseline.get(tag).and_then(|d| d.setting));
     println!("{:<44} {:>10} {:>10}", "decision latency (10,000 tags, 100,000 calls)", "p50", "p99");
     println!("{:<44} {:>8} ns {:>8} ns", "ModelTable::decide (MinEnergy 10%)", d50, d99);

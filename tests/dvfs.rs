@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{Node, assert_ok};
 use fake_nvml::{GpuState, Workload};
-use wattson_engine::{ModelTable, Policy};
+use wattson_engine::{ModelTable, Objective};
 use wattson_types::job::{JobRecord, Progress};
 
 /// The hidden law: 0.1 s per unit at 1980 MHz, a fifth of it clock-independent.
@@ -192,12 +192,12 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
     let table = ModelTable::from_json(&std::fs::read_to_string(node.dir.path().join("models.json")).unwrap())
         .unwrap();
     let gpu_type = &first.gpus[0].name;
-    let decision = table.decide("bert", gpu_type, Policy::MinEnergy { max_slowdown: BOUND });
+    let decision = table.decide("bert", gpu_type, Objective::MinEnergy { max_slowdown: BOUND });
     let at_submit = decision.setting.unwrap();
     assert!(at_submit < 700.0 && true_slowdown(at_submit) <= BOUND, "{decision:?}");
     assert!(true_energy(at_submit) / oracle() - 1.0 <= 0.03, "{decision:?}");
     // An unknown tag falls back to full speed there.
-    assert_eq!(table.decide("gpt", gpu_type, Policy::MinEnergy { max_slowdown: BOUND }).setting, None);
+    assert_eq!(table.decide("gpt", gpu_type, Objective::MinEnergy { max_slowdown: BOUND }).setting, None);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use wattson_engine::{
-    ChooserConfig, DvfsModel, Policy, ProbeConfig, Sample, Step, choose, fit_power_limit, next_step,
+    ChooserConfig, DvfsModel, Objective, ProbeConfig, Sample, Step, choose, fit_power_limit, next_step,
 };
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/dvfs/zeus-power-limit");
@@ -124,7 +124,7 @@ fn evaluate(c: &Curve, s: &mut GpuStats) {
         let d = choose(
             &model,
             &re.settings,
-            Policy::MinEnergy { max_slowdown: bound },
+            Objective::MinEnergy { max_slowdown: bound },
             &ChooserConfig::default(),
         );
         let chosen = d.setting.expect("a setting");
@@ -151,11 +151,11 @@ fn evaluate(c: &Curve, s: &mut GpuStats) {
 fn replay(c: &Curve, re: &Reference, bound: f64, oracle: f64, r: &mut Replay) {
     let Reference { settings, t_max, e_max } = re;
     let at = |p: f64| *c.iter().find(|x| x.0 == p).expect("the plan only asks for the curve's limits");
-    let policy = Policy::MinEnergy { max_slowdown: bound };
+    let objective = Objective::MinEnergy { max_slowdown: bound };
     let cfg = ProbeConfig::default();
     let mut samples: Vec<Sample> = Vec::new();
     let decision = loop {
-        match next_step(&samples, settings, policy, &cfg, samples.len()) {
+        match next_step(&samples, settings, objective, &cfg, samples.len()) {
             Step::Probe(p) => {
                 let (_, t, w) = at(p);
                 samples.push(Sample { setting: p, time: t, power: w, weight: 1.0 });
@@ -172,7 +172,7 @@ fn replay(c: &Curve, re: &Reference, bound: f64, oracle: f64, r: &mut Replay) {
     r.gaps.push(t * w / oracle - 1.0);
     r.savings.push(1.0 - t * w / e_max);
     r.probes.push(samples.len() as f64);
-    if next_step(&samples, settings, policy, &cfg, 0) != Step::Settle(decision) {
+    if next_step(&samples, settings, objective, &cfg, 0) != Step::Settle(decision) {
         r.unstable += 1;
     }
 }

@@ -9,7 +9,7 @@ use common::{Node, assert_ok};
 use wattson_gpu::GpuSetting;
 use wattson_protocol::{Reply, Request};
 use wattson_store::Store;
-use wattson_types::job::JobKey;
+use wattson_types::job::{EnergyPolicy, JobKey};
 
 const H100_MAX_MW: u32 = 700_000;
 
@@ -44,7 +44,7 @@ fn a_jobs_policy_is_applied_while_it_runs_and_undone_after() {
     )
     .unwrap();
     let Reply::Settings { decision, settings, .. } = reply else { panic!("{reply:?}") };
-    assert_eq!(decision.policy, "min-energy");
+    assert_eq!(decision.policy, EnergyPolicy::MinEnergy);
     assert_eq!(
         settings,
         vec![(0, GpuSetting::PowerLimit { mw: 420_000 }), (1, GpuSetting::PowerLimit { mw: 420_000 })]

@@ -4,7 +4,7 @@ use clap::{Args, Subcommand};
 
 use wattson_config::Config;
 use wattson_protocol::{JobBegin, Reply, Request, describe_settings};
-use wattson_types::job::{GpuRef, Hints, JobKey};
+use wattson_types::job::{EnergyPolicy, GpuRef, Hints, JobKey};
 
 /// `wattson job` subcommands.
 #[derive(Debug, Subcommand)]
@@ -36,7 +36,7 @@ pub struct BeginArgs {
     gpus: Option<String>,
     /// Energy policy: min-energy, balanced or perf
     #[arg(long)]
-    energy: Option<String>,
+    energy: Option<EnergyPolicy>,
     /// Largest tolerated slowdown against full speed, in percent
     #[arg(long)]
     energy_slowdown: Option<f64>,

@@ -332,7 +332,7 @@ where
         Column::GpuUtil => opt(avg_util(r), "%"),
         Column::Method => r.method().map(|m| m.as_str().to_string()).unwrap_or_default(),
         Column::Events => events_text(r),
-        Column::Policy => r.hints.policy.clone().unwrap_or_default(),
+        Column::Policy => r.hints.policy.map(|p| p.to_string()).unwrap_or_default(),
         Column::Tag => r.hints.tag.clone().unwrap_or_default(),
         Column::Setting => match &r.dvfs {
             Some(d) => d.setting_w.map(|w| format!("{w:.0}W")).unwrap_or_else(|| "probing".to_string()),

@@ -2,7 +2,7 @@ use chrono::Utc;
 
 use super::*;
 use wattson_types::energy::{GpuMeter, GpuReading, Method};
-use wattson_types::job::{Hints, JobGpu, JobKey, JobState};
+use wattson_types::job::{EnergyPolicy, Hints, JobGpu, JobKey, JobState};
 
 const S: i64 = 1_000_000_000;
 
@@ -28,7 +28,7 @@ fn job(id: &str, name: &str, energy_j: f64) -> JobRecord {
         begin_ns: 0,
         end_ns: Some(3600 * S),
         state: JobState::Completed,
-        hints: Hints { policy: Some("min-energy".into()), slowdown_pct: None, tag: Some("bert".into()) },
+        hints: Hints { policy: Some(EnergyPolicy::MinEnergy), slowdown_pct: None, tag: Some("bert".into()) },
         gpus: vec![gpu(0, energy_j, 300, Method::Counter)],
         dvfs: None,
     }

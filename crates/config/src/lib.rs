@@ -344,5 +344,7 @@ mod tests {
         assert!(e.starts_with("w.toml:2: "), "{e}");
         let e = Config::parse("[daemon\n", "w.toml").unwrap_err().0;
         assert!(e.starts_with("w.toml:1: "), "{e}");
+        let e = Config::parse("[policy]\ndefault = \"fastest\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: ") && e.contains("not one of min-energy, balanced, perf"), "{e}");
     }
 }

@@ -8,17 +8,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use wattson_engine::Policy as EnginePolicy;
+use wattson_engine::Objective;
 use wattson_types::gpu::{GpuInfo, GpuSetting};
-use wattson_types::job::Hints;
+use wattson_types::job::{EnergyPolicy, Hints};
 
 /// `[policy]` in `wattson.toml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
-    /// Policy of jobs that give none: `min-energy`, `balanced` or `perf`.
-    #[serde(default = "default_policy", deserialize_with = "policy_name")]
-    pub default: String,
+    /// Policy of jobs that give none.
+    #[serde(default = "default_policy")]
+    pub default: EnergyPolicy,
     /// Users who may ask for `perf`; empty means everyone may.
     #[serde(default)]
     pub perf_users: Vec<String>,
@@ -64,8 +64,8 @@ impl Default for PolicyConfig {
     }
 }
 
-fn default_policy() -> String {
-    "balanced".into()
+fn default_policy() -> EnergyPolicy {
+    EnergyPolicy::Balanced
 }
 fn default_min_energy_pct() -> u32 {
     60
@@ -99,15 +99,6 @@ fn eta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     }
 }
 
-fn policy_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let name = String::deserialize(d)?;
-    if Hints::POLICIES.contains(&name.as_str()) {
-        Ok(name)
-    } else {
-        Err(serde::de::Error::custom(format!("policy {name:?} is not one of min-energy, balanced, perf")))
-    }
-}
-
 fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let pct = u32::deserialize(d)?;
     if (1..=100).contains(&pct) {
@@ -120,14 +111,14 @@ fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 /// What a job gets: its policy, how it is enacted, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
-    /// `min-energy`, `balanced` or `perf`.
-    pub policy: String,
+    /// The policy the job gets.
+    pub policy: EnergyPolicy,
     /// How the policy is enacted.
     pub enact: Enact,
     /// With `share`: power limit as a percentage of each GPU's maximum; 100 means defaults.
     pub power_pct: u32,
-    /// For the models: the engine's policy (slowdown bound or balanced weight).
-    pub engine: wattson_engine::Policy,
+    /// For the models: the objective that enacts the policy (slowdown bound or balanced weight).
+    pub engine: Objective,
     /// Why the policy differs from what the user asked, if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -136,23 +127,23 @@ pub struct Decision {
 impl PolicyConfig {
     /// Decides the policy of a job of `user` with `hints` (already validated).
     pub fn decide(&self, hints: &Hints, user: &str) -> Decision {
-        let asked = hints.policy.clone().unwrap_or_else(|| self.default.clone());
+        let asked = hints.policy.unwrap_or(self.default);
         let reserved = !self.perf_users.is_empty() && !self.perf_users.iter().any(|u| u == user);
-        let (policy, note) = if asked == "perf" && reserved {
-            let fallback = if self.default == "perf" { "balanced".to_string() } else { self.default.clone() };
+        let (policy, note) = if asked == EnergyPolicy::Perf && reserved {
+            let fallback =
+                if self.default == EnergyPolicy::Perf { EnergyPolicy::Balanced } else { self.default };
             let note = format!("user {user} may not ask for perf here; running {fallback} instead");
             (fallback, Some(note))
         } else {
             (asked, None)
         };
-        let (power_pct, engine) = match policy.as_str() {
-            "min-energy" => {
-                let pct = hints.slowdown_pct.unwrap_or(self.slowdown_pct);
-                (self.min_energy_power_pct, EnginePolicy::MinEnergy { max_slowdown: pct / 100.0 })
-            }
-            "balanced" => (self.balanced_power_pct, EnginePolicy::Balanced { eta: self.balanced_eta }),
-            _ => (100, EnginePolicy::Perf),
+        let power_pct = match policy {
+            EnergyPolicy::MinEnergy => self.min_energy_power_pct,
+            EnergyPolicy::Balanced => self.balanced_power_pct,
+            EnergyPolicy::Perf => 100,
         };
+        let max_slowdown = hints.slowdown_pct.unwrap_or(self.slowdown_pct) / 100.0;
+        let engine = Objective::for_policy(policy, max_slowdown, self.balanced_eta);
         Decision { policy, enact: self.enact, power_pct, engine, note }
     }
 }
@@ -160,7 +151,7 @@ impl PolicyConfig {
 impl Decision {
     /// Whether the DVFS models choose this job's setting (it is not `perf` nor a fixed share).
     pub fn by_model(&self) -> bool {
-        self.enact == Enact::Model && self.engine != EnginePolicy::Perf
+        self.enact == Enact::Model && self.engine != Objective::Perf
     }
 
     /// The fixed-share setting on `gpu` (`enact = "share"`); `None` leaves the GPU at its
@@ -197,7 +188,7 @@ mod tests {
     }
 
     fn hints(policy: &str) -> Hints {
-        Hints { policy: Some(policy.into()), ..Hints::default() }
+        Hints { policy: Some(policy.parse().unwrap()), ..Hints::default() }
     }
 
     #[test]
@@ -206,7 +197,7 @@ mod tests {
         let d = cfg.decide(&hints("min-energy"), "alice");
         assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 420_000 }));
         let d = cfg.decide(&Hints::default(), "alice");
-        assert_eq!(d.policy, "balanced");
+        assert_eq!(d.policy, EnergyPolicy::Balanced);
         assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 595_000 }));
         assert_eq!(cfg.decide(&hints("perf"), "alice").setting_for(&h100()), None);
     }
@@ -223,19 +214,19 @@ mod tests {
         let cfg = PolicyConfig::default();
         let d = cfg.decide(&hints("min-energy"), "alice");
         assert!(d.by_model() && d.setting_for(&h100()).is_none());
-        assert_eq!(d.engine, EnginePolicy::MinEnergy { max_slowdown: 0.1 });
+        assert_eq!(d.engine, Objective::MinEnergy { max_slowdown: 0.1 });
         let asked = Hints { slowdown_pct: Some(25.0), ..hints("min-energy") };
-        assert_eq!(cfg.decide(&asked, "alice").engine, EnginePolicy::MinEnergy { max_slowdown: 0.25 });
-        assert_eq!(cfg.decide(&Hints::default(), "alice").engine, EnginePolicy::Balanced { eta: 0.5 });
+        assert_eq!(cfg.decide(&asked, "alice").engine, Objective::MinEnergy { max_slowdown: 0.25 });
+        assert_eq!(cfg.decide(&Hints::default(), "alice").engine, Objective::Balanced { eta: 0.5 });
         assert!(!cfg.decide(&hints("perf"), "alice").by_model());
     }
 
     #[test]
     fn perf_is_reserved_when_the_site_says_so() {
         let cfg = PolicyConfig { perf_users: vec!["alice".into()], ..PolicyConfig::default() };
-        assert_eq!(cfg.decide(&hints("perf"), "alice").policy, "perf");
+        assert_eq!(cfg.decide(&hints("perf"), "alice").policy, EnergyPolicy::Perf);
         let d = cfg.decide(&hints("perf"), "bob");
-        assert_eq!(d.policy, "balanced");
+        assert_eq!(d.policy, EnergyPolicy::Balanced);
         assert!(d.note.unwrap().contains("may not ask for perf"));
     }
 }

@@ -46,7 +46,7 @@ struct Mark {
 
 /// One job whose power limit the models choose.
 pub(super) struct Adaptive {
-    policy: wattson_engine::Policy,
+    policy: wattson_engine::Objective,
     settings: Vec<f64>,
     /// Earlier runs' measurements, by unit of work.
     earlier: BTreeMap<&'static str, Vec<Sample>>,

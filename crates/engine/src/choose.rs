@@ -1,13 +1,16 @@
-//! Picking a setting under a policy, with a safety margin that grows with the model's error.
+//! Picking a setting under an objective, with a safety margin that grows with the model's error.
 
 use serde::{Deserialize, Serialize};
 
+use wattson_types::job::EnergyPolicy;
+
 use super::model::DvfsModel;
 
-/// What the user (or the site) asks for.
+/// What the chooser optimises: an [`EnergyPolicy`] with its parameter. The wire form keeps
+/// the tag `policy` (`{"policy":"min_energy","max_slowdown":0.1}`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "policy", rename_all = "snake_case")]
-pub enum Policy {
+pub enum Objective {
     /// Maximum setting: no slowdown.
     Perf,
     /// Minimum energy with predicted slowdown (vs the max setting) within `max_slowdown`
@@ -21,6 +24,18 @@ pub enum Policy {
         /// Weight of energy, in `[0, 1]`.
         eta: f64,
     },
+}
+
+impl Objective {
+    /// The objective of `policy`: `min-energy` under `max_slowdown` (a fraction), `balanced`
+    /// with energy weight `eta`, `perf` at full speed (the parameter it does not use is ignored).
+    pub fn for_policy(policy: EnergyPolicy, max_slowdown: f64, eta: f64) -> Objective {
+        match policy {
+            EnergyPolicy::MinEnergy => Objective::MinEnergy { max_slowdown },
+            EnergyPolicy::Balanced => Objective::Balanced { eta },
+            EnergyPolicy::Perf => Objective::Perf,
+        }
+    }
 }
 
 /// The chosen setting and what the model expects of it.
@@ -89,9 +104,9 @@ fn max_setting(settings: &[f64]) -> Option<f64> {
     settings.iter().copied().filter(|s| s.is_finite() && *s > 0.0).reduce(f64::max)
 }
 
-/// Chooses among `settings` (any order) for `model` under `policy`. Never panics; bad input
-/// (no valid settings, a bad policy value, non-finite predictions) gives a fallback.
-pub fn choose(model: &DvfsModel, settings: &[f64], policy: Policy, cfg: &ChooserConfig) -> Decision {
+/// Chooses among `settings` (any order) for `model` under `objective`. Never panics; bad input
+/// (no valid settings, a bad objective parameter, non-finite predictions) gives a fallback.
+pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &ChooserConfig) -> Decision {
     let Some(max) = max_setting(settings) else {
         return Decision::fallback(settings, "no valid settings");
     };
@@ -103,12 +118,12 @@ pub fn choose(model: &DvfsModel, settings: &[f64], policy: Policy, cfg: &Chooser
         DvfsModel::PowerLimit(m) => m.noise,
         DvfsModel::Clock(m) => m.rel_sigma,
     };
-    let (bound, eta) = match policy {
-        Policy::Perf => return Decision::fallback(settings, "perf policy: max setting"),
-        Policy::MinEnergy { max_slowdown } if max_slowdown.is_finite() && max_slowdown >= 0.0 => {
+    let (bound, eta) = match objective {
+        Objective::Perf => return Decision::fallback(settings, "perf policy: max setting"),
+        Objective::MinEnergy { max_slowdown } if max_slowdown.is_finite() && max_slowdown >= 0.0 => {
             (Some(max_slowdown), 1.0)
         }
-        Policy::Balanced { eta } if (0.0..=1.0).contains(&eta) => (None, eta),
+        Objective::Balanced { eta } if (0.0..=1.0).contains(&eta) => (None, eta),
         _ => return Decision::fallback(settings, "invalid policy parameter"),
     };
     if noise > cfg.max_model_error {
@@ -184,14 +199,26 @@ mod tests {
     const LIMITS: [f64; 7] = [100.0, 125.0, 150.0, 175.0, 200.0, 225.0, 250.0];
 
     #[test]
+    fn each_policy_has_its_objective() {
+        assert_eq!(Objective::for_policy(EnergyPolicy::Perf, 0.1, 0.5), Objective::Perf);
+        assert_eq!(
+            Objective::for_policy(EnergyPolicy::MinEnergy, 0.25, 0.5),
+            Objective::MinEnergy { max_slowdown: 0.25 }
+        );
+        assert_eq!(Objective::for_policy(EnergyPolicy::Balanced, 0.1, 0.3), Objective::Balanced { eta: 0.3 });
+        let wire = serde_json::to_string(&Objective::MinEnergy { max_slowdown: 0.1 }).unwrap();
+        assert_eq!(wire, r#"{"policy":"min_energy","max_slowdown":0.1}"#);
+    }
+
+    #[test]
     fn perf_and_bad_input_give_the_max_setting() {
         let cfg = ChooserConfig::default();
-        assert_eq!(choose(&plm(), &LIMITS, Policy::Perf, &cfg).setting, Some(250.0));
-        let d = choose(&plm(), &LIMITS, Policy::MinEnergy { max_slowdown: f64::NAN }, &cfg);
+        assert_eq!(choose(&plm(), &LIMITS, Objective::Perf, &cfg).setting, Some(250.0));
+        let d = choose(&plm(), &LIMITS, Objective::MinEnergy { max_slowdown: f64::NAN }, &cfg);
         assert_eq!((d.setting, d.reason), (Some(250.0), "invalid policy parameter"));
-        assert_eq!(choose(&plm(), &[], Policy::Perf, &cfg).setting, None);
-        assert_eq!(choose(&plm(), &[f64::NAN, -3.0], Policy::Balanced { eta: 0.5 }, &cfg).setting, None);
-        assert_eq!(choose(&plm(), &LIMITS, Policy::Balanced { eta: 1.5 }, &cfg).setting, Some(250.0));
+        assert_eq!(choose(&plm(), &[], Objective::Perf, &cfg).setting, None);
+        assert_eq!(choose(&plm(), &[f64::NAN, -3.0], Objective::Balanced { eta: 0.5 }, &cfg).setting, None);
+        assert_eq!(choose(&plm(), &LIMITS, Objective::Balanced { eta: 1.5 }, &cfg).setting, Some(250.0));
     }
 
     #[test]
@@ -199,7 +226,7 @@ mod tests {
         let cfg = ChooserConfig::default();
         let m = plm();
         for b in [0.0, 0.01, 0.05, 0.1, 0.2, 0.5] {
-            let d = choose(&m, &LIMITS, Policy::MinEnergy { max_slowdown: b }, &cfg);
+            let d = choose(&m, &LIMITS, Objective::MinEnergy { max_slowdown: b }, &cfg);
             let s = d.setting.unwrap();
             let true_slow = m.predict(s).time / m.predict(250.0).time - 1.0;
             assert!(true_slow <= b + 1e-12, "bound {b}: slowdown {true_slow}");
@@ -215,7 +242,7 @@ mod tests {
                 }
             }
         }
-        let loose = choose(&m, &LIMITS, Policy::MinEnergy { max_slowdown: 0.5 }, &cfg);
+        let loose = choose(&m, &LIMITS, Objective::MinEnergy { max_slowdown: 0.5 }, &cfg);
         assert!(loose.setting.unwrap() < 250.0 && loose.predicted_energy_ratio < 1.0);
     }
 
@@ -225,7 +252,7 @@ mod tests {
         if let DvfsModel::PowerLimit(p) = &mut m {
             p.noise = 0.3;
         }
-        let d = choose(&m, &LIMITS, Policy::MinEnergy { max_slowdown: 0.5 }, &ChooserConfig::default());
+        let d = choose(&m, &LIMITS, Objective::MinEnergy { max_slowdown: 0.5 }, &ChooserConfig::default());
         assert_eq!((d.setting, d.reason), (Some(250.0), "model error too large: max setting"));
     }
 
@@ -242,8 +269,8 @@ mod tests {
         });
         let clocks: Vec<f64> = (7..=14).map(|k| f64::from(k) * 100.0).collect();
         let cfg = ChooserConfig::default();
-        let e = choose(&m, &clocks, Policy::Balanced { eta: 1.0 }, &cfg);
-        let t = choose(&m, &clocks, Policy::Balanced { eta: 0.0 }, &cfg);
+        let e = choose(&m, &clocks, Objective::Balanced { eta: 1.0 }, &cfg);
+        let t = choose(&m, &clocks, Objective::Balanced { eta: 0.0 }, &cfg);
         assert_eq!(t.setting, Some(1400.0));
         // E(f) = (50 + 1e-7 f³)·1000/f is least at f = (50/2e-7)^(1/3) ≈ 630 → 700 of the grid.
         assert_eq!(e.setting, Some(700.0));

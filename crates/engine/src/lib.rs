@@ -2,7 +2,7 @@
 //! slurmctld's job_submit plugin, the daemon and the simulator.
 //!
 //! [`model`] holds the two model families (SM clock and power limit), [`fit`] fits them from a
-//! few (setting, time, power) samples, [`choose`] picks a setting under a [`choose::Policy`],
+//! few (setting, time, power) samples, [`choose`] picks a setting under a [`choose::Objective`],
 //! [`gpus`] holds per-GPU priors, [`probe`] decides what to measure next for a job whose
 //! workload is not known yet, and [`table`] is the tag → model table read by job_submit.
 //! Nothing here does I/O, reads a clock, spawns threads or panics on bad input.
@@ -14,7 +14,7 @@ pub mod model;
 pub mod probe;
 pub mod table;
 
-pub use choose::{ChooserConfig, Decision, Policy, choose};
+pub use choose::{ChooserConfig, Decision, Objective, choose};
 pub use fit::{FitError, Sample, fit_clock, fit_power_limit};
 pub use gpus::{GpuPrior, prior};
 pub use model::{ClockModel, DvfsModel, PowerLimitModel, Prediction};

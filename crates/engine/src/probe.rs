@@ -10,7 +10,7 @@
 //! least the three first probes) does not probe: it settles on the best measured setting. Measurements of earlier runs of the same workload count too, so a workload
 //! that converged once settles at once the next time.
 
-use super::choose::{ChooserConfig, Decision, Policy, choose};
+use super::choose::{ChooserConfig, Decision, Objective, choose};
 use super::fit::{Sample, fit_power_limit};
 use super::model::DvfsModel;
 
@@ -67,11 +67,11 @@ pub fn initial_probes(settings: &[f64]) -> Vec<f64> {
 pub fn next_step(
     samples: &[Sample],
     settings: &[f64],
-    policy: Policy,
+    objective: Objective,
     cfg: &ProbeConfig,
     probes_this_run: usize,
 ) -> Step {
-    if matches!(policy, Policy::Perf) {
+    if matches!(objective, Objective::Perf) {
         return Step::Settle(Decision::fallback(settings, "perf policy: max setting"));
     }
     let budget_left = probes_this_run < cfg.max_probes;
@@ -95,10 +95,10 @@ pub fn next_step(
         // A run that starts from earlier runs' measurements does not probe: it chooses among
         // the settings already measured.
         let known: Vec<f64> = settings.iter().copied().filter(|&s| measured(samples, s)).collect();
-        return Step::Settle(choose(&model, &known, policy, &cfg.chooser));
+        return Step::Settle(choose(&model, &known, objective, &cfg.chooser));
     }
-    let decision = choose(&model, settings, policy, &cfg.chooser);
-    let likely_best = choose(&model, settings, policy, &cfg.chooser.optimistic()).setting;
+    let decision = choose(&model, settings, objective, &cfg.chooser);
+    let likely_best = choose(&model, settings, objective, &cfg.chooser.optimistic()).setting;
     match [likely_best, decision.setting].into_iter().flatten().find(|&s| !measured(samples, s)) {
         Some(s) if budget_left => Step::Probe(s),
         _ => Step::Settle(decision),
@@ -170,11 +170,11 @@ mod tests {
         assert_eq!(initial_probes(&h100()), vec![700.0, 450.0, 200.0]);
         assert_eq!(initial_probes(&[300.0, 300.0]), vec![300.0]);
         assert!(initial_probes(&[f64::NAN]).is_empty());
-        let policy = Policy::MinEnergy { max_slowdown: 0.1 };
+        let objective = Objective::MinEnergy { max_slowdown: 0.1 };
         let cfg = ProbeConfig::default();
-        assert_eq!(next_step(&[], &h100(), policy, &cfg, 0), Step::Probe(700.0));
-        assert_eq!(next_step(&[truth(700.0)], &h100(), policy, &cfg, 1), Step::Probe(450.0));
-        let Step::Settle(d) = next_step(&[], &h100(), Policy::Perf, &cfg, 0) else { panic!() };
+        assert_eq!(next_step(&[], &h100(), objective, &cfg, 0), Step::Probe(700.0));
+        assert_eq!(next_step(&[truth(700.0)], &h100(), objective, &cfg, 1), Step::Probe(450.0));
+        let Step::Settle(d) = next_step(&[], &h100(), Objective::Perf, &cfg, 0) else { panic!() };
         assert_eq!(d.setting, Some(700.0));
     }
 
@@ -182,11 +182,11 @@ mod tests {
     fn probing_converges_within_the_bound_and_the_next_run_settles_at_once() {
         let cfg = ProbeConfig::default();
         for bound in [0.05, 0.1, 0.2] {
-            let policy = Policy::MinEnergy { max_slowdown: bound };
+            let objective = Objective::MinEnergy { max_slowdown: bound };
             let mut samples = Vec::new();
             let mut probes = 0;
             let decision = loop {
-                match next_step(&samples, &h100(), policy, &cfg, probes) {
+                match next_step(&samples, &h100(), objective, &cfg, probes) {
                     Step::Probe(s) => {
                         assert!(!samples.iter().any(|x: &Sample| x.setting == s), "{s} probed twice");
                         samples.push(truth(s));
@@ -209,15 +209,15 @@ mod tests {
             let gap = energy(truth(s)) / oracle - 1.0;
             assert!(gap <= 0.03, "bound {bound}: {s} W is {gap} above the oracle");
             // The next run starts from these measurements and settles without probing.
-            assert_eq!(next_step(&samples, &h100(), policy, &cfg, 0), Step::Settle(decision));
+            assert_eq!(next_step(&samples, &h100(), objective, &cfg, 0), Step::Settle(decision));
         }
     }
 
     #[test]
     fn an_exhausted_budget_settles_and_says_why() {
         let cfg = ProbeConfig { max_probes: 1, ..ProbeConfig::default() };
-        let policy = Policy::Balanced { eta: 0.5 };
-        let Step::Settle(d) = next_step(&[truth(700.0)], &h100(), policy, &cfg, 1) else { panic!() };
+        let objective = Objective::Balanced { eta: 0.5 };
+        let Step::Settle(d) = next_step(&[truth(700.0)], &h100(), objective, &cfg, 1) else { panic!() };
         assert_eq!((d.setting, d.reason), (Some(700.0), "too few measurements: max setting"));
     }
 

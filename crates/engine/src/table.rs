@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::choose::{ChooserConfig, Decision, Policy, choose};
+use super::choose::{ChooserConfig, Decision, Objective, choose};
 use super::gpus;
 use super::model::DvfsModel;
 
@@ -68,9 +68,9 @@ impl ModelTable {
 
     /// The setting for a job: the chooser over the entry's model, or the GPU's max power limit
     /// (known type, unknown tag), or no setting (unknown type). Never allocates or panics.
-    pub fn decide(&self, tag: &str, gpu_type: &str, policy: Policy) -> Decision {
+    pub fn decide(&self, tag: &str, gpu_type: &str, objective: Objective) -> Decision {
         match self.get(tag, gpu_type) {
-            Some(e) => choose(&e.model, &e.settings, policy, &self.config),
+            Some(e) => choose(&e.model, &e.settings, objective, &self.config),
             None => match gpus::prior(gpu_type) {
                 Some(p) => {
                     Decision::fallback(&[p.max_power_limit_w], "no model for this tag: max power limit")
@@ -120,7 +120,9 @@ mod tests {
         assert!((ma.a - mb.a).abs() <= 1e-12 * mb.a && (ma.d - mb.d).abs() <= 1e-12 * mb.d);
         assert_eq!(back.len(), 2);
         assert_eq!(back.config, t.config);
-        for p in [Policy::Perf, Policy::MinEnergy { max_slowdown: 0.1 }, Policy::Balanced { eta: 0.5 }] {
+        for p in
+            [Objective::Perf, Objective::MinEnergy { max_slowdown: 0.1 }, Objective::Balanced { eta: 0.5 }]
+        {
             let (a, b) = (back.decide("alice:train", "A40", p), t.decide("alice:train", "A40", p));
             assert_eq!((a.setting, a.reason), (b.setting, b.reason));
             assert!((a.predicted_energy_ratio - b.predicted_energy_ratio).abs() < 1e-12);
@@ -135,11 +137,11 @@ mod tests {
         let mut t = ModelTable::new();
         assert!(t.is_empty());
         t.insert("alice:train", "A40", entry());
-        let d = t.decide("carol:x", "H100", Policy::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide("carol:x", "H100", Objective::MinEnergy { max_slowdown: 0.2 });
         assert_eq!(d.setting, Some(700.0));
-        let d = t.decide("alice:train", "TPUv4", Policy::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide("alice:train", "TPUv4", Objective::MinEnergy { max_slowdown: 0.2 });
         assert_eq!(d.setting, None);
-        let d = t.decide("alice:train", "A40", Policy::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide("alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
         assert!(d.setting.unwrap() < 300.0, "{d:?}");
     }
 }

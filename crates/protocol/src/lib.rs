@@ -283,7 +283,7 @@ mod tests {
         let Request::JobBegin(b) = &req else { panic!("{req:?}") };
         assert_eq!(b.job.to_string(), "42.0");
         assert_eq!(b.gpus, vec![GpuRef::Index(0), GpuRef::Id("GPU-x".into())]);
-        assert_eq!(b.hints.policy.as_deref(), Some("perf"));
+        assert_eq!(b.hints.policy, Some(wattson_types::job::EnergyPolicy::Perf));
         assert_eq!(parse_request(&(serde_json::to_string(&req).unwrap() + "\n")).unwrap(), req);
         assert_eq!(parse_request("{\"op\":\"status\"}\n").unwrap(), Request::Status);
     }

@@ -3,8 +3,9 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
+use strum::{EnumString, IntoStaticStr, VariantNames};
 
-use wattson_engine::Policy;
+use wattson_engine::Objective;
 
 use super::SimError;
 use super::cluster::{ClusterConfig, HintDistribution};
@@ -13,7 +14,8 @@ use super::trace::TraceJob;
 use super::workloads::Catalog;
 
 /// A policy the simulator compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, EnumString, IntoStaticStr, VariantNames)]
+#[strum(serialize_all = "kebab-case")]
 pub enum PolicyKind {
     /// FIFO + EASY backfill, max power limit, every node always on.
     SlurmDefault,
@@ -42,13 +44,7 @@ pub const ZEUS_ETA: f64 = 0.5;
 impl PolicyKind {
     /// Command-line and report name.
     pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::SlurmDefault => "slurm-default",
-            PolicyKind::SlurmPowersave => "slurm-powersave",
-            PolicyKind::ZeusPerJob => "zeus-per-job",
-            PolicyKind::Wattson => "wattson",
-            PolicyKind::Oracle => "oracle",
-        }
+        self.into()
     }
 
     /// Parses `all` or a comma-separated list of names; keeps report order, no duplicates.
@@ -58,15 +54,14 @@ impl PolicyKind {
         }
         let mut out = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let Some(p) = ALL.iter().find(|k| k.name() == part) else {
-                let names: Vec<&str> = ALL.iter().map(|k| k.name()).collect();
+            let Ok(p) = part.parse::<PolicyKind>() else {
                 return Err(SimError::Input(format!(
                     "unknown policy {part:?}: allowed all or a comma list of {}",
-                    names.join(", ")
+                    PolicyKind::VARIANTS.join(", ")
                 )));
             };
-            if !out.contains(p) {
-                out.push(*p);
+            if !out.contains(&p) {
+                out.push(p);
             }
         }
         if out.is_empty() {
@@ -170,10 +165,10 @@ pub fn prepare(
         let m = &models[wi];
         let wattson = *cache
             .entry((wi, bound.to_bits()))
-            .or_insert_with(|| w.choose_idx(m, Policy::MinEnergy { max_slowdown: bound }));
+            .or_insert_with(|| w.choose_idx(m, Objective::MinEnergy { max_slowdown: bound }));
         let zeus = *cache
             .entry((wi, u64::MAX))
-            .or_insert_with(|| w.choose_idx(m, Policy::Balanced { eta: ZEUS_ETA }));
+            .or_insert_with(|| w.choose_idx(m, Objective::Balanced { eta: ZEUS_ETA }));
         let max = w.max_idx();
         out.push(SimJob {
             id: t.id.clone(),
@@ -203,6 +198,12 @@ mod tests {
         let e = PolicyKind::parse_list("fast").unwrap_err().to_string();
         assert!(e.contains("unknown policy \"fast\""), "{e}");
         assert!(PolicyKind::parse_list(" , ").is_err());
+        let names: Vec<&str> = ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names, ["slurm-default", "slurm-powersave", "zeus-per-job", "wattson", "oracle"]);
+        assert!(
+            e.ends_with("a comma list of slurm-default, slurm-powersave, zeus-per-job, wattson, oracle"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use wattson_engine::{ChooserConfig, DvfsModel, Policy, Sample, choose, fit_power_limit};
+use wattson_engine::{ChooserConfig, DvfsModel, Objective, Sample, choose, fit_power_limit};
 
 use super::SimError;
 
@@ -87,9 +87,9 @@ impl Workload {
             .map_err(|e| SimError::Input(format!("workload {}: {e}", self.name)))
     }
 
-    /// The engine's choice under `policy`, as an index into the measured limits.
-    pub fn choose_idx(&self, model: &DvfsModel, policy: Policy) -> usize {
-        let d = choose(model, &self.limits, policy, &ChooserConfig::default());
+    /// The engine's choice for `objective`, as an index into the measured limits.
+    pub fn choose_idx(&self, model: &DvfsModel, objective: Objective) -> usize {
+        let d = choose(model, &self.limits, objective, &ChooserConfig::default());
         d.setting
             .and_then(|s| self.limits.iter().position(|&l| (l - s).abs() < 1e-9))
             .unwrap_or(self.max_idx())
@@ -232,7 +232,7 @@ pub(crate) mod tests {
         assert_eq!(w.probes(), [0, 2, 5]);
         assert_eq!(w.min_energy_idx(), 1); // 24·118 = 2832 is the least of the six products
         let m = w.fit().unwrap();
-        let i = w.choose_idx(&m, Policy::Perf);
+        let i = w.choose_idx(&m, Objective::Perf);
         assert_eq!(i, w.max_idx());
     }
 

@@ -40,11 +40,8 @@ fn raw(r: &Row<'_>) -> rusqlite::Result<RawModel> {
 fn decode(row: RawModel) -> Result<StoredModel, StoreError> {
     let (gpu_type, tag, progress, samples, settings, updated_ns) = row;
     let what = format!("model {tag:?} on {gpu_type:?}");
-    let progress = match progress.as_str() {
-        "file" => Progress::File,
-        "sm-activity" => Progress::SmActivity,
-        other => return Err(corrupt(&what, format!("unknown progress {other:?}"))),
-    };
+    let progress: Progress =
+        progress.parse().map_err(|_| corrupt(&what, format!("unknown progress {progress:?}")))?;
     Ok(StoredModel {
         samples: serde_json::from_str(&samples).map_err(|e| corrupt(&what, e))?,
         settings: serde_json::from_str(&settings).map_err(|e| corrupt(&what, e))?,

@@ -47,11 +47,8 @@ fn raw_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
 
 fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
     let (id, key, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs) = raw;
-    let state = match state.as_str() {
-        "RUNNING" => JobState::Running,
-        "COMPLETED" => JobState::Completed,
-        other => return Err(StoreError::Corrupt(format!("job {key}: unknown state {other:?}"))),
-    };
+    let state: JobState =
+        state.parse().map_err(|_| StoreError::Corrupt(format!("job {key}: unknown state {state:?}")))?;
     let hints: Hints =
         serde_json::from_str(&hints).map_err(|e| StoreError::Corrupt(format!("job {key}: hints: {e}")))?;
     let dvfs: Option<Box<JobDvfs>> = dvfs

@@ -2,7 +2,7 @@ use std::io::{BufRead, BufReader};
 
 use super::*;
 use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, Method};
-use wattson_types::job::{Hints, JobState};
+use wattson_types::job::{EnergyPolicy, Hints, JobState, Progress};
 
 const S: i64 = 1_000_000_000;
 
@@ -32,7 +32,11 @@ fn rec(job_id: u32, step: &str, uid: u32, begin_s: i64, gpus: &[u32]) -> JobReco
         begin_ns: begin_s * S,
         end_ns: None,
         state: JobState::Running,
-        hints: Hints { policy: Some("balanced".into()), slowdown_pct: Some(5.0), tag: Some("bert".into()) },
+        hints: Hints {
+            policy: Some(EnergyPolicy::Balanced),
+            slowdown_pct: Some(5.0),
+            tag: Some("bert".into()),
+        },
         gpus: gpus.iter().map(|&i| gpu(i, begin_s * S, 1000)).collect(),
         dvfs: None,
     }
@@ -360,4 +364,38 @@ fn a_version_1_file_migrates_and_keeps_its_jobs() {
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].key.job_id, 7);
     assert!(st.gpu_changes().unwrap().is_empty(), "v2's journal exists and is empty");
+}
+
+#[test]
+fn rows_written_with_the_names_as_strings_read_back_and_unknown_names_are_corrupt() {
+    let (_d, path) = tmp();
+    let st = Store::open(&path).unwrap();
+    st.conn
+        .execute(
+            "INSERT INTO jobs (job_id, step, uid, node, begin_ns, end_ns, state, hints) VALUES \
+             (7, '', 1000, 'n1', 1, 2, 'COMPLETED', '{\"policy\":\"min-energy\",\"slowdown_pct\":5.0}')",
+            [],
+        )
+        .unwrap();
+    st.conn
+        .execute(
+            "INSERT INTO models (gpu_type, tag, progress, samples, settings, updated_ns) \
+             VALUES ('H100', 'bert', 'sm-activity', '[]', '[700.0]', 1)",
+            [],
+        )
+        .unwrap();
+    let jobs = st.query(&AcctQuery::default()).unwrap();
+    assert_eq!((jobs[0].state, jobs[0].hints.policy), (JobState::Completed, Some(EnergyPolicy::MinEnergy)));
+    assert_eq!(st.models().unwrap()[0].progress, Progress::SmActivity);
+
+    // The schema's CHECK refuses such a state; a file edited by hand may still hold one.
+    st.conn.execute_batch("PRAGMA ignore_check_constraints = ON; UPDATE jobs SET state = 'FROZEN'").unwrap();
+    let e = st.query(&AcctQuery::default()).unwrap_err().to_string();
+    assert!(e.contains("unknown state \"FROZEN\""), "{e}");
+    st.conn.execute("UPDATE jobs SET state = 'RUNNING', hints = '{\"policy\":\"fast\"}'", []).unwrap();
+    let e = st.query(&AcctQuery::default()).unwrap_err().to_string();
+    assert!(e.contains("not one of min-energy, balanced, perf"), "{e}");
+    st.conn.execute("UPDATE models SET progress = 'steps'", []).unwrap();
+    let e = st.models().unwrap_err().to_string();
+    assert!(e.contains("unknown progress \"steps\""), "{e}");
 }

@@ -8,6 +8,7 @@
 //! Only a GPU without the counter is metered by integrating sampled power (trapezoids).
 
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
 
 /// One reading of one GPU, as the GPU backend returns it.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -24,36 +25,25 @@ pub struct GpuReading {
     pub util_pct: Option<u32>,
 }
 
-/// How a meter measured energy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How a meter measured energy. Stored meters (JSON) name it `counter`, `power` or
+/// `counter-and-power`; reports, metrics and [`std::str::FromStr`] say `counter+power`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Method {
     /// Differences of the GPU's cumulative energy counter only: exact.
     Counter,
     /// Integrated sampled power only: the GPU has no energy counter.
     Power,
     /// Mostly the counter, with at least one gap (counter reset) estimated from power.
+    #[strum(serialize = "counter+power")]
     CounterAndPower,
 }
 
 impl Method {
     /// The name used in the store, reports and metrics.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Counter => "counter",
-            Method::Power => "power",
-            Method::CounterAndPower => "counter+power",
-        }
-    }
-
-    /// Parses [`Method::as_str`]'s output.
-    pub fn parse(s: &str) -> Option<Method> {
-        match s {
-            "counter" => Some(Method::Counter),
-            "power" => Some(Method::Power),
-            "counter+power" => Some(Method::CounterAndPower),
-            _ => None,
-        }
+        self.into()
     }
 
     /// The method of a job whose GPUs were measured with `a` and `b`.
@@ -294,5 +284,21 @@ mod tests {
         m.mark_lost(1);
         let back: GpuMeter = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
         assert_eq!(back, m);
+    }
+
+    #[test]
+    fn method_names_differ_between_reports_and_stored_meters_as_before() {
+        let all = [
+            (Method::Counter, "counter", "counter"),
+            (Method::Power, "power", "power"),
+            (Method::CounterAndPower, "counter+power", "counter-and-power"),
+        ];
+        for (method, report, stored) in all {
+            assert_eq!(method.as_str(), report);
+            assert_eq!(report.parse::<Method>(), Ok(method));
+            assert_eq!(serde_json::to_string(&method).unwrap(), format!("{stored:?}"));
+            assert_eq!(serde_json::from_str::<Method>(&format!("{stored:?}")).unwrap(), method);
+        }
+        assert!("counter-and-power".parse::<Method>().is_err());
     }
 }

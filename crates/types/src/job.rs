@@ -2,6 +2,7 @@
 //! its energy hints, and the finished record that reports read.
 
 use serde::{Deserialize, Serialize};
+use strum::{Display, EnumString, IntoStaticStr, VariantNames};
 
 use crate::energy::{GpuMeter, Method};
 
@@ -51,14 +52,60 @@ impl std::fmt::Display for JobKey {
     }
 }
 
+/// The energy policy a job asks for or gets. Its names are the same everywhere: `--energy`,
+/// `wattson.toml`, the protocol, the store and reports.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    Display,
+    EnumString,
+    IntoStaticStr,
+    VariantNames,
+)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+#[strum(serialize_all = "kebab-case", parse_err_ty = String, parse_err_fn = EnergyPolicy::not_allowed)]
+pub enum EnergyPolicy {
+    /// `min-energy`: the least energy within a slowdown bound.
+    MinEnergy,
+    /// `balanced`: the least weighted cost of energy and time.
+    Balanced,
+    /// `perf`: full speed, GPUs at their defaults.
+    Perf,
+}
+
+impl EnergyPolicy {
+    /// The allowed names, as error messages list them: `min-energy, balanced, perf`.
+    pub fn allowed() -> String {
+        Self::VARIANTS.join(", ")
+    }
+
+    fn not_allowed(name: &str) -> String {
+        format!("energy policy {name:?} is not one of {}", Self::allowed())
+    }
+}
+
+impl TryFrom<String> for EnergyPolicy {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        name.parse()
+    }
+}
+
 /// The user's energy hints, as given to `sbatch` (`--energy`, `--energy-slowdown`, ...).
 /// Recorded with the job; the engine interprets them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Hints {
-    /// `min-energy`, `balanced` or `perf`.
+    /// The energy policy asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<String>,
+    pub policy: Option<EnergyPolicy>,
     /// Largest tolerated slowdown against full speed, in percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slowdown_pct: Option<f64>,
@@ -68,16 +115,9 @@ pub struct Hints {
 }
 
 impl Hints {
-    /// The allowed values of `policy`.
-    pub const POLICIES: [&'static str; 3] = ["min-energy", "balanced", "perf"];
-
-    /// Checks the hints; the error says what is allowed.
+    /// Checks the hints (the policy was checked when it was read); the error says what is
+    /// allowed.
     pub fn validate(&self) -> Result<(), String> {
-        if let Some(p) = &self.policy
-            && !Self::POLICIES.contains(&p.as_str())
-        {
-            return Err(format!("energy policy {p:?} is not one of min-energy, balanced, perf"));
-        }
         if let Some(s) = self.slowdown_pct
             && !(s.is_finite() && (0.0..=1000.0).contains(&s))
         {
@@ -113,8 +153,9 @@ impl GpuRef {
 }
 
 /// The state of a recorded job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr)]
 #[serde(rename_all = "UPPERCASE")]
+#[strum(serialize_all = "UPPERCASE")]
 pub enum JobState {
     /// Begun and not yet ended.
     Running,
@@ -123,12 +164,9 @@ pub enum JobState {
 }
 
 impl JobState {
-    /// The name used in the store and in reports.
+    /// The name used in the store and in reports: `RUNNING` or `COMPLETED`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Running => "RUNNING",
-            JobState::Completed => "COMPLETED",
-        }
+        self.into()
     }
 }
 
@@ -174,8 +212,9 @@ pub struct JobRecord {
 }
 
 /// How a job's throughput was measured while the models chose its setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Progress {
     /// The job wrote its work units to `WATTSON_PROGRESS_FILE`.
     File,
@@ -186,10 +225,7 @@ pub enum Progress {
 impl Progress {
     /// `file` or `sm-activity`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Progress::File => "file",
-            Progress::SmActivity => "sm-activity",
-        }
+        self.into()
     }
 }
 
@@ -266,15 +302,56 @@ mod tests {
     #[test]
     fn hints_are_validated() {
         assert!(Hints::default().validate().is_ok());
-        let ok =
-            Hints { policy: Some("min-energy".into()), slowdown_pct: Some(10.0), tag: Some("bert".into()) };
+        let ok = Hints {
+            policy: Some(EnergyPolicy::MinEnergy),
+            slowdown_pct: Some(10.0),
+            tag: Some("bert".into()),
+        };
         assert!(ok.validate().is_ok());
-        let bad = Hints { policy: Some("fast".into()), ..Hints::default() };
-        assert!(bad.validate().unwrap_err().contains("min-energy, balanced, perf"));
+        // A policy outside the enum is refused where it is read, with what is allowed.
+        let bad = serde_json::from_str::<Hints>(r#"{"policy":"fast"}"#).unwrap_err().to_string();
+        assert!(bad.contains("min-energy, balanced, perf"), "{bad}");
         let bad = Hints { slowdown_pct: Some(-3.0), ..Hints::default() };
         assert!(bad.validate().is_err());
         let bad = Hints { tag: Some("a\nb".into()), ..Hints::default() };
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn policy_names_are_the_same_on_every_path() {
+        let names = ["min-energy", "balanced", "perf"];
+        let policies = [EnergyPolicy::MinEnergy, EnergyPolicy::Balanced, EnergyPolicy::Perf];
+        for (name, policy) in names.into_iter().zip(policies) {
+            assert_eq!(policy.to_string(), name);
+            assert_eq!(<&str>::from(policy), name);
+            assert_eq!(name.parse::<EnergyPolicy>(), Ok(policy));
+            assert_eq!(serde_json::to_string(&policy).unwrap(), format!("{name:?}"));
+            assert_eq!(serde_json::from_str::<EnergyPolicy>(&format!("{name:?}")).unwrap(), policy);
+            let hints: Hints = toml::from_str(&format!("policy = {name:?}")).unwrap();
+            assert_eq!(hints.policy, Some(policy));
+        }
+        assert_eq!(EnergyPolicy::allowed(), "min-energy, balanced, perf");
+        assert_eq!(
+            "fast".parse::<EnergyPolicy>().unwrap_err(),
+            "energy policy \"fast\" is not one of min-energy, balanced, perf"
+        );
+        assert!("Perf".parse::<EnergyPolicy>().is_err(), "names are case-sensitive, as before");
+    }
+
+    #[test]
+    fn state_and_progress_names_are_those_of_the_store() {
+        for (state, name) in [(JobState::Running, "RUNNING"), (JobState::Completed, "COMPLETED")] {
+            assert_eq!(state.as_str(), name);
+            assert_eq!(name.parse::<JobState>(), Ok(state));
+            assert_eq!(serde_json::to_string(&state).unwrap(), format!("{name:?}"));
+        }
+        for (progress, name) in [(Progress::File, "file"), (Progress::SmActivity, "sm-activity")] {
+            assert_eq!(progress.as_str(), name);
+            assert_eq!(name.parse::<Progress>(), Ok(progress));
+            assert_eq!(serde_json::to_string(&progress).unwrap(), format!("{name:?}"));
+        }
+        assert!("running".parse::<JobState>().is_err());
+        assert!("sm_activity".parse::<Progress>().is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use wattson_types::job::Hints;
+use wattson_types::job::{EnergyPolicy, Hints};
 
 /// One option: its name (`--energy`), argument word and one-line help for `sbatch --help`.
 pub struct OptionSpec {
@@ -58,10 +58,10 @@ impl SubmitHints {
         let value = value.trim();
         match option {
             "energy" => {
-                if !Hints::POLICIES.contains(&value) {
-                    return Err(format!("--energy={value}: not one of min-energy, balanced, perf"));
-                }
-                self.hints.policy = Some(value.to_string());
+                let policy = value
+                    .parse::<EnergyPolicy>()
+                    .map_err(|_| format!("--energy={value}: not one of {}", EnergyPolicy::allowed()))?;
+                self.hints.policy = Some(policy);
             }
             "energy-slowdown" => match value.parse::<f64>() {
                 Ok(pct) if pct.is_finite() && (0.0..=1000.0).contains(&pct) => {
@@ -127,7 +127,7 @@ mod tests {
         h.set("energy-slowdown", "10").unwrap();
         h.set("energy-tag", "bert-squad").unwrap();
         h.set("energy-defer", "6h").unwrap();
-        assert_eq!(h.hints.policy.as_deref(), Some("min-energy"));
+        assert_eq!(h.hints.policy, Some(EnergyPolicy::MinEnergy));
         assert_eq!(h.hints.slowdown_pct, Some(10.0));
         assert_eq!(h.defer, Some(Duration::from_secs(6 * 3600)));
     }
@@ -154,7 +154,7 @@ mod tests {
             "_SLURM_SPANK_OPTION_wattson_energy_defer=2h",
         ];
         let h = SubmitHints::from_env(spank).unwrap();
-        assert_eq!(h.hints.policy.as_deref(), Some("perf"));
+        assert_eq!(h.hints.policy, Some(EnergyPolicy::Perf));
         assert_eq!(h.defer, Some(Duration::from_secs(7200)));
         let plain = ["WATTSON_ENERGY=min-energy", "WATTSON_ENERGY_SLOWDOWN=5", "WATTSON_CONFIG=/x"];
         assert_eq!(SubmitHints::from_env(plain).unwrap().hints.slowdown_pct, Some(5.0));

@@ -133,7 +133,7 @@ pub fn job_env(args: &PluginArgs, job_id: u32) -> Result<Option<Vec<(&'static st
     };
     match reply {
         Reply::Settings { decision, settings, .. } => {
-            let mut env = vec![("WATTSON_POLICY", decision.policy.clone())];
+            let mut env = vec![("WATTSON_POLICY", decision.policy.to_string())];
             if decision.by_model() {
                 let path = config.engine.progress_dir.join(job_id.to_string());
                 env.push(("WATTSON_PROGRESS_FILE", path.display().to_string()));

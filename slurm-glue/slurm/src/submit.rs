@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use super::hints::SubmitHints;
 use wattson_config::Config;
 use wattson_config::policy::Decision;
-use wattson_engine::{ModelTable, Policy as EnginePolicy};
+use wattson_engine::{ModelTable, Objective};
 
 /// The outcome for an accepted job.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +40,7 @@ pub fn decide<'a>(
     let mut admin_comment = format!("wattson:policy={}", decision.policy);
     match decision.engine {
         _ if !decision.by_model() => admin_comment.push_str(&format!(",power={}%", decision.power_pct)),
-        EnginePolicy::MinEnergy { max_slowdown } => {
+        Objective::MinEnergy { max_slowdown } => {
             admin_comment.push_str(&format!(",slowdown={}%", 100.0 * max_slowdown))
         }
         _ => {}
@@ -65,12 +65,12 @@ pub fn decide<'a>(
 
 /// `,tag=T,model=GPU:530W(-8.5%)` per GPU type the table knows the tag on, or
 /// `,model=none` (the node probes); nothing without a tag.
-fn model_note(models: &ModelTable, tag: Option<&str>, policy: EnginePolicy) -> String {
+fn model_note(models: &ModelTable, tag: Option<&str>, objective: Objective) -> String {
     let Some(tag) = tag else { return String::new() };
     let mut note = format!(",tag={tag}");
     let mut known = false;
     for gpu_type in models.gpu_types_with(tag) {
-        let d = models.decide(tag, gpu_type, policy);
+        let d = models.decide(tag, gpu_type, objective);
         if let Some(w) = d.setting {
             known = true;
             note.push_str(&format!(
@@ -168,6 +168,7 @@ impl CachedConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wattson_types::job::EnergyPolicy;
 
     fn config(text: &str) -> Config {
         Config::parse(text, "t.toml").unwrap()
@@ -181,7 +182,7 @@ mod tests {
         assert_eq!(d.admin_comment, "wattson:policy=min-energy,power=60%");
         assert_eq!((d.begin_time_s, d.message), (None, None));
         let d = decide([], "alice", 0, &Config::default(), &none).unwrap();
-        assert_eq!(d.decision.policy, "balanced");
+        assert_eq!(d.decision.policy, EnergyPolicy::Balanced);
         assert_eq!(d.admin_comment, "wattson:policy=balanced");
     }
 
@@ -238,14 +239,14 @@ mod tests {
         let path = dir.path().join("w.toml");
         let (mut cached, error) = CachedConfig::load(&path);
         assert!(error.is_none());
-        assert_eq!(cached.get().0.policy.default, "balanced");
+        assert_eq!(cached.get().0.policy.default, EnergyPolicy::Balanced);
         assert!(cached.get().1.is_empty());
         std::fs::write(&path, "[policy]\ndefault = \"perf\"\n").unwrap();
-        assert_eq!(cached.get().0.policy.default, "perf");
+        assert_eq!(cached.get().0.policy.default, EnergyPolicy::Perf);
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&path, "[policy]\ndefault = \"fastest\"\n").unwrap();
         let (config, _, error) = cached.get();
-        assert_eq!(config.policy.default, "perf");
+        assert_eq!(config.policy.default, EnergyPolicy::Perf);
         assert!(error.unwrap().contains("w.toml:2"));
     }
 }
