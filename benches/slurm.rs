@@ -70,8 +70,7 @@ fn main() {
     // SPANK round trips against a real daemon.
     let mut daemon = Node::h100(4);
     daemon.start();
-    let args =
-        PluginArgs { config: daemon.config.clone(), timeout: Some(Duration::from_secs(5)), test_panic: None };
+    let args = PluginArgs::new(daemon.config.clone(), Some(Duration::from_secs(5)));
     let (mut begin, mut end, mut status) = (Vec::new(), Vec::new(), Vec::new());
     for id in 1..=1000 {
         let job = NodeJob { job_id: id, uid: 1000, gpus: "0,1".into(), ..NodeJob::default() };

@@ -7,24 +7,16 @@ mod slurm_lab;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Node, assert_ok};
+use common::Node;
 use slurm_lab::{LabNode, LabOptions, SlurmLab};
 
 const MAX_W: u32 = 700_000;
 
-/// Builds the two plugins and installs them into `dir`.
+/// Builds the two plugins with their test-only hooks (the panic triggers below) and installs
+/// them into `dir`.
 fn install_plugins(dir: &Path) {
-    let cargo = env!("CARGO");
-    let out = std::process::Command::new(cargo)
-        .args(["build", "-p", "spank-wattson", "-p", "job-submit-wattson"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert_ok(&out);
-    let built = Path::new(env!("CARGO_BIN_EXE_wattsond")).parent().unwrap().to_path_buf();
-    for (lib, plugin) in
-        [("libspank_wattson.so", "spank_wattson.so"), ("libjob_submit_wattson.so", "job_submit_wattson.so")]
-    {
+    let built = common::build_plugins(true);
+    for (lib, plugin) in common::PLUGIN_LIBS.into_iter().zip(["spank_wattson.so", "job_submit_wattson.so"]) {
         slurm_lab::install_plugin(&built.join(lib), dir, plugin);
     }
 }

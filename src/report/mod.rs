@@ -12,27 +12,33 @@ pub mod units;
 
 use chrono::{Local, SecondsFormat, TimeZone, Utc};
 use serde_json::{Value, json};
+use strum::{EnumString, IntoStaticStr, VariantArray};
 
 pub use time::{TIME_FORMS, format_time, parse_time};
-use wattson_types::energy::MeterEvent;
 use wattson_types::job::JobRecord;
 
-/// A report column. Names (see [`Column::name`]) are matched case-insensitively.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A report column. Names (see [`Column::name`]) are matched case-insensitively; the variants
+/// are in the order `--helpformat` lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumString, IntoStaticStr, VariantArray)]
+#[strum(ascii_case_insensitive)]
 pub enum Column {
     /// `42`, `42.batch`, `42.0`.
+    #[strum(serialize = "JobID")]
     JobId,
     /// Job name.
     JobName,
     /// User name (the uid when the name is unknown).
     User,
     /// Numeric uid.
+    #[strum(serialize = "UID")]
     Uid,
     /// Node the record was taken on.
     NodeList,
     /// Number of GPUs.
+    #[strum(serialize = "NGPUs")]
     NGpus,
     /// GPU indices, e.g. `0,1`.
+    #[strum(serialize = "GPUs")]
     Gpus,
     /// Begin time.
     Start,
@@ -43,16 +49,22 @@ pub enum Column {
     /// `RUNNING` or `COMPLETED`.
     State,
     /// Total GPU energy, formatted like sacct's ConsumedEnergy.
+    #[strum(serialize = "GPUEnergy")]
     GpuEnergy,
     /// Total GPU energy in whole joules, like ConsumedEnergyRaw.
+    #[strum(serialize = "GPUEnergyRaw")]
     GpuEnergyRaw,
     /// Mean power per GPU over the elapsed time: energy / elapsed / NGPUs, in W.
+    #[strum(serialize = "AvgGPUPower")]
     AvgGpuPower,
     /// Highest power of any one of the job's GPUs, in W.
+    #[strum(serialize = "PeakGPUPower")]
     PeakGpuPower,
     /// Mean over the GPUs of each GPU's mean SM clock, in MHz.
+    #[strum(serialize = "AvgSMClock")]
     AvgSmClock,
     /// Mean over the GPUs of each GPU's mean utilisation, in percent.
+    #[strum(serialize = "GPUUtil")]
     GpuUtil,
     /// `counter`, `power` or `counter+power`.
     Method,
@@ -92,79 +104,51 @@ pub const DEFAULT_COLUMNS: [Column; 9] = [
 
 impl Column {
     /// Every column, in the order `--helpformat` lists them.
-    pub const ALL: [Column; 27] = [
-        Column::JobId,
-        Column::JobName,
-        Column::User,
-        Column::Uid,
-        Column::NodeList,
-        Column::NGpus,
-        Column::Gpus,
-        Column::Start,
-        Column::End,
-        Column::Elapsed,
-        Column::State,
-        Column::GpuEnergy,
-        Column::GpuEnergyRaw,
-        Column::AvgGpuPower,
-        Column::PeakGpuPower,
-        Column::AvgSmClock,
-        Column::GpuUtil,
-        Column::Method,
-        Column::Events,
-        Column::Policy,
-        Column::Tag,
-        Column::Setting,
-        Column::Probes,
-        Column::Progress,
-        Column::PredSlowdown,
-        Column::Slowdown,
-        Column::EnergySaved,
-    ];
+    pub const ALL: &'static [Column] = Column::VARIANTS;
 
     /// The column's name as printed in headers and accepted by [`Column::parse_list`].
     pub fn name(self) -> &'static str {
-        self.spec().0
+        self.into()
     }
 
-    /// Name, table width, left-aligned. Widths follow sacct's where it has the field
+    /// Table width, left-aligned. Widths follow sacct's where it has the field
     /// (JobID -12, JobName 10, User 9, UID 6, NodeList 15, Start/End 19, Elapsed/State 10,
     /// ConsumedEnergy 14, ConsumedEnergyRaw 17).
-    fn spec(self) -> (&'static str, usize, bool) {
+    fn spec(self) -> (usize, bool) {
         match self {
-            Column::JobId => ("JobID", 12, true),
-            Column::JobName => ("JobName", 10, false),
-            Column::User => ("User", 9, false),
-            Column::Uid => ("UID", 6, false),
-            Column::NodeList => ("NodeList", 15, false),
-            Column::NGpus => ("NGPUs", 5, false),
-            Column::Gpus => ("GPUs", 10, false),
-            Column::Start => ("Start", 19, false),
-            Column::End => ("End", 19, false),
-            Column::Elapsed => ("Elapsed", 10, false),
-            Column::State => ("State", 10, false),
-            Column::GpuEnergy => ("GPUEnergy", 14, false),
-            Column::GpuEnergyRaw => ("GPUEnergyRaw", 17, false),
-            Column::AvgGpuPower => ("AvgGPUPower", 11, false),
-            Column::PeakGpuPower => ("PeakGPUPower", 12, false),
-            Column::AvgSmClock => ("AvgSMClock", 10, false),
-            Column::GpuUtil => ("GPUUtil", 7, false),
-            Column::Method => ("Method", 13, false),
-            Column::Events => ("Events", 24, false),
-            Column::Policy => ("Policy", 10, false),
-            Column::Tag => ("Tag", 12, false),
-            Column::Setting => ("Setting", 8, false),
-            Column::Probes => ("Probes", 6, false),
-            Column::Progress => ("Progress", 11, false),
-            Column::PredSlowdown => ("PredSlowdown", 12, false),
-            Column::Slowdown => ("Slowdown", 8, false),
-            Column::EnergySaved => ("EnergySaved", 14, false),
+            Column::JobId => (12, true),
+            Column::JobName => (10, false),
+            Column::User => (9, false),
+            Column::Uid => (6, false),
+            Column::NodeList => (15, false),
+            Column::NGpus => (5, false),
+            Column::Gpus => (10, false),
+            Column::Start => (19, false),
+            Column::End => (19, false),
+            Column::Elapsed => (10, false),
+            Column::State => (10, false),
+            Column::GpuEnergy => (14, false),
+            Column::GpuEnergyRaw => (17, false),
+            Column::AvgGpuPower => (11, false),
+            Column::PeakGpuPower => (12, false),
+            Column::AvgSmClock => (10, false),
+            Column::GpuUtil => (7, false),
+            Column::Method => (13, false),
+            Column::Events => (24, false),
+            Column::Policy => (10, false),
+            Column::Tag => (12, false),
+            Column::Setting => (8, false),
+            Column::Probes => (6, false),
+            Column::Progress => (11, false),
+            Column::PredSlowdown => (12, false),
+            Column::Slowdown => (8, false),
+            Column::EnergySaved => (14, false),
         }
     }
 
     /// Parses one column name, case-insensitively.
     pub fn parse(s: &str) -> Option<Column> {
-        Column::ALL.into_iter().find(|c| c.name().eq_ignore_ascii_case(s.trim()))
+        s.trim().parse().ok()
     }
 
     /// Parses a comma-separated list like `--format JobID,User,GPUEnergy`. The error names
@@ -238,14 +222,14 @@ where
         Format::Table => {
             let row = |out: &mut String, cells: &mut dyn Iterator<Item = (Column, String)>| {
                 for (c, v) in cells {
-                    let (_, width, left) = c.spec();
+                    let (width, left) = c.spec();
                     out.push_str(&fit(&v, width, left));
                     out.push(' ');
                 }
                 out.push('\n');
             };
             row(&mut out, &mut columns.iter().map(|&c| (c, c.name().to_string())));
-            row(&mut out, &mut columns.iter().map(|&c| (c, "-".repeat(c.spec().1))));
+            row(&mut out, &mut columns.iter().map(|&c| (c, "-".repeat(c.spec().0))));
             for r in records {
                 row(&mut out, &mut columns.iter().map(|&c| (c, cell(r, c, now_ns, tz))));
             }
@@ -288,20 +272,12 @@ fn avg_util(r: &JobRecord) -> Option<f64> {
     mean(r.gpus.iter().map(|g| g.meter.avg_util_pct()))
 }
 
-fn event_name(e: &MeterEvent) -> &'static str {
-    match e {
-        MeterEvent::CounterReset { .. } => "counter-reset",
-        MeterEvent::GpuLost { .. } => "lost",
-        MeterEvent::GpuBack { .. } => "back",
-    }
-}
-
 /// `gpu1:counter-reset,gpu0:lost`, in GPU order then event order.
 fn events_text(r: &JobRecord) -> String {
     let all: Vec<String> = r
         .gpus
         .iter()
-        .flat_map(|g| g.meter.events.iter().map(move |e| format!("gpu{}:{}", g.index, event_name(e))))
+        .flat_map(|g| g.meter.events.iter().map(move |e| format!("gpu{}:{}", g.index, <&str>::from(e))))
         .collect();
     all.join(",")
 }

@@ -1,7 +1,7 @@
 use chrono::Utc;
 
 use super::*;
-use wattson_types::energy::{GpuMeter, GpuReading, Method};
+use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, Method};
 use wattson_types::job::{EnergyPolicy, Hints, JobGpu, JobKey, JobState};
 
 const S: i64 = 1_000_000_000;

@@ -296,6 +296,25 @@ pub fn fake_library() -> PathBuf {
         .expect("libfake_nvml.so is built with the tests (dev-dependency)")
 }
 
+/// The Slurm plugins' files as Cargo builds them.
+pub const PLUGIN_LIBS: [&str; 2] = ["libspank_wattson.so", "libjob_submit_wattson.so"];
+
+/// Builds the two Slurm plugins (dev profile) and returns the directory holding
+/// [`PLUGIN_LIBS`]. With `test_hooks`, they carry the test-only hooks (feature `test-hooks`)
+/// and are built in a target directory of their own (`<target>/test-hooks`), so that
+/// `target/debug` only ever holds plugins as production builds them.
+pub fn build_plugins(test_hooks: bool) -> PathBuf {
+    let target = Path::new(env!("CARGO_BIN_EXE_wattsond")).parent().and_then(Path::parent).unwrap();
+    let target = if test_hooks { target.join("test-hooks") } else { target.to_path_buf() };
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "-p", "spank-wattson", "-p", "job-submit-wattson", "--target-dir"]).arg(&target);
+    if test_hooks {
+        build.args(["--features", "spank-wattson/test-hooks,job-submit-wattson/test-hooks"]);
+    }
+    assert_ok(&build.current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap());
+    target.join("debug")
+}
+
 /// Relative difference |a-b|/b.
 pub fn rel_err(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs()

@@ -52,15 +52,19 @@ impl Method {
     }
 }
 
-/// Something unusual a meter saw; recorded with the job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Something unusual a meter saw; recorded with the job (as `counter-reset`, `gpu-lost`,
+/// `gpu-back`). Reports name them `counter-reset`, `lost`, `back` (`<&str>::from`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, IntoStaticStr)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum MeterEvent {
     /// The counter went backwards (driver reload); the gap was estimated from power.
+    #[strum(serialize = "counter-reset")]
     CounterReset { t_ns: i64, estimated_gap_mj: f64 },
     /// The GPU stopped answering; energy is counted up to the last good reading.
+    #[strum(serialize = "lost")]
     GpuLost { t_ns: i64 },
     /// The GPU answered again after being lost.
+    #[strum(serialize = "back")]
     GpuBack { t_ns: i64 },
 }
 
@@ -300,5 +304,18 @@ mod tests {
             assert_eq!(serde_json::from_str::<Method>(&format!("{stored:?}")).unwrap(), method);
         }
         assert!("counter-and-power".parse::<Method>().is_err());
+    }
+
+    #[test]
+    fn events_have_a_stored_name_and_a_short_report_name() {
+        let events = [
+            (MeterEvent::CounterReset { t_ns: 1, estimated_gap_mj: 2.0 }, "counter-reset", "counter-reset"),
+            (MeterEvent::GpuLost { t_ns: 1 }, "gpu-lost", "lost"),
+            (MeterEvent::GpuBack { t_ns: 1 }, "gpu-back", "back"),
+        ];
+        for (event, stored, report) in events {
+            assert_eq!(serde_json::to_value(&event).unwrap()["event"], stored);
+            assert_eq!(<&str>::from(&event), report);
+        }
     }
 }

@@ -47,7 +47,9 @@ pub fn guard<T>(entry: &str, fail_open: T, f: impl FnOnce() -> T) -> T {
 }
 
 /// Panics when the test-only trigger `WATTSON_TEST_PANIC` in the process environment (set by
-/// an admin for slurmctld) names `point`: how the tests prove a panic does not take Slurm down.
+/// the test for slurmctld) names `point`: how the tests prove a panic does not take Slurm down.
+/// Only with the `test-hooks` feature.
+#[cfg(feature = "test-hooks")]
 pub fn test_panic_trigger(point: &str) {
     if std::env::var("WATTSON_TEST_PANIC").is_ok_and(|v| v == point) {
         panic!("test panic at {point}");

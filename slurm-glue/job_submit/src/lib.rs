@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use wattson_slurm::submit::{self, CachedConfig};
 use wattson_slurm::sys::{self, job_desc_msg_t};
-use wattson_slurm_ffi::{error, guard, test_panic_trigger};
+use wattson_slurm_ffi::{error, guard};
 
 #[unsafe(no_mangle)]
 pub static plugin_name: [u8; 29] = *b"wattson GPU energy decisions\0";
@@ -104,12 +104,11 @@ pub unsafe extern "C" fn job_submit(
         // SAFETY: Slurm's arrays with their element counts.
         let mut env = unsafe { strings(job.spank_job_env, job.spank_job_env_size) };
         env.extend(unsafe { strings(job.environment, job.env_size) });
-        let name = if job.name.is_null() {
-            String::new()
-        } else {
-            unsafe { CStr::from_ptr(job.name) }.to_string_lossy().into_owned()
-        };
-        test_panic_trigger(&name);
+        #[cfg(feature = "test-hooks")]
+        if !job.name.is_null() {
+            // SAFETY: Slurm's NUL-terminated job name.
+            wattson_slurm_ffi::test_panic_trigger(&unsafe { CStr::from_ptr(job.name) }.to_string_lossy());
+        }
 
         let mut guard_config = CONFIG.lock().unwrap_or_else(|p| p.into_inner());
         let cached = guard_config.get_or_insert_with(|| CachedConfig::load(&config_path()).0);

@@ -10,8 +10,9 @@ use wattson_protocol::{ClientError, ErrorCode, JobBegin, Reply, Request};
 use wattson_types::gpu::GpuSetting;
 use wattson_types::job::{GpuRef, Hints, JobKey};
 
-/// The plugin's arguments in `plugstack.conf`: `config=PATH`, `timeout=DURATION`, and the
-/// test-only `test_panic=CALLBACK` (makes that callback panic, to prove Slurm survives it).
+/// The plugin's arguments in `plugstack.conf`: `config=PATH`, `timeout=DURATION`, and, only
+/// with the `test-hooks` feature, `test_panic=CALLBACK` (makes that callback panic, to prove
+/// Slurm survives it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginArgs {
     /// wattson's configuration file (for the daemon's socket and timeout).
@@ -19,22 +20,34 @@ pub struct PluginArgs {
     /// Overrides the configured request timeout.
     pub timeout: Option<Duration>,
     /// Test only: the callback that panics on purpose.
+    #[cfg(feature = "test-hooks")]
     pub test_panic: Option<String>,
 }
 
 impl Default for PluginArgs {
     fn default() -> Self {
-        PluginArgs { config: PathBuf::from(wattson_config::DEFAULT_PATH), timeout: None, test_panic: None }
+        PluginArgs::new(PathBuf::from(wattson_config::DEFAULT_PATH), None)
     }
 }
 
 impl PluginArgs {
+    /// The arguments `config=PATH` and, if given, `timeout=DURATION`.
+    pub fn new(config: PathBuf, timeout: Option<Duration>) -> PluginArgs {
+        PluginArgs {
+            config,
+            timeout,
+            #[cfg(feature = "test-hooks")]
+            test_panic: None,
+        }
+    }
+
     /// Parses `key=value` arguments; the error names the bad one.
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<PluginArgs, String> {
         let mut out = PluginArgs::default();
         for arg in args {
             match arg.split_once('=') {
                 Some(("config", path)) => out.config = PathBuf::from(path),
+                #[cfg(feature = "test-hooks")]
                 Some(("test_panic", point)) => out.test_panic = Some(point.to_string()),
                 Some(("timeout", t)) => {
                     out.timeout = Some(
@@ -168,11 +181,23 @@ mod tests {
     }
 
     #[test]
+    fn the_test_panic_hook_exists_only_with_the_test_hooks_feature() {
+        let parsed = PluginArgs::parse(["test_panic=job_prolog"]);
+        #[cfg(not(feature = "test-hooks"))]
+        assert!(
+            parsed.unwrap_err().starts_with("unknown plugin argument \"test_panic=job_prolog\""),
+            "a default build must refuse the test-only argument"
+        );
+        #[cfg(feature = "test-hooks")]
+        assert_eq!(parsed.unwrap().test_panic.as_deref(), Some("job_prolog"));
+    }
+
+    #[test]
     fn an_unreachable_daemon_is_an_error_not_a_hang() {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("w.toml");
         std::fs::write(&config, format!("[daemon]\nsocket = {:?}\n", dir.path().join("none.sock"))).unwrap();
-        let args = PluginArgs { config, timeout: Some(Duration::from_millis(200)), test_panic: None };
+        let args = PluginArgs::new(config, Some(Duration::from_millis(200)));
         let job = NodeJob { job_id: 1, gpus: "0".into(), ..NodeJob::default() };
         assert!(begin(&args, job).unwrap_err().contains("not reachable"));
         let no_gpus = NodeJob { job_id: 2, ..NodeJob::default() };

@@ -125,6 +125,7 @@ extern "C" fn on_option(val: c_int, optarg: *const c_char, remote: c_int) -> c_i
 pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     guard("slurm_spank_job_prolog", 0, || {
         let args = args(ac, av);
+        #[cfg(feature = "test-hooks")]
         if args.test_panic.as_deref() == Some("job_prolog") {
             panic!("test panic in job_prolog (plugin argument test_panic)");
         }
