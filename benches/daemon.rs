@@ -14,8 +14,6 @@ use common::Node;
 
 use fake_nvml::{Config, Sim};
 use wattson_gpu::{GpuBackend, NvmlBackend};
-use wattson_protocol::{JobBegin, Request};
-use wattson_types::job::{GpuRef, Hints, JobKey};
 
 const GPUS: u32 = 8;
 
@@ -32,15 +30,7 @@ fn main() {
             daemon.sim.set_load(gpu, 0.8).unwrap();
         }
         for job in 0..jobs {
-            let begin = JobBegin {
-                job: JobKey::job(job + 1),
-                uid: 1000,
-                user: None,
-                name: None,
-                gpus: vec![GpuRef::Index(job)],
-                hints: Hints::default(),
-            };
-            wattson_protocol::call(&daemon.socket, &Request::JobBegin(begin), Duration::from_secs(5))
+            wattson_protocol::call(&daemon.socket, &common::job_begin(job + 1, job), Duration::from_secs(5))
                 .unwrap();
         }
         std::thread::sleep(Duration::from_secs(2));

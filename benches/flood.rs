@@ -14,9 +14,9 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{NOBODY, Node};
-use wattson_protocol::{AcctFilter, JobBegin, Request};
-use wattson_types::job::{GpuRef, Hints, JobKey};
+use common::{NOBODY, Node, job_begin};
+use wattson_protocol::{AcctFilter, Request};
+use wattson_types::job::JobKey;
 
 const FLOODERS: usize = 64;
 const IDS: u32 = 900;
@@ -32,7 +32,7 @@ fn main() {
     node.start();
     for job in 0..2000 {
         let gpu = job % 4;
-        call(&node.socket, &begin(100_000 + job, gpu));
+        call(&node.socket, &job_begin(100_000 + job, gpu));
         call(&node.socket, &Request::JobEnd { job: JobKey::job(100_000 + job) });
     }
     let idle = time_pairs(&node.socket, 1);
@@ -63,17 +63,6 @@ fn main() {
     );
 }
 
-fn begin(job: u32, gpu: u32) -> Request {
-    Request::JobBegin(JobBegin {
-        job: JobKey::job(job),
-        uid: 1000,
-        user: None,
-        name: None,
-        gpus: vec![GpuRef::Index(gpu)],
-        hints: Hints::default(),
-    })
-}
-
 fn call(socket: &Path, request: &Request) {
     wattson_protocol::call(socket, request, Duration::from_secs(10)).expect("root call");
 }
@@ -83,7 +72,7 @@ fn time_pairs(socket: &Path, first: u32) -> (Duration, Duration) {
     let mut took: Vec<Duration> = (first..first + PAIRS)
         .map(|job| {
             let t = Instant::now();
-            call(socket, &begin(job, job % 4));
+            call(socket, &job_begin(job, job % 4));
             call(socket, &Request::JobEnd { job: JobKey::job(job) });
             t.elapsed() / 2
         })

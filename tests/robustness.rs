@@ -201,22 +201,13 @@ fn a_full_disk_refuses_new_jobs_loudly_and_loses_nothing_of_running_ones() {
 /// within 100 ms (p99), and the stuck GPU's job is recorded with the GPU lost.
 #[test]
 fn a_hung_gpu_stalls_only_its_own_jobs() {
-    use wattson_protocol::{JobBegin, Reply, Request};
-    use wattson_types::job::{GpuRef, Hints, JobKey};
+    use common::job_begin;
+    use wattson_protocol::{Reply, Request};
+    use wattson_types::job::JobKey;
 
     let mut node = Node::h100(4);
     node.start();
     let call = |request: &Request| wattson_protocol::call(&node.socket, request, Duration::from_secs(10));
-    let job_begin = |job: u32, gpu: u32| {
-        Request::JobBegin(JobBegin {
-            job: JobKey::job(job),
-            uid: 1000,
-            user: None,
-            name: None,
-            gpus: vec![GpuRef::Index(gpu)],
-            hints: Hints::default(),
-        })
-    };
     call(&job_begin(1, 0)).unwrap();
     node.sim.set_fault(0, Fault::Hang).unwrap();
     // Wait until the sampler has met the stuck GPU (status says so).

@@ -9,8 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fake_nvml::Sim;
-use wattson_protocol::{Reply, Request};
-use wattson_types::job::{JobKey, JobRecord};
+use wattson_protocol::{JobBegin, Reply, Request};
+use wattson_types::job::{GpuRef, Hints, JobKey, JobRecord};
 
 /// The uid of `nobody`, an unprivileged user that exists on Debian.
 pub const NOBODY: u32 = 65534;
@@ -323,4 +323,16 @@ pub fn rel_err(a: f64, b: f64) -> f64 {
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A `job_begin` request for `job`, owned by uid 1000, on GPU `gpu`, with no hints.
+pub fn job_begin(job: u32, gpu: u32) -> Request {
+    Request::JobBegin(JobBegin {
+        job: JobKey::job(job),
+        uid: 1000,
+        user: None,
+        name: None,
+        gpus: vec![GpuRef::Index(gpu)],
+        hints: Hints::default(),
+    })
 }

@@ -38,8 +38,9 @@ pub struct Core {
     node: String,
     policy: PolicyConfig,
     running: BTreeMap<JobKey, JobRecord>,
-    series_interval_ns: i64,
-    last_series_ns: i64,
+    series_interval: std::time::Duration,
+    /// When the last power series point was stored (monotonic).
+    last_series: Option<std::time::Duration>,
     /// GPUs whose restore failed and is retried at every sample.
     restores_pending: usize,
     /// Jobs whose power limit the DVFS models choose.
@@ -69,8 +70,8 @@ impl Core {
             node,
             policy: config.policy.clone(),
             running,
-            series_interval_ns: config.daemon.series_interval.as_nanos() as i64,
-            last_series_ns: 0,
+            series_interval: config.daemon.series_interval,
+            last_series: None,
             restores_pending: 0,
             prober: Prober::new(config.engine.clone()),
         };
@@ -269,7 +270,9 @@ impl Core {
             self.restores_pending = self.restore_orphans();
         }
         let now = self.now();
-        let with_series = now - self.last_series_ns >= self.series_interval_ns;
+        let mono = self.clock.monotonic();
+        let with_series =
+            self.last_series.is_none_or(|last| mono.saturating_sub(last) >= self.series_interval);
         let mut updates = Vec::with_capacity(self.running.len());
         let mut series = Vec::new();
         let mut job_energy = Vec::new();
@@ -304,7 +307,7 @@ impl Core {
                         warn!(job = %key, "running job has no running record in the store");
                     }
                     if with_series {
-                        self.last_series_ns = now;
+                        self.last_series = Some(mono);
                     }
                 }
                 Err(e) => warn!(error = %e, "cannot persist running meters; will retry next sample"),
