@@ -148,7 +148,9 @@ impl Core {
             self.end(&key)?;
         }
         let t = self.now();
-        let gpus: Vec<JobGpu> = indices.iter().map(|&index| self.begin_gpu(index, t)).collect();
+        let readings = self.backend.read_many(&indices);
+        let gpus: Vec<JobGpu> =
+            indices.iter().zip(readings).map(|(&index, reading)| self.begin_gpu(index, reading, t)).collect();
         let record = JobRecord {
             key: req.job.clone(),
             uid: req.uid,
@@ -197,9 +199,9 @@ impl Core {
         Ok(Reply::Settings { job: key.clone(), uid: record.uid, decision, settings })
     }
 
-    fn begin_gpu(&self, index: u32, t: i64) -> JobGpu {
+    fn begin_gpu(&self, index: u32, reading: Result<GpuReading, GpuError>, t: i64) -> JobGpu {
         let info = &self.backend.devices()[index as usize];
-        let meter = match self.backend.read(index) {
+        let meter = match reading {
             Ok(reading) => GpuMeter::begin(reading),
             Err(e) => {
                 warn!(gpu = index, error = %e, "GPU did not answer at job start");
@@ -235,8 +237,9 @@ impl Core {
             };
         };
         let mut end_ns = self.now();
-        for gpu in &mut record.gpus {
-            match self.backend.read(gpu.index) {
+        let indices: Vec<u32> = record.gpus.iter().map(|g| g.index).collect();
+        for (gpu, reading) in record.gpus.iter_mut().zip(self.backend.read_many(&indices)) {
+            match reading {
                 Ok(reading) => {
                     gpu.meter.advance(reading);
                     end_ns = end_ns.max(reading.t_ns);

@@ -73,19 +73,32 @@ impl GpuPool {
         })?
     }
 
-    /// Reads every GPU at once, each within the deadline; results by index.
-    pub fn read_all(&self) -> Vec<Result<GpuReading, GpuError>> {
-        let started: Vec<_> = (0..self.devices.len() as u32)
-            .map(|i| {
+    /// Runs `call` on each GPU of `indices` at once, each on its own thread within the
+    /// deadline; results in the order given.
+    pub fn each<T: Send + 'static>(
+        &self,
+        indices: &[u32],
+        call: impl Fn(&dyn GpuBackend, u32) -> Result<T, GpuError> + Clone + Send + 'static,
+    ) -> Vec<Result<T, GpuError>> {
+        let started: Vec<_> = indices
+            .iter()
+            .map(|&i| {
                 let (tx, rx) = sync_channel(1);
-                (self.start(i, move |b| b.read(i), tx), rx)
+                let call = call.clone();
+                (self.start(i, move |b| call(b, i), tx), rx)
             })
             .collect();
         started
             .into_iter()
-            .zip(0..)
-            .map(|((started, rx), i)| started.and_then(|()| self.wait(i, &rx)))
+            .zip(indices)
+            .map(|((started, rx), &i)| started.and_then(|()| self.wait(i, &rx)))
             .collect()
+    }
+
+    /// Reads every GPU at once, each within the deadline; results by index.
+    pub fn read_all(&self) -> Vec<Result<GpuReading, GpuError>> {
+        let all: Vec<u32> = (0..self.devices.len() as u32).collect();
+        self.each(&all, |b, i| b.read(i))
     }
 
     /// Queues `call` on GPU `index` with its result going to `tx`, without waiting.
@@ -126,6 +139,10 @@ impl GpuBackend for GpuPool {
 
     fn read(&self, index: u32) -> Result<GpuReading, GpuError> {
         self.call(index, move |b| b.read(index))
+    }
+
+    fn read_many(&self, indices: &[u32]) -> Vec<Result<GpuReading, GpuError>> {
+        self.each(indices, |b, i| b.read(i))
     }
 
     fn settings(&self, index: u32) -> Result<GpuSettings, GpuError> {

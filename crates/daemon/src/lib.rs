@@ -60,7 +60,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config)?;
     let owner = Owner::spawn(core);
     let reader = Reader::spawn(store_path, owner.clone())?;
-    let (mut sampler, status, metrics_text) = Sampler::new(pool.clone(), owner.clone(), node);
+    let (mut sampler, sampler_handle) = Sampler::new(pool.clone(), owner.clone(), node);
     let (access, unknown) = Access::resolve(&config.daemon.slurm_user, &config.daemon.admins);
     for name in unknown {
         warn!(user = %name, "configured user does not exist on this node; ignored");
@@ -69,7 +69,8 @@ pub async fn run(config: Config) -> Result<(), String> {
 
     // One sample before serving, so resumed jobs catch up and metrics are never empty.
     sampler.sample_once().await;
-    let services = Arc::new(Services { owner: owner.clone(), reader, status, access });
+    let services =
+        Arc::new(Services { owner: owner.clone(), reader, sampler: sampler_handle.clone(), access });
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(server::serve(listener, services, config.daemon.request_timeout));
     tasks.spawn(sampler.run(config.daemon.sample_interval));
@@ -78,7 +79,7 @@ pub async fn run(config: Config) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
         tasks.spawn(async move {
-            if let Err(e) = metrics::serve(listener, metrics_text).await {
+            if let Err(e) = metrics::serve(listener, sampler_handle).await {
                 error!(error = %e, "metrics endpoint stopped");
             }
         });

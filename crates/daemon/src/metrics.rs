@@ -1,10 +1,9 @@
 //! Prometheus `/metrics`: per-GPU gauges named like dcgm-exporter's, per-job energy.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use axum::Router;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::encoding::text::encode;
@@ -12,7 +11,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+
+use crate::sampler::SamplerHandle;
 
 use crate::core::Tick;
 use wattson_gpu::GpuInfo;
@@ -115,16 +115,25 @@ fn job_labels(key: &JobKey, gpu: u32) -> Labels {
     vec![("job", key.job_id.to_string()), ("step", key.step.clone()), ("gpu", gpu.to_string())]
 }
 
-/// Serves `/metrics` on a bound listener until the task is dropped; the body is the text the
-/// sampler last published.
-pub async fn serve(listener: TcpListener, published: watch::Receiver<Arc<str>>) -> std::io::Result<()> {
+/// Serves `/metrics` on a bound listener until the task is dropped; each scrape asks the
+/// sampler, which owns the metrics, to encode them.
+pub async fn serve(listener: TcpListener, sampler: SamplerHandle) -> std::io::Result<()> {
     let app = Router::new().route(
         "/metrics",
         get(move || {
-            let body = published.borrow().to_string();
+            let sampler = sampler.clone();
             async move {
-                ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
-                    .into_response()
+                match sampler.metrics().await {
+                    Some(body) => (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        body,
+                    )
+                        .into_response(),
+                    None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+                }
             }
         }),
     );

@@ -1,12 +1,13 @@
 //! The sampler: reads every GPU at each interval (each GPU on its own thread, within the
-//! deadline), hands the readings to the state owner, and publishes metrics. It also answers
-//! `status`: requests that arrive together share one round of GPU reads, so users asking for
-//! status cannot multiply the daemon's NVML calls.
+//! deadline), hands the readings to the state owner, and keeps the metrics. It also answers
+//! `status` (requests that arrive together share one round of GPU reads, so users asking for
+//! status cannot multiply the daemon's NVML calls) and `/metrics` scrapes (encoded only when
+//! asked for).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
 use tracing::warn;
 
@@ -16,20 +17,34 @@ use crate::owner::Owner;
 use wattson_gpu::GpuBackend;
 use wattson_protocol::{GpuStatus, Reply};
 
-/// Status requests waiting beyond this are refused as busy.
+/// Requests waiting beyond this are refused as busy.
 const QUEUE: usize = 256;
 
-/// A handle for asking the sampler for the node's status.
-#[derive(Clone)]
-pub struct StatusRequests {
-    requests: mpsc::Sender<oneshot::Sender<Reply>>,
+/// What the sampler is asked for.
+enum Ask {
+    Status(oneshot::Sender<Reply>),
+    Metrics(oneshot::Sender<String>),
 }
 
-impl StatusRequests {
-    /// The node's GPUs as read now (or by a read that started after this call), with their jobs.
+/// A handle for asking the sampler for the node's status or its metrics.
+#[derive(Clone)]
+pub struct SamplerHandle {
+    requests: mpsc::Sender<Ask>,
+}
+
+impl SamplerHandle {
+    /// The node's GPUs as read now (or by a read that started after this call), with their
+    /// jobs; `None` when too many requests are waiting.
     pub async fn status(&self) -> Option<Reply> {
         let (tx, rx) = oneshot::channel();
-        self.requests.try_send(tx).ok()?;
+        self.requests.try_send(Ask::Status(tx)).ok()?;
+        rx.await.ok()
+    }
+
+    /// The metrics in Prometheus' text format, as of the last sample.
+    pub async fn metrics(&self) -> Option<String> {
+        let (tx, rx) = oneshot::channel();
+        self.requests.try_send(Ask::Metrics(tx)).ok()?;
         rx.await.ok()
     }
 }
@@ -40,25 +55,18 @@ pub struct Sampler {
     owner: Owner,
     node: String,
     metrics: Metrics,
-    published: watch::Sender<Arc<str>>,
-    requests: mpsc::Receiver<oneshot::Sender<Reply>>,
+    requests: mpsc::Receiver<Ask>,
 }
 
 impl Sampler {
-    /// A sampler over `pool`; returns it with the status handle and the published metrics.
-    pub fn new(
-        pool: Arc<GpuPool>,
-        owner: Owner,
-        node: String,
-    ) -> (Sampler, StatusRequests, watch::Receiver<Arc<str>>) {
+    /// A sampler over `pool`, and the handle to ask it things.
+    pub fn new(pool: Arc<GpuPool>, owner: Owner, node: String) -> (Sampler, SamplerHandle) {
         let metrics = Metrics::new(&node, pool.devices());
-        let (published, metrics_text) = watch::channel(Arc::from(metrics.encode()));
         let (tx, requests) = mpsc::channel(QUEUE);
-        let sampler = Sampler { pool, owner, node, metrics, published, requests };
-        (sampler, StatusRequests { requests: tx }, metrics_text)
+        (Sampler { pool, owner, node, metrics, requests }, SamplerHandle { requests: tx })
     }
 
-    /// One sample now: read, advance the meters, publish metrics.
+    /// One sample now: read, advance the meters, update the metrics.
     pub async fn sample_once(&mut self) {
         let pool = self.pool.clone();
         let readings = match tokio::task::spawn_blocking(move || pool.read_all()).await {
@@ -66,15 +74,12 @@ impl Sampler {
             Err(e) => return warn!(error = %e, "GPU reads failed"),
         };
         match self.owner.sample(readings).await {
-            Ok(tick) => {
-                self.metrics.observe(&tick);
-                self.published.send_replace(Arc::from(self.metrics.encode()));
-            }
+            Ok(tick) => self.metrics.observe(&tick),
             Err(e) => warn!(error = %e, "cannot advance the meters"),
         }
     }
 
-    /// Samples every `every` and answers status requests, until the task is dropped.
+    /// Samples every `every` and answers requests, until the task is dropped.
     pub async fn run(mut self, every: Duration) {
         let mut interval = tokio::time::interval(every);
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -82,13 +87,20 @@ impl Sampler {
             tokio::select! {
                 _ = interval.tick() => self.sample_once().await,
                 Some(first) = self.requests.recv() => {
-                    let mut waiting = vec![first];
-                    while let Ok(more) = self.requests.try_recv() {
-                        waiting.push(more);
+                    let mut status = Vec::new();
+                    for ask in std::iter::once(first).chain(std::iter::from_fn(|| self.requests.try_recv().ok())) {
+                        match ask {
+                            Ask::Status(tx) => status.push(tx),
+                            Ask::Metrics(tx) => {
+                                let _ = tx.send(self.metrics.encode());
+                            }
+                        }
                     }
-                    let reply = self.status().await;
-                    for tx in waiting {
-                        let _ = tx.send(reply.clone());
+                    if !status.is_empty() {
+                        let reply = self.status().await;
+                        for tx in status {
+                            let _ = tx.send(reply.clone());
+                        }
                     }
                 }
             }
@@ -114,28 +126,23 @@ impl Sampler {
     }
 }
 
-/// Every GPU's reading, settings and processes (jobs are filled in by the caller).
+/// Every GPU's reading, settings and processes, one trip to each GPU's thread, all GPUs at
+/// once (jobs are filled in by the caller).
 fn read_status(pool: &GpuPool) -> Vec<GpuStatus> {
-    let readings = pool.read_all();
+    let all: Vec<u32> = pool.devices().iter().map(|d| d.index).collect();
+    let read = pool.each(&all, |b, i| {
+        let reading = b.read(i)?;
+        Ok((reading, b.settings(i).ok(), b.compute_processes(i).unwrap_or_default()))
+    });
     pool.devices()
         .iter()
-        .zip(readings)
-        .map(|(info, reading)| {
-            // A GPU that did not answer the read is not asked again.
-            let (settings, processes) = match &reading {
-                Ok(_) => {
-                    (pool.settings(info.index).ok(), pool.compute_processes(info.index).unwrap_or_default())
-                }
-                Err(_) => (None, Vec::new()),
+        .zip(read)
+        .map(|(info, read)| {
+            let (reading, error, settings, processes) = match read {
+                Ok((reading, settings, processes)) => (Some(reading), None, settings, processes),
+                Err(e) => (None, Some(e.to_string()), None, Vec::new()),
             };
-            GpuStatus {
-                info: info.clone(),
-                error: reading.as_ref().err().map(|e| e.to_string()),
-                reading: reading.ok(),
-                settings,
-                processes,
-                jobs: Vec::new(),
-            }
+            GpuStatus { info: info.clone(), error, reading, settings, processes, jobs: Vec::new() }
         })
         .collect()
 }

@@ -15,7 +15,7 @@ use tracing::{debug, warn};
 
 use crate::owner::Owner;
 use crate::reader::Reader;
-use crate::sampler::StatusRequests;
+use crate::sampler::SamplerHandle;
 use wattson_protocol::access::Access;
 use wattson_protocol::{Error, ErrorCode, Reply, Request, Response};
 
@@ -25,8 +25,8 @@ pub struct Services {
     pub owner: Owner,
     /// The acct reader.
     pub reader: Reader,
-    /// The sampler's status requests.
-    pub status: StatusRequests,
+    /// The sampler: status.
+    pub sampler: SamplerHandle,
     /// Who may do what.
     pub access: Access,
 }
@@ -120,7 +120,7 @@ async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
         Request::JobBegin(begin) => services.owner.begin(begin).await,
         Request::JobEnd { job } => services.owner.end(job).await,
         Request::Status => services
-            .status
+            .sampler
             .status()
             .await
             .ok_or_else(|| Error::new(ErrorCode::Busy, "too many status requests waiting; retry")),

@@ -57,6 +57,11 @@ pub trait GpuBackend: Send + Sync {
     /// Returns the SM clock to the driver's control.
     fn reset_locked_clocks(&self, index: u32) -> Result<(), GpuError>;
 
+    /// Reads several GPUs, results in the order given. Implementations may read them at once.
+    fn read_many(&self, indices: &[u32]) -> Vec<Result<GpuReading, GpuError>> {
+        indices.iter().map(|&i| self.read(i)).collect()
+    }
+
     /// Applies a setting.
     fn apply(&self, index: u32, setting: GpuSetting) -> Result<(), GpuError> {
         match setting {

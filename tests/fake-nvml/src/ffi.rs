@@ -76,35 +76,38 @@ fn handle_for(index: usize) -> nvmlDevice_t {
     std::ptr::without_provenance_mut(index + 1)
 }
 
-/// Blocks, outside the state lock, while GPU `index` has `Fault::Hang`.
-fn wait_while_hung(index: usize) -> R {
-    while locked(|_, st| Ok(st.gpus.get(index).is_some_and(|g| g.hung)))? {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    Ok(())
-}
-
 /// Runs `f` for a valid, present (not lost) device.
 fn with_device<T>(device: nvmlDevice_t, f: impl FnOnce(&Config, &GpuSpec, &mut GpuState) -> R<T>) -> R<T> {
     with_device_at(device, |cfg, spec, gs, _| f(cfg, spec, gs))
 }
 
 /// [`with_device`], also passing the instant (CLOCK_REALTIME ns) the state was advanced to.
+/// While the GPU has `Fault::Hang`, the call waits outside the state lock and looks again.
 fn with_device_at<T>(
     device: nvmlDevice_t,
     f: impl FnOnce(&Config, &GpuSpec, &mut GpuState, i64) -> R<T>,
 ) -> R<T> {
     let index = handle_index(device)?;
-    wait_while_hung(index)?;
-    locked(|cfg, st| {
-        let t_ns = st.t_ns;
-        let gs = st.gpus.get_mut(index).ok_or(INVALID)?;
-        let spec = cfg.spec(index).map_err(|_| UNKNOWN)?;
-        if gs.lost {
-            return Err(nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST);
+    let mut f = Some(f);
+    loop {
+        let done = locked(|cfg, st| {
+            let t_ns = st.t_ns;
+            let gs = st.gpus.get_mut(index).ok_or(INVALID)?;
+            if gs.hung {
+                return Ok(None);
+            }
+            let spec = cfg.spec(index).map_err(|_| UNKNOWN)?;
+            if gs.lost {
+                return Err(nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST);
+            }
+            let f = f.take().expect("called once: the loop ends when it runs");
+            f(cfg, &spec, gs, t_ns).map(Some)
+        })?;
+        match done {
+            Some(value) => return Ok(value),
+            None => std::thread::sleep(std::time::Duration::from_millis(20)),
         }
-        f(cfg, &spec, gs, t_ns)
-    })
+    }
 }
 
 /// Like `with_device`, for setters: the caller's effective uid must be privileged.
