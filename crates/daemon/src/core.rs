@@ -13,9 +13,10 @@ use tracing::{info, warn};
 
 use crate::adapt::{Changes, Prober};
 use crate::clock::Clock;
+use crate::enforce;
 use wattson_config::Config;
 use wattson_config::policy::{Decision, PolicyConfig};
-use wattson_gpu::{GpuBackend, GpuError};
+use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Reply};
 use wattson_store::{AcctQuery, BeginOutcome, Sample, Store};
 use wattson_types::energy::{GpuMeter, GpuReading};
@@ -34,7 +35,7 @@ pub struct Tick {
 pub struct Core {
     backend: Arc<dyn GpuBackend>,
     clock: Arc<dyn Clock>,
-    pub(crate) store: Store,
+    store: Store,
     node: String,
     policy: PolicyConfig,
     running: BTreeMap<JobKey, JobRecord>,
@@ -89,14 +90,22 @@ impl Core {
         self.running.contains_key(key)
     }
 
-    /// The GPU backend.
-    pub fn backend(&self) -> &dyn GpuBackend {
-        self.backend.as_ref()
+    /// The wall time now, in ns.
+    fn now(&self) -> i64 {
+        self.clock.wall_ns()
     }
 
-    /// The wall time now, in ns.
-    pub(crate) fn now(&self) -> i64 {
-        self.clock.wall_ns()
+    /// Journals and applies settings of `job`'s GPUs; returns what was applied.
+    fn apply_settings(&mut self, job: &JobKey, wanted: &[(u32, GpuSetting)]) -> Changes {
+        let now = self.now();
+        enforce::apply(self.backend.as_ref(), &mut self.store, job, wanted, now)
+    }
+
+    /// Returns to defaults every journaled GPU whose job is not running; returns how many
+    /// are still waiting to be restored.
+    pub fn restore_orphans(&mut self) -> usize {
+        let running = &self.running;
+        enforce::restore_orphans(self.backend.as_ref(), &mut self.store, |job| running.contains_key(job))
     }
 
     /// Records a job's start: reads its GPUs' counters and commits the record.
@@ -126,8 +135,10 @@ impl Core {
         if let Some(existing) = self.running.get(&req.job) {
             let same_gpus = existing.gpus.iter().map(|g| g.index).eq(indices.iter().copied());
             if existing.uid == req.uid && same_gpus {
-                let (decision, settings) =
-                    (self.decision_of(existing), self.settings_of(&JobKey::job(req.job.job_id)));
+                let (decision, settings) = (
+                    self.decision_of(existing),
+                    enforce::journaled(&self.store, &JobKey::job(req.job.job_id)),
+                );
                 return Ok(Reply::Begun { job: req.job, already_running: true, decision, settings });
             }
             return Err(Error::new(
@@ -172,14 +183,15 @@ impl Core {
         // Settings belong to the whole job; its steps run on them.
         let decision = self.decision_of(&record);
         let settings = if !record.key.step.is_empty() || (decision.by_model() && already_running) {
-            self.settings_of(&JobKey::job(record.key.job_id))
+            enforce::journaled(&self.store, &JobKey::job(record.key.job_id))
         } else if decision.by_model() {
             let info = &self.backend.devices()[record.gpus[0].index as usize];
             let now = self.now();
             let wanted = self.prober.begin(&record, &decision, info, &mut self.store, now);
             self.apply_settings(&record.key, &wanted)
         } else {
-            self.enforce(&record, &decision)
+            let wanted = enforce::fixed(self.backend.as_ref(), &record, &decision);
+            self.apply_settings(&record.key, &wanted)
         };
         self.running.insert(record.key.clone(), record);
         Ok(Reply::Begun { job: req.job, already_running, decision, settings })
@@ -195,7 +207,7 @@ impl Core {
     pub fn settings(&self, key: &JobKey) -> Result<Reply, Error> {
         let record = self.running.get(key).ok_or_else(|| not_running(key))?;
         let decision = self.decision_of(record);
-        let settings = self.settings_of(&JobKey::job(key.job_id));
+        let settings = enforce::journaled(&self.store, &JobKey::job(key.job_id));
         Ok(Reply::Settings { job: key.clone(), uid: record.uid, decision, settings })
     }
 

@@ -4,125 +4,123 @@
 //! cleared only once the GPU is back at its defaults. The journal is replayed at start-up,
 //! at shutdown and after every job end: any GPU changed for a job that is no longer running
 //! goes back to its defaults, so no GPU stays slowed by a dead job or a crashed daemon.
+//!
+//! Functions of the GPUs and the store they are handed; the state owner calls them.
 
 use tracing::{info, warn};
 
-use crate::core::Core;
+use crate::adapt::Changes;
 use wattson_config::policy::Decision;
-use wattson_gpu::GpuSetting;
-use wattson_store::GpuChange;
+use wattson_gpu::GpuBackend;
+use wattson_store::{GpuChange, Store};
 use wattson_types::job::{JobKey, JobRecord};
 
-impl Core {
-    /// Applies `decision`'s fixed setting to the GPUs of a job that just began; returns what
-    /// was applied. A GPU that refuses the setting keeps its defaults and the job runs anyway.
-    pub(super) fn enforce(&mut self, record: &JobRecord, decision: &Decision) -> Vec<(u32, GpuSetting)> {
-        let wanted: Vec<(u32, GpuSetting)> = record
-            .gpus
-            .iter()
-            .filter_map(|gpu| {
-                Some((gpu.index, decision.setting_for(&self.backend().devices()[gpu.index as usize])?))
-            })
-            .collect();
-        self.apply_settings(&record.key, &wanted)
-    }
+/// `decision`'s fixed setting for each GPU of `record` that has one.
+pub(crate) fn fixed(backend: &dyn GpuBackend, record: &JobRecord, decision: &Decision) -> Changes {
+    record
+        .gpus
+        .iter()
+        .filter_map(|gpu| Some((gpu.index, decision.setting_for(&backend.devices()[gpu.index as usize])?)))
+        .collect()
+}
 
-    /// Journals, then applies, settings of `job`'s GPUs; returns what was applied. A GPU that
-    /// refuses keeps (or returns to) its defaults.
-    pub(super) fn apply_settings(
-        &mut self,
-        job: &JobKey,
-        wanted: &[(u32, GpuSetting)],
-    ) -> Vec<(u32, GpuSetting)> {
-        let changes: Vec<GpuChange> = wanted
-            .iter()
-            .map(|&(gpu_index, setting)| GpuChange {
-                gpu_index,
-                uuid: self.backend().devices()[gpu_index as usize].uuid.clone(),
-                job: job.clone(),
-                setting,
-                applied_ns: self.now(),
-            })
-            .collect();
-        if changes.is_empty() {
-            return Vec::new();
-        }
-        if let Err(e) = self.store.journal_gpu_changes(&changes) {
-            warn!(job = %job, error = %e, "cannot journal GPU changes; leaving the GPUs as they are");
-            return Vec::new();
-        }
-        let mut applied = Vec::new();
-        let mut refused = Vec::new();
-        for change in changes {
-            match self.backend().apply(change.gpu_index, change.setting) {
-                Ok(()) => {
-                    info!(job = %job, gpu = change.gpu_index, setting = ?change.setting, "GPU setting applied");
-                    applied.push((change.gpu_index, change.setting));
-                }
-                Err(e) => {
-                    warn!(job = %job, gpu = change.gpu_index, error = %e, "GPU refused the setting; it goes back to its defaults");
-                    refused.push(change);
-                }
-            }
-        }
-        self.restore(&refused);
-        applied
+/// Journals, then applies, settings of `job`'s GPUs at `now`; returns what was applied. A GPU
+/// that refuses keeps (or returns to) its defaults, and the job runs anyway.
+pub(crate) fn apply(
+    backend: &dyn GpuBackend,
+    store: &mut Store,
+    job: &JobKey,
+    wanted: &[(u32, wattson_gpu::GpuSetting)],
+    now: i64,
+) -> Changes {
+    let changes: Vec<GpuChange> = wanted
+        .iter()
+        .map(|&(gpu_index, setting)| GpuChange {
+            gpu_index,
+            uuid: backend.devices()[gpu_index as usize].uuid.clone(),
+            job: job.clone(),
+            setting,
+            applied_ns: now,
+        })
+        .collect();
+    if changes.is_empty() {
+        return Vec::new();
     }
-
-    /// The settings journaled for `job`, by GPU.
-    pub(super) fn settings_of(&self, job: &JobKey) -> Vec<(u32, GpuSetting)> {
-        match self.store.gpu_changes() {
-            Ok(changes) => {
-                changes.into_iter().filter(|c| &c.job == job).map(|c| (c.gpu_index, c.setting)).collect()
+    if let Err(e) = store.journal_gpu_changes(&changes) {
+        warn!(job = %job, error = %e, "cannot journal GPU changes; leaving the GPUs as they are");
+        return Vec::new();
+    }
+    let mut applied = Vec::new();
+    let mut refused = Vec::new();
+    for change in changes {
+        match backend.apply(change.gpu_index, change.setting) {
+            Ok(()) => {
+                info!(job = %job, gpu = change.gpu_index, setting = ?change.setting, "GPU setting applied");
+                applied.push((change.gpu_index, change.setting));
             }
             Err(e) => {
-                warn!(error = %e, "cannot read the restore journal");
-                Vec::new()
+                warn!(job = %job, gpu = change.gpu_index, error = %e, "GPU refused the setting; it goes back to its defaults");
+                refused.push(change);
             }
         }
     }
+    restore(backend, store, &refused);
+    applied
+}
 
-    /// Returns to defaults every journaled GPU whose job is not running. Returns how many
-    /// GPUs are still waiting to be restored (their restore failed).
-    pub fn restore_orphans(&mut self) -> usize {
-        match self.store.gpu_changes() {
-            Ok(changes) => {
-                let orphans: Vec<GpuChange> =
-                    changes.into_iter().filter(|c| !self.is_running(&c.job)).collect();
-                self.restore(&orphans)
+/// The settings journaled for `job`, by GPU.
+pub(crate) fn journaled(store: &Store, job: &JobKey) -> Changes {
+    match store.gpu_changes() {
+        Ok(changes) => {
+            changes.into_iter().filter(|c| &c.job == job).map(|c| (c.gpu_index, c.setting)).collect()
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot read the restore journal");
+            Vec::new()
+        }
+    }
+}
+
+/// Returns to defaults every journaled GPU whose job is not running. Returns how many GPUs
+/// are still waiting to be restored (their restore failed).
+pub(crate) fn restore_orphans(
+    backend: &dyn GpuBackend,
+    store: &mut Store,
+    is_running: impl Fn(&JobKey) -> bool,
+) -> usize {
+    match store.gpu_changes() {
+        Ok(changes) => {
+            let orphans: Vec<GpuChange> = changes.into_iter().filter(|c| !is_running(&c.job)).collect();
+            restore(backend, store, &orphans)
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot read the restore journal");
+            0
+        }
+    }
+}
+
+/// Restores GPUs and clears their journal entries; returns how many could not be restored.
+fn restore(backend: &dyn GpuBackend, store: &mut Store, changes: &[GpuChange]) -> usize {
+    let mut done = Vec::new();
+    for change in changes {
+        // A different GPU at this index (hardware changed while the daemon was down) was
+        // never touched by wattson: only its journal entry goes.
+        let same_gpu =
+            backend.devices().get(change.gpu_index as usize).is_some_and(|d| d.uuid == change.uuid);
+        match if same_gpu { backend.restore_defaults(change.gpu_index) } else { Ok(()) } {
+            Ok(()) => {
+                info!(gpu = change.gpu_index, job = %change.job, "GPU back at its defaults");
+                done.push(change.gpu_index);
             }
             Err(e) => {
-                warn!(error = %e, "cannot read the restore journal");
-                0
+                warn!(gpu = change.gpu_index, job = %change.job, error = %e, "cannot restore GPU defaults; will retry")
             }
         }
     }
-
-    /// Restores GPUs and clears their journal entries; returns how many could not be restored.
-    fn restore(&mut self, changes: &[GpuChange]) -> usize {
-        let mut done = Vec::new();
-        for change in changes {
-            // A different GPU at this index (hardware changed while the daemon was down) was
-            // never touched by wattson: only its journal entry goes.
-            let same_gpu = self
-                .backend()
-                .devices()
-                .get(change.gpu_index as usize)
-                .is_some_and(|d| d.uuid == change.uuid);
-            match if same_gpu { self.backend().restore_defaults(change.gpu_index) } else { Ok(()) } {
-                Ok(()) => {
-                    info!(gpu = change.gpu_index, job = %change.job, "GPU back at its defaults");
-                    done.push(change.gpu_index);
-                }
-                Err(e) => {
-                    warn!(gpu = change.gpu_index, job = %change.job, error = %e, "cannot restore GPU defaults; will retry")
-                }
-            }
-        }
-        if let Err(e) = self.store.clear_gpu_changes(&done) {
-            warn!(error = %e, "GPUs restored but their journal entries remain; will retry");
-            return changes.len();
-        }
-        changes.len() - done.len()
+    if let Err(e) = store.clear_gpu_changes(&done) {
+        warn!(error = %e, "GPUs restored but their journal entries remain; will retry");
+        return changes.len();
     }
+    changes.len() - done.len()
 }
