@@ -114,7 +114,7 @@ fn only_root_or_slurm_user_may_begin_and_end_jobs() {
 }
 
 #[test]
-fn users_see_only_their_own_jobs_with_or_without_the_daemon() {
+fn users_see_only_their_own_jobs_and_read_nothing_without_the_daemon() {
     let mut node = Node::h100(2);
     node.start();
     node.begin("10", NOBODY, "0");
@@ -138,8 +138,13 @@ fn users_see_only_their_own_jobs_with_or_without_the_daemon() {
     let out = node.wattson_as(NOBODY, &["acct", "-u", "1000", "-S", "now-1hour"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("permission denied"));
 
+    // Without the daemon only root reads the store (it is private, mode 0600); a user is told
+    // why instead of reading every user's jobs from the file.
     node.stop();
-    assert_eq!(as_nobody(&node), vec!["10"], "direct store read after the daemon stopped");
+    let out = node.wattson_as(NOBODY, &["acct", "-S", "now-1hour", "-o", "JobID", "-P"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("wattsond is not running"), "{err}");
+    assert_eq!(ids(node.wattson(&["acct", "-S", "now-1hour", "-o", "JobID", "-P"])), vec!["10", "11"]);
 }
 
 /// A tmpfs of a given size mounted for the life of the value (lazily unmounted on drop).
@@ -149,7 +154,7 @@ impl Tmpfs {
     fn mount(at: &std::path::Path, size: &str) -> Tmpfs {
         std::fs::create_dir_all(at).unwrap();
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
             .arg(at)
             .status();
         assert!(

@@ -5,6 +5,7 @@ mod adapt;
 pub mod clock;
 pub mod core;
 mod enforce;
+pub mod files;
 pub mod gpus;
 pub mod metrics;
 pub mod owner;
@@ -48,13 +49,16 @@ pub fn run_blocking(config: Config) -> Result<(), String> {
 
 /// Runs the daemon until SIGTERM or SIGINT. Errors are start-up failures, worded for a person.
 pub async fn run(config: Config) -> Result<(), String> {
-    let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
-    info!(gpus = backend.devices().len(), driver = ?backend.driver_version(), "GPUs found");
-    let pool = Arc::new(GpuPool::new(Arc::new(backend), GPU_DEADLINE));
     let store_path = &config.daemon.store;
     if let Some(dir) = store_path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        files::check_trusted_dir(dir, "the store's directory")?;
     }
+    // Held until the process ends: one daemon per store, taken before anything is touched.
+    let _lock = files::lock_store(store_path)?;
+    let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
+    info!(gpus = backend.devices().len(), driver = ?backend.driver_version(), "GPUs found");
+    let pool = Arc::new(GpuPool::new(Arc::new(backend), GPU_DEADLINE));
     let store = Store::open(store_path).map_err(|e| format!("cannot open the store: {e}"))?;
     let node = config.node_name();
     let core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config)?;

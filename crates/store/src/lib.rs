@@ -180,11 +180,45 @@ fn set_persistent_wal(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
+/// Creates the store file readable and writable by its owner only, or takes an existing one
+/// (and its WAL and shared-memory files) back to that: every user's jobs are in it. SQLite
+/// creates the WAL and shared-memory files with the main file's mode.
+fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let private = std::fs::Permissions::from_mode(0o600);
+    let open = |path: &Path, create: bool| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    };
+    open(path, true)?.set_permissions(private.clone())?;
+    for suffix in ["-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        match open(Path::new(&name), false) {
+            Ok(file) => file.set_permissions(private.clone())?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 impl Store {
-    /// Opens or creates the store for writing (the daemon) and migrates it to
+    /// Opens or creates the store for writing (the daemon), private to its owner (mode 0600),
+    /// and migrates it to
     /// [`schema::SCHEMA_VERSION`]. Refuses a file from a newer wattson ([`StoreError::TooNew`])
     /// and a file that is not a SQLite database ([`StoreError::NotADatabase`]).
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        make_private(path).map_err(|e| StoreError::Open {
+            path: path.to_path_buf(),
+            source: rusqlite::Error::InvalidPath(format!("cannot make it private: {e}").into()),
+        })?;
         let mut conn = Connection::open(path).map_err(|e| open_error(path, e))?;
         let setup = |conn: &Connection| -> rusqlite::Result<()> {
             conn.busy_timeout(BUSY_TIMEOUT)?;

@@ -1,0 +1,115 @@
+//! Files the daemon (root) keeps: one daemon per store, and no directory a user could swap
+//! files in.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The exclusive lock on a store, held for the life of the daemon (released by the kernel
+/// when the process ends, however it ends).
+#[derive(Debug)]
+pub struct StoreLock {
+    _file: File,
+}
+
+/// The lock file beside `store`.
+pub fn lock_path(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Takes the store's lock, or says which daemon holds it: two daemons on one store would both
+/// meter and both restore the same GPUs.
+pub fn lock_store(store: &Path) -> Result<StoreLock, String> {
+    let path = lock_path(store);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| format!("cannot open the lock {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
+            return Err(format!(
+                "another wattsond{who} is using the store {}; stop it first (its lock: {})",
+                store.display(),
+                path.display()
+            ));
+        }
+        Err(TryLockError::Error(e)) => return Err(format!("cannot lock {}: {e}", path.display())),
+    }
+    let write_pid = |file: &mut File| -> std::io::Result<()> {
+        file.set_len(0)?;
+        file.rewind()?;
+        writeln!(file, "{}", std::process::id())
+    };
+    write_pid(&mut file).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(StoreLock { _file: file })
+}
+
+/// Refuses a directory where a user other than root (or the daemon's own user) could create,
+/// rename or replace files: the daemon would then write where a user chose.
+pub fn check_trusted_dir(dir: &Path, what: &str) -> Result<(), String> {
+    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot inspect {what} {}: {e}", dir.display()))?;
+    let euid = nix::unistd::geteuid().as_raw();
+    let trusted_owner = meta.uid() == 0 || meta.uid() == euid;
+    let writable_by_others = meta.mode() & 0o022 != 0;
+    if !trusted_owner || writable_by_others {
+        return Err(format!(
+            "{what} {} is writable by other users (owner uid {}, mode {:o}); use a directory only \
+             root can write, such as /var/lib/wattson",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_second_lock_names_the_first_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("w.db");
+        let first = lock_store(&store).unwrap();
+        let err = lock_store(&store).unwrap_err();
+        assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
+        drop(first);
+        lock_store(&store).unwrap();
+        let mode = std::fs::metadata(lock_path(&store)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn a_lock_path_that_is_a_symlink_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("w.db");
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), lock_path(&store)).unwrap();
+        assert!(lock_store(&store).is_err());
+        assert!(!dir.path().join("elsewhere").exists());
+    }
+
+    #[test]
+    fn a_directory_others_can_write_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        check_trusted_dir(dir.path(), "store directory").unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let err = check_trusted_dir(dir.path(), "store directory").unwrap_err();
+        assert!(err.contains("writable by other users") && err.contains("1777"), "{err}");
+    }
+}

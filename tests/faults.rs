@@ -1,0 +1,135 @@
+//! Faults of the node around the daemon (hardware changed across a restart, a second daemon,
+//! a store that cannot be written): each ends in a defined state, tested. See
+//! `docs/reliability.md` for the table of cases.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{NOBODY, Node, assert_ok};
+
+fn begin_capped(node: &Node, job: &str, gpus: &str) {
+    assert_ok(&node.wattson(&[
+        "job",
+        "begin",
+        "--job",
+        job,
+        "--uid",
+        "1000",
+        "--gpus",
+        gpus,
+        "--energy",
+        "min-energy",
+    ]));
+}
+
+fn limit_mw(node: &Node, gpu: u32) -> u32 {
+    node.sim.gpu_state(gpu).unwrap().power_limit_mw
+}
+
+/// 8 GPUs become 4 across a restart while jobs ran on GPUs 5 and 7: the daemon starts (no
+/// crash loop), the jobs on vanished GPUs are still closed with the energy they had and the GPU
+/// marked lost, and the remaining GPUs work.
+#[test]
+fn jobs_on_gpus_gone_across_a_restart_close_and_the_daemon_serves() {
+    let mut node = Node::h100(8);
+    node.start();
+    begin_capped(&node, "1", "7");
+    begin_capped(&node, "2", "5");
+    begin_capped(&node, "3", "1");
+    std::thread::sleep(Duration::from_millis(500));
+    node.kill9();
+
+    fake_nvml::Sim::create(node.sim.dir(), &fake_nvml::Config::uniform("H100", 4)).unwrap();
+    node.start();
+    assert_ok(&node.wattson(&["status"]));
+    for job in ["1", "2"] {
+        node.end(job);
+        let record = node.record(job);
+        assert!(record.gpus[0].meter.lost, "job {job}'s GPU is gone and says so: {record:?}");
+    }
+    node.end("3");
+    assert!(!node.record("3").gpus[0].meter.lost);
+    node.begin("4", 1000, "3");
+    node.end("4");
+    assert!(node.record("4").energy_j() > 0.0);
+}
+
+/// Two daemons on one store would both meter and restore the same GPUs: the second refuses to
+/// start, whatever socket it was given, and the first keeps its socket and its jobs' settings.
+#[test]
+fn a_second_daemon_on_the_same_store_refuses_to_start() {
+    let mut node = Node::h100(2);
+    node.start();
+    begin_capped(&node, "1", "0");
+    std::fs::remove_file(&node.socket).unwrap();
+
+    // Same store, another socket (the first one's file is gone, so nothing answers there).
+    let text = std::fs::read_to_string(&node.config).unwrap();
+    let second_socket = node.dir.path().join("second.sock");
+    let other = node.dir.path().join("second.toml");
+    std::fs::write(&other, text.replace(node.socket.to_str().unwrap(), second_socket.to_str().unwrap()))
+        .unwrap();
+    let mut second = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+        .arg("-c")
+        .arg(&other)
+        .env("WATTSON_FAKE_NVML_DIR", node.sim.dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while second.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = second.kill();
+            let out = second.wait_with_output().unwrap();
+            panic!("a second daemon started on the same store: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = second.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second daemon started on the same store: {err}");
+    assert!(err.contains("another wattsond") && err.contains(&node.pid().to_string()), "{err}");
+    assert!(!second_socket.exists(), "the refused daemon left a socket");
+    assert_eq!(limit_mw(&node, 0), 420_000, "the refused daemon touched the running job's GPU");
+}
+
+/// Every user's jobs are in the store: only root (and SlurmUser's group) may read the file, its
+/// WAL and its shared memory; a user asks the daemon, which shows them their own jobs.
+#[test]
+fn the_store_and_its_wal_are_private() {
+    let mut node = Node::h100(1);
+    node.start();
+    node.begin("1", 1000, "0");
+    node.end("1");
+    let db = node.store.to_str().unwrap().to_string();
+    for file in [db.clone(), format!("{db}-wal"), format!("{db}-shm")] {
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o007, 0, "{file} has mode {mode:o}: other users can read every job");
+    }
+    let out =
+        Command::new("head").args(["-c", "16"]).arg(&node.store).uid(NOBODY).gid(NOBODY).output().unwrap();
+    assert!(!out.status.success(), "nobody read the store: {:?}", String::from_utf8_lossy(&out.stdout));
+
+    // A private configuration that makes the user an admin and points at no daemon does not
+    // open the store either.
+    let text = std::fs::read_to_string(&node.config).unwrap();
+    let own = node.dir.path().join("mine.toml");
+    let text = text.replace(node.socket.to_str().unwrap(), "/nonexistent/wattsond.sock");
+    std::fs::write(&own, text.replacen("[daemon]\n", "[daemon]\nadmins = [\"nobody\"]\n", 1)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wattson"))
+        .arg("-c")
+        .arg(&own)
+        .args(["acct", "-j", "1", "-o", "JobID", "-P"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains('1'));
+}
