@@ -9,21 +9,15 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{NOBODY, Node, assert_ok};
+use common::{NOBODY, Node, Tmpfs, assert_ok};
+
+fn begin_with(node: &Node, job: &str, gpus: &str, policy: &str) {
+    let args = ["job", "begin", "--job", job, "--uid", "1000", "--gpus", gpus, "--energy", policy];
+    assert_ok(&node.wattson(&args));
+}
 
 fn begin_capped(node: &Node, job: &str, gpus: &str) {
-    assert_ok(&node.wattson(&[
-        "job",
-        "begin",
-        "--job",
-        job,
-        "--uid",
-        "1000",
-        "--gpus",
-        gpus,
-        "--energy",
-        "min-energy",
-    ]));
+    begin_with(node, job, gpus, "min-energy");
 }
 
 fn limit_mw(node: &Node, gpu: u32) -> u32 {
@@ -132,4 +126,43 @@ fn the_store_and_its_wal_are_private() {
         .unwrap();
     assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(!String::from_utf8_lossy(&out.stdout).contains('1'));
+}
+
+/// The disk fills while a capped job runs. Its end still returns the GPU to its defaults (the
+/// next job runs at full power), the caller is told the end is not recorded yet, and once space
+/// returns the record is written with the energy up to the real end, not the next job's.
+#[test]
+fn a_full_store_never_keeps_a_gpu_capped_and_the_end_is_recorded_later() {
+    let mut node = Node::h100(1);
+    let db_dir = node.store.parent().unwrap().to_path_buf();
+    let disk = Tmpfs::mount(&db_dir, "8m");
+    node.start();
+    node.sim.set_load(0, 0.9).unwrap();
+    let t0 = wattson_types::now_ns();
+    begin_capped(&node, "1", "0");
+    let begin = common::Bracket(t0, wattson_types::now_ns());
+    assert_eq!(limit_mw(&node, 0), 420_000);
+    let filler = disk.fill();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let t0 = wattson_types::now_ns();
+    let out = node.wattson(&["job", "end", "--job", "1"]);
+    let end = common::Bracket(t0, wattson_types::now_ns());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("cannot be recorded yet"), "{err}");
+    assert_eq!(limit_mw(&node, 0), 700_000, "the GPU stayed capped because the store was full");
+
+    // Space returns; the end is written at the next sample. Then a job runs on the same GPU.
+    std::fs::remove_file(&filler).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let record = node.record("1");
+    assert_eq!(record.state, wattson_types::job::JobState::Completed);
+    common::assert_exact(&node, &record, begin, end, 0.001);
+    node.sim.set_load(0, 1.0).unwrap();
+    begin_with(&node, "2", "0", "perf");
+    assert_eq!(limit_mw(&node, 0), 700_000, "a perf job after the full disk runs uncapped");
+    std::thread::sleep(Duration::from_millis(500));
+    node.end("2");
+    assert_eq!(node.record("1").energy_j(), record.energy_j(), "job 1 absorbed job 2's energy");
+    assert_ok(&node.wattson(&["job", "end", "--job", "1"]));
 }

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{NOBODY, Node, assert_ok};
+use common::{NOBODY, Node, Tmpfs, assert_ok};
 use fake_nvml::Fault;
 
 fn raw(node: &Node, bytes: &[u8]) -> String {
@@ -147,45 +147,16 @@ fn users_see_only_their_own_jobs_and_read_nothing_without_the_daemon() {
     assert_eq!(ids(node.wattson(&["acct", "-S", "now-1hour", "-o", "JobID", "-P"])), vec!["10", "11"]);
 }
 
-/// A tmpfs of a given size mounted for the life of the value (lazily unmounted on drop).
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &std::path::Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(at).unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
-            .arg(at)
-            .status();
-        assert!(
-            status.is_ok_and(|s| s.success()),
-            "mounting a tmpfs needs root (the test harness runs as root)"
-        );
-        Tmpfs(at.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_full_disk_refuses_new_jobs_loudly_and_loses_nothing_of_running_ones() {
     let mut node = Node::h100(2);
     let db_dir = node.store.parent().unwrap().to_path_buf();
-    let _disk = Tmpfs::mount(&db_dir, "8m");
+    let disk = Tmpfs::mount(&db_dir, "8m");
     node.start();
     node.sim.set_load(0, 0.7).unwrap();
     let begin = node.begin("1", 1000, "0");
 
-    // Fill the disk.
-    let filler = db_dir.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let chunk = vec![0u8; 64 * 1024];
-    while f.write_all(&chunk).is_ok() {}
-    drop(f);
+    let filler = disk.fill();
     std::thread::sleep(Duration::from_millis(600)); // samples fail to persist meanwhile
 
     let out = node.wattson(&["job", "begin", "--job", "2", "--uid", "1000", "--gpus", "1"]);

@@ -336,3 +336,38 @@ pub fn job_begin(job: u32, gpu: u32) -> Request {
         hints: Hints::default(),
     })
 }
+
+/// A tmpfs of a given size (mode 0755) mounted for the life of the value (lazily unmounted on
+/// drop): a disk that fills up.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn mount(at: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
+            .arg(at)
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "mounting a tmpfs needs root (the test harness runs as root)"
+        );
+        Tmpfs(at.to_path_buf())
+    }
+
+    /// Fills the file system with one file; deleting the returned path frees the space.
+    pub fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let filler = self.0.join("filler");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        filler
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}

@@ -44,6 +44,9 @@ pub struct Core {
     last_series: Option<std::time::Duration>,
     /// GPUs whose restore failed and is retried at every sample.
     restores_pending: usize,
+    /// Jobs that ended (final readings taken, GPUs restored) whose end the store refused;
+    /// written at every sample until it accepts them.
+    unrecorded_ends: BTreeMap<JobKey, JobRecord>,
     /// Jobs whose power limit the DVFS models choose.
     prober: Prober,
 }
@@ -74,6 +77,7 @@ impl Core {
             series_interval: config.daemon.series_interval,
             last_series: None,
             restores_pending: 0,
+            unrecorded_ends: BTreeMap::new(),
             prober: Prober::new(config.engine.clone()),
         };
         core.restores_pending = core.restore_orphans();
@@ -240,6 +244,9 @@ impl Core {
                 }
             }
         }
+        if self.unrecorded_ends.contains_key(key) {
+            return self.record_end(key);
+        }
         let Some(mut record) = self.running.get(key).cloned() else {
             let query = AcctQuery { jobs: vec![key.clone()], ..AcctQuery::default() };
             let done = self.store.query(&query).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
@@ -266,16 +273,39 @@ impl Core {
             let now = self.now();
             record.dvfs = self.prober.end(&record, &mut self.store, now).map(Box::new);
         }
-        let stored = self
-            .store
-            .end_job(key, end_ns, &record.gpus)
-            .map_err(|e| Error::new(ErrorCode::Store, format!("job {key}: cannot record the end: {e}")))?;
+        // The job has ended whether or not the store takes the record now: its GPUs go back
+        // to their defaults first, and the record is kept until it is written.
+        record.end_ns = Some(end_ns);
         self.running.remove(key);
-        info!(job = %key, energy_j = stored.energy_j(), "job ended");
+        self.unrecorded_ends.insert(key.clone(), record);
         if key.step.is_empty() {
             self.restores_pending = self.restore_orphans();
         }
-        Ok(Reply::Ended { record: stored })
+        self.record_end(key)
+    }
+
+    /// Writes the end of `key` (an entry of `unrecorded_ends`) to the store. On failure the
+    /// entry stays, to be written at the next sample.
+    fn record_end(&mut self, key: &JobKey) -> Result<Reply, Error> {
+        let record = &self.unrecorded_ends[key];
+        let end_ns = record.end_ns.unwrap_or_default();
+        match self.store.end_job(key, end_ns, &record.gpus) {
+            Ok(stored) => {
+                self.unrecorded_ends.remove(key);
+                info!(job = %key, energy_j = stored.energy_j(), "job ended");
+                Ok(Reply::Ended { record: stored })
+            }
+            Err(e) => {
+                warn!(job = %key, error = %e, "cannot record a job's end; kept, retried at every sample");
+                Err(Error::new(
+                    ErrorCode::Store,
+                    format!(
+                        "job {key}: ended and its GPUs restored, but the end cannot be recorded yet \
+                         ({e}); it is kept and recorded as soon as the store accepts it"
+                    ),
+                ))
+            }
+        }
     }
 
     /// Advances every running job's meters with one reading of every GPU (by index) and
@@ -283,6 +313,10 @@ impl Core {
     pub fn sample(&mut self, readings: Vec<Result<GpuReading, GpuError>>) -> Tick {
         if self.restores_pending > 0 {
             self.restores_pending = self.restore_orphans();
+        }
+        let unrecorded: Vec<JobKey> = self.unrecorded_ends.keys().cloned().collect();
+        for key in unrecorded {
+            let _ = self.record_end(&key);
         }
         let now = self.now();
         let mono = self.clock.monotonic();
