@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use self::clock::SystemClock;
 use self::core::Core;
@@ -39,6 +39,7 @@ pub const GPU_DEADLINE: Duration = Duration::from_secs(2);
 /// Runs the daemon on its own runtime until SIGTERM or SIGINT. Errors are start-up failures,
 /// worded for a person.
 pub fn run_blocking(config: Config) -> Result<(), String> {
+    raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -47,8 +48,21 @@ pub fn run_blocking(config: Config) -> Result<(), String> {
     runtime.block_on(run(config))
 }
 
+/// Raises the soft limit on open files to the hard one: connections are capped per user
+/// ([`server::CONNECTIONS_PER_USER`]), and the rest of the limit is headroom for Slurm's calls.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        warn!(error = %e, soft, hard, "cannot raise the open files limit");
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. Errors are start-up failures, worded for a person.
 pub async fn run(config: Config) -> Result<(), String> {
+    server::check_free(&config.daemon.socket)?;
     let store_path = &config.daemon.store;
     if let Some(dir) = store_path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -82,11 +96,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
-        tasks.spawn(async move {
-            if let Err(e) = metrics::serve(listener, sampler_handle).await {
-                error!(error = %e, "metrics endpoint stopped");
-            }
-        });
+        tasks.spawn(metrics::serve(listener, sampler_handle));
         info!(%addr, "serving /metrics");
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);

@@ -1,16 +1,22 @@
 //! Prometheus `/metrics`: per-GPU gauges named like dcgm-exporter's, per-job energy.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
 
 use crate::sampler::SamplerHandle;
 
@@ -20,6 +26,12 @@ use wattson_types::job::JobKey;
 
 type Labels = Vec<(&'static str, String)>;
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
+
+/// How long one scrape connection may last, request and answer together.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Most scrape connections open at once.
+pub const SCRAPE_CONNECTIONS: usize = 32;
 
 /// The daemon's metrics.
 pub struct Metrics {
@@ -116,8 +128,10 @@ fn job_labels(key: &JobKey, gpu: u32) -> Labels {
 }
 
 /// Serves `/metrics` on a bound listener until the task is dropped; each scrape asks the
-/// sampler, which owns the metrics, to encode them.
-pub async fn serve(listener: TcpListener, sampler: SamplerHandle) -> std::io::Result<()> {
+/// sampler, which owns the metrics, to encode them. One request per connection, each within
+/// [`SCRAPE_TIMEOUT`], at most [`SCRAPE_CONNECTIONS`] at once: a half-sent request cannot
+/// hold a connection.
+pub async fn serve(listener: TcpListener, sampler: SamplerHandle) {
     let app = Router::new().route(
         "/metrics",
         get(move || {
@@ -137,7 +151,31 @@ pub async fn serve(listener: TcpListener, sampler: SamplerHandle) -> std::io::Re
             }
         }),
     );
-    axum::serve(listener, app).await
+    let slots = Arc::new(Semaphore::new(SCRAPE_CONNECTIONS));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                warn!(error = %e, "metrics: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Over the limit the connection is closed at once: scrapers retry, nothing piles up.
+        let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(SCRAPE_TIMEOUT)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            if tokio::time::timeout(SCRAPE_TIMEOUT, connection).await.is_err() {
+                debug!("metrics: connection closed after {SCRAPE_TIMEOUT:?}");
+            }
+            drop(slot);
+        });
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! Each connection carries one request. A slow or silent client times out without affecting
 //! anyone else; a malformed request gets a one-line error with a code.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,11 +32,17 @@ pub struct Services {
     pub access: Access,
 }
 
-/// Binds the socket at `path`, refusing if another daemon answers there.
-pub fn bind(path: &Path) -> Result<UnixListener, String> {
+/// Refuses a socket path where another daemon answers.
+pub fn check_free(path: &Path) -> Result<(), String> {
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
         return Err(format!("another wattsond is already listening on {}", path.display()));
     }
+    Ok(())
+}
+
+/// Binds the socket at `path`, refusing if another daemon answers there.
+pub fn bind(path: &Path) -> Result<UnixListener, String> {
+    check_free(path)?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
@@ -53,28 +60,98 @@ pub fn bind(path: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
-/// Serves connections until the task is dropped.
-pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Duration) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let services = services.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = handle(stream, &services, timeout).await {
-                        debug!(error = %e, "connection ended with an error");
-                    }
-                });
-            }
-            Err(e) => {
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+/// Most connections one unprivileged user may hold open at once; more are refused at accept.
+pub const CONNECTIONS_PER_USER: usize = 16;
+
+/// Most connections all unprivileged users together may hold open at once.
+pub const USER_CONNECTIONS: usize = 256;
+
+/// Open connections by unprivileged uid. Owned by the accept loop; each connection's task
+/// reports its end through a channel.
+#[derive(Default)]
+struct Open {
+    by_uid: HashMap<u32, usize>,
+    total: usize,
+}
+
+impl Open {
+    /// Takes a slot for `uid`, or says why not.
+    fn admit(&mut self, uid: u32) -> Result<(), String> {
+        let mine = self.by_uid.entry(uid).or_default();
+        if *mine >= CONNECTIONS_PER_USER {
+            return Err(format!(
+                "uid {uid} already has {CONNECTIONS_PER_USER} connections open; retry later"
+            ));
+        }
+        if self.total >= USER_CONNECTIONS {
+            return Err(format!("{USER_CONNECTIONS} user connections open; retry later"));
+        }
+        *mine += 1;
+        self.total += 1;
+        Ok(())
+    }
+
+    fn release(&mut self, uid: u32) {
+        if let Some(n) = self.by_uid.get_mut(&uid) {
+            *n -= 1;
+            self.total -= 1;
+            if *n == 0 {
+                self.by_uid.remove(&uid);
             }
         }
     }
 }
 
-async fn handle(stream: UnixStream, services: &Services, timeout: Duration) -> std::io::Result<()> {
-    let uid = stream.peer_cred()?.uid();
+/// Serves connections until the task is dropped. Root and SlurmUser are always served; other
+/// users are held to [`CONNECTIONS_PER_USER`] and together to [`USER_CONNECTIONS`] open
+/// connections, so no user can take the file descriptors or the tasks that Slurm's calls need.
+pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Duration) {
+    let mut open = Open::default();
+    let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(uid) = stream.peer_cred().map(|c| c.uid()) else { continue };
+        let counted = !services.access.is_privileged(uid);
+        if counted {
+            while let Ok(done) = closed_rx.try_recv() {
+                open.release(done);
+            }
+            if let Err(why) = open.admit(uid) {
+                debug!(uid, "connection refused: {why}");
+                refuse(&stream, why);
+                continue;
+            }
+        }
+        let services = services.clone();
+        let closed = closed_tx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = handle(stream, uid, &services, timeout).await {
+                debug!(error = %e, "connection ended with an error");
+            }
+            if counted {
+                let _ = closed.send(uid);
+            }
+        });
+    }
+}
+
+/// Tells a refused client why, if its socket takes the line at once, and closes.
+fn refuse(stream: &UnixStream, why: String) {
+    let response: Response = Err(Error::new(ErrorCode::Busy, why));
+    if let Ok(mut line) = serde_json::to_vec(&response) {
+        line.push(b'\n');
+        let _ = stream.try_write(&line);
+    }
+}
+
+async fn handle(stream: UnixStream, uid: u32, services: &Services, timeout: Duration) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let limit = wattson_protocol::MAX_REQUEST_BYTES as u64 + 1;

@@ -96,15 +96,23 @@ fn build(q: &AcctQuery, full_scan: bool) -> (String, Vec<Value>) {
         format!("SELECT {JOB_COLS} FROM jobs{} WHERE 1", if full_scan { " NOT INDEXED" } else { "" });
     let mut params = Vec::new();
     if !q.jobs.is_empty() {
+        // The keys travel as two JSON arrays (one parameter each), so the statement's size does
+        // not grow with their number.
+        let (jobs, steps): (Vec<&JobKey>, Vec<&JobKey>) = q.jobs.iter().partition(|k| k.step.is_empty());
         let mut terms = Vec::new();
-        for key in &q.jobs {
-            params.push(Value::Integer(key.job_id.into()));
-            if key.step.is_empty() {
-                terms.push("job_id = ?");
-            } else {
-                params.push(Value::Text(key.step.clone()));
-                terms.push("(job_id = ? AND step = ?)");
-            }
+        if !jobs.is_empty() {
+            terms.push("job_id IN (SELECT value FROM json_each(?))");
+            let ids: Vec<u32> = jobs.iter().map(|k| k.job_id).collect();
+            params.push(Value::Text(serde_json::Value::from(ids).to_string()));
+        }
+        if !steps.is_empty() {
+            terms.push(
+                "(job_id, step) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') \
+                 FROM json_each(?))",
+            );
+            let pairs: Vec<serde_json::Value> =
+                steps.iter().map(|k| serde_json::json!([k.job_id, k.step])).collect();
+            params.push(Value::Text(serde_json::Value::from(pairs).to_string()));
         }
         sql.push_str(&format!(" AND ({})", terms.join(" OR ")));
     }

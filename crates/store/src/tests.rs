@@ -299,6 +299,25 @@ fn report_queries_use_the_indexes() {
     assert!(st.query_plan(&q).unwrap().contains("jobs_by_begin"), "{}", st.query_plan(&q).unwrap());
 }
 
+/// `sacct -j` with thousands of ids (a job id names the job and its steps): one statement of fixed size, whatever the number of keys
+/// (an `OR` per key failed beyond ~1,000 with "Expression tree is too large").
+#[test]
+fn thousands_of_job_ids_in_one_query() {
+    let (_d, path) = tmp();
+    let mut st = Store::open(&path).unwrap();
+    for job in 1..=30 {
+        st.begin_job(&rec(job, "", 7, i64::from(job), &[0])).unwrap();
+    }
+    st.begin_job(&rec(5, "0", 7, 5, &[0])).unwrap();
+    st.begin_job(&rec(6, "0", 7, 6, &[0])).unwrap();
+    let mut jobs: Vec<JobKey> = (1..=5000).map(|j| JobKey::job(j * 3)).collect();
+    jobs.push(JobKey { job_id: 5, step: "0".into() });
+    jobs.extend((0..2000).map(|s| JobKey { job_id: 9999, step: s.to_string() }));
+    let found = st.query(&AcctQuery { jobs, ..Default::default() }).unwrap();
+    let keys: Vec<String> = found.iter().map(|r| r.key.to_string()).collect();
+    assert_eq!(keys, ["3", "5.0", "6", "6.0", "9", "12", "15", "18", "21", "24", "27", "30"]);
+}
+
 const CHILD_ENV: &str = "WATTSON_STORE_DURABILITY_CHILD";
 
 /// Not a test on its own: the child half of `end_job_is_durable_when_it_returns`.
