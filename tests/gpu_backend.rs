@@ -25,6 +25,7 @@ fn the_nvml_backend_reads_resolves_and_validates_settings() {
     assert_eq!(d[0].sm_clocks_mhz.first(), Some(&1410));
     assert!(d[0].sm_clocks_mhz.len() > 16 && d[0].mem_clocks_mhz.len() == 1);
     assert_ne!(d[0].uuid, d[1].uuid);
+    assert_eq!((d[0].minor_number, d[1].minor_number), (Some(0), Some(1)));
 
     // Lookups by index, UUID and PCI bus id (long and short forms).
     assert_eq!(gpus.resolve(&GpuRef::Id(d[1].uuid.clone())), Ok(1));

@@ -105,3 +105,24 @@ fn a_gpu_that_refuses_the_setting_runs_the_job_at_defaults() {
     node.end("3");
     assert_eq!(node.record("3").state, wattson_types::job::JobState::Completed);
 }
+
+/// Slurm numbers GPUs by the minor number of `/dev/nvidiaN`; NVML enumerates in PCI order,
+/// which can differ. Here the minors run backwards: Slurm's GPU 0 is NVML's GPU 3, and that is
+/// the GPU the job is metered and capped on.
+#[test]
+fn slurm_gpu_numbers_are_minor_numbers_not_nvml_indices() {
+    let mut gpus = fake_nvml::Config::uniform("H100", 4);
+    for (i, gpu) in gpus.gpu.iter_mut().enumerate() {
+        gpu.minor_number = Some(3 - i as u32);
+    }
+    let mut node = Node::new(gpus, "200ms");
+    node.start();
+    begin_with(&node, "1", "0", "min-energy");
+    let limits: Vec<u32> = (0..4).map(|g| limit(&node, g)).collect();
+    assert_eq!(limits, [H100_MAX_MW, H100_MAX_MW, H100_MAX_MW, 420_000], "capped the wrong GPU");
+    node.end("1");
+    let record = node.record("1");
+    assert_eq!(record.gpus[0].uuid, node.gpu_uuid(3), "metered the wrong GPU: {record:?}");
+    let out = node.wattson(&["job", "begin", "--job", "2", "--uid", "1000", "--gpus", "4"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no such GPU"));
+}

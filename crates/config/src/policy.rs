@@ -178,6 +178,7 @@ mod tests {
             uuid: "GPU-0".into(),
             name: "H100".into(),
             pci_bus_id: String::new(),
+            minor_number: None,
             energy_counter: true,
             power_limit_min_mw: Some(200_000),
             power_limit_max_mw: Some(700_000),

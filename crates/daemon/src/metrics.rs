@@ -190,6 +190,7 @@ mod tests {
             uuid: format!("GPU-{index}"),
             name: "NVIDIA H100".into(),
             pci_bus_id: String::new(),
+            minor_number: None,
             energy_counter: true,
             power_limit_min_mw: None,
             power_limit_max_mw: None,

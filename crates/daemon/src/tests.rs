@@ -36,6 +36,7 @@ impl FakeGpus {
                 uuid: format!("GPU-{index}"),
                 name: "NVIDIA H100 80GB HBM3".into(),
                 pci_bus_id: format!("00000000:{:02x}:00.0", index + 1),
+                minor_number: Some(index),
                 energy_counter: true,
                 power_limit_min_mw: Some(200_000),
                 power_limit_max_mw: Some(700_000),

@@ -80,10 +80,11 @@ pub trait GpuBackend: Send + Sync {
         self.reset_locked_clocks(index)
     }
 
-    /// Resolves an index, UUID or PCI bus id to an index on this node.
+    /// Resolves Slurm's number of a GPU (see [`GpuInfo::slurm_number`]), a UUID or a PCI bus id
+    /// to the GPU's NVML index.
     fn resolve(&self, gpu: &GpuRef) -> Result<u32, GpuError> {
         let found = match gpu {
-            GpuRef::Index(i) => self.devices().iter().find(|d| d.index == *i),
+            GpuRef::Index(n) => self.devices().iter().find(|d| d.slurm_number() == *n),
             GpuRef::Id(id) => self
                 .devices()
                 .iter()
@@ -91,7 +92,9 @@ pub trait GpuBackend: Send + Sync {
         };
         found.map(|d| d.index).ok_or_else(|| {
             GpuError::NotFound(match gpu {
-                GpuRef::Index(i) => format!("index {i} (this node has {} GPUs)", self.devices().len()),
+                GpuRef::Index(n) => {
+                    format!("GPU {n} (no /dev/nvidia{n} among this node's {} GPUs)", self.devices().len())
+                }
                 GpuRef::Id(id) => id.clone(),
             })
         })

@@ -63,6 +63,7 @@ fn describe_device(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
         uuid: d.uuid().map_err(map_err)?,
         name: d.name().map_err(map_err)?,
         pci_bus_id: d.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+        minor_number: d.minor_number().ok(),
         energy_counter: !matches!(d.total_energy_consumption(), Err(NvmlError::NotSupported)),
         power_limit_min_mw: constraints.as_ref().map(|c| c.min_limit),
         power_limit_max_mw: constraints.as_ref().map(|c| c.max_limit),

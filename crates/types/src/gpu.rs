@@ -14,6 +14,10 @@ pub struct GpuInfo {
     pub name: String,
     /// PCI bus id, `domain:bus:device.function`.
     pub pci_bus_id: String,
+    /// Minor number of `/dev/nvidiaN`: the number Slurm gives the GPU (`SLURM_JOB_GPUS`).
+    /// NVML's index follows PCI order and may differ. `None` where the driver does not say.
+    #[serde(default)]
+    pub minor_number: Option<u32>,
     /// Whether the GPU has a cumulative energy counter (Volta and newer).
     pub energy_counter: bool,
     /// Power-limit range and default, in mW.
@@ -26,6 +30,14 @@ pub struct GpuInfo {
     pub sm_clocks_mhz: Vec<u32>,
     /// Supported memory clocks, MHz.
     pub mem_clocks_mhz: Vec<u32>,
+}
+
+impl GpuInfo {
+    /// The number Slurm gives this GPU: its device file's minor number, else (the driver does
+    /// not say) its NVML index.
+    pub fn slurm_number(&self) -> u32 {
+        self.minor_number.unwrap_or(self.index)
+    }
 }
 
 /// The GPU's settings as they are now.

@@ -132,11 +132,12 @@ impl Hints {
     }
 }
 
-/// A GPU as a caller names it: its index on the node (as in `SLURM_JOB_GPUS`) or its UUID.
+/// A GPU as a caller names it: Slurm's number for it (as in `SLURM_JOB_GPUS`) or its UUID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum GpuRef {
-    /// NVML index.
+    /// Slurm's number: the minor number of `/dev/nvidiaN` (not NVML's index, which follows PCI
+    /// order and may differ).
     Index(u32),
     /// `GPU-...` UUID or PCI bus id.
     Id(String),

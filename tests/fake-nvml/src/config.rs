@@ -27,6 +27,9 @@ pub struct GpuConfig {
     /// PCI bus id ("00000000:17:00.0"); defaults to bus 0x17 + index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci_bus_id: Option<String>,
+    /// Minor number of `/dev/nvidiaN` (what Slurm numbers GPUs by); defaults to the index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor_number: Option<u32>,
     /// Supported SM (graphics) clocks in MHz; reported in descending order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sm_clocks_mhz: Option<Vec<u32>>,
@@ -84,6 +87,7 @@ impl GpuConfig {
             name: None,
             uuid: None,
             pci_bus_id: None,
+            minor_number: None,
             sm_clocks_mhz: None,
             mem_clock_mhz: None,
             power_limit_min_w: None,
@@ -154,6 +158,8 @@ pub struct GpuSpec {
     pub pci_bus_id: String,
     /// (domain, bus, device, function) parsed from the bus id.
     pub pci: (u32, u32, u32, u32),
+    /// Minor number of the device file.
+    pub minor_number: u32,
     /// PCI device id (device << 16 | vendor).
     pub pci_device_id: u32,
     /// Supported SM clocks, descending.
@@ -284,6 +290,7 @@ fn resolve(g: &GpuConfig, index: usize) -> Result<GpuSpec, String> {
         uuid,
         pci_bus_id,
         pci,
+        minor_number: g.minor_number.unwrap_or(index as u32),
         pci_device_id: (p.pci_device << 16) | 0x10de,
         sm_clocks_mhz: clocks,
         mem_clock_mhz: g.mem_clock_mhz.unwrap_or(p.mem_clock),

@@ -355,6 +355,12 @@ pub extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, index: *mut c_uint) -
     })
 }
 
+/// Minor number of `/dev/nvidiaN`.
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMinorNumber(device: nvmlDevice_t, minor: *mut c_uint) -> nvmlReturn_t {
+    run(|| out(minor, with_device(device, |_, spec, _| Ok(spec.minor_number))?))
+}
+
 /// PCI information (v3 layout, with sub-system id).
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetPciInfo_v3(device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) -> nvmlReturn_t {
