@@ -6,7 +6,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::{NOBODY, Node, Tmpfs, assert_ok};
@@ -62,30 +62,10 @@ fn a_second_daemon_on_the_same_store_refuses_to_start() {
     std::fs::remove_file(&node.socket).unwrap();
 
     // Same store, another socket (the first one's file is gone, so nothing answers there).
-    let text = std::fs::read_to_string(&node.config).unwrap();
     let second_socket = node.dir.path().join("second.sock");
-    let other = node.dir.path().join("second.toml");
-    std::fs::write(&other, text.replace(node.socket.to_str().unwrap(), second_socket.to_str().unwrap()))
-        .unwrap();
-    let mut second = Command::new(env!("CARGO_BIN_EXE_wattsond"))
-        .arg("-c")
-        .arg(&other)
-        .env("WATTSON_FAKE_NVML_DIR", node.sim.dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while second.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = second.kill();
-            let out = second.wait_with_output().unwrap();
-            panic!("a second daemon started on the same store: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = second.wait_with_output().unwrap();
+    let other =
+        node.config_with("second.toml", node.socket.to_str().unwrap(), second_socket.to_str().unwrap());
+    let out = node.daemon_refusing(&other);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a second daemon started on the same store: {err}");
     assert!(err.contains("another wattsond") && err.contains(&node.pid().to_string()), "{err}");

@@ -128,3 +128,29 @@ fn half_sent_scrapes_are_closed() {
     let page = http_get(port, "/metrics");
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
 }
+
+/// Files the daemon creates as root (progress files handed to jobs, the model table) in a
+/// directory users can write could be swapped for links to root's files: the daemon refuses
+/// such directories at start, naming the key.
+#[test]
+fn directories_users_can_write_are_refused_for_the_daemons_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::h100(1);
+    let shared = node.dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let progress = node.dir.path().join("progress");
+    let models = node.dir.path().join("models.json");
+    for (key, from, to) in [
+        ("engine.progress_dir", progress.clone(), shared.clone()),
+        ("engine.models_file", models.clone(), shared.join("models.json")),
+    ] {
+        let config = node.config_with("hostile.toml", from.to_str().unwrap(), to.to_str().unwrap());
+        let out = node.daemon_refusing(&config);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(key) && err.contains("writable by other users"),
+            "{err}"
+        );
+    }
+}

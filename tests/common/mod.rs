@@ -94,6 +94,39 @@ impl Node {
         panic!("wattsond did not become ready:\n{}", self.log());
     }
 
+    /// Runs another wattsond with `config` on this node's GPUs and returns its output once it
+    /// exits; panics if it is still running after 15 s (it should have refused to start).
+    pub fn daemon_refusing(&self, config: &Path) -> Output {
+        let mut daemon = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+            .arg("-c")
+            .arg(config)
+            .env("WATTSON_FAKE_NVML_DIR", self.sim.dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn wattsond");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while daemon.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = daemon.kill();
+                let out = daemon.wait_with_output().unwrap();
+                panic!("wattsond started instead of refusing: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        daemon.wait_with_output().unwrap()
+    }
+
+    /// A copy of this node's configuration with `from` replaced by `to`, written to `name`.
+    pub fn config_with(&self, name: &str, from: &str, to: &str) -> PathBuf {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        assert!(text.contains(from), "{from} is not in the configuration");
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text.replace(from, to)).unwrap();
+        path
+    }
+
     /// The running daemon's pid.
     pub fn pid(&self) -> u32 {
         self.daemon.as_ref().expect("daemon running").id()

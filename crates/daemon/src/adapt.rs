@@ -114,24 +114,6 @@ fn read_progress(path: &Path) -> Option<(i64, f64)> {
     (value.is_finite() && value >= 0.0).then_some((t_ns, value))
 }
 
-/// Creates the job's progress file (owned by the job's user when the daemon is root).
-fn create_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
-    let path = dir.join(job_id.to_string());
-    let _ = std::fs::remove_file(&path);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)?;
-    if nix::unistd::geteuid().is_root() {
-        nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(uid)), None)
-            .map_err(std::io::Error::from)?;
-    }
-    Ok(path)
-}
-
 /// The workload's tag: `--energy-tag`, else `user:jobname`; `None` when neither is known.
 fn tag_of(record: &JobRecord) -> Option<String> {
     record
@@ -197,7 +179,7 @@ impl Prober {
             };
             earlier.insert(unit.as_str(), stored.map(|m| m.samples).unwrap_or_default());
         }
-        let progress_file = create_progress_file(&self.engine.progress_dir, record.key.job_id, record.uid)
+        let progress_file = crate::files::create_progress_file(&self.engine.progress_dir, record.key.job_id, record.uid)
             .map_err(|e| warn!(job = %record.key, error = %e, "cannot create the progress file; SM activity stands in"))
             .ok();
         let mut job = Adaptive {
@@ -358,11 +340,10 @@ impl Prober {
             }
         }
         let path = &self.engine.models_file;
-        let result = table.to_json().map_err(std::io::Error::other).and_then(|json| {
-            let tmp = path.with_extension("json.tmp");
-            std::fs::write(&tmp, json)?;
-            std::fs::rename(&tmp, path)
-        });
+        let result = table
+            .to_json()
+            .map_err(std::io::Error::other)
+            .and_then(|json| crate::files::write_atomically(path, json.as_bytes()));
         if let Err(e) = result {
             warn!(path = %path.display(), error = %e, "cannot write the model table");
         }

@@ -1,9 +1,9 @@
-//! Files the daemon (root) keeps: one daemon per store, and no directory a user could swap
-//! files in.
+//! Files the daemon (root) keeps: one daemon per store, files created without following
+//! links and written atomically, and no directory a user could swap files in.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// The exclusive lock on a store, held for the life of the daemon (released by the kernel
@@ -57,6 +57,59 @@ pub fn lock_store(store: &Path) -> Result<StoreLock, String> {
     Ok(StoreLock { _file: file })
 }
 
+/// Creates the job's progress file, owned by the job's user when the daemon is root. Never
+/// follows a link; ownership changes on the open file, so nothing can be swapped in between.
+pub fn create_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Result<PathBuf> {
+    let path = dir.join(job_id.to_string());
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)?;
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::fchown(&file, Some(uid), None)?;
+    }
+    Ok(path)
+}
+
+/// Replaces `path` with `bytes` so that a reader sees the old or the new file whole, also
+/// after a crash: a fresh temporary file (never a link), synced, renamed over, directory
+/// synced.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(format!(".tmp.{}", std::process::id()));
+    let tmp = dir.join(name);
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    File::open(dir)?.sync_all()
+}
+
+/// Creates `dir` if missing (mode 0755) and refuses it if a user could write in it.
+pub fn trusted_dir(dir: &Path, what: &str) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| format!("cannot create {what} {}: {e}", dir.display()))?;
+    check_trusted_dir(dir, what)
+}
+
 /// Refuses a directory where a user other than root (or the daemon's own user) could create,
 /// rename or replace files: the daemon would then write where a user chose.
 pub fn check_trusted_dir(dir: &Path, what: &str) -> Result<(), String> {
@@ -101,6 +154,24 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("elsewhere"), lock_path(&store)).unwrap();
         assert!(lock_store(&store).is_err());
         assert!(!dir.path().join("elsewhere").exists());
+    }
+
+    #[test]
+    fn atomic_writes_replace_whole_files_and_never_follow_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("models.json");
+        write_atomically(&path, b"one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        // A link where the temporary file goes is removed, not followed.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let tmp = dir.path().join(format!("models.json.tmp.{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        write_atomically(&path, b"three").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(std::fs::read(&path).unwrap(), b"three");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary file left");
     }
 
     #[test]

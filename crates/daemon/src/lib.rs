@@ -64,9 +64,14 @@ fn raise_open_files_limit() {
 pub async fn run(config: Config) -> Result<(), String> {
     server::check_free(&config.daemon.socket)?;
     let store_path = &config.daemon.store;
-    if let Some(dir) = store_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        files::check_trusted_dir(dir, "the store's directory")?;
+    let parent =
+        |path: &std::path::Path| path.parent().filter(|d| !d.as_os_str().is_empty()).map(|d| d.to_path_buf());
+    if let Some(dir) = parent(store_path) {
+        files::trusted_dir(&dir, "the store's directory")?;
+    }
+    files::trusted_dir(&config.engine.progress_dir, "engine.progress_dir")?;
+    if let Some(dir) = parent(&config.engine.models_file) {
+        files::trusted_dir(&dir, "the directory of engine.models_file")?;
     }
     // Held until the process ends: one daemon per store, taken before anything is touched.
     let _lock = files::lock_store(store_path)?;
