@@ -154,3 +154,33 @@ fn directories_users_can_write_are_refused_for_the_daemons_files() {
         );
     }
 }
+
+/// `status` shows a user the GPUs and their own jobs only (Slurm's `PrivateData=jobs` habit);
+/// root sees every job. `/metrics` serves no job ids unless the site asks for them.
+#[test]
+fn status_and_metrics_show_no_other_users_jobs() {
+    let mut node = Node::h100(2);
+    let port = free_loopback_port();
+    let mut config = std::fs::OpenOptions::new().append(true).open(&node.config).unwrap();
+    writeln!(config, "[metrics]\nlisten = \"127.0.0.1:{port}\"").unwrap();
+    node.start();
+    node.begin("1", 1000, "0");
+    node.begin("2", NOBODY, "1");
+    let jobs_seen = |out: std::process::Output| -> Vec<String> {
+        common::assert_ok(&out);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut jobs: Vec<String> = doc["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["jobs"].as_array().unwrap().iter().map(|j| j["job_id"].to_string()))
+            .collect();
+        jobs.sort();
+        jobs
+    };
+    assert_eq!(jobs_seen(node.wattson(&["status", "--json"])), ["1", "2"]);
+    assert_eq!(jobs_seen(node.wattson_as(NOBODY, &["status", "--json"])), ["2"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let page = http_get(port, "/metrics");
+    assert!(page.contains("DCGM_FI_DEV_POWER_USAGE") && !page.contains("job=\""), "{page}");
+}

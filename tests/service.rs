@@ -14,7 +14,7 @@ fn readiness_metrics_and_a_clean_stop() {
     let mut node = Node::h100(2);
     let port = free_loopback_port();
     let mut config = std::fs::OpenOptions::new().append(true).open(&node.config).unwrap();
-    writeln!(config, "[metrics]\nlisten = \"127.0.0.1:{port}\"").unwrap();
+    writeln!(config, "[metrics]\nlisten = \"127.0.0.1:{port}\"\njobs = true").unwrap();
     let notify_path = node.dir.path().join("notify.sock");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
     notify.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -193,6 +193,10 @@ pub struct MetricsConfig {
     /// Address for Prometheus' `/metrics` (e.g. `127.0.0.1:9400`); absent = no endpoint.
     #[serde(default)]
     pub listen: Option<SocketAddr>,
+    /// Also serve each running job's GPU energy, labelled with its job id. Off by default:
+    /// anyone who can reach the port sees them (Slurm hides jobs from other users).
+    #[serde(default)]
+    pub jobs: bool,
 }
 
 fn default_socket() -> PathBuf {

@@ -83,7 +83,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config)?;
     let owner = Owner::spawn(core);
     let reader = Reader::spawn(store_path, owner.clone())?;
-    let (mut sampler, sampler_handle) = Sampler::new(pool.clone(), owner.clone(), node);
+    let (mut sampler, sampler_handle) = Sampler::new(pool.clone(), owner.clone(), node, config.metrics.jobs);
     let (access, unknown) = Access::resolve(&config.daemon.slurm_user, &config.daemon.admins);
     for name in unknown {
         warn!(user = %name, "configured user does not exist on this node; ignored");
@@ -101,6 +101,9 @@ pub async fn run(config: Config) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+        if !addr.ip().is_loopback() {
+            warn!(%addr, "/metrics is served beyond this host, to anyone who can reach the port");
+        }
         tasks.spawn(metrics::serve(listener, sampler_handle));
         info!(%addr, "serving /metrics");
     }

@@ -41,14 +41,15 @@ pub struct Metrics {
     sm_clock_mhz: Gauges,
     util_pct: Gauges,
     gpu_up: Gauges,
-    job_energy_j: Gauges,
+    /// Per-job energy, when the site serves it (`[metrics] jobs`).
+    job_energy_j: Option<Gauges>,
     gpu_labels: Vec<Labels>,
     job_labels: Vec<Labels>,
 }
 
 impl Metrics {
-    /// Registers the metrics for these GPUs.
-    pub fn new(node: &str, gpus: &[GpuInfo]) -> Metrics {
+    /// Registers the metrics for these GPUs, with per-job energy if `jobs`.
+    pub fn new(node: &str, gpus: &[GpuInfo], jobs: bool) -> Metrics {
         let mut registry = Registry::default();
         let mut gauge = |name: &str, help: &str| {
             let family = Gauges::default();
@@ -62,7 +63,7 @@ impl Metrics {
         let util_pct = gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)");
         let gpu_up = gauge("wattson_gpu_up", "1 if the GPU answered the last sample, else 0");
         let job_energy_j =
-            gauge("wattson_job_gpu_energy_joules", "GPU energy of a running job so far (in J)");
+            jobs.then(|| gauge("wattson_job_gpu_energy_joules", "GPU energy of a running job so far (in J)"));
         let gpu_labels = gpus
             .iter()
             .map(|g| {
@@ -105,12 +106,13 @@ impl Metrics {
             set(&self.sm_clock_mhz, r.sm_clock_mhz.map(f64::from));
             set(&self.util_pct, r.util_pct.map(f64::from));
         }
+        let Some(job_energy_j) = &self.job_energy_j else { return };
         for labels in self.job_labels.drain(..) {
-            self.job_energy_j.remove(&labels);
+            job_energy_j.remove(&labels);
         }
         for (key, gpu, mj) in &tick.job_energy {
             let labels = job_labels(key, *gpu);
-            self.job_energy_j.get_or_create(&labels).set(mj / 1000.0);
+            job_energy_j.get_or_create(&labels).set(mj / 1000.0);
             self.job_labels.push(labels);
         }
     }
@@ -202,7 +204,7 @@ mod tests {
 
     #[test]
     fn gauges_follow_readings_and_jobs() {
-        let mut m = Metrics::new("n1", &[gpu(0), gpu(1)]);
+        let mut m = Metrics::new("n1", &[gpu(0), gpu(1)], true);
         let reading = GpuReading {
             t_ns: 1,
             energy_mj: Some(5000),
@@ -228,5 +230,11 @@ mod tests {
         assert!(text.contains(r#"wattson_job_gpu_energy_joules{job="42",step="",gpu="0"} 12.345"#), "{text}");
         m.observe(&Tick { readings: vec![Ok(reading), Ok(reading)], job_energy: vec![] });
         assert!(!m.encode().contains("job=\"42\""));
+
+        // Without `[metrics] jobs`, no job id or job energy is served.
+        let mut m = Metrics::new("n1", &[gpu(0)], false);
+        m.observe(&Tick { readings: vec![Ok(reading)], job_energy: vec![(JobKey::job(42), 0, 1.0)] });
+        let text = m.encode();
+        assert!(text.contains("DCGM_FI_DEV_POWER_USAGE") && !text.contains("wattson_job"), "{text}");
     }
 }

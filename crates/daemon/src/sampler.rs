@@ -60,8 +60,13 @@ pub struct Sampler {
 
 impl Sampler {
     /// A sampler over `pool`, and the handle to ask it things.
-    pub fn new(pool: Arc<GpuPool>, owner: Owner, node: String) -> (Sampler, SamplerHandle) {
-        let metrics = Metrics::new(&node, pool.devices());
+    pub fn new(
+        pool: Arc<GpuPool>,
+        owner: Owner,
+        node: String,
+        job_metrics: bool,
+    ) -> (Sampler, SamplerHandle) {
+        let metrics = Metrics::new(&node, pool.devices(), job_metrics);
         let (tx, requests) = mpsc::channel(QUEUE);
         (Sampler { pool, owner, node, metrics, requests }, SamplerHandle { requests: tx })
     }

@@ -6,6 +6,7 @@
 //! anyone else; a malformed request gets a one-line error with a code.
 
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use crate::reader::Reader;
 use crate::sampler::SamplerHandle;
 use wattson_protocol::access::Access;
 use wattson_protocol::{Error, ErrorCode, Reply, Request, Response};
+use wattson_types::job::JobKey;
 
 /// Who answers what.
 pub struct Services {
@@ -192,15 +194,32 @@ async fn handle(stream: UnixStream, uid: u32, services: &Services, timeout: Dura
     Ok(())
 }
 
+/// What a user may see of the node's status, as Slurm shows other users' jobs to nobody: the
+/// GPUs, their own jobs, and only processes they own.
+fn seen_by(reply: Reply, uid: u32, services: &Services) -> Reply {
+    let Reply::Status { node, mut gpus } = reply else { return reply };
+    let running = services.owner.running();
+    let theirs = |key: &JobKey| running.iter().any(|r| r.key == *key && r.uid == uid);
+    let owned_by = |pid: u32| std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid);
+    for gpu in &mut gpus {
+        gpu.jobs.retain(theirs);
+        gpu.processes.retain(|&pid| owned_by(pid));
+    }
+    Reply::Status { node, gpus }
+}
+
 async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
     match request {
         Request::JobBegin(begin) => services.owner.begin(begin).await,
         Request::JobEnd { job } => services.owner.end(job).await,
-        Request::Status => services
-            .sampler
-            .status()
-            .await
-            .ok_or_else(|| Error::new(ErrorCode::Busy, "too many status requests waiting; retry")),
+        Request::Status => {
+            let reply = services
+                .sampler
+                .status()
+                .await
+                .ok_or_else(|| Error::new(ErrorCode::Busy, "too many status requests waiting; retry"))?;
+            Ok(if services.access.is_privileged(uid) { reply } else { seen_by(reply, uid, services) })
+        }
         Request::Acct(filter) => services.reader.acct(filter).await,
         Request::JobSettings { job } => {
             let reply = services.owner.settings(job.clone()).await?;
