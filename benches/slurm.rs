@@ -81,7 +81,7 @@ fn main() {
             node::end(&args, id).unwrap();
         }));
         status.push(time_us(|| {
-            wattson_protocol::call(&daemon.socket, &Request::Status, Duration::from_secs(5)).unwrap();
+            wattson_protocol::call(&daemon.socket, &Request::Status {}, Duration::from_secs(5)).unwrap();
         }));
     }
     drop(daemon);

@@ -189,7 +189,7 @@ fn a_hung_gpu_stalls_only_its_own_jobs() {
     // Wait until the sampler has met the stuck GPU (status says so).
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let Reply::Status { gpus, .. } = call(&Request::Status).unwrap() else { panic!() };
+        let Reply::Status { gpus, .. } = call(&Request::Status {}).unwrap() else { panic!() };
         if gpus[0].error.as_deref().is_some_and(|e| e.contains("did not answer")) {
             break;
         }

@@ -16,7 +16,7 @@ pub struct StatusArgs {
 /// Runs `wattson status`.
 pub fn run(config: &Config, args: StatusArgs) -> Result<(), String> {
     let reply =
-        wattson_protocol::call(&config.daemon.socket, &Request::Status, config.daemon.request_timeout)
+        wattson_protocol::call(&config.daemon.socket, &Request::Status {}, config.daemon.request_timeout)
             .map_err(|e| e.to_string())?;
     let Reply::Status { node, gpus } = reply else {
         return Err(format!("unexpected reply from wattsond: {reply:?}"));

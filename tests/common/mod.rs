@@ -83,7 +83,7 @@ impl Node {
         self.daemon = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if wattson_protocol::call(&self.socket, &Request::Status, Duration::from_secs(1)).is_ok() {
+            if wattson_protocol::call(&self.socket, &Request::Status {}, Duration::from_secs(1)).is_ok() {
                 return;
             }
             if let Some(status) = self.daemon.as_mut().unwrap().try_wait().unwrap() {
@@ -218,7 +218,7 @@ impl Node {
 
     /// The UUID of GPU `index`, as the daemon reports it.
     pub fn gpu_uuid(&self, index: u32) -> String {
-        match wattson_protocol::call(&self.socket, &Request::Status, Duration::from_secs(5)).unwrap() {
+        match wattson_protocol::call(&self.socket, &Request::Status {}, Duration::from_secs(5)).unwrap() {
             Reply::Status { gpus, .. } => gpus[index as usize].info.uuid.clone(),
             other => panic!("{other:?}"),
         }

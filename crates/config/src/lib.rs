@@ -199,6 +199,26 @@ pub struct MetricsConfig {
     pub jobs: bool,
 }
 
+/// Largest configuration file read.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads a regular file of at most [`MAX_CONFIG_BYTES`]: never blocks on a FIFO or a device,
+/// never reads without bound.
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::other(format!("larger than {MAX_CONFIG_BYTES} bytes")));
+    }
+    Ok(text)
+}
+
 fn default_socket() -> PathBuf {
     PathBuf::from("/run/wattson/wattsond.sock")
 }
@@ -272,7 +292,7 @@ impl Config {
 
     /// Reads and parses the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
+        let text = read_bounded(path)
             .map_err(|e| ConfigError(format!("{}: cannot read configuration: {e}", path.display())))?;
         Config::parse(&text, &path.display().to_string())
     }
@@ -300,6 +320,20 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn devices_fifos_and_directories_are_refused_without_blocking() {
+        for path in ["/dev/zero", "/dev/null", "/"] {
+            let err = Config::load(Path::new(path)).unwrap_err().to_string();
+            assert!(err.contains("not a regular file"), "{path}: {err}");
+        }
+        let dir = std::env::temp_dir().join(format!("wattson-config-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        nix::unistd::mkfifo(&dir, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = Config::load(&dir).unwrap_err().to_string();
+        std::fs::remove_file(&dir).unwrap();
+        assert!(err.contains("not a regular file"), "{err}");
+    }
 
     #[test]
     fn empty_file_gives_defaults() {

@@ -113,8 +113,9 @@ impl Core {
     }
 
     /// Records a job's start: reads its GPUs' counters and commits the record.
-    pub fn begin(&mut self, req: JobBegin) -> Result<Reply, Error> {
+    pub fn begin(&mut self, mut req: JobBegin) -> Result<Reply, Error> {
         req.hints.validate().map_err(|e| Error::new(ErrorCode::BadRequest, e))?;
+        req.hints.normalize();
         if req.gpus.is_empty() {
             return Err(Error::new(
                 ErrorCode::BadRequest,

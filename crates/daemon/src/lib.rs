@@ -69,6 +69,10 @@ pub async fn run(config: Config) -> Result<(), String> {
     if let Some(dir) = parent(store_path) {
         files::trusted_dir(&dir, "the store's directory")?;
     }
+    // Files named by job id are created and removed there: never among the system's own.
+    if config.engine.progress_dir.parent().is_none() {
+        return Err("engine.progress_dir must be a directory of its own, not /".into());
+    }
     files::trusted_dir(&config.engine.progress_dir, "engine.progress_dir")?;
     if let Some(dir) = parent(&config.engine.models_file) {
         files::trusted_dir(&dir, "the directory of engine.models_file")?;

@@ -212,7 +212,7 @@ async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
     match request {
         Request::JobBegin(begin) => services.owner.begin(begin).await,
         Request::JobEnd { job } => services.owner.end(job).await,
-        Request::Status => {
+        Request::Status {} => {
             let reply = services
                 .sampler
                 .status()

@@ -85,7 +85,7 @@ mod tests {
         let e = policy().authorize(1000, end).unwrap_err();
         assert_eq!(e.code, ErrorCode::PermissionDenied);
         assert!(e.message.contains("permission denied") && e.message.contains("slurm"), "{e}");
-        assert!(policy().authorize(1000, Request::Status).is_ok());
+        assert!(policy().authorize(1000, Request::Status {}).is_ok());
     }
 
     #[test]

@@ -34,8 +34,9 @@ pub enum Request {
         /// Which job or step.
         job: JobKey,
     },
-    /// The node's GPUs, their readings and owners.
-    Status,
+    /// The node's GPUs, their readings and owners. (A struct variant, so that unknown fields
+    /// are refused as on every other request.)
+    Status {},
     /// The energy decision and GPU settings of a running job (for its environment).
     JobSettings {
         /// Which job or step.
@@ -217,6 +218,11 @@ pub enum ClientError {
     /// The daemon refused the request.
     #[error("{0}")]
     Refused(Error),
+    /// The request is longer than the daemon reads ([`MAX_REQUEST_BYTES`]); nothing was sent.
+    #[error(
+        "the request is {0} bytes, more than the {MAX_REQUEST_BYTES} wattsond reads; ask for fewer jobs at once"
+    )]
+    TooLong(usize),
     /// Anything else on the wire.
     #[error("talking to wattsond: {0}")]
     Io(String),
@@ -224,6 +230,11 @@ pub enum ClientError {
 
 /// Sends `request` to the daemon at `socket` and waits at most `timeout` for each read/write.
 pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Reply, ClientError> {
+    let mut line = serde_json::to_vec(request).map_err(|e| ClientError::Io(e.to_string()))?;
+    line.push(b'\n');
+    if line.len() > MAX_REQUEST_BYTES {
+        return Err(ClientError::TooLong(line.len()));
+    }
     let mut stream = UnixStream::connect(socket)
         .map_err(|source| ClientError::Unavailable { path: socket.display().to_string(), source })?;
     let io = |e: std::io::Error| match e.kind() {
@@ -232,8 +243,6 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Reply
     };
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    let mut line = serde_json::to_vec(request).map_err(|e| ClientError::Io(e.to_string()))?;
-    line.push(b'\n');
     stream.write_all(&line).map_err(io)?;
     let mut text = String::new();
     BufReader::new(stream).read_line(&mut text).map_err(io)?;
@@ -277,6 +286,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_oversized_request_is_refused_before_it_is_sent() {
+        let jobs = (0..10_000).map(JobKey::job).collect();
+        let request = Request::Acct(AcctFilter { jobs, ..AcctFilter::default() });
+        let err =
+            call(Path::new("/nonexistent/wattsond.sock"), &request, Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(err, ClientError::TooLong(n) if n > MAX_REQUEST_BYTES), "{err}");
+        assert!(err.to_string().contains("ask for fewer jobs"), "{err}");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_on_every_request() {
+        for line in [
+            r#"{"op":"status","x":1}"#,
+            r#"{"op":"job_end","job":{"job_id":1,"step":""},"x":1}"#,
+            r#"{"op":"job_settings","job":{"job_id":1,"step":""},"x":1}"#,
+            r#"{"op":"acct","jobs":[],"x":1}"#,
+            r#"{"op":"job_begin","job":{"job_id":1,"step":""},"uid":0,"gpus":[0],"hints":{},"x":1}"#,
+        ] {
+            let err = parse_request(&format!("{line}\n")).unwrap_err();
+            assert!(err.contains("unknown field"), "{line}: {err}");
+        }
+    }
+
+    #[test]
     fn requests_round_trip_on_the_wire() {
         let line = r#"{"op":"job_begin","job":{"job_id":42,"step":"0"},"uid":1000,"gpus":[0,"GPU-x"],"hints":{"policy":"perf"}}"#;
         let req = parse_request(&format!("{line}\n")).unwrap();
@@ -285,7 +318,7 @@ mod tests {
         assert_eq!(b.gpus, vec![GpuRef::Index(0), GpuRef::Id("GPU-x".into())]);
         assert_eq!(b.hints.policy, Some(wattson_types::job::EnergyPolicy::Perf));
         assert_eq!(parse_request(&(serde_json::to_string(&req).unwrap() + "\n")).unwrap(), req);
-        assert_eq!(parse_request("{\"op\":\"status\"}\n").unwrap(), Request::Status);
+        assert_eq!(parse_request("{\"op\":\"status\"}\n").unwrap(), Request::Status {});
     }
 
     #[test]

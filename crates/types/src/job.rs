@@ -126,9 +126,17 @@ impl Hints {
         if let Some(t) = &self.tag
             && (t.is_empty() || t.len() > 128 || t.chars().any(|c| c.is_control()))
         {
-            return Err("energy tag must be 1 to 128 printable characters".to_string());
+            return Err("energy tag must be 1 to 128 bytes of printable characters".to_string());
         }
         Ok(())
+    }
+
+    /// The slowdown as it is recorded and acted on: to 0.01 percent, never negative zero.
+    pub fn normalize(&mut self) {
+        if let Some(s) = &mut self.slowdown_pct {
+            // Adding +0 turns -0 into +0.
+            *s = (*s * 100.0).round() / 100.0 + 0.0;
+        }
     }
 }
 
@@ -298,6 +306,17 @@ mod tests {
         assert!(JobKey::parse("x").is_err());
         assert!(JobKey::parse("42.foo").is_err());
         assert!(JobKey::parse("-1").is_err());
+    }
+
+    #[test]
+    fn slowdowns_are_recorded_to_a_hundredth_of_a_percent_and_never_negative_zero() {
+        for (given, recorded) in [(-0.0, 0.0), (1e-320, 0.0), (5.004, 5.0), (7.25, 7.25)] {
+            let mut hints = Hints { slowdown_pct: Some(given), ..Hints::default() };
+            hints.validate().unwrap();
+            hints.normalize();
+            let s = hints.slowdown_pct.unwrap();
+            assert!(s == recorded && s.is_sign_positive(), "{given} recorded as {s}");
+        }
     }
 
     #[test]
