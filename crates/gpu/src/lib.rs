@@ -92,9 +92,7 @@ pub trait GpuBackend: Send + Sync {
         };
         found.map(|d| d.index).ok_or_else(|| {
             GpuError::NotFound(match gpu {
-                GpuRef::Index(n) => {
-                    format!("GPU {n} (no /dev/nvidia{n} among this node's {} GPUs)", self.devices().len())
-                }
+                GpuRef::Index(n) => format!("index {n} (this node has {} GPUs)", self.devices().len()),
                 GpuRef::Id(id) => id.clone(),
             })
         })
