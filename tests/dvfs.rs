@@ -55,6 +55,11 @@ struct Job {
 
 impl Job {
     fn start(node: &Node, id: &str, tag: &str) -> Job {
+        Job::start_as(node, id, tag, 1000, "alice")
+    }
+
+    /// The job of user `user` (uid `uid`).
+    fn start_as(node: &Node, id: &str, tag: &str, uid: u32, user: &str) -> Job {
         node.sim.set_workload(0, Some(WORK)).unwrap();
         node.sim.set_load(0, 1.0).unwrap();
         let out = node.wattson(&[
@@ -63,9 +68,9 @@ impl Job {
             "--job",
             id,
             "--uid",
-            "1000",
+            &uid.to_string(),
             "--user",
-            "alice",
+            user,
             "--gpus",
             "0",
             "--energy",
@@ -192,12 +197,15 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
     let table = ModelTable::from_json(&std::fs::read_to_string(node.dir.path().join("models.json")).unwrap())
         .unwrap();
     let gpu_type = &first.gpus[0].name;
-    let decision = table.decide("bert", gpu_type, Objective::MinEnergy { max_slowdown: BOUND });
+    let decision = table.decide(1000, "bert", gpu_type, Objective::MinEnergy { max_slowdown: BOUND });
     let at_submit = decision.setting.unwrap();
     assert!(at_submit < 700.0 && true_slowdown(at_submit) <= BOUND, "{decision:?}");
     assert!(true_energy(at_submit) / oracle() - 1.0 <= 0.03, "{decision:?}");
     // An unknown tag falls back to full speed there.
-    assert_eq!(table.decide("gpt", gpu_type, Objective::MinEnergy { max_slowdown: BOUND }).setting, None);
+    assert_eq!(
+        table.decide(1000, "gpt", gpu_type, Objective::MinEnergy { max_slowdown: BOUND }).setting,
+        None
+    );
 }
 
 #[test]
@@ -244,4 +252,29 @@ fn without_a_progress_file_sm_activity_stands_in_and_says_so() {
         String::from_utf8_lossy(&out.stdout).lines().nth(1),
         Some(&*format!("sm-activity|{chosen:.0}W"))
     );
+}
+
+/// One user's runs must not steer another user's jobs: mallory trains a model under alice's
+/// default tag (`alice:train`) with a workload of her own; alice's next job still probes from
+/// full speed instead of starting at mallory's setting.
+#[test]
+fn another_users_runs_never_decide_a_jobs_setting() {
+    let mut node = Node::with_sections(
+        fake_nvml::Config::uniform("H100", 1),
+        "100ms",
+        "",
+        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\n",
+    );
+    node.start();
+    let job = Job::start_as(&node, "1", "alice:train", 1001, "mallory");
+    wait_settled(&node, "1", Duration::from_secs(40));
+    std::thread::sleep(Duration::from_secs(1));
+    let trained = job.end(&node, "1").dvfs.unwrap();
+    assert!(trained.setting_w.unwrap() < 700.0, "{trained:?}");
+
+    let job = Job::start_as(&node, "2", "alice:train", 1000, "alice");
+    let d = node.record("2").dvfs.unwrap();
+    assert!(d.setting_w.is_none(), "alice's job started at mallory's setting: {d:?}");
+    assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "the first probe is full speed");
+    job.end(&node, "2");
 }

@@ -171,7 +171,7 @@ impl Prober {
         let mut earlier = BTreeMap::new();
         for unit in [Progress::File, Progress::SmActivity] {
             let stored = match &tag {
-                Some(tag) => store.model(&info.name, tag, unit).unwrap_or_else(|e| {
+                Some(tag) => store.model(record.uid, &info.name, tag, unit).unwrap_or_else(|e| {
                     warn!(job = %record.key, error = %e, "cannot read the workload's model; probing afresh");
                     None
                 }),
@@ -296,6 +296,7 @@ impl Prober {
         if job.learn && !job.measured.is_empty() {
             let unit = job.dvfs.progress.unwrap_or(Progress::SmActivity);
             let model = StoredModel {
+                owner: record.uid,
                 gpu_type: job.dvfs.gpu_type.clone(),
                 tag: job.dvfs.tag.clone(),
                 progress: unit,
@@ -336,7 +337,7 @@ impl Prober {
                     .filter(|&w| m.samples.iter().any(|s| s.setting == w))
                     .collect();
                 let entry = ModelEntry { model: wattson_engine::DvfsModel::PowerLimit(fit), settings };
-                table.insert(&m.tag, &m.gpu_type, entry);
+                table.insert(m.owner, &m.tag, &m.gpu_type, entry);
             }
         }
         let path = &self.engine.models_file;

@@ -1,4 +1,7 @@
-//! The model table job_submit reads: (GPU type, tag) → fitted model and its settings.
+//! The model table job_submit reads: (GPU type, owner, tag) → fitted model and its settings.
+//!
+//! Models have an owner (the uid whose runs measured them): one user's runs never decide
+//! another user's jobs, even under the same tag.
 
 use std::collections::HashMap;
 
@@ -17,15 +20,16 @@ pub struct ModelEntry {
     pub settings: Vec<f64>,
 }
 
-/// Tag (e.g. `user:jobname` or an `--energy-tag`) and GPU type → model. Lookups borrow the
-/// strings (no allocation); GPU types are keyed by [`gpus::prior`]'s canonical name when known.
+/// GPU type, owner (uid) and tag (e.g. `user:jobname` or an `--energy-tag`) → model. Lookups
+/// borrow the strings (no allocation); GPU types are keyed by [`gpus::prior`]'s canonical name
+/// when known.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelTable {
     /// Chooser tunables used by [`ModelTable::decide`].
     #[serde(default)]
     pub config: ChooserConfig,
-    /// GPU type → tag → entry.
-    models: HashMap<String, HashMap<String, ModelEntry>>,
+    /// GPU type → owner → tag → entry.
+    models: HashMap<String, HashMap<u32, HashMap<String, ModelEntry>>>,
 }
 
 fn gpu_key(gpu_type: &str) -> &str {
@@ -38,38 +42,44 @@ impl ModelTable {
         Self::default()
     }
 
-    /// Adds or replaces the model for `tag` on `gpu_type`.
-    pub fn insert(&mut self, tag: &str, gpu_type: &str, entry: ModelEntry) {
-        self.models.entry(gpu_key(gpu_type).to_owned()).or_default().insert(tag.to_owned(), entry);
+    /// Adds or replaces `owner`'s model for `tag` on `gpu_type`.
+    pub fn insert(&mut self, owner: u32, tag: &str, gpu_type: &str, entry: ModelEntry) {
+        let owners = self.models.entry(gpu_key(gpu_type).to_owned()).or_default();
+        owners.entry(owner).or_default().insert(tag.to_owned(), entry);
     }
 
-    /// The model for `tag` on `gpu_type`, if any.
-    pub fn get(&self, tag: &str, gpu_type: &str) -> Option<&ModelEntry> {
-        self.models.get(gpu_key(gpu_type))?.get(tag)
+    /// `owner`'s model for `tag` on `gpu_type`, if any.
+    pub fn get(&self, owner: u32, tag: &str, gpu_type: &str) -> Option<&ModelEntry> {
+        self.models.get(gpu_key(gpu_type))?.get(&owner)?.get(tag)
     }
 
-    /// The GPU types that have a model for `tag`, in name order.
-    pub fn gpu_types_with(&self, tag: &str) -> Vec<&str> {
-        let mut types: Vec<&str> =
-            self.models.iter().filter(|(_, tags)| tags.contains_key(tag)).map(|(g, _)| g.as_str()).collect();
+    /// The GPU types where `owner` has a model for `tag`, in name order.
+    pub fn gpu_types_with(&self, owner: u32, tag: &str) -> Vec<&str> {
+        let mut types: Vec<&str> = self
+            .models
+            .iter()
+            .filter(|(_, owners)| owners.get(&owner).is_some_and(|tags| tags.contains_key(tag)))
+            .map(|(g, _)| g.as_str())
+            .collect();
         types.sort_unstable();
         types
     }
 
-    /// Number of (GPU type, tag) entries.
+    /// Number of (GPU type, owner, tag) entries.
     pub fn len(&self) -> usize {
-        self.models.values().map(HashMap::len).sum()
+        self.models.values().flat_map(HashMap::values).map(HashMap::len).sum()
     }
 
     /// Whether the table is empty.
     pub fn is_empty(&self) -> bool {
-        self.models.values().all(HashMap::is_empty)
+        self.len() == 0
     }
 
-    /// The setting for a job: the chooser over the entry's model, or the GPU's max power limit
-    /// (known type, unknown tag), or no setting (unknown type). Never allocates or panics.
-    pub fn decide(&self, tag: &str, gpu_type: &str, objective: Objective) -> Decision {
-        match self.get(tag, gpu_type) {
+    /// The setting for `owner`'s job: the chooser over the entry's model, or the GPU's max
+    /// power limit (known type, no model of this owner and tag), or no setting (unknown type).
+    /// Never allocates or panics.
+    pub fn decide(&self, owner: u32, tag: &str, gpu_type: &str, objective: Objective) -> Decision {
+        match self.get(owner, tag, gpu_type) {
             Some(e) => choose(&e.model, &e.settings, objective, &self.config),
             None => match gpus::prior(gpu_type) {
                 Some(p) => {
@@ -109,11 +119,12 @@ mod tests {
     #[test]
     fn json_round_trip_keeps_decisions() {
         let mut t = ModelTable::new();
-        t.insert("alice:train", "a40", entry());
-        t.insert("bob:bert", "Tesla V100", entry());
+        t.insert(1000, "alice:train", "a40", entry());
+        t.insert(1001, "bob:bert", "Tesla V100", entry());
         let back = ModelTable::from_json(&t.to_json().unwrap()).unwrap();
         // serde_json's default float parser may differ in the last bit; the rest is exact.
-        let (a, b) = (back.get("alice:train", "A40").unwrap(), t.get("alice:train", "A40").unwrap());
+        let (a, b) =
+            (back.get(1000, "alice:train", "A40").unwrap(), t.get(1000, "alice:train", "A40").unwrap());
         assert_eq!(a.settings, b.settings);
         let (DvfsModel::PowerLimit(ma), DvfsModel::PowerLimit(mb)) = (&a.model, &b.model) else { panic!() };
         assert_eq!((&ma.limits, &ma.powers, &ma.times), (&mb.limits, &mb.powers, &mb.times));
@@ -123,12 +134,13 @@ mod tests {
         for p in
             [Objective::Perf, Objective::MinEnergy { max_slowdown: 0.1 }, Objective::Balanced { eta: 0.5 }]
         {
-            let (a, b) = (back.decide("alice:train", "A40", p), t.decide("alice:train", "A40", p));
+            let (a, b) =
+                (back.decide(1000, "alice:train", "A40", p), t.decide(1000, "alice:train", "A40", p));
             assert_eq!((a.setting, a.reason), (b.setting, b.reason));
             assert!((a.predicted_energy_ratio - b.predicted_energy_ratio).abs() < 1e-12);
             assert!((a.predicted_slowdown - b.predicted_slowdown).abs() < 1e-12);
         }
-        assert!(back.get("bob:bert", "V100").is_some());
+        assert!(back.get(1001, "bob:bert", "V100").is_some());
         assert!(ModelTable::from_json("{\"models\": 3}").is_err());
     }
 
@@ -136,12 +148,16 @@ mod tests {
     fn unknown_tags_and_types_fall_back() {
         let mut t = ModelTable::new();
         assert!(t.is_empty());
-        t.insert("alice:train", "A40", entry());
-        let d = t.decide("carol:x", "H100", Objective::MinEnergy { max_slowdown: 0.2 });
+        t.insert(1000, "alice:train", "A40", entry());
+        let d = t.decide(1000, "carol:x", "H100", Objective::MinEnergy { max_slowdown: 0.2 });
         assert_eq!(d.setting, Some(700.0));
-        let d = t.decide("alice:train", "TPUv4", Objective::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide(1000, "alice:train", "TPUv4", Objective::MinEnergy { max_slowdown: 0.2 });
         assert_eq!(d.setting, None);
-        let d = t.decide("alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide(1000, "alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
         assert!(d.setting.unwrap() < 300.0, "{d:?}");
+        // Another user's model for the same tag and GPU type decides nothing for this one.
+        let d = t.decide(1001, "alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
+        assert_eq!(d.setting, Some(300.0), "{d:?}");
+        assert!(t.gpu_types_with(1001, "alice:train").is_empty());
     }
 }

@@ -1,5 +1,5 @@
-//! What the DVFS models learn and do: each workload's measurements by GPU type, tag and unit
-//! of work, and each job's DVFS record. Measurements accumulate across runs; the model is
+//! What the DVFS models learn and do: each workload's measurements by owner, GPU type, tag
+//! and unit of work, and each job's DVFS record. Measurements accumulate across runs; the model is
 //! refitted from them (fitting is cheap), so the store keeps data, not coefficients.
 
 use rusqlite::{OptionalExtension, Row, params};
@@ -11,6 +11,8 @@ use wattson_types::job::{JobDvfs, JobKey, Progress};
 /// One workload's measurements on one GPU type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredModel {
+    /// The uid whose runs measured it; only that user's jobs use it.
+    pub owner: u32,
     /// GPU model name.
     pub gpu_type: String,
     /// Workload tag.
@@ -29,22 +31,23 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("{what}: {e}"))
 }
 
-const MODEL_COLS: &str = "gpu_type, tag, progress, samples, settings, updated_ns";
+const MODEL_COLS: &str = "owner, gpu_type, tag, progress, samples, settings, updated_ns";
 
-type RawModel = (String, String, String, String, String, i64);
+type RawModel = (u32, String, String, String, String, String, i64);
 
 fn raw(r: &Row<'_>) -> rusqlite::Result<RawModel> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
 }
 
 fn decode(row: RawModel) -> Result<StoredModel, StoreError> {
-    let (gpu_type, tag, progress, samples, settings, updated_ns) = row;
+    let (owner, gpu_type, tag, progress, samples, settings, updated_ns) = row;
     let what = format!("model {tag:?} on {gpu_type:?}");
     let progress: Progress =
         progress.parse().map_err(|_| corrupt(&what, format!("unknown progress {progress:?}")))?;
     Ok(StoredModel {
         samples: serde_json::from_str(&samples).map_err(|e| corrupt(&what, e))?,
         settings: serde_json::from_str(&settings).map_err(|e| corrupt(&what, e))?,
+        owner,
         gpu_type,
         tag,
         progress,
@@ -53,28 +56,30 @@ fn decode(row: RawModel) -> Result<StoredModel, StoreError> {
 }
 
 impl Store {
-    /// The measurements of `tag` on `gpu_type` counted in `progress` units, if any.
+    /// `owner`'s measurements of `tag` on `gpu_type` counted in `progress` units, if any.
     pub fn model(
         &self,
+        owner: u32,
         gpu_type: &str,
         tag: &str,
         progress: Progress,
     ) -> Result<Option<StoredModel>, StoreError> {
-        let sql =
-            format!("SELECT {MODEL_COLS} FROM models WHERE gpu_type = ?1 AND tag = ?2 AND progress = ?3");
+        let sql = format!(
+            "SELECT {MODEL_COLS} FROM models WHERE owner = ?1 AND gpu_type = ?2 AND tag = ?3 AND progress = ?4"
+        );
         let row = self
             .conn
             .prepare_cached(&sql)?
-            .query_row(params![gpu_type, tag, progress.as_str()], raw)
+            .query_row(params![owner, gpu_type, tag, progress.as_str()], raw)
             .optional()?;
         row.map(decode).transpose()
     }
 
-    /// Every stored workload, by GPU type, tag and unit.
+    /// Every stored workload, by owner, GPU type, tag and unit.
     pub fn models(&self) -> Result<Vec<StoredModel>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare(&format!("SELECT {MODEL_COLS} FROM models ORDER BY gpu_type, tag, progress"))?;
+            .prepare(&format!("SELECT {MODEL_COLS} FROM models ORDER BY owner, gpu_type, tag, progress"))?;
         let rows = stmt.query_map([], raw)?.collect::<rusqlite::Result<Vec<_>>>()?;
         rows.into_iter().map(decode).collect()
     }
@@ -84,9 +89,17 @@ impl Store {
         let samples = serde_json::to_string(&model.samples).map_err(|e| corrupt("samples", e))?;
         let settings = serde_json::to_string(&model.settings).map_err(|e| corrupt("settings", e))?;
         self.conn.execute(
-            "INSERT OR REPLACE INTO models (gpu_type, tag, progress, samples, settings, updated_ns) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![model.gpu_type, model.tag, model.progress.as_str(), samples, settings, model.updated_ns],
+            "INSERT OR REPLACE INTO models (owner, gpu_type, tag, progress, samples, settings, updated_ns) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                model.owner,
+                model.gpu_type,
+                model.tag,
+                model.progress.as_str(),
+                samples,
+                settings,
+                model.updated_ns
+            ],
         )?;
         Ok(())
     }

@@ -79,6 +79,22 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (gpu_type, tag, progress)
     ) WITHOUT ROWID;
     ",
+    // v4: models have an owner (the uid whose runs measured them), so one user's runs never
+    // decide another's jobs. Earlier measurements have no known owner and are dropped: each
+    // workload is measured again by its owner's next run.
+    "
+    DROP TABLE models;
+    CREATE TABLE models (
+        owner      INTEGER NOT NULL,
+        gpu_type   TEXT    NOT NULL,
+        tag        TEXT    NOT NULL,
+        progress   TEXT    NOT NULL CHECK (progress IN ('file', 'sm-activity')),
+        samples    TEXT    NOT NULL,
+        settings   TEXT    NOT NULL,
+        updated_ns INTEGER NOT NULL,
+        PRIMARY KEY (owner, gpu_type, tag, progress)
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The schema version this binary writes and understands.

@@ -398,8 +398,8 @@ fn rows_written_with_the_names_as_strings_read_back_and_unknown_names_are_corrup
         .unwrap();
     st.conn
         .execute(
-            "INSERT INTO models (gpu_type, tag, progress, samples, settings, updated_ns) \
-             VALUES ('H100', 'bert', 'sm-activity', '[]', '[700.0]', 1)",
+            "INSERT INTO models (owner, gpu_type, tag, progress, samples, settings, updated_ns) \
+             VALUES (1000, 'H100', 'bert', 'sm-activity', '[]', '[700.0]', 1)",
             [],
         )
         .unwrap();

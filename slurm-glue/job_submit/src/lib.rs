@@ -122,7 +122,7 @@ pub unsafe extern "C" fn job_submit(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
-        match submit::decide(env, &user, now, config, models) {
+        match submit::decide(env, uid, &user, now, config, models) {
             Ok(decision) => {
                 // SAFETY: Slurm-owned string fields of the job description.
                 unsafe { set_string(&mut job.admin_comment, &decision.admin_comment) };

@@ -26,10 +26,11 @@ pub struct SubmitDecision {
     pub message: Option<String>,
 }
 
-/// Decides for a submission whose environment entries are `env`; the error is the one-line
-/// reason the job is refused.
+/// Decides for a submission by `uid` (named `user` in the site policy) whose environment
+/// entries are `env`; the error is the one-line reason the job is refused.
 pub fn decide<'a>(
     env: impl IntoIterator<Item = &'a str>,
+    uid: u32,
     user: &str,
     now_s: i64,
     config: &Config,
@@ -46,7 +47,7 @@ pub fn decide<'a>(
         _ => {}
     }
     if decision.by_model() {
-        admin_comment.push_str(&model_note(models, hints.hints.tag.as_deref(), decision.engine));
+        admin_comment.push_str(&model_note(models, uid, hints.hints.tag.as_deref(), decision.engine));
     }
     let begin_time_s = hints.defer.and_then(|window| {
         let start = config.prices.cheapest_start(now_s, window.as_secs() as i64);
@@ -63,14 +64,14 @@ pub fn decide<'a>(
     Ok(SubmitDecision { decision, begin_time_s, admin_comment, message })
 }
 
-/// `,tag=T,model=GPU:530W(-8.5%)` per GPU type the table knows the tag on, or
+/// `,tag=T,model=GPU:530W(-8.5%)` per GPU type where `uid` has a model of the tag, or
 /// `,model=none` (the node probes); nothing without a tag.
-fn model_note(models: &ModelTable, tag: Option<&str>, objective: Objective) -> String {
+fn model_note(models: &ModelTable, uid: u32, tag: Option<&str>, objective: Objective) -> String {
     let Some(tag) = tag else { return String::new() };
     let mut note = format!(",tag={tag}");
     let mut known = false;
-    for gpu_type in models.gpu_types_with(tag) {
-        let d = models.decide(tag, gpu_type, objective);
+    for gpu_type in models.gpu_types_with(uid, tag) {
+        let d = models.decide(uid, tag, gpu_type, objective);
         if let Some(w) = d.setting {
             known = true;
             note.push_str(&format!(
@@ -178,10 +179,11 @@ mod tests {
     fn the_policy_is_recorded_on_the_job() {
         let share = config("[policy]\nenact = \"share\"\n");
         let none = ModelTable::new();
-        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy=min-energy"], "alice", 0, &share, &none).unwrap();
+        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy=min-energy"], 1000, "alice", 0, &share, &none)
+            .unwrap();
         assert_eq!(d.admin_comment, "wattson:policy=min-energy,power=60%");
         assert_eq!((d.begin_time_s, d.message), (None, None));
-        let d = decide([], "alice", 0, &Config::default(), &none).unwrap();
+        let d = decide([], 1000, "alice", 0, &Config::default(), &none).unwrap();
         assert_eq!(d.decision.policy, EnergyPolicy::Balanced);
         assert_eq!(d.admin_comment, "wattson:policy=balanced");
     }
@@ -199,24 +201,25 @@ mod tests {
             settings: vec![200.0, 450.0, 530.0, 700.0],
         };
         let mut table = ModelTable::new();
-        table.insert("bert", "H100", entry);
+        table.insert(1000, "bert", "H100", entry);
         let env =
             ["_SLURM_SPANK_OPTION_wattson_energy=min-energy", "_SLURM_SPANK_OPTION_wattson_energy_tag=bert"];
-        let d = decide(env, "alice", 0, &Config::default(), &table).unwrap();
+        let d = decide(env, 1000, "alice", 0, &Config::default(), &table).unwrap();
         // 530 W is the least energy measured within 10% (measured 9.0% slower).
         let prefix = "wattson:policy=min-energy,slowdown=10%,tag=bert,model=H100:530W(slowdown ";
         assert!(d.admin_comment.starts_with(prefix), "{}", d.admin_comment);
         let pct: f64 = d.admin_comment[prefix.len()..].trim_end_matches("%)").parse().unwrap();
         assert!((5.0..=10.0).contains(&pct), "{pct}");
         let env = ["_SLURM_SPANK_OPTION_wattson_energy_tag=gpt"];
-        let d = decide(env, "alice", 0, &Config::default(), &table).unwrap();
+        let d = decide(env, 1000, "alice", 0, &Config::default(), &table).unwrap();
         assert_eq!(d.admin_comment, "wattson:policy=balanced,tag=gpt,model=none");
     }
 
     #[test]
     fn bad_hints_refuse_the_job() {
-        let e = decide(["WATTSON_ENERGY_SLOWDOWN=-3"], "alice", 0, &Config::default(), &ModelTable::new())
-            .unwrap_err();
+        let e =
+            decide(["WATTSON_ENERGY_SLOWDOWN=-3"], 1000, "alice", 0, &Config::default(), &ModelTable::new())
+                .unwrap_err();
         assert!(e.contains("--energy-slowdown=-3"), "{e}");
     }
 
@@ -226,8 +229,15 @@ mod tests {
             (0..24).map(|h| if h < 6 { "0.1".into() } else { "0.3".to_string() }).collect();
         let cfg = config(&format!("[prices]\nhourly_utc = [{}]\n", night.join(", ")));
         let now = 20_000 * 86_400 + 22 * 3600; // 22:00 UTC
-        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy_defer=6h"], "bob", now, &cfg, &ModelTable::new())
-            .unwrap();
+        let d = decide(
+            ["_SLURM_SPANK_OPTION_wattson_energy_defer=6h"],
+            1000,
+            "bob",
+            now,
+            &cfg,
+            &ModelTable::new(),
+        )
+        .unwrap();
         assert_eq!(d.begin_time_s, Some(20_001 * 86_400));
         assert!(d.admin_comment.ends_with(",deferred=2024-10-05T00:00:00Z"), "{}", d.admin_comment);
         assert!(d.message.unwrap().contains("deferred to 2024-10-05T00:00:00Z"));
