@@ -278,3 +278,41 @@ fn another_users_runs_never_decide_a_jobs_setting() {
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "the first probe is full speed");
     job.end(&node, "2");
 }
+
+/// The workload changes under a settled limit (a phase of the job that is clock-bound): the
+/// daemon measures the bound broken within a window, returns the job to full speed at once,
+/// says why, and drops the model that misled it, so the next run probes afresh.
+#[test]
+fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed() {
+    // Nearly clock-independent (80% of the time per unit), so a low limit is cheap.
+    const LAX: Workload = Workload { t0_s: 0.08, d_s_mhz: 39.6 };
+    // The same time per unit at full clock, but all of it clock-bound.
+    const STRICT: Workload = Workload { t0_s: 0.0, d_s_mhz: 198.0 };
+    let mut node = Node::with_sections(
+        fake_nvml::Config::uniform("H100", 1),
+        "100ms",
+        "",
+        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\n",
+    );
+    node.start();
+    let job = Job::start(&node, "1", "shifty");
+    node.sim.set_workload(0, Some(LAX)).unwrap();
+    let settled = wait_settled(&node, "1", Duration::from_secs(40)).dvfs.unwrap().setting_w.unwrap();
+    assert!(settled < 700.0);
+    std::thread::sleep(Duration::from_millis(500));
+    node.sim.set_workload(0, Some(STRICT)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while node.sim.gpu_state(0).unwrap().power_limit_mw != 700_000 {
+        assert!(Instant::now() < deadline, "the job stayed at {settled} W: {:?}", node.record("1").dvfs);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let d = job.end(&node, "1").dvfs.unwrap();
+    assert!(d.measured_slowdown.unwrap() > BOUND, "{d:?}");
+    assert!(d.reason.as_deref().is_some_and(|r| r.contains("back to full speed")), "{d:?}");
+
+    // The model that misled is gone: the next run probes again, from full speed.
+    let job = Job::start(&node, "2", "shifty");
+    let d = node.record("2").dvfs.unwrap();
+    assert!(d.setting_w.is_none() && node.sim.gpu_state(0).unwrap().power_limit_mw == 700_000, "{d:?}");
+    job.end(&node, "2");
+}

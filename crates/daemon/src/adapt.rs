@@ -66,6 +66,8 @@ pub(super) struct Adaptive {
     last_tick_ns: i64,
     /// Whether the workload has a tag to learn under.
     learn: bool,
+    /// Whether the settled limit broke the job's bound and the job went back to full speed.
+    reverted: bool,
 }
 
 impl Adaptive {
@@ -198,6 +200,7 @@ impl Prober {
             activity: 0.0,
             last_tick_ns: now,
             learn: tag.is_some(),
+            reverted: false,
         };
         let step =
             wattson_engine::next_step(&job.samples(), &job.settings, job.policy, &self.probe_config(), 0);
@@ -249,6 +252,12 @@ impl Prober {
                 let mark = mark(record, &mut job);
                 match job.start {
                     None if now - job.changed_ns >= settle_ns => job.start = Some(mark),
+                    // Settled: the bound must hold over the run, not only in the prediction.
+                    Some(start) if job.settled && !job.reverted && mark.t_ns - start.t_ns >= window_ns => {
+                        if let Some(wanted) = guard_bound(store, record, &mut job, &start, &mark) {
+                            changes.push((record.key.clone(), wanted));
+                        }
+                    }
                     Some(start) if !job.settled && mark.t_ns - start.t_ns >= window_ns => {
                         job.windows += 1;
                         match job.window(&start, &mark, record.gpus.len() as u32) {
@@ -284,6 +293,7 @@ impl Prober {
         let mut job = self.jobs.remove(&record.key.job_id)?;
         let end = mark(record, &mut job);
         if job.settled
+            && !job.reverted
             && let Some(start) = job.start
             && let Some((sample, work)) = job.window(&start, &end, record.gpus.len() as u32)
         {
@@ -293,7 +303,14 @@ impl Prober {
         if let Some(path) = &job.progress_file {
             let _ = std::fs::remove_file(path);
         }
-        if job.learn && !job.measured.is_empty() {
+        if job.learn && job.reverted {
+            // The model led the job past its bound: it is dropped, and the workload is measured
+            // afresh by its next run.
+            match store.delete_models(record.uid, &job.dvfs.gpu_type, &job.dvfs.tag) {
+                Ok(()) => self.write_model_table(store),
+                Err(e) => warn!(job = %record.key, error = %e, "cannot drop the workload's model"),
+            }
+        } else if job.learn && !job.measured.is_empty() {
             let unit = job.dvfs.progress.unwrap_or(Progress::SmActivity);
             let model = StoredModel {
                 owner: record.uid,
@@ -394,18 +411,65 @@ fn mark(record: &JobRecord, job: &mut Adaptive) -> Mark {
     }
 }
 
-/// Measured slowdown and estimated saving of the settled window against the highest
-/// limit's measurement (this run's probe, else earlier runs').
-fn judge(job: &mut Adaptive, settled: Sample, work: f64) {
-    let Some(&max) = job.settings.last() else { return };
+/// Measured slowdown beyond the bound that sends a job back to full speed: the measurement's
+/// own noise (a percentage point), not slack.
+const BOUND_NOISE: f64 = 0.01;
+
+/// While settled: if the job's measured slowdown over its settled span so far breaks its bound,
+/// returns it to the highest limit at once (the settings wanted) and marks the model bad.
+fn guard_bound(
+    store: &mut Store,
+    record: &JobRecord,
+    job: &mut Adaptive,
+    start: &Mark,
+    now: &Mark,
+) -> Option<Changes> {
+    let wattson_engine::Objective::MinEnergy { max_slowdown } = job.policy else { return None };
+    let (sample, _) = job.window(start, now, record.gpus.len() as u32)?;
+    let (reference, _) = reference(job)?;
+    let slowdown = sample.time / reference - 1.0;
+    if slowdown <= max_slowdown + BOUND_NOISE {
+        return None;
+    }
+    let max = *job.settings.last()?;
+    warn!(job = %record.key, slowdown, bound = max_slowdown, limit_w = job.held_w, "bound broken: back to full speed; the model is dropped");
+    job.reverted = true;
+    job.dvfs.measured_slowdown = Some(slowdown);
+    job.dvfs.energy_saved_j = None;
+    job.dvfs.reason = Some(format!(
+        "measured slowdown {:.1}% broke the {:.1}% bound at {:.0} W: back to full speed, model dropped",
+        100.0 * slowdown,
+        100.0 * max_slowdown,
+        job.held_w
+    ));
+    job.dvfs.setting_w = Some(max);
+    job.held_w = max;
+    job.start = None;
+    if let Err(e) = store.set_dvfs(&record.key, &job.dvfs) {
+        warn!(job = %record.key, error = %e, "cannot record the DVFS state");
+    }
+    Some(record.gpus.iter().map(|g| (g.index, power_limit(max))).collect())
+}
+
+/// Time and power per unit of work at the highest limit (this run's probe, else earlier
+/// runs'), weighted.
+fn reference(job: &Adaptive) -> Option<(f64, f64)> {
+    let &max = job.settings.last()?;
     let reference: Vec<Sample> =
         job.samples().into_iter().filter(|s| (s.setting - max).abs() < 1e-9).collect();
     let weight: f64 = reference.iter().map(|s| s.weight).sum();
     if weight <= 0.0 {
-        return;
+        return None;
     }
     let time = reference.iter().map(|s| s.time * s.weight).sum::<f64>() / weight;
     let power = reference.iter().map(|s| s.power * s.weight).sum::<f64>() / weight;
+    Some((time, power))
+}
+
+/// Measured slowdown and estimated saving of the settled window against the highest
+/// limit's measurement.
+fn judge(job: &mut Adaptive, settled: Sample, work: f64) {
+    let Some((time, power)) = reference(job) else { return };
     job.dvfs.measured_slowdown = Some(settled.time / time - 1.0);
     // Per unit of work, energy is GPU-seconds × W per GPU.
     job.dvfs.energy_saved_j = Some(work * (time * power - settled.time * settled.power));

@@ -104,6 +104,15 @@ impl Store {
         Ok(())
     }
 
+    /// Drops `owner`'s measurements of `tag` on `gpu_type` (every unit), durably.
+    pub fn delete_models(&mut self, owner: u32, gpu_type: &str, tag: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "DELETE FROM models WHERE owner = ?1 AND gpu_type = ?2 AND tag = ?3",
+            params![owner, gpu_type, tag],
+        )?;
+        Ok(())
+    }
+
     /// Records what the models did for the RUNNING job `key`, durably.
     pub fn set_dvfs(&mut self, key: &JobKey, dvfs: &JobDvfs) -> Result<(), StoreError> {
         let text = serde_json::to_string(dvfs).map_err(|e| corrupt("dvfs", e))?;
