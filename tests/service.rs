@@ -5,6 +5,7 @@ mod common;
 
 use std::io::Write;
 use std::os::unix::net::UnixDatagram;
+use std::path::Path;
 use std::time::Duration;
 
 use common::{Node, assert_exact, free_loopback_port, http_get};
@@ -64,4 +65,89 @@ fn a_second_daemon_on_the_same_socket_refuses_to_start() {
         "{out:?}"
     );
     common::assert_ok(&node.wattson(&["status"]));
+}
+
+/// The shipped unit's settings that a sandbox cannot show by running: a restart keeps the
+/// jobs' progress files, a bad configuration does not restart in a loop, there is no reload
+/// that reloads nothing, and a stuck daemon is restarted by the watchdog.
+fn unit() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/wattsond.service")).unwrap()
+}
+
+/// The values of `key=` lines in the unit.
+fn unit_values(key: &str) -> Vec<String> {
+    unit().lines().filter_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_string)).collect()
+}
+
+#[test]
+fn the_units_settings_match_what_the_daemon_does() {
+    assert_eq!(unit_values("RuntimeDirectoryPreserve"), ["yes"], "a restart would delete /run/wattson");
+    assert!(unit_values("ExecReload").is_empty(), "wattsond has no reload");
+    assert_eq!(unit_values("RestartPreventExitStatus"), ["2"], "wattsond exits 2 on a bad configuration");
+    assert_eq!(unit_values("WatchdogSec").len(), 1, "no watchdog");
+
+    // Exit status 2 for a bad configuration, as the unit expects.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[daemon]\nsample_interval = 3\n").unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// wattsond under exactly the unit's capability bounding set (as systemd would start it):
+/// a job whose power limit the models choose gets its progress file, owned by the job's user,
+/// and the daemon pings the watchdog as it samples.
+#[test]
+fn the_daemon_works_with_the_units_capabilities() {
+    let caps: Vec<String> = unit_values("CapabilityBoundingSet")
+        .iter()
+        .flat_map(|v| {
+            v.split_whitespace().map(|c| c.trim_start_matches("CAP_").to_lowercase()).collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!caps.is_empty());
+    let bounding = format!("-all,{}", caps.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(","));
+    let wrapper: Vec<String> = ["setpriv", "--bounding-set", &bounding, "--inh-caps=-all", "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+
+    let mut node = Node::with_sections(fake_nvml::Config::uniform("H100", 1), "200ms", "", "");
+    let notify_path = node.dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    node.start_under(&wrapper, &[("NOTIFY_SOCKET", &notify_path), ("WATCHDOG_USEC", Path::new("30000000"))]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", node.pid())).unwrap();
+    let bnd = status.lines().find(|l| l.starts_with("CapBnd")).unwrap();
+    assert_ne!(bnd.split_whitespace().nth(1), Some("000001ffffffffff"), "the bounding set was not applied");
+
+    let out = node.wattson(&[
+        "job",
+        "begin",
+        "--job",
+        "9",
+        "--uid",
+        "1000",
+        "--gpus",
+        "0",
+        "--energy",
+        "min-energy",
+        "--energy-tag",
+        "t",
+    ]);
+    common::assert_ok(&out);
+    let progress = node.dir.path().join("progress").join("9");
+    let meta =
+        std::fs::metadata(&progress).unwrap_or_else(|e| panic!("no progress file ({e}):\n{}", node.log()));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.uid(), 1000, "the progress file is not the job user's");
+
+    let mut seen = String::new();
+    let mut buf = [0u8; 256];
+    while !seen.contains("WATCHDOG=1") {
+        let n = notify.recv(&mut buf).expect("wattsond pings the watchdog");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    node.end("9");
 }

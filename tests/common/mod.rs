@@ -64,13 +64,28 @@ impl Node {
 
     /// Starts wattsond with extra environment variables and waits until it answers.
     pub fn start_with_env(&mut self, env: &[(&str, &Path)]) {
+        self.start_under(&[], env);
+    }
+
+    /// Starts wattsond as the last argument of `wrapper` (e.g. `setpriv ... --`), with extra
+    /// environment variables, and waits until it answers.
+    pub fn start_under(&mut self, wrapper: &[String], env: &[(&str, &Path)]) {
         assert!(self.daemon.is_none(), "daemon already running");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join("wattsond.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+        let daemon = env!("CARGO_BIN_EXE_wattsond");
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(daemon);
+                cmd
+            }
+            None => Command::new(daemon),
+        };
+        let child = cmd
             .arg("-c")
             .arg(&self.config)
             .env("WATTSON_FAKE_NVML_DIR", self.sim.dir())

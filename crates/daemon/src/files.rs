@@ -71,8 +71,12 @@ pub fn create_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Resul
         .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)?;
-    if nix::unistd::geteuid().is_root() {
-        std::os::unix::fs::fchown(&file, Some(uid), None)?;
+    if nix::unistd::geteuid().is_root()
+        && let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), None)
+    {
+        // A file the job cannot write is no progress file.
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
     }
     Ok(path)
 }

@@ -86,11 +86,19 @@ impl Sampler {
 
     /// Samples every `every` and answers requests, until the task is dropped.
     pub async fn run(mut self, every: Duration) {
+        // Ping systemd's watchdog only where the unit asked for one (WatchdogSec).
+        let watchdog = sd_notify::watchdog_enabled().is_some();
         let mut interval = tokio::time::interval(every);
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = interval.tick() => self.sample_once().await,
+                _ = interval.tick() => {
+                    self.sample_once().await;
+                    // Alive: sampled, and the state owner advanced the meters.
+                    if watchdog {
+                        let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+                    }
+                }
                 Some(first) = self.requests.recv() => {
                     let mut status = Vec::new();
                     for ask in std::iter::once(first).chain(std::iter::from_fn(|| self.requests.try_recv().ok())) {
