@@ -58,8 +58,16 @@ fn main() {
         }));
         decide.push(time_us(|| {
             let (config, models, _) = cached.get();
-            let d =
-                submit::decide(env.iter().map(String::as_str), 1000, "1000", now, config, models).unwrap();
+            let d = submit::decide(
+                env.iter().map(String::as_str),
+                env.iter().map(String::as_str),
+                1000,
+                "1000",
+                now,
+                config,
+                models,
+            )
+            .unwrap();
             std::hint::black_box(d);
         }));
     }

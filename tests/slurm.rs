@@ -225,3 +225,47 @@ fn the_decision_is_in_slurms_own_accounting() {
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// Poll until job `id` runs, then give its prolog a moment; returns its `AdminComment`.
+fn admin_comment_once_running(c: &Cluster, id: u32) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let info = c.lab.job_info(id).unwrap();
+        if info.state == "RUNNING" {
+            std::thread::sleep(Duration::from_millis(700));
+            return info.get("AdminComment").to_string();
+        }
+        assert!(Instant::now() < deadline, "job {id} never ran: {:?}\n{}", info.fields, c.lab.all_logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One decision from one source, recorded as enforced: an exported look-alike of a SPANK
+/// option does not override `sbatch --energy` in Slurm's record; hints given only in the job's
+/// environment (`--export`, the REST API) reach the node and are enforced as recorded; a tag
+/// cannot add fields to `AdminComment`.
+#[test]
+fn what_slurm_records_is_what_the_node_enforces() {
+    let c = cluster("", &[]);
+    let script = "#!/bin/sh\nsleep 4\n";
+    let fake = "--export=ALL,_SLURM_SPANK_OPTION_wattson_energy=min-energy";
+    let a = c.lab.sbatch(&["--gres=gpu:1", "--energy=perf", fake], script).unwrap();
+    let comment = admin_comment_once_running(&c, a);
+    assert_eq!(power_limits(&c.node), [MAX_W; 4], "the node runs perf");
+    assert!(comment.starts_with("wattson:policy=perf"), "Slurm records {comment:?} for a perf job");
+    assert_eq!(c.lab.wait_job(a, Duration::from_secs(60)).state, "COMPLETED");
+
+    let b = c.lab.sbatch(&["--gres=gpu:1", "--export=ALL,WATTSON_ENERGY=min-energy"], script).unwrap();
+    let comment = admin_comment_once_running(&c, b);
+    assert!(comment.starts_with("wattson:policy=min-energy"), "{comment:?}");
+    let limits = power_limits(&c.node);
+    assert_eq!(
+        limits.iter().filter(|&&l| l == 420_000).count(),
+        1,
+        "recorded min-energy, enforced {limits:?}"
+    );
+    assert_eq!(c.lab.wait_job(b, Duration::from_secs(60)).state, "COMPLETED");
+
+    let err = c.lab.sbatch(&["--energy=min-energy", "--energy-tag=x,policy=perf"], script).unwrap_err();
+    assert!(err.contains("--energy-tag"), "{err}");
+}

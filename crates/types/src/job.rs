@@ -124,9 +124,11 @@ impl Hints {
             return Err(format!("energy slowdown {s} is not a percentage between 0 and 1000"));
         }
         if let Some(t) = &self.tag
-            && (t.is_empty() || t.len() > 128 || t.chars().any(|c| c.is_control()))
+            && (t.is_empty() || t.len() > 128 || t.chars().any(|c| c.is_control() || c == ',' || c == '='))
         {
-            return Err("energy tag must be 1 to 128 bytes of printable characters".to_string());
+            // ',' and '=' separate the fields Slurm records (`AdminComment`).
+            return Err("energy tag must be 1 to 128 bytes of printable characters other than ',' and '='"
+                .to_string());
         }
         Ok(())
     }
@@ -306,6 +308,15 @@ mod tests {
         assert!(JobKey::parse("x").is_err());
         assert!(JobKey::parse("42.foo").is_err());
         assert!(JobKey::parse("-1").is_err());
+    }
+
+    #[test]
+    fn a_tag_cannot_carry_field_separators() {
+        for tag in ["x,policy=perf", "a=b", "a,b"] {
+            let hints = Hints { tag: Some(tag.into()), ..Hints::default() };
+            assert!(hints.validate().unwrap_err().contains("other than ','"), "{tag}");
+        }
+        assert!(Hints { tag: Some("bert-squad:v2.1".into()), ..Hints::default() }.validate().is_ok());
     }
 
     #[test]

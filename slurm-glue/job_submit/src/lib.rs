@@ -29,6 +29,11 @@ const SLURM_ERROR: c_int = sys::SLURM_ERROR;
 unsafe extern "C" {
     fn slurm_xstrdup(s: *const c_char) -> *mut c_char;
     fn slurm_xfree(p: *mut *mut c_void);
+    fn slurm_env_array_overwrite(
+        array: *mut *mut *mut c_char,
+        name: *const c_char,
+        value: *const c_char,
+    ) -> c_int;
 }
 
 static CONFIG: Mutex<Option<CachedConfig>> = Mutex::new(None);
@@ -73,6 +78,25 @@ unsafe fn set_string(slot: *mut *mut c_char, value: &str) {
     }
 }
 
+/// Sets `name=value` in the job's SPANK environment (what the nodes' SPANK options read) with
+/// Slurm's own function, and keeps the array's count in step.
+///
+/// # Safety
+/// `job` must be the job description slurmctld passed (its SPANK environment NULL or a
+/// NULL-terminated array allocated by Slurm).
+unsafe fn set_spank_env(job: &mut job_desc_msg_t, name: &str, value: &str) {
+    let (Ok(name), Ok(value)) = (CString::new(name), CString::new(value)) else { return };
+    // SAFETY: per the contract; Slurm reallocates the array and NULL-terminates it.
+    unsafe {
+        slurm_env_array_overwrite(&mut job.spank_job_env, name.as_ptr(), value.as_ptr());
+        let mut n = 0;
+        while !(*job.spank_job_env.add(n)).is_null() {
+            n += 1;
+        }
+        job.spank_job_env_size = n as u32;
+    }
+}
+
 /// `NAME=value` strings of a Slurm string array.
 ///
 /// # Safety
@@ -102,8 +126,8 @@ pub unsafe extern "C" fn job_submit(
         // SAFETY: slurmctld passes a valid, exclusively borrowed job description.
         let Some(job) = (unsafe { job_desc.as_mut() }) else { return SLURM_SUCCESS };
         // SAFETY: Slurm's arrays with their element counts.
-        let mut env = unsafe { strings(job.spank_job_env, job.spank_job_env_size) };
-        env.extend(unsafe { strings(job.environment, job.env_size) });
+        let spank_env = unsafe { strings(job.spank_job_env, job.spank_job_env_size) };
+        let job_env = unsafe { strings(job.environment, job.env_size) };
         #[cfg(feature = "test-hooks")]
         if !job.name.is_null() {
             // SAFETY: Slurm's NUL-terminated job name.
@@ -122,8 +146,12 @@ pub unsafe extern "C" fn job_submit(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
-        match submit::decide(env, uid, &user, now, config, models) {
+        match submit::decide(spank_env, job_env, uid, &user, now, config, models) {
             Ok(decision) => {
+                for (name, value) in &decision.spank_options {
+                    // SAFETY: Slurm's own array and count, grown by Slurm's allocator.
+                    unsafe { set_spank_env(job, name, value) };
+                }
                 // SAFETY: Slurm-owned string fields of the job description.
                 unsafe { set_string(&mut job.admin_comment, &decision.admin_comment) };
                 if let Some(begin) = decision.begin_time_s

@@ -91,19 +91,29 @@ impl SubmitHints {
         Ok(())
     }
 
-    /// Reads the hints of a submission from `NAME=value` environment entries: the options
-    /// SPANK forwarded (`_SLURM_SPANK_OPTION_wattson_<option>`), else `WATTSON_ENERGY`,
-    /// `WATTSON_ENERGY_SLOWDOWN`, `WATTSON_ENERGY_TAG`, `WATTSON_ENERGY_DEFER`.
-    pub fn from_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> Result<SubmitHints, String> {
+    /// Reads the hints of a submission: the options SPANK forwarded
+    /// (`_SLURM_SPANK_OPTION_wattson_<option>`), taken from the job's SPANK environment only
+    /// (an exported look-alike in the job's environment is not an option the nodes see), else
+    /// `WATTSON_ENERGY`, `WATTSON_ENERGY_SLOWDOWN`, `WATTSON_ENERGY_TAG`, `WATTSON_ENERGY_DEFER`
+    /// from the job's environment. Also says whether the hints came from the environment.
+    pub fn from_env<'a>(
+        spank_env: impl IntoIterator<Item = &'a str>,
+        job_env: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(SubmitHints, bool), String> {
         let mut spank = SubmitHints::default();
-        let mut plain = SubmitHints::default();
-        let (mut any_spank, mut any_plain) = (false, false);
-        for entry in entries {
+        let mut any_spank = false;
+        for entry in spank_env {
             let Some((name, value)) = entry.split_once('=') else { continue };
-            if let Some(option) = name.strip_prefix("_SLURM_SPANK_OPTION_wattson_") {
+            if let Some(option) = name.strip_prefix(SPANK_PREFIX) {
                 spank.set(&option.replace('_', "-"), value)?;
                 any_spank = true;
-            } else if let Some(rest) = name.strip_prefix("WATTSON_") {
+            }
+        }
+        let mut plain = SubmitHints::default();
+        let mut any_plain = false;
+        for entry in job_env {
+            let Some((name, value)) = entry.split_once('=') else { continue };
+            if let Some(rest) = name.strip_prefix("WATTSON_") {
                 let option = rest.to_ascii_lowercase().replace('_', "-");
                 if OPTIONS.iter().any(|o| o.name == option) {
                     plain.set(&option, value)?;
@@ -112,9 +122,34 @@ impl SubmitHints {
             }
         }
         // Options given to sbatch win over the environment.
-        Ok(if any_spank || !any_plain { spank } else { plain })
+        Ok(if any_spank || !any_plain { (spank, false) } else { (plain, true) })
+    }
+
+    /// The hints as the SPANK options the nodes read (`_SLURM_SPANK_OPTION_wattson_<option>`,
+    /// value), so hints given in the environment are enforced as they are recorded.
+    pub fn spank_options(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut add = |option: &str, value: String| {
+            out.push((format!("{SPANK_PREFIX}{}", option.replace('-', "_")), value));
+        };
+        if let Some(p) = self.hints.policy {
+            add("energy", p.to_string());
+        }
+        if let Some(s) = self.hints.slowdown_pct {
+            add("energy-slowdown", s.to_string());
+        }
+        if let Some(t) = &self.hints.tag {
+            add("energy-tag", t.clone());
+        }
+        if let Some(d) = self.defer {
+            add("energy-defer", humantime::format_duration(d).to_string());
+        }
+        out
     }
 }
+
+/// How Slurm names a SPANK option of this plugin in a job's SPANK environment.
+pub const SPANK_PREFIX: &str = "_SLURM_SPANK_OPTION_wattson_";
 
 #[cfg(test)]
 mod tests {
@@ -153,12 +188,36 @@ mod tests {
             "_SLURM_SPANK_OPTION_wattson_energy=perf",
             "_SLURM_SPANK_OPTION_wattson_energy_defer=2h",
         ];
-        let h = SubmitHints::from_env(spank).unwrap();
-        assert_eq!(h.hints.policy, Some(EnergyPolicy::Perf));
+        let (h, from_env) = SubmitHints::from_env(spank, []).unwrap();
+        assert_eq!((h.hints.policy, from_env), (Some(EnergyPolicy::Perf), false));
         assert_eq!(h.defer, Some(Duration::from_secs(7200)));
         let plain = ["WATTSON_ENERGY=min-energy", "WATTSON_ENERGY_SLOWDOWN=5", "WATTSON_CONFIG=/x"];
-        assert_eq!(SubmitHints::from_env(plain).unwrap().hints.slowdown_pct, Some(5.0));
-        assert!(SubmitHints::from_env(["WATTSON_ENERGY=fast"]).unwrap_err().contains("--energy=fast"));
-        assert_eq!(SubmitHints::from_env(["HOME=/root"]).unwrap(), SubmitHints::default());
+        let (h, from_env) = SubmitHints::from_env([], plain).unwrap();
+        assert_eq!((h.hints.slowdown_pct, from_env), (Some(5.0), true));
+        assert!(SubmitHints::from_env([], ["WATTSON_ENERGY=fast"]).unwrap_err().contains("--energy=fast"));
+        assert_eq!(SubmitHints::from_env([], ["HOME=/root"]).unwrap(), (SubmitHints::default(), false));
+        // A look-alike exported into the job's environment is not an option.
+        let exported = ["_SLURM_SPANK_OPTION_wattson_energy=min-energy"];
+        let (h, _) = SubmitHints::from_env(["_SLURM_SPANK_OPTION_wattson_energy=perf"], exported).unwrap();
+        assert_eq!(h.hints.policy, Some(EnergyPolicy::Perf));
+    }
+
+    #[test]
+    fn hints_become_the_spank_options_the_nodes_read() {
+        let (h, _) = SubmitHints::from_env(
+            [],
+            [
+                "WATTSON_ENERGY=min-energy",
+                "WATTSON_ENERGY_SLOWDOWN=7.5",
+                "WATTSON_ENERGY_TAG=bert",
+                "WATTSON_ENERGY_DEFER=2h",
+            ],
+        )
+        .unwrap();
+        let options = h.spank_options();
+        let entries: Vec<String> = options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let (back, from_env) = SubmitHints::from_env(entries.iter().map(String::as_str), []).unwrap();
+        assert_eq!((back, from_env), (h, false));
+        assert_eq!(options[0], ("_SLURM_SPANK_OPTION_wattson_energy".into(), "min-energy".into()));
     }
 }

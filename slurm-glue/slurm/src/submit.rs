@@ -24,19 +24,25 @@ pub struct SubmitDecision {
     pub admin_comment: String,
     /// A line for the user, when something differs from what they asked.
     pub message: Option<String>,
+    /// SPANK options to write into the job's SPANK environment: the hints read from the job's
+    /// environment, which the nodes would not see otherwise. Empty when sbatch's options carry
+    /// them already.
+    pub spank_options: Vec<(String, String)>,
 }
 
-/// Decides for a submission by `uid` (named `user` in the site policy) whose environment
-/// entries are `env`; the error is the one-line reason the job is refused.
+/// Decides for a submission by `uid` (named `user` in the site policy) from its SPANK
+/// environment and its job environment (see [`SubmitHints::from_env`]); the error is the
+/// one-line reason the job is refused.
 pub fn decide<'a>(
-    env: impl IntoIterator<Item = &'a str>,
+    spank_env: impl IntoIterator<Item = &'a str>,
+    job_env: impl IntoIterator<Item = &'a str>,
     uid: u32,
     user: &str,
     now_s: i64,
     config: &Config,
     models: &ModelTable,
 ) -> Result<SubmitDecision, String> {
-    let hints = SubmitHints::from_env(env)?;
+    let (hints, from_job_env) = SubmitHints::from_env(spank_env, job_env)?;
     let decision = config.policy.decide(&hints.hints, user);
     let mut admin_comment = format!("wattson:policy={}", decision.policy);
     match decision.engine {
@@ -61,7 +67,8 @@ pub fn decide<'a>(
         (None, Some(t)) => Some(format!("wattson: deferred to {} (cheaper electricity)", format_utc(t))),
         (None, None) => None,
     };
-    Ok(SubmitDecision { decision, begin_time_s, admin_comment, message })
+    let spank_options = if from_job_env { hints.spank_options() } else { Vec::new() };
+    Ok(SubmitDecision { decision, begin_time_s, admin_comment, message, spank_options })
 }
 
 /// `,tag=T,model=GPU:530W(-8.5%)` per GPU type where `uid` has a model of the tag, or
@@ -179,11 +186,12 @@ mod tests {
     fn the_policy_is_recorded_on_the_job() {
         let share = config("[policy]\nenact = \"share\"\n");
         let none = ModelTable::new();
-        let d = decide(["_SLURM_SPANK_OPTION_wattson_energy=min-energy"], 1000, "alice", 0, &share, &none)
-            .unwrap();
+        let d =
+            decide(["_SLURM_SPANK_OPTION_wattson_energy=min-energy"], [], 1000, "alice", 0, &share, &none)
+                .unwrap();
         assert_eq!(d.admin_comment, "wattson:policy=min-energy,power=60%");
         assert_eq!((d.begin_time_s, d.message), (None, None));
-        let d = decide([], 1000, "alice", 0, &Config::default(), &none).unwrap();
+        let d = decide([], [], 1000, "alice", 0, &Config::default(), &none).unwrap();
         assert_eq!(d.decision.policy, EnergyPolicy::Balanced);
         assert_eq!(d.admin_comment, "wattson:policy=balanced");
     }
@@ -204,22 +212,29 @@ mod tests {
         table.insert(1000, "bert", "H100", entry);
         let env =
             ["_SLURM_SPANK_OPTION_wattson_energy=min-energy", "_SLURM_SPANK_OPTION_wattson_energy_tag=bert"];
-        let d = decide(env, 1000, "alice", 0, &Config::default(), &table).unwrap();
+        let d = decide(env, [], 1000, "alice", 0, &Config::default(), &table).unwrap();
         // 530 W is the least energy measured within 10% (measured 9.0% slower).
         let prefix = "wattson:policy=min-energy,slowdown=10%,tag=bert,model=H100:530W(slowdown ";
         assert!(d.admin_comment.starts_with(prefix), "{}", d.admin_comment);
         let pct: f64 = d.admin_comment[prefix.len()..].trim_end_matches("%)").parse().unwrap();
         assert!((5.0..=10.0).contains(&pct), "{pct}");
         let env = ["_SLURM_SPANK_OPTION_wattson_energy_tag=gpt"];
-        let d = decide(env, 1000, "alice", 0, &Config::default(), &table).unwrap();
+        let d = decide(env, [], 1000, "alice", 0, &Config::default(), &table).unwrap();
         assert_eq!(d.admin_comment, "wattson:policy=balanced,tag=gpt,model=none");
     }
 
     #[test]
     fn bad_hints_refuse_the_job() {
-        let e =
-            decide(["WATTSON_ENERGY_SLOWDOWN=-3"], 1000, "alice", 0, &Config::default(), &ModelTable::new())
-                .unwrap_err();
+        let e = decide(
+            [],
+            ["WATTSON_ENERGY_SLOWDOWN=-3"],
+            1000,
+            "alice",
+            0,
+            &Config::default(),
+            &ModelTable::new(),
+        )
+        .unwrap_err();
         assert!(e.contains("--energy-slowdown=-3"), "{e}");
     }
 
@@ -231,6 +246,7 @@ mod tests {
         let now = 20_000 * 86_400 + 22 * 3600; // 22:00 UTC
         let d = decide(
             ["_SLURM_SPANK_OPTION_wattson_energy_defer=6h"],
+            [],
             1000,
             "bob",
             now,
