@@ -146,3 +146,43 @@ fn a_full_store_never_keeps_a_gpu_capped_and_the_end_is_recorded_later() {
     assert_eq!(node.record("1").energy_j(), record.energy_j(), "job 1 absorbed job 2's energy");
     assert_ok(&node.wattson(&["job", "end", "--job", "1"]));
 }
+
+/// The store is corrupted while the daemon is down (here: its header overwritten) with a job
+/// running capped. The daemon starts anyway, loudly: the corrupt file and its WAL are kept aside
+/// untouched for inspection, a fresh store is created, and since the restore journal was in the
+/// lost file, every GPU goes back to its defaults.
+#[test]
+fn a_corrupted_store_is_kept_aside_loudly_and_the_gpus_restored() {
+    let mut node = Node::h100(2);
+    node.start();
+    begin_capped(&node, "1", "0");
+    assert_eq!(limit_mw(&node, 0), 420_000);
+    node.kill9();
+    // The header of the file and of its WAL (which would otherwise stand in for page 1).
+    let mut bytes = std::fs::read(&node.store).unwrap();
+    bytes[..100].fill(0x5a);
+    std::fs::write(&node.store, &bytes).unwrap();
+    let wal = node.store.with_extension("db-wal");
+    let mut log = std::fs::read(&wal).unwrap();
+    log[..32].fill(0x5a);
+    std::fs::write(&wal, &log).unwrap();
+
+    node.start();
+    assert_eq!(limit_mw(&node, 0), 700_000, "a GPU stayed capped after the journal was lost");
+    let kept: Vec<_> = std::fs::read_dir(node.store.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("wattson.db.corrupt-"))
+        .collect();
+    assert!(kept.iter().any(|n| !n.ends_with("-wal") && !n.ends_with("-shm")), "{kept:?}");
+    let aside = node
+        .store
+        .parent()
+        .unwrap()
+        .join(kept.iter().find(|n| !n.contains("-wal") && !n.contains("-shm")).unwrap());
+    assert_eq!(std::fs::read(aside).unwrap(), bytes, "the corrupt file was changed");
+    assert!(node.log().contains("corrupt"), "{}", node.log());
+    node.begin("2", 1000, "1");
+    node.end("2");
+    assert!(node.record("2").energy_j() > 0.0);
+}

@@ -1,10 +1,13 @@
-//! Files the daemon (root) keeps: one daemon per store, files created without following
-//! links and written atomically, and no directory a user could swap files in.
+//! Files the daemon (root) keeps: one daemon per store, a corrupt store kept aside, files
+//! created without following links and written atomically, and no directory a user could
+//! swap files in.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use wattson_store::{Store, StoreError};
 
 /// The exclusive lock on a store, held for the life of the daemon (released by the kernel
 /// when the process ends, however it ends).
@@ -55,6 +58,53 @@ pub fn lock_store(store: &Path) -> Result<StoreLock, String> {
     };
     write_pid(&mut file).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(StoreLock { _file: file })
+}
+
+/// How the store was opened.
+pub enum Opened {
+    /// The file was sound.
+    Intact(Store),
+    /// The file was corrupt: it (and its WAL) now lie at `aside`, and `store` is fresh.
+    Replaced {
+        /// The fresh store.
+        store: Store,
+        /// Where the corrupt file was kept.
+        aside: PathBuf,
+    },
+}
+
+/// Opens the daemon's store; a corrupt one (not a database, or failing SQLite's quick check) is
+/// renamed aside with its WAL and shared memory, never deleted, and a fresh one is created.
+pub fn open_store(path: &Path) -> Result<Opened, String> {
+    match Store::open(path) {
+        Ok(store) => match store.is_intact() {
+            Ok(true) => return Ok(Opened::Intact(store)),
+            Ok(false) => {}
+            Err(e) => return Err(format!("cannot check the store: {e}")),
+        },
+        Err(StoreError::NotADatabase { .. }) => {}
+        Err(e) => return Err(format!("cannot open the store: {e}")),
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let with = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    let aside = with(&format!(".corrupt-{stamp}"));
+    for suffix in ["", "-wal", "-shm"] {
+        match std::fs::rename(with(suffix), with(&format!(".corrupt-{stamp}{suffix}"))) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("the store is corrupt and cannot be kept aside: {e}"));
+            }
+            _ => {}
+        }
+    }
+    let store = Store::open(path).map_err(|e| format!("cannot create a fresh store: {e}"))?;
+    Ok(Opened::Replaced { store, aside })
 }
 
 /// Creates the job's progress file, owned by the job's user when the daemon is root. Never

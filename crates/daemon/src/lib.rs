@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use self::clock::SystemClock;
 use self::core::Core;
@@ -31,7 +31,6 @@ use self::server::Services;
 use wattson_config::Config;
 use wattson_gpu::{GpuBackend, NvmlBackend};
 use wattson_protocol::access::Access;
-use wattson_store::Store;
 
 /// How long one GPU call may take before the GPU counts as stuck.
 pub const GPU_DEADLINE: Duration = Duration::from_secs(2);
@@ -82,7 +81,22 @@ pub async fn run(config: Config) -> Result<(), String> {
     let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
     info!(gpus = backend.devices().len(), driver = ?backend.driver_version(), "GPUs found");
     let pool = Arc::new(GpuPool::new(Arc::new(backend), GPU_DEADLINE));
-    let store = Store::open(store_path).map_err(|e| format!("cannot open the store: {e}"))?;
+    let store = match files::open_store(store_path)? {
+        files::Opened::Intact(store) => store,
+        files::Opened::Replaced { store, aside } => {
+            error!(
+                store = %store_path.display(),
+                kept_aside = %aside.display(),
+                "the store is corrupt: kept aside, starting a fresh one; every GPU goes back to its defaults"
+            );
+            for index in 0..pool.devices().len() as u32 {
+                if let Err(e) = pool.restore_defaults(index) {
+                    warn!(gpu = index, error = %e, "cannot restore GPU defaults");
+                }
+            }
+            store
+        }
+    };
     let node = config.node_name();
     let core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config)?;
     let owner = Owner::spawn(core);

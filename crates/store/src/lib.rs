@@ -277,6 +277,24 @@ impl Store {
         }
     }
 
+    /// Whether SQLite's quick check finds the file sound (a corrupt page is `false`, not an
+    /// error). Reads the whole file: for start-up, not for every request.
+    pub fn is_intact(&self) -> Result<bool, StoreError> {
+        let result: rusqlite::Result<String> = self.conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0));
+        match result {
+            Ok(verdict) => Ok(verdict == "ok"),
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The path the store was opened with.
     pub fn path(&self) -> &Path {
         &self.path

@@ -318,6 +318,26 @@ fn thousands_of_job_ids_in_one_query() {
     assert_eq!(keys, ["3", "5.0", "6", "6.0", "9", "12", "15", "18", "21", "24", "27", "30"]);
 }
 
+/// A page corrupted in the middle of the file (the header intact) is found by the quick check.
+#[test]
+fn a_corrupt_page_is_found_at_open() {
+    let (_d, path) = tmp();
+    {
+        let mut st = Store::open(&path).unwrap();
+        for job in 1..=300 {
+            st.begin_job(&rec(job, "", 7, i64::from(job), &[0, 1])).unwrap();
+        }
+        assert!(st.is_intact().unwrap());
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 16 * 4096, "{} bytes", bytes.len());
+    let page = 4096 * 8;
+    bytes[page..page + 4096].fill(0xa5);
+    std::fs::write(&path, &bytes).unwrap();
+    let st = Store::open(&path).unwrap();
+    assert!(!st.is_intact().unwrap());
+}
+
 const CHILD_ENV: &str = "WATTSON_STORE_DURABILITY_CHILD";
 
 /// Not a test on its own: the child half of `end_job_is_durable_when_it_returns`.
