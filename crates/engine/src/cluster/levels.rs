@@ -1,0 +1,95 @@
+//! DVFS levels per job: fixed per job for the references, queue-aware over the job's life for
+//! wattson, and within the cluster power budget.
+//!
+//! wattson runs a job at the least-energy level its remaining slowdown allowance permits when
+//! no job waits, and at the top level while one does (a slowdown during congestion is paid in
+//! everyone's queueing). The allowance is tracked over the whole run: a job that ran fast while
+//! the queue was long may go slower afterwards, as long as
+//! `elapsed + remaining work · (1 + slowdown_hi) ≤ (1 + bound) · work`.
+
+use crate::choose::ChooserConfig;
+use crate::model::DvfsModel;
+
+use super::{Actions, JobView, Level, Policy, PolicyKind, Running, Snapshot};
+
+/// The level a reference policy holds a job at for its whole run; `None`: the top level
+/// (Slurm), or decided over the run (wattson).
+pub fn fixed_level(kind: PolicyKind, job: &JobView) -> Option<u16> {
+    match kind {
+        PolicyKind::ZeusPerJob => Some(job.zeus),
+        PolicyKind::PowersaveDvfs => Some(job.bounded),
+        PolicyKind::SlurmDefault | PolicyKind::SlurmPowersave | PolicyKind::Wattson | PolicyKind::Floor => {
+            None
+        }
+    }
+}
+
+/// The level table of `model` over `settings` (increasing): each level's pessimistic slowdown
+/// (as [`crate::choose`] judges the bound) and predicted energy ratio. Levels whose saving is
+/// inside the model's noise get an infinite slowdown, so no bound admits them.
+pub fn table(model: &DvfsModel, settings: &[f64], cfg: &ChooserConfig) -> Vec<Level> {
+    let Some(&max) = settings.last() else { return Vec::new() };
+    let top = model.predict(max);
+    settings
+        .iter()
+        .map(|&s| {
+            let p = model.predict(s);
+            let judged = if cfg.pessimistic { p.time_hi.max(p.time) } else { p.time };
+            let mut slowdown_hi = judged / top.time - 1.0 + cfg.z * p.rel_sigma;
+            let energy_ratio = p.energy / top.energy;
+            if s == max {
+                slowdown_hi = 0.0;
+            } else if !(slowdown_hi.is_finite() && energy_ratio.is_finite())
+                || 1.0 - energy_ratio < cfg.min_saving_sigmas * p.rel_sigma
+            {
+                slowdown_hi = f64::INFINITY;
+            }
+            Level { setting: s, slowdown_hi, energy_ratio, power_w: p.power }
+        })
+        .collect()
+}
+
+/// The least-energy level of `levels` whose pessimistic slowdown is at most `allowed`; the top
+/// level when none is.
+pub fn least_energy_within(levels: &[Level], allowed: f64) -> u16 {
+    let top = levels.len().saturating_sub(1);
+    let mut best = top;
+    for (i, l) in levels.iter().enumerate() {
+        if l.slowdown_hi <= allowed && l.energy_ratio < levels[best].energy_ratio {
+            best = i;
+        }
+    }
+    best as u16
+}
+
+/// The slowdown the rest of `r`'s run may take and still meet its bound over the whole run.
+pub fn allowance(r: &Running) -> f64 {
+    let work = r.job.work_s;
+    let left = (1.0 - r.progress).max(0.0) * work;
+    if left <= 1e-9 * work.max(1.0) {
+        return 0.0;
+    }
+    let budget = (1.0 + r.job.bound) * work - r.elapsed_s;
+    (budget / left - 1.0).max(0.0)
+}
+
+/// Level actions of `p` for `s`.
+pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
+    for r in s.running {
+        let levels = &s.models[r.job.model as usize];
+        let top = levels.len().saturating_sub(1) as u16;
+        let want = match p.kind {
+            PolicyKind::Wattson => {
+                if s.queued.is_empty() {
+                    least_energy_within(levels, allowance(r))
+                } else {
+                    top
+                }
+            }
+            k => fixed_level(k, &r.job).unwrap_or(top),
+        };
+        if want != r.level {
+            a.levels.push((r.job.id, want));
+        }
+    }
+}
