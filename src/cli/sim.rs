@@ -33,7 +33,7 @@ pub struct SimArgs {
     /// Zeus measurements CSV [default: the cluster file's zeus_csv, relative to that file]
     #[arg(long)]
     zeus: Option<PathBuf>,
-    /// Policies: all, or a comma list of slurm-default, slurm-powersave, zeus-per-job, wattson, oracle
+    /// Policies: all, or a comma list of slurm-default, slurm-powersave, zeus-per-job, powersave-dvfs, wattson, floor
     #[arg(long, default_value = "all")]
     policies: String,
     /// Seed of the per-job slowdown-bound and deferral draws
@@ -53,7 +53,7 @@ fn read(path: &Path) -> Result<String, String> {
 
 /// Runs `wattson sim`.
 pub fn run(args: SimArgs) -> Result<(), String> {
-    let policies = PolicyKind::parse_list(&args.policies).map_err(|e| e.to_string())?;
+    let policies = wattson_sim::policies::parse_list(&args.policies).map_err(|e| e.to_string())?;
     let cname = args.cluster.display().to_string();
     let cluster = ClusterConfig::from_toml(&read(&args.cluster)?, &cname).map_err(|e| e.to_string())?;
     let zeus = args

@@ -60,6 +60,15 @@ impl Workload {
             .unwrap_or(self.max_idx())
     }
 
+    /// Index of the least measured energy per epoch among limits whose measured slowdown is
+    /// within `bound` (the floor's setting); the max limit always qualifies.
+    pub fn floor_idx(&self, bound: f64) -> usize {
+        (0..self.limits.len())
+            .filter(|&i| self.time_ratio(i) - 1.0 <= bound)
+            .min_by(|&a, &b| (self.power[a] * self.time[a]).total_cmp(&(self.power[b] * self.time[b])))
+            .unwrap_or(self.max_idx())
+    }
+
     /// The three probes a daemon would measure: lowest, nearest the middle, highest.
     pub fn probes(&self) -> [usize; 3] {
         let n = self.limits.len();
@@ -231,6 +240,11 @@ pub(crate) mod tests {
         let w = &c.workloads[v];
         assert_eq!(w.probes(), [0, 2, 5]);
         assert_eq!(w.min_energy_idx(), 1); // 24·118 = 2832 is the least of the six products
+        // Within 5% of 19.4 s only 19.5 and 20.0 qualify besides the max: 20·155 = 3100 and
+        // 19.5·165 = 3217.5 and 19.4·170 = 3298: the 175 W limit (index 3).
+        assert_eq!(w.floor_idx(0.05), 3);
+        assert_eq!(w.floor_idx(0.0), 5);
+        assert_eq!(w.floor_idx(1.0), 1);
         let m = w.fit().unwrap();
         let i = w.choose_idx(&m, Objective::Perf);
         assert_eq!(i, w.max_idx());
