@@ -122,6 +122,13 @@ pub struct WattsonTuning {
     /// Defer a job only for at least this relative price drop.
     #[serde(default = "default_min_price_drop")]
     pub min_price_drop: f64,
+    /// Slow jobs only while at least this fraction of GPUs is unallocated and no job waits.
+    #[serde(default = "default_dvfs_min_free")]
+    pub dvfs_min_free: f64,
+}
+
+fn default_dvfs_min_free() -> f64 {
+    Tuning::default().dvfs_min_free
 }
 
 fn default_forecast() -> f64 {
@@ -140,6 +147,7 @@ impl Default for WattsonTuning {
             forecast_window_s: default_forecast(),
             warm_break_evens: default_warm(),
             min_price_drop: default_min_price_drop(),
+            dvfs_min_free: default_dvfs_min_free(),
         }
     }
 }
@@ -189,7 +197,7 @@ impl ClusterConfig {
             forecast_window_s: self.wattson.forecast_window_s,
             warm_break_evens: self.wattson.warm_break_evens,
             min_price_drop: self.wattson.min_price_drop,
-            ..Tuning::default()
+            dvfs_min_free: self.wattson.dvfs_min_free,
         }
     }
 
@@ -225,6 +233,7 @@ impl ClusterConfig {
             ("slurm.resume_timeout_s", self.slurm.resume_timeout_s),
             ("wattson.forecast_window_s", self.wattson.forecast_window_s),
             ("wattson.min_price_drop", self.wattson.min_price_drop),
+            ("wattson.dvfs_min_free", self.wattson.dvfs_min_free),
         ];
         for (key, v) in nonneg {
             if !(v.is_finite() && v >= 0.0) {

@@ -75,12 +75,16 @@ pub fn allowance(r: &Running) -> f64 {
 
 /// Level actions of `p` for `s`.
 pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
+    let total: u32 = s.nodes.iter().map(|n| n.gpus).sum();
+    let allocated: u32 = s.running.iter().map(|r| r.job.gpus).sum();
+    let roomy = s.queued.is_empty()
+        && f64::from(total.saturating_sub(allocated)) >= p.tuning.dvfs_min_free * f64::from(total);
     for r in s.running {
         let levels = &s.models[r.job.model as usize];
         let top = levels.len().saturating_sub(1) as u16;
         let want = match p.kind {
             PolicyKind::Wattson => {
-                if s.queued.is_empty() {
+                if roomy {
                     least_energy_within(levels, allowance(r))
                 } else {
                     top

@@ -200,8 +200,9 @@ pub struct Tuning {
     pub warm_break_evens: f64,
     /// Defer a job only into an hour at least this much cheaper (relative).
     pub min_price_drop: f64,
-    /// Queued GPUs per free-able GPU above which every running job is raised to full speed.
-    pub raise_at_queue: f64,
+    /// wattson slows jobs below the top level only while at least this fraction of the
+    /// cluster's GPUs is unallocated (and no job waits).
+    pub dvfs_min_free: f64,
 }
 
 impl Default for Tuning {
@@ -211,7 +212,7 @@ impl Default for Tuning {
             forecast_window_s: 3600.0,
             warm_break_evens: 1.0,
             min_price_drop: 0.2,
-            raise_at_queue: 0.0,
+            dvfs_min_free: 0.0,
         }
     }
 }
