@@ -19,8 +19,12 @@ fn read(rel: &str) -> String {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let trace_name = args.get(1).cloned().unwrap_or_else(|| "cluster04.csv".to_string());
-    let sizes: Vec<u32> =
-        args.get(2).map_or("80,123", String::as_str).split(',').map(|s| s.parse().expect("node count")).collect();
+    let sizes: Vec<u32> = args
+        .get(2)
+        .map_or("80,123", String::as_str)
+        .split(',')
+        .map(|s| s.parse().expect("node count"))
+        .collect();
     let seeds: u64 = args.get(3).map_or(5, |s| s.parse().expect("seed count"));
     let base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
     let catalog =
@@ -36,6 +40,13 @@ fn main() {
             "warm_break_evens" => base.wattson.warm_break_evens = v,
             "dvfs_min_free" => base.wattson.dvfs_min_free = v,
             "forecast_window_s" => base.wattson.forecast_window_s = v,
+            "keep_break_evens" => base.wattson.keep_break_evens = v,
+            "pack" => base.wattson.pack = v != 0.0,
+            "min_price_drop" => base.wattson.min_price_drop = v,
+            "dvfs_horizon_s" => base.wattson.dvfs_horizon_s = v,
+            "clairvoyant" => base.wattson.clairvoyant = v != 0.0,
+            "congestion_raise" => base.wattson.congestion_raise = v,
+            "learn" => base.wattson.learn = v != 0.0,
             _ => panic!("unknown override {k}"),
         }
     }
@@ -47,11 +58,21 @@ fn main() {
         println!("== {trace_name} on {nodes} nodes x {} GPUs", c.gpus_per_node);
         println!(
             "{:<5} {:<16} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>6}",
-            "seed", "policy", "energy kWh", "wait h", "p99 w h", "jct h", "capture", "viol", "lvl chg", "ST s"
+            "seed",
+            "policy",
+            "energy kWh",
+            "wait h",
+            "p99 w h",
+            "jct h",
+            "capture",
+            "viol",
+            "lvl chg",
+            "ST s"
         );
         let _ = only_wattson;
         for seed in 1..=seeds {
-            let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &wattson_sim::policies::ALL, seed).unwrap();
+            let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &wattson_sim::policies::ALL, seed)
+                .unwrap();
             let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
             for s in &o.report.summaries {
                 println!(
@@ -87,7 +108,14 @@ fn main() {
             ];
             let failed: Vec<&str> = checks.iter().filter(|c| !c.1).map(|c| c.0).collect();
             all_ok &= failed.is_empty();
-            println!("seed {seed}: {}", if failed.is_empty() { "all targets hold".to_string() } else { format!("MISSED: {}", failed.join("; ")) });
+            println!(
+                "seed {seed}: {}",
+                if failed.is_empty() {
+                    "all targets hold".to_string()
+                } else {
+                    format!("MISSED: {}", failed.join("; "))
+                }
+            );
         }
     }
     println!("{}", if all_ok { "ALL TARGETS HOLD" } else { "SOME TARGETS MISSED" });

@@ -119,12 +119,37 @@ pub struct WattsonTuning {
     /// Warm-set horizon beyond the boot time, in break-even times.
     #[serde(default = "default_warm")]
     pub warm_break_evens: f64,
+    /// An idle node outside the warm set sleeps after this many break-even times idle.
+    #[serde(default = "default_keep")]
+    pub keep_break_evens: f64,
+    /// Pack jobs onto powered nodes (best fit); `false`: Slurm's first fit.
+    #[serde(default = "yes")]
+    pub pack: bool,
     /// Defer a job only for at least this relative price drop.
     #[serde(default = "default_min_price_drop")]
     pub min_price_drop: f64,
     /// Slow jobs only while at least this fraction of GPUs is unallocated and no job waits.
     #[serde(default = "default_dvfs_min_free")]
     pub dvfs_min_free: f64,
+    /// Slow jobs only while the GPUs expected free this far ahead are not negative (s; 0: off).
+    #[serde(default)]
+    pub dvfs_horizon_s: f64,
+    /// While jobs wait, how far running jobs are raised toward full speed (1: the top level,
+    /// 0: their own bound).
+    #[serde(default = "default_raise")]
+    pub congestion_raise: f64,
+    /// Measured bound, not a policy: the forecast sees the coming submissions instead of the
+    /// past ones (a perfect arrival forecast).
+    #[serde(default)]
+    pub clairvoyant: bool,
+    /// Refit each workload's model on every limit its jobs have run at (the daemons' records),
+    /// not only on the three probes.
+    #[serde(default = "yes")]
+    pub learn: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_dvfs_min_free() -> f64 {
@@ -137,6 +162,12 @@ fn default_forecast() -> f64 {
 fn default_warm() -> f64 {
     Tuning::default().warm_break_evens
 }
+fn default_raise() -> f64 {
+    Tuning::default().congestion_raise
+}
+fn default_keep() -> f64 {
+    Tuning::default().keep_break_evens
+}
 fn default_min_price_drop() -> f64 {
     Tuning::default().min_price_drop
 }
@@ -146,8 +177,14 @@ impl Default for WattsonTuning {
         WattsonTuning {
             forecast_window_s: default_forecast(),
             warm_break_evens: default_warm(),
+            keep_break_evens: default_keep(),
+            pack: true,
             min_price_drop: default_min_price_drop(),
             dvfs_min_free: default_dvfs_min_free(),
+            dvfs_horizon_s: 0.0,
+            congestion_raise: default_raise(),
+            clairvoyant: false,
+            learn: true,
         }
     }
 }
@@ -196,8 +233,12 @@ impl ClusterConfig {
             suspend_time_s,
             forecast_window_s: self.wattson.forecast_window_s,
             warm_break_evens: self.wattson.warm_break_evens,
+            keep_break_evens: self.wattson.keep_break_evens,
+            pack: self.wattson.pack,
             min_price_drop: self.wattson.min_price_drop,
             dvfs_min_free: self.wattson.dvfs_min_free,
+            dvfs_horizon_s: self.wattson.dvfs_horizon_s,
+            congestion_raise: self.wattson.congestion_raise,
         }
     }
 
@@ -229,11 +270,14 @@ impl ClusterConfig {
             ("node.boot_s", n.boot_s),
             ("node.boot_w", n.boot_w),
             ("wattson.warm_break_evens", self.wattson.warm_break_evens),
+            ("wattson.keep_break_evens", self.wattson.keep_break_evens),
             ("slurm.suspend_timeout_s", self.slurm.suspend_timeout_s),
             ("slurm.resume_timeout_s", self.slurm.resume_timeout_s),
             ("wattson.forecast_window_s", self.wattson.forecast_window_s),
             ("wattson.min_price_drop", self.wattson.min_price_drop),
             ("wattson.dvfs_min_free", self.wattson.dvfs_min_free),
+            ("wattson.dvfs_horizon_s", self.wattson.dvfs_horizon_s),
+            ("wattson.congestion_raise", self.wattson.congestion_raise),
         ];
         for (key, v) in nonneg {
             if !(v.is_finite() && v >= 0.0) {

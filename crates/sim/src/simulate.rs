@@ -100,7 +100,9 @@ struct Live {
 struct Sim<'a> {
     c: &'a ClusterConfig,
     cat: &'a Catalog,
-    models: &'a [Vec<Level>],
+    models: Vec<Vec<Level>>,
+    /// Per workload, the limits measured so far (probes, then every limit a job ran at).
+    measured: Vec<Vec<usize>>,
     jobs: &'a [SimJob],
     views: Vec<EngineJob>,
     policy: Policy,
@@ -122,6 +124,8 @@ struct Sim<'a> {
     later: Vec<(f64, u32)>,
     arrivals: Vec<(f64, u32)>,
     arr_lo: usize,
+    /// Every submission `(time, GPUs)`, for the clairvoyant bound (`[wattson] clairvoyant`).
+    future: Vec<(f64, u32)>,
     next_wake: f64,
     done: usize,
     gpu_types: [GpuType; 1],
@@ -181,7 +185,8 @@ pub fn simulate(
     let mut s = Sim {
         c,
         cat: catalog,
-        models,
+        models: models.to_vec(),
+        measured: catalog.workloads.iter().map(|w| w.probes().to_vec()).collect(),
         jobs,
         views,
         policy,
@@ -203,6 +208,11 @@ pub fn simulate(
         later: Vec::new(),
         arrivals: Vec::with_capacity(jobs.len()),
         arr_lo: 0,
+        future: if c.wattson.clairvoyant {
+            jobs.iter().map(|j| (j.submit, j.gpus)).collect()
+        } else {
+            Vec::new()
+        },
         next_wake: f64::NEG_INFINITY,
         done: 0,
         gpu_types: [GpuType { idle_w: c.gpu_idle_w() }],
@@ -290,14 +300,32 @@ impl Sim<'_> {
         let full = self.full_time(j, self.live[j].level);
         let i = usize::from(self.live[j].level);
         let (p, lim) = (self.workload(j).power[i], self.workload(j).limits[i]);
+        let dt = t - self.live[j].seg;
+        if dt > 0.0 {
+            self.learn(self.jobs[j].workload, i);
+        }
         let l = &mut self.live[j];
-        let dt = t - l.seg;
         if dt > 0.0 {
             l.done += if full > 0.0 { dt / full } else { 1.0 };
             l.energy += dt * p;
             l.limit_s += dt * lim;
         }
         l.seg = t;
+    }
+
+    /// The daemon has measured workload `w` at limit `i`: the engine refits its level table
+    /// on everything measured so far (a refit that fails keeps the old table).
+    fn learn(&mut self, w: usize, i: usize) {
+        if !self.c.wattson.learn || self.measured[w].contains(&i) {
+            return;
+        }
+        self.measured[w].push(i);
+        self.measured[w].sort_unstable();
+        let wl = &self.cat.workloads[w];
+        if let Ok(m) = wl.fit_on(&self.measured[w]) {
+            self.models[w] =
+                cluster::levels::table(&m, &wl.limits, &wattson_engine::ChooserConfig::default());
+        }
     }
 
     fn set_expected_end(&mut self, j: u32, end: f64) {
@@ -472,11 +500,19 @@ impl Sim<'_> {
             utc_offset_s: self.c.trace_start_utc_s,
             nodes: &b.nodes,
             gpu_types: &self.gpu_types,
-            models: self.models,
+            models: &self.models,
             queued: &b.queued,
             held: &b.held,
             running: &b.running,
-            arrivals: &self.arrivals[self.arr_lo..],
+            arrivals: if self.c.wattson.clairvoyant {
+                // The measured bound: the forecast window holds the *coming* submissions.
+                let lo = self.future.partition_point(|x| x.0 <= t);
+                let hi = self.future.partition_point(|x| x.0 <= t + window);
+                let shift = &self.future[lo..hi];
+                shift
+            } else {
+                &self.arrivals[self.arr_lo..]
+            },
             tariff: &self.c.prices,
             budget_w: self.c.budget.map(|x| x.power_w),
             node: self.c.node.costs(),

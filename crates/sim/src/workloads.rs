@@ -81,8 +81,13 @@ impl Workload {
 
     /// The engine's model, fitted from the three probes only.
     pub fn fit(&self) -> Result<DvfsModel, SimError> {
-        let samples: Vec<Sample> = self
-            .probes()
+        self.fit_on(&self.probes())
+    }
+
+    /// The engine's model fitted on the measurements at limit indices `idx` (what the daemons
+    /// have recorded for this workload: the probes, then every limit a job ran at).
+    pub fn fit_on(&self, idx: &[usize]) -> Result<DvfsModel, SimError> {
+        let samples: Vec<Sample> = idx
             .iter()
             .map(|&i| Sample {
                 setting: self.limits[i],

@@ -73,21 +73,41 @@ pub fn allowance(r: &Running) -> f64 {
     (budget / left - 1.0).max(0.0)
 }
 
+/// Unallocated GPUs expected `dvfs_horizon_s` from now: free now, plus what running jobs
+/// release by then (at their top-level pace), minus the forecast arrivals.
+pub fn projected_free(p: &Policy, s: &Snapshot, free: f64) -> f64 {
+    let h = p.tuning.dvfs_horizon_s;
+    if h <= 0.0 {
+        return free;
+    }
+    let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
+    let (small, whole) = super::power::arrival_rate(s, p.tuning.forecast_window_s, gpn);
+    let frees: u32 =
+        s.running.iter().filter(|r| (1.0 - r.progress) * r.job.work_s <= h).map(|r| r.job.gpus).sum();
+    free + f64::from(frees) - (small + whole) * h
+}
+
 /// Level actions of `p` for `s`.
 pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
     let total: u32 = s.nodes.iter().map(|n| n.gpus).sum();
     let allocated: u32 = s.running.iter().map(|r| r.job.gpus).sum();
+    let free = f64::from(total.saturating_sub(allocated));
     let roomy = s.queued.is_empty()
-        && f64::from(total.saturating_sub(allocated)) >= p.tuning.dvfs_min_free * f64::from(total);
+        && free >= p.tuning.dvfs_min_free * f64::from(total)
+        && projected_free(p, s, free) >= 0.0;
     for r in s.running {
         let levels = &s.models[r.job.model as usize];
         let top = levels.len().saturating_sub(1) as u16;
         let want = match p.kind {
             PolicyKind::Wattson => {
+                let allowed = allowance(r);
                 if roomy {
-                    least_energy_within(levels, allowance(r))
-                } else {
+                    least_energy_within(levels, allowed)
+                } else if p.tuning.congestion_raise >= 1.0 {
                     top
+                } else {
+                    // Raised toward full speed: a share of the allowance is given up.
+                    least_energy_within(levels, allowed.min(r.job.bound) * (1.0 - p.tuning.congestion_raise))
                 }
             }
             k => fixed_level(k, &r.job).unwrap_or(top),

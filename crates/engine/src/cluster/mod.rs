@@ -198,11 +198,22 @@ pub struct Tuning {
     /// Warm-set horizon beyond the boot time, in break-even times: idle nodes expected to be
     /// needed within `boot_s + warm_break_evens · break_even` stay on.
     pub warm_break_evens: f64,
+    /// An idle node outside the warm set sleeps after this many break-even times idle (0: at
+    /// once; 1: the ski-rental timer).
+    pub keep_break_evens: f64,
+    /// wattson packs jobs (best fit on powered nodes); `false`: first fit, as Slurm.
+    pub pack: bool,
     /// Defer a job only into an hour at least this much cheaper (relative).
     pub min_price_drop: f64,
     /// wattson slows jobs below the top level only while at least this fraction of the
     /// cluster's GPUs is unallocated (and no job waits).
     pub dvfs_min_free: f64,
+    /// wattson slows jobs only while the GPUs expected free this far ahead (free now, plus
+    /// those released by running jobs, minus forecast arrivals) are not negative (s; 0: off).
+    pub dvfs_horizon_s: f64,
+    /// While jobs wait, how far running jobs are raised toward full speed: 1 = the top level,
+    /// 0 = their own bound; in between, that share of the bound is given up.
+    pub congestion_raise: f64,
 }
 
 impl Default for Tuning {
@@ -211,8 +222,12 @@ impl Default for Tuning {
             suspend_time_s: 1800.0,
             forecast_window_s: 3600.0,
             warm_break_evens: 1.0,
+            keep_break_evens: 0.0,
+            pack: true,
             min_price_drop: 0.2,
             dvfs_min_free: 0.0,
+            dvfs_horizon_s: 0.0,
+            congestion_raise: 0.5,
         }
     }
 }
@@ -273,7 +288,11 @@ pub struct Policy {
 impl Policy {
     /// How this policy places jobs.
     pub fn placement(&self) -> Placement {
-        if self.kind == PolicyKind::Wattson { Placement::Pack } else { Placement::FirstFit }
+        if self.kind == PolicyKind::Wattson && self.tuning.pack {
+            Placement::Pack
+        } else {
+            Placement::FirstFit
+        }
     }
 
     /// The level a job starts at before the policy has seen it run.
