@@ -58,7 +58,7 @@ fn check_conservation(c: &ClusterConfig, o: &Outcome) {
         for (j, x) in o.jobs.iter().zip(&r.jobs) {
             assert!(x.start.is_finite() && x.end.is_finite(), "{name}: job {} never ran", j.id);
             assert!(
-                x.alloc >= j.submit - 1e-9 && x.start >= x.alloc - 1e-9,
+                x.eligible >= j.submit - 1e-9 && x.alloc >= x.eligible - 1e-9 && x.start >= x.alloc - 1e-9,
                 "{name}: job {} starts early",
                 j.id
             );
@@ -301,5 +301,57 @@ fn generic_trace_replays() {
     for (j, x) in o.jobs.iter().zip(&d.jobs) {
         assert_eq!(x.start, j.submit);
         assert_eq!(x.end - x.start, j.duration);
+    }
+}
+
+/// Issue 12's targets on the full cluster04 trace (15,802 jobs) at 123 nodes (~50% load) and
+/// 80 nodes (~77% load), seed 1, shipped defaults. The targets that hold are asserted; the ones
+/// that do not (p99 queueing wait at both sizes, mean queueing wait and capture at 80 nodes)
+/// are measured and explained in docs/sim.md. All five seeds:
+/// `cargo run --release -p wattson-sim --example brain`.
+#[test]
+fn cluster04_wattson_beats_every_reference_but_the_floor() {
+    let (base, cat) = inputs();
+    let t = wattson_sim::trace::parse(
+        &read(&data("traces/itp-elasticflow/cluster04.csv")),
+        "cluster04.csv",
+        TraceFormat::Auto,
+    )
+    .expect("trace parses");
+    for (nodes, min_capture) in [(123, 0.90), (80, 0.85)] {
+        let mut c = base.clone();
+        c.nodes = nodes;
+        let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &wattson_sim::policies::ALL, 1).unwrap();
+        let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+        let w = by(PolicyKind::Wattson);
+        // Measured bound violations, recomputed from the job records.
+        let run = o.runs.iter().find(|r| r.policy == PolicyKind::Wattson).unwrap();
+        let over = o
+            .jobs
+            .iter()
+            .zip(&run.jobs)
+            .filter(|(j, x)| (x.end - x.start) / j.duration - 1.0 > j.bound + 1e-9);
+        assert_eq!(over.count(), 0, "{nodes} nodes: wattson broke a slowdown bound");
+        for s in &o.report.summaries {
+            if s.policy != w.policy && s.policy != PolicyKind::Floor.name() {
+                assert!(
+                    w.energy_kwh < s.energy_kwh,
+                    "{nodes} nodes: {} {} <= wattson {}",
+                    s.policy,
+                    s.energy_kwh,
+                    w.energy_kwh
+                );
+            }
+        }
+        let (d, f) = (by(PolicyKind::SlurmDefault).energy_kwh, by(PolicyKind::Floor).energy_kwh);
+        let capture = (d - w.energy_kwh) / (d - f);
+        assert!(capture >= min_capture, "{nodes} nodes: capture {capture}");
+        // wattson dominates the trivial combination (idle timer + per-job bounded DVFS).
+        let pd = by(PolicyKind::PowersaveDvfs);
+        assert!(w.queue_wait_mean_s <= pd.queue_wait_mean_s, "{nodes} nodes: wait vs powersave-dvfs");
+        if nodes == 123 {
+            let ps = by(PolicyKind::SlurmPowersave);
+            assert!(w.queue_wait_mean_s <= ps.queue_wait_mean_s * 1.01, "123 nodes: mean wait vs powersave");
+        }
     }
 }

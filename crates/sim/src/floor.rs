@@ -89,7 +89,7 @@ pub fn floor(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> (Summary,
     }
     let t_end = spans.iter().map(|s| s.1).fold(t0, f64::max);
     let slow = jobs.iter().map(|j| catalog.workloads[j.workload].time_ratio(j.floor) - 1.0);
-    let tt = times(jobs, spans.iter().zip(slow).map(|(&(a, b), s)| (a, b, s)));
+    let tt = times(jobs, jobs.iter().zip(&spans).zip(slow).map(|((j, &(a, b)), s)| (j.submit, a, b, s)));
     let x = Totals {
         parts,
         timeline_j: bins.iter().sum(),

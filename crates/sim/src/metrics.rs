@@ -54,6 +54,11 @@ pub struct Summary {
     pub wait_median_s: f64,
     /// 99th percentile wait (s).
     pub wait_p99_s: f64,
+    /// Mean queueing wait: start − eligible, where a deferred job is eligible when the policy
+    /// releases it into Slurm's queue (s).
+    pub queue_wait_mean_s: f64,
+    /// 99th percentile queueing wait (s).
+    pub queue_wait_p99_s: f64,
     /// Last end − first submission (s).
     pub makespan_s: f64,
     /// GPU-seconds of jobs / (GPUs · makespan).
@@ -152,16 +157,28 @@ pub(crate) fn cost_of(bins: &[f64], origin: f64, c: &ClusterConfig) -> f64 {
 pub(crate) struct Times {
     jct: Vec<f64>,
     wait: Vec<f64>,
+    queue_wait: Vec<f64>,
     gpu_s: f64,
     slow: Vec<f64>,
     violations: usize,
 }
 
-pub(crate) fn times(jobs: &[SimJob], starts: impl Iterator<Item = (f64, f64, f64)>) -> Times {
-    let mut t = Times { jct: Vec::new(), wait: Vec::new(), gpu_s: 0.0, slow: Vec::new(), violations: 0 };
-    for (j, (start, end, slow)) in jobs.iter().zip(starts) {
+/// One job's times: (eligible, start, end, measured slowdown).
+pub(crate) type JobTimes = (f64, f64, f64, f64);
+
+pub(crate) fn times(jobs: &[SimJob], starts: impl Iterator<Item = JobTimes>) -> Times {
+    let mut t = Times {
+        jct: Vec::new(),
+        wait: Vec::new(),
+        queue_wait: Vec::new(),
+        gpu_s: 0.0,
+        slow: Vec::new(),
+        violations: 0,
+    };
+    for (j, (eligible, start, end, slow)) in jobs.iter().zip(starts) {
         t.jct.push(end - j.submit);
         t.wait.push(start - j.submit);
+        t.queue_wait.push(start - eligible);
         t.gpu_s += f64::from(j.gpus) * (end - start);
         t.slow.push(slow);
         if slow > j.bound + 1e-12 {
@@ -170,6 +187,7 @@ pub(crate) fn times(jobs: &[SimJob], starts: impl Iterator<Item = (f64, f64, f64
     }
     t.jct.sort_by(f64::total_cmp);
     t.wait.sort_by(f64::total_cmp);
+    t.queue_wait.sort_by(f64::total_cmp);
     t
 }
 
@@ -218,6 +236,8 @@ pub(crate) fn summary(policy: PolicyKind, c: &ClusterConfig, t: Times, x: Totals
         wait_mean_s: mean(&t.wait),
         wait_median_s: nearest_rank(&t.wait, 0.5),
         wait_p99_s: nearest_rank(&t.wait, 0.99),
+        queue_wait_mean_s: mean(&t.queue_wait),
+        queue_wait_p99_s: nearest_rank(&t.queue_wait, 0.99),
         makespan_s: makespan,
         gpu_util: if makespan > 0.0 { t.gpu_s / (c.total_gpus() as f64 * makespan) } else { 0.0 },
         power_state_changes: changes,
@@ -236,7 +256,7 @@ pub(crate) fn summary(policy: PolicyKind, c: &ClusterConfig, t: Times, x: Totals
 
 /// Summarises a simulated run.
 pub fn summarize(r: &RunResult, jobs: &[SimJob], c: &ClusterConfig) -> (Summary, PowerSeries) {
-    let t = times(jobs, r.jobs.iter().map(|x| (x.start, x.end, x.slowdown)));
+    let t = times(jobs, r.jobs.iter().map(|x| (x.eligible, x.start, x.end, x.slowdown)));
     let m = &r.meter;
     let x = Totals {
         parts: m.parts,
@@ -290,14 +310,14 @@ fn opt(v: Option<f64>) -> String {
 pub fn to_csv(r: &Report) -> String {
     let mut out = String::from(
         "policy,jobs,energy_kwh,gpu_busy_kwh,gpu_idle_kwh,node_base_kwh,off_kwh,transition_kwh,timeline_kwh,cost,\
-         jct_mean_s,jct_median_s,jct_p99_s,wait_mean_s,wait_median_s,wait_p99_s,makespan_s,gpu_util,\
+         jct_mean_s,jct_median_s,jct_p99_s,wait_mean_s,wait_median_s,wait_p99_s,queue_wait_mean_s,queue_wait_p99_s,makespan_s,gpu_util,\
          power_state_changes,peak_kw,over_budget_s,mean_slowdown,bound_violations,level_changes,deferred_jobs,\
          energy_vs_default,jct_vs_default,energy_vs_floor,capture,suspend_time_s\n",
     );
     for s in &r.summaries {
         let _ = writeln!(
             out,
-            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{},{},{}",
+            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{},{},{}",
             s.policy,
             s.jobs,
             s.energy_kwh,
@@ -314,6 +334,8 @@ pub fn to_csv(r: &Report) -> String {
             s.wait_mean_s,
             s.wait_median_s,
             s.wait_p99_s,
+            s.queue_wait_mean_s,
+            s.queue_wait_p99_s,
             s.makespan_s,
             s.gpu_util,
             s.power_state_changes,

@@ -22,6 +22,8 @@ use super::workloads::Catalog;
 /// What happened to one job under one policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRun {
+    /// When the policy released it into Slurm's queue (its submission unless deferred) (s).
+    pub eligible: f64,
     /// When the scheduler gave it GPUs (s); NaN if never.
     pub alloc: f64,
     /// When it started running (after any boot) (s); NaN if never.
@@ -161,6 +163,7 @@ pub fn simulate(
         let i = usize::from(level);
         runtime.push(j.duration * w.time_ratio(i));
         runs.push(JobRun {
+            eligible: f64::NAN,
             alloc: f64::NAN,
             start: f64::NAN,
             end: f64::NAN,
@@ -527,6 +530,7 @@ impl Sim<'_> {
             self.held.retain(|j| !a.release.contains(j));
             for &j in &a.release {
                 self.live[j as usize].released = t;
+                self.runs[j as usize].eligible = t;
                 self.queue.push(j);
             }
         }
