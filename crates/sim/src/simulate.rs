@@ -511,8 +511,7 @@ impl Sim<'_> {
                 // The measured bound: the forecast window holds the *coming* submissions.
                 let lo = self.future.partition_point(|x| x.0 <= t);
                 let hi = self.future.partition_point(|x| x.0 <= t + window);
-                let shift = &self.future[lo..hi];
-                shift
+                &self.future[lo..hi]
             } else {
                 &self.arrivals[self.arr_lo..]
             },
