@@ -238,7 +238,9 @@ fn cli_writes_identical_files_twice() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
         for p in wattson_sim::policies::ALL {
-            assert!(stdout.contains(p.name()), "table lacks {}", p.name());
+            // The shipped cluster file sets no budget, so the budget reference does not run.
+            let want = p != PolicyKind::UniformCap;
+            assert_eq!(stdout.contains(p.name()), want, "table and {}", p.name());
         }
     }
     for f in ["summary.csv", "summary.json", "power_hourly.csv", "energy_vs_jct.svg", "power_over_time.svg"] {
@@ -354,4 +356,33 @@ fn cluster04_wattson_beats_every_reference_but_the_floor() {
             assert!(w.queue_wait_mean_s <= ps.queue_wait_mean_s * 1.01, "123 nodes: mean wait vs powersave");
         }
     }
+}
+
+/// `[budget] power_w`: wattson never draws above it (measured by the meter at every change)
+/// and finishes jobs sooner on average than the static uniform cap that fits the same budget,
+/// within every job's bound; the uniform cap breaks bounds. Full cluster04, 80 nodes, 140 kW.
+#[test]
+fn budget_is_never_exceeded_and_beats_the_uniform_cap() {
+    let (mut c, cat) = inputs();
+    c.budget = Some(wattson_sim::cluster::Budget { power_w: 140_000.0 });
+    let t = wattson_sim::trace::parse(
+        &read(&data("traces/itp-elasticflow/cluster04.csv")),
+        "cluster04.csv",
+        TraceFormat::Auto,
+    )
+    .expect("trace parses");
+    let policies = [PolicyKind::Wattson, PolicyKind::UniformCap];
+    let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &policies, 1).unwrap();
+    check_conservation(&c, &o);
+    let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    let (w, u) = (by(PolicyKind::Wattson), by(PolicyKind::UniformCap));
+    for s in [w, u] {
+        assert_eq!(s.over_budget_s, 0.0, "{} went above the budget", s.policy);
+        assert!(s.peak_kw <= 140.0, "{} peak {}", s.policy, s.peak_kw);
+    }
+    assert!(w.jct_mean_s < u.jct_mean_s, "wattson {} vs uniform cap {}", w.jct_mean_s, u.jct_mean_s);
+    assert_eq!(w.bound_violations, 0);
+    assert!(u.bound_violations > 0, "a 168.75 W cap slows the jobs that asked for no slowdown");
+    // The cap itself: (140 kW / 80 nodes - 400 W) / 8 GPUs = 168.75 W.
+    assert_eq!(c.uniform_cap_w(), Some(168.75));
 }

@@ -242,6 +242,13 @@ impl ClusterConfig {
         }
     }
 
+    /// The uniform per-GPU power limit that keeps every node, all powered on and every GPU at
+    /// the limit, within the budget: `(budget / nodes − base_w) / gpus_per_node` (W).
+    pub fn uniform_cap_w(&self) -> Option<f64> {
+        self.budget
+            .map(|b| (b.power_w / f64::from(self.nodes) - self.node.base_w) / f64::from(self.gpus_per_node))
+    }
+
     /// Total GPUs.
     pub fn total_gpus(&self) -> u64 {
         u64::from(self.nodes) * u64::from(self.gpus_per_node)

@@ -124,6 +124,7 @@ mod tests {
             bounded: w.max_idx(),
             zeus: w.max_idx(),
             floor: w.floor_idx(bound),
+            capped: w.max_idx(),
         }
     }
 

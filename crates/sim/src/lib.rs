@@ -51,7 +51,8 @@ pub struct Outcome {
 }
 
 /// Runs `policies` over `trace` on `cluster`; `trace_name` labels the report. The idle-timer
-/// policies run at every `slurm.suspend_times_s` and report their least-energy run.
+/// policies run at every `slurm.suspend_times_s` and report their least-energy run;
+/// `uniform-cap` runs only with a budget.
 pub fn run(
     cluster: &ClusterConfig,
     catalog: &Catalog,
@@ -67,6 +68,9 @@ pub fn run(
     let mut runs = Vec::new();
     let mut sweep = Vec::new();
     for &p in policies {
+        if p == PolicyKind::UniformCap && cluster.budget.is_none() {
+            continue;
+        }
         if p == PolicyKind::Floor {
             let (s, ps) = floor::floor(&jobs, catalog, cluster);
             summaries.push(s);

@@ -17,12 +17,14 @@ use super::trace::TraceJob;
 use super::workloads::Catalog;
 
 /// Every policy, in report order.
-pub const ALL: [PolicyKind; 6] = [
+/// `uniform-cap` runs only when the cluster file sets a budget.
+pub const ALL: [PolicyKind; 7] = [
     PolicyKind::SlurmDefault,
     PolicyKind::SlurmPowersave,
     PolicyKind::ZeusPerJob,
     PolicyKind::PowersaveDvfs,
     PolicyKind::Wattson,
+    PolicyKind::UniformCap,
     PolicyKind::Floor,
 ];
 
@@ -76,6 +78,8 @@ pub struct SimJob {
     pub zeus: usize,
     /// The floor's level: the least *measured* energy whose measured slowdown is within the bound.
     pub floor: usize,
+    /// The highest limit at or under the cluster's uniform power cap (the max without a budget).
+    pub capped: usize,
 }
 
 impl SimJob {
@@ -89,6 +93,7 @@ impl SimJob {
             model: self.workload as u32,
             bounded: self.bounded as u16,
             zeus: self.zeus as u16,
+            capped: self.capped as u16,
         }
     }
 }
@@ -176,6 +181,7 @@ pub fn prepare(
             bounded: wattson,
             zeus,
             floor,
+            capped: cluster.uniform_cap_w().map_or(w.max_idx(), |cap| w.capped_idx(cap)),
         });
     }
     Ok(out)
@@ -194,7 +200,15 @@ mod tests {
         assert!(parse_list(" , ").is_err());
         assert!(parse_list("oracle").is_err(), "oracle is replaced by floor");
         let names: Vec<&str> = ALL.iter().map(|k| k.name()).collect();
-        let want = ["slurm-default", "slurm-powersave", "zeus-per-job", "powersave-dvfs", "wattson", "floor"];
+        let want = [
+            "slurm-default",
+            "slurm-powersave",
+            "zeus-per-job",
+            "powersave-dvfs",
+            "wattson",
+            "uniform-cap",
+            "floor",
+        ];
         assert_eq!(names, want);
         assert!(e.ends_with(&format!("a comma list of {}", want.join(", "))), "{e}");
     }

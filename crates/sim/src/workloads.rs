@@ -69,6 +69,11 @@ impl Workload {
             .unwrap_or(self.max_idx())
     }
 
+    /// Index of the highest limit at or under `cap_w` (the lowest limit if none is).
+    pub fn capped_idx(&self, cap_w: f64) -> usize {
+        self.limits.iter().rposition(|&l| l <= cap_w).unwrap_or(0)
+    }
+
     /// The three probes a daemon would measure: lowest, nearest the middle, highest.
     pub fn probes(&self) -> [usize; 3] {
         let n = self.limits.len();
@@ -250,6 +255,7 @@ pub(crate) mod tests {
         assert_eq!(w.floor_idx(0.05), 3);
         assert_eq!(w.floor_idx(0.0), 5);
         assert_eq!(w.floor_idx(1.0), 1);
+        assert_eq!((w.capped_idx(180.0), w.capped_idx(50.0), w.capped_idx(1e9)), (3, 0, 5));
         let m = w.fit().unwrap();
         let i = w.choose_idx(&m, Objective::Perf);
         assert_eq!(i, w.max_idx());

@@ -18,6 +18,7 @@ pub fn fixed_level(kind: PolicyKind, job: &JobView) -> Option<u16> {
     match kind {
         PolicyKind::ZeusPerJob => Some(job.zeus),
         PolicyKind::PowersaveDvfs => Some(job.bounded),
+        PolicyKind::UniformCap => Some(job.capped),
         PolicyKind::SlurmDefault | PolicyKind::SlurmPowersave | PolicyKind::Wattson | PolicyKind::Floor => {
             None
         }

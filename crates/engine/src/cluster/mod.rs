@@ -7,8 +7,10 @@
 //! [`PolicyKind`] names every policy, the references included, so the simulator holds no
 //! policy logic: [`power`] decides node power (Slurm's idle timer or wattson's right-sizing),
 //! [`levels`] each job's DVFS level (fixed per job, or wattson's queue-aware lifetime choice
-//! under the job's slowdown bound and the cluster power budget).
+//! under the job's slowdown bound), [`budget`] keeps wattson under the cluster power budget
+//! (DVFS and start gating).
 
+pub mod budget;
 pub mod levels;
 pub mod power;
 
@@ -33,6 +35,9 @@ pub enum PolicyKind {
     PowersaveDvfs,
     /// Right-sizing from an arrival forecast, packing, queue-aware lifetime DVFS, budget.
     Wattson,
+    /// Budget reference: every GPU capped at the one power limit that keeps the whole
+    /// cluster under `[budget] power_w`; nodes always on (run only with a budget).
+    UniformCap,
     /// Energy reference: every job at its least-energy level within its bound, no idle energy.
     Floor,
 }
@@ -117,6 +122,8 @@ pub struct JobView {
     pub bounded: u16,
     /// The engine's per-job Zeus `Balanced { eta: 0.5 }` choice.
     pub zeus: u16,
+    /// The highest level at or under the cluster's uniform power cap (with a budget).
+    pub capped: u16,
 }
 
 /// A queued job Slurm has not started (it is eligible now).
@@ -307,6 +314,7 @@ pub fn decide(p: &Policy, s: &Snapshot) -> Actions {
     release(p, s, &mut a);
     power::decide(p, s, &mut a);
     levels::decide(p, s, &mut a);
+    budget::enforce(p, s, &mut a);
     a
 }
 

@@ -4,7 +4,7 @@
 //! booted node could serve them plus one break-even time (`boot_s + k·t_be`); every other idle
 //! node's expected idle gap exceeds the break-even time, so it is powered down at once (no idle
 //! floor, no timer). Free GPUs on partly used nodes and GPUs that running jobs release within
-//! the horizon serve demand first; held jobs due within the horizon add to it.
+//! the horizon serve demand first; deferred jobs due within the horizon add to it.
 
 use super::{Actions, NodePower, Policy, PolicyKind, Snapshot, release_time};
 
@@ -13,7 +13,7 @@ pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
     match p.kind {
         PolicyKind::SlurmPowersave | PolicyKind::PowersaveDvfs => idle_timer(p.tuning.suspend_time_s, s, a),
         PolicyKind::Wattson => right_size(p, s, a),
-        PolicyKind::SlurmDefault | PolicyKind::ZeusPerJob | PolicyKind::Floor => {}
+        PolicyKind::SlurmDefault | PolicyKind::ZeusPerJob | PolicyKind::UniformCap | PolicyKind::Floor => {}
     }
 }
 
@@ -68,7 +68,9 @@ pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
     let until = s.now + horizon;
     let (small_rate, whole_rate) = arrival_rate(s, p.tuning.forecast_window_s, gpn);
     let (mut small, mut whole) = (small_rate * horizon, whole_rate * horizon);
-    let held = s.held.iter().filter(|h| release_time(p, s, h) <= until).map(|h| h.job.gpus);
+    // Deferred jobs due within the horizon (those due now are released or budget-held).
+    let held =
+        s.held.iter().filter(|h| (s.now + 1e-9..=until).contains(&release_time(p, s, h))).map(|h| h.job.gpus);
     for gpus in held.chain(s.queued.iter().map(|q| q.job.gpus)) {
         if gpus < gpn {
             small += f64::from(gpus);

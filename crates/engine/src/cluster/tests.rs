@@ -29,7 +29,7 @@ fn levels() -> Vec<Vec<Level>> {
 }
 
 fn job(id: u32, bound: f64) -> JobView {
-    JobView { id, gpus: 8, bound, work_s: 1000.0, model: 0, bounded: 1, zeus: 0 }
+    JobView { id, gpus: 8, bound, work_s: 1000.0, model: 0, bounded: 1, zeus: 0, capped: 2 }
 }
 
 fn snap<'a>(
@@ -109,10 +109,15 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let fresh = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &fresh, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 1)]);
-    // A queue forms: back to the top level.
+    // A queue forms: raised toward full speed. The default gives up half the bound (0.05
+    // admits level 2 at 0.02); congestion_raise = 1 goes to the top level.
     let q = [Queued { job: job(9, 0.0), submit: 0.0 }];
     let slow = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 1 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 2)]);
+    let mut full = p;
+    full.tuning.congestion_raise = 1.0;
+    let a = decide(&full, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 3)]);
     // Half the work done at full speed (500 s): the other half may take 600 s, slowdown
     // 0.2 < 0.30, so still level 1; at 0.1 of the work left in 100 s, level 0 (0.30) fits.
@@ -140,6 +145,7 @@ fn references_hold_their_fixed_levels() {
     for (kind, want) in [
         (PolicyKind::ZeusPerJob, vec![(3, 0)]),
         (PolicyKind::PowersaveDvfs, vec![(3, 1)]),
+        (PolicyKind::UniformCap, vec![(3, 2)]),
         (PolicyKind::SlurmDefault, vec![]),
         (PolicyKind::SlurmPowersave, vec![]),
     ] {
@@ -165,4 +171,49 @@ fn deferrable_jobs_wait_for_a_cheaper_hour_only_under_wattson() {
     assert_eq!(a.wake_at, Some(24.0 * 3600.0));
     let p = Policy { kind: PolicyKind::PowersaveDvfs, tuning: Tuning::default() };
     assert_eq!(decide(&p, &s).release, vec![1, 2]);
+}
+
+#[test]
+fn the_budget_sheds_power_within_bounds_and_gates_starts() {
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    // Two busy nodes (856 W idle each), two off (15 W): committed 1742 W before jobs.
+    let nodes = [
+        node(NodePower::On, 0, f64::INFINITY),
+        node(NodePower::On, 0, f64::INFINITY),
+        node(NodePower::Off, 8, 0.0),
+        node(NodePower::Off, 8, 0.0),
+    ];
+    // Two running 8-GPU jobs at the top level (200 W, 143 W above idle each GPU): 2288 W.
+    let r = [
+        Running { job: job(1, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 },
+        Running { job: job(2, 0.0), elapsed_s: 0.0, progress: 0.0, level: 3 },
+    ];
+    let held = [Held { job: job(5, 0.0), submit: 0.0, defer_window_s: 0.0 }];
+    let mut s = snap(0.0, &nodes, &m, &[], &r, &[], &tariff);
+    s.held = &held;
+    let mut p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    p.tuning.congestion_raise = 1.0;
+    // No budget: job 1 goes to its least-energy level (1), job 5 is released.
+    let a = decide(&p, &s);
+    assert_eq!((a.levels.clone(), a.release.clone()), (vec![(1, 1)], vec![5]));
+    // Budget 4000 W (3920 usable): 1742 + 8·(130−57) + 8·143 = 3470 W; job 5 would add a
+    // wake (856 − 15) and 8·143: it is held, and the policy asks to look again.
+    s.budget_w = Some(4000.0);
+    let a = decide(&p, &s);
+    assert_eq!(a.release, Vec::<u32>::new());
+    assert_eq!(a.wake_at, Some(60.0));
+    // Budget 3300 W (3234 usable): job 1 sheds to its least-power level within 10% (level 1,
+    // 130 W); job 2 (bound 0) cannot: 3470 W stays over, so nothing starts.
+    s.budget_w = Some(3300.0);
+    let a = decide(&p, &s);
+    assert_eq!(a.levels, vec![(1, 1)]);
+    assert!(a.release.is_empty());
+    // With a large budget everything passes.
+    s.budget_w = Some(1e6);
+    assert_eq!(decide(&p, &s).release, vec![5]);
+    // References ignore the budget.
+    let p = Policy { kind: PolicyKind::PowersaveDvfs, tuning: Tuning::default() };
+    s.budget_w = Some(1000.0);
+    assert_eq!(decide(&p, &s).release, vec![5]);
 }
