@@ -207,6 +207,7 @@ fn same_inputs_give_byte_identical_outputs_and_another_seed_differs() {
             wattson_sim::metrics::to_json(r),
             wattson_sim::metrics::power_csv(r),
             wattson_sim::plot::energy_vs_jct(r),
+            wattson_sim::plot::energy_vs_wait(r),
             wattson_sim::plot::power_over_time(r),
         ]
     };
@@ -231,7 +232,16 @@ fn cli_writes_identical_files_twice() {
         let out = wattson_bin()
             .args(["sim", "--trace"])
             .arg(&trace)
-            .args(["--cluster", "etc/sim/cluster.toml", "--policies", "all", "--seed", "9", "--out"])
+            .args([
+                "--cluster",
+                "etc/sim/cluster.toml",
+                "--policies",
+                "all",
+                "--seed",
+                "9",
+                "--sweep",
+                "--out",
+            ])
             .arg(d.path())
             .output()
             .unwrap();
@@ -243,7 +253,14 @@ fn cli_writes_identical_files_twice() {
             assert_eq!(stdout.contains(p.name()), want, "table and {}", p.name());
         }
     }
-    for f in ["summary.csv", "summary.json", "power_hourly.csv", "energy_vs_jct.svg", "power_over_time.svg"] {
+    for f in [
+        "summary.csv",
+        "summary.json",
+        "power_hourly.csv",
+        "energy_vs_jct.svg",
+        "energy_vs_wait.svg",
+        "power_over_time.svg",
+    ] {
         let a = std::fs::read(dirs[0].path().join(f)).unwrap();
         let b = std::fs::read(dirs[1].path().join(f)).unwrap();
         assert!(!a.is_empty() && a == b, "{f} differs between runs");

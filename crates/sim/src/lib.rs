@@ -89,7 +89,7 @@ pub fn run(
                     policy: p.name().to_string(),
                     knob: format!("SuspendTime={st:.0}"),
                     energy_kwh: s.energy_kwh,
-                    wait_mean_s: s.wait_mean_s,
+                    wait_mean_s: s.queue_wait_mean_s,
                     jct_mean_s: s.jct_mean_s,
                 });
             }
@@ -114,4 +114,43 @@ pub fn run(
         budget_w: cluster.budget.map(|b| b.power_w),
     };
     Ok(Outcome { report, jobs, runs })
+}
+
+/// wattson's knob sweep for the Pareto plot: the shipped tuning with `congestion_raise` at 0
+/// and 1 and with DVFS off (`dvfs_min_free` above 1), plus `warm_break_evens` 0 and 4.
+pub fn sweep_wattson(
+    cluster: &ClusterConfig,
+    catalog: &Catalog,
+    trace: &[TraceJob],
+    seed: u64,
+) -> Result<Vec<metrics::SweepPoint>, SimError> {
+    let jobs = policies::prepare(trace, catalog, cluster, seed)?;
+    let models = policies::level_tables(catalog)?;
+    let shipped = cluster.tuning(f64::NAN);
+    let variants = [
+        ("congestion_raise=0", wattson_engine::cluster::Tuning { congestion_raise: 0.0, ..shipped }),
+        ("congestion_raise=1", wattson_engine::cluster::Tuning { congestion_raise: 1.0, ..shipped }),
+        ("dvfs off", wattson_engine::cluster::Tuning { dvfs_min_free: 2.0, ..shipped }),
+        ("warm_break_evens=0", wattson_engine::cluster::Tuning { warm_break_evens: 0.0, ..shipped }),
+        ("warm_break_evens=4", wattson_engine::cluster::Tuning { warm_break_evens: 4.0, ..shipped }),
+    ];
+    let mut out = Vec::new();
+    for (knob, tuning) in variants {
+        let r = simulate::simulate(
+            cluster,
+            catalog,
+            &models,
+            &jobs,
+            Policy { kind: PolicyKind::Wattson, tuning },
+        );
+        let (s, _) = metrics::summarize(&r, &jobs, cluster);
+        out.push(metrics::SweepPoint {
+            policy: PolicyKind::Wattson.name().to_string(),
+            knob: knob.to_string(),
+            energy_kwh: s.energy_kwh,
+            wait_mean_s: s.queue_wait_mean_s,
+            jct_mean_s: s.jct_mean_s,
+        });
+    }
+    Ok(out)
 }

@@ -96,7 +96,7 @@ pub struct SweepPoint {
     pub knob: String,
     /// Total energy (kWh).
     pub energy_kwh: f64,
-    /// Mean wait (s).
+    /// Mean queueing wait (s).
     pub wait_mean_s: f64,
     /// Mean JCT (s).
     pub jct_mean_s: f64,
