@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, TraceFormat};
 
 /// Trace layouts `--format` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -117,7 +117,7 @@ pub fn run(
 }
 
 /// wattson's knob sweep for the Pareto plot: the shipped tuning with `congestion_raise` at 0
-/// and 1 and with DVFS off (`dvfs_min_free` above 1), plus `warm_break_evens` 0 and 4.
+/// and 1 and with DVFS off (`dvfs_min_free` above 1 and `congestion_raise` 1), plus `warm_break_evens` 0 and 4.
 pub fn sweep_wattson(
     cluster: &ClusterConfig,
     catalog: &Catalog,
@@ -130,7 +130,10 @@ pub fn sweep_wattson(
     let variants = [
         ("congestion_raise=0", wattson_engine::cluster::Tuning { congestion_raise: 0.0, ..shipped }),
         ("congestion_raise=1", wattson_engine::cluster::Tuning { congestion_raise: 1.0, ..shipped }),
-        ("dvfs off", wattson_engine::cluster::Tuning { dvfs_min_free: 2.0, ..shipped }),
+        (
+            "dvfs off",
+            wattson_engine::cluster::Tuning { dvfs_min_free: 2.0, congestion_raise: 1.0, ..shipped },
+        ),
         ("warm_break_evens=0", wattson_engine::cluster::Tuning { warm_break_evens: 0.0, ..shipped }),
         ("warm_break_evens=4", wattson_engine::cluster::Tuning { warm_break_evens: 4.0, ..shipped }),
     ];

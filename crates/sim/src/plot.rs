@@ -158,6 +158,9 @@ pub fn energy_vs_jct(r: &Report) -> String {
     out
 }
 
+/// A chart point (x, y).
+type Point = (f64, f64);
+
 /// The points of `pts` (x, y) not dominated by another (lower or equal in both, lower in
 /// one), sorted by x: the Pareto front of a knob sweep.
 pub fn pareto(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
@@ -176,7 +179,8 @@ pub fn pareto(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
 /// policies with a knob sweep (`SuspendTime`, wattson's knobs with `--sweep`) every swept
 /// point with the sweep's Pareto front as a line.
 pub fn energy_vs_wait(r: &Report) -> String {
-    let mut series: Vec<(&str, Vec<(f64, f64)>, (f64, f64))> = Vec::new();
+    // (policy, its swept points, its reported point)
+    let mut series: Vec<(&str, Vec<Point>, Point)> = Vec::new();
     for s in &r.summaries {
         let mine: Vec<(f64, f64)> = r
             .sweep
