@@ -6,8 +6,9 @@
 //! [`cluster`] is the TOML cluster model, [`trace`] the job traces, [`workloads`] the Zeus
 //! measurements and stand-ins, [`policies`] the policies' per-job hints and engine choices,
 //! [`events`] the event queue, [`scheduler`] Slurm's FIFO + EASY backfill, [`power`] node
-//! power states and the energy meter, [`simulate`] the event loop, [`floor`] the energy
-//! reference, [`metrics`] results and their CSV/JSON, [`plot`] the SVG charts. See docs/sim.md.
+//! power states and the energy meter, [`simulate`] the event loop, [`record`] its records,
+//! [`floor`] the energy reference, [`metrics`] results and their CSV/JSON, [`plot`] the SVG
+//! charts. See docs/sim.md.
 
 pub mod cluster;
 pub mod events;
@@ -16,6 +17,7 @@ pub mod metrics;
 pub mod plot;
 pub mod policies;
 pub mod power;
+pub mod record;
 pub mod scheduler;
 pub mod simulate;
 pub mod trace;
