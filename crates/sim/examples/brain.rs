@@ -47,6 +47,7 @@ fn main() {
             "clairvoyant" => base.wattson.clairvoyant = v != 0.0,
             "congestion_raise" => base.wattson.congestion_raise = v,
             "budget_w" => base.budget = Some(wattson_sim::cluster::Budget { power_w: v }),
+            "count_node_base" => base.wattson.count_node_base = v != 0.0,
             "learn" => base.wattson.learn = v != 0.0,
             _ => panic!("unknown override {k}"),
         }
@@ -77,7 +78,7 @@ fn main() {
             let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
             for s in &o.report.summaries {
                 println!(
-                    "{seed:<5} {:<16} {:>11.0} {:>9.3} {:>9.2} {:>9.3} {:>8.1}% {:>6} {:>8} {:>6} busy {:.0} idle {:.0} trans {:.0} wait {:.3} peak {:.1} kW over {:.0} s",
+                    "{seed:<5} {:<16} {:>11.0} {:>9.3} {:>9.2} {:>9.3} {:>8.1}% {:>6} {:>8} {:>6} busy {:.0} idle {:.0} (gpu idle {:.0}) trans {:.0} wait {:.3} peak {:.1} kW over {:.0} s",
                     s.policy,
                     s.energy_kwh,
                     s.queue_wait_mean_s / 3600.0,
@@ -89,6 +90,7 @@ fn main() {
                     s.suspend_time_s.map_or_else(|| "-".to_string(), |v| format!("{v:.0}")),
                     s.gpu_busy_kwh,
                     s.gpu_idle_kwh + s.node_base_kwh + s.off_kwh,
+                    s.gpu_idle_kwh,
                     s.transition_kwh,
                     s.wait_mean_s / 3600.0,
                     s.peak_kw,

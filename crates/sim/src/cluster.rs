@@ -138,6 +138,9 @@ pub struct WattsonTuning {
     /// 0: their own bound).
     #[serde(default = "default_raise")]
     pub congestion_raise: f64,
+    /// Count each GPU's share of its node's base draw in wattson's level choice.
+    #[serde(default = "yes")]
+    pub count_node_base: bool,
     /// Measured bound, not a policy: the forecast sees the coming submissions instead of the
     /// past ones (a perfect arrival forecast).
     #[serde(default)]
@@ -183,6 +186,7 @@ impl Default for WattsonTuning {
             dvfs_min_free: default_dvfs_min_free(),
             dvfs_horizon_s: 0.0,
             congestion_raise: default_raise(),
+            count_node_base: true,
             clairvoyant: false,
             learn: true,
         }
@@ -239,6 +243,7 @@ impl ClusterConfig {
             dvfs_min_free: self.wattson.dvfs_min_free,
             dvfs_horizon_s: self.wattson.dvfs_horizon_s,
             congestion_raise: self.wattson.congestion_raise,
+            count_node_base: self.wattson.count_node_base,
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Committed power counts every powered-on or booting node at its idle draw (the most a node
 //! without running GPUs draws), a node shutting down at its shutdown draw, an off node at its
-//! off draw, every running job's GPUs at their level's predicted power above idle, and every
+//! off draw, every running job's GPUs at their level's power bound (`Level::cap_w`) above idle, and every
 //! queued job as if it started now at the least power its bound admits (waking nodes if the
 //! powered ones lack room). When that plus the held jobs' starts exceeds the budget, running
 //! jobs move to the least-power level their remaining slowdown allowance admits, largest
@@ -17,7 +17,7 @@ use super::{Actions, Level, NodePower, Policy, PolicyKind, Running, Snapshot};
 pub const MARGIN: f64 = 0.04;
 
 fn level_w(levels: &[Level], l: u16) -> f64 {
-    levels.get(usize::from(l)).map_or(0.0, |x| x.power_w)
+    levels.get(usize::from(l)).map_or(0.0, |x| x.cap_w)
 }
 
 /// The least-power level of `levels` whose pessimistic slowdown is within `allowed`.
@@ -25,7 +25,7 @@ pub fn least_power_within(levels: &[Level], allowed: f64) -> u16 {
     let top = levels.len().saturating_sub(1);
     let mut best = top;
     for (i, l) in levels.iter().enumerate() {
-        if l.slowdown_hi <= allowed && l.power_w < levels[best].power_w {
+        if l.slowdown_hi <= allowed && l.cap_w < levels[best].cap_w {
             best = i;
         }
     }

@@ -45,18 +45,31 @@ pub fn table(model: &DvfsModel, settings: &[f64], cfg: &ChooserConfig) -> Vec<Le
             {
                 slowdown_hi = f64::INFINITY;
             }
-            Level { setting: s, slowdown_hi, energy_ratio, power_w: p.power }
+            let cap_w = match model {
+                DvfsModel::PowerLimit(m) => {
+                    let above = m.limits.iter().zip(&m.powers).find(|(l, _)| **l >= s).map(|(_, w)| *w);
+                    above.map_or(s, |w| w.min(s)).max(p.power)
+                }
+                DvfsModel::Clock(_) => p.power * (1.0 + 3.0 * p.rel_sigma),
+            };
+            Level { setting: s, slowdown_hi, energy_ratio, power_w: p.power, cap_w }
         })
         .collect()
 }
 
-/// The least-energy level of `levels` whose pessimistic slowdown is at most `allowed`; the top
-/// level when none is.
-pub fn least_energy_within(levels: &[Level], allowed: f64) -> u16 {
+/// The least-energy level of `levels` whose pessimistic slowdown is at most `allowed`,
+/// counting `overhead_w` per GPU for as long as the job runs (its share of the node's base
+/// draw: a slower job keeps its node on longer); the top level when none qualifies.
+pub fn least_energy_within(levels: &[Level], allowed: f64, overhead_w: f64) -> u16 {
     let top = levels.len().saturating_sub(1);
+    // Energy per unit of work with the overhead, relative to the top level's GPU energy:
+    // (P + h)·t / (P_top·t_top) = energy_ratio · (1 + h / P).
+    let cost = |l: &Level| {
+        if l.power_w > 0.0 { l.energy_ratio * (1.0 + overhead_w / l.power_w) } else { l.energy_ratio }
+    };
     let mut best = top;
     for (i, l) in levels.iter().enumerate() {
-        if l.slowdown_hi <= allowed && l.energy_ratio < levels[best].energy_ratio {
+        if l.slowdown_hi <= allowed && cost(l) < cost(&levels[best]) {
             best = i;
         }
     }
@@ -96,6 +109,8 @@ pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
     let roomy = s.queued.is_empty()
         && free >= p.tuning.dvfs_min_free * f64::from(total)
         && projected_free(p, s, free) >= 0.0;
+    let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
+    let overhead_w = if p.tuning.count_node_base { s.node.base_w / f64::from(gpn) } else { 0.0 };
     for r in s.running {
         let levels = &s.models[r.job.model as usize];
         let top = levels.len().saturating_sub(1) as u16;
@@ -103,12 +118,16 @@ pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
             PolicyKind::Wattson => {
                 let allowed = allowance(r);
                 if roomy {
-                    least_energy_within(levels, allowed)
+                    least_energy_within(levels, allowed, overhead_w)
                 } else if p.tuning.congestion_raise >= 1.0 {
                     top
                 } else {
                     // Raised toward full speed: a share of the allowance is given up.
-                    least_energy_within(levels, allowed.min(r.job.bound) * (1.0 - p.tuning.congestion_raise))
+                    least_energy_within(
+                        levels,
+                        allowed.min(r.job.bound) * (1.0 - p.tuning.congestion_raise),
+                        overhead_w,
+                    )
                 }
             }
             k => fixed_level(k, &r.job).unwrap_or(top),

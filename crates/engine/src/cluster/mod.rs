@@ -103,6 +103,11 @@ pub struct Level {
     pub energy_ratio: f64,
     /// Predicted average power per GPU (W).
     pub power_w: f64,
+    /// The most a GPU is expected to draw at this level (W), for the budget: under a power
+    /// limit, the limit or the power measured at the next probed limit above, whichever is
+    /// less (power does not fall as the limit rises); under a clock, the prediction plus
+    /// three standard errors.
+    pub cap_w: f64,
 }
 
 /// A job as every policy sees it, queued, held or running.
@@ -221,6 +226,9 @@ pub struct Tuning {
     /// While jobs wait, how far running jobs are raised toward full speed: 1 = the top level,
     /// 0 = their own bound; in between, that share of the bound is given up.
     pub congestion_raise: f64,
+    /// wattson's level choice counts each GPU's share of its node's base draw
+    /// (`base_w / gpus`) for as long as the job runs.
+    pub count_node_base: bool,
 }
 
 impl Default for Tuning {
@@ -235,6 +243,7 @@ impl Default for Tuning {
             dvfs_min_free: 0.0,
             dvfs_horizon_s: 0.0,
             congestion_raise: 0.5,
+            count_node_base: true,
         }
     }
 }

@@ -21,10 +21,10 @@ fn costs() -> NodeCosts {
 
 fn levels() -> Vec<Vec<Level>> {
     vec![vec![
-        Level { setting: 100.0, slowdown_hi: 0.30, energy_ratio: 0.80, power_w: 90.0 },
-        Level { setting: 150.0, slowdown_hi: 0.08, energy_ratio: 0.85, power_w: 130.0 },
-        Level { setting: 200.0, slowdown_hi: 0.02, energy_ratio: 0.95, power_w: 180.0 },
-        Level { setting: 250.0, slowdown_hi: 0.0, energy_ratio: 1.0, power_w: 200.0 },
+        Level { setting: 100.0, slowdown_hi: 0.30, energy_ratio: 0.80, power_w: 90.0, cap_w: 95.0 },
+        Level { setting: 150.0, slowdown_hi: 0.08, energy_ratio: 0.85, power_w: 130.0, cap_w: 140.0 },
+        Level { setting: 200.0, slowdown_hi: 0.02, energy_ratio: 0.95, power_w: 180.0, cap_w: 190.0 },
+        Level { setting: 250.0, slowdown_hi: 0.0, energy_ratio: 1.0, power_w: 200.0, cap_w: 210.0 },
     ]]
 }
 
@@ -127,7 +127,14 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     assert_eq!(a.levels, vec![(7, 1)]);
     let late = Running { job: job(7, 0.10), elapsed_s: 900.0, progress: 0.9, level: 3 };
     assert!((allowance(&late) - 1.0).abs() < 1e-9);
+    // Level 0 fits, but counting the node's base draw (400 W / 8 = 50 W per GPU) its cost is
+    // 0.80·(1 + 50/90) = 1.244 against level 1's 0.85·(1 + 50/130) = 1.177: level 1 stays.
+    // On GPU energy alone level 0 (0.80) wins.
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &[late], &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 1)]);
+    let mut gpu_only = p;
+    gpu_only.tuning.count_node_base = false;
+    let a = decide(&gpu_only, &snap(0.0, &nodes, &m, &[], &[late], &[], &tariff));
     assert_eq!(a.levels, vec![(7, 0)]);
     // A job already late has no allowance: top level.
     let over = Running { job: job(7, 0.10), elapsed_s: 900.0, progress: 0.5, level: 1 };
@@ -184,7 +191,7 @@ fn the_budget_sheds_power_within_bounds_and_gates_starts() {
         node(NodePower::Off, 8, 0.0),
         node(NodePower::Off, 8, 0.0),
     ];
-    // Two running 8-GPU jobs at the top level (200 W, 143 W above idle each GPU): 2288 W.
+    // Two running 8-GPU jobs at the top level (power bound 210 W, 153 W above idle per GPU).
     let r = [
         Running { job: job(1, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 },
         Running { job: job(2, 0.0), elapsed_s: 0.0, progress: 0.0, level: 3 },
@@ -197,14 +204,14 @@ fn the_budget_sheds_power_within_bounds_and_gates_starts() {
     // No budget: job 1 goes to its least-energy level (1), job 5 is released.
     let a = decide(&p, &s);
     assert_eq!((a.levels.clone(), a.release.clone()), (vec![(1, 1)], vec![5]));
-    // Budget 4000 W (3920 usable): 1742 + 8·(130−57) + 8·143 = 3470 W; job 5 would add a
-    // wake (856 − 15) and 8·143: it is held, and the policy asks to look again.
+    // Budget 4000 W (3840 usable): 1742 + 8·(140−57) + 8·153 = 3630 W; job 5 would add a
+    // wake (856 − 15) and 8·153: it is held, and the policy asks to look again.
     s.budget_w = Some(4000.0);
     let a = decide(&p, &s);
     assert_eq!(a.release, Vec::<u32>::new());
     assert_eq!(a.wake_at, Some(60.0));
-    // Budget 3300 W (3234 usable): job 1 sheds to its least-power level within 10% (level 1,
-    // 130 W); job 2 (bound 0) cannot: 3470 W stays over, so nothing starts.
+    // Budget 3300 W (3168 usable): job 1 sheds to its least-power level within 10% (level 1,
+    // bound 140 W); job 2 (bound 0) cannot: 3630 W stays over, so nothing starts.
     s.budget_w = Some(3300.0);
     let a = decide(&p, &s);
     assert_eq!(a.levels, vec![(1, 1)]);
