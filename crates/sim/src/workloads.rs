@@ -53,13 +53,6 @@ impl Workload {
         self.time[i] / self.time[self.max_idx()]
     }
 
-    /// Index of the least measured energy per epoch (the oracle's setting).
-    pub fn min_energy_idx(&self) -> usize {
-        (0..self.limits.len())
-            .min_by(|&a, &b| (self.power[a] * self.time[a]).total_cmp(&(self.power[b] * self.time[b])))
-            .unwrap_or(self.max_idx())
-    }
-
     /// Index of the least measured energy per epoch among limits whose measured slowdown is
     /// within `bound` (the floor's setting); the max limit always qualifies.
     pub fn floor_idx(&self, bound: f64) -> usize {
@@ -249,9 +242,9 @@ pub(crate) mod tests {
         assert_eq!(c.workloads[s].network, "shufflenetv2");
         let w = &c.workloads[v];
         assert_eq!(w.probes(), [0, 2, 5]);
-        assert_eq!(w.min_energy_idx(), 1); // 24·118 = 2832 is the least of the six products
         // Within 5% of 19.4 s only 19.5 and 20.0 qualify besides the max: 20·155 = 3100 and
-        // 19.5·165 = 3217.5 and 19.4·170 = 3298: the 175 W limit (index 3).
+        // 19.5·165 = 3217.5 and 19.4·170 = 3298: the 175 W limit (index 3). With a loose bound,
+        // 24·118 = 2832 is the least of the six products: index 1.
         assert_eq!(w.floor_idx(0.05), 3);
         assert_eq!(w.floor_idx(0.0), 5);
         assert_eq!(w.floor_idx(1.0), 1);
