@@ -58,7 +58,7 @@ fn check_conservation(c: &ClusterConfig, o: &Outcome) {
         for (j, x) in o.jobs.iter().zip(&r.jobs) {
             assert!(x.start.is_finite() && x.end.is_finite(), "{name}: job {} never ran", j.id);
             assert!(
-                x.alloc >= j.submit - 1e-9 && x.start >= x.alloc - 1e-9,
+                x.eligible >= j.submit - 1e-9 && x.alloc >= x.eligible - 1e-9 && x.start >= x.alloc - 1e-9,
                 "{name}: job {} starts early",
                 j.id
             );
@@ -139,26 +139,45 @@ fn check_no_double_booking(c: &ClusterConfig, o: &Outcome) {
 
 fn check_sanity(o: &Outcome) {
     let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
-    let oracle = by(PolicyKind::Oracle);
+    let floor = by(PolicyKind::Floor);
     for s in &o.report.summaries {
-        assert!(oracle.gpu_busy_kwh <= s.gpu_busy_kwh * (1.0 + 1e-12), "oracle above {}", s.policy);
-        assert!(oracle.energy_kwh <= s.energy_kwh * (1.0 + 1e-12));
+        assert!(floor.energy_kwh <= s.energy_kwh * (1.0 + 1e-12), "floor above {}", s.policy);
+    }
+    // Every policy that keeps each job within its bound spends at least the floor's GPU energy.
+    for p in [PolicyKind::SlurmDefault, PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs] {
+        assert!(floor.gpu_busy_kwh <= by(p).gpu_busy_kwh * (1.0 + 1e-12), "floor GPU energy above {p:?}");
     }
     assert_eq!(by(PolicyKind::SlurmDefault).power_state_changes, 0);
     assert_eq!(by(PolicyKind::ZeusPerJob).power_state_changes, 0);
     assert!(by(PolicyKind::SlurmPowersave).power_state_changes > 0);
-    let w = o.runs.iter().find(|r| r.policy == PolicyKind::Wattson).unwrap();
-    for (j, x) in o.jobs.iter().zip(&w.jobs) {
+    assert!(by(PolicyKind::PowersaveDvfs).power_state_changes > 0);
+    for p in [PolicyKind::Wattson, PolicyKind::PowersaveDvfs] {
+        let w = o.runs.iter().find(|r| r.policy == p).unwrap();
+        for (j, x) in o.jobs.iter().zip(&w.jobs) {
+            assert!(
+                x.slowdown <= j.bound + 1e-12,
+                "{}: job {} slowed {} > bound {}",
+                p.name(),
+                j.id,
+                x.slowdown,
+                j.bound
+            );
+        }
+    }
+    for p in [PolicyKind::SlurmDefault, PolicyKind::SlurmPowersave] {
+        let d = o.runs.iter().find(|r| r.policy == p).unwrap();
         assert!(
-            x.slowdown <= j.bound + 1e-12,
-            "wattson: job {} slowed {} > bound {}",
-            j.id,
-            x.slowdown,
-            j.bound
+            d.jobs.iter().all(|x| x.slowdown == 0.0 && x.level_changes == 0),
+            "{p:?} runs at the max limit"
         );
     }
-    let d = o.runs.iter().find(|r| r.policy == PolicyKind::SlurmDefault).unwrap();
-    assert!(d.jobs.iter().all(|x| x.slowdown == 0.0), "slurm-default runs at the max limit");
+    // The idle-timer rows report their least-energy SuspendTime among the swept values.
+    for p in [PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs] {
+        let pts: Vec<_> = o.report.sweep.iter().filter(|x| x.policy == p.name()).collect();
+        assert_eq!(pts.len(), 4, "{p:?} sweeps SuspendTime 300/600/1800/3600");
+        let least = pts.iter().map(|x| x.energy_kwh).fold(f64::INFINITY, f64::min);
+        assert_eq!(by(p).energy_kwh, least);
+    }
 }
 
 #[test]
@@ -188,6 +207,7 @@ fn same_inputs_give_byte_identical_outputs_and_another_seed_differs() {
             wattson_sim::metrics::to_json(r),
             wattson_sim::metrics::power_csv(r),
             wattson_sim::plot::energy_vs_jct(r),
+            wattson_sim::plot::energy_vs_wait(r),
             wattson_sim::plot::power_over_time(r),
         ]
     };
@@ -212,17 +232,35 @@ fn cli_writes_identical_files_twice() {
         let out = wattson_bin()
             .args(["sim", "--trace"])
             .arg(&trace)
-            .args(["--cluster", "etc/sim/cluster.toml", "--policies", "all", "--seed", "9", "--out"])
+            .args([
+                "--cluster",
+                "etc/sim/cluster.toml",
+                "--policies",
+                "all",
+                "--seed",
+                "9",
+                "--sweep",
+                "--out",
+            ])
             .arg(d.path())
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
         for p in wattson_sim::policies::ALL {
-            assert!(stdout.contains(p.name()), "table lacks {}", p.name());
+            // The shipped cluster file sets no budget, so the budget reference does not run.
+            let want = p != PolicyKind::UniformCap;
+            assert_eq!(stdout.contains(p.name()), want, "table and {}", p.name());
         }
     }
-    for f in ["summary.csv", "summary.json", "power_hourly.csv", "energy_vs_jct.svg", "power_over_time.svg"] {
+    for f in [
+        "summary.csv",
+        "summary.json",
+        "power_hourly.csv",
+        "energy_vs_jct.svg",
+        "energy_vs_wait.svg",
+        "power_over_time.svg",
+    ] {
         let a = std::fs::read(dirs[0].path().join(f)).unwrap();
         let b = std::fs::read(dirs[1].path().join(f)).unwrap();
         assert!(!a.is_empty() && a == b, "{f} differs between runs");
@@ -283,4 +321,111 @@ fn generic_trace_replays() {
         assert_eq!(x.start, j.submit);
         assert_eq!(x.end - x.start, j.duration);
     }
+}
+
+/// Issue 12's targets on the full cluster04 trace (15,802 jobs) at 123 nodes (~50% load) and
+/// 80 nodes (~77% load), seed 1, shipped defaults. The targets that hold are asserted; the ones
+/// that do not (p99 queueing wait at both sizes, mean queueing wait and capture at 80 nodes)
+/// are measured and explained in docs/sim.md. All five seeds:
+/// `cargo run --release -p wattson-sim --example brain`.
+#[test]
+fn cluster04_wattson_beats_every_reference_but_the_floor() {
+    let (base, cat) = inputs();
+    let t = wattson_sim::trace::parse(
+        &read(&data("traces/itp-elasticflow/cluster04.csv")),
+        "cluster04.csv",
+        TraceFormat::Auto,
+    )
+    .expect("trace parses");
+    for (nodes, min_capture) in [(123, 0.90), (80, 0.85)] {
+        let mut c = base.clone();
+        c.nodes = nodes;
+        let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &wattson_sim::policies::ALL, 1).unwrap();
+        let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+        let w = by(PolicyKind::Wattson);
+        // Measured bound violations, recomputed from the job records.
+        let run = o.runs.iter().find(|r| r.policy == PolicyKind::Wattson).unwrap();
+        let over = o
+            .jobs
+            .iter()
+            .zip(&run.jobs)
+            .filter(|(j, x)| (x.end - x.start) / j.duration - 1.0 > j.bound + 1e-9);
+        assert_eq!(over.count(), 0, "{nodes} nodes: wattson broke a slowdown bound");
+        for s in &o.report.summaries {
+            if s.policy != w.policy && s.policy != PolicyKind::Floor.name() {
+                assert!(
+                    w.energy_kwh < s.energy_kwh,
+                    "{nodes} nodes: {} {} <= wattson {}",
+                    s.policy,
+                    s.energy_kwh,
+                    w.energy_kwh
+                );
+            }
+        }
+        let (d, f) = (by(PolicyKind::SlurmDefault).energy_kwh, by(PolicyKind::Floor).energy_kwh);
+        let capture = (d - w.energy_kwh) / (d - f);
+        assert!(capture >= min_capture, "{nodes} nodes: capture {capture}");
+        // wattson dominates the trivial combination (idle timer + per-job bounded DVFS).
+        let pd = by(PolicyKind::PowersaveDvfs);
+        assert!(w.queue_wait_mean_s <= pd.queue_wait_mean_s, "{nodes} nodes: wait vs powersave-dvfs");
+        if nodes == 123 {
+            let ps = by(PolicyKind::SlurmPowersave);
+            assert!(w.queue_wait_mean_s <= ps.queue_wait_mean_s * 1.01, "123 nodes: mean wait vs powersave");
+        }
+    }
+}
+
+/// `[budget] power_w`: wattson never draws above it (measured by the meter at every change)
+/// and finishes jobs sooner on average than the static uniform cap that fits the same budget,
+/// within every job's bound; the uniform cap breaks bounds. Full cluster04, 80 nodes, 140 kW.
+#[test]
+fn budget_is_never_exceeded_and_beats_the_uniform_cap() {
+    let (mut c, cat) = inputs();
+    c.budget = Some(wattson_sim::cluster::Budget { power_w: 140_000.0 });
+    let t = wattson_sim::trace::parse(
+        &read(&data("traces/itp-elasticflow/cluster04.csv")),
+        "cluster04.csv",
+        TraceFormat::Auto,
+    )
+    .expect("trace parses");
+    let policies = [PolicyKind::Wattson, PolicyKind::UniformCap];
+    let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &policies, 1).unwrap();
+    check_conservation(&c, &o);
+    let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    let (w, u) = (by(PolicyKind::Wattson), by(PolicyKind::UniformCap));
+    for s in [w, u] {
+        assert_eq!(s.over_budget_s, 0.0, "{} went above the budget", s.policy);
+        assert!(s.peak_kw <= 140.0, "{} peak {}", s.policy, s.peak_kw);
+    }
+    assert!(w.jct_mean_s < u.jct_mean_s, "wattson {} vs uniform cap {}", w.jct_mean_s, u.jct_mean_s);
+    assert_eq!(w.bound_violations, 0);
+    assert!(u.bound_violations > 0, "a 168.75 W cap slows the jobs that asked for no slowdown");
+    // The cap itself: (140 kW / 80 nodes - 400 W) / 8 GPUs = 168.75 W.
+    assert_eq!(c.uniform_cap_w(), Some(168.75));
+}
+
+/// With a budget, wattson's gating and shedding and the uniform cap are deterministic,
+/// conserve energy and GPUs, and stay under the budget (1,500-job prefix of cluster04, 100 kW).
+#[test]
+fn budget_runs_are_deterministic_and_conserve() {
+    let (mut c, cat) = inputs();
+    c.budget = Some(wattson_sim::cluster::Budget { power_w: 100_000.0 });
+    let mut t = wattson_sim::trace::parse(
+        &read(&data("traces/itp-elasticflow/cluster04.csv")),
+        "cluster04.csv",
+        TraceFormat::Auto,
+    )
+    .expect("trace parses");
+    t.truncate(1500);
+    let go = || wattson_sim::run(&c, &cat, &t, "c04", &wattson_sim::policies::ALL, 4).unwrap();
+    let (a, b) = (go(), go());
+    assert_eq!(wattson_sim::metrics::to_csv(&a.report), wattson_sim::metrics::to_csv(&b.report));
+    assert_eq!(wattson_sim::plot::power_over_time(&a.report), wattson_sim::plot::power_over_time(&b.report));
+    check_conservation(&c, &a);
+    check_no_double_booking(&c, &a);
+    let by = |p: PolicyKind| a.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    assert_eq!(by(PolicyKind::Wattson).over_budget_s, 0.0);
+    assert_eq!(by(PolicyKind::UniformCap).over_budget_s, 0.0);
+    assert!(by(PolicyKind::SlurmDefault).over_budget_s > 0.0, "the budget binds on this prefix");
+    assert!(wattson_sim::plot::power_over_time(&a.report).contains("budget 100"));
 }

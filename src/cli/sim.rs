@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, TraceFormat};
 
 /// Trace layouts `--format` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -33,15 +33,18 @@ pub struct SimArgs {
     /// Zeus measurements CSV [default: the cluster file's zeus_csv, relative to that file]
     #[arg(long)]
     zeus: Option<PathBuf>,
-    /// Policies: all, or a comma list of slurm-default, slurm-powersave, zeus-per-job, wattson, oracle
+    /// Policies: all, or a comma list of slurm-default, slurm-powersave, zeus-per-job, powersave-dvfs, wattson, floor
     #[arg(long, default_value = "all")]
     policies: String,
     /// Seed of the per-job slowdown-bound and deferral draws
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Write summary.csv, summary.json, power_hourly.csv, energy_vs_jct.svg, power_over_time.svg here
+    /// Write summary.csv, summary.json, power_hourly.csv, energy_vs_jct.svg, energy_vs_wait.svg, power_over_time.svg here
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Also sweep wattson's knobs (five more runs) for the Pareto plot
+    #[arg(long)]
+    sweep: bool,
     /// Simulate only the first N jobs (by submission time)
     #[arg(long)]
     limit_jobs: Option<usize>,
@@ -53,7 +56,7 @@ fn read(path: &Path) -> Result<String, String> {
 
 /// Runs `wattson sim`.
 pub fn run(args: SimArgs) -> Result<(), String> {
-    let policies = PolicyKind::parse_list(&args.policies).map_err(|e| e.to_string())?;
+    let policies = wattson_sim::policies::parse_list(&args.policies).map_err(|e| e.to_string())?;
     let cname = args.cluster.display().to_string();
     let cluster = ClusterConfig::from_toml(&read(&args.cluster)?, &cname).map_err(|e| e.to_string())?;
     let zeus = args
@@ -77,8 +80,13 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         trace.truncate(n);
     }
     let label = args.trace.file_name().map_or(tname.clone(), |f| f.to_string_lossy().into_owned());
-    let outcome = wattson_sim::run(&cluster, &catalog, &trace, &label, &policies, args.seed)
+    let mut outcome = wattson_sim::run(&cluster, &catalog, &trace, &label, &policies, args.seed)
         .map_err(|e| e.to_string())?;
+    if args.sweep {
+        let more =
+            wattson_sim::sweep_wattson(&cluster, &catalog, &trace, args.seed).map_err(|e| e.to_string())?;
+        outcome.report.sweep.extend(more);
+    }
     let r = &outcome.report;
     print!("{}", wattson_sim::metrics::to_table(r));
     if let Some(dir) = &args.out {
@@ -88,6 +96,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             ("summary.json", wattson_sim::metrics::to_json(r)),
             ("power_hourly.csv", wattson_sim::metrics::power_csv(r)),
             ("energy_vs_jct.svg", wattson_sim::plot::energy_vs_jct(r)),
+            ("energy_vs_wait.svg", wattson_sim::plot::energy_vs_wait(r)),
             ("power_over_time.svg", wattson_sim::plot::power_over_time(r)),
         ];
         for (name, text) in files {
@@ -95,7 +104,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             std::fs::write(&p, text).map_err(|e| format!("{}: cannot write: {e}", p.display()))?;
         }
         println!(
-            "wrote {}/{{summary.csv,summary.json,power_hourly.csv,energy_vs_jct.svg,power_over_time.svg}}",
+            "wrote {}/{{summary.csv,summary.json,power_hourly.csv,energy_vs_jct.svg,energy_vs_wait.svg,power_over_time.svg}}",
             dir.display()
         );
     }

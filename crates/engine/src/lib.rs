@@ -1,6 +1,8 @@
 //! The engine's GPU DVFS models: pure, deterministic, allocation-light code shared by
 //! slurmctld's job_submit plugin, the daemon and the simulator.
 //!
+//! [`cluster`] is the cluster brain: one pure policy function from a cluster snapshot to
+//! actions (node power, placement, DVFS levels, releases), shared by simulator and controller.
 //! [`model`] holds the two model families (SM clock and power limit), [`fit`] fits them from a
 //! few (setting, time, power) samples, [`choose`] picks a setting under a [`choose::Objective`],
 //! [`gpus`] holds per-GPU priors, [`probe`] decides what to measure next for a job whose
@@ -8,6 +10,7 @@
 //! Nothing here does I/O, reads a clock, spawns threads or panics on bad input.
 
 pub mod choose;
+pub mod cluster;
 pub mod fit;
 pub mod gpus;
 pub mod model;

@@ -5,6 +5,7 @@
 
 use serde::Deserialize;
 
+use wattson_engine::cluster::{NodeCosts, Tuning};
 use wattson_types::prices::PriceSchedule;
 
 use super::SimError;
@@ -36,7 +37,7 @@ pub struct ClusterConfig {
     /// UTC time of day (s) at trace time 0, to look up the tariff.
     #[serde(default)]
     pub trace_start_utc_s: i64,
-    /// Optional cluster power budget; reported against (time above it), not enforced.
+    /// Optional cluster power budget, enforced by `wattson` and reported for every policy.
     #[serde(default)]
     pub budget: Option<Budget>,
     /// Per-job hints drawn from a seeded distribution (the traces carry none).
@@ -69,11 +70,12 @@ pub struct NodePower {
 }
 
 /// Slurm's power-saving parameters (`slurm.conf`).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlurmSettings {
-    /// `SuspendTime`: idle time before Slurm powers a node down (s).
-    pub suspend_time_s: f64,
+    /// `SuspendTime` values (s) the idle-timer references are run at; each reports its best
+    /// (least energy) value.
+    pub suspend_times_s: Vec<f64>,
     /// `SuspendTimeout`: time a node stays unavailable after power-down starts (s).
     pub suspend_timeout_s: f64,
     /// `ResumeTimeout`: longest boot Slurm waits for (s); `node.boot_s` must not exceed it.
@@ -107,57 +109,106 @@ pub struct HintDistribution {
     pub defer_window_s: [f64; 2],
 }
 
-/// Tunables of the `wattson` policy.
+/// Tunables of the `wattson` policy (defaults: the engine's [`Tuning`]).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WattsonTuning {
     /// Window of the arrival-rate forecast (s).
     #[serde(default = "default_forecast")]
     pub forecast_window_s: f64,
-    /// Nodes always kept warm, on top of the forecast.
-    #[serde(default = "default_min_warm")]
-    pub min_warm_nodes: u32,
+    /// Warm-set horizon beyond the boot time, in break-even times.
+    #[serde(default = "default_warm")]
+    pub warm_break_evens: f64,
+    /// An idle node outside the warm set sleeps after this many break-even times idle.
+    #[serde(default = "default_keep")]
+    pub keep_break_evens: f64,
+    /// Pack jobs onto powered nodes (best fit); `false`: Slurm's first fit.
+    #[serde(default = "yes")]
+    pub pack: bool,
     /// Defer a job only for at least this relative price drop.
     #[serde(default = "default_min_price_drop")]
     pub min_price_drop: f64,
-    /// Slow a starting job (the engine's choice under its bound) only when no job is left
-    /// waiting and at most this fraction of GPUs is allocated; otherwise the max limit.
-    #[serde(default = "default_dvfs_load_limit")]
-    pub dvfs_load_limit: f64,
+    /// Slow jobs only while at least this fraction of GPUs is unallocated and no job waits.
+    #[serde(default = "default_dvfs_min_free")]
+    pub dvfs_min_free: f64,
+    /// Slow jobs only while the GPUs expected free this far ahead are not negative (s; 0: off).
+    #[serde(default)]
+    pub dvfs_horizon_s: f64,
+    /// While jobs wait, how far running jobs are raised toward full speed (1: the top level,
+    /// 0: their own bound).
+    #[serde(default = "default_raise")]
+    pub congestion_raise: f64,
+    /// Count each GPU's share of its node's base draw in wattson's level choice.
+    #[serde(default = "yes")]
+    pub count_node_base: bool,
+    /// Measured bound, not a policy: the forecast sees the coming submissions instead of the
+    /// past ones (a perfect arrival forecast).
+    #[serde(default)]
+    pub clairvoyant: bool,
+    /// Refit each workload's model on every limit its jobs have run at (the daemons' records),
+    /// not only on the three probes.
+    #[serde(default = "yes")]
+    pub learn: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_dvfs_min_free() -> f64 {
+    Tuning::default().dvfs_min_free
 }
 
 fn default_forecast() -> f64 {
-    3600.0
+    Tuning::default().forecast_window_s
 }
-fn default_min_warm() -> u32 {
-    1
+fn default_warm() -> f64 {
+    Tuning::default().warm_break_evens
+}
+fn default_raise() -> f64 {
+    Tuning::default().congestion_raise
+}
+fn default_keep() -> f64 {
+    Tuning::default().keep_break_evens
 }
 fn default_min_price_drop() -> f64 {
-    0.2
-}
-fn default_dvfs_load_limit() -> f64 {
-    1.0
+    Tuning::default().min_price_drop
 }
 
 impl Default for WattsonTuning {
     fn default() -> Self {
         WattsonTuning {
             forecast_window_s: default_forecast(),
-            min_warm_nodes: default_min_warm(),
+            warm_break_evens: default_warm(),
+            keep_break_evens: default_keep(),
+            pack: true,
             min_price_drop: default_min_price_drop(),
-            dvfs_load_limit: default_dvfs_load_limit(),
+            dvfs_min_free: default_dvfs_min_free(),
+            dvfs_horizon_s: 0.0,
+            congestion_raise: default_raise(),
+            count_node_base: true,
+            clairvoyant: false,
+            learn: true,
         }
     }
 }
 
 impl NodePower {
-    /// Break-even idle time (s): an idle gap longer than this makes power-down pay off,
-    /// `(P_down·t_down + P_up·t_up − P_off·(t_down + t_up)) / (P_idle − P_off)`.
+    /// The engine's view of the node power model.
+    pub fn costs(&self) -> NodeCosts {
+        NodeCosts {
+            base_w: self.base_w,
+            off_w: self.off_w,
+            shutdown_s: self.shutdown_s,
+            shutdown_w: self.shutdown_w,
+            boot_s: self.boot_s,
+            boot_w: self.boot_w,
+        }
+    }
+
+    /// Break-even idle time (s) of a node drawing `idle_w` when idle (see [`NodeCosts::break_even_s`]).
     pub fn break_even_s(&self, idle_w: f64) -> f64 {
-        let num = self.shutdown_w * self.shutdown_s + self.boot_w * self.boot_s
-            - self.off_w * (self.shutdown_s + self.boot_s);
-        let den = idle_w - self.off_w;
-        if den <= 0.0 { f64::INFINITY } else { (num / den).max(0.0) }
+        self.costs().break_even_s(idle_w)
     }
 }
 
@@ -178,6 +229,29 @@ impl ClusterConfig {
     /// Draw of an idle powered-on node, GPUs included (W).
     pub fn node_idle_w(&self) -> f64 {
         self.node.base_w + f64::from(self.gpus_per_node) * self.gpu_idle_w()
+    }
+
+    /// The engine's tunables for a run with Slurm's `SuspendTime` at `suspend_time_s`.
+    pub fn tuning(&self, suspend_time_s: f64) -> Tuning {
+        Tuning {
+            suspend_time_s,
+            forecast_window_s: self.wattson.forecast_window_s,
+            warm_break_evens: self.wattson.warm_break_evens,
+            keep_break_evens: self.wattson.keep_break_evens,
+            pack: self.wattson.pack,
+            min_price_drop: self.wattson.min_price_drop,
+            dvfs_min_free: self.wattson.dvfs_min_free,
+            dvfs_horizon_s: self.wattson.dvfs_horizon_s,
+            congestion_raise: self.wattson.congestion_raise,
+            count_node_base: self.wattson.count_node_base,
+        }
+    }
+
+    /// The uniform per-GPU power limit that keeps every node, all powered on and every GPU at
+    /// the limit, within the budget: `(budget / nodes − base_w) / gpus_per_node` (W).
+    pub fn uniform_cap_w(&self) -> Option<f64> {
+        self.budget
+            .map(|b| (b.power_w / f64::from(self.nodes) - self.node.base_w) / f64::from(self.gpus_per_node))
     }
 
     /// Total GPUs.
@@ -207,12 +281,15 @@ impl ClusterConfig {
             ("node.shutdown_w", n.shutdown_w),
             ("node.boot_s", n.boot_s),
             ("node.boot_w", n.boot_w),
-            ("slurm.suspend_time_s", self.slurm.suspend_time_s),
+            ("wattson.warm_break_evens", self.wattson.warm_break_evens),
+            ("wattson.keep_break_evens", self.wattson.keep_break_evens),
             ("slurm.suspend_timeout_s", self.slurm.suspend_timeout_s),
             ("slurm.resume_timeout_s", self.slurm.resume_timeout_s),
             ("wattson.forecast_window_s", self.wattson.forecast_window_s),
             ("wattson.min_price_drop", self.wattson.min_price_drop),
-            ("wattson.dvfs_load_limit", self.wattson.dvfs_load_limit),
+            ("wattson.dvfs_min_free", self.wattson.dvfs_min_free),
+            ("wattson.dvfs_horizon_s", self.wattson.dvfs_horizon_s),
+            ("wattson.congestion_raise", self.wattson.congestion_raise),
         ];
         for (key, v) in nonneg {
             if !(v.is_finite() && v >= 0.0) {
@@ -229,6 +306,14 @@ impl ClusterConfig {
             return Err(format!(
                 "node.boot_s = {} exceeds slurm.resume_timeout_s = {}: Slurm would mark the node down",
                 n.boot_s, self.slurm.resume_timeout_s
+            ));
+        }
+        if self.slurm.suspend_times_s.is_empty()
+            || self.slurm.suspend_times_s.iter().any(|v| !(v.is_finite() && *v >= 0.0))
+        {
+            return Err(format!(
+                "slurm.suspend_times_s = {:?}: give one or more finite values >= 0",
+                self.slurm.suspend_times_s
             ));
         }
         if self.wattson.forecast_window_s <= 0.0 {
@@ -282,7 +367,7 @@ shutdown_w = 400.0
 boot_s = 300.0
 boot_w = 500.0
 [slurm]
-suspend_time_s = 600.0
+suspend_times_s = [600.0]
 suspend_timeout_s = 120.0
 resume_timeout_s = 600.0
 [prices]

@@ -9,18 +9,16 @@ use std::collections::BinaryHeap;
 pub enum Event {
     /// A job is submitted.
     Arrive(u32),
-    /// A deferred job enters the queue.
-    Release(u32),
-    /// A running job ends.
-    Finish(u32),
+    /// A running job ends, if its epoch is unchanged (a level change moves its end).
+    Finish(u32, u32),
     /// A node finished booting.
     Booted(u32),
     /// A node finished shutting down (draws its off power; Slurm still waits).
     ShutDown(u32, u32),
     /// A powered-down node's `SuspendTimeout` passed: Slurm may resume it again.
     Available(u32, u32),
-    /// A node's idle timer (`SuspendTime`) expired, if its epoch is unchanged.
-    IdleTimer(u32, u32),
+    /// The policy asked to be consulted now (an idle timer, a deferred release).
+    Wake,
 }
 
 #[derive(Debug)]
@@ -80,7 +78,7 @@ mod tests {
     #[test]
     fn pops_by_time_then_insertion_order() {
         let mut q = Queue::default();
-        q.push(5.0, Event::Finish(1));
+        q.push(5.0, Event::Finish(1, 0));
         q.push(1.0, Event::Arrive(2));
         q.push(5.0, Event::Arrive(3));
         q.push(1.0, Event::Arrive(4));
@@ -90,7 +88,7 @@ mod tests {
             vec![
                 (1.0, Event::Arrive(2)),
                 (1.0, Event::Arrive(4)),
-                (5.0, Event::Finish(1)),
+                (5.0, Event::Finish(1, 0)),
                 (5.0, Event::Arrive(3))
             ]
         );

@@ -1,19 +1,23 @@
-//! `wattson sim`: a trace-driven, event-driven cluster simulator that runs the engine's
-//! per-job decisions (fit from three probes, then [`wattson_engine::choose`]) against Slurm's
-//! behaviour and published baselines. Pure computation: the CLI reads and writes files.
+//! `wattson sim`: a trace-driven, event-driven cluster simulator. It holds the physics (time,
+//! GPUs, node power states, watts); every policy decision comes from the engine's cluster
+//! policy ([`wattson_engine::cluster::decide`]) at each instant. Pure computation: the CLI
+//! reads and writes files.
 //!
 //! [`cluster`] is the TOML cluster model, [`trace`] the job traces, [`workloads`] the Zeus
-//! measurements and stand-ins, [`policies`] the five policies and per-job hints,
-//! [`events`] the event queue, [`scheduler`] FIFO + EASY backfill and placement, [`power`]
-//! node power states and the energy meter, [`simulate`] the event loop, [`metrics`] results
-//! and their CSV/JSON, [`plot`] the SVG charts. See docs/sim.md.
+//! measurements and stand-ins, [`policies`] the policies' per-job hints and engine choices,
+//! [`events`] the event queue, [`scheduler`] Slurm's FIFO + EASY backfill, [`power`] node
+//! power states and the energy meter, [`simulate`] the event loop, [`record`] its records,
+//! [`floor`] the energy reference, [`metrics`] results and their CSV/JSON, [`plot`] the SVG
+//! charts. See docs/sim.md.
 
 pub mod cluster;
 pub mod events;
+pub mod floor;
 pub mod metrics;
 pub mod plot;
 pub mod policies;
 pub mod power;
+pub mod record;
 pub mod scheduler;
 pub mod simulate;
 pub mod trace;
@@ -25,6 +29,8 @@ pub use policies::{PolicyKind, SimJob};
 pub use simulate::RunResult;
 pub use trace::{TraceFormat, TraceJob};
 pub use workloads::Catalog;
+
+use wattson_engine::cluster::Policy;
 
 /// Why a simulation could not run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -41,11 +47,14 @@ pub struct Outcome {
     pub report: Report,
     /// The prepared jobs (hints and settings), in submission order.
     pub jobs: Vec<SimJob>,
-    /// Each simulated policy's run (the oracle is not simulated).
+    /// Each simulated policy's reported run (the floor is not simulated; an idle-timer
+    /// policy's least-energy `SuspendTime`).
     pub runs: Vec<RunResult>,
 }
 
-/// Runs `policies` over `trace` on `cluster`; `trace_name` labels the report.
+/// Runs `policies` over `trace` on `cluster`; `trace_name` labels the report. The idle-timer
+/// policies run at every `slurm.suspend_times_s` and report their least-energy run;
+/// `uniform-cap` runs only with a budget.
 pub fn run(
     cluster: &ClusterConfig,
     catalog: &Catalog,
@@ -55,23 +64,98 @@ pub fn run(
     seed: u64,
 ) -> Result<Outcome, SimError> {
     let jobs = policies::prepare(trace, catalog, cluster, seed)?;
+    let models = policies::level_tables(catalog)?;
     let mut summaries = Vec::new();
     let mut power = Vec::new();
     let mut runs = Vec::new();
+    let mut sweep = Vec::new();
     for &p in policies {
-        let (s, ps) = if p == PolicyKind::Oracle {
-            metrics::oracle(&jobs, catalog, cluster)
-        } else {
-            let r = simulate::simulate(cluster, catalog, &jobs, p);
-            let out = metrics::summarize(&r, &jobs, cluster);
+        if p == PolicyKind::UniformCap && cluster.budget.is_none() {
+            continue;
+        }
+        if p == PolicyKind::Floor {
+            let (s, ps) = floor::floor(&jobs, catalog, cluster);
+            summaries.push(s);
+            power.push(ps);
+            continue;
+        }
+        let knobs: Vec<f64> =
+            if p.uses_idle_timer() { cluster.slurm.suspend_times_s.clone() } else { vec![f64::NAN] };
+        let mut best: Option<(RunResult, metrics::Summary, metrics::PowerSeries)> = None;
+        for st in knobs {
+            let policy = Policy { kind: p, tuning: cluster.tuning(st) };
+            let r = simulate::simulate(cluster, catalog, &models, &jobs, policy);
+            let (s, ps) = metrics::summarize(&r, &jobs, cluster);
+            if p.uses_idle_timer() {
+                sweep.push(metrics::SweepPoint {
+                    policy: p.name().to_string(),
+                    knob: format!("SuspendTime={st:.0}"),
+                    energy_kwh: s.energy_kwh,
+                    wait_mean_s: s.queue_wait_mean_s,
+                    jct_mean_s: s.jct_mean_s,
+                });
+            }
+            if best.as_ref().is_none_or(|b| s.energy_kwh < b.1.energy_kwh) {
+                best = Some((r, s, ps));
+            }
+        }
+        if let Some((r, s, ps)) = best {
             runs.push(r);
-            out
-        };
-        summaries.push(s);
-        power.push(ps);
+            summaries.push(s);
+            power.push(ps);
+        }
     }
     metrics::add_ratios(&mut summaries);
-    let report =
-        Report { cluster: cluster.name.clone(), trace: trace_name.to_string(), seed, summaries, power };
+    let report = Report {
+        cluster: cluster.name.clone(),
+        trace: trace_name.to_string(),
+        seed,
+        summaries,
+        power,
+        sweep,
+        budget_w: cluster.budget.map(|b| b.power_w),
+    };
     Ok(Outcome { report, jobs, runs })
+}
+
+/// wattson's knob sweep for the Pareto plot: the shipped tuning with `congestion_raise` at 0
+/// and 1 and with DVFS off (`dvfs_min_free` above 1 and `congestion_raise` 1), plus `warm_break_evens` 0 and 4.
+pub fn sweep_wattson(
+    cluster: &ClusterConfig,
+    catalog: &Catalog,
+    trace: &[TraceJob],
+    seed: u64,
+) -> Result<Vec<metrics::SweepPoint>, SimError> {
+    let jobs = policies::prepare(trace, catalog, cluster, seed)?;
+    let models = policies::level_tables(catalog)?;
+    let shipped = cluster.tuning(f64::NAN);
+    let variants = [
+        ("congestion_raise=0", wattson_engine::cluster::Tuning { congestion_raise: 0.0, ..shipped }),
+        ("congestion_raise=1", wattson_engine::cluster::Tuning { congestion_raise: 1.0, ..shipped }),
+        (
+            "dvfs off",
+            wattson_engine::cluster::Tuning { dvfs_min_free: 2.0, congestion_raise: 1.0, ..shipped },
+        ),
+        ("warm_break_evens=0", wattson_engine::cluster::Tuning { warm_break_evens: 0.0, ..shipped }),
+        ("warm_break_evens=4", wattson_engine::cluster::Tuning { warm_break_evens: 4.0, ..shipped }),
+    ];
+    let mut out = Vec::new();
+    for (knob, tuning) in variants {
+        let r = simulate::simulate(
+            cluster,
+            catalog,
+            &models,
+            &jobs,
+            Policy { kind: PolicyKind::Wattson, tuning },
+        );
+        let (s, _) = metrics::summarize(&r, &jobs, cluster);
+        out.push(metrics::SweepPoint {
+            policy: PolicyKind::Wattson.name().to_string(),
+            knob: knob.to_string(),
+            energy_kwh: s.energy_kwh,
+            wait_mean_s: s.queue_wait_mean_s,
+            jct_mean_s: s.jct_mean_s,
+        });
+    }
+    Ok(out)
 }

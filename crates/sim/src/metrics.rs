@@ -1,4 +1,4 @@
-//! Results per policy, the oracle lower bound, and their CSV / JSON / text renderings.
+//! Results per policy and their CSV / JSON / text renderings (the floor is in [`super::floor`]).
 //!
 //! JCT = end − submit; wait = start − submit (queueing, deferral and boot). Percentiles are
 //! nearest-rank. Energy is kept in joules and reported in kWh; cost prices each UTC hour's
@@ -12,15 +12,18 @@ use super::cluster::ClusterConfig;
 use super::policies::{PolicyKind, SimJob};
 use super::power::{BIN_S, EnergyParts};
 use super::simulate::RunResult;
-use super::workloads::Catalog;
 
-const J_PER_KWH: f64 = 3.6e6;
+/// Joules per kWh.
+pub const J_PER_KWH: f64 = 3.6e6;
 
 /// One policy's results.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
     /// Policy name.
     pub policy: String,
+    /// Slurm's `SuspendTime` of the reported run (the least-energy one of the sweep), for the
+    /// idle-timer policies (s).
+    pub suspend_time_s: Option<f64>,
     /// Jobs run.
     pub jobs: usize,
     /// Total energy (kWh).
@@ -51,6 +54,11 @@ pub struct Summary {
     pub wait_median_s: f64,
     /// 99th percentile wait (s).
     pub wait_p99_s: f64,
+    /// Mean queueing wait: start − eligible, where a deferred job is eligible when the policy
+    /// releases it into Slurm's queue (s).
+    pub queue_wait_mean_s: f64,
+    /// 99th percentile queueing wait (s).
+    pub queue_wait_p99_s: f64,
     /// Last end − first submission (s).
     pub makespan_s: f64,
     /// GPU-seconds of jobs / (GPUs · makespan).
@@ -63,18 +71,35 @@ pub struct Summary {
     pub over_budget_s: f64,
     /// Mean measured slowdown from the power limit (fraction).
     pub mean_slowdown: f64,
-    /// Jobs whose measured slowdown exceeds their bound (only meaningful for `wattson`).
+    /// Jobs whose measured slowdown exceeds their bound (policies that ignore bounds have some).
     pub bound_violations: usize,
+    /// Level changes of running jobs.
+    pub level_changes: u64,
     /// Jobs that started later than they could have for cheaper electricity.
     pub deferred_jobs: usize,
     /// Energy / slurm-default's.
     pub energy_vs_default: Option<f64>,
     /// Mean JCT / slurm-default's.
     pub jct_vs_default: Option<f64>,
-    /// Energy / the oracle's.
-    pub energy_vs_oracle: Option<f64>,
-    /// Mean JCT / the oracle's.
-    pub jct_vs_oracle: Option<f64>,
+    /// Energy / the floor's.
+    pub energy_vs_floor: Option<f64>,
+    /// Share of (slurm-default − floor) energy this policy saves.
+    pub capture: Option<f64>,
+}
+
+/// One run of a knob sweep (for the Pareto plot).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepPoint {
+    /// Policy name.
+    pub policy: String,
+    /// The knob and its value, e.g. `SuspendTime=300`.
+    pub knob: String,
+    /// Total energy (kWh).
+    pub energy_kwh: f64,
+    /// Mean queueing wait (s).
+    pub wait_mean_s: f64,
+    /// Mean JCT (s).
+    pub jct_mean_s: f64,
 }
 
 /// Hourly mean cluster power of one policy, for the plot.
@@ -99,8 +124,12 @@ pub struct Report {
     pub seed: u64,
     /// Per policy, in report order.
     pub summaries: Vec<Summary>,
-    /// Per policy (oracle included).
+    /// Per policy (floor included).
     pub power: Vec<PowerSeries>,
+    /// Every run of every knob sweep, in run order.
+    pub sweep: Vec<SweepPoint>,
+    /// The cluster power budget, if any (W).
+    pub budget_w: Option<f64>,
 }
 
 fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
@@ -115,7 +144,7 @@ fn mean(v: &[f64]) -> f64 {
     if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 }
 }
 
-fn cost_of(bins: &[f64], origin: f64, c: &ClusterConfig) -> f64 {
+pub(crate) fn cost_of(bins: &[f64], origin: f64, c: &ClusterConfig) -> f64 {
     bins.iter()
         .enumerate()
         .map(|(k, j)| {
@@ -125,19 +154,31 @@ fn cost_of(bins: &[f64], origin: f64, c: &ClusterConfig) -> f64 {
         .sum()
 }
 
-struct Times {
+pub(crate) struct Times {
     jct: Vec<f64>,
     wait: Vec<f64>,
+    queue_wait: Vec<f64>,
     gpu_s: f64,
     slow: Vec<f64>,
     violations: usize,
 }
 
-fn times(jobs: &[SimJob], starts: impl Iterator<Item = (f64, f64, f64)>) -> Times {
-    let mut t = Times { jct: Vec::new(), wait: Vec::new(), gpu_s: 0.0, slow: Vec::new(), violations: 0 };
-    for (j, (start, end, slow)) in jobs.iter().zip(starts) {
+/// One job's times: (eligible, start, end, measured slowdown).
+pub(crate) type JobTimes = (f64, f64, f64, f64);
+
+pub(crate) fn times(jobs: &[SimJob], starts: impl Iterator<Item = JobTimes>) -> Times {
+    let mut t = Times {
+        jct: Vec::new(),
+        wait: Vec::new(),
+        queue_wait: Vec::new(),
+        gpu_s: 0.0,
+        slow: Vec::new(),
+        violations: 0,
+    };
+    for (j, (eligible, start, end, slow)) in jobs.iter().zip(starts) {
         t.jct.push(end - j.submit);
         t.wait.push(start - j.submit);
+        t.queue_wait.push(start - eligible);
         t.gpu_s += f64::from(j.gpus) * (end - start);
         t.slow.push(slow);
         if slow > j.bound + 1e-12 {
@@ -146,25 +187,40 @@ fn times(jobs: &[SimJob], starts: impl Iterator<Item = (f64, f64, f64)>) -> Time
     }
     t.jct.sort_by(f64::total_cmp);
     t.wait.sort_by(f64::total_cmp);
+    t.queue_wait.sort_by(f64::total_cmp);
     t
 }
 
-#[allow(clippy::too_many_arguments)]
-fn summary(
-    policy: PolicyKind,
-    c: &ClusterConfig,
-    parts: EnergyParts,
-    timeline_j: f64,
-    cost: f64,
-    t: Times,
-    makespan: f64,
-    changes: u64,
-    peak_w: f64,
-    over_budget_s: f64,
-    deferred: usize,
-) -> Summary {
+/// What a summary is made of besides the job times.
+pub(crate) struct Totals {
+    pub(crate) parts: EnergyParts,
+    pub(crate) timeline_j: f64,
+    pub(crate) cost: f64,
+    pub(crate) makespan: f64,
+    pub(crate) changes: u64,
+    pub(crate) peak_w: f64,
+    pub(crate) over_budget_s: f64,
+    pub(crate) deferred: usize,
+    pub(crate) level_changes: u64,
+    pub(crate) suspend_time_s: Option<f64>,
+}
+
+pub(crate) fn summary(policy: PolicyKind, c: &ClusterConfig, t: Times, x: Totals) -> Summary {
+    let Totals {
+        parts,
+        timeline_j,
+        cost,
+        makespan,
+        changes,
+        peak_w,
+        over_budget_s,
+        deferred,
+        level_changes,
+        suspend_time_s,
+    } = x;
     Summary {
         policy: policy.name().to_string(),
+        suspend_time_s,
         jobs: t.jct.len(),
         energy_kwh: parts.total_j() / J_PER_KWH,
         gpu_busy_kwh: parts.gpu_busy_j / J_PER_KWH,
@@ -180,6 +236,8 @@ fn summary(
         wait_mean_s: mean(&t.wait),
         wait_median_s: nearest_rank(&t.wait, 0.5),
         wait_p99_s: nearest_rank(&t.wait, 0.99),
+        queue_wait_mean_s: mean(&t.queue_wait),
+        queue_wait_p99_s: nearest_rank(&t.queue_wait, 0.99),
         makespan_s: makespan,
         gpu_util: if makespan > 0.0 { t.gpu_s / (c.total_gpus() as f64 * makespan) } else { 0.0 },
         power_state_changes: changes,
@@ -187,41 +245,35 @@ fn summary(
         over_budget_s,
         mean_slowdown: mean(&t.slow),
         bound_violations: t.violations,
+        level_changes,
         deferred_jobs: deferred,
         energy_vs_default: None,
         jct_vs_default: None,
-        energy_vs_oracle: None,
-        jct_vs_oracle: None,
+        energy_vs_floor: None,
+        capture: None,
     }
 }
 
 /// Summarises a simulated run.
 pub fn summarize(r: &RunResult, jobs: &[SimJob], c: &ClusterConfig) -> (Summary, PowerSeries) {
-    let t = times(jobs, r.jobs.iter().map(|x| (x.start, x.end, x.slowdown)));
-    let deferred = jobs
-        .iter()
-        .zip(&r.jobs)
-        .filter(|(j, x)| j.defer_window > 0.0 && x.alloc > j.submit && r.policy == PolicyKind::Wattson)
-        .count();
+    let t = times(jobs, r.jobs.iter().map(|x| (x.eligible, x.start, x.end, x.slowdown)));
     let m = &r.meter;
-    let cost = cost_of(&m.bins, m.bin_origin, c);
-    let s = summary(
-        r.policy,
-        c,
-        m.parts,
-        m.timeline_j(),
-        cost,
-        t,
-        r.t_end - r.t0,
-        m.state_changes,
-        m.peak_w,
-        m.over_budget_s,
-        deferred,
-    );
-    (s, series(r.policy, m.bin_origin, &m.bins))
+    let x = Totals {
+        parts: m.parts,
+        timeline_j: m.timeline_j(),
+        cost: cost_of(&m.bins, m.bin_origin, c),
+        makespan: r.t_end - r.t0,
+        changes: m.state_changes,
+        peak_w: m.peak_w,
+        over_budget_s: m.over_budget_s,
+        deferred: r.deferred,
+        level_changes: r.jobs.iter().map(|j| u64::from(j.level_changes)).sum(),
+        suspend_time_s: r.suspend_time_s,
+    };
+    (summary(r.policy, c, t, x), series(r.policy, m.bin_origin, &m.bins))
 }
 
-fn series(p: PolicyKind, origin: f64, bins: &[f64]) -> PowerSeries {
+pub(crate) fn series(p: PolicyKind, origin: f64, bins: &[f64]) -> PowerSeries {
     PowerSeries {
         policy: p.name().to_string(),
         origin_s: origin,
@@ -229,63 +281,23 @@ fn series(p: PolicyKind, origin: f64, bins: &[f64]) -> PowerSeries {
     }
 }
 
-/// The oracle: every job at its least-energy measured limit, started at submission, only
-/// its GPUs' energy counted (no idle, no node base, no transitions).
-pub fn oracle(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> (Summary, PowerSeries) {
-    let t0 = jobs.first().map_or(0.0, |j| j.submit);
-    let origin = t0 - (t0 + c.trace_start_utc_s as f64).rem_euclid(BIN_S);
-    let mut bins: Vec<f64> = Vec::new();
-    let mut parts = EnergyParts::default();
-    let mut peak_changes: Vec<(f64, f64)> = Vec::new();
-    let mut spans = Vec::with_capacity(jobs.len());
-    for j in jobs {
-        let w = &catalog.workloads[j.workload];
-        let i = j.setting_for(PolicyKind::Oracle);
-        let ratio = w.time_ratio(i);
-        let (start, end) = (j.submit, j.submit + j.duration * ratio);
-        let p = f64::from(j.gpus) * w.power[i];
-        parts.gpu_busy_j += p * (end - start);
-        let mut a = start;
-        while a < end {
-            let k = ((a - origin) / BIN_S).floor() as usize;
-            let e = (origin + (k + 1) as f64 * BIN_S).min(end);
-            if bins.len() <= k {
-                bins.resize(k + 1, 0.0);
-            }
-            bins[k] += p * (e - a);
-            a = if e > a { e } else { end };
-        }
-        peak_changes.push((start, p));
-        peak_changes.push((end, -p));
-        spans.push((start, end, ratio - 1.0));
-    }
-    peak_changes.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    let (mut now, mut peak) = (0.0f64, 0.0f64);
-    for (_, d) in peak_changes {
-        now += d;
-        peak = peak.max(now);
-    }
-    let t_end = spans.iter().map(|s| s.1).fold(t0, f64::max);
-    let timeline: f64 = bins.iter().sum();
-    let cost = cost_of(&bins, origin, c);
-    let t = times(jobs, spans.into_iter());
-    let s = summary(PolicyKind::Oracle, c, parts, timeline, cost, t, t_end - t0, 0, peak, 0.0, 0);
-    (s, series(PolicyKind::Oracle, origin, &bins))
-}
-
-/// Fills the ratio columns from the slurm-default and oracle rows, where present.
+/// Fills the ratio columns from the slurm-default and floor rows, where present.
 pub fn add_ratios(summaries: &mut [Summary]) {
     let find = |name: &str| summaries.iter().find(|s| s.policy == name).map(|s| (s.energy_kwh, s.jct_mean_s));
     let base = find(PolicyKind::SlurmDefault.name());
-    let orc = find(PolicyKind::Oracle.name());
+    let floor = find(PolicyKind::Floor.name()).map(|f| f.0);
     for s in summaries.iter_mut() {
         if let Some((e, j)) = base {
             s.energy_vs_default = Some(s.energy_kwh / e);
             s.jct_vs_default = Some(s.jct_mean_s / j);
         }
-        if let Some((e, j)) = orc {
-            s.energy_vs_oracle = Some(s.energy_kwh / e);
-            s.jct_vs_oracle = Some(s.jct_mean_s / j);
+        if let Some(f) = floor {
+            s.energy_vs_floor = Some(s.energy_kwh / f);
+        }
+        if let (Some((d, _)), Some(f)) = (base, floor)
+            && d > f
+        {
+            s.capture = Some((d - s.energy_kwh) / (d - f));
         }
     }
 }
@@ -298,14 +310,14 @@ fn opt(v: Option<f64>) -> String {
 pub fn to_csv(r: &Report) -> String {
     let mut out = String::from(
         "policy,jobs,energy_kwh,gpu_busy_kwh,gpu_idle_kwh,node_base_kwh,off_kwh,transition_kwh,timeline_kwh,cost,\
-         jct_mean_s,jct_median_s,jct_p99_s,wait_mean_s,wait_median_s,wait_p99_s,makespan_s,gpu_util,\
-         power_state_changes,peak_kw,over_budget_s,mean_slowdown,bound_violations,deferred_jobs,\
-         energy_vs_default,jct_vs_default,energy_vs_oracle,jct_vs_oracle\n",
+         jct_mean_s,jct_median_s,jct_p99_s,wait_mean_s,wait_median_s,wait_p99_s,queue_wait_mean_s,queue_wait_p99_s,makespan_s,gpu_util,\
+         power_state_changes,peak_kw,over_budget_s,mean_slowdown,bound_violations,level_changes,deferred_jobs,\
+         energy_vs_default,jct_vs_default,energy_vs_floor,capture,suspend_time_s\n",
     );
     for s in &r.summaries {
         let _ = writeln!(
             out,
-            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{}",
+            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{},{},{}",
             s.policy,
             s.jobs,
             s.energy_kwh,
@@ -322,6 +334,8 @@ pub fn to_csv(r: &Report) -> String {
             s.wait_mean_s,
             s.wait_median_s,
             s.wait_p99_s,
+            s.queue_wait_mean_s,
+            s.queue_wait_p99_s,
             s.makespan_s,
             s.gpu_util,
             s.power_state_changes,
@@ -329,11 +343,13 @@ pub fn to_csv(r: &Report) -> String {
             s.over_budget_s,
             s.mean_slowdown,
             s.bound_violations,
+            s.level_changes,
             s.deferred_jobs,
             opt(s.energy_vs_default),
             opt(s.jct_vs_default),
-            opt(s.energy_vs_oracle),
-            opt(s.jct_vs_oracle),
+            opt(s.energy_vs_floor),
+            opt(s.capture),
+            s.suspend_time_s.map_or_else(String::new, |v| format!("{v:.0}")),
         );
     }
     out
@@ -398,12 +414,12 @@ pub fn to_table(r: &Report) -> String {
         "pstate",
         "E vs def",
         "JCT vs d",
-        "E vs orc"
+        "capture"
     );
     let _ = writeln!(
         out,
         "{:<16} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>8} {:>8} {:>9}",
-        "", "kWh", "kWh", "kWh", "kWh", "", "h", "h", "h", "h", "h", "d", "", "changes", "", "", "x"
+        "", "kWh", "kWh", "kWh", "kWh", "", "h", "h", "h", "h", "h", "d", "", "changes", "", "", ""
     );
     for s in &r.summaries {
         let idle = s.gpu_idle_kwh + s.node_base_kwh + s.off_kwh;
@@ -426,13 +442,18 @@ pub fn to_table(r: &Report) -> String {
             s.power_state_changes,
             pct(s.energy_vs_default),
             pct(s.jct_vs_default),
-            s.energy_vs_oracle.map_or_else(|| "-".to_string(), |x| format!("{x:.3}")),
+            s.capture.map_or_else(|| "-".to_string(), |x| format!("{:.1}%", x * 100.0)),
         );
     }
     let _ = writeln!(
         out,
-        "idle = idle GPUs + node base power + powered-off draw; JCT = end - submit; wait = start - submit"
+        "idle = idle GPUs + node base power + powered-off draw; JCT = end - submit; wait = start - submit;\n\
+         capture = share of (slurm-default - floor) energy saved; idle-timer rows at their least-energy SuspendTime"
     );
+    for s in r.summaries.iter().filter(|s| s.suspend_time_s.is_some() || s.bound_violations > 0) {
+        let st = s.suspend_time_s.map_or_else(String::new, |v| format!(" SuspendTime={v:.0}s"));
+        let _ = writeln!(out, "{}:{st} {} jobs over their slowdown bound", s.policy, s.bound_violations);
+    }
     out
 }
 

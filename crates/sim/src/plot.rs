@@ -13,7 +13,7 @@ const L: f64 = 80.0;
 const R: f64 = 180.0;
 const T: f64 = 40.0;
 const B: f64 = 60.0;
-const COLORS: [&str; 6] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#7f7f7f", "#9467bd"];
+const COLORS: [&str; 7] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#7f7f7f", "#9467bd", "#8c564b"];
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
@@ -158,6 +158,89 @@ pub fn energy_vs_jct(r: &Report) -> String {
     out
 }
 
+/// A chart point (x, y).
+type Point = (f64, f64);
+
+/// The points of `pts` (x, y) not dominated by another (lower or equal in both, lower in
+/// one), sorted by x: the Pareto front of a knob sweep.
+pub fn pareto(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut v: Vec<(f64, f64)> = pts.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for p in v {
+        if out.last().is_none_or(|l| p.1 < l.1) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Energy (kWh) against mean queueing wait (h): every policy's reported point, and for the
+/// policies with a knob sweep (`SuspendTime`, wattson's knobs with `--sweep`) every swept
+/// point with the sweep's Pareto front as a line.
+pub fn energy_vs_wait(r: &Report) -> String {
+    // (policy, its swept points, its reported point)
+    let mut series: Vec<(&str, Vec<Point>, Point)> = Vec::new();
+    for s in &r.summaries {
+        let mine: Vec<(f64, f64)> = r
+            .sweep
+            .iter()
+            .filter(|p| p.policy == s.policy)
+            .map(|p| (p.wait_mean_s / 3600.0, p.energy_kwh))
+            .collect();
+        series.push((s.policy.as_str(), mine, (s.queue_wait_mean_s / 3600.0, s.energy_kwh)));
+    }
+    let all = || series.iter().flat_map(|x| x.1.iter().copied().chain(std::iter::once(x.2)));
+    let (x0, x1) = padded(
+        all().map(|p| p.0).fold(f64::INFINITY, f64::min),
+        all().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max),
+    );
+    let (y0, y1) = padded(
+        all().map(|p| p.1).fold(f64::INFINITY, f64::min),
+        all().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
+    );
+    let a = Axes { x0: x0.max(0.0), x1, y0: y0.max(0.0), y1 };
+    let mut out = String::new();
+    frame(
+        &mut out,
+        &a,
+        &format!("Energy vs mean queueing wait, knob sweeps — {} on {}", r.trace, r.cluster),
+        "mean queueing wait (h)",
+        "total energy (kWh)",
+    );
+    for (i, (name, sweep, (x, y))) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let front = pareto(sweep);
+        if front.len() > 1 {
+            let pts: Vec<String> =
+                front.iter().map(|p| format!("{:.1},{:.1}", a.px(p.0), a.py(p.1))).collect();
+            let _ = writeln!(
+                out,
+                r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#,
+                pts.join(" ")
+            );
+        }
+        for p in sweep {
+            let _ = writeln!(
+                out,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="white" stroke="{c}"/>"#,
+                a.px(p.0),
+                a.py(p.1)
+            );
+        }
+        let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="6" fill="{c}"/>"#, a.px(*x), a.py(*y));
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+            a.px(*x) + 9.0,
+            a.py(*y) - 6.0,
+            esc(name)
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
 /// Hourly mean cluster power (kW) over time (days), one line per policy.
 pub fn power_over_time(r: &Report) -> String {
     let origin = r.power.iter().map(|p| p.origin_s).fold(f64::INFINITY, f64::min);
@@ -167,7 +250,9 @@ pub fn power_over_time(r: &Report) -> String {
         .iter()
         .map(|p| (p.origin_s - origin + p.kw.len() as f64 * BIN_S) / 86400.0)
         .fold(1e-9, f64::max);
-    let y1 = r.power.iter().flat_map(|p| p.kw.iter().copied()).fold(1e-9, f64::max) * 1.05;
+    let budget_kw = r.budget_w.map(|b| b / 1000.0);
+    let y1 =
+        r.power.iter().flat_map(|p| p.kw.iter().copied()).fold(budget_kw.unwrap_or(1e-9), f64::max) * 1.05;
     let a = Axes { x0: 0.0, x1, y0: 0.0, y1 };
     let mut out = String::new();
     frame(
@@ -177,6 +262,15 @@ pub fn power_over_time(r: &Report) -> String {
         "time since first submission (days)",
         "power (kW)",
     );
+    if let Some(b) = budget_kw {
+        let y = a.py(b);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{L}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="black" stroke-dasharray="6 4"/>"##,
+            W - R
+        );
+        let _ = writeln!(out, r#"<text x="{:.1}" y="{:.1}">budget {}</text>"#, L + 6.0, y - 5.0, fmt(b));
+    }
     for (i, p) in r.power.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         let mut pts = String::new();
@@ -206,6 +300,12 @@ pub fn power_over_time(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pareto_keeps_only_undominated_points() {
+        let pts = [(3.0, 10.0), (1.0, 20.0), (2.0, 15.0), (2.5, 16.0), (4.0, 10.0), (f64::NAN, 1.0)];
+        assert_eq!(pareto(&pts), vec![(1.0, 20.0), (2.0, 15.0), (3.0, 10.0)]);
+    }
 
     #[test]
     fn steps_are_one_two_five() {

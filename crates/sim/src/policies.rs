@@ -1,80 +1,58 @@
-//! The five policies, the per-job hints they read, and each job's power limit per policy,
-//! decided by the engine ([`wattson_engine::choose`]) on a model fitted from three probes.
+//! The policies the simulator compares (the one [`PolicyKind`], from the engine), the per-job
+//! hints they read, and each job's engine decisions: its level table and its bounded and Zeus
+//! levels, from a model fitted on three probes; the floor's measured least-energy level.
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-use strum::{EnumString, IntoStaticStr, VariantNames};
+use strum::VariantNames;
 
-use wattson_engine::Objective;
+use wattson_engine::cluster::{JobView, Level, levels};
+use wattson_engine::{ChooserConfig, Objective};
+
+pub use wattson_engine::cluster::PolicyKind;
 
 use super::SimError;
 use super::cluster::{ClusterConfig, HintDistribution};
-use super::scheduler::Placement;
 use super::trace::TraceJob;
 use super::workloads::Catalog;
 
-/// A policy the simulator compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, EnumString, IntoStaticStr, VariantNames)]
-#[strum(serialize_all = "kebab-case")]
-pub enum PolicyKind {
-    /// FIFO + EASY backfill, max power limit, every node always on.
-    SlurmDefault,
-    /// The same plus Slurm's idle timer (`SuspendTime`).
-    SlurmPowersave,
-    /// Each job at the engine's `Balanced { eta: 0.5 }` limit; nodes always on.
-    ZeusPerJob,
-    /// Engine per job under its slowdown bound, packing, right-sizing, price-aware release.
-    Wattson,
-    /// Lower bound: every job at its least-energy limit, no idle energy, no queueing.
-    Oracle,
-}
-
 /// Every policy, in report order.
-pub const ALL: [PolicyKind; 5] = [
+/// `uniform-cap` runs only when the cluster file sets a budget.
+pub const ALL: [PolicyKind; 7] = [
     PolicyKind::SlurmDefault,
     PolicyKind::SlurmPowersave,
     PolicyKind::ZeusPerJob,
+    PolicyKind::PowersaveDvfs,
     PolicyKind::Wattson,
-    PolicyKind::Oracle,
+    PolicyKind::UniformCap,
+    PolicyKind::Floor,
 ];
 
 /// The `eta` of the Zeus baseline's balanced cost.
 pub const ZEUS_ETA: f64 = 0.5;
 
-impl PolicyKind {
-    /// Command-line and report name.
-    pub fn name(self) -> &'static str {
-        self.into()
+/// Parses `all` or a comma-separated list of policy names; keeps report order, no duplicates.
+pub fn parse_list(s: &str) -> Result<Vec<PolicyKind>, SimError> {
+    if s.trim() == "all" {
+        return Ok(ALL.to_vec());
     }
-
-    /// Parses `all` or a comma-separated list of names; keeps report order, no duplicates.
-    pub fn parse_list(s: &str) -> Result<Vec<PolicyKind>, SimError> {
-        if s.trim() == "all" {
-            return Ok(ALL.to_vec());
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Ok(p) = part.parse::<PolicyKind>() else {
+            return Err(SimError::Input(format!(
+                "unknown policy {part:?}: allowed all or a comma list of {}",
+                PolicyKind::VARIANTS.join(", ")
+            )));
+        };
+        if !out.contains(&p) {
+            out.push(p);
         }
-        let mut out = Vec::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let Ok(p) = part.parse::<PolicyKind>() else {
-                return Err(SimError::Input(format!(
-                    "unknown policy {part:?}: allowed all or a comma list of {}",
-                    PolicyKind::VARIANTS.join(", ")
-                )));
-            };
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
-        if out.is_empty() {
-            return Err(SimError::Input("no policy given".to_string()));
-        }
-        out.sort();
-        Ok(out)
     }
-
-    /// How the policy places jobs.
-    pub fn placement(self) -> Placement {
-        if self == PolicyKind::Wattson { Placement::Pack } else { Placement::FirstFit }
+    if out.is_empty() {
+        return Err(SimError::Input("no policy given".to_string()));
     }
+    out.sort();
+    Ok(out)
 }
 
 /// A job ready to simulate: its trace values, workload and hints.
@@ -94,15 +72,36 @@ pub struct SimJob {
     pub bound: f64,
     /// How long the job may wait for cheaper electricity (s); 0: not deferrable.
     pub defer_window: f64,
-    /// Limit index per policy: [default, powersave, zeus, wattson, oracle].
-    pub setting: [usize; 5],
+    /// The engine's choice under the bound (limit index), from the three-probe model.
+    pub bounded: usize,
+    /// The engine's Zeus `Balanced { eta: 0.5 }` choice (limit index).
+    pub zeus: usize,
+    /// The floor's level: the least *measured* energy whose measured slowdown is within the bound.
+    pub floor: usize,
+    /// The highest limit at or under the cluster's uniform power cap (the max without a budget).
+    pub capped: usize,
 }
 
 impl SimJob {
-    /// The limit index this job runs at under `p`.
-    pub fn setting_for(&self, p: PolicyKind) -> usize {
-        self.setting[p as usize]
+    /// The engine's view of this job; `id` is its index in the prepared jobs.
+    pub fn view(&self, id: u32) -> JobView {
+        JobView {
+            id,
+            gpus: self.gpus,
+            bound: self.bound,
+            work_s: self.duration,
+            model: self.workload as u32,
+            bounded: self.bounded as u16,
+            zeus: self.zeus as u16,
+            capped: self.capped as u16,
+        }
     }
+}
+
+/// The engine's level table of every workload (by catalog index), from its three-probe model.
+pub fn level_tables(catalog: &Catalog) -> Result<Vec<Vec<Level>>, SimError> {
+    let cfg = ChooserConfig::default();
+    catalog.workloads.iter().map(|w| Ok(levels::table(&w.fit()?, &w.limits, &cfg))).collect()
 }
 
 /// Uniform draw in [0, 1) from 53 random bits.
@@ -149,6 +148,7 @@ pub fn prepare(
         models.push(w.fit()?);
     }
     let mut cache: std::collections::BTreeMap<(usize, u64), usize> = std::collections::BTreeMap::new();
+    let mut floors: std::collections::BTreeMap<(usize, u64), usize> = std::collections::BTreeMap::new();
     let cap = cluster.total_gpus();
     let mut out = Vec::with_capacity(trace.len());
     for (t, (bound, window)) in trace.iter().zip(hints) {
@@ -169,7 +169,7 @@ pub fn prepare(
         let zeus = *cache
             .entry((wi, u64::MAX))
             .or_insert_with(|| w.choose_idx(m, Objective::Balanced { eta: ZEUS_ETA }));
-        let max = w.max_idx();
+        let floor = *floors.entry((wi, bound.to_bits())).or_insert_with(|| w.floor_idx(bound));
         out.push(SimJob {
             id: t.id.clone(),
             submit: t.submit,
@@ -178,7 +178,10 @@ pub fn prepare(
             workload: wi,
             bound,
             defer_window: window,
-            setting: [max, max, zeus, wattson, w.min_energy_idx()],
+            bounded: wattson,
+            zeus,
+            floor,
+            capped: cluster.uniform_cap_w().map_or(w.max_idx(), |cap| w.capped_idx(cap)),
         });
     }
     Ok(out)
@@ -190,20 +193,24 @@ mod tests {
 
     #[test]
     fn policy_lists_parse_in_report_order() {
-        assert_eq!(PolicyKind::parse_list("all").unwrap(), ALL.to_vec());
-        assert_eq!(
-            PolicyKind::parse_list("oracle, wattson,oracle").unwrap(),
-            vec![PolicyKind::Wattson, PolicyKind::Oracle]
-        );
-        let e = PolicyKind::parse_list("fast").unwrap_err().to_string();
+        assert_eq!(parse_list("all").unwrap(), ALL.to_vec());
+        assert_eq!(parse_list("floor, wattson,floor").unwrap(), vec![PolicyKind::Wattson, PolicyKind::Floor]);
+        let e = parse_list("fast").unwrap_err().to_string();
         assert!(e.contains("unknown policy \"fast\""), "{e}");
-        assert!(PolicyKind::parse_list(" , ").is_err());
+        assert!(parse_list(" , ").is_err());
+        assert!(parse_list("oracle").is_err(), "oracle is replaced by floor");
         let names: Vec<&str> = ALL.iter().map(|k| k.name()).collect();
-        assert_eq!(names, ["slurm-default", "slurm-powersave", "zeus-per-job", "wattson", "oracle"]);
-        assert!(
-            e.ends_with("a comma list of slurm-default, slurm-powersave, zeus-per-job, wattson, oracle"),
-            "{e}"
-        );
+        let want = [
+            "slurm-default",
+            "slurm-powersave",
+            "zeus-per-job",
+            "powersave-dvfs",
+            "wattson",
+            "uniform-cap",
+            "floor",
+        ];
+        assert_eq!(names, want);
+        assert!(e.ends_with(&format!("a comma list of {}", want.join(", "))), "{e}");
     }
 
     #[test]

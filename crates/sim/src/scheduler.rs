@@ -16,15 +16,7 @@ use std::collections::BTreeSet;
 /// Tier of a node that cannot take work now (shutting down, or waiting out `SuspendTimeout`).
 pub const UNAVAILABLE: u8 = u8::MAX;
 
-/// How a policy picks nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    /// Slurm's default: nodes in configuration order (powered-on ones first), first fit.
-    FirstFit,
-    /// Best fit on powered-on nodes (most loaded node that fits), whole free nodes for
-    /// multi-node jobs: packs work and keeps whole nodes free.
-    Pack,
-}
+pub use wattson_engine::cluster::Placement;
 
 /// Per-node GPU allocation state.
 #[derive(Debug, Clone)]

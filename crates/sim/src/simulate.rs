@@ -1,51 +1,24 @@
-//! The event loop: one policy over one prepared trace, on the cluster model.
+//! The event loop: the physics of one policy over one prepared trace. Policy lives in the
+//! engine ([`wattson_engine::cluster::decide`]); this file only moves time, GPUs and watts.
 //!
-//! Events (arrivals, releases of deferred jobs, job ends, boots, shutdowns, idle timers) come
-//! off [`super::events::Queue`]; after the last event of an instant the scheduler runs one
-//! FIFO + EASY backfill pass, then (for `wattson`) right-sizing. Nothing steps per second.
+//! Events (arrivals, job ends, boots, shutdowns, the policy's wake-ups) come off
+//! [`super::events::Queue`]; after the last event of an instant, Slurm's FIFO + EASY backfill
+//! pass runs, then the policy sees a snapshot and its actions are applied (releases, levels,
+//! power); a release or a boot that a waiting job could use runs the pass again. A level change
+//! moves a running job's end: its progress is kept in units of work at the top level.
 
-use std::collections::{BTreeSet, VecDeque};
+use wattson_engine::cluster::{
+    self, GpuType, Held, JobView as EngineJob, Level, NodePower, NodeView, Policy, Queued, Running, Snapshot,
+};
 
 use super::cluster::ClusterConfig;
 use super::events::{Event, Queue};
-use super::policies::{PolicyKind, SimJob};
+use super::policies::SimJob;
 use super::power::{Meter, NodeState};
 use super::scheduler::{Ends, JobView, PassInput, Pool, Share, UNAVAILABLE, easy_pass};
 use super::workloads::Catalog;
 
-/// What happened to one job under one policy.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobRun {
-    /// When the scheduler gave it GPUs (s); NaN if never.
-    pub alloc: f64,
-    /// When it started running (after any boot) (s); NaN if never.
-    pub start: f64,
-    /// When it ended (s); NaN if never.
-    pub end: f64,
-    /// Power limit it ran at (W).
-    pub limit_w: f64,
-    /// Measured average power per GPU at that limit (W).
-    pub gpu_w: f64,
-    /// Measured slowdown vs the max limit (fraction; may be slightly negative: noise).
-    pub slowdown: f64,
-    /// Its GPUs: (node, bit mask) per node.
-    pub shares: Vec<Share>,
-}
-
-/// One policy's simulated run.
-#[derive(Debug, Clone)]
-pub struct RunResult {
-    /// The policy.
-    pub policy: PolicyKind,
-    /// Per job, in prepared-job order.
-    pub jobs: Vec<JobRun>,
-    /// The energy meter, finished at the last job end.
-    pub meter: Meter,
-    /// First submission (s).
-    pub t0: f64,
-    /// Last job end (s).
-    pub t_end: f64,
-}
+pub use super::record::{JobRun, RunResult};
 
 struct View<'a> {
     jobs: &'a [SimJob],
@@ -65,130 +38,200 @@ impl JobView for View<'_> {
     }
 }
 
+/// Per-job dynamic state.
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    level: u16,
+    /// Work done (fraction) at `seg`.
+    done: f64,
+    /// Start of the current level's stretch (s).
+    seg: f64,
+    /// Energy per GPU so far (J) and limit·seconds so far.
+    energy: f64,
+    limit_s: f64,
+    /// Expected end (s), as in `ends`.
+    exp_end: f64,
+    /// When its nodes are up (s).
+    ready: f64,
+    epoch: u32,
+    released: f64,
+}
+
 struct Sim<'a> {
     c: &'a ClusterConfig,
+    cat: &'a Catalog,
+    models: Vec<Vec<Level>>,
+    /// Per workload, the limits measured so far (probes, then every limit a job ran at).
+    measured: Vec<Vec<usize>>,
     jobs: &'a [SimJob],
-    policy: PolicyKind,
+    views: Vec<EngineJob>,
+    policy: Policy,
     pool: Pool,
     meter: Meter,
     q: Queue,
     queue: Vec<u32>,
+    held: Vec<u32>,
     ends: Ends,
     runs: Vec<JobRun>,
     runtime: Vec<f64>,
+    live: Vec<Live>,
+    running: Vec<u32>,
+    run_pos: Vec<usize>,
     waiting: Vec<Vec<u32>>,
     pending: Vec<u32>,
     ready_at: Vec<f64>,
-    epoch: Vec<u32>,
+    idle_since: Vec<f64>,
     later: Vec<(f64, u32)>,
-    arrivals: VecDeque<(f64, u32)>,
-    arrival_gpus: u64,
-    upcoming: BTreeSet<(u64, u32)>,
-    break_even: f64,
+    arrivals: Vec<(f64, u32)>,
+    arr_lo: usize,
+    /// Every submission `(time, GPUs)`, for the clairvoyant bound (`[wattson] clairvoyant`).
+    future: Vec<(f64, u32)>,
+    next_wake: f64,
     done: usize,
-    relaxed: Vec<(f64, f64, f64, f64)>,
+    gpu_types: [GpuType; 1],
+    bufs: Bufs,
 }
 
-/// Simulates `policy` (not the oracle, which needs no simulation: see
-/// [`super::metrics::oracle`]) over prepared `jobs` (sorted by submission).
-pub fn simulate(c: &ClusterConfig, catalog: &Catalog, jobs: &[SimJob], policy: PolicyKind) -> RunResult {
+#[derive(Default)]
+struct Bufs {
+    nodes: Vec<NodeView>,
+    queued: Vec<Queued>,
+    held: Vec<Held>,
+    running: Vec<Running>,
+}
+
+/// Simulates `policy` over prepared `jobs` (sorted by submission); `models` are the engine's
+/// level tables per workload ([`super::policies::level_tables`]).
+pub fn simulate(
+    c: &ClusterConfig,
+    catalog: &Catalog,
+    models: &[Vec<Level>],
+    jobs: &[SimJob],
+    policy: Policy,
+) -> RunResult {
     let t0 = jobs.first().map_or(0.0, |j| j.submit);
     let n = c.nodes as usize;
+    let views: Vec<EngineJob> = jobs.iter().enumerate().map(|(i, j)| j.view(i as u32)).collect();
     let mut runs = Vec::with_capacity(jobs.len());
     let mut runtime = Vec::with_capacity(jobs.len());
-    let mut relaxed = Vec::new();
-    for j in jobs {
+    let mut live = Vec::with_capacity(jobs.len());
+    for (j, v) in jobs.iter().zip(&views) {
         let w = &catalog.workloads[j.workload];
-        let chosen = j.setting_for(policy);
-        // wattson starts from the max limit and relaxes to the engine's choice only when the
-        // cluster has room (see `schedule`): a slowdown during congestion is paid in queueing.
-        let i = if policy == PolicyKind::Wattson { w.max_idx() } else { chosen };
-        let ratio = w.time_ratio(i);
-        runtime.push(j.duration * ratio);
+        let level = policy.start_level(v, w.max_idx() as u16);
+        let i = usize::from(level);
+        runtime.push(j.duration * w.time_ratio(i));
         runs.push(JobRun {
+            eligible: f64::NAN,
             alloc: f64::NAN,
             start: f64::NAN,
             end: f64::NAN,
             limit_w: w.limits[i],
             gpu_w: w.power[i],
-            slowdown: ratio - 1.0,
+            slowdown: w.time_ratio(i) - 1.0,
             shares: Vec::new(),
+            level_changes: 0,
         });
-        let r = w.time_ratio(chosen);
-        relaxed.push((j.duration * r, w.limits[chosen], w.power[chosen], r - 1.0));
+        live.push(Live {
+            level,
+            done: 0.0,
+            seg: f64::NAN,
+            energy: 0.0,
+            limit_s: 0.0,
+            exp_end: f64::NAN,
+            ready: f64::NAN,
+            epoch: 0,
+            released: f64::NAN,
+        });
     }
     let mut s = Sim {
         c,
+        cat: catalog,
+        models: models.to_vec(),
+        measured: catalog.workloads.iter().map(|w| w.probes().to_vec()).collect(),
         jobs,
+        views,
         policy,
         pool: Pool::new(c.nodes, c.gpus_per_node),
         meter: Meter::new(c, t0),
         q: Queue::default(),
         queue: Vec::new(),
+        held: Vec::new(),
         ends: Ends::new(),
         runs,
         runtime,
+        live,
+        running: Vec::new(),
+        run_pos: vec![usize::MAX; jobs.len()],
         waiting: vec![Vec::new(); n],
         pending: vec![0; jobs.len()],
         ready_at: vec![t0; n],
-        epoch: vec![0; n],
+        idle_since: vec![t0; n],
         later: Vec::new(),
-        arrivals: VecDeque::new(),
-        arrival_gpus: 0,
-        upcoming: BTreeSet::new(),
-        break_even: c.node.break_even_s(c.node_idle_w()),
+        arrivals: Vec::with_capacity(jobs.len()),
+        arr_lo: 0,
+        future: if c.wattson.clairvoyant {
+            jobs.iter().map(|j| (j.submit, j.gpus)).collect()
+        } else {
+            Vec::new()
+        },
+        next_wake: f64::NEG_INFINITY,
         done: 0,
-        relaxed,
+        gpu_types: [GpuType { idle_w: c.gpu_idle_w() }],
+        bufs: Bufs::default(),
     };
     for (i, j) in jobs.iter().enumerate() {
         s.q.push(j.submit, Event::Arrive(i as u32));
     }
-    if policy == PolicyKind::SlurmPowersave {
-        for node in 0..n {
-            s.q.push(t0 + c.slurm.suspend_time_s, Event::IdleTimer(node as u32, 0));
-        }
-    }
+    s.q.push(t0, Event::Wake);
     let mut t_end = t0;
     while let Some((t, ev)) = s.q.pop() {
         s.handle(t, ev);
-        if matches!(ev, Event::Finish(_)) {
+        if matches!(ev, Event::Finish(..)) {
             t_end = t_end.max(t);
         }
         if s.q.peek_time() != Some(t) {
-            s.schedule(t);
-            if policy == PolicyKind::Wattson {
-                s.right_size(t);
-            }
+            s.step(t);
         }
         if s.done == jobs.len() {
             break;
         }
     }
     s.meter.finish(t_end);
-    RunResult { policy, jobs: s.runs, meter: s.meter, t0, t_end }
+    let deferred = s.live.iter().zip(jobs).filter(|(l, j)| l.released > j.submit).count();
+    RunResult {
+        policy: policy.kind,
+        suspend_time_s: policy.kind.uses_idle_timer().then_some(policy.tuning.suspend_time_s),
+        jobs: s.runs,
+        meter: s.meter,
+        t0,
+        t_end,
+        deferred,
+    }
 }
 
 impl Sim<'_> {
     fn handle(&mut self, t: f64, ev: Event) {
         match ev {
-            Event::Arrive(j) => self.arrive(t, j),
-            Event::Release(j) => {
-                self.upcoming.remove(&(t.to_bits(), j));
-                self.queue.push(j);
+            Event::Arrive(j) => {
+                self.arrivals.push((t, self.jobs[j as usize].gpus));
+                self.held.push(j);
             }
-            Event::Finish(j) => self.finish(t, j),
+            Event::Finish(j, e) => {
+                if self.live[j as usize].epoch == e {
+                    self.finish(t, j);
+                }
+            }
             Event::Booted(n) => {
                 let nu = n as usize;
                 self.meter.set_state(nu, t, NodeState::On);
                 self.pool.set_tier(nu, 0);
-                self.epoch[nu] += 1;
+                self.idle_since[nu] = t;
                 for j in std::mem::take(&mut self.waiting[nu]) {
                     self.pending[j as usize] -= 1;
                     if self.pending[j as usize] == 0 {
                         self.begin(t, j);
                     }
                 }
-                self.maybe_idle(t, nu);
             }
             Event::ShutDown(n, _) => self.meter.set_state(n as usize, t, NodeState::OffWait),
             Event::Available(n, _) => {
@@ -196,12 +239,7 @@ impl Sim<'_> {
                 self.pool.set_tier(n as usize, 2);
                 self.later.retain(|&(_, m)| m != n);
             }
-            Event::IdleTimer(n, e) => {
-                let nu = n as usize;
-                if self.epoch[nu] == e && self.meter.state[nu] == NodeState::On && self.is_idle(nu) {
-                    self.power_down(t, nu);
-                }
-            }
+            Event::Wake => {}
         }
     }
 
@@ -209,90 +247,272 @@ impl Sim<'_> {
         self.pool.free[n] == self.pool.gpn && self.waiting[n].is_empty()
     }
 
-    fn maybe_idle(&mut self, t: f64, n: usize) {
-        if self.policy == PolicyKind::SlurmPowersave
-            && self.is_idle(n)
-            && self.meter.state[n] == NodeState::On
-        {
-            self.q.push(t + self.c.slurm.suspend_time_s, Event::IdleTimer(n as u32, self.epoch[n]));
+    fn workload(&self, j: usize) -> &super::workloads::Workload {
+        &self.cat.workloads[self.jobs[j].workload]
+    }
+
+    /// Run time of job `j`'s whole work at level `l` (s).
+    fn full_time(&self, j: usize, l: u16) -> f64 {
+        self.jobs[j].duration * self.workload(j).time_ratio(usize::from(l))
+    }
+
+    /// Charges job `j`'s current stretch up to `t` (work done, energy, limit·time).
+    fn settle(&mut self, t: f64, j: usize) {
+        let full = self.full_time(j, self.live[j].level);
+        let i = usize::from(self.live[j].level);
+        let (p, lim) = (self.workload(j).power[i], self.workload(j).limits[i]);
+        let dt = t - self.live[j].seg;
+        if dt > 0.0 {
+            self.learn(self.jobs[j].workload, i);
+        }
+        let l = &mut self.live[j];
+        if dt > 0.0 {
+            l.done += if full > 0.0 { dt / full } else { 1.0 };
+            l.energy += dt * p;
+            l.limit_s += dt * lim;
+        }
+        l.seg = t;
+    }
+
+    /// The daemon has measured workload `w` at limit `i`: the engine refits its level table
+    /// on everything measured so far (a refit that fails keeps the old table).
+    fn learn(&mut self, w: usize, i: usize) {
+        if !self.c.wattson.learn || self.measured[w].contains(&i) {
+            return;
+        }
+        self.measured[w].push(i);
+        self.measured[w].sort_unstable();
+        let wl = &self.cat.workloads[w];
+        if let Ok(m) = wl.fit_on(&self.measured[w]) {
+            self.models[w] =
+                cluster::levels::table(&m, &wl.limits, &wattson_engine::ChooserConfig::default());
         }
     }
 
-    fn arrive(&mut self, t: f64, j: u32) {
-        let job = &self.jobs[j as usize];
-        if self.policy == PolicyKind::Wattson {
-            self.arrivals.push_back((t, job.gpus));
-            self.arrival_gpus += u64::from(job.gpus);
-            if job.defer_window > 0.0 {
-                let off = self.c.trace_start_utc_s;
-                let now = t.floor() as i64 + off;
-                let best = self.c.prices.cheapest_start(now, job.defer_window.floor() as i64);
-                let (p_now, p_best) = (self.c.prices.price_at(now), self.c.prices.price_at(best));
-                if let (Some(a), Some(b)) = (p_now, p_best)
-                    && best > now
-                    && b <= a * (1.0 - self.c.wattson.min_price_drop)
-                {
-                    let release = t + (best - now) as f64 - t.fract();
-                    self.q.push(release, Event::Release(j));
-                    self.upcoming.insert((release.to_bits(), j));
-                    return;
-                }
-            }
-        }
-        self.queue.push(j);
+    fn set_expected_end(&mut self, j: u32, end: f64) {
+        let l = &mut self.live[j as usize];
+        self.ends.remove(&(l.exp_end.to_bits(), j));
+        l.exp_end = end;
+        self.ends.insert((end.to_bits(), j));
     }
 
-    fn finish(&mut self, t: f64, j: u32) {
+    fn set_level(&mut self, t: f64, j: u32, level: u16) {
         let ju = j as usize;
-        self.runs[ju].end = t;
-        self.done += 1;
-        self.ends.remove(&(t.to_bits(), j));
-        let w = self.runs[ju].gpu_w;
-        for k in 0..self.runs[ju].shares.len() {
-            let (n, m) = self.runs[ju].shares[k];
-            let nu = n as usize;
-            self.pool.give(nu, m);
-            self.meter.run(nu, t, -i64::from(m.count_ones()), w);
-            if self.is_idle(nu) {
-                self.epoch[nu] += 1;
-                self.maybe_idle(t, nu);
-            }
+        let old = self.live[ju].level;
+        if old == level || self.run_pos[ju] == usize::MAX {
+            return;
         }
+        if self.runs[ju].start.is_finite() {
+            self.settle(t, ju);
+            let (wo, wn) =
+                (self.workload(ju).power[usize::from(old)], self.workload(ju).power[usize::from(level)]);
+            for k in 0..self.runs[ju].shares.len() {
+                let (n, m) = self.runs[ju].shares[k];
+                let g = i64::from(m.count_ones());
+                self.meter.run(n as usize, t, -g, wo);
+                self.meter.run(n as usize, t, g, wn);
+            }
+            self.live[ju].level = level;
+            self.runs[ju].level_changes += 1;
+            let left = (1.0 - self.live[ju].done).max(0.0) * self.full_time(ju, level);
+            self.live[ju].epoch += 1;
+            self.q.push(t + left, Event::Finish(j, self.live[ju].epoch));
+            self.set_expected_end(j, t + left);
+        } else {
+            self.live[ju].level = level;
+            let end = self.live[ju].ready + self.full_time(ju, level);
+            self.set_expected_end(j, end);
+        }
+        self.runtime[ju] = self.full_time(ju, level);
     }
 
     fn begin(&mut self, t: f64, j: u32) {
         let ju = j as usize;
-        let end = t + self.runtime[ju];
-        let exp = self.runs[ju].end; // expected end, set at allocation
-        self.ends.remove(&(exp.to_bits(), j));
-        self.ends.insert((end.to_bits(), j));
+        let level = self.live[ju].level;
+        let end = t + self.full_time(ju, level);
+        self.set_expected_end(j, end);
         self.runs[ju].start = t;
-        self.runs[ju].end = f64::NAN;
-        let w = self.runs[ju].gpu_w;
+        self.live[ju].seg = t;
+        self.live[ju].epoch += 1;
+        let w = self.workload(ju).power[usize::from(level)];
         for k in 0..self.runs[ju].shares.len() {
             let (n, m) = self.runs[ju].shares[k];
             self.meter.run(n as usize, t, i64::from(m.count_ones()), w);
         }
-        self.q.push(end, Event::Finish(j));
+        self.q.push(end, Event::Finish(j, self.live[ju].epoch));
+    }
+
+    fn finish(&mut self, t: f64, j: u32) {
+        let ju = j as usize;
+        self.settle(t, ju);
+        let i = usize::from(self.live[ju].level);
+        let (p, lim, ratio) =
+            (self.workload(ju).power[i], self.workload(ju).limits[i], self.workload(ju).time_ratio(i));
+        let span = t - self.runs[ju].start;
+        let l = self.live[ju];
+        let r = &mut self.runs[ju];
+        r.end = t;
+        if r.level_changes == 0 || span <= 0.0 {
+            (r.gpu_w, r.limit_w, r.slowdown) = (p, lim, ratio - 1.0);
+        } else {
+            (r.gpu_w, r.limit_w) = (l.energy / span, l.limit_s / span);
+            r.slowdown = span / self.jobs[ju].duration - 1.0;
+        }
+        self.done += 1;
+        self.ends.remove(&(l.exp_end.to_bits(), j));
+        let pos = self.run_pos[ju];
+        self.running.swap_remove(pos);
+        if let Some(&moved) = self.running.get(pos) {
+            self.run_pos[moved as usize] = pos;
+        }
+        self.run_pos[ju] = usize::MAX;
+        for k in 0..self.runs[ju].shares.len() {
+            let (n, m) = self.runs[ju].shares[k];
+            let nu = n as usize;
+            self.pool.give(nu, m);
+            self.meter.run(nu, t, -i64::from(m.count_ones()), p);
+            if self.is_idle(nu) {
+                self.idle_since[nu] = t;
+            }
+        }
     }
 
     fn boot(&mut self, t: f64, n: usize) {
         self.meter.set_state(n, t, NodeState::Booting);
         self.pool.set_tier(n, 1);
-        self.epoch[n] += 1;
         self.ready_at[n] = t + self.c.node.boot_s;
+        self.idle_since[n] = t;
         self.q.push(self.ready_at[n], Event::Booted(n as u32));
     }
 
     fn power_down(&mut self, t: f64, n: usize) {
         self.meter.set_state(n, t, NodeState::ShuttingDown);
         self.pool.set_tier(n, UNAVAILABLE);
-        self.epoch[n] += 1;
-        let e = self.epoch[n];
-        self.q.push(t + self.c.node.shutdown_s, Event::ShutDown(n as u32, e));
+        self.q.push(t + self.c.node.shutdown_s, Event::ShutDown(n as u32, 0));
         let avail = t + self.c.slurm.suspend_timeout_s;
-        self.q.push(avail, Event::Available(n as u32, e));
+        self.q.push(avail, Event::Available(n as u32, 0));
         self.later.push((avail, n as u32));
+    }
+
+    /// Slurm's pass, then the policy, until neither a release nor a boot gives the pass more.
+    fn step(&mut self, t: f64) {
+        for _ in 0..4 {
+            self.schedule(t);
+            let acts = self.consult(t);
+            let released = !acts.release.is_empty();
+            let booted = !acts.power_up.is_empty();
+            self.apply(t, acts);
+            if !(released || (booted && !self.queue.is_empty())) {
+                break;
+            }
+        }
+    }
+
+    /// The policy's actions for the cluster as it is at `t`.
+    fn consult(&mut self, t: f64) -> cluster::Actions {
+        let mut b = std::mem::take(&mut self.bufs);
+        b.nodes.clear();
+        for n in 0..self.pool.free.len() {
+            let power = match self.meter.state[n] {
+                NodeState::On => NodePower::On,
+                NodeState::Booting => NodePower::Booting,
+                NodeState::Off => NodePower::Off,
+                NodeState::ShuttingDown | NodeState::OffWait => NodePower::Busy,
+            };
+            let idle_since = if self.is_idle(n) { self.idle_since[n] } else { f64::INFINITY };
+            b.nodes.push(NodeView {
+                power,
+                idle_since,
+                gpu_type: 0,
+                free_gpus: self.pool.free[n],
+                gpus: self.pool.gpn,
+            });
+        }
+        b.queued.clear();
+        b.queued.extend(
+            self.queue
+                .iter()
+                .map(|&j| Queued { job: self.views[j as usize], submit: self.jobs[j as usize].submit }),
+        );
+        b.held.clear();
+        b.held.extend(self.held.iter().map(|&j| {
+            let job = &self.jobs[j as usize];
+            Held { job: self.views[j as usize], submit: job.submit, defer_window_s: job.defer_window }
+        }));
+        b.running.clear();
+        for &j in &self.running {
+            let ju = j as usize;
+            let l = &self.live[ju];
+            let (elapsed_s, progress) = if self.runs[ju].start.is_finite() {
+                let full = self.full_time(ju, l.level);
+                let p = if full > 0.0 { l.done + (t - l.seg) / full } else { 1.0 };
+                (t - self.runs[ju].start, p.min(1.0))
+            } else {
+                (0.0, 0.0)
+            };
+            b.running.push(Running { job: self.views[ju], elapsed_s, progress, level: l.level });
+        }
+        let window = self.policy.tuning.forecast_window_s;
+        while self.arr_lo < self.arrivals.len() && self.arrivals[self.arr_lo].0 < t - window {
+            self.arr_lo += 1;
+        }
+        let snap = Snapshot {
+            now: t,
+            utc_offset_s: self.c.trace_start_utc_s,
+            nodes: &b.nodes,
+            gpu_types: &self.gpu_types,
+            models: &self.models,
+            queued: &b.queued,
+            held: &b.held,
+            running: &b.running,
+            arrivals: if self.c.wattson.clairvoyant {
+                // The measured bound: the forecast window holds the *coming* submissions.
+                let lo = self.future.partition_point(|x| x.0 <= t);
+                let hi = self.future.partition_point(|x| x.0 <= t + window);
+                &self.future[lo..hi]
+            } else {
+                &self.arrivals[self.arr_lo..]
+            },
+            tariff: &self.c.prices,
+            budget_w: self.c.budget.map(|x| x.power_w),
+            node: self.c.node.costs(),
+        };
+        let acts = cluster::decide(&self.policy, &snap);
+        self.bufs = b;
+        acts
+    }
+
+    fn apply(&mut self, t: f64, a: cluster::Actions) {
+        if !a.release.is_empty() {
+            self.held.retain(|j| !a.release.contains(j));
+            for &j in &a.release {
+                self.live[j as usize].released = t;
+                self.runs[j as usize].eligible = t;
+                self.queue.push(j);
+            }
+        }
+        for &(j, l) in &a.levels {
+            self.set_level(t, j, l);
+        }
+        for &n in &a.power_down {
+            let nu = n as usize;
+            if self.meter.state[nu] == NodeState::On && self.is_idle(nu) {
+                self.power_down(t, nu);
+            }
+        }
+        for &n in &a.power_up {
+            let nu = n as usize;
+            if self.meter.state[nu] == NodeState::Off {
+                self.boot(t, nu);
+            }
+        }
+        if let Some(w) = a.wake_at
+            && w > t
+            && (w < self.next_wake || self.next_wake <= t)
+        {
+            self.q.push(w, Event::Wake);
+            self.next_wake = w;
+        }
     }
 
     fn schedule(&mut self, t: f64) {
@@ -309,23 +529,12 @@ impl Sim<'_> {
             depth: self.c.slurm.bf_max_job_test,
         };
         let started = easy_pass(&mut self.pool, &mut self.queue, &input);
-        let roomy = self.policy == PolicyKind::Wattson && self.queue.is_empty() && {
-            let free: u64 = self.pool.free.iter().map(|&f| u64::from(f)).sum();
-            let total = self.c.total_gpus() as f64;
-            (total - free as f64) / total <= self.c.wattson.dvfs_load_limit
-        };
         for (j, shares) in started {
             let ju = j as usize;
-            if roomy {
-                let (rt, limit, w, slow) = self.relaxed[ju];
-                self.runtime[ju] = rt;
-                let r = &mut self.runs[ju];
-                (r.limit_w, r.gpu_w, r.slowdown) = (limit, w, slow);
-            }
             let mut ready = t;
             for &(n, _) in &shares {
                 let nu = n as usize;
-                self.epoch[nu] += 1;
+                self.idle_since[nu] = f64::INFINITY;
                 if self.meter.state[nu] == NodeState::Off {
                     self.boot(t, nu);
                 }
@@ -335,62 +544,15 @@ impl Sim<'_> {
                     ready = ready.max(self.ready_at[nu]);
                 }
             }
-            let exp = ready + self.runtime[ju];
             self.runs[ju].alloc = t;
             self.runs[ju].shares = shares;
-            self.runs[ju].end = exp;
-            self.ends.insert((exp.to_bits(), j));
+            self.live[ju].ready = ready;
+            self.run_pos[ju] = self.running.len();
+            self.running.push(j);
+            let end = ready + self.runtime[ju];
+            self.set_expected_end(j, end);
             if self.pending[ju] == 0 {
                 self.begin(t, j);
-            }
-        }
-    }
-
-    /// Keeps as many idle nodes warm as the forecast needs within the break-even time;
-    /// powers the rest down (an idle gap beyond break-even is expected for them) and boots
-    /// ahead of forecast demand. Only when no job is waiting in the queue.
-    fn right_size(&mut self, t: f64) {
-        if !self.queue.is_empty() {
-            return;
-        }
-        let window = self.c.wattson.forecast_window_s;
-        while let Some(&(a, g)) = self.arrivals.front() {
-            if a >= t - window {
-                break;
-            }
-            self.arrivals.pop_front();
-            self.arrival_gpus -= u64::from(g);
-        }
-        let gpn = f64::from(self.pool.gpn);
-        let rate_nodes = self.arrival_gpus as f64 / gpn / window;
-        let horizon = t + self.break_even + self.c.node.boot_s;
-        let soon: u64 = self
-            .upcoming
-            .iter()
-            .take_while(|(b, _)| f64::from_bits(*b) <= horizon)
-            .map(|&(_, j)| u64::from(self.jobs[j as usize].gpus))
-            .sum();
-        let target = f64::from(self.c.wattson.min_warm_nodes)
-            + (rate_nodes * (self.break_even + self.c.node.boot_s) + soon as f64 / gpn).ceil();
-        let target = target as usize;
-        let idle_on: Vec<usize> = (0..self.pool.free.len())
-            .filter(|&n| self.meter.state[n] == NodeState::On && self.is_idle(n))
-            .collect();
-        let idle_booting = (0..self.pool.free.len())
-            .filter(|&n| self.meter.state[n] == NodeState::Booting && self.is_idle(n))
-            .count();
-        let warm = idle_on.len() + idle_booting;
-        if warm > target {
-            for &n in idle_on.iter().rev().take(warm - target) {
-                self.power_down(t, n);
-            }
-        } else if warm < target {
-            let off: Vec<usize> = (0..self.pool.free.len())
-                .filter(|&n| self.meter.state[n] == NodeState::Off)
-                .take(target - warm)
-                .collect();
-            for n in off {
-                self.boot(t, n);
             }
         }
     }

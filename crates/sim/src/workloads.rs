@@ -53,11 +53,18 @@ impl Workload {
         self.time[i] / self.time[self.max_idx()]
     }
 
-    /// Index of the least measured energy per epoch (the oracle's setting).
-    pub fn min_energy_idx(&self) -> usize {
+    /// Index of the least measured energy per epoch among limits whose measured slowdown is
+    /// within `bound` (the floor's setting); the max limit always qualifies.
+    pub fn floor_idx(&self, bound: f64) -> usize {
         (0..self.limits.len())
+            .filter(|&i| self.time_ratio(i) - 1.0 <= bound)
             .min_by(|&a, &b| (self.power[a] * self.time[a]).total_cmp(&(self.power[b] * self.time[b])))
             .unwrap_or(self.max_idx())
+    }
+
+    /// Index of the highest limit at or under `cap_w` (the lowest limit if none is).
+    pub fn capped_idx(&self, cap_w: f64) -> usize {
+        self.limits.iter().rposition(|&l| l <= cap_w).unwrap_or(0)
     }
 
     /// The three probes a daemon would measure: lowest, nearest the middle, highest.
@@ -72,8 +79,13 @@ impl Workload {
 
     /// The engine's model, fitted from the three probes only.
     pub fn fit(&self) -> Result<DvfsModel, SimError> {
-        let samples: Vec<Sample> = self
-            .probes()
+        self.fit_on(&self.probes())
+    }
+
+    /// The engine's model fitted on the measurements at limit indices `idx` (what the daemons
+    /// have recorded for this workload: the probes, then every limit a job ran at).
+    pub fn fit_on(&self, idx: &[usize]) -> Result<DvfsModel, SimError> {
+        let samples: Vec<Sample> = idx
             .iter()
             .map(|&i| Sample {
                 setting: self.limits[i],
@@ -230,7 +242,13 @@ pub(crate) mod tests {
         assert_eq!(c.workloads[s].network, "shufflenetv2");
         let w = &c.workloads[v];
         assert_eq!(w.probes(), [0, 2, 5]);
-        assert_eq!(w.min_energy_idx(), 1); // 24·118 = 2832 is the least of the six products
+        // Within 5% of 19.4 s only 19.5 and 20.0 qualify besides the max: 20·155 = 3100 and
+        // 19.5·165 = 3217.5 and 19.4·170 = 3298: the 175 W limit (index 3). With a loose bound,
+        // 24·118 = 2832 is the least of the six products: index 1.
+        assert_eq!(w.floor_idx(0.05), 3);
+        assert_eq!(w.floor_idx(0.0), 5);
+        assert_eq!(w.floor_idx(1.0), 1);
+        assert_eq!((w.capped_idx(180.0), w.capped_idx(50.0), w.capped_idx(1e9)), (3, 0, 5));
         let m = w.fit().unwrap();
         let i = w.choose_idx(&m, Objective::Perf);
         assert_eq!(i, w.max_idx());

@@ -1,0 +1,139 @@
+//! DVFS levels per job: fixed per job for the references, queue-aware over the job's life for
+//! wattson, and within the cluster power budget.
+//!
+//! wattson runs a job at the least-energy level its remaining slowdown allowance permits when
+//! no job waits, and at the top level while one does (a slowdown during congestion is paid in
+//! everyone's queueing). The allowance is tracked over the whole run: a job that ran fast while
+//! the queue was long may go slower afterwards, as long as
+//! `elapsed + remaining work · (1 + slowdown_hi) ≤ (1 + bound) · work`.
+
+use crate::choose::ChooserConfig;
+use crate::model::DvfsModel;
+
+use super::{Actions, JobView, Level, Policy, PolicyKind, Running, Snapshot};
+
+/// The level a reference policy holds a job at for its whole run; `None`: the top level
+/// (Slurm), or decided over the run (wattson).
+pub fn fixed_level(kind: PolicyKind, job: &JobView) -> Option<u16> {
+    match kind {
+        PolicyKind::ZeusPerJob => Some(job.zeus),
+        PolicyKind::PowersaveDvfs => Some(job.bounded),
+        PolicyKind::UniformCap => Some(job.capped),
+        PolicyKind::SlurmDefault | PolicyKind::SlurmPowersave | PolicyKind::Wattson | PolicyKind::Floor => {
+            None
+        }
+    }
+}
+
+/// The level table of `model` over `settings` (increasing): each level's pessimistic slowdown
+/// (as [`crate::choose`] judges the bound) and predicted energy ratio. Levels whose saving is
+/// inside the model's noise get an infinite slowdown, so no bound admits them.
+pub fn table(model: &DvfsModel, settings: &[f64], cfg: &ChooserConfig) -> Vec<Level> {
+    let Some(&max) = settings.last() else { return Vec::new() };
+    let top = model.predict(max);
+    settings
+        .iter()
+        .map(|&s| {
+            let p = model.predict(s);
+            let judged = if cfg.pessimistic { p.time_hi.max(p.time) } else { p.time };
+            let mut slowdown_hi = judged / top.time - 1.0 + cfg.z * p.rel_sigma;
+            let energy_ratio = p.energy / top.energy;
+            if s == max {
+                slowdown_hi = 0.0;
+            } else if !(slowdown_hi.is_finite() && energy_ratio.is_finite())
+                || 1.0 - energy_ratio < cfg.min_saving_sigmas * p.rel_sigma
+            {
+                slowdown_hi = f64::INFINITY;
+            }
+            let cap_w = match model {
+                DvfsModel::PowerLimit(m) => {
+                    let above = m.limits.iter().zip(&m.powers).find(|(l, _)| **l >= s).map(|(_, w)| *w);
+                    above.map_or(s, |w| w.min(s)).max(p.power)
+                }
+                DvfsModel::Clock(_) => p.power * (1.0 + 3.0 * p.rel_sigma),
+            };
+            Level { setting: s, slowdown_hi, energy_ratio, power_w: p.power, cap_w }
+        })
+        .collect()
+}
+
+/// The least-energy level of `levels` whose pessimistic slowdown is at most `allowed`,
+/// counting `overhead_w` per GPU for as long as the job runs (its share of the node's base
+/// draw: a slower job keeps its node on longer); the top level when none qualifies.
+pub fn least_energy_within(levels: &[Level], allowed: f64, overhead_w: f64) -> u16 {
+    let top = levels.len().saturating_sub(1);
+    // Energy per unit of work with the overhead, relative to the top level's GPU energy:
+    // (P + h)·t / (P_top·t_top) = energy_ratio · (1 + h / P).
+    let cost = |l: &Level| {
+        if l.power_w > 0.0 { l.energy_ratio * (1.0 + overhead_w / l.power_w) } else { l.energy_ratio }
+    };
+    let mut best = top;
+    for (i, l) in levels.iter().enumerate() {
+        if l.slowdown_hi <= allowed && cost(l) < cost(&levels[best]) {
+            best = i;
+        }
+    }
+    best as u16
+}
+
+/// The slowdown the rest of `r`'s run may take and still meet its bound over the whole run.
+pub fn allowance(r: &Running) -> f64 {
+    let work = r.job.work_s;
+    let left = (1.0 - r.progress).max(0.0) * work;
+    if left <= 1e-9 * work.max(1.0) {
+        return 0.0;
+    }
+    let budget = (1.0 + r.job.bound) * work - r.elapsed_s;
+    (budget / left - 1.0).max(0.0)
+}
+
+/// Unallocated GPUs expected `dvfs_horizon_s` from now: free now, plus what running jobs
+/// release by then (at their top-level pace), minus the forecast arrivals.
+pub fn projected_free(p: &Policy, s: &Snapshot, free: f64) -> f64 {
+    let h = p.tuning.dvfs_horizon_s;
+    if h <= 0.0 {
+        return free;
+    }
+    let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
+    let (small, whole) = super::power::arrival_rate(s, p.tuning.forecast_window_s, gpn);
+    let frees: u32 =
+        s.running.iter().filter(|r| (1.0 - r.progress) * r.job.work_s <= h).map(|r| r.job.gpus).sum();
+    free + f64::from(frees) - (small + whole) * h
+}
+
+/// Level actions of `p` for `s`.
+pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
+    let total: u32 = s.nodes.iter().map(|n| n.gpus).sum();
+    let allocated: u32 = s.running.iter().map(|r| r.job.gpus).sum();
+    let free = f64::from(total.saturating_sub(allocated));
+    let roomy = s.queued.is_empty()
+        && free >= p.tuning.dvfs_min_free * f64::from(total)
+        && projected_free(p, s, free) >= 0.0;
+    let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
+    let overhead_w = if p.tuning.count_node_base { s.node.base_w / f64::from(gpn) } else { 0.0 };
+    for r in s.running {
+        let levels = &s.models[r.job.model as usize];
+        let top = levels.len().saturating_sub(1) as u16;
+        let want = match p.kind {
+            PolicyKind::Wattson => {
+                let allowed = allowance(r);
+                if roomy {
+                    least_energy_within(levels, allowed, overhead_w)
+                } else if p.tuning.congestion_raise >= 1.0 {
+                    top
+                } else {
+                    // Raised toward full speed: a share of the allowance is given up.
+                    least_energy_within(
+                        levels,
+                        allowed.min(r.job.bound) * (1.0 - p.tuning.congestion_raise),
+                        overhead_w,
+                    )
+                }
+            }
+            k => fixed_level(k, &r.job).unwrap_or(top),
+        };
+        if want != r.level {
+            a.levels.push((r.job.id, want));
+        }
+    }
+}

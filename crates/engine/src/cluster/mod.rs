@@ -1,0 +1,359 @@
+//! The cluster brain: one pure function, [`decide`], from a [`Snapshot`] of the cluster (nodes,
+//! queued, held and running jobs, recent arrivals, tariff, budget) to [`Actions`] (power nodes
+//! down or up, the placement rule, a DVFS level per job, deferred jobs to release, when to be
+//! asked again). The simulator calls it after every instant's events; a controller would call
+//! it each loop. No I/O, no clock: `now` is an input, and equal snapshots give equal actions.
+//!
+//! [`PolicyKind`] names every policy, the references included, so the simulator holds no
+//! policy logic: [`power`] decides node power (Slurm's idle timer or wattson's right-sizing),
+//! [`levels`] each job's DVFS level (fixed per job, or wattson's queue-aware lifetime choice
+//! under the job's slowdown bound), [`budget`] keeps wattson under the cluster power budget
+//! (DVFS and start gating).
+
+pub mod budget;
+pub mod levels;
+pub mod power;
+
+use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr, VariantNames};
+
+use wattson_types::prices::PriceSchedule;
+
+/// A cluster policy: the references the simulator compares and wattson's own.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, EnumString, IntoStaticStr, VariantNames,
+)]
+#[strum(serialize_all = "kebab-case")]
+pub enum PolicyKind {
+    /// Slurm as shipped: max power limit, every node always on, first fit.
+    SlurmDefault,
+    /// Slurm's idle timer (`SuspendTime`), max power limit.
+    SlurmPowersave,
+    /// Each job at the engine's `Balanced { eta: 0.5 }` limit; nodes always on.
+    ZeusPerJob,
+    /// Slurm's idle timer plus each job's own bounded DVFS choice, no cluster awareness.
+    PowersaveDvfs,
+    /// Right-sizing from an arrival forecast, packing, queue-aware lifetime DVFS, budget.
+    Wattson,
+    /// Budget reference: every GPU capped at the one power limit that keeps the whole
+    /// cluster under `[budget] power_w`; nodes always on (run only with a budget).
+    UniformCap,
+    /// Energy reference: every job at its least-energy level within its bound, no idle energy.
+    Floor,
+}
+
+impl PolicyKind {
+    /// Command-line and report name.
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether the policy runs Slurm's idle timer (and so is swept over `SuspendTime`).
+    pub fn uses_idle_timer(self) -> bool {
+        matches!(self, PolicyKind::SlurmPowersave | PolicyKind::PowersaveDvfs)
+    }
+}
+
+/// How the scheduler picks nodes for a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Placement {
+    /// Slurm's default: nodes in configuration order (powered-on ones first), first fit.
+    FirstFit,
+    /// Best fit on powered-on nodes (the most loaded node that fits), whole free nodes for
+    /// multi-node jobs, lowest node weight first.
+    Pack,
+}
+
+/// Power state of a node as the policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodePower {
+    /// Powered on, can run jobs.
+    On,
+    /// Booting; jobs may be allocated to it and start when it is up.
+    Booting,
+    /// Powered off and resumable.
+    Off,
+    /// Shutting down or waiting out Slurm's `SuspendTimeout`: no action possible.
+    Busy,
+}
+
+/// One node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NodeView {
+    /// Power state.
+    pub power: NodePower,
+    /// Since when the node has had no job (s); `INFINITY` while it holds one.
+    pub idle_since: f64,
+    /// Index of its GPU type in [`Snapshot::gpu_types`].
+    pub gpu_type: u16,
+    /// Free GPUs.
+    pub free_gpus: u32,
+    /// GPUs.
+    pub gpus: u32,
+}
+
+/// One DVFS level of a workload on a GPU type, as the engine's model predicts it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Level {
+    /// The setting (power limit in W, or SM clock in MHz).
+    pub setting: f64,
+    /// Pessimistic slowdown vs the top level (model time, upper line and safety margin).
+    pub slowdown_hi: f64,
+    /// Predicted energy per unit of work / at the top level.
+    pub energy_ratio: f64,
+    /// Predicted average power per GPU (W).
+    pub power_w: f64,
+    /// The most a GPU is expected to draw at this level (W), for the budget: under a power
+    /// limit, the limit or the power measured at the next probed limit above, whichever is
+    /// less (power does not fall as the limit rises); under a clock, the prediction plus
+    /// three standard errors.
+    pub cap_w: f64,
+}
+
+/// A job as every policy sees it, queued, held or running.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobView {
+    /// The caller's job id (actions name it).
+    pub id: u32,
+    /// GPUs.
+    pub gpus: u32,
+    /// Slowdown bound the user gave (fraction).
+    pub bound: f64,
+    /// Run time at the top level (s), as the scheduler estimates it.
+    pub work_s: f64,
+    /// Index of its level table in [`Snapshot::models`].
+    pub model: u32,
+    /// The engine's per-job choice under the job's bound (index into its levels).
+    pub bounded: u16,
+    /// The engine's per-job Zeus `Balanced { eta: 0.5 }` choice.
+    pub zeus: u16,
+    /// The highest level at or under the cluster's uniform power cap (with a budget).
+    pub capped: u16,
+}
+
+/// A queued job Slurm has not started (it is eligible now).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Queued {
+    /// The job.
+    pub job: JobView,
+    /// Submission (s).
+    pub submit: f64,
+}
+
+/// A submitted job held back from Slurm's queue (a deferrable job, `--begin` not yet given).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Held {
+    /// The job.
+    pub job: JobView,
+    /// Submission (s).
+    pub submit: f64,
+    /// How long it may wait for cheaper electricity (s); 0: release at once.
+    pub defer_window_s: f64,
+}
+
+/// A job holding GPUs (running, or allocated and waiting for its nodes to boot).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Running {
+    /// The job.
+    pub job: JobView,
+    /// Time it has run so far (s).
+    pub elapsed_s: f64,
+    /// Fraction of its work done, in `[0, 1]`.
+    pub progress: f64,
+    /// Its current level.
+    pub level: u16,
+}
+
+/// Power model of one node (everything but the GPUs) and its transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct NodeCosts {
+    /// Powered-on draw without GPUs (W).
+    pub base_w: f64,
+    /// Powered-off draw (W).
+    pub off_w: f64,
+    /// Shutdown time (s) and average draw (W).
+    pub shutdown_s: f64,
+    /// Average draw while shutting down (W).
+    pub shutdown_w: f64,
+    /// Boot time until jobs can start (s).
+    pub boot_s: f64,
+    /// Average draw while booting (W).
+    pub boot_w: f64,
+}
+
+impl NodeCosts {
+    /// Break-even idle time (s) of a node drawing `idle_w` when idle: an idle gap longer than
+    /// this makes power-down pay off,
+    /// `(P_down·t_down + P_up·t_up − P_off·(t_down + t_up)) / (P_idle − P_off)`.
+    pub fn break_even_s(&self, idle_w: f64) -> f64 {
+        let num = self.shutdown_w * self.shutdown_s + self.boot_w * self.boot_s
+            - self.off_w * (self.shutdown_s + self.boot_s);
+        let den = idle_w - self.off_w;
+        if den <= 0.0 { f64::INFINITY } else { (num / den).max(0.0) }
+    }
+}
+
+/// A GPU type of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GpuType {
+    /// Idle draw of one GPU (W).
+    pub idle_w: f64,
+}
+
+/// Tunables of the policies (`[wattson]` of the cluster file, and Slurm's timer).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Tuning {
+    /// Slurm's `SuspendTime` for the idle-timer references (s).
+    pub suspend_time_s: f64,
+    /// Window of the arrival-rate forecast (s).
+    pub forecast_window_s: f64,
+    /// Warm-set horizon beyond the boot time, in break-even times: idle nodes expected to be
+    /// needed within `boot_s + warm_break_evens · break_even` stay on.
+    pub warm_break_evens: f64,
+    /// An idle node outside the warm set sleeps after this many break-even times idle (0: at
+    /// once; 1: the ski-rental timer).
+    pub keep_break_evens: f64,
+    /// wattson packs jobs (best fit on powered nodes); `false`: first fit, as Slurm.
+    pub pack: bool,
+    /// Defer a job only into an hour at least this much cheaper (relative).
+    pub min_price_drop: f64,
+    /// wattson slows jobs below the top level only while at least this fraction of the
+    /// cluster's GPUs is unallocated (and no job waits).
+    pub dvfs_min_free: f64,
+    /// wattson slows jobs only while the GPUs expected free this far ahead (free now, plus
+    /// those released by running jobs, minus forecast arrivals) are not negative (s; 0: off).
+    pub dvfs_horizon_s: f64,
+    /// While jobs wait, how far running jobs are raised toward full speed: 1 = the top level,
+    /// 0 = their own bound; in between, that share of the bound is given up.
+    pub congestion_raise: f64,
+    /// wattson's level choice counts each GPU's share of its node's base draw
+    /// (`base_w / gpus`) for as long as the job runs.
+    pub count_node_base: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            suspend_time_s: 1800.0,
+            forecast_window_s: 3600.0,
+            warm_break_evens: 1.0,
+            keep_break_evens: 0.0,
+            pack: true,
+            min_price_drop: 0.2,
+            dvfs_min_free: 0.0,
+            dvfs_horizon_s: 0.0,
+            congestion_raise: 0.5,
+            count_node_base: true,
+        }
+    }
+}
+
+/// Everything the policy may know at one instant.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// Now (s, the caller's time base).
+    pub now: f64,
+    /// Seconds to add to `now` for UTC epoch seconds (tariff lookups).
+    pub utc_offset_s: i64,
+    /// Nodes, in configuration order.
+    pub nodes: &'a [NodeView],
+    /// GPU types, by [`NodeView::gpu_type`].
+    pub gpu_types: &'a [GpuType],
+    /// Level tables by [`JobView::model`], each ordered by setting, the top level last.
+    pub models: &'a [Vec<Level>],
+    /// Jobs in Slurm's queue that did not start, in queue order.
+    pub queued: &'a [Queued],
+    /// Submitted jobs held back from the queue.
+    pub held: &'a [Held],
+    /// Jobs holding GPUs.
+    pub running: &'a [Running],
+    /// Recent submissions `(time, GPUs)`, oldest first, at least `forecast_window_s` of them.
+    pub arrivals: &'a [(f64, u32)],
+    /// The tariff.
+    pub tariff: &'a PriceSchedule,
+    /// Cluster power budget (W), if any.
+    pub budget_w: Option<f64>,
+    /// Node power model.
+    pub node: NodeCosts,
+}
+
+/// What the policy asks for at one instant.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Actions {
+    /// Idle powered-on nodes to power down.
+    pub power_down: Vec<u32>,
+    /// Powered-off nodes to boot.
+    pub power_up: Vec<u32>,
+    /// Level changes `(job id, level)` for running jobs.
+    pub levels: Vec<(u32, u16)>,
+    /// Held jobs to put in Slurm's queue now.
+    pub release: Vec<u32>,
+    /// When to be asked again even if nothing happens (an idle timer or a release).
+    pub wake_at: Option<f64>,
+}
+
+/// The policy's settings for one run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Which policy.
+    pub kind: PolicyKind,
+    /// Its tunables.
+    pub tuning: Tuning,
+}
+
+impl Policy {
+    /// How this policy places jobs.
+    pub fn placement(&self) -> Placement {
+        if self.kind == PolicyKind::Wattson && self.tuning.pack {
+            Placement::Pack
+        } else {
+            Placement::FirstFit
+        }
+    }
+
+    /// The level a job starts at before the policy has seen it run.
+    pub fn start_level(&self, job: &JobView, top: u16) -> u16 {
+        levels::fixed_level(self.kind, job).unwrap_or(top)
+    }
+}
+
+/// The cluster policy: actions for `s` under `p`. Pure and deterministic.
+pub fn decide(p: &Policy, s: &Snapshot) -> Actions {
+    let mut a = Actions::default();
+    release(p, s, &mut a);
+    power::decide(p, s, &mut a);
+    levels::decide(p, s, &mut a);
+    budget::enforce(p, s, &mut a);
+    a
+}
+
+/// Held jobs: released at once, except wattson's deferrable ones, held until the cheapest
+/// hour within their window when it is at least `min_price_drop` cheaper than now.
+fn release(p: &Policy, s: &Snapshot, a: &mut Actions) {
+    for h in s.held {
+        let at = release_time(p, s, h);
+        if at <= s.now {
+            a.release.push(h.job.id);
+        } else {
+            a.wake_at = Some(a.wake_at.map_or(at, |w| w.min(at)));
+        }
+    }
+}
+
+/// When a held job should enter the queue (s); `submit` when it is not deferred.
+pub fn release_time(p: &Policy, s: &Snapshot, h: &Held) -> f64 {
+    if p.kind != PolicyKind::Wattson || h.defer_window_s <= 0.0 {
+        return h.submit;
+    }
+    let now = h.submit.floor() as i64 + s.utc_offset_s;
+    let best = s.tariff.cheapest_start(now, h.defer_window_s.floor() as i64);
+    match (s.tariff.price_at(now), s.tariff.price_at(best)) {
+        (Some(a), Some(b)) if best > now && b <= a * (1.0 - p.tuning.min_price_drop) => {
+            h.submit + (best - now) as f64 - h.submit.fract()
+        }
+        _ => h.submit,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,122 @@
+//! Node power: Slurm's idle timer for the references, right-sizing for wattson.
+//!
+//! Right-sizing keeps warm only the idle nodes the arrival forecast expects to need before a
+//! booted node could serve them plus one break-even time (`boot_s + k·t_be`); every other idle
+//! node's expected idle gap exceeds the break-even time, so it is powered down at once (no idle
+//! floor, no timer). Free GPUs on partly used nodes and GPUs that running jobs release within
+//! the horizon serve demand first; deferred jobs due within the horizon add to it.
+
+use super::{Actions, NodePower, Policy, PolicyKind, Snapshot, release_time};
+
+/// Power actions of `p` for `s`.
+pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
+    match p.kind {
+        PolicyKind::SlurmPowersave | PolicyKind::PowersaveDvfs => idle_timer(p.tuning.suspend_time_s, s, a),
+        PolicyKind::Wattson => right_size(p, s, a),
+        PolicyKind::SlurmDefault | PolicyKind::ZeusPerJob | PolicyKind::UniformCap | PolicyKind::Floor => {}
+    }
+}
+
+fn is_idle(n: &super::NodeView) -> bool {
+    n.free_gpus == n.gpus && n.idle_since.is_finite()
+}
+
+/// Slurm's `SuspendTime`: a powered-on node idle for `suspend_s` powers down.
+fn idle_timer(suspend_s: f64, s: &Snapshot, a: &mut Actions) {
+    for (i, n) in s.nodes.iter().enumerate() {
+        if n.power != NodePower::On || !is_idle(n) {
+            continue;
+        }
+        let due = n.idle_since + suspend_s;
+        if s.now >= due {
+            a.power_down.push(i as u32);
+        } else {
+            a.wake_at = Some(a.wake_at.map_or(due, |w| w.min(due)));
+        }
+    }
+}
+
+/// GPUs per second submitted over the forecast window ending now: (jobs smaller than a node,
+/// jobs of one node or more).
+pub fn arrival_rate(s: &Snapshot, window_s: f64, gpn: u32) -> (f64, f64) {
+    let from = s.now - window_s;
+    let (mut small, mut whole) = (0u64, 0u64);
+    for &(_, g) in s.arrivals.iter().rev().take_while(|x| x.0 >= from) {
+        if g < gpn {
+            small += u64::from(g);
+        } else {
+            whole += u64::from(g);
+        }
+    }
+    (small as f64 / window_s, whole as f64 / window_s)
+}
+
+/// The break-even time of one of `s`'s nodes (s).
+pub fn break_even_s(s: &Snapshot) -> f64 {
+    let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
+    let idle_w = s.node.base_w + f64::from(gpn) * s.gpu_types.first().map_or(0.0, |g| g.idle_w);
+    s.node.break_even_s(idle_w)
+}
+
+/// How many idle nodes to keep warm (powered on or booting) now: the whole nodes the forecast
+/// needs within the horizon. Jobs smaller than a node are served first by free GPUs on partly
+/// used nodes; whole-node jobs first by nodes that running jobs free within the horizon.
+pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
+    let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
+    let g = f64::from(gpn);
+    let horizon = s.node.boot_s + p.tuning.warm_break_evens * break_even_s(s);
+    let until = s.now + horizon;
+    let (small_rate, whole_rate) = arrival_rate(s, p.tuning.forecast_window_s, gpn);
+    let (mut small, mut whole) = (small_rate * horizon, whole_rate * horizon);
+    // Deferred jobs due within the horizon (those due now are released or budget-held).
+    let held =
+        s.held.iter().filter(|h| (s.now + 1e-9..=until).contains(&release_time(p, s, h))).map(|h| h.job.gpus);
+    for gpus in held.chain(s.queued.iter().map(|q| q.job.gpus)) {
+        if gpus < gpn {
+            small += f64::from(gpus);
+        } else {
+            whole += f64::from(gpus);
+        }
+    }
+    for n in s.nodes {
+        if matches!(n.power, NodePower::On | NodePower::Booting) && !is_idle(n) {
+            small -= f64::from(n.free_gpus);
+        }
+    }
+    for r in s.running {
+        if r.job.gpus >= gpn && (1.0 - r.progress) * r.job.work_s <= horizon {
+            whole -= f64::from(r.job.gpus);
+        }
+    }
+    let need = (small.max(0.0) / g + whole.max(0.0) / g).ceil();
+    if need > 0.0 { need as usize } else { 0 }
+}
+
+/// Powers down idle nodes beyond the warm target once they have been idle for
+/// `keep_break_evens` break-even times, and boots ahead when below the target.
+fn right_size(p: &Policy, s: &Snapshot, a: &mut Actions) {
+    let target = warm_target(p, s);
+    let keep_s = p.tuning.keep_break_evens * break_even_s(s);
+    // Most recently idle first: they are kept warm, the longest idle sleep first.
+    let mut idle_on: Vec<usize> =
+        (0..s.nodes.len()).filter(|&i| s.nodes[i].power == NodePower::On && is_idle(&s.nodes[i])).collect();
+    idle_on.sort_by(|&x, &y| s.nodes[y].idle_since.total_cmp(&s.nodes[x].idle_since).then(x.cmp(&y)));
+    let idle_booting =
+        s.nodes.iter().filter(|n| n.power == NodePower::Booting && n.free_gpus == n.gpus).count();
+    let warm = idle_on.len() + idle_booting;
+    if warm > target {
+        let keep = target.saturating_sub(idle_booting);
+        for &i in idle_on.iter().skip(keep) {
+            let due = s.nodes[i].idle_since + keep_s;
+            if s.now >= due {
+                a.power_down.push(i as u32);
+            } else {
+                a.wake_at = Some(a.wake_at.map_or(due, |w| w.min(due)));
+            }
+        }
+        a.power_down.sort_unstable();
+    } else if warm < target {
+        let off = (0..s.nodes.len()).filter(|&i| s.nodes[i].power == NodePower::Off);
+        a.power_up.extend(off.take(target - warm).map(|i| i as u32));
+    }
+}

@@ -1,0 +1,226 @@
+//! Unit tests of the cluster policy on hand-built snapshots.
+
+use super::levels::allowance;
+use super::*;
+use wattson_types::prices::PriceSchedule;
+
+pub(crate) fn node(power: NodePower, free: u32, idle_since: f64) -> NodeView {
+    NodeView { power, idle_since, gpu_type: 0, free_gpus: free, gpus: 8 }
+}
+
+fn costs() -> NodeCosts {
+    NodeCosts {
+        base_w: 400.0,
+        off_w: 15.0,
+        shutdown_s: 60.0,
+        shutdown_w: 500.0,
+        boot_s: 300.0,
+        boot_w: 700.0,
+    }
+}
+
+fn levels() -> Vec<Vec<Level>> {
+    vec![vec![
+        Level { setting: 100.0, slowdown_hi: 0.30, energy_ratio: 0.80, power_w: 90.0, cap_w: 95.0 },
+        Level { setting: 150.0, slowdown_hi: 0.08, energy_ratio: 0.85, power_w: 130.0, cap_w: 140.0 },
+        Level { setting: 200.0, slowdown_hi: 0.02, energy_ratio: 0.95, power_w: 180.0, cap_w: 190.0 },
+        Level { setting: 250.0, slowdown_hi: 0.0, energy_ratio: 1.0, power_w: 200.0, cap_w: 210.0 },
+    ]]
+}
+
+fn job(id: u32, bound: f64) -> JobView {
+    JobView { id, gpus: 8, bound, work_s: 1000.0, model: 0, bounded: 1, zeus: 0, capped: 2 }
+}
+
+fn snap<'a>(
+    now: f64,
+    nodes: &'a [NodeView],
+    models: &'a [Vec<Level>],
+    queued: &'a [Queued],
+    running: &'a [Running],
+    arrivals: &'a [(f64, u32)],
+    tariff: &'a PriceSchedule,
+) -> Snapshot<'a> {
+    const GPU: [GpuType; 1] = [GpuType { idle_w: 57.0 }];
+    Snapshot {
+        now,
+        utc_offset_s: 0,
+        nodes,
+        gpu_types: &GPU,
+        models,
+        queued,
+        held: &[],
+        running,
+        arrivals,
+        tariff,
+        budget_w: None,
+        node: costs(),
+    }
+}
+
+#[test]
+fn idle_timer_fires_at_suspend_time_and_asks_to_be_woken_then() {
+    let nodes =
+        [node(NodePower::On, 8, 100.0), node(NodePower::On, 8, 900.0), node(NodePower::On, 3, f64::INFINITY)];
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let mut p = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
+    p.tuning.suspend_time_s = 600.0;
+    let a = decide(&p, &snap(700.0, &nodes, &m, &[], &[], &[], &tariff));
+    assert_eq!(a.power_down, vec![0]);
+    assert_eq!(a.wake_at, Some(1500.0));
+    let a = decide(&p, &snap(699.0, &nodes, &m, &[], &[], &[], &tariff));
+    assert!(a.power_down.is_empty());
+    assert_eq!(a.wake_at, Some(700.0));
+    p.kind = PolicyKind::SlurmDefault;
+    assert_eq!(decide(&p, &snap(5000.0, &nodes, &m, &[], &[], &[], &tariff)), Actions::default());
+}
+
+#[test]
+fn right_sizing_sleeps_idle_nodes_without_forecast_demand_and_keeps_a_forecast_warm_set() {
+    let nodes: Vec<NodeView> = (0..6).map(|_| node(NodePower::On, 8, 0.0)).collect();
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    // No arrivals: every idle node sleeps at once (no floor of warm nodes).
+    let a = decide(&p, &snap(10.0, &nodes, &m, &[], &[], &[], &tariff));
+    assert_eq!(a.power_down, vec![0, 1, 2, 3, 4, 5]);
+    // 3600 s window, 96 GPUs submitted: 96/3600 GPU/s over 300 s + one break-even
+    // (234600 J / 841 W = 278.95 s): 15.4 GPUs, two nodes of 8.
+    let arrivals: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
+    let a = decide(&p, &snap(3000.0, &nodes, &m, &[], &[], &arrivals, &tariff));
+    assert_eq!(a.power_down, vec![2, 3, 4, 5]);
+    // Two nodes off, none idle: boot two ahead of the forecast.
+    let mut busy: Vec<NodeView> = (0..4).map(|_| node(NodePower::On, 0, f64::INFINITY)).collect();
+    busy.push(node(NodePower::Off, 8, 0.0));
+    busy.push(node(NodePower::Off, 8, 0.0));
+    busy.push(node(NodePower::Off, 8, 0.0));
+    let a = decide(&p, &snap(3000.0, &busy, &m, &[], &[], &arrivals, &tariff));
+    assert_eq!((a.power_up.clone(), a.power_down.len()), (vec![4, 5], 0));
+}
+
+#[test]
+fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let nodes = [node(NodePower::On, 0, f64::INFINITY)];
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    // Fresh job, bound 10%: the least energy within 0.10 is level 1 (0.85).
+    let fresh = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 }];
+    let a = decide(&p, &snap(0.0, &nodes, &m, &[], &fresh, &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 1)]);
+    // A queue forms: raised toward full speed. The default gives up half the bound (0.05
+    // admits level 2 at 0.02); congestion_raise = 1 goes to the top level.
+    let q = [Queued { job: job(9, 0.0), submit: 0.0 }];
+    let slow = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 1 }];
+    let a = decide(&p, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 2)]);
+    let mut full = p;
+    full.tuning.congestion_raise = 1.0;
+    let a = decide(&full, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 3)]);
+    // Half the work done at full speed (500 s): the other half may take 600 s, slowdown
+    // 0.2 < 0.30, so still level 1; at 0.1 of the work left in 100 s, level 0 (0.30) fits.
+    let half = [Running { job: job(7, 0.10), elapsed_s: 500.0, progress: 0.5, level: 3 }];
+    assert!((allowance(&half[0]) - 0.2).abs() < 1e-9);
+    let a = decide(&p, &snap(0.0, &nodes, &m, &[], &half, &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 1)]);
+    let late = Running { job: job(7, 0.10), elapsed_s: 900.0, progress: 0.9, level: 3 };
+    assert!((allowance(&late) - 1.0).abs() < 1e-9);
+    // Level 0 fits, but counting the node's base draw (400 W / 8 = 50 W per GPU) its cost is
+    // 0.80·(1 + 50/90) = 1.244 against level 1's 0.85·(1 + 50/130) = 1.177: level 1 stays.
+    // On GPU energy alone level 0 (0.80) wins.
+    let a = decide(&p, &snap(0.0, &nodes, &m, &[], &[late], &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 1)]);
+    let mut gpu_only = p;
+    gpu_only.tuning.count_node_base = false;
+    let a = decide(&gpu_only, &snap(0.0, &nodes, &m, &[], &[late], &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 0)]);
+    // A job already late has no allowance: top level.
+    let over = Running { job: job(7, 0.10), elapsed_s: 900.0, progress: 0.5, level: 1 };
+    assert_eq!(allowance(&over), 0.0);
+    let a = decide(&p, &snap(0.0, &nodes, &m, &[], &[over], &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 3)]);
+}
+
+#[test]
+fn references_hold_their_fixed_levels() {
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let nodes = [node(NodePower::On, 0, f64::INFINITY)];
+    let r = [Running { job: job(3, 0.05), elapsed_s: 0.0, progress: 0.0, level: 3 }];
+    for (kind, want) in [
+        (PolicyKind::ZeusPerJob, vec![(3, 0)]),
+        (PolicyKind::PowersaveDvfs, vec![(3, 1)]),
+        (PolicyKind::UniformCap, vec![(3, 2)]),
+        (PolicyKind::SlurmDefault, vec![]),
+        (PolicyKind::SlurmPowersave, vec![]),
+    ] {
+        let p = Policy { kind, tuning: Tuning::default() };
+        assert_eq!(decide(&p, &snap(0.0, &nodes, &m, &[], &r, &[], &tariff)).levels, want, "{kind:?}");
+    }
+}
+
+#[test]
+fn deferrable_jobs_wait_for_a_cheaper_hour_only_under_wattson() {
+    let m = levels();
+    let nodes = [node(NodePower::On, 8, 0.0)];
+    let tariff = PriceSchedule { hourly_utc: (0..24).map(|h| if h < 6 { 0.1 } else { 0.3 }).collect() };
+    let held = [
+        Held { job: job(1, 0.0), submit: 23.0 * 3600.0 + 10.0, defer_window_s: 7200.0 },
+        Held { job: job(2, 0.0), submit: 23.0 * 3600.0 + 10.0, defer_window_s: 0.0 },
+    ];
+    let mut s = snap(23.0 * 3600.0 + 10.0, &nodes, &m, &[], &[], &[], &tariff);
+    s.held = &held;
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let a = decide(&p, &s);
+    assert_eq!(a.release, vec![2]);
+    assert_eq!(a.wake_at, Some(24.0 * 3600.0));
+    let p = Policy { kind: PolicyKind::PowersaveDvfs, tuning: Tuning::default() };
+    assert_eq!(decide(&p, &s).release, vec![1, 2]);
+}
+
+#[test]
+fn the_budget_sheds_power_within_bounds_and_gates_starts() {
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    // Two busy nodes (856 W idle each), two off (15 W): committed 1742 W before jobs.
+    let nodes = [
+        node(NodePower::On, 0, f64::INFINITY),
+        node(NodePower::On, 0, f64::INFINITY),
+        node(NodePower::Off, 8, 0.0),
+        node(NodePower::Off, 8, 0.0),
+    ];
+    // Two running 8-GPU jobs at the top level (power bound 210 W, 153 W above idle per GPU).
+    let r = [
+        Running { job: job(1, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 },
+        Running { job: job(2, 0.0), elapsed_s: 0.0, progress: 0.0, level: 3 },
+    ];
+    let held = [Held { job: job(5, 0.0), submit: 0.0, defer_window_s: 0.0 }];
+    let mut s = snap(0.0, &nodes, &m, &[], &r, &[], &tariff);
+    s.held = &held;
+    let mut p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    p.tuning.congestion_raise = 1.0;
+    // No budget: job 1 goes to its least-energy level (1), job 5 is released.
+    let a = decide(&p, &s);
+    assert_eq!((a.levels.clone(), a.release.clone()), (vec![(1, 1)], vec![5]));
+    // Budget 4000 W (3840 usable): 1742 + 8·(140−57) + 8·153 = 3630 W; job 5 would add a
+    // wake (856 − 15) and 8·153: it is held, and the policy asks to look again.
+    s.budget_w = Some(4000.0);
+    let a = decide(&p, &s);
+    assert_eq!(a.release, Vec::<u32>::new());
+    assert_eq!(a.wake_at, Some(60.0));
+    // Budget 3300 W (3168 usable): job 1 sheds to its least-power level within 10% (level 1,
+    // bound 140 W); job 2 (bound 0) cannot: 3630 W stays over, so nothing starts.
+    s.budget_w = Some(3300.0);
+    let a = decide(&p, &s);
+    assert_eq!(a.levels, vec![(1, 1)]);
+    assert!(a.release.is_empty());
+    // With a large budget everything passes.
+    s.budget_w = Some(1e6);
+    assert_eq!(decide(&p, &s).release, vec![5]);
+    // References ignore the budget.
+    let p = Policy { kind: PolicyKind::PowersaveDvfs, tuning: Tuning::default() };
+    s.budget_w = Some(1000.0);
+    assert_eq!(decide(&p, &s).release, vec![5]);
+}

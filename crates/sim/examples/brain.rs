@@ -1,0 +1,128 @@
+//! The cluster-brain acceptance run (issue 12): cluster04 at 80 nodes (~77% load) and 123 nodes
+//! (~50% load), seeds 1..5, every policy with the shipped defaults; prints each policy's energy,
+//! waits, bound violations, wattson's capture of (slurm-default − floor), and which targets hold.
+//!
+//! Run: `cargo run --release -p wattson-sim --example brain [-- TRACE NODES,NODES SEEDS]`
+//! (defaults: cluster04.csv, 80,123, 5). Reads `etc/sim/cluster.toml` and `../shared/data`.
+
+use std::path::Path;
+
+use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn read(rel: &str) -> String {
+    let p = Path::new(ROOT).join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let trace_name = args.get(1).cloned().unwrap_or_else(|| "cluster04.csv".to_string());
+    let sizes: Vec<u32> = args
+        .get(2)
+        .map_or("80,123", String::as_str)
+        .split(',')
+        .map(|s| s.parse().expect("node count"))
+        .collect();
+    let seeds: u64 = args.get(3).map_or(5, |s| s.parse().expect("seed count"));
+    let base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
+    let catalog =
+        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
+            .unwrap();
+    let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
+    let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
+    let mut base = base;
+    for kv in args.iter().skip(4) {
+        let (k, v) = kv.split_once('=').expect("overrides are key=value");
+        let v: f64 = v.parse().expect("a number");
+        match k {
+            "warm_break_evens" => base.wattson.warm_break_evens = v,
+            "dvfs_min_free" => base.wattson.dvfs_min_free = v,
+            "forecast_window_s" => base.wattson.forecast_window_s = v,
+            "keep_break_evens" => base.wattson.keep_break_evens = v,
+            "pack" => base.wattson.pack = v != 0.0,
+            "min_price_drop" => base.wattson.min_price_drop = v,
+            "dvfs_horizon_s" => base.wattson.dvfs_horizon_s = v,
+            "clairvoyant" => base.wattson.clairvoyant = v != 0.0,
+            "congestion_raise" => base.wattson.congestion_raise = v,
+            "budget_w" => base.budget = Some(wattson_sim::cluster::Budget { power_w: v }),
+            "count_node_base" => base.wattson.count_node_base = v != 0.0,
+            "learn" => base.wattson.learn = v != 0.0,
+            _ => panic!("unknown override {k}"),
+        }
+    }
+    let only_wattson = std::env::var_os("BRAIN_QUICK").is_some();
+    let mut all_ok = true;
+    for &nodes in &sizes {
+        let mut c = base.clone();
+        c.nodes = nodes;
+        println!("== {trace_name} on {nodes} nodes x {} GPUs", c.gpus_per_node);
+        println!(
+            "{:<5} {:<16} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>6}",
+            "seed",
+            "policy",
+            "energy kWh",
+            "wait h",
+            "p99 w h",
+            "jct h",
+            "capture",
+            "viol",
+            "lvl chg",
+            "ST s"
+        );
+        let _ = only_wattson;
+        for seed in 1..=seeds {
+            let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &wattson_sim::policies::ALL, seed)
+                .unwrap();
+            let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+            for s in &o.report.summaries {
+                println!(
+                    "{seed:<5} {:<16} {:>11.0} {:>9.3} {:>9.2} {:>9.3} {:>8.1}% {:>6} {:>8} {:>6} busy {:.0} idle {:.0} (gpu idle {:.0}) trans {:.0} wait {:.3} peak {:.1} kW over {:.0} s",
+                    s.policy,
+                    s.energy_kwh,
+                    s.queue_wait_mean_s / 3600.0,
+                    s.queue_wait_p99_s / 3600.0,
+                    s.jct_mean_s / 3600.0,
+                    s.capture.unwrap_or(f64::NAN) * 100.0,
+                    s.bound_violations,
+                    s.level_changes,
+                    s.suspend_time_s.map_or_else(|| "-".to_string(), |v| format!("{v:.0}")),
+                    s.gpu_busy_kwh,
+                    s.gpu_idle_kwh + s.node_base_kwh + s.off_kwh,
+                    s.gpu_idle_kwh,
+                    s.transition_kwh,
+                    s.wait_mean_s / 3600.0,
+                    s.peak_kw,
+                    s.over_budget_s,
+                );
+            }
+            let w = by(PolicyKind::Wattson);
+            let ps = by(PolicyKind::SlurmPowersave);
+            let others_more = o
+                .report
+                .summaries
+                .iter()
+                .filter(|s| s.policy != w.policy && s.policy != PolicyKind::Floor.name())
+                .all(|s| w.energy_kwh < s.energy_kwh);
+            let checks = [
+                ("no bound violation", w.bound_violations == 0),
+                ("least energy but floor", others_more),
+                ("mean queue wait <= powersave +1%", w.queue_wait_mean_s <= ps.queue_wait_mean_s * 1.01),
+                ("p99 queue wait <= powersave +1%", w.queue_wait_p99_s <= ps.queue_wait_p99_s * 1.01),
+                ("capture >= 90%", w.capture.unwrap_or(0.0) >= 0.9),
+            ];
+            let failed: Vec<&str> = checks.iter().filter(|c| !c.1).map(|c| c.0).collect();
+            all_ok &= failed.is_empty();
+            println!(
+                "seed {seed}: {}",
+                if failed.is_empty() {
+                    "all targets hold".to_string()
+                } else {
+                    format!("MISSED: {}", failed.join("; "))
+                }
+            );
+        }
+    }
+    println!("{}", if all_ok { "ALL TARGETS HOLD" } else { "SOME TARGETS MISSED" });
+}

@@ -1,0 +1,153 @@
+//! The `floor` energy reference: every job at its least *measured* energy limit within its own
+//! slowdown bound ([`super::workloads::Workload::floor_idx`]), capacity respected (a FIFO list
+//! schedule on the cluster's GPU count), node base power only for `⌈busy GPUs / GPUs per
+//! node⌉` nodes at each instant, no idle GPUs, no off draw, no transitions. Its energy is the
+//! reference; its times are reported but not compared (no placement, no boots).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::cluster::ClusterConfig;
+use super::metrics::{PowerSeries, Summary, Totals, cost_of, series, summary, times};
+use super::policies::{PolicyKind, SimJob};
+use super::power::{BIN_S, EnergyParts};
+use super::workloads::Catalog;
+
+/// (start, end) of each job in the floor's list schedule: in submission order, each starts at
+/// its submission or, if the GPUs are taken, when enough running jobs have ended (FIFO).
+pub fn schedule(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> Vec<(f64, f64)> {
+    let cap = c.total_gpus();
+    let mut free = cap;
+    let mut ends: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
+    let mut last_start = f64::NEG_INFINITY;
+    let mut out = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let w = &catalog.workloads[j.workload];
+        let mut start = j.submit.max(last_start);
+        while let Some(&Reverse((b, g))) = ends.peek() {
+            let e = f64::from_bits(b);
+            if e <= start || free < u64::from(j.gpus) {
+                ends.pop();
+                free += u64::from(g);
+                start = start.max(e);
+            } else {
+                break;
+            }
+        }
+        let end = start + j.duration * w.time_ratio(j.floor);
+        free -= u64::from(j.gpus);
+        ends.push(Reverse((end.to_bits(), j.gpus)));
+        last_start = start;
+        out.push((start, end));
+    }
+    out
+}
+
+/// The floor's summary and hourly power.
+pub fn floor(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> (Summary, PowerSeries) {
+    let t0 = jobs.first().map_or(0.0, |j| j.submit);
+    let origin = t0 - (t0 + c.trace_start_utc_s as f64).rem_euclid(BIN_S);
+    let spans = schedule(jobs, catalog, c);
+    // (time, ΔGPUs, Δbusy W), swept in time order.
+    let mut steps: Vec<(f64, i64, f64)> = Vec::with_capacity(2 * jobs.len());
+    for (j, &(a, b)) in jobs.iter().zip(&spans) {
+        let p = f64::from(j.gpus) * catalog.workloads[j.workload].power[j.floor];
+        steps.push((a, i64::from(j.gpus), p));
+        steps.push((b, -i64::from(j.gpus), -p));
+    }
+    steps.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let gpn = i64::from(c.gpus_per_node);
+    let mut parts = EnergyParts::default();
+    let mut bins: Vec<f64> = Vec::new();
+    let (mut gpus, mut busy_w, mut peak) = (0i64, 0.0f64, 0.0f64);
+    let mut last = t0;
+    for &(t, dg, dp) in &steps {
+        if t > last {
+            let nodes = (gpus + gpn - 1) / gpn;
+            let base_w = nodes as f64 * c.node.base_w;
+            let busy_now = busy_w.max(0.0);
+            parts.gpu_busy_j += busy_now * (t - last);
+            parts.node_base_j += base_w * (t - last);
+            let mut a = last;
+            while a < t {
+                let k = ((a - origin) / BIN_S).floor().max(0.0) as usize;
+                let e = (origin + (k + 1) as f64 * BIN_S).min(t);
+                if bins.len() <= k {
+                    bins.resize(k + 1, 0.0);
+                }
+                bins[k] += (busy_now + base_w) * (e - a);
+                a = if e > a { e } else { t };
+            }
+            peak = peak.max(busy_now + base_w);
+            last = t;
+        }
+        gpus += dg;
+        busy_w += dp;
+        if gpus == 0 {
+            busy_w = 0.0;
+        }
+    }
+    let t_end = spans.iter().map(|s| s.1).fold(t0, f64::max);
+    let slow = jobs.iter().map(|j| catalog.workloads[j.workload].time_ratio(j.floor) - 1.0);
+    let tt = times(jobs, jobs.iter().zip(&spans).zip(slow).map(|((j, &(a, b)), s)| (j.submit, a, b, s)));
+    let x = Totals {
+        parts,
+        timeline_j: bins.iter().sum(),
+        cost: cost_of(&bins, origin, c),
+        makespan: t_end - t0,
+        changes: 0,
+        peak_w: peak,
+        over_budget_s: 0.0,
+        deferred: 0,
+        level_changes: 0,
+        suspend_time_s: None,
+    };
+    (summary(PolicyKind::Floor, c, tt, x), series(PolicyKind::Floor, origin, &bins))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::tests::SMALL;
+    use crate::workloads::tests::tiny_zeus;
+
+    fn job(submit: f64, gpus: u32, duration: f64, bound: f64, cat: &Catalog) -> SimJob {
+        let w = &cat.workloads[0];
+        SimJob {
+            id: String::new(),
+            submit,
+            gpus,
+            duration,
+            workload: 0,
+            bound,
+            defer_window: 0.0,
+            bounded: w.max_idx(),
+            zeus: w.max_idx(),
+            floor: w.floor_idx(bound),
+            capped: w.max_idx(),
+        }
+    }
+
+    #[test]
+    fn floor_respects_capacity_and_charges_base_for_whole_nodes_only() {
+        let c = ClusterConfig::from_toml(SMALL, "c").unwrap(); // 4 nodes x 8 GPUs
+        let cat = Catalog::from_zeus_csv(&tiny_zeus(), "z").unwrap();
+        // Two jobs of 20 GPUs at t=0 do not fit together (32 GPUs): the second waits.
+        let jobs = vec![job(0.0, 20, 1000.0, 0.0, &cat), job(0.0, 20, 1000.0, 0.0, &cat)];
+        let s = schedule(&jobs, &cat, &c);
+        assert_eq!(s, vec![(0.0, 1000.0), (1000.0, 2000.0)]);
+        let (sum, _) = floor(&jobs, &cat, &c);
+        // At the max limit (bound 0): 170 W per GPU; 20 GPUs need 3 nodes of 300 W base.
+        let want_busy = 2.0 * 20.0 * 170.0 * 1000.0;
+        let want_base = 2.0 * 3.0 * 300.0 * 1000.0;
+        assert!((sum.gpu_busy_kwh * 3.6e6 - want_busy).abs() < 1e-6);
+        assert!((sum.node_base_kwh * 3.6e6 - want_base).abs() < 1e-6);
+        assert!((sum.timeline_kwh - sum.energy_kwh).abs() < 1e-9);
+        assert_eq!(sum.gpu_idle_kwh + sum.off_kwh + sum.transition_kwh, 0.0);
+        // A looser bound buys the 175 W limit (20 s vs 19.4 s per epoch, 155 W).
+        let loose = vec![job(0.0, 8, 970.0, 0.05, &cat)];
+        let (l, _) = floor(&loose, &cat, &c);
+        let want = 8.0 * 155.0 * 970.0 * (20.0 / 19.4) + 300.0 * 970.0 * (20.0 / 19.4);
+        assert!((l.energy_kwh * 3.6e6 - want).abs() < 1e-6 * want, "{} vs {want}", l.energy_kwh * 3.6e6);
+    }
+}
