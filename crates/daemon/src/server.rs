@@ -132,15 +132,25 @@ pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Dur
             }
         }
         let services = services.clone();
-        let closed = closed_tx.clone();
+        let slot = counted.then(|| Slot { uid, closed: closed_tx.clone() });
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err(e) = handle(stream, uid, &services, timeout).await {
                 debug!(error = %e, "connection ended with an error");
             }
-            if counted {
-                let _ = closed.send(uid);
-            }
         });
+    }
+}
+
+/// A counted connection's place; handed back when dropped, however the connection ends.
+struct Slot {
+    uid: u32,
+    closed: tokio::sync::mpsc::UnboundedSender<u32>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let _ = self.closed.send(self.uid);
     }
 }
 
@@ -235,5 +245,30 @@ async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
                 _ => Ok(reply),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_are_capped_per_user_and_for_all_users() {
+        let mut open = Open::default();
+        for _ in 0..CONNECTIONS_PER_USER {
+            open.admit(1000).unwrap();
+        }
+        assert!(open.admit(1000).unwrap_err().contains("already has 16"));
+        open.release(1000);
+        open.admit(1000).unwrap();
+        for uid in 0..(USER_CONNECTIONS - CONNECTIONS_PER_USER) as u32 {
+            open.admit(2000 + uid).unwrap();
+        }
+        assert!(open.admit(5).unwrap_err().contains("256 user connections"));
+        open.release(2000);
+        open.admit(5).unwrap();
+        // A release of a uid with nothing open changes nothing.
+        open.release(42);
+        assert_eq!(open.total, USER_CONNECTIONS);
     }
 }
