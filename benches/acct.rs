@@ -96,6 +96,7 @@ fn job(i: u64, n: u64, rng: &mut Rng) -> JobRecord {
         end_ns: Some(end_ns),
         state: JobState::Completed,
         hints: Hints { policy: Some(policy), slowdown_pct: None, tag: None },
+        policy: Some(policy),
         gpus,
         dvfs: None,
     }

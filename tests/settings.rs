@@ -126,3 +126,30 @@ fn slurm_gpu_numbers_are_minor_numbers_not_nvml_indices() {
     let out = node.wattson(&["job", "begin", "--job", "2", "--uid", "1000", "--gpus", "4"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no such GPU"));
 }
+
+/// `acct -o Policy` shows the policy the site decided and the node ran, not the one asked for:
+/// a user who may not ask for perf runs the default instead, and a job that asked for nothing
+/// ran the default too.
+#[test]
+fn acct_shows_the_policy_that_ran_not_the_one_asked_for() {
+    let mut node = Node::with_sections(
+        fake_nvml::Config::uniform("H100", 2),
+        "200ms",
+        "enact = \"share\"\ndefault = \"min-energy\"\nperf_users = [\"root\"]\n",
+        "",
+    );
+    node.start();
+    let said = begin_with(&node, "1", "0", "perf");
+    assert!(said.contains("policy min-energy"), "{said}");
+    assert_eq!(limit(&node, 0), 420_000, "alice may not run perf here");
+    assert_ok(
+        &node.wattson(&["job", "begin", "--job", "2", "--uid", "1000", "--user", "alice", "--gpus", "1"]),
+    );
+    node.end("1");
+    node.end("2");
+    let out = node.wattson(&["acct", "-j", "1,2", "-P", "-o", "JobID,Policy"]);
+    assert_ok(&out);
+    let rows: Vec<String> =
+        String::from_utf8_lossy(&out.stdout).lines().skip(1).map(str::to_string).collect();
+    assert_eq!(rows, ["1|min-energy", "2|min-energy"]);
+}

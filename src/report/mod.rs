@@ -70,7 +70,7 @@ pub enum Column {
     Method,
     /// Meter events, e.g. `gpu1:counter-reset,gpu0:lost`.
     Events,
-    /// Energy policy hint.
+    /// Energy policy that ran (the site's decision, which may differ from the hint).
     Policy,
     /// Workload tag hint.
     Tag,
@@ -308,7 +308,8 @@ where
         Column::GpuUtil => opt(avg_util(r), "%"),
         Column::Method => r.method().map(|m| m.as_str().to_string()).unwrap_or_default(),
         Column::Events => events_text(r),
-        Column::Policy => r.hints.policy.map(|p| p.to_string()).unwrap_or_default(),
+        // What ran; records from before decisions were recorded show what was asked.
+        Column::Policy => r.policy.or(r.hints.policy).map(|p| p.to_string()).unwrap_or_default(),
         Column::Tag => r.hints.tag.clone().unwrap_or_default(),
         Column::Setting => match &r.dvfs {
             Some(d) => d.setting_w.map(|w| format!("{w:.0}W")).unwrap_or_else(|| "probing".to_string()),

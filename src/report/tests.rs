@@ -29,6 +29,7 @@ fn job(id: &str, name: &str, energy_j: f64) -> JobRecord {
         end_ns: Some(3600 * S),
         state: JobState::Completed,
         hints: Hints { policy: Some(EnergyPolicy::MinEnergy), slowdown_pct: None, tag: Some("bert".into()) },
+        policy: Some(EnergyPolicy::MinEnergy),
         gpus: vec![gpu(0, energy_j, 300, Method::Counter)],
         dvfs: None,
     }

@@ -167,7 +167,7 @@ impl Core {
         let readings = self.backend.read_many(&indices);
         let gpus: Vec<JobGpu> =
             indices.iter().zip(readings).map(|(&index, reading)| self.begin_gpu(index, reading, t)).collect();
-        let record = JobRecord {
+        let mut record = JobRecord {
             key: req.job.clone(),
             uid: req.uid,
             user: req.user,
@@ -177,16 +177,19 @@ impl Core {
             end_ns: None,
             state: JobState::Running,
             hints: req.hints,
+            policy: None,
             gpus,
             dvfs: None,
         };
+        // Recorded with the start: the policy that runs, which may differ from the one asked.
+        let decision = self.decision_of(&record);
+        record.policy = Some(decision.policy);
         let outcome = self.store.begin_job(&record).map_err(|e| {
             Error::new(ErrorCode::Store, format!("job {}: cannot record the start: {e}", req.job))
         })?;
         info!(job = %record.key, uid = record.uid, gpus = ?indices, "job began");
         let already_running = matches!(outcome, BeginOutcome::AlreadyRunning);
         // Settings belong to the whole job; its steps run on them.
-        let decision = self.decision_of(&record);
         let settings = if !record.key.step.is_empty() || (decision.by_model() && already_running) {
             enforce::journaled(&self.store, &JobKey::job(record.key.job_id))
         } else if decision.by_model() {

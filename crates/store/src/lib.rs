@@ -329,8 +329,8 @@ impl Store {
             });
         }
         tx.prepare_cached(
-            "INSERT INTO jobs (job_id, step, uid, user, name, node, begin_ns, state, hints) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8)",
+            "INSERT INTO jobs (job_id, step, uid, user, name, node, begin_ns, state, hints, policy) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9)",
         )?
         .execute(params![
             rec.key.job_id,
@@ -340,7 +340,8 @@ impl Store {
             rec.name,
             rec.node,
             rec.begin_ns,
-            hints
+            hints,
+            rec.policy.map(<&str>::from)
         ])?;
         let id = tx.last_insert_rowid();
         for gpu in &rec.gpus {
@@ -415,8 +416,8 @@ impl Store {
                 .transpose()
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
             tx.prepare_cached(
-                "INSERT INTO jobs (job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                "INSERT INTO jobs (job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs, policy) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             )?
             .execute(params![
                 rec.key.job_id,
@@ -429,7 +430,8 @@ impl Store {
                 rec.end_ns,
                 rec.state.as_str(),
                 hints,
-                dvfs
+                dvfs,
+                rec.policy.map(<&str>::from)
             ])?;
             let id = tx.last_insert_rowid();
             for gpu in &rec.gpus {

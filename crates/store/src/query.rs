@@ -5,10 +5,11 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::{Sample, StoreError};
 use wattson_types::energy::GpuMeter;
-use wattson_types::job::{Hints, JobDvfs, JobGpu, JobKey, JobRecord, JobState};
+use wattson_types::job::{EnergyPolicy, Hints, JobDvfs, JobGpu, JobKey, JobRecord, JobState};
 pub use wattson_types::query::AcctQuery;
 
-const JOB_COLS: &str = "id, job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs";
+const JOB_COLS: &str =
+    "id, job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs, policy";
 
 /// Result order: begin time, job id, the job before its steps, numeric steps by number.
 const ORDER: &str = " ORDER BY begin_ns, job_id, step <> '', \
@@ -27,6 +28,7 @@ type RawJob = (
     String,
     String,
     Option<String>,
+    Option<String>,
 );
 
 fn raw_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
@@ -42,15 +44,19 @@ fn raw_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
         r.get(9)?,
         r.get(10)?,
         r.get(11)?,
+        r.get(12)?,
     ))
 }
 
 fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
-    let (id, key, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs) = raw;
+    let (id, key, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs, policy) = raw;
     let state: JobState =
         state.parse().map_err(|_| StoreError::Corrupt(format!("job {key}: unknown state {state:?}")))?;
     let hints: Hints =
         serde_json::from_str(&hints).map_err(|e| StoreError::Corrupt(format!("job {key}: hints: {e}")))?;
+    let policy: Option<EnergyPolicy> = policy
+        .map(|p| p.parse().map_err(|_| StoreError::Corrupt(format!("job {key}: unknown policy {p:?}"))))
+        .transpose()?;
     let dvfs: Option<Box<JobDvfs>> = dvfs
         .map(|text| serde_json::from_str(&text))
         .transpose()
@@ -68,7 +74,7 @@ fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
             .map_err(|e| StoreError::Corrupt(format!("job {key} GPU {index}: meter: {e}")))?;
         gpus.push(JobGpu { index, uuid, name: gname, meter });
     }
-    Ok(JobRecord { key, uid, user, name, node, begin_ns, end_ns, state, hints, gpus, dvfs })
+    Ok(JobRecord { key, uid, user, name, node, begin_ns, end_ns, state, hints, policy, gpus, dvfs })
 }
 
 fn collect(conn: &Connection, sql: &str, params: Vec<Value>) -> Result<Vec<JobRecord>, StoreError> {

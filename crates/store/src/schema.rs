@@ -95,6 +95,11 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (owner, gpu_type, tag, progress)
     ) WITHOUT ROWID;
     ",
+    // v5: the policy the site decided for each job at its start (what ran), beside the hints
+    // (what was asked). NULL in earlier records.
+    "
+    ALTER TABLE jobs ADD COLUMN policy TEXT;
+    ",
 ];
 
 /// The schema version this binary writes and understands.

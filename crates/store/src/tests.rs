@@ -37,6 +37,7 @@ fn rec(job_id: u32, step: &str, uid: u32, begin_s: i64, gpus: &[u32]) -> JobReco
             slowdown_pct: Some(5.0),
             tag: Some("bert".into()),
         },
+        policy: Some(EnergyPolicy::Balanced),
         gpus: gpus.iter().map(|&i| gpu(i, begin_s * S, 1000)).collect(),
         dvfs: None,
     }

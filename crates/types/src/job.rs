@@ -213,8 +213,12 @@ pub struct JobRecord {
     pub end_ns: Option<i64>,
     /// Running or completed.
     pub state: JobState,
-    /// Energy hints.
+    /// Energy hints, as asked.
     pub hints: Hints,
+    /// The policy the site's policy decided at the job's start: what ran. `None` in records
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<EnergyPolicy>,
     /// The job's GPUs, by index.
     pub gpus: Vec<JobGpu>,
     /// What the DVFS models did for the job, when they chose its setting.
