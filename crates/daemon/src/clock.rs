@@ -36,30 +36,37 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to (tests).
+/// A clock that moves only when told to (tests). Its wall time can also be stepped on its
+/// own, as an administrator or NTP would, without moving the monotonic time.
 #[derive(Debug, Default)]
 pub struct ManualClock {
-    ns: AtomicI64,
+    mono_ns: AtomicI64,
+    wall_offset_ns: AtomicI64,
 }
 
 impl ManualClock {
     /// A clock at `wall_ns`.
     pub fn at(wall_ns: i64) -> Arc<ManualClock> {
-        Arc::new(ManualClock { ns: AtomicI64::new(wall_ns) })
+        Arc::new(ManualClock { mono_ns: AtomicI64::new(wall_ns), wall_offset_ns: AtomicI64::new(0) })
     }
 
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        self.ns.fetch_add(by.as_nanos() as i64, Ordering::SeqCst);
+        self.mono_ns.fetch_add(by.as_nanos() as i64, Ordering::SeqCst);
+    }
+
+    /// Steps the wall time alone by `by_ns` (negative: back).
+    pub fn step_wall(&self, by_ns: i64) {
+        self.wall_offset_ns.fetch_add(by_ns, Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
     fn wall_ns(&self) -> i64 {
-        self.ns.load(Ordering::SeqCst)
+        self.mono_ns.load(Ordering::SeqCst) + self.wall_offset_ns.load(Ordering::SeqCst)
     }
 
     fn monotonic(&self) -> Duration {
-        Duration::from_nanos(self.ns.load(Ordering::SeqCst).max(0) as u64)
+        Duration::from_nanos(self.mono_ns.load(Ordering::SeqCst).max(0) as u64)
     }
 }

@@ -273,6 +273,8 @@ impl Core {
                 }
             }
         }
+        // A wall clock stepped back during the job gives no negative duration.
+        end_ns = end_ns.max(record.begin_ns);
         if key.step.is_empty() {
             let now = self.now();
             record.dvfs = self.prober.end(&record, &mut self.store, now).map(Box::new);

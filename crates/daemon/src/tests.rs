@@ -69,8 +69,10 @@ impl GpuBackend for FakeGpus {
     fn read(&self, index: u32) -> Result<GpuReading, GpuError> {
         self.wait_if_hung(index);
         let t_ns = self.clock.wall_ns();
-        // Energy since the epoch of the test at a constant W watts: mJ = W · ms.
-        let energy_mj = Some(u64::from(W) * ((t_ns - T0) / 1_000_000) as u64);
+        // Energy since the epoch of the test at a constant W watts: mJ = W · ms. The counter
+        // runs on the GPU's own time, which a step of the wall clock does not move.
+        let elapsed_ns = self.clock.monotonic().as_nanos() as i64 - T0;
+        let energy_mj = Some(u64::from(W) * (elapsed_ns / 1_000_000) as u64);
         Ok(GpuReading {
             t_ns,
             energy_mj,
@@ -175,6 +177,23 @@ fn energy_is_the_counter_delta_from_begin_to_end() {
     assert!(!core.is_running(&JobKey::job(7)));
     let again = ended(core.end(&JobKey::job(7)).unwrap());
     assert_eq!(again.energy_j(), record.energy_j(), "a repeated end returns the same record");
+}
+
+/// The wall clock is stepped back an hour mid-job: the energy (from the GPU's counter) is
+/// unchanged, and the record never has a negative duration.
+#[test]
+fn a_wall_clock_stepped_back_loses_no_energy_and_no_duration_goes_negative() {
+    let f = Fixture::new("share", 1);
+    let mut core = f.core();
+    core.begin(begin(9, &[0])).unwrap();
+    f.clock.advance(Duration::from_secs(3));
+    f.sample(&mut core);
+    f.clock.step_wall(-3_600_000_000_000);
+    f.clock.advance(Duration::from_secs(2));
+    f.sample(&mut core);
+    let record = ended(core.end(&JobKey::job(9)).unwrap());
+    assert_eq!(record.energy_j(), 300.0 * 5.0);
+    assert!(record.end_ns.unwrap() >= record.begin_ns, "{record:?}");
 }
 
 #[test]

@@ -130,13 +130,19 @@ impl GpuMeter {
     /// Advances the meter with a new reading. Readings older than the last one are ignored.
     pub fn advance(&mut self, now: GpuReading) {
         if now.t_ns < self.last.t_ns {
-            return;
+            // An older reading delivered late carries an older counter: ignored. A counter that
+            // moved on under an earlier time means the wall clock was stepped back: the
+            // counter, which runs on the GPU's own time, still counts.
+            let counter_moved = matches!((self.last.energy_mj, now.energy_mj), (Some(p), Some(c)) if c > p);
+            if !counter_moved {
+                return;
+            }
         }
         if self.lost {
             self.lost = false;
             self.events.push(MeterEvent::GpuBack { t_ns: now.t_ns });
         }
-        let dt_s = (now.t_ns - self.last.t_ns) as f64 / 1e9;
+        let dt_s = (now.t_ns - self.last.t_ns).max(0) as f64 / 1e9;
         match (self.last.energy_mj, now.energy_mj) {
             (Some(prev), Some(cur)) if cur >= prev => {
                 self.energy_mj += (cur - prev) as f64;
