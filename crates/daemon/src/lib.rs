@@ -2,6 +2,7 @@
 //! answers the socket, serves metrics, and tells systemd when it is ready.
 
 mod adapt;
+pub mod admission;
 pub mod clock;
 pub mod core;
 mod enforce;
@@ -48,7 +49,7 @@ pub fn run_blocking(config: Config) -> Result<(), String> {
 }
 
 /// Raises the soft limit on open files to the hard one: connections are capped per user
-/// ([`server::CONNECTIONS_PER_USER`]), and the rest of the limit is headroom for Slurm's calls.
+/// ([`admission`]), and the rest of the limit is headroom for Slurm's calls.
 fn raise_open_files_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)

@@ -5,7 +5,6 @@
 //! Each connection carries one request. A slow or silent client times out without affecting
 //! anyone else; a malformed request gets a one-line error with a code.
 
-use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -15,6 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
+use crate::admission::{Admission, Admit};
 use crate::owner::Owner;
 use crate::reader::Reader;
 use crate::sampler::SamplerHandle;
@@ -62,75 +62,15 @@ pub fn bind(path: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
-/// Most connections one unprivileged user may hold open at once; more are refused at accept.
-pub const CONNECTIONS_PER_USER: usize = 16;
-
-/// Most connections all unprivileged users together may hold open at once.
-pub const USER_CONNECTIONS: usize = 256;
-
-/// Open connections by unprivileged uid. Owned by the accept loop; each connection's task
-/// reports its end through a channel.
-#[derive(Default)]
-struct Open {
-    by_uid: HashMap<u32, usize>,
-    total: usize,
-}
-
-impl Open {
-    /// Takes a slot for `uid`, or says why not.
-    fn admit(&mut self, uid: u32) -> Result<(), String> {
-        let mine = self.by_uid.entry(uid).or_default();
-        if *mine >= CONNECTIONS_PER_USER {
-            return Err(format!(
-                "uid {uid} already has {CONNECTIONS_PER_USER} connections open; retry later"
-            ));
-        }
-        if self.total >= USER_CONNECTIONS {
-            return Err(format!("{USER_CONNECTIONS} user connections open; retry later"));
-        }
-        *mine += 1;
-        self.total += 1;
-        Ok(())
-    }
-
-    fn release(&mut self, uid: u32) {
-        if let Some(n) = self.by_uid.get_mut(&uid) {
-            *n -= 1;
-            self.total -= 1;
-            if *n == 0 {
-                self.by_uid.remove(&uid);
-            }
-        }
-    }
-}
-
-/// Serves connections until the task is dropped. Root and SlurmUser are always served; other
-/// users are held to [`CONNECTIONS_PER_USER`] and together to [`USER_CONNECTIONS`] open
-/// connections, so no user can take the file descriptors or the tasks that Slurm's calls need.
+/// Serves connections until the task is dropped. Root and SlurmUser are always served at
+/// once; other users' connections are admitted as [`crate::admission`] says: served, parked
+/// until one of the user's connections ends (backpressure, not a refusal to spin on), or
+/// refused when even the waiting room is full. No user can take the file descriptors or the
+/// tasks that Slurm's calls need.
 pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Duration) {
-    let mut open = Open::default();
+    let mut admission = Admission::default();
     let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(uid) = stream.peer_cred().map(|c| c.uid()) else { continue };
-        let counted = !services.access.is_privileged(uid);
-        if counted {
-            while let Ok(done) = closed_rx.try_recv() {
-                open.release(done);
-            }
-            if let Err(why) = open.admit(uid) {
-                debug!(uid, "connection refused: {why}");
-                refuse(&stream, why);
-                continue;
-            }
-        }
+    let start = |stream: UnixStream, uid: u32, counted: bool| {
         let services = services.clone();
         let slot = counted.then(|| Slot { uid, closed: closed_tx.clone() });
         tokio::spawn(async move {
@@ -139,6 +79,38 @@ pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Dur
                 debug!(error = %e, "connection ended with an error");
             }
         });
+    };
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let Ok(uid) = stream.peer_cred().map(|c| c.uid()) else { continue };
+                if services.access.is_privileged(uid) {
+                    start(stream, uid, false);
+                    continue;
+                }
+                match admission.admit(uid, stream) {
+                    Admit::Now(stream) => start(stream, uid, true),
+                    Admit::Parked => {}
+                    Admit::Refused(stream, why) => {
+                        debug!(uid, "connection refused: {why}");
+                        refuse(&stream, why);
+                    }
+                }
+            }
+            Some(uid) = closed_rx.recv() => {
+                if let Some((uid, stream)) = admission.release(uid) {
+                    start(stream, uid, true);
+                }
+            }
+        }
     }
 }
 
@@ -245,30 +217,5 @@ async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
                 _ => Ok(reply),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn connections_are_capped_per_user_and_for_all_users() {
-        let mut open = Open::default();
-        for _ in 0..CONNECTIONS_PER_USER {
-            open.admit(1000).unwrap();
-        }
-        assert!(open.admit(1000).unwrap_err().contains("already has 16"));
-        open.release(1000);
-        open.admit(1000).unwrap();
-        for uid in 0..(USER_CONNECTIONS - CONNECTIONS_PER_USER) as u32 {
-            open.admit(2000 + uid).unwrap();
-        }
-        assert!(open.admit(5).unwrap_err().contains("256 user connections"));
-        open.release(2000);
-        open.admit(5).unwrap();
-        // A release of a uid with nothing open changes nothing.
-        open.release(42);
-        assert_eq!(open.total, USER_CONNECTIONS);
     }
 }
