@@ -3,7 +3,7 @@
 //! `status` at once, every second, for a fixed time.
 //!
 //! Run: `cargo bench --bench load` (as root), for 60 s; `WATTSON_LOAD_SECS=600` for the
-//! 10-minute run. Prints the pairs sent and failed, begin/end latency p50/p99, the status
+//! 10-minute run; `WATTSON_LOAD_CLIENTS=0` for the pairs alone (the baseline). Prints the pairs sent and failed, begin/end latency p50/p99, the status
 //! clients' answers and failures, whether the stored records match the pairs one for one, and
 //! the daemon's RSS at the start and the end.
 
@@ -74,13 +74,16 @@ fn main() {
     let rss_start = rss_kib(node.pid());
 
     // 1,000 unprivileged clients, each asking for status once a second, at the same instants.
-    let clients = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--clients", &socket.display().to_string(), &secs.to_string()])
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the clients");
+    let with_clients = std::env::var("WATTSON_LOAD_CLIENTS").map_or(true, |v| v != "0");
+    let clients = with_clients.then(|| {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--clients", &socket.display().to_string(), &secs.to_string()])
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the clients")
+    });
 
     // The paced begin/end pairs, as Slurm's prolog and epilog would send them.
     let total = secs * PAIRS_PER_S;
@@ -103,7 +106,7 @@ fn main() {
         }
     }
     let elapsed = start.elapsed();
-    let clients = clients.wait_with_output().expect("the clients' counts");
+    let clients = clients.map(|c| c.wait_with_output().expect("the clients' counts"));
     took.sort();
     let pct = |p: usize| took.get(took.len() * p / 100).copied().unwrap_or_default();
     let stored = stored_completed(&socket, total as u32);
@@ -112,7 +115,10 @@ fn main() {
     println!("{secs} s of load on {GPUS} GPUs ({elapsed:.1?} to send the pairs)");
     println!("begin/end pairs: {total} sent, {failed} failed");
     println!("one call (begin or end): p50 {:.2?}, p99 {:.2?}, max {:.2?}", pct(50), pct(99), took.last());
-    print!("{}", String::from_utf8_lossy(&clients.stdout));
+    match clients {
+        Some(out) => print!("{}", String::from_utf8_lossy(&out.stdout)),
+        None => println!("no other clients (WATTSON_LOAD_CLIENTS=0)"),
+    }
     println!(
         "completed records stored: {stored} of {total} ({})",
         if stored == total { "match" } else { "MISMATCH" }
