@@ -300,8 +300,8 @@ fn report_queries_use_the_indexes() {
     assert!(st.query_plan(&q).unwrap().contains("jobs_by_begin"), "{}", st.query_plan(&q).unwrap());
 }
 
-/// `sacct -j` with thousands of ids (a job id names the job and its steps): one statement of fixed size, whatever the number of keys
-/// (an `OR` per key failed beyond ~1,000 with "Expression tree is too large").
+/// `sacct -j` with thousands of ids (a job id names the job and its steps): the keys' `OR` is a
+/// balanced tree (a flat chain failed beyond ~1,000 with "Expression tree is too large").
 #[test]
 fn thousands_of_job_ids_in_one_query() {
     let (_d, path) = tmp();
