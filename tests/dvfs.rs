@@ -254,17 +254,22 @@ fn without_a_progress_file_sm_activity_stands_in_and_says_so() {
     );
 }
 
+/// One simulated H100 sampled every 100 ms, with short probe windows on a 5 W grid.
+fn probing_node() -> Node {
+    Node::with_sections(
+        fake_nvml::Config::uniform("H100", 1),
+        "100ms",
+        "",
+        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\n",
+    )
+}
+
 /// One user's runs must not steer another user's jobs: mallory trains a model under alice's
 /// default tag (`alice:train`) with a workload of her own; alice's next job still probes from
 /// full speed instead of starting at mallory's setting.
 #[test]
 fn another_users_runs_never_decide_a_jobs_setting() {
-    let mut node = Node::with_sections(
-        fake_nvml::Config::uniform("H100", 1),
-        "100ms",
-        "",
-        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\n",
-    );
+    let mut node = probing_node();
     node.start();
     let job = Job::start_as(&node, "1", "alice:train", 1001, "mallory");
     wait_settled(&node, "1", Duration::from_secs(40));
@@ -288,12 +293,7 @@ fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed() {
     const LAX: Workload = Workload { t0_s: 0.08, d_s_mhz: 39.6 };
     // The same time per unit at full clock, but all of it clock-bound.
     const STRICT: Workload = Workload { t0_s: 0.0, d_s_mhz: 198.0 };
-    let mut node = Node::with_sections(
-        fake_nvml::Config::uniform("H100", 1),
-        "100ms",
-        "",
-        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\n",
-    );
+    let mut node = probing_node();
     node.start();
     let job = Job::start(&node, "1", "shifty");
     node.sim.set_workload(0, Some(LAX)).unwrap();

@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{NOBODY, Node, free_loopback_port, http_get, job_begin};
+use common::{NOBODY, Node, http_get, job_begin};
 use wattson_protocol::{Reply, Request};
 use wattson_types::job::JobKey;
 
@@ -100,9 +100,7 @@ fn a_users_connections_are_capped_and_slurms_calls_still_served() {
 #[test]
 fn half_sent_scrapes_are_closed() {
     let mut node = Node::h100(1);
-    let port = free_loopback_port();
-    let mut config = std::fs::OpenOptions::new().append(true).open(&node.config).unwrap();
-    writeln!(config, "[metrics]\nlisten = \"127.0.0.1:{port}\"").unwrap();
+    let port = node.serve_metrics("");
     node.start();
     std::thread::sleep(Duration::from_millis(300));
 
@@ -161,9 +159,7 @@ fn directories_users_can_write_are_refused_for_the_daemons_files() {
 #[test]
 fn status_and_metrics_show_no_other_users_jobs() {
     let mut node = Node::h100(2);
-    let port = free_loopback_port();
-    let mut config = std::fs::OpenOptions::new().append(true).open(&node.config).unwrap();
-    writeln!(config, "[metrics]\nlisten = \"127.0.0.1:{port}\"").unwrap();
+    let port = node.serve_metrics("");
     node.start();
     node.begin("1", 1000, "0");
     node.begin("2", NOBODY, "1");

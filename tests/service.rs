@@ -3,19 +3,16 @@
 
 mod common;
 
-use std::io::Write;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Node, assert_exact, free_loopback_port, http_get};
+use common::{Node, assert_exact, http_get};
 
 #[test]
 fn readiness_metrics_and_a_clean_stop() {
     let mut node = Node::h100(2);
-    let port = free_loopback_port();
-    let mut config = std::fs::OpenOptions::new().append(true).open(&node.config).unwrap();
-    writeln!(config, "[metrics]\nlisten = \"127.0.0.1:{port}\"\njobs = true").unwrap();
+    let port = node.serve_metrics("jobs = true");
     let notify_path = node.dir.path().join("notify.sock");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
     notify.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

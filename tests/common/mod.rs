@@ -142,6 +142,16 @@ impl Node {
         path
     }
 
+    /// Adds a `[metrics]` section serving on a free loopback port, with `extra` lines; returns
+    /// the port.
+    pub fn serve_metrics(&self, extra: &str) -> u16 {
+        use std::io::Write;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut config = std::fs::OpenOptions::new().append(true).open(&self.config).unwrap();
+        writeln!(config, "[metrics]\nlisten = \"127.0.0.1:{port}\"\n{extra}").unwrap();
+        port
+    }
+
     /// The running daemon's pid.
     pub fn pid(&self) -> u32 {
         self.daemon.as_ref().expect("daemon running").id()
@@ -418,11 +428,6 @@ impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
-}
-
-/// A loopback TCP port that was free a moment ago.
-pub fn free_loopback_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// One HTTP GET on loopback; the whole response as text.

@@ -29,7 +29,7 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub gpu_idle_w: Option<f64>,
     /// Node power states and transitions.
-    pub node: NodePower,
+    pub node: NodeCosts,
     /// Slurm's power-saving settings, used by `slurm-powersave`.
     pub slurm: SlurmSettings,
     /// Time-of-use electricity tariff (per kWh, by UTC hour), the same type as `wattson.toml`.
@@ -49,24 +49,6 @@ pub struct ClusterConfig {
 
 fn default_name() -> String {
     "cluster".to_string()
-}
-
-/// Node power model (everything but the GPUs).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NodePower {
-    /// Draw of a powered-on node without its GPUs (CPUs, memory, fans, NICs, PSU losses) (W).
-    pub base_w: f64,
-    /// Draw of a powered-off node (BMC) (W).
-    pub off_w: f64,
-    /// Time to shut down (s).
-    pub shutdown_s: f64,
-    /// Average draw while shutting down, GPUs included (W).
-    pub shutdown_w: f64,
-    /// Time to boot until Slurm can start jobs on it (s).
-    pub boot_s: f64,
-    /// Average draw while booting, GPUs included (W).
-    pub boot_w: f64,
 }
 
 /// Slurm's power-saving parameters (`slurm.conf`).
@@ -190,25 +172,6 @@ impl Default for WattsonTuning {
             clairvoyant: false,
             learn: true,
         }
-    }
-}
-
-impl NodePower {
-    /// The engine's view of the node power model.
-    pub fn costs(&self) -> NodeCosts {
-        NodeCosts {
-            base_w: self.base_w,
-            off_w: self.off_w,
-            shutdown_s: self.shutdown_s,
-            shutdown_w: self.shutdown_w,
-            boot_s: self.boot_s,
-            boot_w: self.boot_w,
-        }
-    }
-
-    /// Break-even idle time (s) of a node drawing `idle_w` when idle (see [`NodeCosts::break_even_s`]).
-    pub fn break_even_s(&self, idle_w: f64) -> f64 {
-        self.costs().break_even_s(idle_w)
     }
 }
 

@@ -145,14 +145,7 @@ pub fn energy_vs_jct(r: &Report) -> String {
     );
     for (i, (x, y, name)) in pts.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
-        let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="6" fill="{c}"/>"#, a.px(*x), a.py(*y));
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
-            a.px(*x) + 9.0,
-            a.py(*y) - 6.0,
-            esc(name)
-        );
+        labelled_point(&mut out, &a, (*x, *y), c, name);
     }
     out.push_str("</svg>\n");
     out
@@ -228,17 +221,16 @@ pub fn energy_vs_wait(r: &Report) -> String {
                 a.py(p.1)
             );
         }
-        let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="6" fill="{c}"/>"#, a.px(*x), a.py(*y));
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
-            a.px(*x) + 9.0,
-            a.py(*y) - 6.0,
-            esc(name)
-        );
+        labelled_point(&mut out, &a, (*x, *y), c, name);
     }
     out.push_str("</svg>\n");
     out
+}
+
+/// A policy's point, filled in its colour, with its name beside it.
+fn labelled_point(out: &mut String, a: &Axes, (x, y): (f64, f64), colour: &str, name: &str) {
+    let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="6" fill="{colour}"/>"#, a.px(x), a.py(y));
+    let _ = writeln!(out, r#"<text x="{:.1}" y="{:.1}">{}</text>"#, a.px(x) + 9.0, a.py(y) - 6.0, esc(name));
 }
 
 /// Hourly mean cluster power (kW) over time (days), one line per policy.

@@ -475,7 +475,7 @@ impl Sim<'_> {
             },
             tariff: &self.c.prices,
             budget_w: self.c.budget.map(|x| x.power_w),
-            node: self.c.node.costs(),
+            node: self.c.node,
         };
         let acts = cluster::decide(&self.policy, &snap);
         self.bufs = b;

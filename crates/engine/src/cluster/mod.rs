@@ -164,20 +164,22 @@ pub struct Running {
     pub level: u16,
 }
 
-/// Power model of one node (everything but the GPUs) and its transitions.
+/// Power model of one node (everything but the GPUs) and its transitions; also the
+/// simulator's `[node]` table.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NodeCosts {
-    /// Powered-on draw without GPUs (W).
+    /// Draw of a powered-on node without its GPUs (CPUs, memory, fans, NICs, PSU losses) (W).
     pub base_w: f64,
-    /// Powered-off draw (W).
+    /// Draw of a powered-off node (BMC) (W).
     pub off_w: f64,
-    /// Shutdown time (s) and average draw (W).
+    /// Time to shut down (s).
     pub shutdown_s: f64,
-    /// Average draw while shutting down (W).
+    /// Average draw while shutting down, GPUs included (W).
     pub shutdown_w: f64,
-    /// Boot time until jobs can start (s).
+    /// Time to boot until Slurm can start jobs on it (s).
     pub boot_s: f64,
-    /// Average draw while booting (W).
+    /// Average draw while booting, GPUs included (W).
     pub boot_w: f64,
 }
 
