@@ -1,4 +1,4 @@
-//! The sampler: reads every GPU at each interval (each GPU on its own thread, within the
+//! The sampler: reads every GPU at each interval (on a helper thread, each GPU within the
 //! deadline), hands the readings to the state owner, and keeps the metrics. It also answers
 //! `status` (requests that arrive together share one round of GPU reads, so users asking for
 //! status cannot multiply the daemon's NVML calls) and `/metrics` scrapes (encoded only when
@@ -139,8 +139,8 @@ impl Sampler {
     }
 }
 
-/// Every GPU's reading, settings and processes, one trip to each GPU's thread, all GPUs at
-/// once (jobs are filled in by the caller).
+/// Every GPU's reading, settings and processes, in one batch on a helper thread (jobs are
+/// filled in by the caller).
 fn read_status(pool: &GpuPool) -> Vec<GpuStatus> {
     let all: Vec<u32> = pool.devices().iter().map(|d| d.index).collect();
     let read = pool.each(&all, |b, i| {

@@ -278,3 +278,50 @@ fn a_hung_gpu_delays_only_its_own_job() {
     assert!(record.gpus[0].meter.lost, "{record:?}");
     f.gpus.hung[0].store(false, Ordering::SeqCst);
 }
+
+#[test]
+fn a_gpu_hung_mid_batch_costs_one_deadline_and_the_gpus_after_it_are_still_read() {
+    let f = Fixture::new("share", 3);
+    f.gpus.hung[1].store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let readings = f.pool.read_all();
+    let first = started.elapsed();
+    assert!(readings[0].is_ok() && readings[2].is_ok(), "{readings:?}");
+    assert!(matches!(readings[1], Err(GpuError::Timeout(_))), "{:?}", readings[1]);
+    assert!(first >= DEADLINE && first < DEADLINE * 2, "one deadline, not more: {first:?}");
+    assert!(f.pool.is_stuck(1));
+
+    // While its call is blocked, the stuck GPU fails at once and the others answer.
+    let started = Instant::now();
+    let readings = f.pool.read_all();
+    assert!(started.elapsed() < DEADLINE / 2, "{:?}", started.elapsed());
+    assert!(readings[0].is_ok() && readings[2].is_ok() && readings[1].is_err(), "{readings:?}");
+
+    // Once the blocked call returns, the GPU is called again.
+    f.gpus.hung[1].store(false, Ordering::SeqCst);
+    let waited = Instant::now();
+    while f.pool.is_stuck(1) {
+        assert!(waited.elapsed() < DEADLINE, "the GPU stays stuck after its call returned");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(f.pool.read_all().iter().all(Result::is_ok));
+}
+
+#[test]
+fn concurrent_callers_never_wait_behind_each_other() {
+    // Eight callers at once, each reading every GPU: each batch gets its own helper, so none
+    // waits a deadline behind another, and no GPU is taken for stuck.
+    let f = Fixture::new("share", 4);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..20 {
+                    assert!(f.pool.read_all().iter().all(Result::is_ok));
+                }
+            });
+        }
+    });
+    assert!(started.elapsed() < DEADLINE, "{:?}", started.elapsed());
+    assert!((0..4).all(|i| !f.pool.is_stuck(i)));
+}
