@@ -4,8 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
-use tracing_subscriber::prelude::*;
 use wattson_config::Config;
 
 /// The wattson node daemon: exact per-job GPU energy accounting into a local SQLite store.
@@ -25,7 +23,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    init_logging();
+    wattson::init_logging();
     let config = match Config::load_or_default(args.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
@@ -44,15 +42,5 @@ fn main() -> ExitCode {
             eprintln!("wattsond: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_logging() {
-    let filter = EnvFilter::try_from_env("WATTSON_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let journald = std::env::var_os("JOURNAL_STREAM").and_then(|_| tracing_journald::layer().ok());
-    let registry = tracing_subscriber::registry().with(filter);
-    match journald {
-        Some(layer) => registry.with(layer).init(),
-        None => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).init(),
     }
 }

@@ -2,6 +2,7 @@
 //! Prolog/Epilog scripts), `status` (the node's GPUs), `sim` (the trace-driven cluster simulator).
 
 mod acct;
+mod ctld;
 mod job;
 mod sim;
 mod status;
@@ -35,6 +36,9 @@ enum Command {
     Status(status::StatusArgs),
     /// Replay a job trace on a simulated cluster: energy, cost and JCT per policy, with plots.
     Sim(sim::SimArgs),
+    /// Run the controller service: power idle nodes down and up through Slurm's power saving,
+    /// as the cluster policy decides (run on the Slurm controller, as root or SlurmUser).
+    Ctld(ctld::CtldArgs),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -55,6 +59,7 @@ pub fn main() -> ExitCode {
         Command::Acct(args) => acct::run(&config, args),
         Command::Job(cmd) => job::run(&config, cmd),
         Command::Status(args) => status::run(&config, args),
+        Command::Ctld(args) => ctld::run(config, args),
         Command::Sim(_) => Ok(()),
     };
     match result {

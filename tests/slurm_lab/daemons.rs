@@ -182,6 +182,11 @@ impl SlurmLab {
     }
 
     pub(super) fn start_slurmd(&mut self, i: usize) {
+        self.start_slurmd_with(i, &[]);
+    }
+
+    /// Starts node `i`'s slurmd with `extra` arguments (`-b`: report a fresh boot).
+    pub(super) fn start_slurmd_with(&mut self, i: usize, extra: &[&str]) {
         let name = self.nodes[i].name.clone();
         let spool = self.path.join(format!("spool/slurmd-{name}"));
         fs::create_dir_all(&spool).expect("create slurmd spool");
@@ -191,7 +196,10 @@ impl SlurmLab {
             self.conf.display().to_string(),
             "-N".to_string(),
             name.clone(),
-        ];
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|a| a.to_string()))
+        .collect::<Vec<_>>();
         let child = self.spawn_daemon(&format!("slurmd-{name}"), daemon_bin("slurmd"), &args);
         self.slurmds.push((name, child));
     }

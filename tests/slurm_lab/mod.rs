@@ -447,6 +447,25 @@ impl SlurmLab {
         self.wait_nodes_ready(START_TIMEOUT);
     }
 
+    /// A node's "power off": its slurmd stops. False if it was not running.
+    pub fn power_off(&mut self, node: &str) -> bool {
+        let Some(at) = self.slurmds.iter().position(|(n, _)| n == node) else { return false };
+        let (_, mut child) = self.slurmds.remove(at);
+        daemons::terminate(&mut child);
+        true
+    }
+
+    /// A node's "power on": its slurmd starts with `-b`, reporting a fresh boot as a resumed
+    /// node must. False if it was already running.
+    pub fn power_on(&mut self, node: &str) -> bool {
+        if self.slurmds.iter().any(|(n, _)| n == node) {
+            return false;
+        }
+        let i = self.nodes.iter().position(|n| n.name == node).expect("a node of this lab");
+        self.start_slurmd_with(i, &["-b"]);
+        true
+    }
+
     /// Stops every daemon (slurmctld, then each slurmd, then munged) and removes the lab directory.
     pub fn stop(mut self) {
         self.shutdown();

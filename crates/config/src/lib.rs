@@ -4,6 +4,7 @@
 //! error that names the file and line, what was wrong, and what is allowed; the daemon refuses
 //! to start on it rather than guess.
 
+pub mod cluster;
 pub mod policy;
 pub mod users;
 
@@ -38,6 +39,12 @@ pub struct Config {
     /// `[engine]`: online probing and the learned models.
     #[serde(default)]
     pub engine: EngineConfig,
+    /// `[ctld]`: the controller service (`wattson ctld`).
+    #[serde(default)]
+    pub ctld: cluster::CtldConfig,
+    /// `[power]`: the node power actions of `wattson power`.
+    #[serde(default)]
+    pub power: cluster::PowerConfig,
 }
 
 /// `[engine]` section: how wattsond measures workloads it does not know, and where it keeps
@@ -238,7 +245,11 @@ fn default_request_timeout() -> Duration {
     Duration::from_secs(5)
 }
 
-fn duration_in<'de, D: Deserializer<'de>>(d: D, min: Duration, max: Duration) -> Result<Duration, D::Error> {
+pub(crate) fn duration_in<'de, D: Deserializer<'de>>(
+    d: D,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
     let value = humantime::parse_duration(&text).map_err(|e| {
         serde::de::Error::custom(format!("bad duration {text:?} ({e}): write e.g. \"500ms\", \"1s\", \"2m\""))

@@ -1,0 +1,197 @@
+//! `[ctld]` and `[power]`: the controller service that right-sizes the cluster, and the power
+//! programs Slurm runs to suspend and resume nodes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::duration_in;
+
+/// `[ctld]` section: `wattson ctld`'s loop and the node power model it decides with.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CtldConfig {
+    /// How often Slurm's state is read and the policy asked (1s to 1h).
+    #[serde(default = "default_interval", deserialize_with = "interval")]
+    pub interval: Duration,
+    /// Longest a Slurm command may take before it is killed (1s to 5m).
+    #[serde(default = "default_command_timeout", deserialize_with = "command_timeout")]
+    pub command_timeout: Duration,
+    /// Window of the arrival forecast that sizes the warm set (1m to 1d).
+    #[serde(default = "default_forecast_window", deserialize_with = "forecast_window")]
+    pub forecast_window: Duration,
+    /// Draw of a powered-on node without its GPUs, W.
+    #[serde(default = "default_node_base_w", deserialize_with = "watts")]
+    pub node_base_w: f64,
+    /// Draw of a powered-off node (its BMC), W.
+    #[serde(default = "default_node_off_w", deserialize_with = "watts")]
+    pub node_off_w: f64,
+    /// Idle draw of one GPU, W.
+    #[serde(default = "default_gpu_idle_w", deserialize_with = "watts")]
+    pub gpu_idle_w: f64,
+    /// Time from power-up until Slurm can start jobs on the node (1s to 1h).
+    #[serde(default = "default_boot_time", deserialize_with = "transition")]
+    pub boot_time: Duration,
+    /// Average draw while booting, W.
+    #[serde(default = "default_boot_w", deserialize_with = "watts")]
+    pub boot_w: f64,
+    /// Time to shut down (1s to 1h).
+    #[serde(default = "default_shutdown_time", deserialize_with = "transition")]
+    pub shutdown_time: Duration,
+    /// Average draw while shutting down, W.
+    #[serde(default = "default_shutdown_w", deserialize_with = "watts")]
+    pub shutdown_w: f64,
+}
+
+impl Default for CtldConfig {
+    fn default() -> Self {
+        CtldConfig {
+            interval: default_interval(),
+            command_timeout: default_command_timeout(),
+            forecast_window: default_forecast_window(),
+            node_base_w: default_node_base_w(),
+            node_off_w: default_node_off_w(),
+            gpu_idle_w: default_gpu_idle_w(),
+            boot_time: default_boot_time(),
+            boot_w: default_boot_w(),
+            shutdown_time: default_shutdown_time(),
+            shutdown_w: default_shutdown_w(),
+        }
+    }
+}
+
+/// `[power]` section: what `wattson power suspend|resume` run for each node.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerConfig {
+    /// Program and arguments that power a node off; `{node}` is replaced by the node's name.
+    /// Empty: nothing is run, the request is only logged (a dry run).
+    #[serde(default, deserialize_with = "argv")]
+    pub suspend: Vec<String>,
+    /// Program and arguments that power a node on; `{node}` as above. Empty: a dry run.
+    #[serde(default, deserialize_with = "argv")]
+    pub resume: Vec<String>,
+    /// Longest one action may run before it is killed and counted as failed (1s to 1h).
+    #[serde(default = "default_action_timeout", deserialize_with = "transition")]
+    pub timeout: Duration,
+    /// File the power programs append a line to for every action (besides the journal).
+    #[serde(default)]
+    pub log: Option<PathBuf>,
+}
+
+fn default_interval() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_command_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_forecast_window() -> Duration {
+    Duration::from_secs(3600)
+}
+fn default_node_base_w() -> f64 {
+    300.0
+}
+fn default_node_off_w() -> f64 {
+    10.0
+}
+fn default_gpu_idle_w() -> f64 {
+    60.0
+}
+fn default_boot_time() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_boot_w() -> f64 {
+    400.0
+}
+fn default_shutdown_time() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_shutdown_w() -> f64 {
+    300.0
+}
+fn default_action_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn interval<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_secs(1), Duration::from_secs(3600))
+}
+fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_secs(1), Duration::from_secs(300))
+}
+fn forecast_window<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_secs(60), Duration::from_secs(86400))
+}
+fn transition<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_secs(1), Duration::from_secs(3600))
+}
+
+fn watts<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let w = f64::deserialize(d)?;
+    if (0.0..=100_000.0).contains(&w) {
+        Ok(w)
+    } else {
+        Err(serde::de::Error::custom(format!("{w} W: allowed 0 to 100000")))
+    }
+}
+
+/// An argv template: an absolute program path, then arguments; `{node}` is the only
+/// placeholder. Never a shell string.
+fn argv<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let argv = Vec::<String>::deserialize(d)?;
+    check_argv(&argv).map_err(serde::de::Error::custom)?;
+    Ok(argv)
+}
+
+/// Why `argv` is not a usable power action template, if it is not.
+pub fn check_argv(argv: &[String]) -> Result<(), String> {
+    let Some(program) = argv.first() else { return Ok(()) };
+    if !program.starts_with('/') {
+        return Err(format!("{program:?}: the program must be an absolute path (no PATH lookup, no shell)"));
+    }
+    if program.contains("{node}") {
+        return Err("the program path cannot contain {node}".into());
+    }
+    for arg in argv {
+        if arg.contains('\0') {
+            return Err("arguments cannot contain NUL".into());
+        }
+        let rest = arg.replace("{node}", "");
+        if rest.contains('{') || rest.contains('}') {
+            return Err(format!("{arg:?}: the only placeholder is {{node}}"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Config;
+    use std::time::Duration;
+
+    #[test]
+    fn templates_are_argv_with_an_absolute_program_and_only_the_node_placeholder() {
+        let c = Config::parse(
+            "[power]\nsuspend = [\"/usr/bin/ipmitool\", \"-H\", \"{node}-bmc\", \"power\", \"off\"]\n",
+            "w.toml",
+        )
+        .unwrap();
+        assert_eq!(c.power.suspend[2], "{node}-bmc");
+        assert!(c.power.resume.is_empty(), "a dry run unless configured");
+        for bad in ["[\"ipmitool\", \"{node}\"]", "[\"/bin/x\", \"{host}\"]", "\"/bin/sh -c reboot\""] {
+            let e = Config::parse(&format!("[power]\nresume = {bad}\n"), "w.toml").unwrap_err().0;
+            assert!(e.starts_with("w.toml:2: "), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_loop_and_the_node_model_have_bounded_values() {
+        let c = Config::parse("[ctld]\ninterval = \"2s\"\nboot_time = \"90s\"\n", "w.toml").unwrap();
+        assert_eq!((c.ctld.interval, c.ctld.boot_time), (Duration::from_secs(2), Duration::from_secs(90)));
+        let e = Config::parse("[ctld]\ninterval = \"10ms\"\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("allowed 1s to 1h"), "{e}");
+        let e = Config::parse("[ctld]\nnode_base_w = -5.0\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("allowed 0 to 100000"), "{e}");
+    }
+}

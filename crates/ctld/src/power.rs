@@ -1,0 +1,225 @@
+//! The programs Slurm runs to power nodes: `wattson-suspend`, `wattson-resume` and
+//! `wattson-resume-fail` (`SuspendProgram`, `ResumeProgram`, `ResumeFailProgram`).
+//!
+//! Slurm runs them as SlurmUser with the hostlist as the only argument, `SLURM_CONF` (and, for
+//! resume, `SLURM_RESUME_FILE`) as the only environment, standard streams closed and most
+//! signals blocked. Each program first makes itself an ordinary process again (streams on
+//! /dev/null, signals unblocked, a fixed PATH), then runs the `[power]` action of each node
+//! from its argv template with a deadline, never through a shell, and logs every action. It
+//! needs nothing from `wattson ctld`: a resume works with the controller down. A resume action
+//! that fails marks its node down with a wattson reason at once, so Slurm requeues the node's
+//! jobs instead of waiting out `ResumeTimeout`.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use wattson_config::Config;
+use wattson_config::cluster::PowerConfig;
+
+use crate::command;
+use crate::hostlist;
+
+/// A fixed PATH for the programs and their actions.
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Actions run at once, at most.
+const PARALLEL: usize = 32;
+
+/// Which program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    /// `SuspendProgram`: power the nodes off.
+    Suspend,
+    /// `ResumeProgram`: power the nodes on.
+    Resume,
+    /// `ResumeFailProgram`: Slurm gave up on the nodes' resume.
+    ResumeFail,
+}
+
+impl Program {
+    fn name(self) -> &'static str {
+        match self {
+            Program::Suspend => "suspend",
+            Program::Resume => "resume",
+            Program::ResumeFail => "resume-fail",
+        }
+    }
+}
+
+/// The configuration the programs read: `$WATTSON_CONFIG`, else `wattson.toml` beside
+/// Slurm's `slurm.conf` (`$SLURM_CONF`), else `/etc/wattson/wattson.toml`.
+pub fn config_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("WATTSON_CONFIG") {
+        return PathBuf::from(path);
+    }
+    if let Some(dir) =
+        std::env::var_os("SLURM_CONF").map(PathBuf::from).and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        let beside = dir.join("wattson.toml");
+        if beside.is_file() {
+            return beside;
+        }
+    }
+    PathBuf::from(wattson_config::DEFAULT_PATH)
+}
+
+/// Makes the process an ordinary one again: standard streams open (on /dev/null where Slurm
+/// closed them, so no file opened later lands on fd 0-2), no signal blocked or ignored.
+fn reset_process() {
+    // SAFETY: plain system calls on this process's own descriptors and signal state, done
+    // before any thread is started.
+    unsafe {
+        for fd in 0..3 {
+            if libc::fcntl(fd, libc::F_GETFD) == -1 {
+                let opened = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if opened >= 0 && opened != fd {
+                    libc::dup2(opened, fd);
+                    libc::close(opened);
+                }
+            }
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        for signal in [
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGPIPE,
+            libc::SIGTERM,
+            libc::SIGCHLD,
+            libc::SIGALRM,
+        ] {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+}
+
+/// Appends `line` to the `[power] log` file (created 0640, never through a symbolic link) and
+/// writes it to standard error.
+fn log(config: &PowerConfig, program: Program, line: &str) {
+    let stamp = chrono::Local::now().format("%Y-%m-%dT%H:%M:%S");
+    let line = format!("{stamp} wattson-{} [{}]: {line}\n", program.name(), std::process::id());
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(path) = &config.log {
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o640)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path);
+        if let Ok(mut file) = file {
+            let _ = file.write_all(line.as_bytes());
+        }
+    }
+}
+
+/// `template` with `{node}` replaced by `node`.
+fn argv(template: &[String], node: &str) -> Vec<String> {
+    template.iter().map(|a| a.replace("{node}", node)).collect()
+}
+
+/// Runs `program` for `hostlist`; the exit status Slurm ignores, so failures are logged (and a
+/// failed resume marks its node down).
+pub fn main(program: Program, hostlist: Option<String>) -> ExitCode {
+    reset_process();
+    // SAFETY: single-threaded at this point.
+    unsafe { std::env::set_var("PATH", PATH) };
+    let path = config_path();
+    let (config, config_error) = match Config::load(&path) {
+        Ok(c) => (c.power, None),
+        Err(e) => (PowerConfig::default(), Some(e.to_string())),
+    };
+    if let Some(e) = config_error {
+        log(&config, program, &format!("cannot read {}: {e}; nothing run", path.display()));
+        return ExitCode::FAILURE;
+    }
+    let Some(list) = hostlist else {
+        log(&config, program, "no hostlist given (Slurm passes it as the only argument); nothing run");
+        return ExitCode::FAILURE;
+    };
+    let nodes = match hostlist::expand(&list) {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            log(&config, program, &format!("refused hostlist {list:?}: {e}; nothing run"));
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(file) = std::env::var_os("SLURM_RESUME_FILE") {
+        // Gone once this program exits: keep what it said.
+        let jobs = std::fs::read_to_string(&file).unwrap_or_default();
+        log(&config, program, &format!("resume file: {}", jobs.trim()));
+    }
+    let template = match program {
+        Program::Suspend => &config.suspend,
+        Program::Resume => &config.resume,
+        Program::ResumeFail => {
+            log(&config, program, &format!("Slurm gave up resuming {}", hostlist::join(&nodes)));
+            return ExitCode::SUCCESS;
+        }
+    };
+    if template.is_empty() {
+        log(
+            &config,
+            program,
+            &format!("dry run ([power] {} not set): {}", program.name(), hostlist::join(&nodes)),
+        );
+        return ExitCode::SUCCESS;
+    }
+    let mut failed = Vec::new();
+    for chunk in nodes.chunks(PARALLEL) {
+        let results: Vec<(String, Result<(), String>)> = std::thread::scope(|s| {
+            let handles: Vec<_> =
+                chunk.iter().map(|node| s.spawn(|| (node.clone(), act(&config, template, node)))).collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        for (node, result) in results {
+            match result {
+                Ok(()) => log(&config, program, &format!("{node}: done")),
+                Err(e) => {
+                    log(&config, program, &format!("{node}: failed: {e}"));
+                    failed.push(node);
+                }
+            }
+        }
+    }
+    if program == Program::Resume && !failed.is_empty() {
+        // Slurm would wait out ResumeTimeout; down now, its jobs are requeued at once.
+        let mut scontrol = Command::new("scontrol");
+        scontrol.args([
+            "update",
+            &format!("nodename={}", hostlist::join(&failed)),
+            "state=down",
+            "reason=wattson: resume action failed",
+        ]);
+        if let Err(e) = command::run(&mut scontrol, config.timeout) {
+            log(&config, program, &format!("cannot mark {} down: {e}", hostlist::join(&failed)));
+        }
+    }
+    if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// Runs the action of `template` for `node` with a deadline, in a clean environment.
+fn act(config: &PowerConfig, template: &[String], node: &str) -> Result<(), String> {
+    let argv = argv(template, node);
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]).env_clear().env("PATH", PATH);
+    if let Some(conf) = std::env::var_os("SLURM_CONF") {
+        cmd.env("SLURM_CONF", conf);
+    }
+    command::run(&mut cmd, config.timeout).map(|_| ()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_placeholder_is_replaced_in_place() {
+        let t: Vec<String> =
+            ["/usr/bin/ipmitool", "-H", "{node}-bmc", "power", "on"].map(String::from).to_vec();
+        assert_eq!(argv(&t, "gpu01"), ["/usr/bin/ipmitool", "-H", "gpu01-bmc", "power", "on"]);
+    }
+}

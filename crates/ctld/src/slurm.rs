@@ -1,0 +1,315 @@
+//! Slurm's state as its public commands show it (`scontrol -o show node`, `squeue`), and the
+//! node updates wattson asks of it. Parsing is pure, for tests; [`Slurm`] runs the commands.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use chrono::{Local, NaiveDateTime, TimeZone};
+
+use crate::command::{self, CommandError};
+use crate::hostlist;
+
+/// `squeue`'s format: job id, state, reason, nodes, TRES per node, submit time, time used,
+/// time limit.
+pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l";
+
+/// A node's power as Slurm reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Power {
+    /// Up.
+    On,
+    /// Being resumed.
+    PoweringUp,
+    /// Asked to power down, or shutting down.
+    PoweringDown,
+    /// Powered down.
+    Off,
+}
+
+/// One node of `scontrol -o show node`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// NodeName.
+    pub name: String,
+    /// The state's base word: IDLE, MIXED, ALLOCATED, DOWN...
+    pub base: String,
+    /// The state's flags: DRAIN, POWERED_DOWN, RESERVED...
+    pub flags: Vec<String>,
+    /// Power, from the flags.
+    pub power: Power,
+    /// GPUs (`Gres=gpu:...`).
+    pub gpus: u32,
+    /// GPUs allocated to jobs (`GresUsed`); `None` when Slurm does not say.
+    pub alloc_gpus: Option<u32>,
+    /// CPUs allocated to jobs.
+    pub alloc_cpus: u32,
+    /// Reason, if any (without the `[user@time]` suffix).
+    pub reason: String,
+}
+
+impl Node {
+    /// Whether an administrator (or a failure) took the node out of service: drained, down,
+    /// failing, in maintenance or reserved. wattson never touches such a node. Its own
+    /// `power_down_asap` drain does not count.
+    pub fn is_held_by_admin(&self) -> bool {
+        let ours = self.reason.starts_with("POWER_DOWN_ASAP");
+        let held = [
+            "DRAIN",
+            "DRAINING",
+            "DRAINED",
+            "FAIL",
+            "MAINT",
+            "RESERVED",
+            "REBOOT_REQUESTED",
+            "REBOOT_ISSUED",
+        ];
+        self.base == "DOWN"
+            || self.base == "FUTURE"
+            || self.flags.iter().any(|f| held.contains(&f.as_str())) && !ours
+    }
+
+    /// Whether no job holds any of the node.
+    pub fn is_idle(&self) -> bool {
+        self.base == "IDLE" && self.alloc_cpus == 0 && self.alloc_gpus.unwrap_or(0) == 0
+    }
+
+    /// GPUs free for jobs.
+    pub fn free_gpus(&self) -> u32 {
+        match self.alloc_gpus {
+            Some(n) => self.gpus.saturating_sub(n),
+            // Slurm does not say: a node with any job counts as full.
+            None if self.is_idle() => self.gpus,
+            None => 0,
+        }
+    }
+}
+
+/// One job of `squeue` (pending or running).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// Job id.
+    pub id: u32,
+    /// State: PENDING, CONFIGURING, RUNNING...
+    pub state: String,
+    /// Why it is pending.
+    pub reason: String,
+    /// GPUs over all its nodes.
+    pub gpus: u32,
+    /// Submission, Unix seconds.
+    pub submit: i64,
+    /// Run time so far (s).
+    pub elapsed_s: f64,
+    /// Time limit (s); `None`: unlimited.
+    pub limit_s: Option<f64>,
+}
+
+impl Job {
+    /// Whether it waits for resources now (not held, not waiting for its begin time or a
+    /// dependency).
+    pub fn is_queued(&self) -> bool {
+        let waiting = ["JobHeldUser", "JobHeldAdmin", "BeginTime", "Dependency", "DependencyNeverSatisfied"];
+        self.state == "PENDING" && !waiting.contains(&self.reason.as_str())
+    }
+
+    /// Whether it holds nodes.
+    pub fn is_running(&self) -> bool {
+        matches!(self.state.as_str(), "RUNNING" | "CONFIGURING" | "COMPLETING")
+    }
+}
+
+/// Splits an `-o` record into its `Key=value` fields; words without a key continue the last
+/// value (values with spaces).
+fn record(line: &str) -> BTreeMap<&str, String> {
+    let mut fields: BTreeMap<&str, String> = BTreeMap::new();
+    let mut last = None;
+    for word in line.split(' ').filter(|w| !w.is_empty()) {
+        match word.split_once('=').filter(|(k, _)| {
+            !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || "_:/".contains(c))
+        }) {
+            Some((k, v)) => {
+                fields.insert(k, v.to_string());
+                last = Some(k);
+            }
+            None => {
+                if let Some(value) = last.and_then(|k| fields.get_mut(k)) {
+                    value.push(' ');
+                    value.push_str(word);
+                }
+            }
+        }
+    }
+    fields
+}
+
+/// The comma-separated entries of `list`, commas inside parentheses kept
+/// (`gpu:a100:2(IDX:0-1,3),gpu:h100:1(IDX:0)`).
+fn entries(list: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut from) = (Vec::new(), 0u32, 0);
+    for (i, c) in list.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                out.push(&list[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&list[from..]);
+    out
+}
+
+/// GPUs of a `Gres=` or `GresUsed=` value: `gpu:4`, `gpu:h100:4(S:0-1)`,
+/// `gpu:a100:2(IDX:0-1),gpu:h100:0(IDX:N/A)`.
+fn gres_gpus(gres: &str) -> u32 {
+    entries(gres)
+        .into_iter()
+        .filter(|e| e.starts_with("gpu:"))
+        .filter_map(|e| e.split('(').next()?.rsplit(':').next()?.parse::<u32>().ok())
+        .sum()
+}
+
+/// The `gres/gpu=N` entry of a TRES list.
+fn tres_gpus(tres: &str) -> Option<u32> {
+    tres.split(',').find_map(|e| e.strip_prefix("gres/gpu=")?.parse().ok())
+}
+
+/// Parses `scontrol -d -o show node`, one node per line.
+pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
+    let mut nodes = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let f = record(line);
+        let name = f.get("NodeName").ok_or_else(|| format!("no NodeName in {line:?}"))?.clone();
+        let state = f.get("State").ok_or_else(|| format!("no State for node {name}"))?;
+        let mut words = state.split('+').map(|w| w.trim_end_matches('*').to_string());
+        let base = words.next().unwrap_or_default();
+        let flags: Vec<String> = words.collect();
+        let has = |flag: &str| flags.iter().any(|f| f == flag);
+        let power = if has("POWERING_UP") {
+            Power::PoweringUp
+        } else if has("POWERED_DOWN") {
+            Power::Off
+        } else if has("POWERING_DOWN") || has("POWER_DOWN") {
+            Power::PoweringDown
+        } else {
+            Power::On
+        };
+        // `GresUsed` (shown with `-d`), else the TRES when Slurm counts gres/gpu there.
+        let counted = f.get("CfgTRES").and_then(|t| tres_gpus(t)).is_some();
+        let alloc_gpus = match f.get("GresUsed") {
+            Some(used) => Some(gres_gpus(used)),
+            None => counted.then(|| f.get("AllocTRES").and_then(|t| tres_gpus(t)).unwrap_or(0)),
+        };
+        let reason =
+            f.get("Reason").map(|r| r.split(" [").next().unwrap_or("").to_string()).unwrap_or_default();
+        nodes.push(Node {
+            gpus: f.get("Gres").map_or(0, |g| gres_gpus(g)),
+            alloc_gpus,
+            alloc_cpus: f.get("CPUAlloc").and_then(|c| c.parse().ok()).unwrap_or(0),
+            name,
+            base,
+            flags,
+            power,
+            reason,
+        });
+    }
+    Ok(nodes)
+}
+
+/// Seconds of a Slurm duration: `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS`; `None` for `UNLIMITED`.
+fn duration_s(text: &str) -> Option<f64> {
+    let (days, rest) = match text.split_once('-') {
+        Some((d, r)) => (d.parse::<f64>().ok()?, r),
+        None => (0.0, text),
+    };
+    let parts: Vec<f64> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let s = match parts[..] {
+        [m, s] => m * 60.0 + s,
+        [h, m, s] => h * 3600.0 + m * 60.0 + s,
+        [m] => m * 60.0,
+        _ => return None,
+    };
+    Some(days * 86400.0 + s)
+}
+
+/// Unix seconds of a Slurm time stamp (local time, as Slurm prints it).
+fn timestamp(text: &str) -> Option<i64> {
+    let naive = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S").ok()?;
+    Local.from_local_datetime(&naive).earliest().map(|t| t.timestamp())
+}
+
+/// GPUs per node of a `%b` value (`gres:gpu:2`, `gres/gpu:h100:2`, `N/A`).
+fn gpus_per_node(tres: &str) -> u32 {
+    tres.split(',')
+        .filter(|e| e.contains("gpu"))
+        .filter_map(|e| e.rsplit(':').next()?.parse::<u32>().ok())
+        .sum()
+}
+
+/// Parses `squeue -h -o` [`SQUEUE_FORMAT`].
+pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
+    let mut jobs = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split('|').collect();
+        let [id, state, reason, nodes, tres, submit, used, limit] = f[..] else {
+            return Err(format!("unexpected squeue line {line:?}"));
+        };
+        let id = id.parse().map_err(|_| format!("bad job id in {line:?}"))?;
+        let nodes: u32 = nodes.parse().unwrap_or(1);
+        jobs.push(Job {
+            id,
+            state: state.to_string(),
+            reason: reason.to_string(),
+            gpus: gpus_per_node(tres) * nodes.max(1),
+            submit: timestamp(submit).unwrap_or(0),
+            elapsed_s: duration_s(used).unwrap_or(0.0),
+            limit_s: duration_s(limit),
+        });
+    }
+    Ok(jobs)
+}
+
+/// Slurm's commands, each with a deadline (found on `PATH`; `SLURM_CONF` from the environment).
+pub struct Slurm {
+    timeout: Duration,
+}
+
+impl Slurm {
+    /// Commands that are killed after `timeout`.
+    pub fn new(timeout: Duration) -> Slurm {
+        Slurm { timeout }
+    }
+
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, CommandError> {
+        command::run(Command::new(program).args(args), self.timeout)
+    }
+
+    /// Every node.
+    pub fn nodes(&self) -> Result<Vec<Node>, String> {
+        let text = self.run("scontrol", &["-d", "-o", "show", "node"]).map_err(|e| e.to_string())?;
+        parse_nodes(&text)
+    }
+
+    /// Pending and running jobs.
+    pub fn jobs(&self) -> Result<Vec<Job>, String> {
+        let text =
+            self.run("squeue", &["-h", "-t", "PD,CF,R", "-o", SQUEUE_FORMAT]).map_err(|e| e.to_string())?;
+        parse_jobs(&text)
+    }
+
+    /// `scontrol update nodename=<names> <what>`, names checked first.
+    pub fn update_nodes(&self, names: &[String], what: &[&str]) -> Result<(), String> {
+        for name in names {
+            hostlist::check_name(name).map_err(|e| e.to_string())?;
+        }
+        let nodename = format!("nodename={}", hostlist::join(names));
+        let mut args = vec!["update", nodename.as_str()];
+        args.extend_from_slice(what);
+        self.run("scontrol", &args).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,55 @@
+//! Parsing real Slurm 22.05 output (lines captured from the test lab).
+
+use super::*;
+
+const IDLE: &str = "NodeName=n1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.51 AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:h100:2 NodeAddr=127.0.0.1 NodeHostName=localhost Port=39589 Version=22.05.8 OS=Linux 6.18.44 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=2000 AllocMem=0 FreeMem=21796 Sockets=2 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=lab,wattson  BootTime=2026-11-23T17:50:21 SlurmdStartTime=2026-11-23T23:36:19 LastBusyTime=2026-11-23T23:36:19 CfgTRES=cpu=2,mem=2000M,billing=2,gres/gpu=2 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s";
+const MIXED_USED: &str = "NodeName=n4 CPUAlloc=1 Gres=gpu:a100:2,gpu:h100:2 GresDrain=N/A GresUsed=gpu:a100:2(IDX:0-1),gpu:h100:1(IDX:0) State=MIXED CfgTRES=cpu=2 AllocTRES=cpu=1";
+const MIXED_UNCOUNTED: &str = "NodeName=n1 CPUAlloc=1 CPUEfctv=2 Gres=gpu:h100:2 State=MIXED Weight=1 CfgTRES=cpu=2,mem=2000M,billing=2 AllocTRES=cpu=1 CurrentWatts=0";
+const DRAINING: &str = "NodeName=n2 CPUAlloc=0 Gres=gpu:h100:2 State=IDLE+POWERING_DOWN Weight=1 CfgTRES=cpu=2,gres/gpu=2 AllocTRES= ExtSensorsTemp=n/s Reason=POWER_DOWN_ASAP [nobody@2026-11-23T23:36:21]";
+const ADMIN: &str = "NodeName=n3 CPUAlloc=0 Gres=gpu:h100:2 State=IDLE+DRAIN Weight=1 CfgTRES=cpu=2,gres/gpu=2 AllocTRES= Reason=bad fan, replace [root@2026-11-23T23:36:21]";
+
+#[test]
+fn nodes_power_gpus_and_reasons() {
+    let text = [IDLE, MIXED_UNCOUNTED, DRAINING, ADMIN].join("\n");
+    let nodes = parse_nodes(&text).unwrap();
+    let [idle, mixed, draining, admin] = &nodes[..] else { panic!("{nodes:?}") };
+    assert_eq!((idle.power, idle.gpus, idle.alloc_gpus, idle.free_gpus()), (Power::On, 2, Some(0), 2));
+    assert!(idle.is_idle() && !idle.is_held_by_admin());
+    // Without gres/gpu in the TRES, a node with a job counts as full.
+    assert_eq!((mixed.alloc_gpus, mixed.free_gpus(), mixed.is_idle()), (None, 0, false));
+    assert_eq!(draining.power, Power::PoweringDown);
+    assert!(!draining.is_held_by_admin(), "wattson's own power_down_asap drain");
+    assert_eq!(admin.reason, "bad fan, replace");
+    assert!(admin.is_held_by_admin());
+    let used = &parse_nodes(MIXED_USED).unwrap()[0];
+    assert_eq!((used.gpus, used.alloc_gpus, used.free_gpus()), (4, Some(3), 1));
+}
+
+#[test]
+fn powered_down_and_resuming_nodes() {
+    let off = parse_nodes("NodeName=n2 CPUAlloc=0 Gres=gpu:2 State=IDLE+POWERED_DOWN").unwrap();
+    assert_eq!(off[0].power, Power::Off);
+    let up = parse_nodes("NodeName=n2 CPUAlloc=2 Gres=gpu:2 State=MIXED+POWERING_UP").unwrap();
+    assert_eq!(up[0].power, Power::PoweringUp);
+    let failed =
+        parse_nodes("NodeName=n2 Gres=gpu:2 State=DOWN+POWERED_DOWN Reason=ResumeTimeout reached").unwrap();
+    assert!(failed[0].is_held_by_admin(), "down~ is not wattson's to use");
+    assert!(parse_nodes("Gres=gpu:2 State=IDLE").is_err());
+}
+
+#[test]
+fn jobs_gpus_times_and_queue_state() {
+    let text = "7|PENDING|Priority|3|gres:gpu:2|2026-11-23T23:36:19|0:00|UNLIMITED\n\
+                8|RUNNING|None|1|gres/gpu:h100:1|2026-11-23T23:36:19|1-01:02:03|2-00:00:00\n\
+                9|PENDING|BeginTime|1|N/A|2026-11-23T23:36:19|0:00|30:00\n";
+    let jobs = parse_jobs(text).unwrap();
+    assert_eq!((jobs[0].gpus, jobs[0].limit_s, jobs[0].is_queued()), (6, None, true));
+    assert_eq!(jobs[1].gpus, 1);
+    assert_eq!(jobs[1].elapsed_s, 86400.0 + 3723.0);
+    assert_eq!(jobs[1].limit_s, Some(2.0 * 86400.0));
+    assert!(jobs[1].is_running() && !jobs[1].is_queued());
+    assert!(!jobs[2].is_queued(), "waiting for its begin time");
+    assert_eq!(jobs[2].limit_s, Some(1800.0));
+    assert!(jobs[0].submit > 1_700_000_000);
+    assert!(parse_jobs("1|PENDING|None").is_err());
+}

@@ -1,0 +1,30 @@
+//! `wattson ctld`: the controller service (see `wattson_ctld`).
+
+use clap::Args;
+
+use wattson_config::Config;
+
+/// Reads Slurm's nodes and jobs every `[ctld] interval`, asks the cluster policy which idle
+/// nodes to power down and which to power up ahead of demand, and asks Slurm to
+/// (`scontrol update nodename=... state=power_down_asap|power_up`). Needs Slurm's power saving
+/// on with its own idle timer off (docs/ctld.md). Logs every decision with its reason.
+#[derive(Debug, Args)]
+pub struct CtldArgs {
+    /// Run one loop, print what was asked of Slurm, and exit
+    #[arg(long)]
+    once: bool,
+}
+
+/// Runs the service (or one loop).
+pub fn run(config: Config, args: CtldArgs) -> Result<(), String> {
+    crate::init_logging();
+    let mut ctld = wattson_ctld::Ctld::new(config);
+    if args.once {
+        let done = ctld.step()?;
+        println!("power_down_asap: {}", done.powered_down.join(","));
+        println!("power_up: {}", done.powered_up.join(","));
+        return Ok(());
+    }
+    ctld.run();
+    Ok(())
+}

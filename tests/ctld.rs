@@ -1,0 +1,206 @@
+//! `wattson ctld` and the power programs on a real Slurm: three slurmd nodes on loopback with
+//! Slurm's power saving on and its idle timer off. A node's power action is a stand-in the
+//! test observes (the action touches a file; the test stops or starts that node's slurmd, with
+//! `-b` for a fresh boot as a real power-on gives).
+
+mod slurm_lab;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use slurm_lab::{LabNode, LabOptions, SlurmLab, parse_record};
+
+const WATTSON: &str = env!("CARGO_BIN_EXE_wattson");
+const SUSPEND: &str = env!("CARGO_BIN_EXE_wattson-suspend");
+const RESUME: &str = env!("CARGO_BIN_EXE_wattson-resume");
+const RESUME_FAIL: &str = env!("CARGO_BIN_EXE_wattson-resume-fail");
+
+const NODES: [&str; 3] = ["n1", "n2", "n3"];
+
+/// slurm.conf lines that switch Slurm's power machinery on with its own timer off (as
+/// docs/ctld.md gives them), made fast for a lab.
+fn power_conf() -> String {
+    format!(
+        "SuspendTime=INFINITE\n\
+         SuspendProgram={SUSPEND}\n\
+         ResumeProgram={RESUME}\n\
+         ResumeFailProgram={RESUME_FAIL}\n\
+         SuspendTimeout=3\n\
+         ResumeTimeout=20\n\
+         SlurmctldParameters=power_save_interval=1\n\
+         PartitionName=wattson Nodes=ALL Hidden=YES State=INACTIVE SuspendTime=31536000\n"
+    )
+}
+
+/// A lab, its power-request directory, and the wattson.toml beside its slurm.conf.
+fn lab() -> (SlurmLab, PathBuf) {
+    let nodes = NODES.iter().map(|n| LabNode::new(n, 2, "h100")).collect();
+    let lab = SlurmLab::start(LabOptions { nodes, extra_conf: power_conf(), ..Default::default() });
+    let power = lab.dir().join("power");
+    std::fs::create_dir(&power).unwrap();
+    let toml = format!(
+        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nboot_time = \"2s\"\nshutdown_time = \"1s\"\n\
+         [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
+         timeout = \"10s\"\nlog = \"{log}\"\n",
+        p = power.display(),
+        log = lab.dir().join("log/power.log").display()
+    );
+    std::fs::write(lab.dir().join("etc/wattson.toml"), toml).unwrap();
+    (lab, power)
+}
+
+/// Carries out the power actions Slurm's programs asked for; returns them ("off-n2", ...).
+fn pump(lab: &mut SlurmLab, power: &Path) -> Vec<String> {
+    let mut done = Vec::new();
+    for entry in std::fs::read_dir(power).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        std::fs::remove_file(entry.path()).unwrap();
+        match name.split_once('-') {
+            Some(("off", node)) => lab.power_off(node),
+            Some(("on", node)) => lab.power_on(node),
+            _ => panic!("unexpected power request {name}"),
+        };
+        done.push(name);
+    }
+    done
+}
+
+/// A node's State as `scontrol show node` gives it (`IDLE+POWERED_DOWN`...).
+fn state(lab: &SlurmLab, node: &str) -> String {
+    let line = lab.run_ok("scontrol", &["-o", "show", "node", node]);
+    parse_record(line.trim()).get("State").cloned().unwrap_or_default()
+}
+
+fn states(lab: &SlurmLab) -> Vec<String> {
+    NODES.iter().map(|n| state(lab, n)).collect()
+}
+
+/// Pumps power requests until `done` holds; panics with the logs after `timeout`.
+fn wait_for(
+    lab: &mut SlurmLab,
+    power: &Path,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&SlurmLab) -> bool,
+) {
+    let started = Instant::now();
+    while !done(lab) {
+        pump(lab, power);
+        if started.elapsed() > timeout {
+            panic!(
+                "{what}: not within {timeout:?}; nodes {:?}\n{}\n{}",
+                states(lab),
+                ctld_log(lab),
+                lab.all_logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn ctld_log(lab: &SlurmLab) -> String {
+    std::fs::read_to_string(lab.dir().join("log/ctld.log")).unwrap_or_default()
+}
+
+fn start_ctld(lab: &SlurmLab) -> Child {
+    let log = std::fs::File::create(lab.dir().join("log/ctld.log")).unwrap();
+    Command::new(WATTSON)
+        .args(["ctld", "-c"])
+        .arg(lab.dir().join("etc/wattson.toml"))
+        .env("SLURM_CONF", lab.conf())
+        .env("WATTSON_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+fn powered_down(state: &str) -> bool {
+    state.contains("POWERED_DOWN")
+}
+
+#[test]
+fn ctld_sleeps_idle_nodes_slurm_wakes_them_for_jobs_and_never_a_busy_one() {
+    let (mut lab, power) = lab();
+
+    // Slurm's own idle timer is off: without ctld, idle nodes stay up.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(states(&lab).iter().all(|s| s == "IDLE"), "{:?}", states(&lab));
+    assert!(pump(&mut lab, &power).is_empty());
+
+    // ctld sees no demand: every idle node goes down, by its decision.
+    let mut ctld = start_ctld(&lab);
+    wait_for(&mut lab, &power, "idle nodes powered down", Duration::from_secs(40), |lab| {
+        states(lab).iter().all(|s| powered_down(s))
+    });
+    let log = ctld_log(&lab);
+    assert!(log.contains("power_down_asap") && log.contains("warm set"), "{log}");
+
+    // A job needs a node: Slurm wakes one, the job runs there, and that node is never powered
+    // down while it runs.
+    let submitted = Instant::now();
+    let job = lab.sbatch(&["--gres=gpu:1"], "sleep 6\n").unwrap();
+    wait_for(&mut lab, &power, "job running", Duration::from_secs(60), |lab| {
+        lab.job_info(job).is_some_and(|j| j.state == "RUNNING")
+    });
+    let to_running = submitted.elapsed();
+    let node = lab.job_info(job).unwrap().get("NodeList").to_string();
+    while !lab.job_info(job).unwrap().is_terminal() {
+        let state = state(&lab, &node);
+        assert!(!state.contains("POWER"), "{node} with a running job: {state}\n{}", ctld_log(&lab));
+        pump(&mut lab, &power);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(lab.job_info(job).unwrap().state, "COMPLETED");
+    eprintln!("sbatch to RUNNING on a sleeping cluster: {to_running:?}");
+
+    // With ctld stopped, nothing is powered down and sleeping nodes still wake on demand.
+    let _ = ctld.kill();
+    let _ = ctld.wait();
+    let asleep: Vec<String> =
+        NODES.iter().filter(|n| powered_down(&state(&lab, n))).map(|n| n.to_string()).collect();
+    assert!(!asleep.is_empty(), "{:?}", states(&lab));
+    let two = lab.sbatch(&["--gres=gpu:2", "-N", "3"], "sleep 1\n").unwrap();
+    wait_for(&mut lab, &power, "a three-node job with ctld stopped", Duration::from_secs(90), |lab| {
+        lab.job_info(two).is_some_and(|j| j.is_terminal())
+    });
+    assert_eq!(lab.job_info(two).unwrap().state, "COMPLETED");
+    lab.stop();
+}
+
+#[test]
+fn power_programs_refuse_hostile_hostlists_and_run_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let log = dir.path().join("power.log");
+    let config = dir.path().join("wattson.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[power]\nresume = [\"/usr/bin/touch\", \"{}/{{node}}\"]\nlog = \"{}\"\n",
+            marks.display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    for hostile in ["n[1-100000000]", "n1;touch /tmp/x", "n$(id)", "../etc", "n1`x`"] {
+        let status =
+            Command::new(RESUME).arg(hostile).env_clear().env("WATTSON_CONFIG", &config).status().unwrap();
+        assert!(!status.success(), "{hostile} accepted");
+    }
+    assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0, "an action ran");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(logged.matches("refused hostlist").count(), 5, "{logged}");
+
+    // A good list runs each node's action, never through a shell.
+    let status =
+        Command::new(RESUME).arg("gpu[01-03]").env_clear().env("WATTSON_CONFIG", &config).status().unwrap();
+    assert!(status.success());
+    let mut made: Vec<String> =
+        std::fs::read_dir(&marks).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    made.sort();
+    assert_eq!(made, ["gpu01", "gpu02", "gpu03"]);
+}
