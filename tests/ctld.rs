@@ -15,6 +15,7 @@ const WATTSON: &str = env!("CARGO_BIN_EXE_wattson");
 const SUSPEND: &str = env!("CARGO_BIN_EXE_wattson-suspend");
 const RESUME: &str = env!("CARGO_BIN_EXE_wattson-resume");
 const RESUME_FAIL: &str = env!("CARGO_BIN_EXE_wattson-resume-fail");
+const PROLOG: &str = env!("CARGO_BIN_EXE_wattson-ctld-prolog");
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
@@ -26,6 +27,7 @@ fn power_conf() -> String {
          SuspendProgram={SUSPEND}\n\
          ResumeProgram={RESUME}\n\
          ResumeFailProgram={RESUME_FAIL}\n\
+         PrologSlurmctld={PROLOG}\n\
          SuspendTimeout=3\n\
          ResumeTimeout=20\n\
          SlurmctldParameters=power_save_interval=1\n\
@@ -140,12 +142,20 @@ fn ctld_sleeps_idle_nodes_slurm_wakes_them_for_jobs_and_never_a_busy_one() {
 
     // A job needs a node: Slurm wakes one, the job runs there, and that node is never powered
     // down while it runs.
-    let submitted = Instant::now();
     let job = lab.sbatch(&["--gres=gpu:1"], "sleep 6\n").unwrap();
-    wait_for(&mut lab, &power, "job running", Duration::from_secs(60), |lab| {
-        lab.job_info(job).is_some_and(|j| j.state == "RUNNING")
-    });
-    let to_running = submitted.elapsed();
+    let mut booted = None;
+    let started = Instant::now();
+    while lab.job_info(job).is_none_or(|j| j.state != "RUNNING") {
+        if pump(&mut lab, &power).iter().any(|a| a.starts_with("on-")) {
+            booted.get_or_insert_with(Instant::now);
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "job not running\n{}", lab.all_logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let boot_to_running = booted.expect("Slurm woke a node for the job").elapsed();
+    // PrologSlurmctld (wattson-ctld-prolog) lets the job start as soon as its node is up,
+    // not at slurmctld's next 30 s pass.
+    assert!(boot_to_running < Duration::from_secs(5), "node up to job running: {boot_to_running:?}");
     let node = lab.job_info(job).unwrap().get("NodeList").to_string();
     while !lab.job_info(job).unwrap().is_terminal() {
         let state = state(&lab, &node);
@@ -154,7 +164,7 @@ fn ctld_sleeps_idle_nodes_slurm_wakes_them_for_jobs_and_never_a_busy_one() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(lab.job_info(job).unwrap().state, "COMPLETED");
-    eprintln!("sbatch to RUNNING on a sleeping cluster: {to_running:?}");
+    eprintln!("node powered on to job running: {boot_to_running:?}");
 
     // With ctld stopped, nothing is powered down and sleeping nodes still wake on demand.
     let _ = ctld.kill();

@@ -11,6 +11,8 @@
 pub mod command;
 pub mod hostlist;
 pub mod power;
+pub mod program;
+pub mod prolog;
 pub mod slurm;
 pub mod view;
 

@@ -12,7 +12,6 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use wattson_config::Config;
@@ -20,9 +19,7 @@ use wattson_config::cluster::PowerConfig;
 
 use crate::command;
 use crate::hostlist;
-
-/// A fixed PATH for the programs and their actions.
-const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+use crate::program::{self, PATH};
 
 /// Actions run at once, at most.
 const PARALLEL: usize = 32;
@@ -44,55 +41,6 @@ impl Program {
             Program::Suspend => "suspend",
             Program::Resume => "resume",
             Program::ResumeFail => "resume-fail",
-        }
-    }
-}
-
-/// The configuration the programs read: `$WATTSON_CONFIG`, else `wattson.toml` beside
-/// Slurm's `slurm.conf` (`$SLURM_CONF`), else `/etc/wattson/wattson.toml`.
-pub fn config_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("WATTSON_CONFIG") {
-        return PathBuf::from(path);
-    }
-    if let Some(dir) =
-        std::env::var_os("SLURM_CONF").map(PathBuf::from).and_then(|p| p.parent().map(Path::to_path_buf))
-    {
-        let beside = dir.join("wattson.toml");
-        if beside.is_file() {
-            return beside;
-        }
-    }
-    PathBuf::from(wattson_config::DEFAULT_PATH)
-}
-
-/// Makes the process an ordinary one again: standard streams open (on /dev/null where Slurm
-/// closed them, so no file opened later lands on fd 0-2), no signal blocked or ignored.
-fn reset_process() {
-    // SAFETY: plain system calls on this process's own descriptors and signal state, done
-    // before any thread is started.
-    unsafe {
-        for fd in 0..3 {
-            if libc::fcntl(fd, libc::F_GETFD) == -1 {
-                let opened = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-                if opened >= 0 && opened != fd {
-                    libc::dup2(opened, fd);
-                    libc::close(opened);
-                }
-            }
-        }
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        for signal in [
-            libc::SIGHUP,
-            libc::SIGINT,
-            libc::SIGQUIT,
-            libc::SIGPIPE,
-            libc::SIGTERM,
-            libc::SIGCHLD,
-            libc::SIGALRM,
-        ] {
-            libc::signal(signal, libc::SIG_DFL);
         }
     }
 }
@@ -124,10 +72,8 @@ fn argv(template: &[String], node: &str) -> Vec<String> {
 /// Runs `program` for `hostlist`; the exit status Slurm ignores, so failures are logged (and a
 /// failed resume marks its node down).
 pub fn main(program: Program, hostlist: Option<String>) -> ExitCode {
-    reset_process();
-    // SAFETY: single-threaded at this point.
-    unsafe { std::env::set_var("PATH", PATH) };
-    let path = config_path();
+    program::reset_process();
+    let path = program::config_path();
     let (config, config_error) = match Config::load(&path) {
         Ok(c) => (c.power, None),
         Err(e) => (PowerConfig::default(), Some(e.to_string())),
