@@ -8,7 +8,7 @@ pub mod report;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
-/// Logs to journald when started by systemd, else to stderr; `WATTSON_LOG` sets the level
+/// Logs to journald when started by systemd, else to stderr (coloured only on a terminal); `WATTSON_LOG` sets the level
 /// (default `info`).
 pub fn init_logging() {
     let filter = EnvFilter::try_from_env("WATTSON_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
@@ -16,6 +16,12 @@ pub fn init_logging() {
     let registry = tracing_subscriber::registry().with(filter);
     match journald {
         Some(layer) => registry.with(layer).init(),
-        None => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).init(),
+        None => {
+            // Colours only for a person at a terminal, never in a log file.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            registry
+                .with(tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
+                .init()
+        }
     }
 }

@@ -29,20 +29,21 @@ fn power_conf() -> String {
          ResumeFailProgram={RESUME_FAIL}\n\
          PrologSlurmctld={PROLOG}\n\
          SuspendTimeout=3\n\
-         ResumeTimeout=20\n\
+         ResumeTimeout=10\n\
          SlurmctldParameters=power_save_interval=1\n\
          PartitionName=wattson Nodes=ALL Hidden=YES State=INACTIVE SuspendTime=31536000\n"
     )
 }
 
-/// A lab, its power-request directory, and the wattson.toml beside its slurm.conf.
-fn lab() -> (SlurmLab, PathBuf) {
+/// A lab, its power-request directory, and the wattson.toml beside its slurm.conf (with
+/// `ctld` added to its `[ctld]` table).
+fn lab(ctld: &str) -> (SlurmLab, PathBuf) {
     let nodes = NODES.iter().map(|n| LabNode::new(n, 2, "h100")).collect();
     let lab = SlurmLab::start(LabOptions { nodes, extra_conf: power_conf(), ..Default::default() });
     let power = lab.dir().join("power");
     std::fs::create_dir(&power).unwrap();
     let toml = format!(
-        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nboot_time = \"2s\"\nshutdown_time = \"1s\"\n\
+        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nboot_time = \"2s\"\nshutdown_time = \"1s\"\n{ctld}\n\
          [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
          timeout = \"10s\"\nlog = \"{log}\"\n",
         p = power.display(),
@@ -54,10 +55,19 @@ fn lab() -> (SlurmLab, PathBuf) {
 
 /// Carries out the power actions Slurm's programs asked for; returns them ("off-n2", ...).
 fn pump(lab: &mut SlurmLab, power: &Path) -> Vec<String> {
+    pump_some(lab, power, &mut |_| true)
+}
+
+/// Like [`pump`], but a power-on that `honor` refuses never happens (a node that does not
+/// come up); returns the actions carried out.
+fn pump_some(lab: &mut SlurmLab, power: &Path, honor: &mut dyn FnMut(&str) -> bool) -> Vec<String> {
     let mut done = Vec::new();
     for entry in std::fs::read_dir(power).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         std::fs::remove_file(entry.path()).unwrap();
+        if !honor(&name) {
+            continue;
+        }
         match name.split_once('-') {
             Some(("off", node)) => lab.power_off(node),
             Some(("on", node)) => lab.power_on(node),
@@ -125,7 +135,7 @@ fn powered_down(state: &str) -> bool {
 
 #[test]
 fn ctld_sleeps_idle_nodes_slurm_wakes_them_for_jobs_and_never_a_busy_one() {
-    let (mut lab, power) = lab();
+    let (mut lab, power) = lab("");
 
     // Slurm's own idle timer is off: without ctld, idle nodes stay up.
     std::thread::sleep(Duration::from_secs(4));
@@ -213,4 +223,91 @@ fn power_programs_refuse_hostile_hostlists_and_run_nothing() {
         std::fs::read_dir(&marks).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     made.sort();
     assert_eq!(made, ["gpu01", "gpu02", "gpu03"]);
+}
+
+#[test]
+fn a_failed_resume_is_retried_into_service_or_left_down_with_a_wattson_reason() {
+    let (mut lab, power) = lab("resume_retries = 1\nresume_retry_pause = \"1s\"");
+    let mut ctld = start_ctld(&lab);
+    wait_for(&mut lab, &power, "idle nodes powered down", Duration::from_secs(40), |lab| {
+        states(lab).iter().all(|s| powered_down(s))
+    });
+
+    // The node Slurm wakes for a job never comes up: Slurm marks it down at ResumeTimeout,
+    // ctld powers it up once more (still nothing), then leaves it down with its own reason.
+    let first = lab.sbatch(&["--gres=gpu:1"], "sleep 1\n").unwrap();
+    let mut dead = None;
+    let started = Instant::now();
+    let gave_up = loop {
+        pump_some(&mut lab, &power, &mut |action| {
+            let node = action.strip_prefix("on-").map(str::to_string);
+            match (&dead, node) {
+                (None, Some(node)) => {
+                    dead = Some(node);
+                    false
+                }
+                (Some(d), Some(node)) => *d != node,
+                (_, None) => true,
+            }
+        });
+        if let Some(node) = &dead {
+            let record = parse_record(lab.run_ok("scontrol", &["-o", "show", "node", node]).trim());
+            if record.get("Reason").is_some_and(|r| r.starts_with("wattson: resume failed after retries")) {
+                break node.clone();
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "never gave up: {:?}\n{}",
+            states(&lab),
+            ctld_log(&lab)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let log = ctld_log(&lab);
+    assert!(log.contains("powering it up again") && log.contains("stays down for an administrator"), "{log}");
+    assert!(state(&lab, &gave_up).starts_with("DOWN"), "{}", state(&lab, &gave_up));
+    lab.run_ok("scancel", &[&first.to_string()]);
+
+    // A node that fails its first resume only (powered up as an administrator would): ctld's
+    // retry brings it into service.
+    let node = NODES
+        .iter()
+        .find(|n| **n != gave_up && powered_down(&state(&lab, n)))
+        .expect("a sleeping node")
+        .to_string();
+    lab.run_ok("scontrol", &["update", &format!("nodename={node}"), "state=power_up"]);
+    let mut refused = false;
+    let started = Instant::now();
+    loop {
+        let on = format!("on-{node}");
+        pump_some(&mut lab, &power, &mut |action| {
+            if action == on && !refused {
+                refused = true;
+                return false;
+            }
+            true
+        });
+        let now = state(&lab, &node);
+        let retried = ctld_log(&lab)
+            .lines()
+            .any(|l| l.contains("powering it up again") && l.contains(&format!("node={node}")));
+        if retried
+            && !now.starts_with("DOWN")
+            && !now.contains("POWERING_UP")
+            && !now.contains("NOT_RESPONDING")
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{node} not back in service: {now}\n{}",
+            ctld_log(&lab)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(refused);
+    let _ = ctld.kill();
+    let _ = ctld.wait();
+    lab.stop();
 }

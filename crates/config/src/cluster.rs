@@ -42,6 +42,13 @@ pub struct CtldConfig {
     /// Average draw while shutting down, W.
     #[serde(default = "default_shutdown_w", deserialize_with = "watts")]
     pub shutdown_w: f64,
+    /// How many times a node whose resume failed is powered up again before it is left down
+    /// for an administrator (0 to 20).
+    #[serde(default = "default_resume_retries", deserialize_with = "resume_retries")]
+    pub resume_retries: u32,
+    /// Pause before the first retry; each further one waits twice as long (1s to 1h).
+    #[serde(default = "default_resume_retry_pause", deserialize_with = "transition")]
+    pub resume_retry_pause: Duration,
 }
 
 impl Default for CtldConfig {
@@ -57,6 +64,8 @@ impl Default for CtldConfig {
             boot_w: default_boot_w(),
             shutdown_time: default_shutdown_time(),
             shutdown_w: default_shutdown_w(),
+            resume_retries: default_resume_retries(),
+            resume_retry_pause: default_resume_retry_pause(),
         }
     }
 }
@@ -110,6 +119,12 @@ fn default_shutdown_time() -> Duration {
 fn default_shutdown_w() -> f64 {
     300.0
 }
+fn default_resume_retries() -> u32 {
+    3
+}
+fn default_resume_retry_pause() -> Duration {
+    Duration::from_secs(60)
+}
 fn default_action_timeout() -> Duration {
     Duration::from_secs(60)
 }
@@ -125,6 +140,11 @@ fn forecast_window<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
 }
 fn transition<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::from_secs(1), Duration::from_secs(3600))
+}
+
+fn resume_retries<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n <= 20 { Ok(n) } else { Err(serde::de::Error::custom(format!("{n} retries: allowed 0 to 20"))) }
 }
 
 fn watts<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {

@@ -13,17 +13,19 @@ pub mod hostlist;
 pub mod power;
 pub mod program;
 pub mod prolog;
+pub mod retry;
 pub mod slurm;
 pub mod view;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use wattson_config::Config;
 use wattson_engine::cluster::{self, Policy, PolicyKind, Snapshot, Tuning};
 
-use crate::slurm::Slurm;
+use crate::retry::{Retries, Verdict};
+use crate::slurm::{Node, Power, Slurm};
 use crate::view::Memory;
 
 /// The controller: its configuration, Slurm, and what it remembers between loops.
@@ -31,6 +33,7 @@ pub struct Ctld {
     config: Config,
     slurm: Slurm,
     memory: Memory,
+    retries: Retries,
 }
 
 /// What one loop asked of Slurm.
@@ -40,13 +43,18 @@ pub struct Done {
     pub powered_down: Vec<String>,
     /// Nodes asked to power up.
     pub powered_up: Vec<String>,
+    /// Nodes whose resume failed, powered up again.
+    pub retried: Vec<String>,
+    /// Nodes whose resume failed too often, left down for an administrator.
+    pub gave_up: Vec<String>,
 }
 
 impl Ctld {
     /// A controller for `config`.
     pub fn new(config: Config) -> Ctld {
         let slurm = Slurm::new(config.ctld.command_timeout);
-        Ctld { config, slurm, memory: Memory::default() }
+        let retries = Retries::new(config.ctld.resume_retries, config.ctld.resume_retry_pause.as_secs_f64());
+        Ctld { config, slurm, memory: Memory::default(), retries }
     }
 
     /// One loop: read Slurm, decide, act.
@@ -86,7 +94,12 @@ impl Ctld {
                 .map(|&i| nodes[i as usize].name.clone())
                 .collect()
         };
-        let done = Done { powered_down: names(&actions.power_down), powered_up: names(&actions.power_up) };
+        let mut done = Done {
+            powered_down: names(&actions.power_down),
+            powered_up: names(&actions.power_up),
+            ..Done::default()
+        };
+        self.failed_resumes(&nodes, now, &mut done);
         let idle = view.nodes.iter().filter(|n| n.idle_since.is_finite()).count();
         if !done.powered_down.is_empty() {
             info!(nodes = ?done.powered_down, warm_target = warm, idle, queued = view.queued.len(),
@@ -99,6 +112,38 @@ impl Ctld {
             self.slurm.update_nodes(&done.powered_up, &["state=power_up"])?;
         }
         Ok(done)
+    }
+
+    /// Powers up again the nodes whose resume failed, or gives up on them, as [`Retries`] says.
+    fn failed_resumes(&mut self, nodes: &[Node], now: f64, done: &mut Done) {
+        for node in nodes {
+            if !node.resume_failed() {
+                if node.power == Power::On && node.base != "DOWN" {
+                    self.retries.recovered(&node.name);
+                }
+                continue;
+            }
+            let name = std::slice::from_ref(&node.name);
+            match self.retries.failed(&node.name, now) {
+                Verdict::Wait => {}
+                Verdict::Retry(n) => {
+                    warn!(node = %node.name, reason = %node.reason, try_ = n, "resume failed: powering it up again");
+                    match self.slurm.update_nodes(name, &["state=power_up"]) {
+                        Ok(()) => done.retried.push(node.name.clone()),
+                        Err(e) => warn!(node = %node.name, error = %e, "cannot power the node up again"),
+                    }
+                }
+                Verdict::GiveUp(n) => {
+                    error!(node = %node.name, reason = %node.reason, tries = n,
+                        "resume failed after every retry: the node stays down for an administrator");
+                    let reason = format!("reason={}", slurm::GAVE_UP);
+                    match self.slurm.update_nodes(name, &["state=down", &reason]) {
+                        Ok(()) => done.gave_up.push(node.name.clone()),
+                        Err(e) => warn!(node = %node.name, error = %e, "cannot set the node's reason"),
+                    }
+                }
+            }
+        }
     }
 
     /// Loops until the process is stopped; a failed loop is logged and the next one tried.

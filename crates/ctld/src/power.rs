@@ -20,6 +20,7 @@ use wattson_config::cluster::PowerConfig;
 use crate::command;
 use crate::hostlist;
 use crate::program::{self, PATH};
+use crate::slurm;
 
 /// Actions run at once, at most.
 const PARALLEL: usize = 32;
@@ -138,7 +139,7 @@ pub fn main(program: Program, hostlist: Option<String>) -> ExitCode {
             "update",
             &format!("nodename={}", hostlist::join(&failed)),
             "state=down",
-            "reason=wattson: resume action failed",
+            &format!("reason={}", slurm::RESUME_FAILED),
         ]);
         if let Err(e) = command::run(&mut scontrol, config.timeout) {
             log(&config, program, &format!("cannot mark {} down: {e}", hostlist::join(&failed)));

@@ -14,6 +14,12 @@ use crate::hostlist;
 /// time limit.
 pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l";
 
+/// The reason wattson's resume program gives a node whose power action failed.
+pub const RESUME_FAILED: &str = "wattson: resume action failed";
+
+/// The reason a node keeps once the controller gave up resuming it.
+pub const GAVE_UP: &str = "wattson: resume failed after retries";
+
 /// A node's power as Slurm reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Power {
@@ -67,6 +73,13 @@ impl Node {
         self.base == "DOWN"
             || self.base == "FUTURE"
             || self.flags.iter().any(|f| held.contains(&f.as_str())) && !ours
+    }
+
+    /// Whether the node is down because its resume failed (Slurm's `ResumeTimeout`, or
+    /// wattson's resume program saw the power action fail): the controller's to retry.
+    pub fn resume_failed(&self) -> bool {
+        self.base == "DOWN"
+            && (self.reason.starts_with("ResumeTimeout reached") || self.reason.starts_with(RESUME_FAILED))
     }
 
     /// Whether no job holds any of the node.
