@@ -164,6 +164,10 @@ fn each_crate_links_only_what_its_layer_allows() {
     }
     let plugins = violations(&g, &PLUGIN_CRATES, &NOT_IN_PLUGINS);
     assert!(plugins.is_empty(), "the Slurm plugins must stay small and synchronous:\n{}", plugins.join("\n"));
+    // The controller and the programs Slurm runs for it: plain blocking processes, no GPU,
+    // no database, no async runtime.
+    let ctld = violations(&g, &["wattson-ctld"], &NOT_IN_PLUGINS);
+    assert!(ctld.is_empty(), "wattson-ctld must stay a plain synchronous program:\n{}", ctld.join("\n"));
     let pure = violations(&g, &PURE_CRATES, &NOT_IN_PURE);
     assert!(pure.is_empty(), "the engine and the types must do no I/O:\n{}", pure.join("\n"));
 }
