@@ -20,9 +20,12 @@ pub fn run(config: Config, args: CtldArgs) -> Result<(), String> {
     crate::init_logging();
     let mut ctld = wattson_ctld::Ctld::new(config);
     if args.once {
-        let done = ctld.step()?;
-        println!("power_down_asap: {}", done.powered_down.join(","));
-        println!("power_up: {}", done.powered_up.join(","));
+        let plan = ctld.step()?;
+        let names = |v: &[(String, u32)]| v.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(",");
+        println!("power_down_asap: {}", plan.power_down.join(","));
+        println!("power_up: {}", plan.power_up.join(","));
+        println!("resume retried: {}", names(&plan.retry));
+        println!("resume given up: {}", names(&plan.give_up));
         return Ok(());
     }
     ctld.run();

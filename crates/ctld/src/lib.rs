@@ -2,11 +2,12 @@
 //! machinery. Each loop reads Slurm's state with its public commands, asks the engine
 //! ([`wattson_engine::cluster::decide`]) what to do, and asks Slurm to do it: idle nodes beyond
 //! the warm set `power_down_asap` (a node that gets a job meanwhile is drained, never killed),
-//! nodes the forecast needs `power_up`. Slurm's idle timer stays off; Slurm still wakes sleeping
-//! nodes for the jobs it places on them, with or without this service.
+//! nodes the forecast needs `power_up`, nodes whose resume failed `power_up` again a few times.
+//! Slurm's idle timer stays off; Slurm still wakes sleeping nodes for the jobs it places on
+//! them, with or without this service.
 //!
-//! Also the power programs Slurm runs (`SuspendProgram`, `ResumeProgram`,
-//! `ResumeFailProgram`): [`power`].
+//! [`Planner`] is the decision, pure given Slurm's output and the time; [`Ctld`] adds the
+//! commands. Also the programs Slurm runs: [`power`], [`prolog`].
 
 pub mod command;
 pub mod hostlist;
@@ -25,46 +26,47 @@ use wattson_config::Config;
 use wattson_engine::cluster::{self, Policy, PolicyKind, Snapshot, Tuning};
 
 use crate::retry::{Retries, Verdict};
-use crate::slurm::{Node, Power, Slurm};
+use crate::slurm::{Job, Node, Power, Slurm};
 use crate::view::Memory;
 
-/// The controller: its configuration, Slurm, and what it remembers between loops.
-pub struct Ctld {
+/// What one loop asks of Slurm, and why.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Nodes to power down.
+    pub power_down: Vec<String>,
+    /// Nodes to power up ahead of demand.
+    pub power_up: Vec<String>,
+    /// Nodes whose resume failed, to power up again, with the try number.
+    pub retry: Vec<(String, u32)>,
+    /// Nodes whose resume failed too often, to leave down for an administrator.
+    pub give_up: Vec<(String, u32)>,
+    /// Idle nodes the arrival forecast wants kept on.
+    pub warm_target: usize,
+    /// Idle powered-on nodes seen.
+    pub idle: usize,
+    /// Jobs waiting for resources.
+    pub queued: usize,
+}
+
+/// The controller's decisions: the configuration, and what it remembers between loops.
+pub struct Planner {
     config: Config,
-    slurm: Slurm,
     memory: Memory,
     retries: Retries,
 }
 
-/// What one loop asked of Slurm.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Done {
-    /// Nodes asked to power down.
-    pub powered_down: Vec<String>,
-    /// Nodes asked to power up.
-    pub powered_up: Vec<String>,
-    /// Nodes whose resume failed, powered up again.
-    pub retried: Vec<String>,
-    /// Nodes whose resume failed too often, left down for an administrator.
-    pub gave_up: Vec<String>,
-}
-
-impl Ctld {
-    /// A controller for `config`.
-    pub fn new(config: Config) -> Ctld {
-        let slurm = Slurm::new(config.ctld.command_timeout);
+impl Planner {
+    /// A planner for `config`.
+    pub fn new(config: Config) -> Planner {
         let retries = Retries::new(config.ctld.resume_retries, config.ctld.resume_retry_pause.as_secs_f64());
-        Ctld { config, slurm, memory: Memory::default(), retries }
+        Planner { config, memory: Memory::default(), retries }
     }
 
-    /// One loop: read Slurm, decide, act.
-    pub fn step(&mut self) -> Result<Done, String> {
-        let nodes = self.slurm.nodes()?;
-        let jobs = self.slurm.jobs()?;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    /// What to ask of Slurm, given its nodes and jobs at `now` (Unix s).
+    pub fn plan(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> Plan {
         let c = &self.config.ctld;
         let window_s = c.forecast_window.as_secs_f64();
-        let view = self.memory.view(now, window_s, c.gpu_idle_w, &nodes, &jobs);
+        let view = self.memory.view(now, window_s, c.gpu_idle_w, nodes, jobs);
         let snapshot = Snapshot {
             now,
             utc_offset_s: 0,
@@ -83,9 +85,8 @@ impl Ctld {
             kind: PolicyKind::Wattson,
             tuning: Tuning { forecast_window_s: window_s, ..Tuning::default() },
         };
-        let warm = cluster::power::warm_target(&policy, &snapshot);
         let actions = cluster::decide(&policy, &snapshot);
-        // The engine only picks idle powered nodes to power down and sleeping ones to boot;
+        // The engine picks only idle powered nodes to power down and sleeping ones to boot;
         // nodes an administrator holds were shown to it as busy.
         let names = |indices: &[u32]| -> Vec<String> {
             indices
@@ -94,28 +95,14 @@ impl Ctld {
                 .map(|&i| nodes[i as usize].name.clone())
                 .collect()
         };
-        let mut done = Done {
-            powered_down: names(&actions.power_down),
-            powered_up: names(&actions.power_up),
-            ..Done::default()
+        let mut plan = Plan {
+            power_down: names(&actions.power_down),
+            power_up: names(&actions.power_up),
+            warm_target: cluster::power::warm_target(&policy, &snapshot),
+            idle: view.nodes.iter().filter(|n| n.idle_since.is_finite()).count(),
+            queued: view.queued.len(),
+            ..Plan::default()
         };
-        self.failed_resumes(&nodes, now, &mut done);
-        let idle = view.nodes.iter().filter(|n| n.idle_since.is_finite()).count();
-        if !done.powered_down.is_empty() {
-            info!(nodes = ?done.powered_down, warm_target = warm, idle, queued = view.queued.len(),
-                "power_down_asap: idle beyond the warm set the arrival forecast needs");
-            self.slurm.update_nodes(&done.powered_down, &["state=power_down_asap"])?;
-        }
-        if !done.powered_up.is_empty() {
-            info!(nodes = ?done.powered_up, warm_target = warm, idle, queued = view.queued.len(),
-                "power_up: the arrival forecast needs more warm nodes");
-            self.slurm.update_nodes(&done.powered_up, &["state=power_up"])?;
-        }
-        Ok(done)
-    }
-
-    /// Powers up again the nodes whose resume failed, or gives up on them, as [`Retries`] says.
-    fn failed_resumes(&mut self, nodes: &[Node], now: f64, done: &mut Done) {
         for node in nodes {
             if !node.resume_failed() {
                 if node.power == Power::On && node.base != "DOWN" {
@@ -123,38 +110,81 @@ impl Ctld {
                 }
                 continue;
             }
-            let name = std::slice::from_ref(&node.name);
             match self.retries.failed(&node.name, now) {
                 Verdict::Wait => {}
-                Verdict::Retry(n) => {
-                    warn!(node = %node.name, reason = %node.reason, try_ = n, "resume failed: powering it up again");
-                    match self.slurm.update_nodes(name, &["state=power_up"]) {
-                        Ok(()) => done.retried.push(node.name.clone()),
-                        Err(e) => warn!(node = %node.name, error = %e, "cannot power the node up again"),
-                    }
-                }
-                Verdict::GiveUp(n) => {
-                    error!(node = %node.name, reason = %node.reason, tries = n,
-                        "resume failed after every retry: the node stays down for an administrator");
-                    let reason = format!("reason={}", slurm::GAVE_UP);
-                    match self.slurm.update_nodes(name, &["state=down", &reason]) {
-                        Ok(()) => done.gave_up.push(node.name.clone()),
-                        Err(e) => warn!(node = %node.name, error = %e, "cannot set the node's reason"),
-                    }
-                }
+                Verdict::Retry(n) => plan.retry.push((node.name.clone(), n)),
+                Verdict::GiveUp(n) => plan.give_up.push((node.name.clone(), n)),
             }
         }
+        plan
+    }
+}
+
+/// The controller: its planner and Slurm.
+pub struct Ctld {
+    planner: Planner,
+    slurm: Slurm,
+    interval: Duration,
+}
+
+impl Ctld {
+    /// A controller for `config`.
+    pub fn new(config: Config) -> Ctld {
+        let slurm = Slurm::new(config.ctld.command_timeout);
+        let interval = config.ctld.interval;
+        Ctld { planner: Planner::new(config), slurm, interval }
+    }
+
+    /// One loop: read Slurm, plan, act. Returns the plan it carried out.
+    pub fn step(&mut self) -> Result<Plan, String> {
+        let nodes = self.slurm.nodes()?;
+        let jobs = self.slurm.jobs()?;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        let plan = self.planner.plan(&nodes, &jobs, now);
+        self.act(&plan)?;
+        Ok(plan)
+    }
+
+    /// Asks Slurm for what `plan` says, logging each decision with its reason.
+    fn act(&self, plan: &Plan) -> Result<(), String> {
+        let (warm_target, idle, queued) = (plan.warm_target, plan.idle, plan.queued);
+        for (node, n) in &plan.retry {
+            warn!(node = %node, try_ = n, "resume failed: powering it up again");
+            if let Err(e) = self.slurm.update_nodes(std::slice::from_ref(node), &["state=power_up"]) {
+                warn!(node = %node, error = %e, "cannot power the node up again");
+            }
+        }
+        for (node, n) in &plan.give_up {
+            error!(node = %node, tries = n, "resume failed after every retry: the node stays down for an administrator");
+            let reason = format!("reason={}", slurm::GAVE_UP);
+            if let Err(e) = self.slurm.update_nodes(std::slice::from_ref(node), &["state=down", &reason]) {
+                warn!(node = %node, error = %e, "cannot set the node's reason");
+            }
+        }
+        if !plan.power_down.is_empty() {
+            info!(nodes = ?plan.power_down, warm_target, idle, queued,
+                "power_down_asap: idle beyond the warm set the arrival forecast needs");
+            self.slurm.update_nodes(&plan.power_down, &["state=power_down_asap"])?;
+        }
+        if !plan.power_up.is_empty() {
+            info!(nodes = ?plan.power_up, warm_target, idle, queued,
+                "power_up: the arrival forecast needs more warm nodes");
+            self.slurm.update_nodes(&plan.power_up, &["state=power_up"])?;
+        }
+        Ok(())
     }
 
     /// Loops until the process is stopped; a failed loop is logged and the next one tried.
     pub fn run(mut self) {
-        let every = self.config.ctld.interval;
-        info!(interval = ?every, "wattson ctld running");
+        info!(interval = ?self.interval, "wattson ctld running");
         loop {
             if let Err(e) = self.step() {
-                warn!(error = %e, "loop failed; nothing done, retrying next loop");
+                warn!(error = %e, "loop failed; retrying next loop");
             }
-            std::thread::sleep(every.max(Duration::from_millis(100)));
+            std::thread::sleep(self.interval);
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

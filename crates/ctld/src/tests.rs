@@ -1,0 +1,60 @@
+//! The planner on Slurm output: what it may and may not ask for.
+
+use super::*;
+use crate::slurm::{parse_jobs, parse_nodes};
+
+const NOW: f64 = 1_795_500_000.0;
+
+fn node(name: &str, state: &str, used: u32, extra: &str) -> String {
+    let cpus = if used > 0 { 1 } else { 0 };
+    format!(
+        "NodeName={name} CPUAlloc={cpus} Gres=gpu:h100:4 GresUsed=gpu:h100:{used}(IDX:N/A) State={state} {extra}\n"
+    )
+}
+
+#[test]
+fn idle_nodes_sleep_busy_and_admin_held_ones_never() {
+    let text = node("busy", "MIXED", 2, "")
+        + &node("idle", "IDLE", 0, "")
+        + &node("drained", "IDLE+DRAIN", 0, "Reason=disk [root@2026-11-23T10:00:00]")
+        + &node("reserved", "IDLE+RESERVED", 0, "")
+        + &node("down", "DOWN", 0, "Reason=bad [root@2026-11-23T10:00:00]")
+        + &node("asleep", "IDLE+POWERED_DOWN", 0, "");
+    let nodes = parse_nodes(&text).unwrap();
+    let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00\n").unwrap();
+    let plan = Planner::new(Config::default()).plan(&nodes, &jobs, NOW);
+    assert_eq!(plan.power_down, ["idle"], "{plan:?}");
+    assert!(plan.power_up.is_empty() && plan.retry.is_empty() && plan.give_up.is_empty(), "{plan:?}");
+}
+
+#[test]
+fn a_queue_boots_a_sleeping_node_and_a_failed_resume_is_retried_then_given_up() {
+    let mut config = Config::default();
+    config.ctld.resume_retries = 1;
+    config.ctld.resume_retry_pause = Duration::from_secs(10);
+    let mut planner = Planner::new(config);
+    let nodes =
+        parse_nodes(&(node("n1", "IDLE+POWERED_DOWN", 0, "") + &node("n2", "IDLE+POWERED_DOWN", 0, "")))
+            .unwrap();
+    let queued = parse_jobs("9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00\n").unwrap();
+    let plan = planner.plan(&nodes, &queued, NOW);
+    assert_eq!(plan.power_up.len(), 1, "{plan:?}");
+    assert!(plan.power_down.is_empty());
+
+    let failed = |reason: &str| {
+        parse_nodes(&node(
+            "n1",
+            "DOWN+POWERED_DOWN+NOT_RESPONDING",
+            0,
+            &format!("Reason={reason} [slurm@2026-11-23T10:00:00]"),
+        ))
+        .unwrap()
+    };
+    let timed_out = failed("ResumeTimeout reached");
+    assert!(planner.plan(&timed_out, &[], NOW).retry.is_empty(), "a pause before the first retry");
+    assert_eq!(planner.plan(&timed_out, &[], NOW + 10.0).retry, [("n1".to_string(), 1)]);
+    assert_eq!(planner.plan(&failed(slurm::RESUME_FAILED), &[], NOW + 40.0).give_up, [("n1".to_string(), 1)]);
+    // Once given up, the node is an administrator's: nothing more is asked.
+    let plan = planner.plan(&failed(slurm::GAVE_UP), &[], NOW + 100.0);
+    assert!(plan.retry.is_empty() && plan.give_up.is_empty() && plan.power_up.is_empty(), "{plan:?}");
+}
