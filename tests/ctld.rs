@@ -311,3 +311,59 @@ fn a_failed_resume_is_retried_into_service_or_left_down_with_a_wattson_reason() 
     let _ = ctld.wait();
     lab.stop();
 }
+
+#[test]
+fn slurm_places_jobs_by_the_weights_ctld_sets_again_after_a_reconfigure() {
+    // No power saving here: ctld only ranks nodes.
+    let nodes = NODES.iter().map(|n| LabNode::new(n, 2, "h100")).collect();
+    let lab = SlurmLab::start(LabOptions { nodes, ..Default::default() });
+    std::fs::write(lab.dir().join("etc/wattson.toml"), "[ctld]\ninterval = \"1s\"\nmanage_power = false\n")
+        .unwrap();
+    let node_of = |lab: &SlurmLab, job: u32| {
+        let started = Instant::now();
+        loop {
+            let info = lab.job_info(job).unwrap();
+            if info.state == "RUNNING" || info.is_terminal() {
+                return info.get("NodeList").to_string();
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "{info:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let weight = |lab: &SlurmLab, node: &str| -> u32 {
+        let line = lab.run_ok("scontrol", &["-o", "show", "node", node]);
+        parse_record(line.trim())["Weight"].parse().unwrap()
+    };
+    // n1 holds a CPU-only job, n2 a 1-GPU job: both have one CPU free, n2 only one GPU.
+    let cpu_only = lab.sbatch(&["-c", "1", "-w", "n1"], "sleep 120\n").unwrap();
+    let one_gpu = lab.sbatch(&["-c", "1", "--gres=gpu:1", "-w", "n2"], "sleep 120\n").unwrap();
+    assert_eq!((node_of(&lab, cpu_only), node_of(&lab, one_gpu)), ("n1".to_string(), "n2".to_string()));
+    // Slurm's own order puts a 1-GPU job on n1, leaving two half-used GPU nodes.
+    let plain = lab.sbatch(&["-c", "1", "--gres=gpu:1"], "sleep 1\n").unwrap();
+    assert_eq!(node_of(&lab, plain), "n1");
+    lab.wait_job(plain, Duration::from_secs(30));
+
+    let mut ctld = start_ctld(&lab);
+    let settled =
+        |lab: &SlurmLab| weight(lab, "n2") < weight(lab, "n1") && weight(lab, "n2") < weight(lab, "n3");
+    let started = Instant::now();
+    while !settled(&lab) {
+        assert!(started.elapsed() < Duration::from_secs(20), "weights not set\n{}", ctld_log(&lab));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Best fit on GPUs: the next 1-GPU job fills n2.
+    let packed = lab.sbatch(&["-c", "1", "--gres=gpu:1"], "sleep 1\n").unwrap();
+    assert_eq!(node_of(&lab, packed), "n2", "{}", ctld_log(&lab));
+
+    // A reconfigure drops the weights to slurm.conf's; the next loops set them again.
+    lab.reconfigure();
+    let started = Instant::now();
+    while !settled(&lab) {
+        assert!(started.elapsed() < Duration::from_secs(20), "weights not set again\n{}", ctld_log(&lab));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = ctld.kill();
+    let _ = ctld.wait();
+    lab.run_ok("scancel", &[&cpu_only.to_string(), &one_gpu.to_string()]);
+    lab.stop();
+}

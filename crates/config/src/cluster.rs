@@ -12,6 +12,13 @@ use crate::duration_in;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CtldConfig {
+    /// Power nodes down and up (`false`: leave node power to Slurm and the administrator).
+    #[serde(default = "default_true")]
+    pub manage_power: bool,
+    /// Set node weights so that Slurm places jobs as the policy ranks nodes (best fit on
+    /// powered nodes); they replace `Weight=` from slurm.conf while ctld runs.
+    #[serde(default = "default_true")]
+    pub weights: bool,
     /// How often Slurm's state is read and the policy asked (1s to 1h).
     #[serde(default = "default_interval", deserialize_with = "interval")]
     pub interval: Duration,
@@ -54,6 +61,8 @@ pub struct CtldConfig {
 impl Default for CtldConfig {
     fn default() -> Self {
         CtldConfig {
+            manage_power: true,
+            weights: true,
             interval: default_interval(),
             command_timeout: default_command_timeout(),
             forecast_window: default_forecast_window(),
@@ -89,6 +98,9 @@ pub struct PowerConfig {
     pub log: Option<PathBuf>,
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_interval() -> Duration {
     Duration::from_secs(10)
 }

@@ -40,6 +40,8 @@ pub struct Plan {
     pub retry: Vec<(String, u32)>,
     /// Nodes whose resume failed too often, to leave down for an administrator.
     pub give_up: Vec<(String, u32)>,
+    /// New node weights, for the nodes whose weight differs: (weight, nodes).
+    pub weights: Vec<(u32, Vec<String>)>,
     /// Idle nodes the arrival forecast wants kept on.
     pub warm_target: usize,
     /// Idle powered-on nodes seen.
@@ -95,15 +97,25 @@ impl Planner {
                 .map(|&i| nodes[i as usize].name.clone())
                 .collect()
         };
+        let power = c.manage_power;
         let mut plan = Plan {
-            power_down: names(&actions.power_down),
-            power_up: names(&actions.power_up),
+            power_down: if power { names(&actions.power_down) } else { Vec::new() },
+            power_up: if power { names(&actions.power_up) } else { Vec::new() },
             warm_target: cluster::power::warm_target(&policy, &snapshot),
             idle: view.nodes.iter().filter(|n| n.idle_since.is_finite()).count(),
             queued: view.queued.len(),
             ..Plan::default()
         };
-        for node in nodes {
+        if let Some(weights) = cluster::placement::node_weights(&policy, &snapshot).filter(|_| c.weights) {
+            let mut changed: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+            for (i, node) in nodes.iter().enumerate() {
+                if view.managed[i] && node.weight != weights[i] {
+                    changed.entry(weights[i]).or_default().push(node.name.clone());
+                }
+            }
+            plan.weights = changed.into_iter().collect();
+        }
+        for node in nodes.iter().filter(|_| power) {
             if !node.resume_failed() {
                 if node.power == Power::On && node.base != "DOWN" {
                     self.retries.recovered(&node.name);
@@ -160,6 +172,11 @@ impl Ctld {
             if let Err(e) = self.slurm.update_nodes(std::slice::from_ref(node), &["state=down", &reason]) {
                 warn!(node = %node, error = %e, "cannot set the node's reason");
             }
+        }
+        for (weight, nodes) in &plan.weights {
+            // Slurm drops these on reconfigure and restart: set again by the next loop.
+            info!(nodes = ?nodes, weight, "weight: placement follows the policy's ranking (best fit on powered nodes)");
+            self.slurm.update_nodes(nodes, &[&format!("weight={weight}")])?;
         }
         if !plan.power_down.is_empty() {
             info!(nodes = ?plan.power_down, warm_target, idle, queued,

@@ -50,6 +50,8 @@ pub struct Node {
     pub alloc_gpus: Option<u32>,
     /// CPUs allocated to jobs.
     pub alloc_cpus: u32,
+    /// Scheduling weight (Slurm places jobs on the lowest first).
+    pub weight: u32,
     /// Reason, if any (without the `[user@time]` suffix).
     pub reason: String,
 }
@@ -221,6 +223,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
             gpus: f.get("Gres").map_or(0, |g| gres_gpus(g)),
             alloc_gpus,
             alloc_cpus: f.get("CPUAlloc").and_then(|c| c.parse().ok()).unwrap_or(0),
+            weight: f.get("Weight").and_then(|w| w.parse().ok()).unwrap_or(1),
             name,
             base,
             flags,

@@ -24,6 +24,10 @@ fn idle_nodes_sleep_busy_and_admin_held_ones_never() {
     let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00\n").unwrap();
     let plan = Planner::new(Config::default()).plan(&nodes, &jobs, NOW);
     assert_eq!(plan.power_down, ["idle"], "{plan:?}");
+    // Weights for the nodes wattson manages only (all at Slurm's default 1 so far).
+    let weighted: Vec<&str> = plan.weights.iter().flat_map(|(_, n)| n.iter().map(String::as_str)).collect();
+    assert_eq!(weighted.len(), 3, "{plan:?}");
+    assert!(["busy", "idle", "asleep"].iter().all(|n| weighted.contains(n)), "{plan:?}");
     assert!(plan.power_up.is_empty() && plan.retry.is_empty() && plan.give_up.is_empty(), "{plan:?}");
 }
 

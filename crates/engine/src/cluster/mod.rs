@@ -12,6 +12,7 @@
 
 pub mod budget;
 pub mod levels;
+pub mod placement;
 pub mod power;
 
 use serde::{Deserialize, Serialize};

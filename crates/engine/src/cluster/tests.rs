@@ -224,3 +224,31 @@ fn the_budget_sheds_power_within_bounds_and_gates_starts() {
     s.budget_w = Some(1000.0);
     assert_eq!(decide(&p, &s).release, vec![5]);
 }
+
+#[test]
+fn node_weights_make_slurm_pick_the_packed_node() {
+    // Slurm gives a job the lowest-weight node that fits: with these weights a 2-GPU job goes
+    // to the on node with 3 free (best fit), a 4-GPU job to the one with 5 free, an 8-GPU job
+    // to the idle on node, and a sleeping node only after every powered one.
+    let nodes = [
+        node(NodePower::Off, 8, 0.0),
+        node(NodePower::On, 8, 10.0),
+        node(NodePower::On, 5, f64::INFINITY),
+        node(NodePower::On, 3, f64::INFINITY),
+        node(NodePower::Booting, 8, 0.0),
+    ];
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let s = snap(100.0, &nodes, &m, &[], &[], &[], &tariff);
+    let w = placement::node_weights(&Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() }, &s)
+        .unwrap();
+    let pick = |need: u32| {
+        (0..nodes.len()).filter(|&i| nodes[i].free_gpus >= need).min_by_key(|&i| (w[i], i)).unwrap()
+    };
+    assert_eq!((pick(2), pick(4), pick(8)), (3, 2, 1), "{w:?}");
+    assert!(w[4] < w[0] && w[1] < w[4], "on, then booting, then sleeping: {w:?}");
+    assert!(w.iter().all(|&x| x >= 1));
+    // Slurm's own order for the references.
+    let first_fit = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
+    assert_eq!(placement::node_weights(&first_fit, &s), None);
+}
