@@ -43,11 +43,12 @@ fn lab(ctld: &str) -> (SlurmLab, PathBuf) {
     let power = lab.dir().join("power");
     std::fs::create_dir(&power).unwrap();
     let toml = format!(
-        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nboot_time = \"2s\"\nshutdown_time = \"1s\"\n{ctld}\n\
+        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nboot_time = \"2s\"\nshutdown_time = \"1s\"\nstate_file = \"{state}\"\n{ctld}\n\
          [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
          timeout = \"10s\"\nlog = \"{log}\"\n",
         p = power.display(),
-        log = lab.dir().join("log/power.log").display()
+        log = lab.dir().join("log/power.log").display(),
+        state = lab.dir().join("ctld.json").display(),
     );
     std::fs::write(lab.dir().join("etc/wattson.toml"), toml).unwrap();
     (lab, power)
@@ -149,6 +150,28 @@ fn ctld_sleeps_idle_nodes_slurm_wakes_them_for_jobs_and_never_a_busy_one() {
     });
     let log = ctld_log(&lab);
     assert!(log.contains("power_down_asap") && log.contains("warm set"), "{log}");
+    // `wattson power status` shows each node off (as of ctld's next loop) and why.
+    let started = Instant::now();
+    loop {
+        let out = Command::new(WATTSON)
+            .args(["power", "status", "-c"])
+            .arg(lab.dir().join("etc/wattson.toml"))
+            .output()
+            .unwrap();
+        let status = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{status}{}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<&str> =
+            NODES.iter().filter_map(|n| status.lines().find(|l| l.starts_with(n))).collect();
+        if lines.len() == NODES.len()
+            && lines
+                .iter()
+                .all(|l| l.contains(" off ") && l.contains("power_down_asap: idle beyond the warm set"))
+        {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{status}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
 
     // A job needs a node: Slurm wakes one, the job runs there, and that node is never powered
     // down while it runs.

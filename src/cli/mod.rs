@@ -4,6 +4,7 @@
 mod acct;
 mod ctld;
 mod job;
+mod power;
 mod sim;
 mod status;
 
@@ -39,6 +40,9 @@ enum Command {
     /// Run the controller service: power idle nodes down and up through Slurm's power saving,
     /// as the cluster policy decides (run on the Slurm controller, as root or SlurmUser).
     Ctld(ctld::CtldArgs),
+    /// Node power as `wattson ctld` manages it.
+    #[command(subcommand)]
+    Power(power::PowerCommand),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -60,6 +64,7 @@ pub fn main() -> ExitCode {
         Command::Job(cmd) => job::run(&config, cmd),
         Command::Status(args) => status::run(&config, args),
         Command::Ctld(args) => ctld::run(config, args),
+        Command::Power(command) => power::run(&config, command),
         Command::Sim(_) => Ok(()),
     };
     match result {

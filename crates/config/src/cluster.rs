@@ -19,6 +19,9 @@ pub struct CtldConfig {
     /// powered nodes); they replace `Weight=` from slurm.conf while ctld runs.
     #[serde(default = "default_true")]
     pub weights: bool,
+    /// Where the controller keeps what `wattson power status` shows (rewritten every loop).
+    #[serde(default = "default_state_file")]
+    pub state_file: PathBuf,
     /// How often Slurm's state is read and the policy asked (1s to 1h).
     #[serde(default = "default_interval", deserialize_with = "interval")]
     pub interval: Duration,
@@ -63,6 +66,7 @@ impl Default for CtldConfig {
         CtldConfig {
             manage_power: true,
             weights: true,
+            state_file: default_state_file(),
             interval: default_interval(),
             command_timeout: default_command_timeout(),
             forecast_window: default_forecast_window(),
@@ -98,6 +102,9 @@ pub struct PowerConfig {
     pub log: Option<PathBuf>,
 }
 
+fn default_state_file() -> PathBuf {
+    PathBuf::from("/var/lib/wattson/ctld.json")
+}
 fn default_true() -> bool {
     true
 }

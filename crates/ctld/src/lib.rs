@@ -11,6 +11,7 @@
 
 pub mod command;
 pub mod hostlist;
+pub mod ledger;
 pub mod power;
 pub mod program;
 pub mod prolog;
@@ -25,6 +26,7 @@ use tracing::{error, info, warn};
 use wattson_config::Config;
 use wattson_engine::cluster::{self, Policy, PolicyKind, Snapshot, Tuning};
 
+use crate::ledger::Ledger;
 use crate::retry::{Retries, Verdict};
 use crate::slurm::{Job, Node, Power, Slurm};
 use crate::view::Memory;
@@ -55,13 +57,14 @@ pub struct Planner {
     config: Config,
     memory: Memory,
     retries: Retries,
+    ledger: Ledger,
 }
 
 impl Planner {
     /// A planner for `config`.
     pub fn new(config: Config) -> Planner {
         let retries = Retries::new(config.ctld.resume_retries, config.ctld.resume_retry_pause.as_secs_f64());
-        Planner { config, memory: Memory::default(), retries }
+        Planner { config, memory: Memory::default(), retries, ledger: Ledger::default() }
     }
 
     /// What to ask of Slurm, given its nodes and jobs at `now` (Unix s).
@@ -128,7 +131,28 @@ impl Planner {
                 Verdict::GiveUp(n) => plan.give_up.push((node.name.clone(), n)),
             }
         }
+        self.ledger.observe(nodes, now, &view::node_costs(c), c.gpu_idle_w);
+        let why = |what: &str| {
+            format!("{what} (warm target {}, idle {}, queued {})", plan.warm_target, plan.idle, plan.queued)
+        };
+        for node in &plan.power_down {
+            self.ledger.decided(node, why("power_down_asap: idle beyond the warm set"), now);
+        }
+        for node in &plan.power_up {
+            self.ledger.decided(node, why("power_up: the forecast needs more warm nodes"), now);
+        }
+        for (node, n) in &plan.retry {
+            self.ledger.decided(node, format!("power_up: resume failed, try {n}"), now);
+        }
+        for (node, n) in &plan.give_up {
+            self.ledger.decided(node, format!("left down: resume failed after {n} tries"), now);
+        }
         plan
+    }
+
+    /// Each node's power history and the controller's last decisions.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
     }
 }
 
@@ -137,14 +161,15 @@ pub struct Ctld {
     planner: Planner,
     slurm: Slurm,
     interval: Duration,
+    state_file: std::path::PathBuf,
 }
 
 impl Ctld {
     /// A controller for `config`.
     pub fn new(config: Config) -> Ctld {
         let slurm = Slurm::new(config.ctld.command_timeout);
-        let interval = config.ctld.interval;
-        Ctld { planner: Planner::new(config), slurm, interval }
+        let (interval, state_file) = (config.ctld.interval, config.ctld.state_file.clone());
+        Ctld { planner: Planner::new(config), slurm, interval, state_file }
     }
 
     /// One loop: read Slurm, plan, act. Returns the plan it carried out.
@@ -153,8 +178,11 @@ impl Ctld {
         let jobs = self.slurm.jobs()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
         let plan = self.planner.plan(&nodes, &jobs, now);
-        self.act(&plan)?;
-        Ok(plan)
+        let acted = self.act(&plan);
+        if let Err(e) = ledger::save(self.planner.ledger(), &self.state_file) {
+            warn!(file = %self.state_file.display(), error = %e, "cannot save the power status");
+        }
+        acted.map(|()| plan)
     }
 
     /// Asks Slurm for what `plan` says, logging each decision with its reason.

@@ -1,0 +1,149 @@
+//! What `wattson power status` shows: each node's power and since when, the controller's last
+//! decision about it and why, and the energy right-sizing saved (an estimate from the `[ctld]`
+//! node power model, labelled as such). Kept by the planner, written by the controller after
+//! every loop to `[ctld] state_file`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use wattson_engine::cluster::NodeCosts;
+
+use crate::slurm::{Node, Power};
+
+/// One node's power history as the controller saw it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeLedger {
+    /// on, off, powering-up, powering-down, or held (by an administrator, or down).
+    pub power: String,
+    /// Since when (Unix s) the node has been in that state, as first seen.
+    pub since: f64,
+    /// The controller's last decision about the node and its reason.
+    pub last_decision: String,
+    /// When it was made (Unix s).
+    pub decided_at: f64,
+    /// Seconds seen powered off.
+    pub off_s: f64,
+    /// Power-downs seen complete.
+    pub cycles: u32,
+}
+
+/// Every node's ledger, and when it was last updated.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// When the controller last looked (Unix s).
+    pub updated: f64,
+    /// Idle draw of a node, W, and the extra energy of one power cycle, J (for the estimate).
+    pub idle_w: f64,
+    /// Extra energy of one shutdown and boot over staying idle, J.
+    pub cycle_j: f64,
+    /// Draw of a powered-off node, W.
+    pub off_w: f64,
+    /// By node name.
+    pub nodes: BTreeMap<String, NodeLedger>,
+}
+
+fn power_word(node: &Node) -> &'static str {
+    if node.is_held_by_admin() {
+        return "held";
+    }
+    match node.power {
+        Power::On => "on",
+        Power::PoweringUp => "powering-up",
+        Power::PoweringDown => "powering-down",
+        Power::Off => "off",
+    }
+}
+
+impl Ledger {
+    /// Accounts for `nodes` seen at `now`; `costs` and `gpu_idle_w` give the estimate's model.
+    pub fn observe(&mut self, nodes: &[Node], now: f64, costs: &NodeCosts, gpu_idle_w: f64) {
+        let gpus = nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
+        self.idle_w = costs.base_w + f64::from(gpus) * gpu_idle_w;
+        self.off_w = costs.off_w;
+        self.cycle_j =
+            (costs.shutdown_w - self.idle_w) * costs.shutdown_s + (costs.boot_w - self.idle_w) * costs.boot_s;
+        let elapsed = if self.updated > 0.0 { (now - self.updated).max(0.0) } else { 0.0 };
+        for node in nodes {
+            let word = power_word(node);
+            let entry = self.nodes.entry(node.name.clone()).or_insert_with(|| NodeLedger {
+                power: word.into(),
+                since: now,
+                ..NodeLedger::default()
+            });
+            if entry.power == "off" {
+                entry.off_s += elapsed;
+            }
+            if entry.power != word {
+                if word == "off" {
+                    entry.cycles += 1;
+                }
+                entry.power = word.into();
+                entry.since = now;
+            }
+        }
+        self.updated = now;
+    }
+
+    /// Records a decision about `node` at `now`.
+    pub fn decided(&mut self, node: &str, what: String, now: f64) {
+        let entry = self.nodes.entry(node.to_string()).or_default();
+        entry.last_decision = what;
+        entry.decided_at = now;
+    }
+
+    /// Estimated energy right-sizing saved on `node` (J): its time off at idle draw minus off
+    /// draw, less the extra energy of its power cycles. An estimate from the node model.
+    pub fn saved_j(&self, node: &NodeLedger) -> f64 {
+        node.off_s * (self.idle_w - self.off_w) - f64::from(node.cycles) * self.cycle_j
+    }
+}
+
+/// Writes `ledger` to `path` whole: a new file renamed over the old, so a reader never sees
+/// half of one.
+pub fn save(ledger: &Ledger, path: &Path) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    serde_json::to_writer_pretty(&mut file, ledger).map_err(std::io::Error::other)?;
+    file.as_file().set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Reads the ledger the controller saved at `path`.
+pub fn load(path: &Path) -> Result<Ledger, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: {e} (is wattson ctld running?)", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::parse_nodes;
+
+    #[test]
+    fn off_time_cycles_and_the_saving_estimate() {
+        let costs = NodeCosts {
+            base_w: 300.0,
+            off_w: 10.0,
+            shutdown_s: 60.0,
+            shutdown_w: 300.0,
+            boot_s: 300.0,
+            boot_w: 400.0,
+        };
+        let on = parse_nodes("NodeName=n1 Gres=gpu:4 State=IDLE").unwrap();
+        let off = parse_nodes("NodeName=n1 Gres=gpu:4 State=IDLE+POWERED_DOWN").unwrap();
+        let mut l = Ledger::default();
+        l.observe(&on, 0.0, &costs, 50.0);
+        l.decided("n1", "power_down_asap: idle beyond the warm set".into(), 0.0);
+        l.observe(&off, 100.0, &costs, 50.0);
+        l.observe(&off, 3700.0, &costs, 50.0);
+        let n = &l.nodes["n1"];
+        assert_eq!((n.power.as_str(), n.since, n.off_s, n.cycles), ("off", 100.0, 3600.0, 1));
+        // Idle 500 W, off 10 W: 3600 s off saves 1,764,000 J; a cycle costs
+        // (300-500)*60 + (400-500)*300 = -42,000 J extra (less than idling), so it adds back.
+        assert_eq!(l.saved_j(n), 3600.0 * 490.0 + 42_000.0);
+        assert!(n.last_decision.starts_with("power_down_asap"));
+    }
+}

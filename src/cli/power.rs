@@ -1,0 +1,67 @@
+//! `wattson power status`: what `wattson ctld` did to each node's power, and what it saved.
+
+use clap::{Args, Subcommand};
+
+use wattson_config::Config;
+use wattson_ctld::ledger;
+
+/// Node power as the controller manages it.
+#[derive(Debug, Subcommand)]
+pub enum PowerCommand {
+    /// Each node's power (on, off, powering-up, powering-down, held) and since when, the
+    /// controller's last decision about it and why, its time off, and the energy right-sizing
+    /// saved (an estimate from the [ctld] node power model), as of the controller's last loop.
+    Status(StatusArgs),
+}
+
+/// `wattson power status` options.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print the controller's state file as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a `wattson power` command.
+pub fn run(config: &Config, command: PowerCommand) -> Result<(), String> {
+    let PowerCommand::Status(args) = command;
+    let ledger = ledger::load(&config.ctld.state_file)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&ledger).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    let time = |t: f64| {
+        chrono::DateTime::from_timestamp(t as i64, 0)
+            .map(|d| d.with_timezone(&chrono::Local).format("%Y-%m-%dT%H:%M:%S").to_string())
+            .unwrap_or_else(|| "-".into())
+    };
+    println!("as of {} (the controller's last loop)", time(ledger.updated));
+    println!(
+        "{:<16} {:<14} {:<20} {:>10} {:>6} {:>14}  LAST DECISION",
+        "NODE", "POWER", "SINCE", "OFF", "CYCLES", "SAVED (est.)"
+    );
+    let mut total = 0.0;
+    for (name, node) in &ledger.nodes {
+        let saved = ledger.saved_j(node);
+        total += saved;
+        let decision = if node.last_decision.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{} at {}", node.last_decision, time(node.decided_at))
+        };
+        println!(
+            "{name:<16} {:<14} {:<20} {:>10} {:>6} {:>10.2} kWh  {decision}",
+            node.power,
+            time(node.since),
+            humantime::format_duration(std::time::Duration::from_secs(node.off_s as u64)).to_string(),
+            node.cycles,
+            saved / 3.6e6
+        );
+    }
+    println!(
+        "{:<16} {:>76.2} kWh  (estimate: time off x (idle - off draw) - extra energy of each power cycle)",
+        "TOTAL",
+        total / 3.6e6
+    );
+    Ok(())
+}
