@@ -179,5 +179,5 @@ fn status_and_metrics_show_no_other_users_jobs() {
     assert_eq!(jobs_seen(node.wattson_as(NOBODY, &["status", "--json"])), ["2"]);
     std::thread::sleep(Duration::from_millis(500));
     let page = http_get(port, "/metrics");
-    assert!(page.contains("DCGM_FI_DEV_POWER_USAGE") && !page.contains("job=\""), "{page}");
+    assert!(page.contains("wattson_gpu_power_watts") && !page.contains("job=\""), "{page}");
 }

@@ -27,8 +27,8 @@ fn readiness_metrics_and_a_clean_stop() {
     std::thread::sleep(Duration::from_millis(500));
     let page = http_get(port, "/metrics");
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
-    assert!(page.contains("DCGM_FI_DEV_POWER_USAGE{gpu=\"1\""), "{page}");
-    assert!(page.contains("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"0\""), "{page}");
+    assert!(page.contains("wattson_gpu_power_watts{gpu=\"1\""), "{page}");
+    assert!(page.contains("wattson_gpu_energy_joules_total{gpu=\"0\""), "{page}");
     assert!(page.contains("wattson_gpu_up{gpu=\"1\""), "{page}");
     let job_line =
         page.lines().find(|l| l.starts_with("wattson_job_gpu_energy_joules{job=\"77\"")).expect("job gauge");
@@ -147,4 +147,101 @@ fn the_daemon_works_with_the_units_capabilities() {
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
     node.end("9");
+}
+
+/// The metric families a dcgm-exporter scrape serves with its default counter set (its field
+/// names, as its documentation lists them), the per-job label it adds in HPC mode included.
+const DCGM_EXPORTER_SCRAPE: &str = "\
+# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
+# TYPE DCGM_FI_DEV_SM_CLOCK gauge
+DCGM_FI_DEV_SM_CLOCK{gpu=\"0\",UUID=\"GPU-0\",device=\"nvidia0\",modelName=\"NVIDIA H100\",Hostname=\"n1\",hpc_job=\"77\"} 1980
+# TYPE DCGM_FI_DEV_MEM_CLOCK gauge
+DCGM_FI_DEV_MEM_CLOCK{gpu=\"0\"} 2619
+# TYPE DCGM_FI_DEV_MEMORY_TEMP gauge
+DCGM_FI_DEV_MEMORY_TEMP{gpu=\"0\"} 40
+# TYPE DCGM_FI_DEV_GPU_TEMP gauge
+DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 35
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{gpu=\"0\"} 250.5
+# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"0\"} 5000
+# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 0
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 97
+# TYPE DCGM_FI_DEV_MEM_COPY_UTIL gauge
+DCGM_FI_DEV_MEM_COPY_UTIL{gpu=\"0\"} 10
+# TYPE DCGM_FI_DEV_ENC_UTIL gauge
+DCGM_FI_DEV_ENC_UTIL{gpu=\"0\"} 0
+# TYPE DCGM_FI_DEV_DEC_UTIL gauge
+DCGM_FI_DEV_DEC_UTIL{gpu=\"0\"} 0
+# TYPE DCGM_FI_DEV_XID_ERRORS gauge
+DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 0
+# TYPE DCGM_FI_DEV_FB_FREE gauge
+DCGM_FI_DEV_FB_FREE{gpu=\"0\"} 80000
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{gpu=\"0\"} 1000
+# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL counter
+DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{gpu=\"0\"} 0
+# TYPE DCGM_FI_DEV_VGPU_LICENSE_STATUS gauge
+DCGM_FI_DEV_VGPU_LICENSE_STATUS{gpu=\"0\"} 0
+# TYPE DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS counter
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{gpu=\"0\"} 0
+# TYPE DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS counter
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS{gpu=\"0\"} 0
+# TYPE DCGM_FI_DEV_ROW_REMAP_FAILURE gauge
+DCGM_FI_DEV_ROW_REMAP_FAILURE{gpu=\"0\"} 0
+# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu=\"0\"} 0.9
+# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu=\"0\"} 0.4
+# TYPE DCGM_FI_PROF_DRAM_ACTIVE gauge
+DCGM_FI_PROF_DRAM_ACTIVE{gpu=\"0\"} 0.3
+# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge
+DCGM_FI_PROF_PCIE_TX_BYTES{gpu=\"0\"} 1000
+# TYPE DCGM_FI_PROF_PCIE_RX_BYTES gauge
+DCGM_FI_PROF_PCIE_RX_BYTES{gpu=\"0\"} 1000
+";
+
+/// Metric family names of a Prometheus text page: from `# TYPE` lines, and from samples
+/// (counters' `_total` samples counted under their family name too).
+fn families(page: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in page.lines() {
+        let name = match line.strip_prefix("# TYPE ") {
+            Some(rest) => rest.split(' ').next(),
+            None if line.starts_with('#') || line.trim().is_empty() => None,
+            None => line.split(['{', ' ']).next(),
+        };
+        if let Some(name) = name.filter(|n| n.chars().next().is_some_and(|c| c.is_ascii_alphabetic())) {
+            names.insert(name.to_string());
+            if let Some(family) = name.strip_suffix("_total") {
+                names.insert(family.to_string());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn metrics_share_no_name_with_dcgm_exporter_and_energy_is_a_counter() {
+    let mut node = Node::h100(2);
+    let port = node.serve_metrics("jobs = true");
+    node.start();
+    node.sim.set_load(0, 0.7).unwrap();
+    node.begin("91", 1000, "0");
+    std::thread::sleep(Duration::from_millis(1500));
+    let page = http_get(port, "/metrics");
+    let body = page.split("\r\n\r\n").nth(1).expect("an HTTP body");
+    let ours = families(body);
+    let theirs = families(DCGM_EXPORTER_SCRAPE);
+    assert!(theirs.len() >= 24 && ours.len() >= 6, "{theirs:?} {ours:?}");
+    let shared: Vec<&String> = ours.intersection(&theirs).collect();
+    assert!(shared.is_empty(), "names served by both: {shared:?}\n{body}");
+    assert!(ours.iter().all(|n| n.starts_with("wattson_")), "{ours:?}");
+    assert!(body.contains("# TYPE wattson_gpu_energy_joules counter"), "{body}");
+    assert!(body.contains("wattson_gpu_energy_joules_total{gpu=\"0\""), "{body}");
+    assert!(body.contains("# TYPE wattson_gpu_power_watts gauge"), "{body}");
+    assert!(body.lines().any(|l| l.starts_with("wattson_job_gpu_energy_joules{job=\"91\"")), "{body}");
+    node.end("91");
 }

@@ -1,7 +1,10 @@
-//! Prometheus `/metrics`: per-GPU gauges named like dcgm-exporter's, per-job energy.
+//! Prometheus `/metrics` under wattson's own names, so that a node that also runs
+//! dcgm-exporter serves no metric twice: per-GPU energy (a counter, read from the GPU's own
+//! counter), power, SM clock and utilisation (gauges, in base units), whether each GPU
+//! answered, and per-job energy with the job label when the site asks for it.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -11,8 +14,10 @@ use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -26,6 +31,32 @@ use wattson_types::job::JobKey;
 
 type Labels = Vec<(&'static str, String)>;
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
+type Counters = Family<Labels, ReadCounter>;
+
+/// A counter whose value is read from the device (the GPU's energy counter), not counted
+/// here. It restarts from zero when the driver reloads, which Prometheus takes as a reset.
+#[derive(Debug, Default, Clone)]
+pub struct ReadCounter(Arc<AtomicU64>);
+
+impl ReadCounter {
+    fn set(&self, value: f64) {
+        self.0.store(value.to_bits(), Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for ReadCounter {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for ReadCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&f64::from_bits(self.0.load(Ordering::Relaxed)), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
 
 /// How long one scrape connection may last, request and answer together.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -37,9 +68,9 @@ pub const SCRAPE_CONNECTIONS: usize = 32;
 pub struct Metrics {
     registry: Registry,
     power_w: Gauges,
-    energy_mj: Gauges,
-    sm_clock_mhz: Gauges,
-    util_pct: Gauges,
+    energy_j: Counters,
+    sm_clock_hz: Gauges,
+    util_ratio: Gauges,
     gpu_up: Gauges,
     /// Per-job energy, when the site serves it (`[metrics] jobs`).
     job_energy_j: Option<Gauges>,
@@ -56,31 +87,36 @@ impl Metrics {
             registry.register(name, help, family.clone());
             family
         };
-        let power_w = gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)");
-        let energy_mj =
-            gauge("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ)");
-        let sm_clock_mhz = gauge("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)");
-        let util_pct = gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)");
+        let power_w = gauge("wattson_gpu_power_watts", "Power draw of the GPU");
+        let sm_clock_hz = gauge("wattson_gpu_sm_clock_hertz", "SM clock of the GPU");
+        let util_ratio =
+            gauge("wattson_gpu_utilization_ratio", "Share of the last sample period the GPU was busy");
         let gpu_up = gauge("wattson_gpu_up", "1 if the GPU answered the last sample, else 0");
         let job_energy_j =
             jobs.then(|| gauge("wattson_job_gpu_energy_joules", "GPU energy of a running job so far (in J)"));
+        let energy_j = Counters::default();
+        registry.register(
+            "wattson_gpu_energy_joules",
+            "Energy the GPU consumed since its driver loaded (NVML's energy counter)",
+            energy_j.clone(),
+        );
         let gpu_labels = gpus
             .iter()
             .map(|g| {
                 vec![
                     ("gpu", g.index.to_string()),
-                    ("UUID", g.uuid.clone()),
-                    ("modelName", g.name.clone()),
-                    ("Hostname", node.to_string()),
+                    ("uuid", g.uuid.clone()),
+                    ("model", g.name.clone()),
+                    ("node", node.to_string()),
                 ]
             })
             .collect();
         Metrics {
             registry,
             power_w,
-            energy_mj,
-            sm_clock_mhz,
-            util_pct,
+            energy_j,
+            sm_clock_hz,
+            util_ratio,
             gpu_up,
             job_energy_j,
             gpu_labels,
@@ -101,10 +137,15 @@ impl Metrics {
                     family.remove(labels);
                 }
             };
-            set(&self.power_w, r.power_mw.map(|p| f64::from(p) / 1000.0));
-            set(&self.energy_mj, r.energy_mj.map(|e| e as f64));
-            set(&self.sm_clock_mhz, r.sm_clock_mhz.map(f64::from));
-            set(&self.util_pct, r.util_pct.map(f64::from));
+            set(&self.power_w, r.power_mw.map(|p| f64::from(p) / 1e3));
+            set(&self.sm_clock_hz, r.sm_clock_mhz.map(|f| f64::from(f) * 1e6));
+            set(&self.util_ratio, r.util_pct.map(|u| f64::from(u) / 100.0));
+            match r.energy_mj {
+                Some(mj) => self.energy_j.get_or_create(labels).set(mj as f64 / 1e3),
+                None => {
+                    self.energy_j.remove(labels);
+                }
+            }
         }
         let Some(job_energy_j) = &self.job_energy_j else { return };
         for labels in self.job_labels.drain(..) {
@@ -219,12 +260,26 @@ mod tests {
         let text = m.encode();
         assert!(
             text.contains(
-                r#"DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-0",modelName="NVIDIA H100",Hostname="n1"} 250.5"#
+                r#"wattson_gpu_power_watts{gpu="0",uuid="GPU-0",model="NVIDIA H100",node="n1"} 250.5"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE wattson_gpu_energy_joules counter"), "{text}");
+        assert!(
+            text.contains(
+                r#"wattson_gpu_energy_joules_total{gpu="0",uuid="GPU-0",model="NVIDIA H100",node="n1"} 5.0"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"wattson_gpu_sm_clock_hertz{gpu="0",uuid="GPU-0",model="NVIDIA H100",node="n1"} 1980000000.0"#), "{text}");
+        assert!(
+            text.contains(
+                r#"wattson_gpu_utilization_ratio{gpu="0",uuid="GPU-0",model="NVIDIA H100",node="n1"} 0.97"#
             ),
             "{text}"
         );
         assert!(
-            text.contains(r#"wattson_gpu_up{gpu="1",UUID="GPU-1",modelName="NVIDIA H100",Hostname="n1"} 0"#),
+            text.contains(r#"wattson_gpu_up{gpu="1",uuid="GPU-1",model="NVIDIA H100",node="n1"} 0"#),
             "{text}"
         );
         assert!(text.contains(r#"wattson_job_gpu_energy_joules{job="42",step="",gpu="0"} 12.345"#), "{text}");
@@ -235,6 +290,6 @@ mod tests {
         let mut m = Metrics::new("n1", &[gpu(0)], false);
         m.observe(&Tick { readings: vec![Ok(reading)], job_energy: vec![(JobKey::job(42), 0, 1.0)] });
         let text = m.encode();
-        assert!(text.contains("DCGM_FI_DEV_POWER_USAGE") && !text.contains("wattson_job"), "{text}");
+        assert!(text.contains("wattson_gpu_power_watts") && !text.contains("wattson_job"), "{text}");
     }
 }
