@@ -3,6 +3,7 @@
 
 mod acct;
 mod ctld;
+pub mod docs;
 mod job;
 mod power;
 mod sim;
@@ -43,6 +44,21 @@ enum Command {
     /// Node power as `wattson ctld` manages it.
     #[command(subcommand)]
     Power(power::PowerCommand),
+}
+
+/// The wattson node daemon: exact per-job GPU energy accounting into a local SQLite store.
+///
+/// Logs go to journald when started by systemd, else to stderr; set WATTSON_LOG (e.g. debug)
+/// to change the level. Stops cleanly on SIGTERM or SIGINT; running jobs resume at next start.
+#[derive(Debug, Parser)]
+#[command(name = "wattsond", version)]
+pub struct DaemonArgs {
+    /// Configuration file [default: /etc/wattson/wattson.toml if it exists, else built-in defaults]
+    #[arg(short = 'c', long, env = "WATTSON_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Check the configuration file and exit
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 /// Runs the command line; returns the process exit code.

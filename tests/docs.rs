@@ -1,0 +1,55 @@
+//! Man pages and shell completions: generated from the command-line definitions, they render
+//! with man(1) without warnings, say what `--help` says, and the completions load in bash.
+
+use std::process::Command;
+
+#[test]
+fn man_pages_render_and_completions_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = wattson::cli::docs::write_all(dir.path()).unwrap();
+    let page = |name: &str| {
+        files.iter().find(|f| f.ends_with(name)).unwrap_or_else(|| panic!("no {name}: {files:?}"))
+    };
+    let render = |name: &str| -> String {
+        let out = Command::new("man")
+            .args(["--warnings", "-l"])
+            .arg(page(name))
+            .env("MANPAGER", "cat")
+            .env("MANWIDTH", "100")
+            .output()
+            .expect("man(1) runs (scripts/install-deps installs man-db)");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && stderr.trim().is_empty(), "{name}: {stderr}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let wattson = render("man1/wattson.1");
+    for sub in ["acct", "status", "job", "sim", "ctld", "power"] {
+        assert!(wattson.contains(&format!("wattson-{sub}(1)")), "wattson(1) lists {sub}:\n{wattson}");
+    }
+    let acct = render("man1/wattson-acct.1");
+    assert!(acct.contains("--format") || acct.contains("-o"), "{acct}");
+    let daemon = render("man8/wattsond.8");
+    assert!(daemon.contains("--check-config") && daemon.contains("WATTSON_CONFIG"), "{daemon}");
+    assert!(render("man1/wattson-power-status.1").contains("--json"));
+
+    // The plugins' page lists every option the SPANK plugin registers.
+    let slurm = render("man8/wattson-slurm.8");
+    for option in wattson_slurm::hints::OPTIONS {
+        assert!(slurm.contains(&format!("--{}=", option.name)), "wattson-slurm(8) misses --{}", option.name);
+    }
+
+    for name in ["wattson", "wattsond"] {
+        let script = page(&format!("completions/{name}.bash"));
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!("source {}; complete -p {name}", script.display()))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.contains(&format!(" {name}")),
+            "{name}: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
