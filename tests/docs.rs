@@ -53,3 +53,16 @@ fn man_pages_render_and_completions_load() {
         );
     }
 }
+
+#[test]
+fn version_names_the_slurm_the_plugins_are_built_for() {
+    for program in [env!("CARGO_BIN_EXE_wattson"), env!("CARGO_BIN_EXE_wattsond")] {
+        let out = Command::new(program).arg("--version").output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        let slurm = wattson_slurm::slurm_version();
+        assert!(
+            out.status.success() && said.contains(&format!("built for Slurm {slurm}")),
+            "{program}: {said}"
+        );
+    }
+}

@@ -18,7 +18,7 @@ use wattson_config::Config;
 
 /// Exact per-job GPU energy accounting for Slurm clusters.
 #[derive(Debug, Parser)]
-#[command(name = "wattson", version, about, long_about = None)]
+#[command(name = "wattson", version = version(), about, long_about = None)]
 pub struct Cli {
     /// Configuration file [default: /etc/wattson/wattson.toml if it exists]
     #[arg(short = 'c', long, global = true, env = "WATTSON_CONFIG")]
@@ -51,7 +51,7 @@ enum Command {
 /// Logs go to journald when started by systemd, else to stderr; set WATTSON_LOG (e.g. debug)
 /// to change the level. Stops cleanly on SIGTERM or SIGINT; running jobs resume at next start.
 #[derive(Debug, Parser)]
-#[command(name = "wattsond", version)]
+#[command(name = "wattsond", version = version())]
 pub struct DaemonArgs {
     /// Configuration file [default: /etc/wattson/wattson.toml if it exists, else built-in defaults]
     #[arg(short = 'c', long, env = "WATTSON_CONFIG")]
@@ -59,6 +59,19 @@ pub struct DaemonArgs {
     /// Check the configuration file and exit
     #[arg(long)]
     pub check_config: bool,
+}
+
+/// `--version`: wattson's own, and the Slurm version its plugins are built for (slurmctld
+/// loads a job_submit plugin of exactly its own version only).
+pub fn version() -> &'static str {
+    static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "{} (Slurm plugins built for Slurm {})",
+            env!("CARGO_PKG_VERSION"),
+            wattson_slurm::slurm_version()
+        )
+    });
+    VERSION.as_str()
 }
 
 /// Runs the command line; returns the process exit code.

@@ -16,8 +16,32 @@ pub mod sys {
 /// Whether the bindings in use were `generated` from installed headers or the `committed` ones.
 pub const BINDINGS_SOURCE: &str = env!("WATTSON_SLURM_BINDINGS");
 
+/// The Slurm version the bindings (and so the plugins) are built for, as Slurm writes it
+/// (`22.05.8`): slurmctld loads a job_submit plugin of exactly its own version only.
+pub fn slurm_version() -> String {
+    let v = sys::SLURM_VERSION_NUMBER;
+    format!("{}.{:02}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_version_is_written_as_slurm_writes_it() {
+        let v = super::slurm_version();
+        if super::BINDINGS_SOURCE == "committed" {
+            assert_eq!(v, "22.05.8");
+        } else {
+            // The package whose headers were read (Slurm's clients need a cluster to say it).
+            let out = std::process::Command::new("dpkg-query")
+                .args(["-W", "-f=${Version}", "libslurm-dev"])
+                .output()
+                .expect("dpkg-query");
+            let package = String::from_utf8_lossy(&out.stdout);
+            assert!(package.starts_with(&format!("{v}-")), "libslurm-dev {package} vs {v}");
+        }
+        assert_eq!(v.split('.').count(), 3, "{v}");
+    }
+
     #[test]
     fn committed_bindings_match_the_installed_headers() {
         let committed = include_str!("../bindings/slurm-22.05.8.rs");
