@@ -7,7 +7,7 @@
 use clap::Args;
 
 use super::caller_uid;
-use crate::report::{self, Column, Format};
+use crate::report::{self, Column, Format, Style, units};
 use wattson_config::Config;
 use wattson_protocol::access::Access;
 use wattson_protocol::{AcctFilter, ClientError, Reply, Request};
@@ -21,9 +21,9 @@ pub struct AcctArgs {
     /// Jobs or steps, comma-separated: 42, 42.0, 42.batch (a job also shows its steps)
     #[arg(short = 'j', long = "jobs", value_delimiter = ',', value_parser = JobKey::parse)]
     jobs: Vec<JobKey>,
-    /// Only this user's jobs (name or uid)
-    #[arg(short = 'u', long = "user")]
-    user: Option<String>,
+    /// Only these users' jobs, comma-separated (names or uids)
+    #[arg(short = 'u', long = "user", alias = "uid", value_delimiter = ',')]
+    users: Vec<String>,
     /// Every user's jobs (root and configured admins; others always see only their own)
     #[arg(short = 'a', long = "allusers")]
     all_users: bool,
@@ -34,9 +34,31 @@ pub struct AcctArgs {
     /// Jobs running at or before this time [default: now]; same forms as -S
     #[arg(short = 'E', long = "endtime")]
     end: Option<String>,
-    /// Fields to print, comma-separated (see --helpformat)
+    /// Fields to print, comma-separated (see --helpformat); Field%N sets a column's width
     #[arg(short = 'o', long = "format")]
     format: Option<String>,
+    /// No header lines
+    #[arg(short = 'n', long = "noheader")]
+    no_header: bool,
+    /// Only whole jobs (allocations), not their steps
+    #[arg(short = 'X', long = "allocations")]
+    allocations: bool,
+    /// Only jobs in these states, comma-separated (names or sacct's short forms: R, CD, ...).
+    /// wattson records RUNNING and COMPLETED (ended, however Slurm ended it)
+    #[arg(short = 's', long = "state", value_delimiter = ',')]
+    states: Vec<String>,
+    /// Only jobs with these names, comma-separated
+    #[arg(long = "name", value_delimiter = ',')]
+    names: Vec<String>,
+    /// Only jobs recorded on these nodes (a Slurm hostlist: gpu[01-04],gpu09)
+    #[arg(short = 'N', long = "nodelist")]
+    nodelist: Option<String>,
+    /// Energy in this unit: K, M, G, T or P
+    #[arg(long = "units", value_parser = units::Unit::parse)]
+    units: Option<units::Unit>,
+    /// Field separator of -p/-P output [default: |]
+    #[arg(long = "delimiter", default_value = "|")]
+    delimiter: String,
     /// List the fields -o accepts
     #[arg(short = 'e', long = "helpformat")]
     help_format: bool,
@@ -57,10 +79,12 @@ pub fn run(config: &Config, args: AcctArgs) -> Result<(), String> {
         println!("{}", Column::ALL.iter().map(|c| c.name()).collect::<Vec<_>>().join(" "));
         return Ok(());
     }
-    let columns = match &args.format {
-        Some(list) => Column::parse_list(list)?,
-        None => report::DEFAULT_COLUMNS.to_vec(),
+    let (columns, widths) = match &args.format {
+        Some(list) => report::parse_fields(list)?,
+        None => (report::DEFAULT_COLUMNS.to_vec(), Vec::new()),
     };
+    let style =
+        Style { header: !args.no_header, widths, delimiter: args.delimiter.clone(), unit: args.units };
     let format = match (args.json, args.parsable, args.parsable2) {
         (true, _, _) => Format::Json,
         (_, true, _) => Format::Parsable,
@@ -68,18 +92,79 @@ pub fn run(config: &Config, args: AcctArgs) -> Result<(), String> {
         _ => Format::Table,
     };
     let filter = filter(&args)?;
-    let records = fetch(config, filter)?;
-    print!("{}", report::render(&records, &columns, format, now_ns()));
+    let keep = Keep::from_args(&args)?;
+    let records: Vec<JobRecord> = fetch(config, filter)?.into_iter().filter(|r| keep.admits(r)).collect();
+    print!("{}", report::render_styled(&records, &columns, format, &style, now_ns(), &chrono::Local));
     Ok(())
+}
+
+/// Slurm's job states as sacct names them, with its short forms.
+const STATES: [(&str, &str); 15] = [
+    ("BF", "BOOT_FAIL"),
+    ("CA", "CANCELLED"),
+    ("CD", "COMPLETED"),
+    ("DL", "DEADLINE"),
+    ("F", "FAILED"),
+    ("NF", "NODE_FAIL"),
+    ("OOM", "OUT_OF_MEMORY"),
+    ("PD", "PENDING"),
+    ("PR", "PREEMPTED"),
+    ("R", "RUNNING"),
+    ("RQ", "REQUEUED"),
+    ("RS", "RESIZING"),
+    ("RV", "REVOKED"),
+    ("S", "SUSPENDED"),
+    ("TO", "TIMEOUT"),
+];
+
+/// What the records are narrowed to after the query: states, names, nodes, steps, users.
+struct Keep {
+    states: Vec<&'static str>,
+    names: Vec<String>,
+    nodes: Vec<String>,
+    allocations: bool,
+    uids: Vec<u32>,
+}
+
+impl Keep {
+    fn from_args(args: &AcctArgs) -> Result<Keep, String> {
+        let mut states = Vec::new();
+        for s in &args.states {
+            let s = s.trim().to_ascii_uppercase();
+            let found = STATES.iter().find(|(short, long)| *short == s || *long == s).ok_or_else(|| {
+                let allowed: Vec<String> =
+                    STATES.iter().map(|(short, long)| format!("{long} ({short})")).collect();
+                format!("unknown state {s:?}; allowed: {}", allowed.join(", "))
+            })?;
+            states.push(found.1);
+        }
+        let nodes = match &args.nodelist {
+            Some(list) => wattson_ctld::hostlist::expand(list).map_err(|e| format!("-N {list:?}: {e}"))?,
+            None => Vec::new(),
+        };
+        let uids = args.users.iter().map(|u| resolve_user(u)).collect::<Result<_, _>>()?;
+        Ok(Keep { states, names: args.names.clone(), nodes, allocations: args.allocations, uids })
+    }
+
+    fn admits(&self, r: &JobRecord) -> bool {
+        (self.states.is_empty() || self.states.contains(&r.state.as_str()))
+            && (self.names.is_empty() || r.name.as_ref().is_some_and(|n| self.names.contains(n)))
+            && (self.nodes.is_empty() || self.nodes.contains(&r.node))
+            && (!self.allocations || r.key.step.is_empty())
+            && (self.uids.is_empty() || self.uids.contains(&r.uid))
+    }
 }
 
 fn filter(args: &AcctArgs) -> Result<AcctFilter, String> {
     let now = chrono::Local::now();
-    let uid = match &args.user {
-        Some(user) => Some(resolve_user(user)?),
+    let uid = match &args.users[..] {
+        [user] => Some(resolve_user(user)?),
+        // Several users: asked for all (the daemon still narrows a user to their own), kept
+        // after.
+        [_, _, ..] => None,
         // Like sacct: a user sees their own jobs unless they name jobs or ask for all.
-        None if !args.all_users && args.jobs.is_empty() && caller_uid() != 0 => Some(caller_uid()),
-        None => None,
+        [] if !args.all_users && args.jobs.is_empty() && caller_uid() != 0 => Some(caller_uid()),
+        [] => None,
     };
     let start_ns = match &args.start {
         Some(s) => Some(report::parse_time(s, now)?),

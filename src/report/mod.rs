@@ -171,6 +171,45 @@ impl Column {
     }
 }
 
+/// Layout beyond the columns, as sacct's options set it: `-n` (no header), `-o Field%N`
+/// (column widths), `--delimiter`, `--units`.
+#[derive(Debug, Clone)]
+pub struct Style {
+    /// Print the header (and, in a table, the line of dashes).
+    pub header: bool,
+    /// Width of each column where `Field%N` set one, by position.
+    pub widths: Vec<Option<usize>>,
+    /// Separator of parsable output.
+    pub delimiter: String,
+    /// Energy in this fixed unit instead of the largest that fits.
+    pub unit: Option<units::Unit>,
+}
+
+impl Default for Style {
+    fn default() -> Style {
+        Style { header: true, widths: Vec::new(), delimiter: "|".to_string(), unit: None }
+    }
+}
+
+/// Parses `-o`'s list, `Field` or `Field%N` (a column width of N), like
+/// `JobID%20,User,GPUEnergy%8`; the columns, and each one's width if given.
+pub fn parse_fields(list: &str) -> Result<(Vec<Column>, Vec<Option<usize>>), String> {
+    let mut names = Vec::new();
+    let mut widths = Vec::new();
+    for field in list.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+        let (name, width) = match field.split_once('%') {
+            Some((name, n)) => match n.parse::<usize>() {
+                Ok(w) if (1..=1000).contains(&w) => (name, Some(w)),
+                _ => return Err(format!("{field:?}: the width after % must be a number from 1 to 1000")),
+            },
+            None => (field, None),
+        };
+        names.push(name);
+        widths.push(width);
+    }
+    Ok((Column::parse_list(&names.join(","))?, widths))
+}
+
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -200,6 +239,26 @@ pub fn render_in<Tz: TimeZone>(
 where
     Tz::Offset: std::fmt::Display,
 {
+    render_styled(records, columns, format, &Style::default(), now_ns, tz)
+}
+
+/// [`render_in`] laid out as `style` says.
+pub fn render_styled<Tz: TimeZone>(
+    records: &[JobRecord],
+    columns: &[Column],
+    format: Format,
+    style: &Style,
+    now_ns: i64,
+    tz: &Tz,
+) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let cell = |r: &JobRecord, c: Column| match (c, style.unit) {
+        (Column::GpuEnergy, Some(unit)) => units::energy_in(units::joules_raw(r.energy_j()), unit),
+        _ => cell(r, c, now_ns, tz),
+    };
+    let width = |i: usize, c: Column| style.widths.get(i).copied().flatten().unwrap_or(c.spec().0);
     let mut out = String::new();
     match format {
         Format::Json => {
@@ -208,30 +267,34 @@ where
             out.push('\n');
         }
         Format::Parsable | Format::Parsable2 => {
-            let trailing = if format == Format::Parsable { "|" } else { "" };
+            let trailing = if format == Format::Parsable { style.delimiter.as_str() } else { "" };
             let line = |out: &mut String, cells: Vec<String>| {
-                out.push_str(&cells.join("|"));
+                out.push_str(&cells.join(&style.delimiter));
                 out.push_str(trailing);
                 out.push('\n');
             };
-            line(&mut out, columns.iter().map(|c| c.name().to_string()).collect());
+            if style.header {
+                line(&mut out, columns.iter().map(|c| c.name().to_string()).collect());
+            }
             for r in records {
-                line(&mut out, columns.iter().map(|&c| cell(r, c, now_ns, tz)).collect());
+                line(&mut out, columns.iter().map(|&c| cell(r, c)).collect());
             }
         }
         Format::Table => {
-            let row = |out: &mut String, cells: &mut dyn Iterator<Item = (Column, String)>| {
-                for (c, v) in cells {
-                    let (width, left) = c.spec();
-                    out.push_str(&fit(&v, width, left));
+            let row = |out: &mut String, cells: &mut dyn Iterator<Item = (usize, Column, String)>| {
+                for (i, c, v) in cells {
+                    out.push_str(&fit(&v, width(i, c), c.spec().1));
                     out.push(' ');
                 }
                 out.push('\n');
             };
-            row(&mut out, &mut columns.iter().map(|&c| (c, c.name().to_string())));
-            row(&mut out, &mut columns.iter().map(|&c| (c, "-".repeat(c.spec().0))));
+            let each = || columns.iter().copied().enumerate();
+            if style.header {
+                row(&mut out, &mut each().map(|(i, c)| (i, c, c.name().to_string())));
+                row(&mut out, &mut each().map(|(i, c)| (i, c, "-".repeat(width(i, c)))));
+            }
             for r in records {
-                row(&mut out, &mut columns.iter().map(|&c| (c, cell(r, c, now_ns, tz))));
+                row(&mut out, &mut each().map(|(i, c)| (i, c, cell(r, c))));
             }
         }
     }

@@ -132,3 +132,22 @@ fn bad_column_list_names_the_field_and_lists_all() {
     assert!(Column::parse_list("").is_err());
     assert_eq!(cols(" jobid , gpuutil "), [Column::JobId, Column::GpuUtil]);
 }
+
+#[test]
+fn sacct_layout_options_noheader_widths_delimiter_units() {
+    let recs = vec![job("7", "train", 1500.0)];
+    let (c, widths) = parse_fields("JobID%4,GPUEnergy%9").unwrap();
+    let style = Style { header: false, widths, delimiter: "|".into(), unit: None };
+    assert_eq!(render_styled(&recs, &c, Format::Table, &style, 0, &Utc), "7        1.50K \n");
+    let style = Style { header: true, widths: vec![], delimiter: ";".into(), unit: Some(units::Unit::K) };
+    let c = cols("JobID,JobName,GPUEnergy");
+    assert_eq!(
+        render_styled(&recs, &c, Format::Parsable, &style, 0, &Utc),
+        "JobID;JobName;GPUEnergy;\n7;train;1.50K;\n"
+    );
+    let style = Style { unit: Some(units::Unit::M), header: false, ..Style::default() };
+    assert_eq!(render_styled(&recs, &c, Format::Parsable2, &style, 0, &Utc), "7|train|0.00M\n");
+    assert!(parse_fields("JobID%0").is_err() && parse_fields("JobID%x").is_err());
+    assert_eq!(units::energy_in(3_000_000, units::Unit::M), "3M");
+    assert!(units::Unit::parse("X").is_err());
+}

@@ -22,6 +22,60 @@ pub fn energy(joules: u64) -> String {
     if value.fract() == 0.0 { format!("{}{suffix}", value as u64) } else { format!("{value:.2}{suffix}") }
 }
 
+/// A fixed unit for energy (`--units`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// 10^3 J.
+    K,
+    /// 10^6 J.
+    M,
+    /// 10^9 J.
+    G,
+    /// 10^12 J.
+    T,
+    /// 10^15 J.
+    P,
+}
+
+impl Unit {
+    /// Parses `K`, `M`, `G`, `T` or `P` (either case), as sacct's `--units` takes them.
+    pub fn parse(s: &str) -> Result<Unit, String> {
+        match s.to_ascii_uppercase().as_str() {
+            "K" => Ok(Unit::K),
+            "M" => Ok(Unit::M),
+            "G" => Ok(Unit::G),
+            "T" => Ok(Unit::T),
+            "P" => Ok(Unit::P),
+            _ => Err(format!("--units={s}: allowed K, M, G, T or P")),
+        }
+    }
+
+    fn power(self) -> i32 {
+        match self {
+            Unit::K => 1,
+            Unit::M => 2,
+            Unit::G => 3,
+            Unit::T => 4,
+            Unit::P => 5,
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        ["K", "M", "G", "T", "P"][self.power() as usize - 1]
+    }
+}
+
+/// Energy in a fixed `unit` (`--units`): the value in that unit, whole as an integer, else
+/// with two decimals, and the unit's letter (`1500` J in `K` is `1.50K`; 0 is `0`).
+pub fn energy_in(joules: u64, unit: Unit) -> String {
+    if joules == 0 {
+        return "0".to_string();
+    }
+    let value = joules as f64 / 1000f64.powi(unit.power());
+    let suffix = unit.suffix();
+    if value.fract() == 0.0 { format!("{}{suffix}", value as u64) } else { format!("{value:.2}{suffix}") }
+}
+
 /// Whole joules as `ConsumedEnergyRaw` prints them: Slurm counts integer joules; wattson's
 /// meters count mJ, so the value is rounded to the nearest joule.
 pub fn joules_raw(joules: f64) -> u64 {
