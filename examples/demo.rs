@@ -10,7 +10,7 @@
 #[path = "../tests/slurm_lab/mod.rs"]
 mod slurm_lab;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -18,9 +18,24 @@ use std::time::{Duration, Instant};
 use fake_nvml::{Config, Sim};
 use slurm_lab::{LabNode, LabOptions, SlurmLab};
 
+/// Where the demo takes wattson's programs and plugins from: the build (`target/release/`), or,
+/// with `WATTSON_DEMO_INSTALLED=1` (the package test), the installed Debian packages.
+struct Installed {
+    wattsond: PathBuf,
+    wattson: PathBuf,
+    /// Plugins copied into a private PluginDir; `None`: Slurm's own PluginDir has them.
+    plugins_from: Option<PathBuf>,
+}
+
 fn main() {
     let bin = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf();
     let dir = bin.parent().unwrap().join("demo");
+    let from = if std::env::var_os("WATTSON_DEMO_INSTALLED").is_some_and(|v| v == "1") {
+        println!("Using the installed packages: /usr/sbin/wattsond, /usr/bin/wattson, plugins in Slurm's PluginDir");
+        Installed { wattsond: "/usr/sbin/wattsond".into(), wattson: "/usr/bin/wattson".into(), plugins_from: None }
+    } else {
+        Installed { wattsond: bin.join("wattsond"), wattson: bin.join("wattson"), plugins_from: Some(bin.clone()) }
+    };
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("plugins")).unwrap();
     let sim = Sim::create(&dir.join("gpus"), &Config::uniform("H100", 4)).expect("simulated GPUs");
@@ -38,24 +53,23 @@ fn main() {
     .unwrap();
 
     step("Start wattsond on 4 simulated H100 GPUs");
-    let mut daemon = Daemon::start(&bin, &config, &sim, &dir);
-    let wattson = |args: &[&str]| run(&bin.join("wattson"), &config, args);
+    let mut daemon = Daemon::start(&from.wattsond, &config, &sim, &dir);
+    let wattson = |args: &[&str]| run(&from.wattson, &config, args);
 
     step("Start Slurm (slurmctld, slurmd n1 with 4 GPUs as GRES, munged) with wattson's plugins");
-    for (lib, plugin) in
-        [("libspank_wattson.so", "spank_wattson.so"), ("libjob_submit_wattson.so", "job_submit_wattson.so")]
-    {
-        slurm_lab::install_plugin(&bin.join(lib), &dir.join("plugins"), plugin);
+    if let Some(built) = &from.plugins_from {
+        for (lib, plugin) in
+            [("libspank_wattson.so", "spank_wattson.so"), ("libjob_submit_wattson.so", "job_submit_wattson.so")]
+        {
+            slurm_lab::install_plugin(&built.join(lib), &dir.join("plugins"), plugin);
+        }
     }
     let lab = SlurmLab::start(LabOptions {
         nodes: vec![LabNode { cpus: 4, ..LabNode::new("n1", 4, "h100") }],
-        plugstack: Some(format!(
-            "required {} config={}\n",
-            dir.join("plugins/spank_wattson.so").display(),
-            config.display()
-        )),
+        // A plugin name without a path: Slurm looks it up in its PluginDir.
+        plugstack: Some(format!("required spank_wattson.so config={}\n", config.display())),
         job_submit_plugins: Some("wattson".into()),
-        plugin_dir: Some(dir.join("plugins")),
+        plugin_dir: from.plugins_from.as_ref().map(|_| dir.join("plugins")),
         daemon_env: vec![("WATTSON_CONFIG".into(), config.display().to_string())],
         ..LabOptions::default()
     });
@@ -98,7 +112,7 @@ fn main() {
     step("wattsond is killed with SIGKILL mid-job and restarted: no energy is lost");
     daemon.kill9();
     sleep(Duration::from_secs(1));
-    daemon = Daemon::start(&bin, &config, &sim, &dir);
+    daemon = Daemon::start(&from.wattsond, &config, &sim, &dir);
     for &id in &jobs {
         let info = lab.wait_job(id, Duration::from_secs(120));
         println!("job {id} {}: {}", info.state, lab.job_output(id).trim());
@@ -119,7 +133,7 @@ fn main() {
     ]);
 
     step("Check against the simulated GPUs' exact energy");
-    let out = Command::new(bin.join("wattson"))
+    let out = Command::new(&from.wattson)
         .arg("-c")
         .arg(&config)
         .args(["acct", "-S", "now-1hour", "--json"])
@@ -177,10 +191,10 @@ fn run(exe: &Path, config: &Path, args: &[&str]) {
 struct Daemon(Child);
 
 impl Daemon {
-    fn start(bin: &Path, config: &Path, sim: &Sim, dir: &Path) -> Daemon {
+    fn start(wattsond: &Path, config: &Path, sim: &Sim, dir: &Path) -> Daemon {
         let log =
             std::fs::OpenOptions::new().create(true).append(true).open(dir.join("wattsond.log")).unwrap();
-        let child = Command::new(bin.join("wattsond"))
+        let child = Command::new(wattsond)
             .arg("-c")
             .arg(config)
             .env(fake_nvml::DIR_ENV, sim.dir())
