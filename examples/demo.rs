@@ -31,10 +31,20 @@ fn main() {
     let bin = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf();
     let dir = bin.parent().unwrap().join("demo");
     let from = if std::env::var_os("WATTSON_DEMO_INSTALLED").is_some_and(|v| v == "1") {
-        println!("Using the installed packages: /usr/sbin/wattsond, /usr/bin/wattson, plugins in Slurm's PluginDir");
-        Installed { wattsond: "/usr/sbin/wattsond".into(), wattson: "/usr/bin/wattson".into(), plugins_from: None }
+        println!(
+            "Using the installed packages: /usr/sbin/wattsond, /usr/bin/wattson, plugins in Slurm's PluginDir"
+        );
+        Installed {
+            wattsond: "/usr/sbin/wattsond".into(),
+            wattson: "/usr/bin/wattson".into(),
+            plugins_from: None,
+        }
     } else {
-        Installed { wattsond: bin.join("wattsond"), wattson: bin.join("wattson"), plugins_from: Some(bin.clone()) }
+        Installed {
+            wattsond: bin.join("wattsond"),
+            wattson: bin.join("wattson"),
+            plugins_from: Some(bin.clone()),
+        }
     };
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("plugins")).unwrap();
@@ -58,9 +68,10 @@ fn main() {
 
     step("Start Slurm (slurmctld, slurmd n1 with 4 GPUs as GRES, munged) with wattson's plugins");
     if let Some(built) = &from.plugins_from {
-        for (lib, plugin) in
-            [("libspank_wattson.so", "spank_wattson.so"), ("libjob_submit_wattson.so", "job_submit_wattson.so")]
-        {
+        for (lib, plugin) in [
+            ("libspank_wattson.so", "spank_wattson.so"),
+            ("libjob_submit_wattson.so", "job_submit_wattson.so"),
+        ] {
             slurm_lab::install_plugin(&built.join(lib), &dir.join("plugins"), plugin);
         }
     }
