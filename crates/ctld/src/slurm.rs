@@ -79,8 +79,10 @@ impl Node {
 
     /// Whether the node is down because its resume failed (Slurm's `ResumeTimeout`, or
     /// wattson's resume program saw the power action fail): the controller's to retry.
+    /// A node being powered up again is not failed (yet): its retry is under way.
     pub fn resume_failed(&self) -> bool {
         self.base == "DOWN"
+            && self.power != Power::PoweringUp
             && (self.reason.starts_with("ResumeTimeout reached") || self.reason.starts_with(RESUME_FAILED))
     }
 

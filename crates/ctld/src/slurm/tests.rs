@@ -34,6 +34,10 @@ fn powered_down_and_resuming_nodes() {
     let failed =
         parse_nodes("NodeName=n2 Gres=gpu:2 State=DOWN+POWERED_DOWN Reason=ResumeTimeout reached").unwrap();
     assert!(failed[0].is_held_by_admin(), "down~ is not wattson's to use");
+    assert!(failed[0].resume_failed());
+    let retrying =
+        parse_nodes("NodeName=n2 Gres=gpu:2 State=DOWN+POWERING_UP Reason=ResumeTimeout reached").unwrap();
+    assert!(!retrying[0].resume_failed(), "a retry under way has not failed yet");
     assert!(parse_nodes("Gres=gpu:2 State=IDLE").is_err());
 }
 
