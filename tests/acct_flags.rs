@@ -47,6 +47,7 @@ fn sacct_flags_are_accepted_by_sacct_and_by_wattson_acct() {
         vec!["--name=train,other", "-o", "JobID"],
         vec!["-N", &nodelist, "-o", "JobID"],
         vec!["-o", "JobID%20,JobName%5"],
+        vec!["-o", "JobID%-20,JobName%-5"],
         vec!["--units=K", "-o", "JobID"],
         vec!["-P", "--delimiter=,", "-o", "JobID,JobName"],
         vec!["-u", "root,nobody", "-o", "JobID"],
@@ -67,6 +68,13 @@ fn sacct_flags_are_accepted_by_sacct_and_by_wattson_acct() {
     assert_eq!(acct(&["-s", "running", "-P", "-n", "-o", "JobID"]), "2\n");
     assert_eq!(acct(&["-s", "F", "-P", "-n", "-o", "JobID"]), "", "no failed job is recorded");
     assert!(!node.wattson(&["acct", "-s", "DONE"]).status.success());
+    assert!(!lab.run("sacct", &["-s", "DONE"]).status.success(), "sacct refuses it too");
+    // -s without -S/-E: only jobs in that state now, as sacct (which accepts it) does.
+    assert!(lab.run("sacct", &["-s", "CD", "-o", "JobID"]).status.success());
+    let now =
+        |state: &str| text(&node.wattson(&["acct", "-a", "-s", state, "-X", "-P", "-n", "-o", "JobID"]));
+    assert_eq!(now("R"), "2\n");
+    assert_eq!(now("CD"), "", "job 1 ended before now");
     // --name, -N (a hostlist), -u with a list.
     assert_eq!(acct(&["--name", "eval", "-P", "-n", "-o", "JobID"]), "2\n");
     assert_eq!(acct(&["-N", &nodelist, "-X", "-P", "-n", "-o", "JobID"]), "1\n2\n");
@@ -76,6 +84,10 @@ fn sacct_flags_are_accepted_by_sacct_and_by_wattson_acct() {
     // -o Field%N sets the width; --delimiter; --units.
     let table = acct(&["-X", "-o", "JobID%3,JobName%8"]);
     assert_eq!(table.lines().nth(1), Some("--- -------- "), "{table}");
+    // %N right-justifies, %-N left-justifies (sacct's man page).
+    assert_eq!(table.lines().nth(2), Some("  1    train "), "{table}");
+    let table = acct(&["-X", "-n", "-o", "JobID%-3,JobName%-8"]);
+    assert_eq!(table.lines().next(), Some("1   train    "), "{table}");
     assert_eq!(acct(&["-X", "-p", "--delimiter=;", "-n", "-o", "JobID,JobName"]), "1;train;\n2;eval;\n");
     let energy = acct(&["-j", "1", "-X", "-P", "-n", "--units=M", "-o", "GPUEnergy"]);
     assert!(energy.trim().ends_with('M'), "{energy}");

@@ -269,3 +269,65 @@ fn what_slurm_records_is_what_the_node_enforces() {
     let err = c.lab.sbatch(&["--energy=min-energy", "--energy-tag=x,policy=perf"], script).unwrap_err();
     assert!(err.contains("--energy-tag"), "{err}");
 }
+
+/// `wattson acct`'s State is how Slurm ended the job (from its accounting), not wattson's
+/// record: a job that succeeds, fails, is cancelled and runs out of time, each on a GPU.
+#[test]
+fn acct_state_is_the_state_slurm_gave_the_job() {
+    let c = cluster_with("", &[], true);
+    let gpu = ["--gres=gpu:1"];
+    // Two CPUs: the long ones first, the short ones once the cancelled one frees its CPU.
+    let timeout = c.lab.sbatch(&["--gres=gpu:1", "--time=1"], "#!/bin/sh\nsleep 600\n").unwrap();
+    let cancelled = c.lab.sbatch(&gpu, "#!/bin/sh\nsleep 600\n").unwrap();
+    admin_comment_once_running(&c, cancelled);
+    c.lab.run_ok("scancel", &[&cancelled.to_string()]);
+    let completed = c.lab.sbatch(&gpu, "#!/bin/sh\ntrue\n").unwrap();
+    let failed = c.lab.sbatch(&gpu, "#!/bin/sh\nexit 3\n").unwrap();
+    let jobs = [(completed, "COMPLETED"), (failed, "FAILED"), (cancelled, "CANCELLED"), (timeout, "TIMEOUT")];
+    for (id, _) in jobs {
+        c.lab.wait_job(id, Duration::from_secs(180));
+    }
+    let ids: Vec<String> = jobs.iter().map(|(id, _)| id.to_string()).collect();
+    let ids = ids.join(",");
+    // slurmdbd stores job records asynchronously: poll until sacct has every job's end.
+    let expected: String = jobs.iter().map(|(id, state)| format!("{id}|{state}\n")).collect();
+    let sacct = || c.lab.run_ok("sacct", &["-X", "-n", "-P", "-o", "JobIDRaw,State", "-j", &ids]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = sacct();
+    while seen
+        .lines()
+        .map(|l| l.split(' ').next().unwrap_or(""))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        != sorted(&expected)
+    {
+        assert!(Instant::now() < deadline, "sacct shows {seen:?}\n{}", c.lab.log("slurmdbd"));
+        std::thread::sleep(Duration::from_millis(300));
+        seen = sacct();
+    }
+    let acct = |args: &[&str]| {
+        let mut cmd = c.lab.command(env!("CARGO_BIN_EXE_wattson"));
+        cmd.arg("-c").arg(&c.node.config).args(["acct", "-X", "-n", "-P"]).args(args);
+        let out = cmd.output().unwrap();
+        common::assert_ok(&out);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(acct(&["-j", &ids, "-o", "JobID,State"]), sorted(&expected));
+    // -s selects by Slurm's state, long or short names.
+    assert_eq!(acct(&["-j", &ids, "-s", "F,TO", "-o", "JobID"]), sorted(&format!("{failed}\n{timeout}\n")));
+    assert_eq!(
+        acct(&["-j", &ids, "-s", "cancelled", "-o", "JobID,GPUEnergyRaw"]).split('|').next(),
+        Some(&*cancelled.to_string())
+    );
+    // Every job was metered on its GPU whatever its end.
+    for (id, _) in jobs {
+        assert!(c.node.record(&id.to_string()).energy_j() > 0.0, "job {id}");
+    }
+}
+
+/// Lines sorted by job id, as sacct and wattson acct list them.
+fn sorted(lines: &str) -> String {
+    let mut v: Vec<&str> = lines.lines().collect();
+    v.sort_by_key(|l| l.split(['|', ' ']).next().unwrap_or("").parse::<u64>().unwrap_or(0));
+    v.iter().map(|l| format!("{l}\n")).collect()
+}

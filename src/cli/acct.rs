@@ -4,11 +4,14 @@
 //! is not running, reads the store directly and applies the same rule; then the file's
 //! permissions decide who can read at all.
 
+use std::collections::BTreeMap;
+
 use clap::Args;
 
 use super::caller_uid;
 use crate::report::{self, Column, Format, Style, units};
 use wattson_config::Config;
+use wattson_ctld::accounting::{self, AccountingError, SlurmState};
 use wattson_protocol::access::Access;
 use wattson_protocol::{AcctFilter, ClientError, Reply, Request};
 use wattson_store::Store;
@@ -43,10 +46,11 @@ pub struct AcctArgs {
     /// Only whole jobs (allocations), not their steps
     #[arg(short = 'X', long = "allocations")]
     allocations: bool,
-    /// Only jobs in these states, comma-separated (names or sacct's short forms: R, CD, ...).
-    /// wattson records RUNNING and COMPLETED (ended, however Slurm ended it)
-    #[arg(short = 's', long = "state", value_delimiter = ',')]
-    states: Vec<String>,
+    /// Only jobs in these states, comma-separated (names or sacct's short forms: R, CD, F, CA,
+    /// TO, OOM...), Slurm's state from its accounting. Without -S/-E, only jobs in that state
+    /// now, as sacct does
+    #[arg(short = 's', long = "state", value_delimiter = ',', value_parser = SlurmState::parse)]
+    states: Vec<SlurmState>,
     /// Only jobs with these names, comma-separated
     #[arg(long = "name", value_delimiter = ',')]
     names: Vec<String>,
@@ -83,8 +87,13 @@ pub fn run(config: &Config, args: AcctArgs) -> Result<(), String> {
         Some(list) => report::parse_fields(list)?,
         None => (report::DEFAULT_COLUMNS.to_vec(), Vec::new()),
     };
-    let style =
-        Style { header: !args.no_header, widths, delimiter: args.delimiter.clone(), unit: args.units };
+    let mut style = Style {
+        header: !args.no_header,
+        widths,
+        delimiter: args.delimiter.clone(),
+        unit: args.units,
+        ..Style::default()
+    };
     let format = match (args.json, args.parsable, args.parsable2) {
         (true, _, _) => Format::Json,
         (_, true, _) => Format::Parsable,
@@ -93,33 +102,16 @@ pub fn run(config: &Config, args: AcctArgs) -> Result<(), String> {
     };
     let filter = filter(&args)?;
     let keep = Keep::from_args(&args)?;
-    let records: Vec<JobRecord> = fetch(config, filter)?.into_iter().filter(|r| keep.admits(r)).collect();
+    let mut records = fetch(config, filter)?;
+    style.slurm_states = slurm_states(&records, config.ctld.command_timeout);
+    records.retain(|r| keep.admits(r, &style));
     print!("{}", report::render_styled(&records, &columns, format, &style, now_ns(), &chrono::Local));
     Ok(())
 }
 
-/// Slurm's job states as sacct names them, with its short forms.
-const STATES: [(&str, &str); 15] = [
-    ("BF", "BOOT_FAIL"),
-    ("CA", "CANCELLED"),
-    ("CD", "COMPLETED"),
-    ("DL", "DEADLINE"),
-    ("F", "FAILED"),
-    ("NF", "NODE_FAIL"),
-    ("OOM", "OUT_OF_MEMORY"),
-    ("PD", "PENDING"),
-    ("PR", "PREEMPTED"),
-    ("R", "RUNNING"),
-    ("RQ", "REQUEUED"),
-    ("RS", "RESIZING"),
-    ("RV", "REVOKED"),
-    ("S", "SUSPENDED"),
-    ("TO", "TIMEOUT"),
-];
-
 /// What the records are narrowed to after the query: states, names, nodes, steps, users.
 struct Keep {
-    states: Vec<&'static str>,
+    states: Vec<SlurmState>,
     names: Vec<String>,
     nodes: Vec<String>,
     allocations: bool,
@@ -128,26 +120,22 @@ struct Keep {
 
 impl Keep {
     fn from_args(args: &AcctArgs) -> Result<Keep, String> {
-        let mut states = Vec::new();
-        for s in &args.states {
-            let s = s.trim().to_ascii_uppercase();
-            let found = STATES.iter().find(|(short, long)| *short == s || *long == s).ok_or_else(|| {
-                let allowed: Vec<String> =
-                    STATES.iter().map(|(short, long)| format!("{long} ({short})")).collect();
-                format!("unknown state {s:?}; allowed: {}", allowed.join(", "))
-            })?;
-            states.push(found.1);
-        }
         let nodes = match &args.nodelist {
             Some(list) => wattson_ctld::hostlist::expand(list).map_err(|e| format!("-N {list:?}: {e}"))?,
             None => Vec::new(),
         };
         let uids = args.users.iter().map(|u| resolve_user(u)).collect::<Result<_, _>>()?;
-        Ok(Keep { states, names: args.names.clone(), nodes, allocations: args.allocations, uids })
+        Ok(Keep {
+            states: args.states.clone(),
+            names: args.names.clone(),
+            nodes,
+            allocations: args.allocations,
+            uids,
+        })
     }
 
-    fn admits(&self, r: &JobRecord) -> bool {
-        (self.states.is_empty() || self.states.contains(&r.state.as_str()))
+    fn admits(&self, r: &JobRecord, style: &Style) -> bool {
+        (self.states.is_empty() || self.states.contains(&style.state(r)))
             && (self.names.is_empty() || r.name.as_ref().is_some_and(|n| self.names.contains(n)))
             && (self.nodes.is_empty() || self.nodes.contains(&r.node))
             && (!self.allocations || r.key.step.is_empty())
@@ -166,13 +154,39 @@ fn filter(args: &AcctArgs) -> Result<AcctFilter, String> {
         [] if !args.all_users && args.jobs.is_empty() && caller_uid() != 0 => Some(caller_uid()),
         [] => None,
     };
+    // sacct's default window: any time with -j; with -s, now (jobs in that state now); else
+    // since midnight.
     let start_ns = match &args.start {
         Some(s) => Some(report::parse_time(s, now)?),
-        None if args.jobs.is_empty() => Some(report::parse_time("today", now)?),
+        None if !args.jobs.is_empty() => None,
+        None if !args.states.is_empty() => Some(report::parse_time("now", now)?),
+        None => Some(report::parse_time("today", now)?),
+    };
+    let end_ns = match &args.end {
+        Some(s) => Some(report::parse_time(s, now)?),
+        None if args.start.is_none() && args.jobs.is_empty() && !args.states.is_empty() => start_ns,
         None => None,
     };
-    let end_ns = args.end.as_deref().map(|s| report::parse_time(s, now)).transpose()?;
     Ok(AcctFilter { jobs: args.jobs.clone(), uid, start_ns, end_ns })
+}
+
+/// Slurm's state of the records' jobs, from its accounting; empty (the records' own states
+/// shown) where the cluster keeps none, with a word on stderr if sacct failed.
+fn slurm_states(records: &[JobRecord], timeout: std::time::Duration) -> BTreeMap<String, SlurmState> {
+    let mut jobs: Vec<u32> = records.iter().map(|r| r.key.job_id).collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    if jobs.is_empty() {
+        return BTreeMap::new();
+    }
+    match accounting::job_states(&jobs, timeout) {
+        Ok(states) => states,
+        Err(AccountingError::Absent) => BTreeMap::new(),
+        Err(e) => {
+            eprintln!("wattson acct: Slurm's job states unavailable, State shows wattson's records: {e}");
+            BTreeMap::new()
+        }
+    }
 }
 
 fn resolve_user(user: &str) -> Result<u32, String> {

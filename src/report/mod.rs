@@ -10,12 +10,15 @@
 pub mod time;
 pub mod units;
 
+use std::collections::BTreeMap;
+
 use chrono::{Local, SecondsFormat, TimeZone, Utc};
 use serde_json::{Value, json};
 use strum::{EnumString, IntoStaticStr, VariantArray};
 
 pub use time::{TIME_FORMS, format_time, parse_time};
-use wattson_types::job::JobRecord;
+use wattson_ctld::accounting::SlurmState;
+use wattson_types::job::{JobRecord, JobState};
 
 /// A report column. Names (see [`Column::name`]) are matched case-insensitively; the variants
 /// are in the order `--helpformat` lists them.
@@ -172,36 +175,71 @@ impl Column {
 }
 
 /// Layout beyond the columns, as sacct's options set it: `-n` (no header), `-o Field%N`
-/// (column widths), `--delimiter`, `--units`.
+/// (column widths), `--delimiter`, `--units`; and Slurm's own job states where known.
 #[derive(Debug, Clone)]
 pub struct Style {
     /// Print the header (and, in a table, the line of dashes).
     pub header: bool,
     /// Width of each column where `Field%N` set one, by position.
-    pub widths: Vec<Option<usize>>,
+    pub widths: Vec<Option<Width>>,
     /// Separator of parsable output.
     pub delimiter: String,
     /// Energy in this fixed unit instead of the largest that fits.
     pub unit: Option<units::Unit>,
+    /// Slurm's state of each job and step by id (`42`, `42.batch`), from its accounting;
+    /// a record with none shows wattson's own (RUNNING or COMPLETED).
+    pub slurm_states: BTreeMap<String, SlurmState>,
 }
 
 impl Default for Style {
     fn default() -> Style {
-        Style { header: true, widths: Vec::new(), delimiter: "|".to_string(), unit: None }
+        Style {
+            header: true,
+            widths: Vec::new(),
+            delimiter: "|".to_string(),
+            unit: None,
+            slurm_states: BTreeMap::new(),
+        }
     }
 }
 
-/// Parses `-o`'s list, `Field` or `Field%N` (a column width of N), like
-/// `JobID%20,User,GPUEnergy%8`; the columns, and each one's width if given.
-pub fn parse_fields(list: &str) -> Result<(Vec<Column>, Vec<Option<usize>>), String> {
+impl Style {
+    /// The job's Slurm state if known, else the record's.
+    pub fn state(&self, r: &JobRecord) -> SlurmState {
+        self.slurm_states.get(&r.key.to_string()).copied().unwrap_or(match r.state {
+            JobState::Running => SlurmState::Running,
+            JobState::Completed => SlurmState::Completed,
+        })
+    }
+}
+
+/// A column width set by `-o Field%N` (right-justified, as sacct does) or `Field%-N`
+/// (left-justified).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Width {
+    /// Characters.
+    pub chars: usize,
+    /// Left-justified.
+    pub left: bool,
+}
+
+/// Parses `-o`'s list, `Field`, `Field%N` or `Field%-N`, like `JobID%-20,User,GPUEnergy%8`;
+/// the columns, and each one's width if given.
+pub fn parse_fields(list: &str) -> Result<(Vec<Column>, Vec<Option<Width>>), String> {
     let mut names = Vec::new();
     let mut widths = Vec::new();
     for field in list.split(',').map(str::trim).filter(|f| !f.is_empty()) {
         let (name, width) = match field.split_once('%') {
-            Some((name, n)) => match n.parse::<usize>() {
-                Ok(w) if (1..=1000).contains(&w) => (name, Some(w)),
-                _ => return Err(format!("{field:?}: the width after % must be a number from 1 to 1000")),
-            },
+            Some((name, n)) => {
+                let (left, digits) = match n.strip_prefix('-') {
+                    Some(rest) => (true, rest),
+                    None => (false, n),
+                };
+                match digits.parse::<usize>() {
+                    Ok(chars) if (1..=1000).contains(&chars) => (name, Some(Width { chars, left })),
+                    _ => return Err(format!("{field:?}: the width after % must be a number from 1 to 1000")),
+                }
+            }
             None => (field, None),
         };
         names.push(name);
@@ -254,15 +292,15 @@ pub fn render_styled<Tz: TimeZone>(
 where
     Tz::Offset: std::fmt::Display,
 {
-    let cell = |r: &JobRecord, c: Column| match (c, style.unit) {
-        (Column::GpuEnergy, Some(unit)) => units::energy_in(units::joules_raw(r.energy_j()), unit),
-        _ => cell(r, c, now_ns, tz),
+    let cell = |r: &JobRecord, c: Column| cell(r, c, style, now_ns, tz);
+    let width = |i: usize, c: Column| {
+        let (chars, left) = c.spec();
+        style.widths.get(i).copied().flatten().unwrap_or(Width { chars, left })
     };
-    let width = |i: usize, c: Column| style.widths.get(i).copied().flatten().unwrap_or(c.spec().0);
     let mut out = String::new();
     match format {
         Format::Json => {
-            let jobs: Vec<Value> = records.iter().map(|r| job_json(r, now_ns)).collect();
+            let jobs: Vec<Value> = records.iter().map(|r| job_json(r, style.state(r), now_ns)).collect();
             out = serde_json::to_string_pretty(&json!({ "jobs": jobs })).unwrap_or_default();
             out.push('\n');
         }
@@ -283,7 +321,8 @@ where
         Format::Table => {
             let row = |out: &mut String, cells: &mut dyn Iterator<Item = (usize, Column, String)>| {
                 for (i, c, v) in cells {
-                    out.push_str(&fit(&v, width(i, c), c.spec().1));
+                    let w = width(i, c);
+                    out.push_str(&fit(&v, w.chars, w.left));
                     out.push(' ');
                 }
                 out.push('\n');
@@ -291,7 +330,7 @@ where
             let each = || columns.iter().copied().enumerate();
             if style.header {
                 row(&mut out, &mut each().map(|(i, c)| (i, c, c.name().to_string())));
-                row(&mut out, &mut each().map(|(i, c)| (i, c, "-".repeat(width(i, c)))));
+                row(&mut out, &mut each().map(|(i, c)| (i, c, "-".repeat(width(i, c).chars))));
             }
             for r in records {
                 row(&mut out, &mut each().map(|(i, c)| (i, c, cell(r, c))));
@@ -346,7 +385,7 @@ fn events_text(r: &JobRecord) -> String {
 }
 
 /// The text of one cell (untruncated).
-fn cell<Tz: TimeZone>(r: &JobRecord, c: Column, now_ns: i64, tz: &Tz) -> String
+fn cell<Tz: TimeZone>(r: &JobRecord, c: Column, style: &Style, now_ns: i64, tz: &Tz) -> String
 where
     Tz::Offset: std::fmt::Display,
 {
@@ -362,8 +401,11 @@ where
         Column::Start => format_time(r.begin_ns, tz),
         Column::End => r.end_ns.map(|t| format_time(t, tz)).unwrap_or_else(|| "Unknown".to_string()),
         Column::Elapsed => units::elapsed(time::whole_secs(r.begin_ns, r.end_ns.unwrap_or(now_ns))),
-        Column::State => r.state.as_str().to_string(),
-        Column::GpuEnergy => units::energy(units::joules_raw(r.energy_j())),
+        Column::State => style.state(r).as_str().to_string(),
+        Column::GpuEnergy => match style.unit {
+            Some(unit) => units::energy_in(units::joules_raw(r.energy_j()), unit),
+            None => units::energy(units::joules_raw(r.energy_j())),
+        },
         Column::GpuEnergyRaw => units::joules_raw(r.energy_j()).to_string(),
         Column::AvgGpuPower => opt(avg_power_w(r, now_ns), "W"),
         Column::PeakGpuPower => opt(peak_power_w(r), "W"),
@@ -405,8 +447,9 @@ fn rfc3339(ns: i64) -> String {
     Utc.timestamp_nanos(ns).to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// One record with full values, for `--json`.
-fn job_json(r: &JobRecord, now_ns: i64) -> Value {
+/// One record with full values, for `--json`: `state` is Slurm's where known, `record_state`
+/// wattson's own.
+fn job_json(r: &JobRecord, state: SlurmState, now_ns: i64) -> Value {
     let gpus: Vec<Value> = r
         .gpus
         .iter()
@@ -436,7 +479,8 @@ fn job_json(r: &JobRecord, now_ns: i64) -> Value {
         "uid": r.uid,
         "user": r.user,
         "node": r.node,
-        "state": r.state.as_str(),
+        "state": state.as_str(),
+        "record_state": r.state.as_str(),
         "begin_ns": r.begin_ns,
         "end_ns": r.end_ns,
         "start": rfc3339(r.begin_ns),

@@ -136,10 +136,11 @@ fn bad_column_list_names_the_field_and_lists_all() {
 #[test]
 fn sacct_layout_options_noheader_widths_delimiter_units() {
     let recs = vec![job("7", "train", 1500.0)];
-    let (c, widths) = parse_fields("JobID%4,GPUEnergy%9").unwrap();
-    let style = Style { header: false, widths, delimiter: "|".into(), unit: None };
-    assert_eq!(render_styled(&recs, &c, Format::Table, &style, 0, &Utc), "7        1.50K \n");
-    let style = Style { header: true, widths: vec![], delimiter: ";".into(), unit: Some(units::Unit::K) };
+    // %N right-justifies (JobID too), %-N left-justifies, as sacct's print_fields does.
+    let (c, widths) = parse_fields("JobID%4,GPUEnergy%9,JobName%-7").unwrap();
+    let style = Style { header: false, widths, ..Style::default() };
+    assert_eq!(render_styled(&recs, &c, Format::Table, &style, 0, &Utc), "   7     1.50K train   \n");
+    let style = Style { delimiter: ";".into(), unit: Some(units::Unit::K), ..Style::default() };
     let c = cols("JobID,JobName,GPUEnergy");
     assert_eq!(
         render_styled(&recs, &c, Format::Parsable, &style, 0, &Utc),
@@ -147,7 +148,28 @@ fn sacct_layout_options_noheader_widths_delimiter_units() {
     );
     let style = Style { unit: Some(units::Unit::M), header: false, ..Style::default() };
     assert_eq!(render_styled(&recs, &c, Format::Parsable2, &style, 0, &Utc), "7|train|0.00M\n");
-    assert!(parse_fields("JobID%0").is_err() && parse_fields("JobID%x").is_err());
+    for bad in ["JobID%0", "JobID%x", "JobID%-", "JobID%--3", "JobID%1001"] {
+        assert!(parse_fields(bad).is_err(), "{bad}");
+    }
     assert_eq!(units::energy_in(3_000_000, units::Unit::M), "3M");
     assert!(units::Unit::parse("X").is_err());
+}
+
+#[test]
+fn state_is_slurms_where_known_else_the_records() {
+    let mut running = job("8", "eval", 10.0);
+    running.state = JobState::Running;
+    let recs = vec![job("7", "train", 1500.0), running, job("9", "x", 1.0)];
+    let mut style = Style { header: false, ..Style::default() };
+    style.slurm_states.insert("7".into(), SlurmState::Timeout);
+    let c = cols("JobID,State");
+    assert_eq!(
+        render_styled(&recs, &c, Format::Parsable2, &style, 0, &Utc),
+        "7|TIMEOUT\n8|RUNNING\n9|COMPLETED\n"
+    );
+    let json = render_styled(&recs[..1], &c, Format::Json, &style, 0, &Utc);
+    assert!(
+        json.contains("\"state\": \"TIMEOUT\"") && json.contains("\"record_state\": \"COMPLETED\""),
+        "{json}"
+    );
 }

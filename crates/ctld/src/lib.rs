@@ -9,6 +9,7 @@
 //! [`Planner`] is the decision, pure given Slurm's output and the time; [`Ctld`] adds the
 //! commands. Also the programs Slurm runs: [`power`], [`prolog`].
 
+pub mod accounting;
 pub mod command;
 pub mod hostlist;
 pub mod ledger;
