@@ -52,11 +52,12 @@ fn jobs_text() -> String {
             if j < NODES / 3 { ("RUNNING", "None", "3:12:09") } else { ("PENDING", "Priority", "0:00") };
         let _ = writeln!(
             text,
-            "{}|{state}|{reason}|1|gres:gpu:{}|2026-11-23T{:02}:{:02}:00|{used}|1-00:00:00",
+            "{}|{state}|{reason}|1|gres:gpu:{}|2026-11-23T{:02}:{:02}:00|{used}|1-00:00:00|{}",
             100_000 + j,
             1 + j % 8,
             (j / 60) % 24,
-            j % 60
+            j % 60,
+            if state == "RUNNING" { format!("gpu{:04}", j * 3) } else { String::new() }
         );
     }
     text

@@ -8,8 +8,11 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// What the plugins and their logic must not link.
-const NOT_IN_PLUGINS: [&str; 6] = ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wrapper", "axum", "hyper"];
+/// What the controller, the link and the programs Slurm runs must not link.
+const NOT_IN_CTLD: [&str; 6] = ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wrapper", "axum", "hyper"];
+/// What the plugins and their logic must not link: that, and libmunge (Slurm authenticates).
+const NOT_IN_PLUGINS: [&str; 7] =
+    ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wrapper", "axum", "hyper", "munge-sys"];
 const PLUGIN_CRATES: [&str; 4] =
     ["spank-wattson", "job-submit-wattson", "wattson-slurm", "wattson-slurm-ffi"];
 
@@ -164,9 +167,9 @@ fn each_crate_links_only_what_its_layer_allows() {
     }
     let plugins = violations(&g, &PLUGIN_CRATES, &NOT_IN_PLUGINS);
     assert!(plugins.is_empty(), "the Slurm plugins must stay small and synchronous:\n{}", plugins.join("\n"));
-    // The controller and the programs Slurm runs for it: plain blocking processes, no GPU,
-    // no database, no async runtime.
-    let ctld = violations(&g, &["wattson-ctld"], &NOT_IN_PLUGINS);
+    // The controller, its link to the nodes and the programs Slurm runs for it: plain
+    // blocking processes, no GPU, no database, no async runtime.
+    let ctld = violations(&g, &["wattson-ctld", "wattson-link"], &NOT_IN_CTLD);
     assert!(ctld.is_empty(), "wattson-ctld must stay a plain synchronous program:\n{}", ctld.join("\n"));
     let pure = violations(&g, &PURE_CRATES, &NOT_IN_PURE);
     assert!(pure.is_empty(), "the engine and the types must do no I/O:\n{}", pure.join("\n"));

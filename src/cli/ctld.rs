@@ -26,6 +26,7 @@ pub fn run(config: Config, args: CtldArgs) -> Result<(), String> {
         println!("power_up: {}", plan.power_up.join(","));
         println!("resume retried: {}", names(&plan.retry));
         println!("resume given up: {}", names(&plan.give_up));
+        println!("pace: {:?}", plan.pace);
         return Ok(());
     }
     ctld.run();

@@ -5,6 +5,7 @@
 //! to start on it rather than guess.
 
 pub mod cluster;
+pub mod link;
 pub mod policy;
 pub mod users;
 
@@ -45,6 +46,9 @@ pub struct Config {
     /// `[power]`: the node power actions of `wattson power`.
     #[serde(default)]
     pub power: cluster::PowerConfig,
+    /// `[link]`: the controller's requests to each node's wattsond.
+    #[serde(default)]
+    pub link: link::LinkConfig,
 }
 
 /// `[engine]` section: how wattsond measures workloads it does not know, and where it keeps

@@ -13,6 +13,7 @@ pub mod accounting;
 pub mod command;
 pub mod hostlist;
 pub mod ledger;
+pub mod nodes;
 pub mod power;
 pub mod program;
 pub mod prolog;
@@ -26,6 +27,7 @@ use tracing::{error, info, warn};
 
 use wattson_config::Config;
 use wattson_engine::cluster::{self, Policy, PolicyKind, Snapshot, Tuning};
+use wattson_protocol::Pace;
 
 use crate::ledger::Ledger;
 use crate::retry::{Retries, Verdict};
@@ -33,7 +35,7 @@ use crate::slurm::{Job, Node, Power, Slurm};
 use crate::view::Memory;
 
 /// What one loop asks of Slurm, and why.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Plan {
     /// Nodes to power down.
     pub power_down: Vec<String>,
@@ -51,6 +53,12 @@ pub struct Plan {
     pub idle: usize,
     /// Jobs waiting for resources.
     pub queued: usize,
+    /// The pace running jobs should have (the engine's congestion test).
+    pub pace: Pace,
+    /// Running jobs and their nodes' addresses, to pace.
+    pub running: Vec<(u32, Vec<String>)>,
+    /// Where each node of `power_down` is reached, to confirm it idle first.
+    pub addrs: std::collections::BTreeMap<String, String>,
 }
 
 /// The controller's decisions: the configuration, and what it remembers between loops.
@@ -103,13 +111,32 @@ impl Planner {
         };
         let power = c.manage_power;
         let mut plan = Plan {
-            power_down: if power { names(&actions.power_down) } else { Vec::new() },
-            power_up: if power { names(&actions.power_up) } else { Vec::new() },
             warm_target: cluster::power::warm_target(&policy, &snapshot),
             idle: view.nodes.iter().filter(|n| n.idle_since.is_finite()).count(),
             queued: view.queued.len(),
-            ..Plan::default()
+            pace: if cluster::levels::roomy(&policy, &snapshot) { Pace::Saving } else { Pace::Full },
+            running: jobs
+                .iter()
+                .filter(|j| j.is_running())
+                .map(|j| {
+                    let addr = |name: &String| nodes.iter().find(|n| &n.name == name).map(|n| n.addr.clone());
+                    (j.id, j.nodes.iter().filter_map(addr).collect())
+                })
+                .collect(),
+            addrs: Default::default(),
+            power_down: Vec::new(),
+            power_up: Vec::new(),
+            retry: Vec::new(),
+            give_up: Vec::new(),
+            weights: Vec::new(),
         };
+        plan.power_down = if power { names(&actions.power_down) } else { Vec::new() };
+        plan.power_up = if power { names(&actions.power_up) } else { Vec::new() };
+        plan.addrs = plan
+            .power_down
+            .iter()
+            .filter_map(|name| nodes.iter().find(|n| &n.name == name).map(|n| (name.clone(), n.addr.clone())))
+            .collect();
         if let Some(weights) = cluster::placement::node_weights(&policy, &snapshot).filter(|_| c.weights) {
             let mut changed: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
             for (i, node) in nodes.iter().enumerate() {
@@ -161,6 +188,7 @@ impl Planner {
 pub struct Ctld {
     planner: Planner,
     slurm: Slurm,
+    nodes: nodes::Nodes,
     interval: Duration,
     state_file: std::path::PathBuf,
 }
@@ -170,7 +198,8 @@ impl Ctld {
     pub fn new(config: Config) -> Ctld {
         let slurm = Slurm::new(config.ctld.command_timeout);
         let (interval, state_file) = (config.ctld.interval, config.ctld.state_file.clone());
-        Ctld { planner: Planner::new(config), slurm, interval, state_file }
+        let nodes = nodes::Nodes::new(config.link.clone());
+        Ctld { planner: Planner::new(config), slurm, nodes, interval, state_file }
     }
 
     /// One loop: read Slurm, plan, act. Returns the plan it carried out.
@@ -178,12 +207,32 @@ impl Ctld {
         let nodes = self.slurm.nodes()?;
         let jobs = self.slurm.jobs()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let plan = self.planner.plan(&nodes, &jobs, now);
+        let mut plan = self.planner.plan(&nodes, &jobs, now);
+        self.confirm_idle(&mut plan, now);
+        if self.nodes.paces() {
+            self.nodes.pace(plan.pace, &plan.running);
+        }
         let acted = self.act(&plan);
         if let Err(e) = ledger::save(self.planner.ledger(), &self.state_file) {
             warn!(file = %self.state_file.display(), error = %e, "cannot save the power status");
         }
         acted.map(|()| plan)
+    }
+
+    /// Keeps in `plan.power_down` only the nodes whose wattsond confirms them idle; the others
+    /// stay up, and the log and the power status say why.
+    fn confirm_idle(&mut self, plan: &mut Plan, now: f64) {
+        let candidates: Vec<(String, String)> = plan
+            .power_down
+            .iter()
+            .map(|n| (n.clone(), plan.addrs.get(n).cloned().unwrap_or_else(|| n.clone())))
+            .collect();
+        let (confirmed, kept) = self.nodes.confirm_idle(&candidates);
+        for (node, why) in kept {
+            warn!(node = %node, reason = %why, "stays up: its wattsond did not confirm it idle");
+            self.planner.ledger.decided(&node, format!("kept up: not confirmed idle ({why})"), now);
+        }
+        plan.power_down = confirmed;
     }
 
     /// Asks Slurm for what `plan` says, logging each decision with its reason.

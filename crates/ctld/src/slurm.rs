@@ -11,8 +11,8 @@ use crate::command::{self, CommandError};
 use crate::hostlist;
 
 /// `squeue`'s format: job id, state, reason, nodes, TRES per node, submit time, time used,
-/// time limit.
-pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l";
+/// time limit, node list.
+pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l|%N";
 
 /// The reason wattson's resume program gives a node whose power action failed.
 pub const RESUME_FAILED: &str = "wattson: resume action failed";
@@ -54,6 +54,8 @@ pub struct Node {
     pub weight: u32,
     /// Reason, if any (without the `[user@time]` suffix).
     pub reason: String,
+    /// `NodeAddr`: where its wattsond is reached.
+    pub addr: String,
 }
 
 impl Node {
@@ -119,6 +121,8 @@ pub struct Job {
     pub elapsed_s: f64,
     /// Time limit (s); `None`: unlimited.
     pub limit_s: Option<f64>,
+    /// The nodes it holds (none while pending).
+    pub nodes: Vec<String>,
 }
 
 impl Job {
@@ -226,6 +230,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
             alloc_gpus,
             alloc_cpus: f.get("CPUAlloc").and_then(|c| c.parse().ok()).unwrap_or(0),
             weight: f.get("Weight").and_then(|w| w.parse().ok()).unwrap_or(1),
+            addr: f.get("NodeAddr").cloned().unwrap_or_else(|| name.clone()),
             name,
             base,
             flags,
@@ -271,7 +276,7 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
     let mut jobs = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split('|').collect();
-        let [id, state, reason, nodes, tres, submit, used, limit] = f[..] else {
+        let [id, state, reason, nodes, tres, submit, used, limit, nodelist] = f[..] else {
             return Err(format!("unexpected squeue line {line:?}"));
         };
         let id = id.parse().map_err(|_| format!("bad job id in {line:?}"))?;
@@ -284,6 +289,10 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
             submit: timestamp(submit).unwrap_or(0),
             elapsed_s: duration_s(used).unwrap_or(0.0),
             limit_s: duration_s(limit),
+            nodes: match nodelist.trim() {
+                "" | "(null)" => Vec::new(),
+                list => hostlist::expand(list).map_err(|e| format!("job {id}: node list {list:?}: {e}"))?,
+            },
         });
     }
     Ok(jobs)

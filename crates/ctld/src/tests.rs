@@ -21,7 +21,7 @@ fn idle_nodes_sleep_busy_and_admin_held_ones_never() {
         + &node("down", "DOWN", 0, "Reason=bad [root@2026-11-23T10:00:00]")
         + &node("asleep", "IDLE+POWERED_DOWN", 0, "");
     let nodes = parse_nodes(&text).unwrap();
-    let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00\n").unwrap();
+    let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00|n1\n").unwrap();
     let plan = Planner::new(Config::default()).plan(&nodes, &jobs, NOW);
     assert_eq!(plan.power_down, ["idle"], "{plan:?}");
     // Weights for the nodes wattson manages only (all at Slurm's default 1 so far).
@@ -40,7 +40,7 @@ fn a_queue_boots_a_sleeping_node_and_a_failed_resume_is_retried_then_given_up() 
     let nodes =
         parse_nodes(&(node("n1", "IDLE+POWERED_DOWN", 0, "") + &node("n2", "IDLE+POWERED_DOWN", 0, "")))
             .unwrap();
-    let queued = parse_jobs("9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00\n").unwrap();
+    let queued = parse_jobs("9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|\n").unwrap();
     let plan = planner.plan(&nodes, &queued, NOW);
     assert_eq!(plan.power_up.len(), 1, "{plan:?}");
     assert!(plan.power_down.is_empty());

@@ -68,6 +68,8 @@ pub(super) struct Adaptive {
     learn: bool,
     /// Whether the settled limit broke the job's bound and the job went back to full speed.
     reverted: bool,
+    /// Whether the controller holds the job at full speed (a queue waits): no windows then.
+    paused: bool,
 }
 
 impl Adaptive {
@@ -201,6 +203,7 @@ impl Prober {
             last_tick_ns: now,
             learn: tag.is_some(),
             reverted: false,
+            paused: false,
         };
         let step =
             wattson_engine::next_step(&job.samples(), &job.settings, job.policy, &self.probe_config(), 0);
@@ -232,6 +235,11 @@ impl Prober {
         for id in ids {
             let Some(record) = running.get(&JobKey::job(id)) else { continue };
             let Some(mut job) = self.jobs.remove(&id) else { continue };
+            if job.paused {
+                job.last_tick_ns = now_wall;
+                self.jobs.insert(id, job);
+                continue;
+            }
             let now = record
                 .gpus
                 .iter()
@@ -285,6 +293,24 @@ impl Prober {
             self.jobs.insert(id, job);
         }
         changes
+    }
+
+    /// Holds job `id` at full speed for the controller: its measurement windows stop (they
+    /// would measure the defaults, not the setting). Whether the models decide this job.
+    pub(crate) fn pause(&mut self, id: u32) -> bool {
+        self.jobs.get_mut(&id).map(|job| job.paused = true).is_some()
+    }
+
+    /// Ends a [`Prober::pause`]: the job goes back to the limit the models hold it at, and a
+    /// fresh window opens after the settling time. The settings wanted, or `None` when the
+    /// models do not decide this job.
+    pub(crate) fn resume(&mut self, record: &JobRecord, now: i64) -> Option<Changes> {
+        let job = self.jobs.get_mut(&record.key.job_id)?;
+        job.paused = false;
+        job.changed_ns = now;
+        job.last_tick_ns = now;
+        job.start = None;
+        Some(record.gpus.iter().map(|g| (g.index, power_limit(job.held_w))).collect())
     }
 
     /// Finishes the models' part of a job that is ending (its meters hold the final reading):

@@ -6,7 +6,7 @@
 //! each with a deadline). Every job-boundary change is committed to the store before the caller
 //! is answered; every sample persists the running meters, so a restart resumes them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use tracing::{info, warn};
@@ -17,7 +17,7 @@ use crate::enforce;
 use wattson_config::Config;
 use wattson_config::policy::{Decision, PolicyConfig};
 use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
-use wattson_protocol::{Error, ErrorCode, JobBegin, Reply};
+use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
 use wattson_store::{AcctQuery, BeginOutcome, Sample, Store};
 use wattson_types::energy::{GpuMeter, GpuReading};
 use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
@@ -49,6 +49,8 @@ pub struct Core {
     unrecorded_ends: BTreeMap<JobKey, JobRecord>,
     /// Jobs whose power limit the DVFS models choose.
     prober: Prober,
+    /// Jobs the controller holds at full speed while a queue waits (by job id).
+    full_pace: BTreeSet<u32>,
 }
 
 impl Core {
@@ -79,6 +81,7 @@ impl Core {
             restores_pending: 0,
             unrecorded_ends: BTreeMap::new(),
             prober: Prober::new(config.engine.clone()),
+            full_pace: BTreeSet::new(),
         };
         core.restores_pending = core.restore_orphans();
         Ok(core)
@@ -219,6 +222,39 @@ impl Core {
         Ok(Reply::Settings { job: key.clone(), uid: record.uid, decision, settings })
     }
 
+    /// Sets a running job's pace, as the controller asks: `Full` returns its GPUs to their
+    /// defaults (and stops the models' measurements) until `Saving` gives back the setting
+    /// chosen for it. Running faster never breaks a slowdown bound.
+    pub fn pace(&mut self, job_id: u32, pace: Pace) -> Result<Reply, Error> {
+        let key = JobKey::job(job_id);
+        let record = self.running.get(&key).ok_or_else(|| not_running(&key))?.clone();
+        let full = self.full_pace.contains(&job_id);
+        match pace {
+            Pace::Full if !full => {
+                self.full_pace.insert(job_id);
+                self.prober.pause(job_id);
+                let stuck = enforce::release(self.backend.as_ref(), &mut self.store, &key);
+                if stuck > 0 {
+                    warn!(job = %key, gpus = stuck, "pace: GPUs could not go back to their defaults");
+                }
+                info!(job = %key, "pace: full speed while jobs wait");
+            }
+            Pace::Saving if full => {
+                self.full_pace.remove(&job_id);
+                let now = self.now();
+                let wanted = match self.prober.resume(&record, now) {
+                    Some(wanted) => wanted,
+                    None => enforce::fixed(self.backend.as_ref(), &record, &self.decision_of(&record)),
+                };
+                self.apply_settings(&key, &wanted);
+                info!(job = %key, "pace: back to its energy-saving setting");
+            }
+            _ => {}
+        }
+        let settings = enforce::journaled(&self.store, &key);
+        Ok(Reply::Paced { job: job_id, pace, settings })
+    }
+
     fn begin_gpu(&self, index: u32, reading: Result<GpuReading, GpuError>, t: i64) -> JobGpu {
         let info = &self.backend.devices()[index as usize];
         let meter = match reading {
@@ -285,6 +321,7 @@ impl Core {
         self.running.remove(key);
         self.unrecorded_ends.insert(key.clone(), record);
         if key.step.is_empty() {
+            self.full_pace.remove(&key.job_id);
             self.restores_pending = self.restore_orphans();
         }
         self.record_end(key)
@@ -372,7 +409,9 @@ impl Core {
             let changes: Vec<(JobKey, Changes)> =
                 self.prober.tick(&self.running, &readings, &mut self.store, now);
             for (job, wanted) in changes {
-                self.apply_settings(&job, &wanted);
+                if !self.full_pace.contains(&job.job_id) {
+                    self.apply_settings(&job, &wanted);
+                }
             }
         }
         Tick { readings, job_energy }

@@ -81,6 +81,21 @@ pub(crate) fn journaled(store: &Store, job: &JobKey) -> Changes {
     }
 }
 
+/// Returns `job`'s journaled GPUs to their defaults (the job keeps running at full speed);
+/// returns how many could not be restored.
+pub(crate) fn release(backend: &dyn GpuBackend, store: &mut Store, job: &JobKey) -> usize {
+    match store.gpu_changes() {
+        Ok(changes) => {
+            let mine: Vec<GpuChange> = changes.into_iter().filter(|c| &c.job == job).collect();
+            restore(backend, store, &mine)
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot read the restore journal");
+            0
+        }
+    }
+}
+
 /// Returns to defaults every journaled GPU whose job is not running. Returns how many GPUs
 /// are still waiting to be restored (their restore failed).
 pub(crate) fn restore_orphans(

@@ -8,6 +8,7 @@ pub mod core;
 mod enforce;
 pub mod files;
 pub mod gpus;
+pub mod link;
 pub mod metrics;
 pub mod owner;
 pub mod reader;
@@ -114,8 +115,17 @@ pub async fn run(config: Config) -> Result<(), String> {
     let services =
         Arc::new(Services { owner: owner.clone(), reader, sampler: sampler_handle.clone(), access });
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(server::serve(listener, services, config.daemon.request_timeout));
+    tasks.spawn(server::serve(listener, services.clone(), config.daemon.request_timeout));
     tasks.spawn(sampler.run(config.daemon.sample_interval));
+    if let Some(addr) = config.link.listen {
+        let munge =
+            wattson_link::Munge::new(config.link.munge_socket.as_deref()).map_err(|e| e.to_string())?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot take the controller's requests on {addr}: {e}"))?;
+        tasks.spawn(link::serve(listener, services.clone(), munge, config.daemon.request_timeout));
+        info!(%addr, "taking the controller's requests (MUNGE-sealed, root and SlurmUser only)");
+    }
     if let Some(addr) = config.metrics.listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await

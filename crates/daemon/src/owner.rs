@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use crate::core::{Core, Tick};
 use wattson_gpu::GpuError;
-use wattson_protocol::{Error, ErrorCode, JobBegin, Reply};
+use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
 use wattson_types::energy::GpuReading;
 use wattson_types::job::{JobKey, JobRecord};
 
@@ -23,6 +23,7 @@ enum Command {
     Begin(JobBegin, oneshot::Sender<Result<Reply, Error>>),
     End(JobKey, oneshot::Sender<Result<Reply, Error>>),
     Settings(JobKey, oneshot::Sender<Result<Reply, Error>>),
+    Pace(u32, Pace, oneshot::Sender<Result<Reply, Error>>),
     Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
     Shutdown(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<()>),
 }
@@ -69,6 +70,11 @@ impl Owner {
         self.ask(|tx| Command::Settings(job, tx)).await?
     }
 
+    /// Sets a running job's pace (the controller's request).
+    pub async fn pace(&self, job: u32, pace: Pace) -> Result<Reply, Error> {
+        self.ask(|tx| Command::Pace(job, pace, tx)).await?
+    }
+
     /// Advances the meters with one reading of every GPU.
     pub async fn sample(&self, readings: Vec<Result<GpuReading, GpuError>>) -> Result<Tick, Error> {
         self.ask(|tx| Command::Sample(readings, tx)).await
@@ -111,6 +117,10 @@ fn run(mut core: Core, inbox: Receiver<Command>, publish: watch::Sender<Running>
             }
             Command::Settings(job, reply) => {
                 let _ = reply.send(core.settings(&job));
+                false
+            }
+            Command::Pace(job, pace, reply) => {
+                let _ = reply.send(core.pace(job, pace));
                 false
             }
             Command::Sample(readings, reply) => {

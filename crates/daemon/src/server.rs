@@ -176,6 +176,27 @@ async fn handle(stream: UnixStream, uid: u32, services: &Services, timeout: Dura
     Ok(())
 }
 
+/// The controller asks before powering the node down: no running job, no process on any GPU,
+/// and every GPU answering (a GPU that does not answer cannot be confirmed free).
+async fn confirm_idle(services: &Services) -> Response {
+    let busy = |why: String| Err(Error::new(ErrorCode::Conflict, why));
+    if let Some(job) = services.owner.running().first() {
+        return busy(format!("job {} runs here", job.key));
+    }
+    let Some(Reply::Status { node, gpus }) = services.sampler.status().await else {
+        return Err(Error::new(ErrorCode::Busy, "too many status requests waiting; retry"));
+    };
+    for (index, gpu) in gpus.iter().enumerate() {
+        if let Some(error) = &gpu.error {
+            return busy(format!("GPU {index} does not answer ({error})"));
+        }
+        if !gpu.processes.is_empty() {
+            return busy(format!("GPU {index} has processes {:?}", gpu.processes));
+        }
+    }
+    Ok(Reply::Idle { node })
+}
+
 /// What a user may see of the node's status, as Slurm shows other users' jobs to nobody: the
 /// GPUs, their own jobs, and only processes they own.
 fn seen_by(reply: Reply, uid: u32, services: &Services) -> Reply {
@@ -190,7 +211,8 @@ fn seen_by(reply: Reply, uid: u32, services: &Services) -> Reply {
     Reply::Status { node, gpus }
 }
 
-async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
+/// Answers an authorised request from `uid` (over the socket or the controller link).
+pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
     match request {
         Request::JobBegin(begin) => services.owner.begin(begin).await,
         Request::JobEnd { job } => services.owner.end(job).await,
@@ -203,6 +225,8 @@ async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
             Ok(if services.access.is_privileged(uid) { reply } else { seen_by(reply, uid, services) })
         }
         Request::Acct(filter) => services.reader.acct(filter).await,
+        Request::JobPace { job, pace } => services.owner.pace(job, pace).await,
+        Request::ConfirmIdle {} => confirm_idle(services).await,
         Request::JobSettings { job } => {
             let reply = services.owner.settings(job.clone()).await?;
             match &reply {

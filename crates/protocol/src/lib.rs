@@ -44,6 +44,26 @@ pub enum Request {
     },
     /// Recorded jobs matching a filter.
     Acct(AcctFilter),
+    /// From the controller, before it powers the node down: is the node free of jobs and of
+    /// GPU processes? Refused (`Conflict`) when not.
+    ConfirmIdle {},
+    /// From the controller: how fast a running job's GPUs should run now.
+    JobPace {
+        /// The job (its steps run on its settings).
+        job: u32,
+        /// The pace.
+        pace: Pace,
+    },
+}
+
+/// How fast the controller wants a running job to run, from the cluster's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pace {
+    /// No queue: the least-energy setting the node chose within the job's slowdown bound.
+    Saving,
+    /// Jobs are waiting: the GPUs at their defaults (full speed) until the queue clears.
+    Full,
 }
 
 /// What the daemon needs to know when a job starts.
@@ -158,6 +178,20 @@ pub enum Reply {
     Acct {
         /// Records the caller may see.
         records: Vec<JobRecord>,
+    },
+    /// No job and no GPU process on the node: it may be powered down.
+    Idle {
+        /// Node name.
+        node: String,
+    },
+    /// The job now runs at `pace`; `settings` are those applied to its GPUs (none: defaults).
+    Paced {
+        /// The job.
+        job: u32,
+        /// Its pace.
+        pace: Pace,
+        /// Its GPUs' settings now.
+        settings: Vec<(u32, GpuSetting)>,
     },
 }
 

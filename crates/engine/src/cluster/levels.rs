@@ -101,14 +101,21 @@ pub fn projected_free(p: &Policy, s: &Snapshot, free: f64) -> f64 {
     free + f64::from(frees) - (small + whole) * h
 }
 
-/// Level actions of `p` for `s`.
-pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
+/// Whether wattson's policy lets running jobs save energy now: no job waits, enough GPUs are
+/// free and stay free over the DVFS horizon. Otherwise they run toward full speed (a slowdown
+/// during congestion is paid in everyone's queueing). The controller paces real jobs by it.
+pub fn roomy(p: &Policy, s: &Snapshot) -> bool {
     let total: u32 = s.nodes.iter().map(|n| n.gpus).sum();
     let allocated: u32 = s.running.iter().map(|r| r.job.gpus).sum();
     let free = f64::from(total.saturating_sub(allocated));
-    let roomy = s.queued.is_empty()
+    s.queued.is_empty()
         && free >= p.tuning.dvfs_min_free * f64::from(total)
-        && projected_free(p, s, free) >= 0.0;
+        && projected_free(p, s, free) >= 0.0
+}
+
+/// Level actions of `p` for `s`.
+pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
+    let roomy = roomy(p, s);
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
     let overhead_w = if p.tuning.count_node_base { s.node.base_w / f64::from(gpn) } else { 0.0 };
     for r in s.running {

@@ -1,0 +1,63 @@
+//! `[link]`: the controller-to-node link, wattsond's requests from `wattson ctld` over TCP,
+//! sealed with the cluster's MUNGE key.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::duration_in;
+
+/// `[link]` section, read by wattsond (`listen`) and by `wattson ctld` (the rest).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    /// Where wattsond takes the controller's requests, e.g. `"0.0.0.0:6828"`; unset: it takes
+    /// none (and the controller cannot power this node down when `confirm_idle` is on).
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+    /// The port the controller dials at each node's `NodeAddr`.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// munged's socket; unset: libmunge's default.
+    #[serde(default)]
+    pub munge_socket: Option<PathBuf>,
+    /// Power a node down only once its wattsond confirms that no job and no process holds
+    /// its GPUs (a node that cannot confirm stays up, and the log says why).
+    #[serde(default = "default_true")]
+    pub confirm_idle: bool,
+    /// Hold running jobs at full speed while jobs wait for resources, and give them back
+    /// their energy-saving setting when the queue clears.
+    #[serde(default = "default_true")]
+    pub pace: bool,
+    /// Longest the controller waits for one node's answer (100ms to 1m).
+    #[serde(default = "default_timeout", deserialize_with = "timeout")]
+    pub timeout: Duration,
+}
+
+impl Default for LinkConfig {
+    fn default() -> LinkConfig {
+        LinkConfig {
+            listen: None,
+            port: default_port(),
+            munge_socket: None,
+            confirm_idle: true,
+            pace: true,
+            timeout: default_timeout(),
+        }
+    }
+}
+
+fn default_port() -> u16 {
+    6828
+}
+fn default_true() -> bool {
+    true
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(3)
+}
+fn timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_millis(100), Duration::from_secs(60))
+}
