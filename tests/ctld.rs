@@ -3,6 +3,7 @@
 //! test observes (the action touches a file; the test stops or starts that node's slurmd, with
 //! `-b` for a fresh boot as a real power-on gives).
 
+mod common;
 mod slurm_lab;
 
 use std::path::{Path, PathBuf};
@@ -35,23 +36,47 @@ fn power_conf() -> String {
     )
 }
 
-/// A lab, its power-request directory, and the wattson.toml beside its slurm.conf (with
-/// `ctld` added to its `[ctld]` table).
-fn lab(ctld: &str) -> (SlurmLab, PathBuf) {
-    let nodes = NODES.iter().map(|n| LabNode::new(n, 2, "h100")).collect();
-    let lab = SlurmLab::start(LabOptions { nodes, extra_conf: power_conf(), ..Default::default() });
+/// A lab, its power-request directory, each node's wattsond (on 2 simulated GPUs, taking the
+/// controller's requests at the node's own loopback address), and the wattson.toml beside
+/// its slurm.conf (with `ctld` added to its `[ctld]` table).
+fn lab(ctld: &str) -> (SlurmLab, PathBuf, Vec<common::Node>) {
+    let nodes = NODES
+        .iter()
+        .enumerate()
+        .map(|(i, n)| LabNode { addr: format!("127.0.0.{}", i + 2), ..LabNode::new(n, 2, "h100") })
+        .collect::<Vec<_>>();
+    let lab =
+        SlurmLab::start(LabOptions { nodes: nodes.clone(), extra_conf: power_conf(), ..Default::default() });
+    let munge = lab.dir().join("run/munge.sock");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let daemons = nodes
+        .iter()
+        .map(|n| {
+            let mut daemon = common::Node::h100(2);
+            let text = std::fs::read_to_string(&daemon.config)
+                .unwrap()
+                .replace("node_name = \"n1\"", &format!("node_name = \"{}\"", n.name));
+            std::fs::write(
+                &daemon.config,
+                format!("{text}\n[link]\nlisten = \"{}:{port}\"\nmunge_socket = {munge:?}\n", n.addr),
+            )
+            .unwrap();
+            daemon.start();
+            daemon
+        })
+        .collect();
     let power = lab.dir().join("power");
     std::fs::create_dir(&power).unwrap();
     let toml = format!(
         "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nboot_time = \"2s\"\nshutdown_time = \"1s\"\nstate_file = \"{state}\"\n{ctld}\n\
          [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
-         timeout = \"10s\"\nlog = \"{log}\"\n",
+         timeout = \"10s\"\nlog = \"{log}\"\n[link]\nport = {port}\nmunge_socket = {munge:?}\n",
         p = power.display(),
         log = lab.dir().join("log/power.log").display(),
         state = lab.dir().join("ctld.json").display(),
     );
     std::fs::write(lab.dir().join("etc/wattson.toml"), toml).unwrap();
-    (lab, power)
+    (lab, power, daemons)
 }
 
 /// Carries out the power actions Slurm's programs asked for; returns them ("off-n2", ...).
@@ -136,7 +161,7 @@ fn powered_down(state: &str) -> bool {
 
 #[test]
 fn ctld_sleeps_idle_nodes_slurm_wakes_them_for_jobs_and_never_a_busy_one() {
-    let (mut lab, power) = lab("");
+    let (mut lab, power, _daemons) = lab("");
 
     // Slurm's own idle timer is off: without ctld, idle nodes stay up.
     std::thread::sleep(Duration::from_secs(4));
@@ -250,7 +275,7 @@ fn power_programs_refuse_hostile_hostlists_and_run_nothing() {
 
 #[test]
 fn a_failed_resume_is_retried_into_service_or_left_down_with_a_wattson_reason() {
-    let (mut lab, power) = lab("resume_retries = 1\nresume_retry_pause = \"1s\"");
+    let (mut lab, power, _daemons) = lab("resume_retries = 1\nresume_retry_pause = \"1s\"");
     let mut ctld = start_ctld(&lab);
     wait_for(&mut lab, &power, "idle nodes powered down", Duration::from_secs(40), |lab| {
         states(lab).iter().all(|s| powered_down(s))
@@ -389,4 +414,131 @@ fn slurm_places_jobs_by_the_weights_ctld_sets_again_after_a_reconfigure() {
     let _ = ctld.wait();
     lab.run_ok("scancel", &[&cpu_only.to_string(), &one_gpu.to_string()]);
     lab.stop();
+}
+
+/// Before powering a node down ctld asks its wattsond, which refuses while a job holds its GPUs
+/// (here one Slurm does not know of): that node stays up, with the reason logged, until the
+/// job ends. Then a queue forming puts a running job's GPUs back to full speed within a loop,
+/// and the queue clearing gives the job back its energy-saving setting.
+#[test]
+fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs() {
+    let (mut lab, power, daemons) = lab("");
+    daemons[1].begin("4242", 0, "0");
+    let mut ctld = start_ctld(&lab);
+    wait_for(&mut lab, &power, "n1 and n3 powered down", Duration::from_secs(40), |lab| {
+        powered_down(&state(lab, "n1")) && powered_down(&state(lab, "n3"))
+    });
+    let kept = |lab: &SlurmLab| ctld_log(lab).contains("job 4242 runs here");
+    wait_for(&mut lab, &power, "n2 kept up with the reason", Duration::from_secs(10), kept);
+    assert!(!state(&lab, "n2").contains("POWER"), "{}", state(&lab, "n2"));
+    daemons[1].end("4242");
+    wait_for(&mut lab, &power, "n2 powered down once idle", Duration::from_secs(20), |lab| {
+        powered_down(&state(lab, "n2"))
+    });
+
+    // A job on both GPUs of n1, running at its min-energy share (60% of 700 W).
+    let limit = |g: u32| daemons[0].sim.gpu_state(g).unwrap().power_limit_mw;
+    let job = lab.sbatch(&["--gres=gpu:2", "-w", "n1"], "sleep 300\n").unwrap();
+    wait_for(&mut lab, &power, "the job running", Duration::from_secs(60), |lab| {
+        lab.job_info(job).is_some_and(|j| j.state == "RUNNING")
+    });
+    let id = job.to_string();
+    common::assert_ok(&daemons[0].wattson(&[
+        "job",
+        "begin",
+        "--job",
+        &id,
+        "--uid",
+        "0",
+        "--gpus",
+        "0,1",
+        "--energy",
+        "min-energy",
+    ]));
+    assert_eq!((limit(0), limit(1)), (420_000, 420_000));
+    // A job waits for n1's GPUs: within a loop the running job goes to full speed.
+    let waiting = lab.sbatch(&["--gres=gpu:1", "-w", "n1"], "true\n").unwrap();
+    let queued_at = Instant::now();
+    wait_for(&mut lab, &power, "full speed while a job waits", Duration::from_secs(10), |_| {
+        limit(0) == 700_000 && limit(1) == 700_000
+    });
+    let took = queued_at.elapsed();
+    assert!(took < Duration::from_secs(4), "paced after {took:?} (loop 1 s)\n{}", ctld_log(&lab));
+    assert_eq!(lab.job_info(waiting).unwrap().state, "PENDING");
+    // The queue clears: back to the saving share.
+    lab.run_ok("scancel", &[&waiting.to_string()]);
+    wait_for(&mut lab, &power, "saving again once the queue cleared", Duration::from_secs(10), |_| {
+        limit(0) == 420_000 && limit(1) == 420_000
+    });
+    let log = ctld_log(&lab);
+    assert!(log.contains("pace set") && log.contains("Full") && log.contains("Saving"), "{log}");
+    daemons[0].end(&id);
+    let _ = ctld.kill();
+    let _ = ctld.wait();
+    lab.run_ok("scancel", &[&id]);
+    lab.stop();
+}
+
+/// The link serves only credentials MUNGE vouches for, from root or SlurmUser, once each:
+/// another user's request, a replayed one and garbage are refused, and nothing is done.
+#[test]
+fn the_link_refuses_other_users_replays_and_garbage() {
+    let (lab, _power, daemons) = lab("");
+    let munge = lab.dir().join("run/munge.sock");
+    let port = std::fs::read_to_string(lab.dir().join("etc/wattson.toml"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("port = ").map(|p| p.parse::<u16>().unwrap()))
+        .unwrap();
+    let seal = |uid: &str, payload: &str| {
+        let out = Command::new("setpriv")
+            .args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups", "munge", "-S"])
+            .arg(&munge)
+            .args(["-s", payload])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let ask = |line: &str| -> String {
+        use std::io::{BufRead, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.2", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(line.trim_end().as_bytes()).unwrap();
+        s.write_all(b"\n").unwrap();
+        let mut answer = String::new();
+        std::io::BufReader::new(s).read_line(&mut answer).unwrap();
+        let out =
+            Command::new("unmunge").arg("-S").arg(&munge).args(["-m", "/dev/null"]).stdin_bytes(&answer);
+        out
+    };
+    let pace = "{\"op\":\"job_pace\",\"job\":1,\"pace\":\"full\"}";
+    let idle = "{\"op\":\"confirm_idle\"}";
+    assert!(ask(&seal("0", idle)).contains("\"idle\""));
+    let nobody = ask(&seal("65534", pace));
+    assert!(nobody.contains("permission_denied"), "{nobody}");
+    let cred = seal("0", idle);
+    assert!(ask(&cred).contains("\"idle\""));
+    let replay = ask(&cred);
+    assert!(replay.contains("permission_denied") && replay.to_lowercase().contains("replay"), "{replay}");
+    let garbage = ask("MUNGE:not-a-credential:");
+    assert!(garbage.contains("permission_denied"), "{garbage}");
+    assert!(daemons[0].log().contains("link: request refused"), "{}", daemons[0].log());
+    lab.stop();
+}
+
+/// Feeds `input` to a command and returns its standard output.
+trait StdinBytes {
+    fn stdin_bytes(&mut self, input: &str) -> String;
+}
+
+impl StdinBytes for Command {
+    fn stdin_bytes(&mut self, input: &str) -> String {
+        use std::io::Write;
+        let mut child =
+            self.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    }
 }

@@ -93,8 +93,8 @@ impl SlurmLab {
             };
             let _ = writeln!(
                 c,
-                "NodeName={} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs={} RealMemory=2000{gres_spec} State=UNKNOWN",
-                node.name, node.cpus
+                "NodeName={} NodeHostname=localhost NodeAddr={} Port={port} CPUs={} RealMemory=2000{gres_spec} State=UNKNOWN",
+                node.name, node.addr, node.cpus
             );
             if node.gpus > 0 {
                 let _ = writeln!(

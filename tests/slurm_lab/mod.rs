@@ -68,12 +68,21 @@ pub struct LabNode {
     pub gpu_type: String,
     /// CPUs= in slurm.conf (SlurmdParameters=config_overrides lets it exceed the real count).
     pub cpus: u32,
+    /// NodeAddr= (any of 127.0.0.0/8 reaches this host; distinct ones let each node's
+    /// wattsond listen on the same port).
+    pub addr: String,
 }
 
 impl LabNode {
-    /// A node with `gpus` GPUs of type `gpu_type` and 2 CPUs.
+    /// A node with `gpus` GPUs of type `gpu_type` and 2 CPUs, at 127.0.0.1.
     pub fn new(name: &str, gpus: u32, gpu_type: &str) -> LabNode {
-        LabNode { name: name.to_string(), gpus, gpu_type: gpu_type.to_string(), cpus: 2 }
+        LabNode {
+            name: name.to_string(),
+            gpus,
+            gpu_type: gpu_type.to_string(),
+            cpus: 2,
+            addr: "127.0.0.1".into(),
+        }
     }
 }
 
