@@ -508,9 +508,7 @@ fn the_link_refuses_other_users_replays_and_garbage() {
         s.write_all(b"\n").unwrap();
         let mut answer = String::new();
         std::io::BufReader::new(s).read_line(&mut answer).unwrap();
-        let out =
-            Command::new("unmunge").arg("-S").arg(&munge).args(["-m", "/dev/null"]).stdin_bytes(&answer);
-        out
+        Command::new("unmunge").arg("-S").arg(&munge).args(["-m", "/dev/null"]).stdin_bytes(&answer)
     };
     let pace = "{\"op\":\"job_pace\",\"job\":1,\"pace\":\"full\"}";
     let idle = "{\"op\":\"confirm_idle\"}";
