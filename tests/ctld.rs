@@ -423,6 +423,11 @@ fn slurm_places_jobs_by_the_weights_ctld_sets_again_after_a_reconfigure() {
 #[test]
 fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs() {
     let (mut lab, power, daemons) = lab("");
+    let metrics = lab.dir().join("ctld.prom");
+    let toml = lab.dir().join("etc/wattson.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, text.replacen("[ctld]\n", &format!("[ctld]\nmetrics_file = {metrics:?}\n"), 1))
+        .unwrap();
     daemons[1].begin("4242", 0, "0");
     let mut ctld = start_ctld(&lab);
     wait_for(&mut lab, &power, "n1 and n3 powered down", Duration::from_secs(40), |lab| {
@@ -472,6 +477,14 @@ fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs()
     });
     let log = ctld_log(&lab);
     assert!(log.contains("pace set") && log.contains("Full") && log.contains("Saving"), "{log}");
+    // Every decision is counted, in the file node_exporter's textfile collector serves.
+    let counted = std::fs::read_to_string(&metrics).unwrap();
+    for action in ["power_down", "kept_up", "pace_full", "pace_saving"] {
+        assert!(
+            counted.contains(&format!("wattson_ctld_decisions_total{{action=\"{action}\"}}")),
+            "{counted}"
+        );
+    }
     daemons[0].end(&id);
     let _ = ctld.kill();
     let _ = ctld.wait();

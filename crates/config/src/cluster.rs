@@ -56,6 +56,10 @@ pub struct CtldConfig {
     /// for an administrator (0 to 20).
     #[serde(default = "default_resume_retries", deserialize_with = "resume_retries")]
     pub resume_retries: u32,
+    /// Where the controller's counters are written after every loop, in Prometheus' text
+    /// format (for node_exporter's textfile collector); unset: nowhere.
+    #[serde(default)]
+    pub metrics_file: Option<PathBuf>,
     /// Pause before the first retry; each further one waits twice as long (1s to 1h).
     #[serde(default = "default_resume_retry_pause", deserialize_with = "transition")]
     pub resume_retry_pause: Duration,
@@ -78,6 +82,7 @@ impl Default for CtldConfig {
             shutdown_time: default_shutdown_time(),
             shutdown_w: default_shutdown_w(),
             resume_retries: default_resume_retries(),
+            metrics_file: None,
             resume_retry_pause: default_resume_retry_pause(),
         }
     }
@@ -100,6 +105,24 @@ pub struct PowerConfig {
     /// File the power programs append a line to for every action (besides the journal).
     #[serde(default)]
     pub log: Option<PathBuf>,
+    /// `[[power.group]]`: other actions for some nodes (other BMCs, Wake-on-LAN...); a node
+    /// takes the action of the first group that names it and sets one.
+    #[serde(default)]
+    pub group: Vec<PowerGroup>,
+}
+
+/// `[[power.group]]`: the power actions of a group of nodes.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerGroup {
+    /// The group's nodes, a Slurm hostlist (`gpu[01-16]`).
+    pub nodes: String,
+    /// As `[power] suspend`, for these nodes; empty: `[power]`'s.
+    #[serde(default, deserialize_with = "argv")]
+    pub suspend: Vec<String>,
+    /// As `[power] resume`, for these nodes; empty: `[power]`'s.
+    #[serde(default, deserialize_with = "argv")]
+    pub resume: Vec<String>,
 }
 
 fn default_state_file() -> PathBuf {

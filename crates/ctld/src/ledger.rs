@@ -102,9 +102,14 @@ impl Ledger {
 /// Writes `ledger` to `path` whole: a new file renamed over the old, so a reader never sees
 /// half of one.
 pub fn save(ledger: &Ledger, path: &Path) -> std::io::Result<()> {
+    write_whole(path, &serde_json::to_vec_pretty(ledger).map_err(std::io::Error::other)?)
+}
+
+/// Writes `bytes` to `path` (mode 0644) through a new file renamed over the old.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    serde_json::to_writer_pretty(&mut file, ledger).map_err(std::io::Error::other)?;
+    std::io::Write::write_all(&mut file, bytes)?;
     file.as_file().set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
     file.persist(path).map_err(|e| e.error)?;
     Ok(())

@@ -13,6 +13,7 @@ pub mod accounting;
 pub mod command;
 pub mod hostlist;
 pub mod ledger;
+pub mod metrics;
 pub mod nodes;
 pub mod power;
 pub mod program;
@@ -189,6 +190,8 @@ pub struct Ctld {
     planner: Planner,
     slurm: Slurm,
     nodes: nodes::Nodes,
+    metrics: metrics::Metrics,
+    metrics_file: Option<std::path::PathBuf>,
     interval: Duration,
     state_file: std::path::PathBuf,
 }
@@ -199,18 +202,42 @@ impl Ctld {
         let slurm = Slurm::new(config.ctld.command_timeout);
         let (interval, state_file) = (config.ctld.interval, config.ctld.state_file.clone());
         let nodes = nodes::Nodes::new(config.link.clone());
-        Ctld { planner: Planner::new(config), slurm, nodes, interval, state_file }
+        let metrics_file = config.ctld.metrics_file.clone();
+        Ctld {
+            planner: Planner::new(config),
+            slurm,
+            nodes,
+            metrics: metrics::Metrics::default(),
+            metrics_file,
+            interval,
+            state_file,
+        }
     }
 
     /// One loop: read Slurm, plan, act. Returns the plan it carried out.
     pub fn step(&mut self) -> Result<Plan, String> {
-        let nodes = self.slurm.nodes()?;
+        let started = std::time::Instant::now();
+        let mut seen = Vec::new();
+        let result = self.step_inner(&mut seen);
+        self.metrics.looped(result.as_ref().ok(), &seen, started.elapsed().as_secs_f64());
+        if let Some(path) = &self.metrics_file
+            && let Err(e) = self.metrics.save(path)
+        {
+            warn!(file = %path.display(), error = %e, "cannot write the metrics file");
+        }
+        result
+    }
+
+    fn step_inner(&mut self, seen: &mut Vec<Node>) -> Result<Plan, String> {
+        *seen = self.slurm.nodes()?;
+        let nodes = &seen[..];
         let jobs = self.slurm.jobs()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let mut plan = self.planner.plan(&nodes, &jobs, now);
+        let mut plan = self.planner.plan(nodes, &jobs, now);
         self.confirm_idle(&mut plan, now);
         if self.nodes.paces() {
-            self.nodes.pace(plan.pace, &plan.running);
+            let paced = self.nodes.pace(plan.pace, &plan.running);
+            self.metrics.decided(if plan.pace == Pace::Full { "pace_full" } else { "pace_saving" }, paced);
         }
         let acted = self.act(&plan);
         if let Err(e) = ledger::save(self.planner.ledger(), &self.state_file) {
@@ -228,6 +255,7 @@ impl Ctld {
             .map(|n| (n.clone(), plan.addrs.get(n).cloned().unwrap_or_else(|| n.clone())))
             .collect();
         let (confirmed, kept) = self.nodes.confirm_idle(&candidates);
+        self.metrics.decided("kept_up", kept.len());
         for (node, why) in kept {
             warn!(node = %node, reason = %why, "stays up: its wattsond did not confirm it idle");
             self.planner.ledger.decided(&node, format!("kept up: not confirmed idle ({why})"), now);

@@ -63,8 +63,9 @@ impl Nodes {
 
     /// Gives each running job (id, its nodes' addresses) `pace` where it differs from what it
     /// was last given; forgets jobs that are no longer running. A node that cannot be reached
-    /// is tried again next loop.
-    pub fn pace(&mut self, pace: Pace, running: &[(u32, Vec<String>)]) {
+    /// is tried again next loop. Returns how many jobs changed pace.
+    pub fn pace(&mut self, pace: Pace, running: &[(u32, Vec<String>)]) -> usize {
+        let mut changed = 0;
         self.paced.retain(|job, _| running.iter().any(|(id, _)| id == job));
         for (job, addrs) in running {
             if self.paced.get(job).copied().unwrap_or(Pace::Saving) == pace {
@@ -88,8 +89,10 @@ impl Nodes {
             }
             if done {
                 self.paced.insert(*job, pace);
+                changed += 1;
             }
         }
+        changed
     }
 
     /// Whether running jobs are paced at all.

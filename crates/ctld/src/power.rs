@@ -99,34 +99,44 @@ pub fn main(program: Program, hostlist: Option<String>) -> ExitCode {
         let jobs = std::fs::read_to_string(&file).unwrap_or_default();
         log(&config, program, &format!("resume file: {}", jobs.trim()));
     }
-    let template = match program {
-        Program::Suspend => &config.suspend,
-        Program::Resume => &config.resume,
-        Program::ResumeFail => {
-            log(&config, program, &format!("Slurm gave up resuming {}", hostlist::join(&nodes)));
-            return ExitCode::SUCCESS;
+    if program == Program::ResumeFail {
+        log(&config, program, &format!("Slurm gave up resuming {}", hostlist::join(&nodes)));
+        return ExitCode::SUCCESS;
+    }
+    let groups = match groups(&config) {
+        Ok(groups) => groups,
+        Err(e) => {
+            log(&config, program, &format!("{e}; nothing run"));
+            return ExitCode::FAILURE;
         }
     };
-    if template.is_empty() {
+    let (dry, nodes): (Vec<String>, Vec<String>) =
+        nodes.into_iter().partition(|node| template(&config, &groups, program, node).is_empty());
+    if !dry.is_empty() {
         log(
             &config,
             program,
-            &format!("dry run ([power] {} not set): {}", program.name(), hostlist::join(&nodes)),
+            &format!("dry run (no {} action set): {}", program.name(), hostlist::join(&dry)),
         );
-        return ExitCode::SUCCESS;
     }
     let mut failed = Vec::new();
+    let config = &config;
     for chunk in nodes.chunks(PARALLEL) {
         let results: Vec<(String, Result<(), String>)> = std::thread::scope(|s| {
-            let handles: Vec<_> =
-                chunk.iter().map(|node| s.spawn(|| (node.clone(), act(&config, template, node)))).collect();
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|node| {
+                    let template = template(config, &groups, program, node);
+                    s.spawn(move || (node.clone(), act(config, template, node)))
+                })
+                .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });
         for (node, result) in results {
             match result {
-                Ok(()) => log(&config, program, &format!("{node}: done")),
+                Ok(()) => log(config, program, &format!("{node}: done")),
                 Err(e) => {
-                    log(&config, program, &format!("{node}: failed: {e}"));
+                    log(config, program, &format!("{node}: failed: {e}"));
                     failed.push(node);
                 }
             }
@@ -148,6 +158,38 @@ pub fn main(program: Program, hostlist: Option<String>) -> ExitCode {
     if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
+/// The nodes of each `[[power.group]]`, in order.
+fn groups(config: &PowerConfig) -> Result<Vec<Vec<String>>, String> {
+    config
+        .group
+        .iter()
+        .map(|g| hostlist::expand(&g.nodes).map_err(|e| format!("[[power.group]] nodes {:?}: {e}", g.nodes)))
+        .collect()
+}
+
+/// The action of `program` for `node`: that of the first group naming the node and setting
+/// one, else `[power]`'s own (empty: a dry run).
+fn template<'a>(
+    config: &'a PowerConfig,
+    groups: &[Vec<String>],
+    program: Program,
+    node: &str,
+) -> &'a [String] {
+    let pick = |suspend: &'a [String], resume: &'a [String]| match program {
+        Program::Suspend => suspend,
+        Program::Resume => resume,
+        Program::ResumeFail => &[],
+    };
+    config
+        .group
+        .iter()
+        .zip(groups)
+        .filter(|(_, nodes)| nodes.iter().any(|n| n == node))
+        .map(|(g, _)| pick(&g.suspend, &g.resume))
+        .find(|t| !t.is_empty())
+        .unwrap_or_else(|| pick(&config.suspend, &config.resume))
+}
+
 /// Runs the action of `template` for `node` with a deadline, in a clean environment.
 fn act(config: &PowerConfig, template: &[String], node: &str) -> Result<(), String> {
     let argv = argv(template, node);
@@ -162,6 +204,33 @@ fn act(config: &PowerConfig, template: &[String], node: &str) -> Result<(), Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_node_gets_its_groups_action_else_the_default() {
+        let config = wattson_config::Config::parse(
+            "[power]\nsuspend = [\"/bin/off\", \"{node}\"]\n\
+             [[power.group]]\nnodes = \"gpu[01-02]\"\nsuspend = [\"/usr/bin/ipmitool\", \"-H\", \"{node}-bmc\"]\n\
+             [[power.group]]\nnodes = \"gpu[02-03]\"\nresume = [\"/bin/wol\", \"{node}\"]\n",
+            "w.toml",
+        )
+        .unwrap()
+        .power;
+        let groups = groups(&config).unwrap();
+        assert_eq!(template(&config, &groups, Program::Suspend, "gpu02")[0], "/usr/bin/ipmitool");
+        assert_eq!(template(&config, &groups, Program::Suspend, "cpu01")[0], "/bin/off");
+        // The first group naming a node and setting the action decides; else [power]'s.
+        assert_eq!(template(&config, &groups, Program::Resume, "gpu02")[0], "/bin/wol");
+        assert_eq!(template(&config, &groups, Program::Suspend, "gpu03")[0], "/bin/off");
+        assert!(template(&config, &groups, Program::Resume, "gpu01").is_empty(), "a dry run");
+    }
+
+    #[test]
+    fn a_hostile_group_hostlist_is_refused() {
+        let config = wattson_config::Config::parse("[[power.group]]\nnodes = \"n[1-100000000]\"\n", "w.toml")
+            .unwrap()
+            .power;
+        assert!(groups(&config).unwrap_err().contains("[[power.group]]"));
+    }
 
     #[test]
     fn the_node_placeholder_is_replaced_in_place() {
