@@ -152,7 +152,7 @@ pub fn main(program: Program, hostlist: Option<String>) -> ExitCode {
             &format!("reason={}", slurm::RESUME_FAILED),
         ]);
         if let Err(e) = command::run(&mut scontrol, config.timeout) {
-            log(&config, program, &format!("cannot mark {} down: {e}", hostlist::join(&failed)));
+            log(config, program, &format!("cannot mark {} down: {e}", hostlist::join(&failed)));
         }
     }
     if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
