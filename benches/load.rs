@@ -5,7 +5,7 @@
 //! Run: `cargo bench --bench load` (as root), for 60 s; `WATTSON_LOAD_SECS=600` for the
 //! 10-minute run; `WATTSON_LOAD_CLIENTS=0` for the pairs alone (the baseline). Prints the pairs sent and failed, begin/end latency p50/p99, the status
 //! clients' answers and failures, whether the stored records match the pairs one for one, and
-//! the daemon's RSS at the start and the end.
+//! the daemon's RSS at the start, each minute and at the end.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -91,8 +91,13 @@ fn main() {
     let mut failed = 0u64;
     let period = Duration::from_secs(1) / PAIRS_PER_S as u32;
     let start = Instant::now();
+    // The daemon's RSS each minute: does it level off?
+    let mut rss_by_minute = vec![rss_start];
     for i in 0..total {
         let job = 1 + i as u32;
+        if i > 0 && i % (60 * PAIRS_PER_S) == 0 {
+            rss_by_minute.push(rss_kib(node.pid()));
+        }
         std::thread::sleep((start + period * i as u32).saturating_duration_since(Instant::now()));
         for request in [job_begin(job, job % GPUS), Request::JobEnd { job: JobKey::job(job) }] {
             let t = Instant::now();
@@ -124,6 +129,7 @@ fn main() {
         if stored == total { "match" } else { "MISMATCH" }
     );
     println!("daemon RSS: {rss_start} KiB at the start, {rss_end} KiB at the end");
+    println!("daemon RSS each minute (KiB): {rss_by_minute:?}");
 }
 
 /// How many of jobs 1..=n have exactly one completed record, asked in chunks the protocol takes.
