@@ -186,3 +186,38 @@ fn a_corrupted_store_is_kept_aside_loudly_and_the_gpus_restored() {
     node.end("2");
     assert!(node.record("2").energy_j() > 0.0);
 }
+
+/// `kill -9` at each step of a setting change (the daemon kills itself there with SIGKILL, a
+/// hook of debug builds): after the restart a running job's GPU carries its setting, a GPU
+/// whose job ended is back at its defaults, the job's record is whole, and the daemon serves.
+#[test]
+fn kill_9_at_every_step_of_a_setting_change_ends_in_a_defined_state() {
+    for step in ["journaled", "applied"] {
+        let mut node = Node::h100(2);
+        node.start_with_env(&[("WATTSON_KILL_AT", std::path::Path::new(step))]);
+        let args = ["job", "begin", "--job", "1", "--uid", "1000", "--gpus", "0", "--energy", "min-energy"];
+        assert!(!node.wattson(&args).status.success(), "{step}: the daemon died mid-change");
+        node.kill9();
+        node.start();
+        assert_eq!(limit_mw(&node, 0), 420_000, "{step}: the job still runs, with its setting");
+        assert_eq!(limit_mw(&node, 1), 700_000, "{step}");
+        node.end("1");
+        assert_eq!(limit_mw(&node, 0), 700_000, "{step}: back at its defaults once the job ended");
+        begin_with(&node, "2", "0", "perf");
+        node.end("2");
+    }
+    // Killed at the job's end, once the GPU is restored and before its journal entry goes.
+    let mut node = Node::h100(1);
+    node.start_with_env(&[("WATTSON_KILL_AT", std::path::Path::new("restored"))]);
+    begin_capped(&node, "3", "0");
+    assert_eq!(limit_mw(&node, 0), 420_000);
+    assert!(!node.wattson(&["job", "end", "--job", "3"]).status.success(), "the daemon died mid-restore");
+    node.kill9();
+    node.start();
+    assert_eq!(limit_mw(&node, 0), 700_000, "the job ended: its GPU stays at its defaults");
+    let record = node.record("3");
+    assert_eq!(record.state, wattson_types::job::JobState::Completed, "the end was recorded first");
+    assert!(record.energy_j() > 0.0);
+    begin_with(&node, "4", "0", "perf");
+    node.end("4");
+}

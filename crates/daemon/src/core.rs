@@ -84,6 +84,8 @@ impl Core {
             full_pace: BTreeSet::new(),
         };
         core.restores_pending = core.restore_orphans();
+        let running = &core.running;
+        enforce::reapply_running(core.backend.as_ref(), &core.store, |job| running.contains_key(job));
         Ok(core)
     }
 
@@ -315,16 +317,19 @@ impl Core {
             let now = self.now();
             record.dvfs = self.prober.end(&record, &mut self.store, now).map(Box::new);
         }
-        // The job has ended whether or not the store takes the record now: its GPUs go back
-        // to their defaults first, and the record is kept until it is written.
+        // The job has ended whether or not the store takes the record now: the record is
+        // kept until it is written, and its GPUs go back to their defaults either way. The
+        // end is written first, so that a crash between the two leaves a GPU whose job is
+        // recorded as ended: the restore journal returns it to its defaults at the restart.
         record.end_ns = Some(end_ns);
         self.running.remove(key);
         self.unrecorded_ends.insert(key.clone(), record);
+        let reply = self.record_end(key);
         if key.step.is_empty() {
             self.full_pace.remove(&key.job_id);
             self.restores_pending = self.restore_orphans();
         }
-        self.record_end(key)
+        reply
     }
 
     /// Writes the end of `key` (an entry of `unrecorded_ends`) to the store. On failure the

@@ -15,6 +15,29 @@ use wattson_gpu::GpuBackend;
 use wattson_store::{GpuChange, Store};
 use wattson_types::job::{JobKey, JobRecord};
 
+/// A step of a setting change where the fault tests kill the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
+pub(crate) enum Step {
+    /// The change is journaled; no GPU changed yet.
+    Journaled,
+    /// The GPUs changed; the caller not yet answered.
+    Applied,
+    /// A GPU is back at its defaults; its journal entry not yet cleared.
+    Restored,
+}
+
+/// Debug builds only: `WATTSON_KILL_AT=<step>` kills the daemon (SIGKILL, as `kill -9` would)
+/// at that step, for the fault tests. Release builds have no such hook.
+fn kill_point(step: Step) {
+    #[cfg(debug_assertions)]
+    if std::env::var("WATTSON_KILL_AT").is_ok_and(|v| v == <&str>::from(step)) {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = step;
+}
+
 /// `decision`'s fixed setting for each GPU of `record` that has one.
 pub(crate) fn fixed(backend: &dyn GpuBackend, record: &JobRecord, decision: &Decision) -> Changes {
     record
@@ -50,6 +73,7 @@ pub(crate) fn apply(
         warn!(job = %job, error = %e, "cannot journal GPU changes; leaving the GPUs as they are");
         return Vec::new();
     }
+    kill_point(Step::Journaled);
     let mut applied = Vec::new();
     let mut refused = Vec::new();
     for change in changes {
@@ -65,7 +89,29 @@ pub(crate) fn apply(
         }
     }
     restore(backend, store, &refused);
+    kill_point(Step::Applied);
     applied
+}
+
+/// Applies again every journaled setting whose job is still running: after a crash between
+/// the journal and the GPU (or a GPU reset), the job gets what was decided for it.
+pub(crate) fn reapply_running(backend: &dyn GpuBackend, store: &Store, is_running: impl Fn(&JobKey) -> bool) {
+    let Ok(changes) = store.gpu_changes() else { return };
+    for change in changes.iter().filter(|c| is_running(&c.job)) {
+        let same_gpu =
+            backend.devices().get(change.gpu_index as usize).is_some_and(|d| d.uuid == change.uuid);
+        if !same_gpu {
+            continue;
+        }
+        match backend.apply(change.gpu_index, change.setting) {
+            Ok(()) => {
+                info!(job = %change.job, gpu = change.gpu_index, setting = ?change.setting, "setting of a resumed job applied again")
+            }
+            Err(e) => {
+                warn!(job = %change.job, gpu = change.gpu_index, error = %e, "cannot apply a resumed job's setting again")
+            }
+        }
+    }
 }
 
 /// The settings journaled for `job`, by GPU.
@@ -126,6 +172,7 @@ fn restore(backend: &dyn GpuBackend, store: &mut Store, changes: &[GpuChange]) -
         match if same_gpu { backend.restore_defaults(change.gpu_index) } else { Ok(()) } {
             Ok(()) => {
                 info!(gpu = change.gpu_index, job = %change.job, "GPU back at its defaults");
+                kill_point(Step::Restored);
                 done.push(change.gpu_index);
             }
             Err(e) => {
