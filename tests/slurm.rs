@@ -335,3 +335,32 @@ fn sorted(lines: &str) -> String {
     v.sort_by_key(|l| l.split(['|', ' ']).next().unwrap_or("").parse::<u64>().unwrap_or(0));
     v.iter().map(|l| format!("{l}\n")).collect()
 }
+
+/// slurmd and then slurmctld restarted while a capped GPU job runs: the job keeps running and
+/// completes, its GPU stays capped throughout and is restored after, and its energy is exact
+/// (the job's own slurmstepd reports its end, whatever happened to the daemons).
+#[test]
+fn a_job_outlives_slurmd_and_slurmctld_restarts_capped_and_exactly_accounted() {
+    let mut c = cluster("", &[]);
+    let submitted = wattson_types::now_ns();
+    let id = c.lab.sbatch(&["--gres=gpu:1", "--energy=min-energy"], "#!/bin/sh\nsleep 10\n").unwrap();
+    admin_comment_once_running(&c, id);
+    let capped = |c: &Cluster| power_limits(&c.node).iter().filter(|&&l| l == 420_000).count();
+    assert_eq!(capped(&c), 1, "{:?}", power_limits(&c.node));
+    c.lab.restart_slurmd("n1");
+    assert_eq!(capped(&c), 1, "still capped after slurmd's restart");
+    c.lab.restart_slurmctld();
+    assert_eq!(capped(&c), 1, "still capped after slurmctld's restart");
+    let info = c.lab.wait_job(id, Duration::from_secs(90));
+    let finished = wattson_types::now_ns();
+    assert_eq!(info.state, "COMPLETED", "{}", c.lab.all_logs());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while power_limits(&c.node) != vec![MAX_W; 4] {
+        assert!(Instant::now() < deadline, "GPU not restored: {:?}\n{}", power_limits(&c.node), c.node.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let record = c.node.record(&id.to_string());
+    assert_eq!(record.state, wattson_types::job::JobState::Completed);
+    let around = common::Bracket(submitted, finished);
+    common::assert_exact(&c.node, &record, around, around, 0.001);
+}

@@ -464,6 +464,21 @@ impl SlurmLab {
         true
     }
 
+    /// Restarts `node`'s slurmd (SIGTERM, then a plain start: not a reboot, so its job steps,
+    /// held by their own slurmstepd, go on).
+    pub fn restart_slurmd(&mut self, node: &str) {
+        assert!(self.power_off(node), "{node} is not running");
+        let i = self.nodes.iter().position(|n| n.name == node).expect("a node of this lab");
+        self.start_slurmd(i);
+    }
+
+    /// Restarts slurmctld (SIGTERM, then a start that reads its saved state).
+    pub fn restart_slurmctld(&mut self) {
+        let mut child = self.slurmctld.take().expect("slurmctld running");
+        daemons::terminate(&mut child);
+        self.start_slurmctld();
+    }
+
     /// A node's "power on": its slurmd starts with `-b`, reporting a fresh boot as a resumed
     /// node must. False if it was already running.
     pub fn power_on(&mut self, node: &str) -> bool {
