@@ -31,12 +31,13 @@ use wattson_engine::cluster::{self, Policy, PolicyKind, Snapshot, Tuning};
 use wattson_protocol::Pace;
 
 use crate::ledger::Ledger;
+use crate::metrics::Action;
 use crate::retry::{Retries, Verdict};
 use crate::slurm::{Job, Node, Power, Slurm};
 use crate::view::Memory;
 
 /// What one loop asks of Slurm, and why.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Nodes to power down.
     pub power_down: Vec<String>,
@@ -111,7 +112,12 @@ impl Planner {
                 .collect()
         };
         let power = c.manage_power;
+        let addr = |name: &String| nodes.iter().find(|n| &n.name == name).map(|n| n.addr.clone());
+        let power_down = if power { names(&actions.power_down) } else { Vec::new() };
         let mut plan = Plan {
+            addrs: power_down.iter().filter_map(|n| Some((n.clone(), addr(n)?))).collect(),
+            power_down,
+            power_up: if power { names(&actions.power_up) } else { Vec::new() },
             warm_target: cluster::power::warm_target(&policy, &snapshot),
             idle: view.nodes.iter().filter(|n| n.idle_since.is_finite()).count(),
             queued: view.queued.len(),
@@ -119,25 +125,10 @@ impl Planner {
             running: jobs
                 .iter()
                 .filter(|j| j.is_running())
-                .map(|j| {
-                    let addr = |name: &String| nodes.iter().find(|n| &n.name == name).map(|n| n.addr.clone());
-                    (j.id, j.nodes.iter().filter_map(addr).collect())
-                })
+                .map(|j| (j.id, j.nodes.iter().filter_map(addr).collect()))
                 .collect(),
-            addrs: Default::default(),
-            power_down: Vec::new(),
-            power_up: Vec::new(),
-            retry: Vec::new(),
-            give_up: Vec::new(),
-            weights: Vec::new(),
+            ..Plan::default()
         };
-        plan.power_down = if power { names(&actions.power_down) } else { Vec::new() };
-        plan.power_up = if power { names(&actions.power_up) } else { Vec::new() };
-        plan.addrs = plan
-            .power_down
-            .iter()
-            .filter_map(|name| nodes.iter().find(|n| &n.name == name).map(|n| (name.clone(), n.addr.clone())))
-            .collect();
         if let Some(weights) = cluster::placement::node_weights(&policy, &snapshot).filter(|_| c.weights) {
             let mut changed: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
             for (i, node) in nodes.iter().enumerate() {
@@ -237,7 +228,8 @@ impl Ctld {
         self.confirm_idle(&mut plan, now);
         if self.nodes.paces() {
             let paced = self.nodes.pace(plan.pace, &plan.running);
-            self.metrics.decided(if plan.pace == Pace::Full { "pace_full" } else { "pace_saving" }, paced);
+            let action = if plan.pace == Pace::Full { Action::PaceFull } else { Action::PaceSaving };
+            self.metrics.decided(action, paced);
         }
         let acted = self.act(&plan);
         if let Err(e) = ledger::save(self.planner.ledger(), &self.state_file) {
@@ -255,7 +247,7 @@ impl Ctld {
             .map(|n| (n.clone(), plan.addrs.get(n).cloned().unwrap_or_else(|| n.clone())))
             .collect();
         let (confirmed, kept) = self.nodes.confirm_idle(&candidates);
-        self.metrics.decided("kept_up", kept.len());
+        self.metrics.decided(Action::KeptUp, kept.len());
         for (node, why) in kept {
             warn!(node = %node, reason = %why, "stays up: its wattsond did not confirm it idle");
             self.planner.ledger.decided(&node, format!("kept up: not confirmed idle ({why})"), now);

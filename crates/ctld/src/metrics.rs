@@ -17,6 +17,28 @@ use crate::slurm::{Node, Power};
 
 type Labels = Vec<(&'static str, &'static str)>;
 
+/// A kind of decision the controller carries out (the `action` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Action {
+    /// `power_down_asap` asked of Slurm.
+    PowerDown,
+    /// `power_up` ahead of demand.
+    PowerUp,
+    /// `power_up` again after a failed resume.
+    Retry,
+    /// A node left down after every retry.
+    GiveUp,
+    /// A node kept up: its wattsond did not confirm it idle.
+    KeptUp,
+    /// A node weight set.
+    Weight,
+    /// A running job set to full speed (jobs wait).
+    PaceFull,
+    /// A running job given back its saving setting (the queue cleared).
+    PaceSaving,
+}
+
 /// The controller's counters and gauges.
 pub struct Metrics {
     registry: Registry,
@@ -58,9 +80,9 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Counts `n` decisions of kind `action`.
-    pub fn decided(&self, action: &'static str, n: usize) {
+    pub fn decided(&self, action: Action, n: usize) {
         if n > 0 {
-            self.decisions.get_or_create(&vec![("action", action)]).inc_by(n as u64);
+            self.decisions.get_or_create(&vec![("action", action.into())]).inc_by(n as u64);
         }
     }
 
@@ -76,11 +98,11 @@ impl Metrics {
             self.failed.inc();
             return;
         };
-        self.decided("power_down", plan.power_down.len());
-        self.decided("power_up", plan.power_up.len());
-        self.decided("retry", plan.retry.len());
-        self.decided("give_up", plan.give_up.len());
-        self.decided("weight", plan.weights.iter().map(|(_, n)| n.len()).sum());
+        self.decided(Action::PowerDown, plan.power_down.len());
+        self.decided(Action::PowerUp, plan.power_up.len());
+        self.decided(Action::Retry, plan.retry.len());
+        self.decided(Action::GiveUp, plan.give_up.len());
+        self.decided(Action::Weight, plan.weights.iter().map(|(_, n)| n.len()).sum());
     }
 
     /// The metrics in Prometheus' text format.
@@ -112,8 +134,8 @@ mod tests {
     #[test]
     fn decisions_are_counted_by_action_and_nodes_by_power() {
         let m = Metrics::default();
-        m.decided("kept_up", 2);
-        m.decided("pace_full", 0);
+        m.decided(Action::KeptUp, 2);
+        m.decided(Action::PaceFull, 0);
         let text = m.encode();
         assert!(text.contains("wattson_ctld_decisions_total{action=\"kept_up\"} 2"), "{text}");
         assert!(!text.contains("action=\"pace_full\""), "none counted, no series: {text}");

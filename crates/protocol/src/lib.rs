@@ -57,10 +57,12 @@ pub enum Request {
 }
 
 /// How fast the controller wants a running job to run, from the cluster's queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pace {
-    /// No queue: the least-energy setting the node chose within the job's slowdown bound.
+    /// No queue: the least-energy setting the node chose within the job's slowdown bound
+    /// (every job starts so).
+    #[default]
     Saving,
     /// Jobs are waiting: the GPUs at their defaults (full speed) until the queue clears.
     Full,
