@@ -30,6 +30,9 @@ impl Rng {
 }
 
 /// Three probes of a synthetic V100 workload: power saturating at `free` W, cube-law time.
+/// The owner of every model in the table.
+const OWNER: wattson_types::owner::ModelOwner = wattson_types::owner::ModelOwner::User(1000);
+
 fn probes(rng: &mut Rng) -> Vec<Sample> {
     let free = 120.0 + 140.0 * rng.unit();
     let (t0, d, a) = (1.0 + 5.0 * rng.unit(), 20.0 + 40.0 * rng.unit(), 40.0 + 30.0 * rng.unit());
@@ -61,7 +64,7 @@ fn main() {
         let model = fit_power_limit(black_box(&s)).expect("synthetic probes fit");
         fit_ns.push(t.elapsed().as_nanos() as u64);
         table.insert(
-            1000,
+            &OWNER,
             tag,
             "V100",
             ModelEntry { model: DvfsModel::PowerLimit(model), settings: settings.clone() },
@@ -75,7 +78,7 @@ fn main() {
     );
 
     let baseline: HashMap<String, Decision> =
-        tags.iter().map(|t| (t.clone(), table.decide(1000, t, "V100", objective))).collect();
+        tags.iter().map(|t| (t.clone(), table.decide(&OWNER, t, "V100", objective))).collect();
     let picks: Vec<usize> = (0..DECISIONS).map(|_| (rng.next() % TAGS as u64) as usize).collect();
 
     let measure = |f: &mut dyn FnMut(&str) -> Option<f64>| {
@@ -88,7 +91,7 @@ fn main() {
         ns.sort_unstable();
         (percentile(&ns, 0.5), percentile(&ns, 0.99))
     };
-    let (d50, d99) = measure(&mut |tag| table.decide(1000, tag, "V100", objective).setting);
+    let (d50, d99) = measure(&mut |tag| table.decide(&OWNER, tag, "V100", objective).setting);
     let (b50, b99) = measure(&mut |tag| baseline.get(tag).and_then(|d| d.setting));
     println!("{:<44} {:>10} {:>10}", "decision latency (10,000 tags, 100,000 calls)", "p50", "p99");
     println!("{:<44} {:>8} ns {:>8} ns", "ModelTable::decide (MinEnergy 10%)", d50, d99);

@@ -63,6 +63,7 @@ fn main() {
                 env.iter().map(String::as_str),
                 1000,
                 "1000",
+                None,
                 now,
                 config,
                 models,

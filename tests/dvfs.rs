@@ -13,6 +13,7 @@ use common::{Node, assert_ok};
 use fake_nvml::{GpuState, Workload};
 use wattson_engine::{ModelTable, Objective};
 use wattson_types::job::{JobRecord, Progress};
+use wattson_types::owner::ModelOwner;
 
 /// The hidden law: 0.1 s per unit at 1980 MHz, a fifth of it clock-independent.
 const WORK: Workload = Workload { t0_s: 0.02, d_s_mhz: 158.4 };
@@ -60,26 +61,37 @@ impl Job {
 
     /// The job of user `user` (uid `uid`).
     fn start_as(node: &Node, id: &str, tag: &str, uid: u32, user: &str) -> Job {
+        Job::start_with(node, id, tag, uid, user, &[])
+    }
+
+    /// [`Job::start_as`] with more `wattson job begin` arguments.
+    fn start_with(node: &Node, id: &str, tag: &str, uid: u32, user: &str, more: &[&str]) -> Job {
         node.sim.set_workload(0, Some(WORK)).unwrap();
         node.sim.set_load(0, 1.0).unwrap();
-        let out = node.wattson(&[
-            "job",
-            "begin",
-            "--job",
-            id,
-            "--uid",
-            &uid.to_string(),
-            "--user",
-            user,
-            "--gpus",
-            "0",
-            "--energy",
-            "min-energy",
-            "--energy-slowdown",
-            "10",
-            "--energy-tag",
-            tag,
-        ]);
+        let out = node.wattson(
+            &[
+                "job",
+                "begin",
+                "--job",
+                id,
+                "--uid",
+                &uid.to_string(),
+                "--user",
+                user,
+                "--gpus",
+                "0",
+                "--energy",
+                "min-energy",
+                "--energy-slowdown",
+                "10",
+                "--energy-tag",
+                tag,
+            ]
+            .iter()
+            .chain(more)
+            .copied()
+            .collect::<Vec<_>>(),
+        );
         assert_ok(&out);
         let file = node.dir.path().join("progress").join(id);
         assert!(file.exists(), "the daemon creates the job's progress file");
@@ -197,13 +209,16 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
     let table = ModelTable::from_json(&std::fs::read_to_string(node.dir.path().join("models.json")).unwrap())
         .unwrap();
     let gpu_type = &first.gpus[0].name;
-    let decision = table.decide(1000, "bert", gpu_type, Objective::MinEnergy { max_slowdown: BOUND });
+    let decision =
+        table.decide(&ModelOwner::User(1000), "bert", gpu_type, Objective::MinEnergy { max_slowdown: BOUND });
     let at_submit = decision.setting.unwrap();
     assert!(at_submit < 700.0 && true_slowdown(at_submit) <= BOUND, "{decision:?}");
     assert!(true_energy(at_submit) / oracle() - 1.0 <= 0.03, "{decision:?}");
     // An unknown tag falls back to full speed there.
     assert_eq!(
-        table.decide(1000, "gpt", gpu_type, Objective::MinEnergy { max_slowdown: BOUND }).setting,
+        table
+            .decide(&ModelOwner::User(1000), "gpt", gpu_type, Objective::MinEnergy { max_slowdown: BOUND })
+            .setting,
         None
     );
 }
@@ -282,6 +297,39 @@ fn another_users_runs_never_decide_a_jobs_setting() {
     assert!(d.setting_w.is_none(), "alice's job started at mallory's setting: {d:?}");
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "the first probe is full speed");
     job.end(&node, "2");
+}
+
+/// With `[engine] model_owner = "account"`, a model learned by one user's runs decides the
+/// jobs of the other users of the same Slurm account from their first second, and no one
+/// else's: a user of another account still probes from full speed.
+#[test]
+fn models_shared_within_an_account_decide_its_users_jobs_only() {
+    let mut node = Node::with_sections(
+        fake_nvml::Config::uniform("H100", 1),
+        "100ms",
+        "",
+        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\nmodel_owner = \"account\"\n",
+    );
+    node.start();
+    let physics = ["--account", "physics"];
+    let job = Job::start_with(&node, "1", "bert", 1001, "mallory", &physics);
+    wait_settled(&node, "1", Duration::from_secs(40));
+    std::thread::sleep(Duration::from_secs(1));
+    let trained = job.end(&node, "1").dvfs.unwrap();
+    let setting = trained.setting_w.unwrap();
+    assert!(setting < 700.0, "{trained:?}");
+
+    let job = Job::start_with(&node, "2", "bert", 1000, "alice", &physics);
+    let d = node.record("2").dvfs.unwrap();
+    assert!(d.setting_w.is_some(), "alice's job, same account, starts from the shared model: {d:?}");
+    assert!(node.sim.gpu_state(0).unwrap().power_limit_mw < 700_000);
+    job.end(&node, "2");
+
+    let job = Job::start_with(&node, "3", "bert", 1002, "bob", &["--account", "chem"]);
+    let d = node.record("3").dvfs.unwrap();
+    assert!(d.setting_w.is_none(), "bob's job, another account, probes: {d:?}");
+    assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "the first probe is full speed");
+    job.end(&node, "3");
 }
 
 /// The workload changes under a settled limit (a phase of the job that is clock-bound): the

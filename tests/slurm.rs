@@ -343,8 +343,13 @@ fn sorted(lines: &str) -> String {
 fn a_job_outlives_slurmd_and_slurmctld_restarts_capped_and_exactly_accounted() {
     let mut c = cluster("", &[]);
     let submitted = wattson_types::now_ns();
-    let id = c.lab.sbatch(&["--gres=gpu:1", "--energy=min-energy"], "#!/bin/sh\nsleep 10\n").unwrap();
+    let id = c
+        .lab
+        .sbatch(&["--gres=gpu:1", "--energy=min-energy", "-A", "physics"], "#!/bin/sh\nsleep 10\n")
+        .unwrap();
     admin_comment_once_running(&c, id);
+    // The job's account reached wattsond (models may be shared within it).
+    assert!(c.node.log().contains("account=\"physics\""), "{}", c.node.log());
     let capped = |c: &Cluster| power_limits(&c.node).iter().filter(|&&l| l == 420_000).count();
     assert_eq!(capped(&c), 1, "{:?}", power_limits(&c.node));
     c.lab.restart_slurmd("n1");

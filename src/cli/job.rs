@@ -30,6 +30,9 @@ pub struct BeginArgs {
     /// Job name
     #[arg(long, env = "SLURM_JOB_NAME")]
     name: Option<String>,
+    /// The job's Slurm account (models are shared within it with `[engine] model_owner = "account"`)
+    #[arg(long, env = "SLURM_JOB_ACCOUNT")]
+    account: Option<String>,
     /// The job's GPUs on this node: indices or UUIDs, comma-separated
     /// [default: $SLURM_JOB_GPUS, else $CUDA_VISIBLE_DEVICES]
     #[arg(long)]
@@ -76,6 +79,7 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
                 uid: args.uid,
                 user: args.user,
                 name: args.name,
+                account: args.account,
                 gpus,
                 hints,
             })

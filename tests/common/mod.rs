@@ -390,6 +390,7 @@ pub fn job_begin(job: u32, gpu: u32) -> Request {
         uid: 1000,
         user: None,
         name: None,
+        account: None,
         gpus: vec![GpuRef::Index(gpu)],
         hints: Hints::default(),
     })

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
+use wattson_types::owner::ModelOwner;
 
 /// Where the CLI and the daemon look for the configuration when none is given.
 pub const DEFAULT_PATH: &str = "/etc/wattson/wattson.toml";
@@ -74,6 +75,32 @@ pub struct EngineConfig {
     /// The model table for `job_submit/wattson`, rewritten whenever a model changes.
     #[serde(default = "default_models_file")]
     pub models_file: PathBuf,
+    /// Whose jobs a learned model decides: the `user` whose runs measured it (the default), or
+    /// every job of the same Slurm `account`.
+    #[serde(default)]
+    pub model_owner: ModelOwnership,
+}
+
+/// `[engine] model_owner`: models shared by nobody but their user, or within an account.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelOwnership {
+    /// Each user's runs decide only that user's jobs.
+    #[default]
+    User,
+    /// Runs decide the jobs of every user of the same Slurm account.
+    Account,
+}
+
+impl ModelOwnership {
+    /// The owner of the models a job of `uid` in `account` learns and uses; a job without an
+    /// account (none given, outside Slurm) keeps to its user.
+    pub fn owner(self, uid: u32, account: Option<&str>) -> ModelOwner {
+        match (self, account.filter(|a| !a.is_empty())) {
+            (ModelOwnership::Account, Some(account)) => ModelOwner::Account(account.to_string()),
+            _ => ModelOwner::User(uid),
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -85,6 +112,7 @@ impl Default for EngineConfig {
             power_limit_step_w: default_power_limit_step(),
             progress_dir: default_progress_dir(),
             models_file: default_models_file(),
+            model_owner: ModelOwnership::default(),
         }
     }
 }

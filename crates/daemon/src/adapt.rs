@@ -27,6 +27,7 @@ use wattson_gpu::{GpuError, GpuInfo, GpuSetting};
 use wattson_store::{Store, StoredModel};
 use wattson_types::energy::GpuReading;
 use wattson_types::job::{JobDvfs, JobKey, JobRecord, Progress};
+use wattson_types::owner::ModelOwner;
 
 /// Setting changes for a job's GPUs, by GPU index.
 pub(crate) type Changes = Vec<(u32, GpuSetting)>;
@@ -46,6 +47,8 @@ struct Mark {
 
 /// One job whose power limit the models choose.
 pub(super) struct Adaptive {
+    /// Whose models it uses and adds to.
+    owner: ModelOwner,
     policy: wattson_engine::Objective,
     settings: Vec<f64>,
     /// Earlier runs' measurements, by unit of work.
@@ -148,11 +151,12 @@ impl Prober {
         self.jobs.is_empty()
     }
 
-    /// Starts the models on a job that just began on GPUs of type `info`; returns the
-    /// settings wanted.
+    /// Starts the models on a job (of Slurm account `account`, if known) that just began on
+    /// GPUs of type `info`; returns the settings wanted.
     pub(crate) fn begin(
         &mut self,
         record: &JobRecord,
+        account: Option<&str>,
         decision: &Decision,
         info: &GpuInfo,
         store: &mut Store,
@@ -172,10 +176,11 @@ impl Prober {
             self.engine.power_limit_step_w,
         );
         let tag = tag_of(record);
+        let owner = self.engine.model_owner.owner(record.uid, account);
         let mut earlier = BTreeMap::new();
         for unit in [Progress::File, Progress::SmActivity] {
             let stored = match &tag {
-                Some(tag) => store.model(record.uid, &info.name, tag, unit).unwrap_or_else(|e| {
+                Some(tag) => store.model(&owner, &info.name, tag, unit).unwrap_or_else(|e| {
                     warn!(job = %record.key, error = %e, "cannot read the workload's model; probing afresh");
                     None
                 }),
@@ -187,6 +192,7 @@ impl Prober {
             .map_err(|e| warn!(job = %record.key, error = %e, "cannot create the progress file; SM activity stands in"))
             .ok();
         let mut job = Adaptive {
+            owner,
             policy: decision.engine,
             settings,
             earlier,
@@ -332,14 +338,14 @@ impl Prober {
         if job.learn && job.reverted {
             // The model led the job past its bound: it is dropped, and the workload is measured
             // afresh by its next run.
-            match store.delete_models(record.uid, &job.dvfs.gpu_type, &job.dvfs.tag) {
+            match store.delete_models(&job.owner, &job.dvfs.gpu_type, &job.dvfs.tag) {
                 Ok(()) => self.write_model_table(store),
                 Err(e) => warn!(job = %record.key, error = %e, "cannot drop the workload's model"),
             }
         } else if job.learn && !job.measured.is_empty() {
             let unit = job.dvfs.progress.unwrap_or(Progress::SmActivity);
             let model = StoredModel {
-                owner: record.uid,
+                owner: job.owner.clone(),
                 gpu_type: job.dvfs.gpu_type.clone(),
                 tag: job.dvfs.tag.clone(),
                 progress: unit,
@@ -380,7 +386,7 @@ impl Prober {
                     .filter(|&w| m.samples.iter().any(|s| s.setting == w))
                     .collect();
                 let entry = ModelEntry { model: wattson_engine::DvfsModel::PowerLimit(fit), settings };
-                table.insert(m.owner, &m.tag, &m.gpu_type, entry);
+                table.insert(&m.owner, &m.tag, &m.gpu_type, entry);
             }
         }
         let path = &self.engine.models_file;

@@ -169,6 +169,7 @@ impl Core {
             self.end(&key)?;
         }
         let t = self.now();
+        let account = req.account.clone();
         let readings = self.backend.read_many(&indices);
         let gpus: Vec<JobGpu> =
             indices.iter().zip(readings).map(|(&index, reading)| self.begin_gpu(index, reading, t)).collect();
@@ -192,7 +193,7 @@ impl Core {
         let outcome = self.store.begin_job(&record).map_err(|e| {
             Error::new(ErrorCode::Store, format!("job {}: cannot record the start: {e}", req.job))
         })?;
-        info!(job = %record.key, uid = record.uid, gpus = ?indices, "job began");
+        info!(job = %record.key, uid = record.uid, account = account.as_deref().unwrap_or(""), gpus = ?indices, "job began");
         let already_running = matches!(outcome, BeginOutcome::AlreadyRunning);
         // Settings belong to the whole job; its steps run on them.
         let settings = if !record.key.step.is_empty() || (decision.by_model() && already_running) {
@@ -200,7 +201,8 @@ impl Core {
         } else if decision.by_model() {
             let info = &self.backend.devices()[record.gpus[0].index as usize];
             let now = self.now();
-            let wanted = self.prober.begin(&record, &decision, info, &mut self.store, now);
+            let wanted =
+                self.prober.begin(&record, account.as_deref(), &decision, info, &mut self.store, now);
             self.apply_settings(&record.key, &wanted)
         } else {
             let wanted = enforce::fixed(self.backend.as_ref(), &record, &decision);

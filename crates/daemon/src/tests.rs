@@ -149,6 +149,7 @@ fn begin(job: u32, gpus: &[u32]) -> JobBegin {
         uid: 1000,
         user: Some("alice".into()),
         name: Some("train".into()),
+        account: None,
         gpus: gpus.iter().map(|&i| GpuRef::Index(i)).collect(),
         hints: Hints::default(),
     }

@@ -1,7 +1,8 @@
 //! The model table job_submit reads: (GPU type, owner, tag) → fitted model and its settings.
 //!
-//! Models have an owner (the uid whose runs measured them): one user's runs never decide
-//! another user's jobs, even under the same tag.
+//! Models have an owner (the user whose runs measured them, or their Slurm account where the
+//! site shares models so): one owner's runs never decide another owner's jobs, even under the
+//! same tag.
 
 use std::collections::HashMap;
 
@@ -10,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::choose::{ChooserConfig, Decision, Objective, choose};
 use super::gpus;
 use super::model::DvfsModel;
+use wattson_types::owner::ModelOwner;
 
 /// One fitted workload on one GPU type.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,7 +22,7 @@ pub struct ModelEntry {
     pub settings: Vec<f64>,
 }
 
-/// GPU type, owner (uid) and tag (e.g. `user:jobname` or an `--energy-tag`) → model. Lookups
+/// GPU type, owner and tag (e.g. `user:jobname` or an `--energy-tag`) → model. Lookups
 /// borrow the strings (no allocation); GPU types are keyed by [`gpus::prior`]'s canonical name
 /// when known.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -29,7 +31,7 @@ pub struct ModelTable {
     #[serde(default)]
     pub config: ChooserConfig,
     /// GPU type → owner → tag → entry.
-    models: HashMap<String, HashMap<u32, HashMap<String, ModelEntry>>>,
+    models: HashMap<String, HashMap<ModelOwner, HashMap<String, ModelEntry>>>,
 }
 
 fn gpu_key(gpu_type: &str) -> &str {
@@ -43,22 +45,22 @@ impl ModelTable {
     }
 
     /// Adds or replaces `owner`'s model for `tag` on `gpu_type`.
-    pub fn insert(&mut self, owner: u32, tag: &str, gpu_type: &str, entry: ModelEntry) {
+    pub fn insert(&mut self, owner: &ModelOwner, tag: &str, gpu_type: &str, entry: ModelEntry) {
         let owners = self.models.entry(gpu_key(gpu_type).to_owned()).or_default();
-        owners.entry(owner).or_default().insert(tag.to_owned(), entry);
+        owners.entry(owner.clone()).or_default().insert(tag.to_owned(), entry);
     }
 
     /// `owner`'s model for `tag` on `gpu_type`, if any.
-    pub fn get(&self, owner: u32, tag: &str, gpu_type: &str) -> Option<&ModelEntry> {
-        self.models.get(gpu_key(gpu_type))?.get(&owner)?.get(tag)
+    pub fn get(&self, owner: &ModelOwner, tag: &str, gpu_type: &str) -> Option<&ModelEntry> {
+        self.models.get(gpu_key(gpu_type))?.get(owner)?.get(tag)
     }
 
     /// The GPU types where `owner` has a model for `tag`, in name order.
-    pub fn gpu_types_with(&self, owner: u32, tag: &str) -> Vec<&str> {
+    pub fn gpu_types_with(&self, owner: &ModelOwner, tag: &str) -> Vec<&str> {
         let mut types: Vec<&str> = self
             .models
             .iter()
-            .filter(|(_, owners)| owners.get(&owner).is_some_and(|tags| tags.contains_key(tag)))
+            .filter(|(_, owners)| owners.get(owner).is_some_and(|tags| tags.contains_key(tag)))
             .map(|(g, _)| g.as_str())
             .collect();
         types.sort_unstable();
@@ -78,7 +80,7 @@ impl ModelTable {
     /// The setting for `owner`'s job: the chooser over the entry's model, or the GPU's max
     /// power limit (known type, no model of this owner and tag), or no setting (unknown type).
     /// Never allocates or panics.
-    pub fn decide(&self, owner: u32, tag: &str, gpu_type: &str, objective: Objective) -> Decision {
+    pub fn decide(&self, owner: &ModelOwner, tag: &str, gpu_type: &str, objective: Objective) -> Decision {
         match self.get(owner, tag, gpu_type) {
             Some(e) => choose(&e.model, &e.settings, objective, &self.config),
             None => match gpus::prior(gpu_type) {
@@ -107,6 +109,9 @@ mod tests {
     use crate::fit::{Sample, fit_power_limit};
     use crate::model::DvfsModel;
 
+    const U1000: ModelOwner = ModelOwner::User(1000);
+    const U1001: ModelOwner = ModelOwner::User(1001);
+
     fn entry() -> ModelEntry {
         let s: Vec<Sample> = [(150.0, 10.0, 140.0), (225.0, 8.2, 200.0), (300.0, 8.0, 215.0)]
             .iter()
@@ -119,12 +124,12 @@ mod tests {
     #[test]
     fn json_round_trip_keeps_decisions() {
         let mut t = ModelTable::new();
-        t.insert(1000, "alice:train", "a40", entry());
-        t.insert(1001, "bob:bert", "Tesla V100", entry());
+        t.insert(&U1000, "alice:train", "a40", entry());
+        t.insert(&U1001, "bob:bert", "Tesla V100", entry());
         let back = ModelTable::from_json(&t.to_json().unwrap()).unwrap();
         // serde_json's default float parser may differ in the last bit; the rest is exact.
         let (a, b) =
-            (back.get(1000, "alice:train", "A40").unwrap(), t.get(1000, "alice:train", "A40").unwrap());
+            (back.get(&U1000, "alice:train", "A40").unwrap(), t.get(&U1000, "alice:train", "A40").unwrap());
         assert_eq!(a.settings, b.settings);
         let (DvfsModel::PowerLimit(ma), DvfsModel::PowerLimit(mb)) = (&a.model, &b.model) else { panic!() };
         assert_eq!((&ma.limits, &ma.powers, &ma.times), (&mb.limits, &mb.powers, &mb.times));
@@ -135,12 +140,12 @@ mod tests {
             [Objective::Perf, Objective::MinEnergy { max_slowdown: 0.1 }, Objective::Balanced { eta: 0.5 }]
         {
             let (a, b) =
-                (back.decide(1000, "alice:train", "A40", p), t.decide(1000, "alice:train", "A40", p));
+                (back.decide(&U1000, "alice:train", "A40", p), t.decide(&U1000, "alice:train", "A40", p));
             assert_eq!((a.setting, a.reason), (b.setting, b.reason));
             assert!((a.predicted_energy_ratio - b.predicted_energy_ratio).abs() < 1e-12);
             assert!((a.predicted_slowdown - b.predicted_slowdown).abs() < 1e-12);
         }
-        assert!(back.get(1001, "bob:bert", "V100").is_some());
+        assert!(back.get(&U1001, "bob:bert", "V100").is_some());
         assert!(ModelTable::from_json("{\"models\": 3}").is_err());
     }
 
@@ -148,16 +153,21 @@ mod tests {
     fn unknown_tags_and_types_fall_back() {
         let mut t = ModelTable::new();
         assert!(t.is_empty());
-        t.insert(1000, "alice:train", "A40", entry());
-        let d = t.decide(1000, "carol:x", "H100", Objective::MinEnergy { max_slowdown: 0.2 });
+        t.insert(&U1000, "alice:train", "A40", entry());
+        let d = t.decide(&U1000, "carol:x", "H100", Objective::MinEnergy { max_slowdown: 0.2 });
         assert_eq!(d.setting, Some(700.0));
-        let d = t.decide(1000, "alice:train", "TPUv4", Objective::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide(&U1000, "alice:train", "TPUv4", Objective::MinEnergy { max_slowdown: 0.2 });
         assert_eq!(d.setting, None);
-        let d = t.decide(1000, "alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide(&U1000, "alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
         assert!(d.setting.unwrap() < 300.0, "{d:?}");
         // Another user's model for the same tag and GPU type decides nothing for this one.
-        let d = t.decide(1001, "alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide(&U1001, "alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
         assert_eq!(d.setting, Some(300.0), "{d:?}");
-        assert!(t.gpu_types_with(1001, "alice:train").is_empty());
+        assert!(t.gpu_types_with(&U1001, "alice:train").is_empty());
+        // An account's model decides for that account only.
+        let physics = ModelOwner::Account("physics".into());
+        t.insert(&physics, "bert", "A40", entry());
+        assert_eq!(t.gpu_types_with(&physics, "bert"), ["A40"]);
+        assert!(t.gpu_types_with(&ModelOwner::Account("chem".into()), "bert").is_empty());
     }
 }

@@ -82,6 +82,9 @@ pub struct JobBegin {
     /// The job name, if known.
     #[serde(default)]
     pub name: Option<String>,
+    /// The job's Slurm account, if known (models may be shared within it).
+    #[serde(default)]
+    pub account: Option<String>,
     /// The GPUs the job owns on this node.
     pub gpus: Vec<GpuRef>,
     /// The user's energy hints.

@@ -7,12 +7,13 @@ use rusqlite::{OptionalExtension, Row, params};
 use super::{Store, StoreError, running_id};
 use wattson_engine::Sample;
 use wattson_types::job::{JobDvfs, JobKey, Progress};
+use wattson_types::owner::ModelOwner;
 
 /// One workload's measurements on one GPU type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredModel {
-    /// The uid whose runs measured it; only that user's jobs use it.
-    pub owner: u32,
+    /// Whose runs measured it; only that owner's jobs use it.
+    pub owner: ModelOwner,
     /// GPU model name.
     pub gpu_type: String,
     /// Workload tag.
@@ -33,7 +34,7 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
 
 const MODEL_COLS: &str = "owner, gpu_type, tag, progress, samples, settings, updated_ns";
 
-type RawModel = (u32, String, String, String, String, String, i64);
+type RawModel = (String, String, String, String, String, String, i64);
 
 fn raw(r: &Row<'_>) -> rusqlite::Result<RawModel> {
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
@@ -42,6 +43,7 @@ fn raw(r: &Row<'_>) -> rusqlite::Result<RawModel> {
 fn decode(row: RawModel) -> Result<StoredModel, StoreError> {
     let (owner, gpu_type, tag, progress, samples, settings, updated_ns) = row;
     let what = format!("model {tag:?} on {gpu_type:?}");
+    let owner: ModelOwner = owner.parse().map_err(|e| corrupt(&what, e))?;
     let progress: Progress =
         progress.parse().map_err(|_| corrupt(&what, format!("unknown progress {progress:?}")))?;
     Ok(StoredModel {
@@ -59,7 +61,7 @@ impl Store {
     /// `owner`'s measurements of `tag` on `gpu_type` counted in `progress` units, if any.
     pub fn model(
         &self,
-        owner: u32,
+        owner: &ModelOwner,
         gpu_type: &str,
         tag: &str,
         progress: Progress,
@@ -70,7 +72,7 @@ impl Store {
         let row = self
             .conn
             .prepare_cached(&sql)?
-            .query_row(params![owner, gpu_type, tag, progress.as_str()], raw)
+            .query_row(params![owner.to_string(), gpu_type, tag, progress.as_str()], raw)
             .optional()?;
         row.map(decode).transpose()
     }
@@ -92,7 +94,7 @@ impl Store {
             "INSERT OR REPLACE INTO models (owner, gpu_type, tag, progress, samples, settings, updated_ns) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
-                model.owner,
+                model.owner.to_string(),
                 model.gpu_type,
                 model.tag,
                 model.progress.as_str(),
@@ -105,10 +107,10 @@ impl Store {
     }
 
     /// Drops `owner`'s measurements of `tag` on `gpu_type` (every unit), durably.
-    pub fn delete_models(&mut self, owner: u32, gpu_type: &str, tag: &str) -> Result<(), StoreError> {
+    pub fn delete_models(&mut self, owner: &ModelOwner, gpu_type: &str, tag: &str) -> Result<(), StoreError> {
         self.conn.execute(
             "DELETE FROM models WHERE owner = ?1 AND gpu_type = ?2 AND tag = ?3",
-            params![owner, gpu_type, tag],
+            params![owner.to_string(), gpu_type, tag],
         )?;
         Ok(())
     }

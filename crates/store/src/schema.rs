@@ -100,6 +100,24 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE jobs ADD COLUMN policy TEXT;
     ",
+    // v6: a model's owner is a user or, where the site shares models within accounts, a Slurm
+    // account: written `uid:N` or `account:NAME`. Earlier owners were uids.
+    "
+    CREATE TABLE models_v6 (
+        owner      TEXT    NOT NULL,
+        gpu_type   TEXT    NOT NULL,
+        tag        TEXT    NOT NULL,
+        progress   TEXT    NOT NULL CHECK (progress IN ('file', 'sm-activity')),
+        samples    TEXT    NOT NULL,
+        settings   TEXT    NOT NULL,
+        updated_ns INTEGER NOT NULL,
+        PRIMARY KEY (owner, gpu_type, tag, progress)
+    ) WITHOUT ROWID;
+    INSERT INTO models_v6 SELECT 'uid:' || owner, gpu_type, tag, progress, samples, settings, updated_ns
+        FROM models;
+    DROP TABLE models;
+    ALTER TABLE models_v6 RENAME TO models;
+    ",
 ];
 
 /// The schema version this binary writes and understands.

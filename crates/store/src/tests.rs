@@ -407,6 +407,26 @@ fn a_version_1_file_migrates_and_keeps_its_jobs() {
 }
 
 #[test]
+fn a_version_5_files_models_keep_their_user_as_owner() {
+    let (_d, path) = tmp();
+    let mut conn = Connection::open(&path).unwrap();
+    schema::migrate_with(&mut conn, &schema::MIGRATIONS[..5]).unwrap();
+    conn.execute(
+        "INSERT INTO models (owner, gpu_type, tag, progress, samples, settings, updated_ns) \
+         VALUES (1000, 'H100', 'bert', 'file', '[]', '[700.0]', 1)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let st = Store::open(&path).unwrap();
+    let owner = wattson_types::owner::ModelOwner::User(1000);
+    let model = st.model(&owner, "H100", "bert", Progress::File).unwrap().expect("kept");
+    assert_eq!((model.owner, model.settings), (owner, vec![700.0]));
+    st.conn.execute("UPDATE models SET owner = 'group:x'", []).unwrap();
+    assert!(st.models().unwrap_err().to_string().contains("not an owner"));
+}
+
+#[test]
 fn rows_written_with_the_names_as_strings_read_back_and_unknown_names_are_corrupt() {
     let (_d, path) = tmp();
     let st = Store::open(&path).unwrap();
@@ -420,7 +440,7 @@ fn rows_written_with_the_names_as_strings_read_back_and_unknown_names_are_corrup
     st.conn
         .execute(
             "INSERT INTO models (owner, gpu_type, tag, progress, samples, settings, updated_ns) \
-             VALUES (1000, 'H100', 'bert', 'sm-activity', '[]', '[700.0]', 1)",
+             VALUES ('uid:1000', 'H100', 'bert', 'sm-activity', '[]', '[700.0]', 1)",
             [],
         )
         .unwrap();

@@ -6,6 +6,7 @@
 pub mod energy;
 pub mod gpu;
 pub mod job;
+pub mod owner;
 pub mod prices;
 pub mod query;
 

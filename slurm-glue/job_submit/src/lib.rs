@@ -146,7 +146,10 @@ pub unsafe extern "C" fn job_submit(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
-        match submit::decide(spank_env, job_env, uid, &user, now, config, models) {
+        // SAFETY: Slurm's NUL-terminated account name, or NULL when none was given.
+        let account = (!job.account.is_null())
+            .then(|| unsafe { CStr::from_ptr(job.account) }.to_string_lossy().into_owned());
+        match submit::decide(spank_env, job_env, uid, &user, account.as_deref(), now, config, models) {
             Ok(decision) => {
                 for (name, value) in &decision.spank_options {
                     // SAFETY: Slurm's own array and count, grown by Slurm's allocator.

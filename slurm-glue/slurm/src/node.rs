@@ -90,6 +90,8 @@ pub struct NodeJob {
     pub user: Option<String>,
     /// Job name (`SLURM_JOB_NAME`).
     pub name: Option<String>,
+    /// Slurm account (`SLURM_JOB_ACCOUNT`).
+    pub account: Option<String>,
     /// The job's GPUs on this node (`SLURM_JOB_GPUS`, else `CUDA_VISIBLE_DEVICES`).
     pub gpus: String,
     /// The user's hints.
@@ -107,6 +109,7 @@ pub fn begin(args: &PluginArgs, job: NodeJob) -> Result<String, String> {
         uid: job.uid,
         user: job.user,
         name: job.name,
+        account: job.account,
         gpus,
         hints: job.hints,
     });

@@ -12,6 +12,7 @@ use super::hints::SubmitHints;
 use wattson_config::Config;
 use wattson_config::policy::Decision;
 use wattson_engine::{ModelTable, Objective};
+use wattson_types::owner::ModelOwner;
 
 /// The outcome for an accepted job.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,14 +31,16 @@ pub struct SubmitDecision {
     pub spank_options: Vec<(String, String)>,
 }
 
-/// Decides for a submission by `uid` (named `user` in the site policy) from its SPANK
-/// environment and its job environment (see [`SubmitHints::from_env`]); the error is the
-/// one-line reason the job is refused.
+/// Decides for a submission by `uid` (named `user` in the site policy; its Slurm `account`
+/// when given at submission) from its SPANK environment and its job environment (see
+/// [`SubmitHints::from_env`]); the error is the one-line reason the job is refused.
+#[allow(clippy::too_many_arguments)]
 pub fn decide<'a>(
     spank_env: impl IntoIterator<Item = &'a str>,
     job_env: impl IntoIterator<Item = &'a str>,
     uid: u32,
     user: &str,
+    account: Option<&str>,
     now_s: i64,
     config: &Config,
     models: &ModelTable,
@@ -53,7 +56,8 @@ pub fn decide<'a>(
         _ => {}
     }
     if decision.by_model() {
-        admin_comment.push_str(&model_note(models, uid, hints.hints.tag.as_deref(), decision.engine));
+        let owner = config.engine.model_owner.owner(uid, account);
+        admin_comment.push_str(&model_note(models, &owner, hints.hints.tag.as_deref(), decision.engine));
     }
     let begin_time_s = hints.defer.and_then(|window| {
         let start = config.prices.cheapest_start(now_s, window.as_secs() as i64);
@@ -71,14 +75,14 @@ pub fn decide<'a>(
     Ok(SubmitDecision { decision, begin_time_s, admin_comment, message, spank_options })
 }
 
-/// `,tag=T,model=GPU:530W(-8.5%)` per GPU type where `uid` has a model of the tag, or
+/// `,tag=T,model=GPU:530W(-8.5%)` per GPU type where `owner` has a model of the tag, or
 /// `,model=none` (the node probes); nothing without a tag.
-fn model_note(models: &ModelTable, uid: u32, tag: Option<&str>, objective: Objective) -> String {
+fn model_note(models: &ModelTable, owner: &ModelOwner, tag: Option<&str>, objective: Objective) -> String {
     let Some(tag) = tag else { return String::new() };
     let mut note = format!(",tag={tag}");
     let mut known = false;
-    for gpu_type in models.gpu_types_with(uid, tag) {
-        let d = models.decide(uid, tag, gpu_type, objective);
+    for gpu_type in models.gpu_types_with(owner, tag) {
+        let d = models.decide(owner, tag, gpu_type, objective);
         if let Some(w) = d.setting {
             known = true;
             note.push_str(&format!(
@@ -186,12 +190,20 @@ mod tests {
     fn the_policy_is_recorded_on_the_job() {
         let share = config("[policy]\nenact = \"share\"\n");
         let none = ModelTable::new();
-        let d =
-            decide(["_SLURM_SPANK_OPTION_wattson_energy=min-energy"], [], 1000, "alice", 0, &share, &none)
-                .unwrap();
+        let d = decide(
+            ["_SLURM_SPANK_OPTION_wattson_energy=min-energy"],
+            [],
+            1000,
+            "alice",
+            None,
+            0,
+            &share,
+            &none,
+        )
+        .unwrap();
         assert_eq!(d.admin_comment, "wattson:policy=min-energy,power=60%");
         assert_eq!((d.begin_time_s, d.message), (None, None));
-        let d = decide([], [], 1000, "alice", 0, &Config::default(), &none).unwrap();
+        let d = decide([], [], 1000, "alice", None, 0, &Config::default(), &none).unwrap();
         assert_eq!(d.decision.policy, EnergyPolicy::Balanced);
         assert_eq!(d.admin_comment, "wattson:policy=balanced");
     }
@@ -209,18 +221,30 @@ mod tests {
             settings: vec![200.0, 450.0, 530.0, 700.0],
         };
         let mut table = ModelTable::new();
-        table.insert(1000, "bert", "H100", entry);
+        table.insert(&ModelOwner::User(1000), "bert", "H100", entry.clone());
         let env =
             ["_SLURM_SPANK_OPTION_wattson_energy=min-energy", "_SLURM_SPANK_OPTION_wattson_energy_tag=bert"];
-        let d = decide(env, [], 1000, "alice", 0, &Config::default(), &table).unwrap();
+        let d = decide(env, [], 1000, "alice", None, 0, &Config::default(), &table).unwrap();
         // 530 W is the least energy measured within 10% (measured 9.0% slower).
         let prefix = "wattson:policy=min-energy,slowdown=10%,tag=bert,model=H100:530W(slowdown ";
         assert!(d.admin_comment.starts_with(prefix), "{}", d.admin_comment);
         let pct: f64 = d.admin_comment[prefix.len()..].trim_end_matches("%)").parse().unwrap();
         assert!((5.0..=10.0).contains(&pct), "{pct}");
         let env = ["_SLURM_SPANK_OPTION_wattson_energy_tag=gpt"];
-        let d = decide(env, [], 1000, "alice", 0, &Config::default(), &table).unwrap();
+        let d = decide(env, [], 1000, "alice", None, 0, &Config::default(), &table).unwrap();
         assert_eq!(d.admin_comment, "wattson:policy=balanced,tag=gpt,model=none");
+        // Models shared within accounts: another user of the account gets its prediction,
+        // a user of another account (or none given at submission) does not.
+        table.insert(&ModelOwner::Account("physics".into()), "gpt", "H100", entry);
+        let by_account = config("[engine]\nmodel_owner = \"account\"\n");
+        let d = decide(env, [], 1001, "bob", Some("physics"), 0, &by_account, &table).unwrap();
+        assert!(d.admin_comment.contains("tag=gpt,model=H100:"), "{}", d.admin_comment);
+        for account in [Some("chem"), None] {
+            let d = decide(env, [], 1001, "bob", account, 0, &by_account, &table).unwrap();
+            assert!(d.admin_comment.ends_with("model=none"), "{account:?}: {}", d.admin_comment);
+        }
+        let d = decide(env, [], 1001, "bob", Some("physics"), 0, &Config::default(), &table).unwrap();
+        assert!(d.admin_comment.ends_with("model=none"), "owned by users by default: {}", d.admin_comment);
     }
 
     #[test]
@@ -230,6 +254,7 @@ mod tests {
             ["WATTSON_ENERGY_SLOWDOWN=-3"],
             1000,
             "alice",
+            None,
             0,
             &Config::default(),
             &ModelTable::new(),
@@ -249,6 +274,7 @@ mod tests {
             [],
             1000,
             "bob",
+            None,
             now,
             &cfg,
             &ModelTable::new(),

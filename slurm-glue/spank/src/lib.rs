@@ -135,6 +135,7 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut
             uid: item_u32(sp, sys::S_JOB_UID).unwrap_or(u32::MAX),
             user: env("SLURM_JOB_USER"),
             name: env("SLURM_JOB_NAME"),
+            account: env("SLURM_JOB_ACCOUNT"),
             gpus: env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).unwrap_or_default(),
             hints: job_hints(sp).hints,
         };
