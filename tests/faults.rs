@@ -221,3 +221,34 @@ fn kill_9_at_every_step_of_a_setting_change_ends_in_a_defined_state() {
     begin_with(&node, "4", "0", "perf");
     node.end("4");
 }
+
+/// The store's file system is read-only when the daemon starts (a remount after an error, a
+/// full-disk policy): the daemon refuses to start, naming the store and why, rather than run
+/// jobs it cannot record. Once writable again, it starts and the earlier records are intact.
+#[test]
+fn a_read_only_store_stops_the_daemon_at_start_with_the_reason() {
+    let mut node = Node::h100(1);
+    let db_dir = node.store.parent().unwrap().to_path_buf();
+    let _disk = Tmpfs::mount(&db_dir, "8m");
+    node.start();
+    begin_capped(&node, "1", "0");
+    node.end("1");
+    node.stop();
+    let remount = |mode: &str| {
+        let ok =
+            Command::new("mount").args(["-o", &format!("remount,{mode}")]).arg(&db_dir).status().unwrap();
+        assert!(ok.success(), "remount {mode}");
+    };
+    remount("ro");
+    let out = node.daemon_refusing(&node.config);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started on a read-only store: {err}");
+    assert!(
+        err.contains(&node.store.display().to_string()) && err.to_lowercase().contains("read-only"),
+        "{err}"
+    );
+    assert_eq!(limit_mw(&node, 0), 700_000);
+    remount("rw");
+    node.start();
+    assert_eq!(node.record("1").state, wattson_types::job::JobState::Completed);
+}
