@@ -181,3 +181,27 @@ fn status_and_metrics_show_no_other_users_jobs() {
     let page = http_get(port, "/metrics");
     assert!(page.contains("wattson_gpu_power_watts") && !page.contains("job=\""), "{page}");
 }
+
+/// A job's power series (`wattson acct -j <id> --series`) is shown to its owner and to root,
+/// never to another user.
+#[test]
+fn a_jobs_series_is_shown_only_to_its_owner_and_root() {
+    let mut node = Node::h100(2);
+    node.start();
+    node.begin("1", 1000, "0");
+    node.begin("2", NOBODY, "1");
+    std::thread::sleep(Duration::from_millis(500));
+    let series = |uid: u32, job: &str| node.wattson_as(uid, &["acct", "-j", job, "--series", "-n"]);
+    let own = series(NOBODY, "2");
+    common::assert_ok(&own);
+    let text = String::from_utf8_lossy(&own.stdout).into_owned();
+    let first: Vec<&str> = text.lines().next().expect("a point").split('|').collect();
+    assert_eq!((first.len(), first[1]), (6, "1"), "{text}");
+    assert!(first[2].parse::<f64>().unwrap() > 0.0, "a power in W: {text}");
+    let other = series(NOBODY, "1");
+    assert!(!other.status.success(), "another user's series shown");
+    assert!(String::from_utf8_lossy(&other.stderr).contains("permission denied"));
+    common::assert_ok(&series(0, "1"));
+    let none = series(0, "99");
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no record"), "{none:?}");
+}

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use chrono::TimeZone;
 use clap::Args;
 
 use super::caller_uid;
@@ -75,6 +76,11 @@ pub struct AcctArgs {
     /// Full records as JSON
     #[arg(long)]
     json: bool,
+    /// Instead of the record, the job's power series on this node (one job with -j): time,
+    /// GPU, power (W), SM clock (MHz), utilisation (%), the job's energy on that GPU so far
+    /// (J); `|`-separated, or JSON with --json
+    #[arg(long)]
+    series: bool,
 }
 
 /// Runs `wattson acct`.
@@ -100,6 +106,9 @@ pub fn run(config: &Config, args: AcctArgs) -> Result<(), String> {
         (_, _, true) => Format::Parsable2,
         _ => Format::Table,
     };
+    if args.series {
+        return print_series(config, &args);
+    }
     let filter = filter(&args)?;
     let keep = Keep::from_args(&args)?;
     let mut records = fetch(config, filter)?;
@@ -168,6 +177,39 @@ fn filter(args: &AcctArgs) -> Result<AcctFilter, String> {
         None => None,
     };
     Ok(AcctFilter { jobs: args.jobs.clone(), uid, start_ns, end_ns })
+}
+
+/// `--series`: asks wattsond for one job's series (the daemon decides who may see it).
+fn print_series(config: &Config, args: &AcctArgs) -> Result<(), String> {
+    let [job] = &args.jobs[..] else { return Err("--series takes exactly one job (-j)".into()) };
+    let request = Request::JobSeries { job: job.clone() };
+    let points = match wattson_protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout)
+    {
+        Ok(Reply::Series { points, .. }) => points,
+        Ok(other) => return Err(format!("unexpected reply from wattsond: {other:?}")),
+        Err(e) => return Err(e.to_string()),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&points).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    let d = &args.delimiter;
+    if !args.no_header {
+        println!("Time{d}GPU{d}Power{d}SMClock{d}Util{d}Energy");
+    }
+    let opt = |v: Option<u32>| v.map(|x| x.to_string()).unwrap_or_default();
+    for p in points {
+        let time = chrono::Local.timestamp_nanos(p.t_ns).format("%Y-%m-%dT%H:%M:%S%.3f");
+        let watts = p.power_mw.map(|mw| format!("{:.1}", f64::from(mw) / 1000.0)).unwrap_or_default();
+        println!(
+            "{time}{d}{}{d}{watts}{d}{}{d}{}{d}{:.1}",
+            p.gpu_index,
+            opt(p.sm_clock_mhz),
+            opt(p.util_pct),
+            p.energy_mj / 1000.0
+        );
+    }
+    Ok(())
 }
 
 /// Slurm's state of the records' jobs, from its accounting; empty (the records' own states

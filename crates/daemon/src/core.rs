@@ -18,8 +18,8 @@ use wattson_config::Config;
 use wattson_config::policy::{Decision, PolicyConfig};
 use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
-use wattson_store::{AcctQuery, BeginOutcome, Sample, Store};
-use wattson_types::energy::{GpuMeter, GpuReading};
+use wattson_store::{AcctQuery, BeginOutcome, Store};
+use wattson_types::energy::{GpuMeter, GpuReading, SeriesPoint};
 use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
 
 /// One sampling tick's outcome, for metrics and logs.
@@ -386,7 +386,7 @@ impl Core {
                     let r = gpu.meter.last;
                     series.push((
                         record.key.clone(),
-                        Sample {
+                        SeriesPoint {
                             t_ns: r.t_ns,
                             gpu_index: gpu.index,
                             power_mw: r.power_mw,

@@ -11,7 +11,7 @@ use tracing::warn;
 use crate::owner::Owner;
 use wattson_protocol::{AcctFilter, Error, ErrorCode, Reply};
 use wattson_store::Store;
-use wattson_types::job::JobState;
+use wattson_types::job::{JobKey, JobState};
 
 /// Queries waiting beyond this are refused as busy.
 const QUEUE: usize = 64;
@@ -19,7 +19,13 @@ const QUEUE: usize = 64;
 /// Niceness of the reader thread: queries yield the CPU to job begin/end and sampling.
 const NICE: i32 = 10;
 
-type Query = (AcctFilter, oneshot::Sender<Result<Reply, Error>>);
+/// What the reader is asked: recorded jobs, or one job's series.
+enum Ask {
+    Acct(AcctFilter),
+    Series(JobKey),
+}
+
+type Query = (Ask, oneshot::Sender<Result<Reply, Error>>);
 
 /// A handle to the reader thread.
 #[derive(Clone)]
@@ -42,8 +48,17 @@ impl Reader {
 
     /// Recorded jobs matching `filter` (already narrowed to what the caller may see).
     pub async fn acct(&self, filter: AcctFilter) -> Result<Reply, Error> {
+        self.ask(Ask::Acct(filter)).await
+    }
+
+    /// The power series of `job` and its owner (the caller checks who may see it).
+    pub async fn series(&self, job: JobKey) -> Result<Reply, Error> {
+        self.ask(Ask::Series(job)).await
+    }
+
+    async fn ask(&self, ask: Ask) -> Result<Reply, Error> {
         let (tx, rx) = oneshot::channel();
-        match self.queries.try_send((filter, tx)) {
+        match self.queries.try_send((ask, tx)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 return Err(Error::new(ErrorCode::Busy, "wattsond is busy with other queries; retry"));
@@ -65,9 +80,23 @@ fn serve(store: Store, owner: Owner, inbox: Receiver<Query>) {
     if niced != 0 {
         warn!("cannot lower the acct thread's priority; queries compete with job begin/end");
     }
-    while let Ok((filter, reply)) = inbox.recv() {
-        let _ = reply.send(query(&store, &owner, &filter));
+    while let Ok((ask, reply)) = inbox.recv() {
+        let _ = reply.send(match ask {
+            Ask::Acct(filter) => query(&store, &owner, &filter),
+            Ask::Series(job) => series(&store, job),
+        });
     }
+}
+
+fn series(store: &Store, job: JobKey) -> Result<Reply, Error> {
+    let store_error = |e: wattson_store::StoreError| Error::new(ErrorCode::Store, e.to_string());
+    let query = AcctFilter { jobs: vec![job.clone()], ..AcctFilter::default() }.query();
+    let records = store.query(&query).map_err(store_error)?;
+    let Some(record) = records.iter().rev().find(|r| r.key == job) else {
+        return Err(Error::new(ErrorCode::NotRunning, format!("job {job} has no record on this node")));
+    };
+    let points = store.samples(&job).map_err(store_error)?;
+    Ok(Reply::Series { uid: record.uid, job, points })
 }
 
 fn query(store: &Store, owner: &Owner, filter: &AcctFilter) -> Result<Reply, Error> {

@@ -226,6 +226,18 @@ pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) ->
         }
         Request::Acct(filter) => services.reader.acct(filter).await,
         Request::JobPace { job, pace } => services.owner.pace(job, pace).await,
+        Request::JobSeries { job } => {
+            let reply = services.reader.series(job.clone()).await?;
+            match &reply {
+                Reply::Series { uid: owner, .. } if !(services.access.sees_all(uid) || *owner == uid) => {
+                    Err(Error::new(
+                        ErrorCode::PermissionDenied,
+                        format!("permission denied: job {job} belongs to another user"),
+                    ))
+                }
+                _ => Ok(reply),
+            }
+        }
         Request::ConfirmIdle {} => confirm_idle(services).await,
         Request::JobSettings { job } => {
             let reply = services.owner.settings(job.clone()).await?;

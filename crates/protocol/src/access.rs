@@ -41,6 +41,11 @@ impl Access {
         uid == 0 || Some(uid) == self.slurm_uid
     }
 
+    /// Whether `uid` may see every user's jobs: root, SlurmUser and the configured admins.
+    pub fn sees_all(&self, uid: u32) -> bool {
+        self.is_privileged(uid) || self.admin_uids.contains(&uid)
+    }
+
     /// Narrows or refuses `request` for the caller `uid`.
     pub fn authorize(&self, uid: u32, request: Request) -> Result<Request, Error> {
         let privileged = self.is_privileged(uid);

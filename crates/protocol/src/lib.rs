@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use wattson_config::policy::Decision;
-use wattson_types::energy::GpuReading;
+use wattson_types::energy::{GpuReading, SeriesPoint};
 use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings};
 use wattson_types::job::{GpuRef, Hints, JobKey, JobRecord};
 use wattson_types::query::AcctQuery;
@@ -44,6 +44,12 @@ pub enum Request {
     },
     /// Recorded jobs matching a filter.
     Acct(AcctFilter),
+    /// A recorded job's power series on this node (the running record, else the newest):
+    /// root, SlurmUser and admins may ask for any job, others for their own.
+    JobSeries {
+        /// Which job or step.
+        job: JobKey,
+    },
     /// From the controller, before it powers the node down: is the node free of jobs and of
     /// GPU processes? Refused (`Conflict`) when not.
     ConfirmIdle {},
@@ -183,6 +189,15 @@ pub enum Reply {
     Acct {
         /// Records the caller may see.
         records: Vec<JobRecord>,
+    },
+    /// A job's series, in time then GPU order.
+    Series {
+        /// Which job or step.
+        job: JobKey,
+        /// Its owner.
+        uid: u32,
+        /// The points kept (one per `series_interval` per GPU).
+        points: Vec<SeriesPoint>,
     },
     /// No job and no GPU process on the node: it may be powered down.
     Idle {

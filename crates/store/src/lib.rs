@@ -25,6 +25,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionB
 
 pub use query::AcctQuery;
 use schema::{MigrateError, SCHEMA_VERSION};
+use wattson_types::energy::SeriesPoint;
 use wattson_types::job::{JobGpu, JobKey, JobRecord};
 
 /// How long a connection waits for a lock held by another connection.
@@ -109,23 +110,6 @@ pub enum BeginOutcome {
     /// An identical RUNNING record (same key, uid and GPU indices) exists: an idempotent
     /// retry; nothing was written.
     AlreadyRunning,
-}
-
-/// One point of a job's per-GPU time series (the daemon decides which samples to keep).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    /// Time of the reading, ns since the Unix epoch.
-    pub t_ns: i64,
-    /// NVML index of the GPU.
-    pub gpu_index: u32,
-    /// Power draw in mW.
-    pub power_mw: Option<u32>,
-    /// SM clock in MHz.
-    pub sm_clock_mhz: Option<u32>,
-    /// Utilisation in percent.
-    pub util_pct: Option<u32>,
-    /// The job's energy on this GPU so far, in mJ.
-    pub energy_mj: f64,
 }
 
 /// An open store. See the module documentation.
@@ -359,7 +343,7 @@ impl Store {
     pub fn save_meters_many(
         &mut self,
         updates: &[(JobKey, Vec<JobGpu>)],
-        samples: &[(JobKey, Sample)],
+        samples: &[(JobKey, SeriesPoint)],
     ) -> Result<Vec<JobKey>, StoreError> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // Each job's running row, looked up once, in order of first appearance.
@@ -467,7 +451,7 @@ impl Store {
 
     /// The time series of record `key` (the RUNNING one, else the newest), ordered by
     /// time then GPU index.
-    pub fn samples(&self, key: &JobKey) -> Result<Vec<Sample>, StoreError> {
+    pub fn samples(&self, key: &JobKey) -> Result<Vec<SeriesPoint>, StoreError> {
         query::samples(&self.conn, key)
     }
 }
@@ -490,7 +474,7 @@ fn upsert_gpu(conn: &Connection, job: i64, gpu: &JobGpu) -> Result<(), StoreErro
     Ok(())
 }
 
-fn insert_sample(conn: &Connection, job: i64, s: &Sample) -> rusqlite::Result<()> {
+fn insert_sample(conn: &Connection, job: i64, s: &SeriesPoint) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT OR REPLACE INTO samples (job, gpu_index, t_ns, power_mw, sm_clock_mhz, util_pct, energy_mj) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",

@@ -3,8 +3,9 @@
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
-use super::{Sample, StoreError};
+use super::StoreError;
 use wattson_types::energy::GpuMeter;
+use wattson_types::energy::SeriesPoint;
 use wattson_types::job::{EnergyPolicy, Hints, JobDvfs, JobGpu, JobKey, JobRecord, JobState};
 pub use wattson_types::query::AcctQuery;
 
@@ -163,7 +164,7 @@ pub(super) fn plan(conn: &Connection, q: &AcctQuery) -> Result<String, StoreErro
 }
 
 /// The time series of `key`'s RUNNING record, else of its newest record.
-pub(super) fn samples(conn: &Connection, key: &JobKey) -> Result<Vec<Sample>, StoreError> {
+pub(super) fn samples(conn: &Connection, key: &JobKey) -> Result<Vec<SeriesPoint>, StoreError> {
     let id: Option<i64> = conn
         .prepare_cached(
             "SELECT id FROM jobs WHERE job_id = ?1 AND step = ?2 \
@@ -177,7 +178,7 @@ pub(super) fn samples(conn: &Connection, key: &JobKey) -> Result<Vec<Sample>, St
          WHERE job = ?1 ORDER BY t_ns, gpu_index",
     )?;
     let rows = stmt.query_map([id], |r| {
-        Ok(Sample {
+        Ok(SeriesPoint {
             t_ns: r.get(0)?,
             gpu_index: r.get(1)?,
             power_mw: r.get(2)?,

@@ -64,7 +64,7 @@ fn round_trip_with_meters_and_events() {
         ..Default::default()
     });
     gpus[1].meter.mark_lost(170 * S);
-    let sample = Sample {
+    let sample = SeriesPoint {
         t_ns: 160 * S,
         gpu_index: 0,
         power_mw: Some(1),
@@ -160,7 +160,7 @@ fn save_meters_many_updates_all_jobs_in_one_tick_and_skips_stale_keys() {
     let mut gb = b.gpus.clone();
     gb[0].meter.energy_mj = 88.0;
     let stale = JobKey::job(3);
-    let s = |g| Sample {
+    let s = |g| SeriesPoint {
         t_ns: 2 * S,
         gpu_index: g,
         power_mw: None,

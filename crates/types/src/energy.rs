@@ -25,6 +25,23 @@ pub struct GpuReading {
     pub util_pct: Option<u32>,
 }
 
+/// One point of a job's per-GPU time series (the daemon decides which samples to keep).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    /// Time of the reading, ns since the Unix epoch.
+    pub t_ns: i64,
+    /// NVML index of the GPU.
+    pub gpu_index: u32,
+    /// Power draw in mW.
+    pub power_mw: Option<u32>,
+    /// SM clock in MHz.
+    pub sm_clock_mhz: Option<u32>,
+    /// Utilisation in percent.
+    pub util_pct: Option<u32>,
+    /// The job's energy on this GPU so far, in mJ.
+    pub energy_mj: f64,
+}
+
 /// How a meter measured energy. Stored meters (JSON) name it `counter`, `power` or
 /// `counter-and-power`; reports, metrics and [`std::str::FromStr`] say `counter+power`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr)]
