@@ -7,8 +7,11 @@
 /// What the engine assumes about a GPU type before any workload has been measured on it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GpuPrior {
-    /// Canonical name, as used in the model table (e.g. `"A100"`).
+    /// Canonical name, as used in the model table (e.g. `"A100"`, `"H100-PCIE"`).
     pub name: &'static str,
+    /// The words a name as NVML reports it must contain (any case, any order), e.g.
+    /// `["H100", "PCIE"]` for `NVIDIA H100 PCIe`; the prior needing the most of them wins.
+    pub words: &'static [&'static str],
     /// Lowest settable power limit (W).
     pub min_power_limit_w: f64,
     /// Highest (default) power limit (W).
@@ -32,6 +35,7 @@ pub const CLOCK_VALID_FRACTION: f64 = 0.45;
 const PRIORS: &[GpuPrior] = &[
     GpuPrior {
         name: "A100",
+        words: &["A100"],
         min_power_limit_w: 100.0,
         max_power_limit_w: 400.0,
         idle_w: 55.0,
@@ -41,6 +45,7 @@ const PRIORS: &[GpuPrior] = &[
     },
     GpuPrior {
         name: "H100",
+        words: &["H100"],
         min_power_limit_w: 200.0,
         max_power_limit_w: 700.0,
         idle_w: 72.0,
@@ -50,6 +55,7 @@ const PRIORS: &[GpuPrior] = &[
     },
     GpuPrior {
         name: "H200",
+        words: &["H200"],
         min_power_limit_w: 200.0,
         max_power_limit_w: 700.0,
         idle_w: 75.0,
@@ -59,6 +65,7 @@ const PRIORS: &[GpuPrior] = &[
     },
     GpuPrior {
         name: "V100",
+        words: &["V100"],
         min_power_limit_w: 150.0,
         max_power_limit_w: 300.0,
         idle_w: 57.0,
@@ -68,6 +75,7 @@ const PRIORS: &[GpuPrior] = &[
     },
     GpuPrior {
         name: "A40",
+        words: &["A40"],
         min_power_limit_w: 100.0,
         max_power_limit_w: 300.0,
         idle_w: 30.0,
@@ -77,6 +85,7 @@ const PRIORS: &[GpuPrior] = &[
     },
     GpuPrior {
         name: "L40S",
+        words: &["L40S"],
         min_power_limit_w: 100.0,
         max_power_limit_w: 350.0,
         idle_w: 35.0,
@@ -86,6 +95,7 @@ const PRIORS: &[GpuPrior] = &[
     },
     GpuPrior {
         name: "P100",
+        words: &["P100"],
         min_power_limit_w: 125.0,
         max_power_limit_w: 250.0,
         idle_w: 30.0,
@@ -95,6 +105,7 @@ const PRIORS: &[GpuPrior] = &[
     },
     GpuPrior {
         name: "RTX6000",
+        words: &["RTX", "6000"],
         min_power_limit_w: 100.0,
         max_power_limit_w: 260.0,
         idle_w: 20.0,
@@ -102,20 +113,73 @@ const PRIORS: &[GpuPrior] = &[
         public_spec: true,
         idle_public: false,
     },
+    // PCIe and other board variants: their power range differs from the SXM board's.
+    GpuPrior {
+        name: "V100-PCIE",
+        words: &["V100", "PCIE"],
+        min_power_limit_w: 100.0,
+        max_power_limit_w: 250.0,
+        idle_w: 25.0,
+        max_sm_mhz: 1380.0,
+        public_spec: true,
+        idle_public: false,
+    },
+    GpuPrior {
+        name: "A100-PCIE",
+        words: &["A100", "PCIE"],
+        min_power_limit_w: 150.0,
+        max_power_limit_w: 250.0,
+        idle_w: 35.0,
+        max_sm_mhz: 1410.0,
+        public_spec: true,
+        idle_public: false,
+    },
+    GpuPrior {
+        name: "A100-PCIE-80GB",
+        words: &["A100", "PCIE", "80GB"],
+        min_power_limit_w: 150.0,
+        max_power_limit_w: 300.0,
+        idle_w: 40.0,
+        max_sm_mhz: 1410.0,
+        public_spec: true,
+        idle_public: false,
+    },
+    GpuPrior {
+        name: "H100-PCIE",
+        words: &["H100", "PCIE"],
+        min_power_limit_w: 200.0,
+        max_power_limit_w: 350.0,
+        idle_w: 50.0,
+        max_sm_mhz: 1755.0,
+        public_spec: true,
+        idle_public: false,
+    },
+    GpuPrior {
+        name: "H100-NVL",
+        words: &["H100", "NVL"],
+        min_power_limit_w: 200.0,
+        max_power_limit_w: 400.0,
+        idle_w: 60.0,
+        max_sm_mhz: 1785.0,
+        public_spec: true,
+        idle_public: false,
+    },
 ];
 
-/// The prior for a GPU type, matched case-insensitively ignoring spaces, `-` and `_`
-/// and a leading `NVIDIA`/`Tesla`/`Quadro` (so `"NVIDIA H100-SXM"`-style names miss, but
-/// `"h100"`, `"RTX 6000"`, `"Tesla V100"` hit). No allocation.
+/// The prior for a GPU type: its canonical name (`"h100-pcie"`, `"RTX 6000"`: any case, spaces,
+/// `-` or `_`), or the name NVML reports (`Tesla V100-SXM2-32GB`, `NVIDIA A100-SXM4-80GB`,
+/// `NVIDIA H100 PCIe`, `Quadro RTX 6000`): the prior whose words the name contains, the most
+/// specific first, so PCIe and NVL boards get their own power range. No allocation.
 pub fn prior(gpu_type: &str) -> Option<&'static GpuPrior> {
-    let mut rest = gpu_type.trim();
-    for prefix in ["nvidia", "tesla", "quadro"] {
-        if rest.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix)) {
-            rest = rest[prefix.len()..].trim_start();
-        }
+    let squeezed = |s: &'static str| s.bytes().filter(|b| !matches!(b, b' ' | b'-' | b'_'));
+    let key =
+        gpu_type.trim().bytes().filter(|b| !matches!(b, b' ' | b'-' | b'_')).map(|b| b.to_ascii_uppercase());
+    if let Some(p) = PRIORS.iter().find(|p| key.clone().eq(squeezed(p.name))) {
+        return Some(p);
     }
-    let key = rest.bytes().filter(|b| !matches!(b, b' ' | b'-' | b'_')).map(|b| b.to_ascii_uppercase());
-    PRIORS.iter().find(|p| key.clone().eq(p.name.bytes()))
+    let words = || gpu_type.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty());
+    let has = |word: &str| words().any(|w| w.eq_ignore_ascii_case(word));
+    PRIORS.iter().filter(|p| p.words.iter().all(|w| has(w))).max_by_key(|p| p.words.len())
 }
 
 /// Candidate power limits from `min_w` to `max_w` in `step_w` steps, always ending at
@@ -163,9 +227,36 @@ mod tests {
         assert_eq!(prior("Tesla V100").unwrap().name, "V100");
         assert_eq!(prior("Quadro RTX 6000").unwrap().name, "RTX6000");
         assert_eq!(prior("NVIDIA A100").unwrap().max_sm_mhz, 1410.0);
-        assert!(prior("A100-SXM4-80GB").is_none());
+        assert_eq!(prior("h100-pcie").unwrap().name, "H100-PCIE");
         assert!(prior("").is_none());
         assert!(prior("nvidi\u{e9}").is_none());
+    }
+
+    #[test]
+    fn names_as_nvml_reports_them_find_their_board() {
+        for (nvml, name) in [
+            ("Tesla V100-SXM2-32GB", "V100"),
+            ("Tesla V100-PCIE-16GB", "V100-PCIE"),
+            ("NVIDIA A100-SXM4-80GB", "A100"),
+            ("NVIDIA A100-PCIE-40GB", "A100-PCIE"),
+            ("NVIDIA A100 80GB PCIe", "A100-PCIE-80GB"),
+            ("NVIDIA H100 80GB HBM3", "H100"),
+            ("NVIDIA H100 PCIe", "H100-PCIE"),
+            ("NVIDIA H100 NVL", "H100-NVL"),
+            ("NVIDIA H200", "H200"),
+            ("Quadro RTX 6000", "RTX6000"),
+            ("Tesla P100-PCIE-16GB", "P100"),
+        ] {
+            assert_eq!(prior(nvml).map(|p| p.name), Some(name), "{nvml}");
+        }
+        // PCIe boards have their own power range.
+        assert_eq!(prior("NVIDIA H100 PCIe").unwrap().max_power_limit_w, 350.0);
+        assert_eq!(prior("Tesla V100-PCIE-16GB").unwrap().max_power_limit_w, 250.0);
+        for unknown in ["NVIDIA RTX A6000", "NVIDIA GeForce RTX 4090", "A1000"] {
+            assert!(prior(unknown).is_none(), "{unknown}");
+        }
+        // Every canonical name finds its own prior.
+        assert!(all().iter().all(|p| prior(p.name).map(|q| q.name) == Some(p.name)));
     }
 
     #[test]

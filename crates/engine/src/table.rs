@@ -164,6 +164,10 @@ mod tests {
         let d = t.decide(&U1001, "alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
         assert_eq!(d.setting, Some(300.0), "{d:?}");
         assert!(t.gpu_types_with(&U1001, "alice:train").is_empty());
+        // A PCIe board's model is not the SXM board's, whatever the name's spelling.
+        t.insert(&U1000, "bert", "NVIDIA H100 PCIe", entry());
+        assert!(t.get(&U1000, "bert", "h100-pcie").is_some());
+        assert!(t.get(&U1000, "bert", "NVIDIA H100 80GB HBM3").is_none());
         // An account's model decides for that account only.
         let physics = ModelOwner::Account("physics".into());
         t.insert(&physics, "bert", "A40", entry());
