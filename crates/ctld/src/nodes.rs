@@ -10,6 +10,12 @@ use wattson_config::link::LinkConfig;
 use wattson_link::{LinkError, Munge};
 use wattson_protocol::{ErrorCode, Pace, Reply, Request};
 
+/// A node's answer (`Ok(Err(..))`: its refusal), or why it could not be asked.
+type Answer = Result<Result<Reply, wattson_protocol::Error>, String>;
+
+/// Nodes asked at once.
+const PARALLEL: usize = 32;
+
 /// The link to the nodes, and the pace each running job was last given.
 pub struct Nodes {
     config: LinkConfig,
@@ -27,7 +33,7 @@ impl Nodes {
 
     /// Sends `request` to the wattsond at `addr` (a node's `NodeAddr`); `Ok(Err(..))` is the
     /// node's refusal.
-    fn call(&self, addr: &str, request: &Request) -> Result<Result<Reply, wattson_protocol::Error>, String> {
+    fn call(&self, addr: &str, request: &Request) -> Answer {
         let munge = self.munge.as_ref().map_err(Clone::clone)?;
         let target: SocketAddr = (addr, self.config.port)
             .to_socket_addrs()
@@ -41,6 +47,24 @@ impl Nodes {
         }
     }
 
+    /// Sends each request to its address, up to [`PARALLEL`] at once (an unreachable node
+    /// costs one timeout per chunk); the answers in order.
+    fn call_all(&self, asks: &[(&str, Request)]) -> Vec<Answer> {
+        let mut answers = Vec::with_capacity(asks.len());
+        for chunk in asks.chunks(PARALLEL) {
+            std::thread::scope(|s| {
+                let calls: Vec<_> =
+                    chunk.iter().map(|(addr, req)| s.spawn(move || self.call(addr, req))).collect();
+                answers.extend(
+                    calls
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|_| Err("the request panicked".into()))),
+                );
+            });
+        }
+        answers
+    }
+
     /// The nodes of `candidates` (name, address) that may be powered down: all of them when
     /// confirmation is off, else those whose wattsond confirms no job or process holds their
     /// GPUs. Each node kept up is returned with the reason.
@@ -48,10 +72,12 @@ impl Nodes {
         if !self.config.confirm_idle {
             return (candidates.iter().map(|(n, _)| n.clone()).collect(), Vec::new());
         }
+        let asks: Vec<(&str, Request)> =
+            candidates.iter().map(|(_, addr)| (addr.as_str(), Request::ConfirmIdle {})).collect();
         let mut confirmed = Vec::new();
         let mut kept = Vec::new();
-        for (name, addr) in candidates {
-            match self.call(addr, &Request::ConfirmIdle {}) {
+        for ((name, _), answer) in candidates.iter().zip(self.call_all(&asks)) {
+            match answer {
                 Ok(Ok(Reply::Idle { .. })) => confirmed.push(name.clone()),
                 Ok(Ok(other)) => kept.push((name.clone(), format!("unexpected answer {other:?}"))),
                 Ok(Err(refusal)) => kept.push((name.clone(), format!("wattsond: {refusal}"))),
@@ -65,29 +91,33 @@ impl Nodes {
     /// was last given; forgets jobs that are no longer running. A node that cannot be reached
     /// is tried again next loop. Returns how many jobs changed pace.
     pub fn pace(&mut self, pace: Pace, running: &[(u32, Vec<String>)]) -> usize {
-        let mut changed = 0;
         self.paced.retain(|job, _| running.iter().any(|(id, _)| id == job));
-        for (job, addrs) in running {
-            if self.paced.get(job).copied().unwrap_or(Pace::Saving) == pace {
-                continue;
-            }
-            let request = Request::JobPace { job: *job, pace };
-            let mut done = true;
-            for addr in addrs {
-                match self.call(addr, &request) {
-                    Ok(Ok(_)) => info!(job, node = %addr, ?pace, "pace set"),
-                    // A job with nothing of wattson's on that node (no GPU there).
-                    Ok(Err(refusal)) if refusal.code == ErrorCode::NotRunning => {}
-                    Ok(Err(refusal)) => {
-                        warn!(job, node = %addr, ?pace, error = %refusal, "the node refused the job's pace");
-                    }
-                    Err(why) => {
-                        warn!(job, node = %addr, ?pace, error = %why, "cannot set the job's pace; retried next loop");
-                        done = false;
-                    }
+        let due: Vec<(u32, &str)> = running
+            .iter()
+            .filter(|(job, _)| self.paced.get(job).copied().unwrap_or(Pace::Saving) != pace)
+            .flat_map(|(job, addrs)| addrs.iter().map(move |addr| (*job, addr.as_str())))
+            .collect();
+        let asks: Vec<(&str, Request)> =
+            due.iter().map(|&(job, addr)| (addr, Request::JobPace { job, pace })).collect();
+        let mut failed: Vec<u32> = Vec::new();
+        for (&(job, addr), answer) in due.iter().zip(self.call_all(&asks)) {
+            match answer {
+                Ok(Ok(_)) => info!(job, node = %addr, ?pace, "pace set"),
+                // A job with nothing of wattson's on that node (no GPU there).
+                Ok(Err(refusal)) if refusal.code == ErrorCode::NotRunning => {}
+                Ok(Err(refusal)) => {
+                    warn!(job, node = %addr, ?pace, error = %refusal, "the node refused the job's pace");
+                }
+                Err(why) => {
+                    warn!(job, node = %addr, ?pace, error = %why, "cannot set the job's pace; retried next loop");
+                    failed.push(job);
                 }
             }
-            if done {
+        }
+        let mut changed = 0;
+        for (job, _) in running {
+            let due = self.paced.get(job).copied().unwrap_or(Pace::Saving) != pace;
+            if due && !failed.contains(job) {
                 self.paced.insert(*job, pace);
                 changed += 1;
             }
@@ -98,5 +128,33 @@ impl Nodes {
     /// Whether running jobs are paced at all.
     pub fn paces(&self) -> bool {
         self.config.pace
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(confirm_idle: bool) -> Nodes {
+        let config = LinkConfig {
+            munge_socket: Some("/nonexistent/munge.socket".into()),
+            confirm_idle,
+            ..LinkConfig::default()
+        };
+        Nodes::new(config)
+    }
+
+    #[test]
+    fn a_node_that_cannot_be_asked_stays_up_with_the_reason_and_is_paced_again_next_loop() {
+        let candidates = vec![("n1".to_string(), "127.0.0.1".to_string())];
+        let (confirmed, kept) = nodes(true).confirm_idle(&candidates);
+        assert!(confirmed.is_empty());
+        assert!(kept[0].1.starts_with("wattsond cannot be asked: MUNGE"), "{kept:?}");
+        // Without confirmation, Slurm's word is enough.
+        assert_eq!(nodes(false).confirm_idle(&candidates).0, ["n1"]);
+        let mut n = nodes(true);
+        let running = vec![(7, vec!["127.0.0.1".to_string()])];
+        assert_eq!(n.pace(Pace::Full, &running), 0, "not reached: not counted");
+        assert!(n.paced.is_empty(), "not remembered as paced: asked again next loop");
     }
 }
