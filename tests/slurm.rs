@@ -67,7 +67,10 @@ fn a_min_energy_job_runs_capped_is_accounted_exactly_and_its_gpus_are_restored()
     let submitted = wattson_types::now_ns();
     let (id, said) = c
         .lab
-        .sbatch_verbose(&["--gres=gpu:2", "--energy=min-energy", "--energy-tag=bert-squad"], script)
+        .sbatch_verbose(
+            &["--gres=gpu:2", "--energy=min-energy", "--energy-tag=bert-squad", "--job-name=bert-ft"],
+            script,
+        )
         .unwrap();
     // While it runs, its two GPUs are capped at 60 % of 700 W and the others are not.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -104,6 +107,9 @@ fn a_min_energy_job_runs_capped_is_accounted_exactly_and_its_gpus_are_restored()
     let record = c.node.record(&id.to_string());
     assert_eq!(record.gpus.len(), 2);
     assert_eq!(record.hints.tag.as_deref(), Some("bert-squad"));
+    // The job's name reached the node (job_submit passes it through the SPANK environment:
+    // the prolog has no SLURM_JOB_NAME), so the default tag `user:jobname` can learn.
+    assert_eq!(record.name.as_deref(), Some("bert-ft"));
     common::assert_exact(
         &c.node,
         &record,

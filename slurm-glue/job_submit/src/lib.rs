@@ -155,6 +155,14 @@ pub unsafe extern "C" fn job_submit(
                     // SAFETY: Slurm's own array and count, grown by Slurm's allocator.
                     unsafe { set_spank_env(job, name, value) };
                 }
+                // The nodes' prolog never sees the job name (`SLURM_JOB_NAME` is not in its
+                // environment); the SPANK environment reaches it, so the default tag
+                // (`user:jobname`) can learn.
+                if !job.name.is_null() {
+                    // SAFETY: Slurm's NUL-terminated job name; its own array, grown by Slurm.
+                    let name = unsafe { CStr::from_ptr(job.name) }.to_string_lossy().into_owned();
+                    unsafe { set_spank_env(job, submit::JOB_NAME_VAR, &name) };
+                }
                 // SAFETY: Slurm-owned string fields of the job description.
                 unsafe { set_string(&mut job.admin_comment, &decision.admin_comment) };
                 if let Some(begin) = decision.begin_time_s

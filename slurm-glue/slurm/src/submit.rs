@@ -14,6 +14,10 @@ use wattson_config::policy::Decision;
 use wattson_engine::{ModelTable, Objective};
 use wattson_types::owner::ModelOwner;
 
+/// The variable job_submit adds to a job's SPANK environment with its name, for the nodes'
+/// prolog (where `SLURM_JOB_NAME` is not set).
+pub const JOB_NAME_VAR: &str = "SPANK_WATTSON_JOB_NAME";
+
 /// The outcome for an accepted job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubmitDecision {

@@ -134,7 +134,7 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut
             job_id: item_u32(sp, sys::S_JOB_ID).unwrap_or(0),
             uid: item_u32(sp, sys::S_JOB_UID).unwrap_or(u32::MAX),
             user: env("SLURM_JOB_USER"),
-            name: env("SLURM_JOB_NAME"),
+            name: env("SLURM_JOB_NAME").or_else(|| env(wattson_slurm::submit::JOB_NAME_VAR)),
             account: env("SLURM_JOB_ACCOUNT"),
             gpus: env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).unwrap_or_default(),
             hints: job_hints(sp).hints,
