@@ -272,11 +272,16 @@ fn without_a_progress_file_sm_activity_stands_in_and_says_so() {
 
 /// One simulated H100 sampled every 100 ms, with short probe windows on a 5 W grid.
 fn probing_node() -> Node {
+    probing_node_with("")
+}
+
+/// [`probing_node`] with more `[engine]` lines.
+fn probing_node_with(engine: &str) -> Node {
     Node::with_sections(
         fake_nvml::Config::uniform("H100", 1),
         "100ms",
         "",
-        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\n",
+        &format!("probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\n{engine}"),
     )
 }
 
@@ -305,12 +310,7 @@ fn another_users_runs_never_decide_a_jobs_setting() {
 /// else's: a user of another account still probes from full speed.
 #[test]
 fn models_shared_within_an_account_decide_its_users_jobs_only() {
-    let mut node = Node::with_sections(
-        fake_nvml::Config::uniform("H100", 1),
-        "100ms",
-        "",
-        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\nmodel_owner = \"account\"\n",
-    );
+    let mut node = probing_node_with("model_owner = \"account\"\n");
     node.start();
     let physics = ["--account", "physics"];
     let job = Job::start_with(&node, "1", "bert", 1001, "mallory", &physics);
