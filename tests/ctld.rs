@@ -48,7 +48,7 @@ fn lab(ctld: &str) -> (SlurmLab, PathBuf, Vec<common::Node>) {
     let lab =
         SlurmLab::start(LabOptions { nodes: nodes.clone(), extra_conf: power_conf(), ..Default::default() });
     let munge = lab.dir().join("run/munge.sock");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = slurm_lab::free_port();
     let daemons = nodes
         .iter()
         .map(|n| {

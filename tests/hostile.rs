@@ -190,11 +190,19 @@ fn a_jobs_series_is_shown_only_to_its_owner_and_root() {
     node.start();
     node.begin("1", 1000, "0");
     node.begin("2", NOBODY, "1");
-    std::thread::sleep(Duration::from_millis(500));
     let series = |uid: u32, job: &str| node.wattson_as(uid, &["acct", "-j", job, "--series", "-n"]);
-    let own = series(NOBODY, "2");
-    common::assert_ok(&own);
-    let text = String::from_utf8_lossy(&own.stdout).into_owned();
+    // The first point lands at the daemon's first sample after the job began; a loaded CI
+    // machine can take longer than one interval, so wait for it (bounded).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let text = loop {
+        let own = series(NOBODY, "2");
+        common::assert_ok(&own);
+        let text = String::from_utf8_lossy(&own.stdout).into_owned();
+        if !text.trim().is_empty() || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let first: Vec<&str> = text.lines().next().expect("a point").split('|').collect();
     assert_eq!((first.len(), first[1]), (6, "1"), "{text}");
     assert!(first[2].parse::<f64>().unwrap() > 0.0, "a power in W: {text}");

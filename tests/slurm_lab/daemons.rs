@@ -405,7 +405,7 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, 
 }
 
 /// A free TCP port on 127.0.0.1, never handed out twice in this process.
-pub(super) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     for _ in 0..100 {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let port = l.local_addr().expect("local_addr").port();

@@ -24,8 +24,8 @@ mod accounting;
 mod daemons;
 
 #[allow(unused_imports)] // each test crate that includes the lab uses some of these
-pub use daemons::{ensure_slurm_installed, install_plugin, run_with_timeout, system_plugin_dir};
-use daemons::{free_port, set_mode, tail};
+pub use daemons::{ensure_slurm_installed, free_port, install_plugin, run_with_timeout, system_plugin_dir};
+use daemons::{set_mode, tail};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
