@@ -13,8 +13,13 @@ const NOT_IN_CTLD: [&str; 6] = ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wra
 /// What the plugins and their logic must not link: that, and libmunge (Slurm authenticates).
 const NOT_IN_PLUGINS: [&str; 7] =
     ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wrapper", "axum", "hyper", "munge-sys"];
-const PLUGIN_CRATES: [&str; 4] =
-    ["spank-wattson", "job-submit-wattson", "wattson-slurm", "wattson-slurm-ffi"];
+const PLUGIN_CRATES: [&str; 5] = [
+    "spank-wattson",
+    "job-submit-wattson",
+    "acct-gather-energy-wattson",
+    "wattson-slurm",
+    "wattson-slurm-ffi",
+];
 
 /// What the pure crates must not link: I/O, async, OS bindings.
 const NOT_IN_PURE: [&str; 11] = [

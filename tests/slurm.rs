@@ -12,11 +12,12 @@ use slurm_lab::{LabNode, LabOptions, SlurmLab};
 
 const MAX_W: u32 = 700_000;
 
-/// Builds the two plugins with their test-only hooks (the panic triggers below) and installs
-/// them into `dir`.
+/// Builds the plugins with their test-only hooks (the panic triggers below) and installs them
+/// into `dir`.
 fn install_plugins(dir: &Path) {
     let built = common::build_plugins(true);
-    for (lib, plugin) in common::PLUGIN_LIBS.into_iter().zip(["spank_wattson.so", "job_submit_wattson.so"]) {
+    let names = ["spank_wattson.so", "job_submit_wattson.so", "acct_gather_energy_wattson.so"];
+    for (lib, plugin) in common::PLUGIN_LIBS.into_iter().zip(names) {
         slurm_lab::install_plugin(&built.join(lib), dir, plugin);
     }
 }
@@ -28,11 +29,17 @@ struct Cluster {
 }
 
 fn cluster(spank_args: &str, daemon_env: &[(&str, &str)]) -> Cluster {
-    cluster_with(spank_args, daemon_env, false)
+    cluster_with(spank_args, daemon_env, false, "")
 }
 
-/// [`cluster`], optionally with Slurm's accounting (slurmdbd on MariaDB) so `sacct` works.
-fn cluster_with(spank_args: &str, daemon_env: &[(&str, &str)], accounting: bool) -> Cluster {
+/// [`cluster`], optionally with Slurm's accounting (slurmdbd on MariaDB) so `sacct` works, and
+/// with `extra_conf` lines in slurm.conf.
+fn cluster_with(
+    spank_args: &str,
+    daemon_env: &[(&str, &str)],
+    accounting: bool,
+    extra_conf: &str,
+) -> Cluster {
     let mut node = Node::h100(4);
     node.start();
     let plugins = node.dir.path().join("plugins");
@@ -51,6 +58,7 @@ fn cluster_with(spank_args: &str, daemon_env: &[(&str, &str)], accounting: bool)
         plugin_dir: Some(plugins.clone()),
         daemon_env: env,
         accounting,
+        extra_conf: extra_conf.to_string(),
         ..LabOptions::default()
     });
     Cluster { node, lab }
@@ -215,7 +223,7 @@ fn a_deferrable_job_waits_for_the_cheap_hour() {
 
 #[test]
 fn the_decision_is_in_slurms_own_accounting() {
-    let c = cluster_with("", &[], true);
+    let c = cluster_with("", &[], true, "");
     let id = c.lab.sbatch(&["--gres=gpu:1", "--energy=min-energy"], "#!/bin/sh\ntrue\n").unwrap();
     assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
     // slurmdbd stores job records asynchronously: poll.
@@ -280,7 +288,7 @@ fn what_slurm_records_is_what_the_node_enforces() {
 /// record: a job that succeeds, fails, is cancelled and runs out of time, each on a GPU.
 #[test]
 fn acct_state_is_the_state_slurm_gave_the_job() {
-    let c = cluster_with("", &[], true);
+    let c = cluster_with("", &[], true, "");
     let gpu = ["--gres=gpu:1"];
     // Two CPUs: the long ones first, the short ones once the cancelled one frees its CPU.
     let timeout = c.lab.sbatch(&["--gres=gpu:1", "--time=1"], "#!/bin/sh\nsleep 600\n").unwrap();
@@ -374,4 +382,89 @@ fn a_job_outlives_slurmd_and_slurmctld_restarts_capped_and_exactly_accounted() {
     assert_eq!(record.state, wattson_types::job::JobState::Completed);
     let around = common::Bracket(submitted, finished);
     common::assert_exact(&c.node, &record, around, around, 0.001);
+}
+
+/// slurm.conf for Slurm's own energy accounting fed by wattson (docs/slurm.md).
+const ENERGY_CONF: &str = "AcctGatherEnergyType=acct_gather_energy/wattson\n\
+    JobAcctGatherType=jobacct_gather/linux\nJobAcctGatherFrequency=task=1\n\
+    PrologFlags=Alloc,Contain\nAcctGatherNodeFreq=1";
+
+/// A step's (or the job's) `ConsumedEnergyRaw` in joules from `sstat`/`sacct` output lines
+/// `JobID|ConsumedEnergyRaw`, for the line whose id is `id`.
+fn energy_of(lines: &str, id: &str) -> Option<u64> {
+    lines
+        .lines()
+        .find_map(|l| l.split_once('|').filter(|(j, _)| *j == id).and_then(|(_, e)| e.trim().parse().ok()))
+}
+
+#[test]
+fn sacct_and_sstat_show_the_jobs_gpu_energy_as_wattson_metered_it() {
+    let c = cluster_with("", &[], true, ENERGY_CONF);
+    // Every GPU busy, the job's and the others: only the job's may count.
+    for gpu in 0..4 {
+        c.node.sim.set_load(gpu, 0.5 + 0.1 * f64::from(gpu)).unwrap();
+    }
+    let done = c.node.dir.path().join("work-done");
+    let script = format!("#!/bin/sh\nsleep 12\ntouch {}\nsleep 1\n", done.display());
+    let id = c.lab.sbatch(&["--gres=gpu:2"], &script).unwrap();
+    let extern_step = format!("{id}.extern");
+    // While it runs, sstat shows the job's energy growing.
+    let sstat =
+        || c.lab.run("sstat", &["-n", "-P", "-a", "-j", &id.to_string(), "-o", "JobID,ConsumedEnergyRaw"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let out = String::from_utf8_lossy(&sstat().stdout).into_owned();
+        if let Some(j) =
+            energy_of(&out, &extern_step).filter(|&j| j > 0 && seen.last().is_none_or(|&l| j > l))
+        {
+            seen.push(j);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sstat never showed a growing energy: {seen:?} {out}\n{}",
+            c.lab.all_logs()
+        );
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    // The node's power reaches slurmd (scontrol show node: CurrentWatts).
+    let node = c.lab.run_ok("scontrol", &["show", "node", "n1"]);
+    let watts: u64 = node
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("CurrentWatts="))
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(0);
+    assert!(watts > 1000, "CurrentWatts of 4 busy H100s: {node}");
+    // The job's work ends: its GPUs go idle, as real ones do when the processes exit.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done.exists() {
+        assert!(Instant::now() < deadline, "the job never finished its work");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for gpu in 0..4 {
+        c.node.sim.set_load(gpu, 0.0).unwrap();
+    }
+    assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", c.lab.all_logs());
+    let record = c.node.record(&id.to_string());
+    let wattson_j = record.energy_j();
+    let truth_j: f64 = c.node.truth_mj(&record).iter().sum::<f64>() / 1000.0;
+    // slurmdbd stores the job's row once its steps are in: poll.
+    let sacct =
+        || c.lab.run_ok("sacct", &["-n", "-P", "-X", "-j", &id.to_string(), "-o", "JobID,ConsumedEnergyRaw"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let slurm_j = loop {
+        let out = sacct();
+        if let Some(j) = energy_of(&out, &id.to_string()).filter(|&j| j > 0) {
+            break j as f64;
+        }
+        assert!(Instant::now() < deadline, "sacct shows no energy: {out}\n{}", c.lab.log("slurmdbd"));
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    println!("sacct {slurm_j} J, wattson {wattson_j:.1} J, truth {truth_j:.1} J");
+    assert!(common::rel_err(wattson_j, truth_j) < 0.001, "wattson {wattson_j} vs truth {truth_j}");
+    assert!(
+        common::rel_err(slurm_j, wattson_j) < 0.005,
+        "sacct {slurm_j} J vs wattson {wattson_j} J (truth {truth_j} J)\n{}",
+        c.lab.log("slurmd-n1")
+    );
 }

@@ -47,6 +47,8 @@ fn generate(include: &Path) -> Result<String, String> {
         .allowlist_type("spank_item")
         .allowlist_type("spank_context")
         .allowlist_type("job_desc_msg_t")
+        .allowlist_type("acct_gather_energy_t")
+        .allowlist_type("acct_energy_type")
         .allowlist_var("SLURM_VERSION_NUMBER")
         .allowlist_var("SLURM_SUCCESS")
         .allowlist_var("SLURM_ERROR")

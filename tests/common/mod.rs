@@ -355,9 +355,10 @@ pub fn fake_library() -> PathBuf {
 }
 
 /// The Slurm plugins' files as Cargo builds them.
-pub const PLUGIN_LIBS: [&str; 2] = ["libspank_wattson.so", "libjob_submit_wattson.so"];
+pub const PLUGIN_LIBS: [&str; 3] =
+    ["libspank_wattson.so", "libjob_submit_wattson.so", "libacct_gather_energy_wattson.so"];
 
-/// Builds the two Slurm plugins (dev profile) and returns the directory holding
+/// Builds the three Slurm plugins (dev profile) and returns the directory holding
 /// [`PLUGIN_LIBS`]. With `test_hooks`, they carry the test-only hooks (feature `test-hooks`)
 /// and are built in a target directory of their own (`<target>/test-hooks`), so that
 /// `target/debug` only ever holds plugins as production builds them.
@@ -365,7 +366,16 @@ pub fn build_plugins(test_hooks: bool) -> PathBuf {
     let target = Path::new(env!("CARGO_BIN_EXE_wattsond")).parent().and_then(Path::parent).unwrap();
     let target = if test_hooks { target.join("test-hooks") } else { target.to_path_buf() };
     let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "-p", "spank-wattson", "-p", "job-submit-wattson", "--target-dir"]).arg(&target);
+    build.args([
+        "build",
+        "-p",
+        "spank-wattson",
+        "-p",
+        "job-submit-wattson",
+        "-p",
+        "acct-gather-energy-wattson",
+    ]);
+    build.arg("--target-dir").arg(&target);
     if test_hooks {
         build.args(["--features", "spank-wattson/test-hooks,job-submit-wattson/test-hooks"]);
     }

@@ -197,6 +197,36 @@ async fn confirm_idle(services: &Services) -> Response {
     Ok(Reply::Idle { node })
 }
 
+/// A running job's GPU energy up to a reading taken for this request (Slurm's energy plugin
+/// asks at each of its polls): the job's meters advanced on a copy, so the record is untouched.
+async fn job_energy(services: &Services, job: u32, uid: u32) -> Response {
+    let key = JobKey::job(job);
+    let running = services.owner.running();
+    let Some(record) = running.iter().find(|r| r.key == key) else {
+        return Err(Error::new(ErrorCode::NotRunning, format!("job {job} has no record running here")));
+    };
+    if !(services.access.sees_all(uid) || record.uid == uid) {
+        return Err(Error::new(
+            ErrorCode::PermissionDenied,
+            format!("permission denied: job {job} belongs to another user"),
+        ));
+    }
+    let Some(Reply::Status { gpus, .. }) = services.sampler.status().await else {
+        return Err(Error::new(ErrorCode::Busy, "too many status requests waiting; retry"));
+    };
+    let (mut energy_mj, mut power_mw) = (0.0, 0u64);
+    for used in &record.gpus {
+        let mut meter = used.meter.clone();
+        let now = gpus.iter().find(|g| g.info.index == used.index).and_then(|g| g.reading.clone());
+        if let Some(reading) = now {
+            power_mw += u64::from(reading.power_mw.unwrap_or(0));
+            meter.advance(reading);
+        }
+        energy_mj += meter.energy_mj;
+    }
+    Ok(Reply::JobEnergy { job, energy_mj: energy_mj.round() as u64, power_mw })
+}
+
 /// What a user may see of the node's status, as Slurm shows other users' jobs to nobody: the
 /// GPUs, their own jobs, and only processes they own.
 fn seen_by(reply: Reply, uid: u32, services: &Services) -> Reply {
@@ -239,6 +269,7 @@ pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) ->
             }
         }
         Request::ConfirmIdle {} => confirm_idle(services).await,
+        Request::JobEnergy { job } => job_energy(services, job, uid).await,
         Request::JobSettings { job } => {
             let reply = services.owner.settings(job.clone()).await?;
             match &reply {

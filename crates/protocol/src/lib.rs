@@ -60,6 +60,13 @@ pub enum Request {
         /// The pace.
         pace: Pace,
     },
+    /// A running job's GPU energy on this node up to now (read from the GPUs for this
+    /// request), for Slurm's energy accounting: root, SlurmUser and admins may ask for any
+    /// job, others for their own. `NotRunning` when the job has no record running here.
+    JobEnergy {
+        /// The job.
+        job: u32,
+    },
 }
 
 /// How fast the controller wants a running job to run, from the cluster's queue.
@@ -212,6 +219,16 @@ pub enum Reply {
         pace: Pace,
         /// Its GPUs' settings now.
         settings: Vec<(u32, GpuSetting)>,
+    },
+    /// A running job's GPU energy on this node since it began, and its GPUs' power now.
+    JobEnergy {
+        /// The job.
+        job: u32,
+        /// Energy of its GPUs here since the job began, in mJ (counter-exact where the GPUs
+        /// have a counter).
+        energy_mj: u64,
+        /// Their power at this reading, in mW.
+        power_mw: u64,
     },
 }
 

@@ -418,6 +418,16 @@ pub struct slurm_hash_t {
     pub type_: ::std::os::raw::c_uchar,
     pub hash: [::std::os::raw::c_uchar; 32usize],
 }
+pub const ENERGY_DATA_JOULES_TASK: acct_energy_type = 0;
+pub const ENERGY_DATA_STRUCT: acct_energy_type = 1;
+pub const ENERGY_DATA_RECONFIG: acct_energy_type = 2;
+pub const ENERGY_DATA_PROFILE: acct_energy_type = 3;
+pub const ENERGY_DATA_LAST_POLL: acct_energy_type = 4;
+pub const ENERGY_DATA_SENSOR_CNT: acct_energy_type = 5;
+pub const ENERGY_DATA_NODE_ENERGY: acct_energy_type = 6;
+pub const ENERGY_DATA_NODE_ENERGY_UP: acct_energy_type = 7;
+pub const ENERGY_DATA_STEP_PTR: acct_energy_type = 8;
+pub type acct_energy_type = ::std::os::raw::c_uint;
 pub type bitstr_t = i64;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -426,6 +436,17 @@ pub struct dynamic_plugin_data {
     pub plugin_id: u32,
 }
 pub type dynamic_plugin_data_t = dynamic_plugin_data;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct acct_gather_energy {
+    pub ave_watts: u32,
+    pub base_consumed_energy: u64,
+    pub consumed_energy: u64,
+    pub current_watts: u32,
+    pub previous_consumed_energy: u64,
+    pub poll_time: time_t,
+}
+pub type acct_gather_energy_t = acct_gather_energy;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct job_descriptor {

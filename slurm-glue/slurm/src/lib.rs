@@ -2,6 +2,7 @@
 //! behind each callback (reading hints, deciding at submit, talking to wattsond), so that the
 //! glue itself stays a thin, panic-proof FFI layer.
 
+pub mod energy;
 pub mod hints;
 pub mod node;
 pub mod submit;

@@ -64,12 +64,12 @@ impl PluginArgs {
         Ok(out)
     }
 
-    fn load(&self) -> Result<Config, String> {
+    pub(crate) fn load(&self) -> Result<Config, String> {
         Config::load_or_default(Some(&self.config).filter(|p| p.exists()).map(|p| p.as_path()))
             .map_err(|e| e.to_string())
     }
 
-    fn call_with(&self, config: &Config, request: &Request) -> Result<Reply, ClientError> {
+    pub(crate) fn call_with(&self, config: &Config, request: &Request) -> Result<Reply, ClientError> {
         let timeout = self.timeout.unwrap_or(config.daemon.request_timeout);
         wattson_protocol::call(&config.daemon.socket, request, timeout)
     }

@@ -1,0 +1,278 @@
+//! What the `acct_gather_energy/wattson` plugin does, apart from the FFI: in slurmd, the node's
+//! GPU energy (its GPUs' counters, summed); in each slurmstepd, the job's GPU energy as wattsond
+//! meters it, counted from the job's begin for the extern step (which spans the allocation, so
+//! Slurm's job row gets the job's whole GPU energy) and from the step's first poll for the
+//! others. Every call is bounded by a short timeout; after a failure wattsond is left alone for
+//! [`RETRY_AFTER`], and the figures stay where they were, so a poll never stalls a step for long
+//! and a total never goes backwards.
+
+use std::time::{Duration, Instant};
+
+use wattson_protocol::{ClientError, ErrorCode, Reply, Request};
+
+use crate::node::PluginArgs;
+
+/// The longest one poll waits for wattsond.
+pub const POLL_TIMEOUT: Duration = Duration::from_secs(2);
+/// After a failed poll, how long the plugin keeps its last figures before asking again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// The Slurm process the plugin is loaded in, as its command line says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Process {
+    /// slurmd: reports the node's GPU energy.
+    Slurmd,
+    /// A slurmstepd (`slurmstepd: [<job>.<step>]`): reports the job's GPU energy.
+    Step {
+        /// Slurm job id.
+        job: u32,
+        /// The extern step, which spans the job's whole allocation.
+        is_extern: bool,
+    },
+    /// slurmctld or anything else: the plugin does nothing there.
+    Other,
+}
+
+impl Process {
+    /// Reads `/proc/self/cmdline` (NUL-separated arguments).
+    pub fn from_cmdline(cmdline: &[u8]) -> Process {
+        let text = String::from_utf8_lossy(cmdline);
+        let argv0 = text.split('\0').next().unwrap_or("");
+        if let Some(rest) = argv0.strip_prefix("slurmstepd: [") {
+            let inner = rest.split(']').next().unwrap_or("");
+            return match inner.split_once('.') {
+                Some((job, step)) => match job.parse() {
+                    Ok(job) => Process::Step { job, is_extern: step == "extern" },
+                    Err(_) => Process::Other,
+                },
+                None => Process::Other,
+            };
+        }
+        match argv0.rsplit('/').next() {
+            Some("slurmd") => Process::Slurmd,
+            _ => Process::Other,
+        }
+    }
+
+    /// This process's.
+    pub fn current() -> Process {
+        std::fs::read("/proc/self/cmdline").map(|c| Process::from_cmdline(&c)).unwrap_or(Process::Other)
+    }
+}
+
+/// What wattsond says at one poll: energy (mJ, cumulative) and power now (mW).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading {
+    /// Cumulative energy: a job's since its begin, or the node's GPU counters summed.
+    pub energy_mj: u64,
+    /// Power at the reading.
+    pub power_mw: u64,
+}
+
+/// One energy record as Slurm keeps it (`acct_gather_energy_t`): joules, watts, Unix seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Energy {
+    /// Energy since the meter's start.
+    pub consumed_j: u64,
+    /// Energy since the previous poll.
+    pub increment_j: u64,
+    /// `consumed_j` at the previous poll.
+    pub previous_j: u64,
+    /// Power at the last reading.
+    pub current_w: u32,
+    /// Mean power since the meter's first poll.
+    pub ave_w: u32,
+    /// When the figures were last read (0: never).
+    pub poll_time: i64,
+}
+
+/// Where a meter counts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// From zero of the reading itself (a job's energy since its begin).
+    Zero,
+    /// From the first reading (a step's share of its job, or the node since slurmd started).
+    FirstReading,
+}
+
+/// Turns wattsond's readings into Slurm's record, never backwards, with the retry pause.
+#[derive(Debug, Clone)]
+pub struct Meter {
+    start: Start,
+    baseline_mj: Option<u64>,
+    first_poll: Option<i64>,
+    energy: Energy,
+    retry_at: Option<Instant>,
+}
+
+impl Meter {
+    /// A meter counting from `start`.
+    pub fn new(start: Start) -> Meter {
+        Meter { start, baseline_mj: None, first_poll: None, energy: Energy::default(), retry_at: None }
+    }
+
+    /// The figures as of the last good poll.
+    pub fn energy(&self) -> Energy {
+        self.energy
+    }
+
+    /// Polls with `read` unless a failure is still being waited out; returns the log line for a
+    /// failure (one per outage: none while waiting to retry). `Ok(None)` from `read` means
+    /// nothing to meter yet (the job has no record on this node): the figures stay.
+    pub fn poll(
+        &mut self,
+        now: Instant,
+        unix_s: i64,
+        read: impl FnOnce() -> Result<Option<Reading>, String>,
+    ) -> Option<String> {
+        if self.retry_at.is_some_and(|at| now < at) {
+            return None;
+        }
+        match read() {
+            Ok(Some(reading)) => {
+                self.retry_at = None;
+                self.observe(reading, unix_s);
+                None
+            }
+            Ok(None) => {
+                self.retry_at = None;
+                None
+            }
+            Err(why) => {
+                self.retry_at = Some(now + RETRY_AFTER);
+                Some(format!("{why}; figures kept, next try in {}s", RETRY_AFTER.as_secs()))
+            }
+        }
+    }
+
+    fn observe(&mut self, reading: Reading, unix_s: i64) {
+        let baseline = *self.baseline_mj.get_or_insert(match self.start {
+            Start::Zero => 0,
+            Start::FirstReading => reading.energy_mj,
+        });
+        let first = *self.first_poll.get_or_insert(unix_s);
+        let previous = self.energy.consumed_j;
+        let consumed = (reading.energy_mj.saturating_sub(baseline) / 1000).max(previous);
+        let elapsed = (unix_s - first).max(0) as u64;
+        let current_w = u32::try_from(reading.power_mw / 1000).unwrap_or(u32::MAX);
+        self.energy = Energy {
+            consumed_j: consumed,
+            increment_j: consumed - previous,
+            previous_j: previous,
+            current_w,
+            ave_w: if elapsed > 0 {
+                u32::try_from(consumed / elapsed).unwrap_or(u32::MAX)
+            } else {
+                current_w
+            },
+            poll_time: unix_s,
+        };
+    }
+}
+
+/// The job's GPU energy on this node from wattsond; `None` when it has no record running here.
+pub fn job_energy(args: &PluginArgs, job: u32) -> Result<Option<Reading>, String> {
+    match args.call_with(&args.load()?, &Request::JobEnergy { job }) {
+        Ok(Reply::JobEnergy { energy_mj, power_mw, .. }) => Ok(Some(Reading { energy_mj, power_mw })),
+        Ok(other) => Err(format!("unexpected reply {other:?}")),
+        Err(ClientError::Refused(e)) if e.code == ErrorCode::NotRunning => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The node's GPU energy: every GPU's counter (mJ) and power, summed, from wattsond's status.
+pub fn node_energy(args: &PluginArgs) -> Result<Option<Reading>, String> {
+    match args.call_with(&args.load()?, &Request::Status {}) {
+        Ok(Reply::Status { gpus, .. }) => {
+            let readings = gpus.iter().filter_map(|g| g.reading.as_ref());
+            let (energy_mj, power_mw) = readings.fold((0u64, 0u64), |(e, p), r| {
+                (e + r.energy_mj.unwrap_or(0), p + u64::from(r.power_mw.unwrap_or(0)))
+            });
+            Ok(Some(Reading { energy_mj, power_mw }))
+        }
+        Ok(other) => Err(format!("unexpected reply {other:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_process_is_read_from_its_command_line() {
+        assert_eq!(
+            Process::from_cmdline(b"slurmstepd: [61.extern]\0\0\0"),
+            Process::Step { job: 61, is_extern: true }
+        );
+        assert_eq!(
+            Process::from_cmdline(b"slurmstepd: [7.batch]"),
+            Process::Step { job: 7, is_extern: false }
+        );
+        assert_eq!(Process::from_cmdline(b"slurmstepd: [7.0]"), Process::Step { job: 7, is_extern: false });
+        assert_eq!(Process::from_cmdline(b"/usr/sbin/slurmd\0-D\0-N\0n1\0"), Process::Slurmd);
+        assert_eq!(Process::from_cmdline(b"slurmd"), Process::Slurmd);
+        for other in [&b"/usr/sbin/slurmctld\0-D"[..], b"slurmstepd: [x.0]", b"slurmstepd: [12]", b""] {
+            assert_eq!(Process::from_cmdline(other), Process::Other, "{other:?}");
+        }
+    }
+
+    fn reading(energy_mj: u64, power_mw: u64) -> Result<Option<Reading>, String> {
+        Ok(Some(Reading { energy_mj, power_mw }))
+    }
+
+    #[test]
+    fn a_step_counts_from_its_first_poll_and_the_extern_step_from_the_jobs_begin() {
+        let t = Instant::now();
+        let mut step = Meter::new(Start::FirstReading);
+        let mut whole = Meter::new(Start::Zero);
+        for m in [&mut step, &mut whole] {
+            assert_eq!(m.poll(t, 100, || reading(50_000, 300_000)), None);
+        }
+        assert_eq!((step.energy().consumed_j, whole.energy().consumed_j), (0, 50));
+        step.poll(t, 110, || reading(3_050_999, 300_000));
+        assert_eq!(
+            step.energy(),
+            Energy {
+                consumed_j: 3000,
+                increment_j: 3000,
+                previous_j: 0,
+                current_w: 300,
+                ave_w: 300,
+                poll_time: 110
+            }
+        );
+        step.poll(t, 120, || reading(4_050_000, 250_000));
+        assert_eq!(
+            step.energy(),
+            Energy {
+                consumed_j: 4000,
+                increment_j: 1000,
+                previous_j: 3000,
+                current_w: 250,
+                ave_w: 200,
+                poll_time: 120
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_poll_keeps_the_figures_and_waits_before_asking_again() {
+        let t = Instant::now();
+        let mut m = Meter::new(Start::Zero);
+        m.poll(t, 100, || reading(10_000, 1_000));
+        let logged = m.poll(t, 101, || Err("wattsond is not reachable".into())).unwrap();
+        assert!(logged.contains("not reachable") && logged.contains("30s"), "{logged}");
+        assert_eq!(m.energy().consumed_j, 10);
+        // Within the pause wattsond is not asked; after it, it is.
+        assert_eq!(m.poll(t + Duration::from_secs(5), 105, || panic!("asked during the pause")), None);
+        m.poll(t + RETRY_AFTER, 131, || reading(20_000, 1_000));
+        assert_eq!(m.energy().consumed_j, 20);
+        // A reading lower than the last (a restarted counter) never takes the total back.
+        m.poll(t + RETRY_AFTER, 132, || reading(5_000, 1_000));
+        assert_eq!((m.energy().consumed_j, m.energy().increment_j), (20, 0));
+        // A job not (yet) known here leaves the figures as they are.
+        m.poll(t + RETRY_AFTER, 133, || Ok(None));
+        assert_eq!(m.energy().consumed_j, 20);
+    }
+}
