@@ -468,3 +468,16 @@ fn sacct_and_sstat_show_the_jobs_gpu_energy_as_wattson_metered_it() {
         c.lab.log("slurmd-n1")
     );
 }
+
+#[test]
+fn with_wattsond_down_the_energy_plugin_lets_jobs_run_and_logs_why() {
+    let mut c = cluster_with("timeout=1s", &[], false, ENERGY_CONF);
+    c.node.stop();
+    let t = Instant::now();
+    let id = c.lab.sbatch(&["--gres=gpu:1"], "#!/bin/sh\nsleep 2\n").unwrap();
+    assert_eq!(c.lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED");
+    // One failed poll per step process, then the figures are left alone for 30 s.
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    let log = c.lab.log("slurmd-n1");
+    assert!(log.contains("acct_gather_energy/wattson: ") && log.contains("not reachable"), "{log}");
+}
