@@ -217,7 +217,7 @@ async fn job_energy(services: &Services, job: u32, uid: u32) -> Response {
     let (mut energy_mj, mut power_mw) = (0.0, 0u64);
     for used in &record.gpus {
         let mut meter = used.meter.clone();
-        let now = gpus.iter().find(|g| g.info.index == used.index).and_then(|g| g.reading.clone());
+        let now = gpus.iter().find(|g| g.info.index == used.index).and_then(|g| g.reading);
         if let Some(reading) = now {
             power_mw += u64::from(reading.power_mw.unwrap_or(0));
             meter.advance(reading);

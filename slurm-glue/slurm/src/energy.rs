@@ -160,11 +160,7 @@ impl Meter {
             increment_j: consumed - previous,
             previous_j: previous,
             current_w,
-            ave_w: if elapsed > 0 {
-                u32::try_from(consumed / elapsed).unwrap_or(u32::MAX)
-            } else {
-                current_w
-            },
+            ave_w: consumed.checked_div(elapsed).map_or(current_w, |w| u32::try_from(w).unwrap_or(u32::MAX)),
             poll_time: unix_s,
         };
     }
