@@ -59,7 +59,6 @@ fn cluster_with(
         daemon_env: env,
         accounting,
         extra_conf: extra_conf.to_string(),
-        ..LabOptions::default()
     });
     Cluster { node, lab }
 }
