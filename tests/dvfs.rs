@@ -102,7 +102,7 @@ impl Job {
                 let done = sim.work_done(0).unwrap();
                 // Rewritten in place, as a training loop would after each step.
                 std::fs::write(&file, format!("{done}\n")).unwrap();
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(5));
             }
         });
         Job { stop, writer: Some(writer) }
@@ -135,7 +135,7 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
         fake_nvml::Config::uniform("H100", 2),
         "100ms",
         "",
-        "probe_window = \"1500ms\"\nprobe_settle = \"300ms\"\npower_limit_step_w = 5\n",
+        "probe_window = \"2s\"\nprobe_settle = \"300ms\"\npower_limit_step_w = 5\n",
     );
     node.start();
 
