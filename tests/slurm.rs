@@ -398,7 +398,7 @@ fn energy_of(lines: &str, id: &str) -> Option<u64> {
 
 #[test]
 fn sacct_and_sstat_show_the_jobs_gpu_energy_as_wattson_metered_it() {
-    let c = cluster_with("", &[], true, ENERGY_CONF);
+    let mut c = cluster_with("", &[], true, ENERGY_CONF);
     // Every GPU busy, the job's and the others: only the job's may count.
     for gpu in 0..4 {
         c.node.sim.set_load(gpu, 0.5 + 0.1 * f64::from(gpu)).unwrap();
@@ -434,6 +434,12 @@ fn sacct_and_sstat_show_the_jobs_gpu_energy_as_wattson_metered_it() {
         .and_then(|w| w.parse().ok())
         .unwrap_or(0);
     assert!(watts > 1000, "CurrentWatts of 4 busy H100s: {node}");
+    // wattsond killed and restarted mid-job: the steps' polls fail meanwhile, and the next
+    // ones after the restart carry the figures on (a pause after a refused poll would lose the
+    // last seconds: sacct short of wattson's figure).
+    c.node.kill9();
+    std::thread::sleep(Duration::from_millis(1500));
+    c.node.start();
     // The job's work ends: its GPUs go idle, as real ones do when the processes exit.
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done.exists() {

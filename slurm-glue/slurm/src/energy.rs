@@ -2,9 +2,10 @@
 //! GPU energy (its GPUs' counters, summed); in each slurmstepd, the job's GPU energy as wattsond
 //! meters it, counted from the job's begin for the extern step (which spans the allocation, so
 //! Slurm's job row gets the job's whole GPU energy) and from the step's first poll for the
-//! others. Every call is bounded by a short timeout; after a failure wattsond is left alone for
-//! [`RETRY_AFTER`], and the figures stay where they were, so a poll never stalls a step for long
-//! and a total never goes backwards.
+//! others. Every call is bounded by [`POLL_TIMEOUT`]; a wattsond that lets a poll time out is
+//! left alone for [`RETRY_AFTER`] (one that is simply down fails at once and is asked again at
+//! the next poll, so a restart loses no step's final figures). Figures never go backwards and
+//! stay where they were while wattsond cannot answer.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use crate::node::PluginArgs;
 
 /// The longest one poll waits for wattsond.
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(2);
-/// After a failed poll, how long the plugin keeps its last figures before asking again.
+/// After a poll that timed out, how long the plugin keeps its last figures before asking again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(30);
 
 /// The Slurm process the plugin is loaded in, as its command line says.
@@ -69,6 +70,27 @@ pub struct Reading {
     pub power_mw: u64,
 }
 
+/// Why a poll got no figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollError {
+    /// What went wrong, for the log.
+    pub message: String,
+    /// The poll waited its whole timeout (wattsond hung): asking again would stall again.
+    pub timed_out: bool,
+}
+
+impl From<String> for PollError {
+    fn from(message: String) -> PollError {
+        PollError { message, timed_out: false }
+    }
+}
+
+impl From<ClientError> for PollError {
+    fn from(e: ClientError) -> PollError {
+        PollError { timed_out: matches!(e, ClientError::Timeout(_)), message: e.to_string() }
+    }
+}
+
 /// One energy record as Slurm keeps it (`acct_gather_energy_t`): joules, watts, Unix seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Energy {
@@ -103,12 +125,20 @@ pub struct Meter {
     first_poll: Option<i64>,
     energy: Energy,
     retry_at: Option<Instant>,
+    failing: bool,
 }
 
 impl Meter {
     /// A meter counting from `start`.
     pub fn new(start: Start) -> Meter {
-        Meter { start, baseline_mj: None, first_poll: None, energy: Energy::default(), retry_at: None }
+        Meter {
+            start,
+            baseline_mj: None,
+            first_poll: None,
+            energy: Energy::default(),
+            retry_at: None,
+            failing: false,
+        }
     }
 
     /// The figures as of the last good poll.
@@ -116,31 +146,36 @@ impl Meter {
         self.energy
     }
 
-    /// Polls with `read` unless a failure is still being waited out; returns the log line for a
-    /// failure (one per outage: none while waiting to retry). `Ok(None)` from `read` means
-    /// nothing to meter yet (the job has no record on this node): the figures stay.
+    /// Polls with `read` unless a timeout is still being waited out; returns the log line for a
+    /// failure (one per outage). `Ok(None)` from `read` means nothing to meter yet (the job has
+    /// no record on this node): the figures stay.
     pub fn poll(
         &mut self,
         now: Instant,
         unix_s: i64,
-        read: impl FnOnce() -> Result<Option<Reading>, String>,
+        read: impl FnOnce() -> Result<Option<Reading>, PollError>,
     ) -> Option<String> {
         if self.retry_at.is_some_and(|at| now < at) {
             return None;
         }
+        self.retry_at = None;
         match read() {
-            Ok(Some(reading)) => {
-                self.retry_at = None;
-                self.observe(reading, unix_s);
+            Ok(reading) => {
+                self.failing = false;
+                if let Some(reading) = reading {
+                    self.observe(reading, unix_s);
+                }
                 None
             }
-            Ok(None) => {
-                self.retry_at = None;
-                None
-            }
-            Err(why) => {
-                self.retry_at = Some(now + RETRY_AFTER);
-                Some(format!("{why}; figures kept, next try in {}s", RETRY_AFTER.as_secs()))
+            Err(e) => {
+                let pause = if e.timed_out {
+                    self.retry_at = Some(now + RETRY_AFTER);
+                    format!("next try in {}s", RETRY_AFTER.as_secs())
+                } else {
+                    "next try at the next poll".to_string()
+                };
+                let first = !std::mem::replace(&mut self.failing, true);
+                first.then(|| format!("{}; figures kept, {pause}", e.message))
             }
         }
     }
@@ -167,17 +202,17 @@ impl Meter {
 }
 
 /// The job's GPU energy on this node from wattsond; `None` when it has no record running here.
-pub fn job_energy(args: &PluginArgs, job: u32) -> Result<Option<Reading>, String> {
+pub fn job_energy(args: &PluginArgs, job: u32) -> Result<Option<Reading>, PollError> {
     match args.call_with(&args.load()?, &Request::JobEnergy { job }) {
         Ok(Reply::JobEnergy { energy_mj, power_mw, .. }) => Ok(Some(Reading { energy_mj, power_mw })),
-        Ok(other) => Err(format!("unexpected reply {other:?}")),
+        Ok(other) => Err(format!("unexpected reply {other:?}").into()),
         Err(ClientError::Refused(e)) if e.code == ErrorCode::NotRunning => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// The node's GPU energy: every GPU's counter (mJ) and power, summed, from wattsond's status.
-pub fn node_energy(args: &PluginArgs) -> Result<Option<Reading>, String> {
+pub fn node_energy(args: &PluginArgs) -> Result<Option<Reading>, PollError> {
     match args.call_with(&args.load()?, &Request::Status {}) {
         Ok(Reply::Status { gpus, .. }) => {
             let readings = gpus.iter().filter_map(|g| g.reading.as_ref());
@@ -186,8 +221,8 @@ pub fn node_energy(args: &PluginArgs) -> Result<Option<Reading>, String> {
             });
             Ok(Some(Reading { energy_mj, power_mw }))
         }
-        Ok(other) => Err(format!("unexpected reply {other:?}")),
-        Err(e) => Err(e.to_string()),
+        Ok(other) => Err(format!("unexpected reply {other:?}").into()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -213,8 +248,12 @@ mod tests {
         }
     }
 
-    fn reading(energy_mj: u64, power_mw: u64) -> Result<Option<Reading>, String> {
+    fn reading(energy_mj: u64, power_mw: u64) -> Result<Option<Reading>, PollError> {
         Ok(Some(Reading { energy_mj, power_mw }))
+    }
+
+    fn failure(timed_out: bool) -> Result<Option<Reading>, PollError> {
+        Err(PollError { message: "wattsond is not reachable".into(), timed_out })
     }
 
     #[test]
@@ -253,22 +292,28 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_poll_keeps_the_figures_and_waits_before_asking_again() {
+    fn a_failed_poll_keeps_the_figures_and_a_timed_out_one_pauses_the_polls() {
         let t = Instant::now();
         let mut m = Meter::new(Start::Zero);
         m.poll(t, 100, || reading(10_000, 1_000));
-        let logged = m.poll(t, 101, || Err("wattsond is not reachable".into())).unwrap();
-        assert!(logged.contains("not reachable") && logged.contains("30s"), "{logged}");
+        // wattsond down: one log line per outage, asked again at every poll.
+        let logged = m.poll(t, 101, || failure(false)).unwrap();
+        assert!(logged.contains("not reachable") && logged.contains("next poll"), "{logged}");
+        assert_eq!(m.poll(t, 102, || failure(false)), None);
         assert_eq!(m.energy().consumed_j, 10);
-        // Within the pause wattsond is not asked; after it, it is.
+        m.poll(t, 103, || reading(12_000, 1_000));
+        assert_eq!(m.energy().consumed_j, 12);
+        // wattsond hung: within the pause it is not asked; after it, it is.
+        let logged = m.poll(t, 104, || failure(true)).unwrap();
+        assert!(logged.contains("30s"), "{logged}");
         assert_eq!(m.poll(t + Duration::from_secs(5), 105, || panic!("asked during the pause")), None);
-        m.poll(t + RETRY_AFTER, 131, || reading(20_000, 1_000));
+        m.poll(t + RETRY_AFTER, 134, || reading(20_000, 1_000));
         assert_eq!(m.energy().consumed_j, 20);
         // A reading lower than the last (a restarted counter) never takes the total back.
-        m.poll(t + RETRY_AFTER, 132, || reading(5_000, 1_000));
+        m.poll(t + RETRY_AFTER, 135, || reading(5_000, 1_000));
         assert_eq!((m.energy().consumed_j, m.energy().increment_j), (20, 0));
         // A job not (yet) known here leaves the figures as they are.
-        m.poll(t + RETRY_AFTER, 133, || Ok(None));
+        m.poll(t + RETRY_AFTER, 136, || Ok(None));
         assert_eq!(m.energy().consumed_j, 20);
     }
 }
