@@ -2,7 +2,10 @@
 //! slurmctld, slurmd, munged) on loopback with wattson's plugins, `wattsond` on four simulated
 //! H100s (the fake NVML library built from this repository) with a real SQLite store, a few
 //! `sbatch` jobs with different energy hints (one refused), a `kill -9` of wattsond mid-job,
-//! and the `wattson acct` report checked against the simulated GPUs' exact energy.
+//! a `min-energy` job whose GPUs' power limit is probed and settled within its slowdown bound,
+//! the `wattson acct` report checked against the simulated GPUs' exact energy, and the same
+//! energy in Slurm's own accounting (`sacct`, through `acct_gather_energy/wattson`, slurmdbd on
+//! a private MariaDB).
 //!
 //! Run with `./scripts/demo` (which installs Slurm and builds everything first). Files stay in
 //! `target/demo/`.
@@ -15,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use fake_nvml::{Config, Sim};
+use fake_nvml::{Config, Sim, Workload};
 use slurm_lab::{LabNode, LabOptions, SlurmLab};
 
 /// Where the demo takes wattson's programs and plugins from: the build (`target/release/`), or,
@@ -55,7 +58,7 @@ fn main() {
     std::fs::write(
         &config,
         format!(
-            "[daemon]\nsocket = {:?}\nstore = {:?}\nnode_name = \"n1\"\nslurm_user = \"root\"\nsample_interval = \"250ms\"\n\n[gpu]\nnvml_library = {library:?}\n",
+            "[daemon]\nsocket = {:?}\nstore = {:?}\nnode_name = \"n1\"\nslurm_user = \"root\"\nsample_interval = \"250ms\"\n\n[gpu]\nnvml_library = {library:?}\n\n# Short probe windows, so that a demo-length job probes and settles (default: minutes).\n[engine]\nprobe_window = \"1s\"\nprobe_settle = \"200ms\"\n",
             dir.join("wattsond.sock"),
             dir.join("wattson.db"),
         ),
@@ -66,11 +69,12 @@ fn main() {
     let mut daemon = Daemon::start(&from.wattsond, &config, &sim, &dir);
     let wattson = |args: &[&str]| run(&from.wattson, &config, args);
 
-    step("Start Slurm (slurmctld, slurmd n1 with 4 GPUs as GRES, munged) with wattson's plugins");
+    step("Start Slurm (slurmctld, slurmd n1 with 4 GPUs as GRES, munged, slurmdbd) with wattson's plugins");
     if let Some(built) = &from.plugins_from {
         for (lib, plugin) in [
             ("libspank_wattson.so", "spank_wattson.so"),
             ("libjob_submit_wattson.so", "job_submit_wattson.so"),
+            ("libacct_gather_energy_wattson.so", "acct_gather_energy_wattson.so"),
         ] {
             slurm_lab::install_plugin(&built.join(lib), &dir.join("plugins"), plugin);
         }
@@ -82,15 +86,23 @@ fn main() {
         job_submit_plugins: Some("wattson".into()),
         plugin_dir: from.plugins_from.as_ref().map(|_| dir.join("plugins")),
         daemon_env: vec![("WATTSON_CONFIG".into(), config.display().to_string())],
-        ..LabOptions::default()
+        accounting: true,
+        extra_conf: ENERGY_CONF.into(),
     });
-    println!("Slurm cluster {} up; plugstack: spank_wattson.so, JobSubmitPlugins=wattson", lab.cluster());
+    println!(
+        "Slurm cluster {} up; plugstack: spank_wattson.so, JobSubmitPlugins=wattson, \
+         AcctGatherEnergyType=acct_gather_energy/wattson",
+        lab.cluster()
+    );
 
     step("Submit jobs with different energy hints (the GPUs' load is simulated per GPU)");
     for (gpu, load) in [(0, 0.95), (1, 0.95), (2, 0.40), (3, 0.70)] {
         sim.set_load(gpu, load).unwrap();
+        // How fast work goes at each clock (hidden from wattson, which measures it).
+        sim.set_workload(gpu, Some(WORKLOAD)).unwrap();
     }
-    let script = "#!/bin/sh\nsleep 6\necho \"policy=$WATTSON_POLICY gpu_power_limit_w=${WATTSON_GPU_POWER_LIMIT_W:-default} gpus=$SLURM_JOB_GPUS\"\n";
+    // Long enough for the min-energy job to probe three limits and settle.
+    let script = "#!/bin/sh\nsleep 14\necho \"policy=$WATTSON_POLICY gpu_power_limit_w=${WATTSON_GPU_POWER_LIMIT_W:-default} gpus=$SLURM_JOB_GPUS\"\n";
     let mut jobs = Vec::new();
     for args in [
         &[
@@ -143,6 +155,15 @@ fn main() {
         "JobID,JobName,NGPUs,Elapsed,GPUEnergy,GPUEnergyRaw,AvgGPUPower,PeakGPUPower,GPUUtil,Method,Policy",
     ]);
 
+    step("The min-energy job's power limit: probed, then settled within its 10% slowdown bound");
+    wattson(&[
+        "acct",
+        "-S",
+        "now-1hour",
+        "-o",
+        "JobID,JobName,Policy,Probes,Setting,PredSlowdown,Slowdown,EnergySaved",
+    ]);
+
     step("Check against the simulated GPUs' exact energy");
     let out = Command::new(&from.wattson)
         .arg("-c")
@@ -172,6 +193,37 @@ fn main() {
             err * 100.0
         );
     }
+    let settled = doc["jobs"].as_array().unwrap().iter().any(|j| {
+        j["dvfs"]["setting_w"].as_f64().is_some_and(|w| w < 700.0)
+            && j["dvfs"]["energy_saved_j"].as_f64() > Some(0.0)
+    });
+
+    step("Slurm's own accounting: the same GPU energy in sacct (acct_gather_energy/wattson)");
+    let ids: Vec<String> = jobs.iter().map(|id| id.to_string()).collect();
+    let sacct_args =
+        ["-X", "-j", &ids.join(","), "-o", "JobID,JobName,State,Elapsed,ConsumedEnergy,ConsumedEnergyRaw"];
+    let mut sacct = String::new();
+    wait_until("slurmdbd to store every job's energy", || {
+        sacct = lab.run_ok("sacct", &[&["-n", "-P"][..], &sacct_args[..]].concat());
+        sacct
+            .lines()
+            .filter(|l| l.rsplit('|').next().is_some_and(|e| e.parse::<u64>().is_ok_and(|e| e > 0)))
+            .count()
+            == jobs.len()
+    });
+    println!("$ sacct {}\n{}", sacct_args.join(" "), lab.run_ok("sacct", &sacct_args).trim_end());
+    let mut worst_sacct: f64 = 0.0;
+    for job in doc["jobs"].as_array().unwrap() {
+        let id = job["id"].as_str().unwrap();
+        let slurm: f64 = sacct
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{id}|")))
+            .and_then(|l| l.rsplit('|').next()?.parse().ok())
+            .unwrap_or(0.0);
+        let wattson = job["energy_j"].as_f64().unwrap();
+        worst_sacct = worst_sacct.max((slurm - wattson).abs() / wattson);
+        println!("  job {id:>3}: sacct {slurm:>9.0} J, wattson {wattson:>9.1} J");
+    }
     lab.stop();
     daemon.stop();
     println!("\nStore: {}  (worst error {:.4}%)", dir.join("wattson.db").display(), worst * 100.0);
@@ -179,7 +231,28 @@ fn main() {
         eprintln!("demo: FAILED: a job is missing or differs from the truth by more than 0.1%");
         std::process::exit(1);
     }
+    // sacct's figure ends at the job's last step, wattson's at its epilog a moment later: the
+    // GPUs here stay loaded in between (real ones idle once the job's processes are gone).
+    if worst_sacct > SACCT_TOLERANCE {
+        eprintln!("demo: FAILED: sacct differs from wattson's figure by {:.2}%", worst_sacct * 100.0);
+        std::process::exit(1);
+    }
+    if !settled {
+        eprintln!("demo: FAILED: the min-energy job never settled below 700 W with an energy saving");
+        std::process::exit(1);
+    }
 }
+
+/// The simulated GPUs' hidden speed law: 0.1 s per unit of work at 1980 MHz, a fifth of it
+/// clock-independent.
+const WORKLOAD: Workload = Workload { t0_s: 0.02, d_s_mhz: 158.4 };
+
+/// slurm.conf lines for GPU energy in Slurm's accounting (docs/slurm.md).
+const ENERGY_CONF: &str = "AcctGatherEnergyType=acct_gather_energy/wattson\nJobAcctGatherType=jobacct_gather/linux\n\
+                           JobAcctGatherFrequency=task=5\nPrologFlags=Alloc,Contain";
+
+/// Largest relative difference between sacct's and wattson's figure the demo accepts.
+const SACCT_TOLERANCE: f64 = 0.02;
 
 fn step(title: &str) {
     println!("\n== {title}");

@@ -365,3 +365,28 @@ fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed() {
     assert!(d.setting_w.is_none() && node.sim.gpu_state(0).unwrap().power_limit_mw == 700_000, "{d:?}");
     job.end(&node, "2");
 }
+
+/// wattsond killed while a job holds a probe's limit: restarted, it takes the job up again
+/// (with the job's model owner, here its account) and settles it within its bound, instead of
+/// leaving it at the probe's limit to its end.
+#[test]
+fn a_restart_mid_probe_takes_the_job_up_again_and_settles_it() {
+    let mut node = probing_node_with("model_owner = \"account\"\n");
+    node.start();
+    let job = Job::start_with(&node, "1", "bert", 1001, "mallory", &["--account", "physics"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while node.sim.gpu_state(0).unwrap().power_limit_mw == 700_000 {
+        assert!(Instant::now() < deadline, "no probe below full speed: {:?}", node.record("1").dvfs);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    node.kill9();
+    node.start();
+    let d = wait_settled(&node, "1", Duration::from_secs(40)).dvfs.unwrap();
+    let chosen = d.setting_w.unwrap();
+    assert!(true_slowdown(chosen) <= BOUND, "{chosen} W is truly {:.4} slower", true_slowdown(chosen));
+    assert_eq!(d.owner, Some("account:physics".parse().unwrap()));
+    assert_eq!(d.progress, Some(Progress::File), "the job's progress file is still read: {d:?}");
+    assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, (chosen * 1000.0) as u32);
+    job.end(&node, "1");
+    assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "restored after the job");
+}

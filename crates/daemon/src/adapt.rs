@@ -11,7 +11,9 @@
 //! The prober holds no GPU and no store of its own: it is handed readings and the store, and
 //! returns the setting changes it wants, which the daemon's state applies and journals.
 //!
-//! A daemon restart forgets the probing state: the job keeps its last setting to the end.
+//! A daemon restart loses the probing state of a run (its windows so far): the prober takes the
+//! job up again from full speed with its earlier runs' measurements, as at its begin, and
+//! probes and settles again.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -162,6 +164,42 @@ impl Prober {
         store: &mut Store,
         now: i64,
     ) -> Changes {
+        let owner = self.engine.model_owner.owner(record.uid, account);
+        self.adopt(record, owner, decision, info, store, now, false)
+    }
+
+    /// Takes up again a job that was running when the daemon restarted, with the owner its
+    /// record names, from full speed; returns the settings wanted. A job with no recorded
+    /// owner (its first step was never stored) is left at its journaled setting.
+    pub(crate) fn resume_after_restart(
+        &mut self,
+        record: &JobRecord,
+        decision: &Decision,
+        info: &GpuInfo,
+        store: &mut Store,
+        now: i64,
+    ) -> Changes {
+        let Some(owner) = record.dvfs.as_ref().and_then(|d| d.owner.clone()) else {
+            warn!(job = %record.key, "no model owner recorded; the job keeps its setting");
+            return Vec::new();
+        };
+        info!(job = %record.key, "taking up the models again after a restart, from full speed");
+        self.adopt(record, owner, decision, info, store, now, true)
+    }
+
+    /// Starts the models on `record` for `owner`; `resumed`: the job ran before a restart and
+    /// keeps its progress file.
+    #[allow(clippy::too_many_arguments)]
+    fn adopt(
+        &mut self,
+        record: &JobRecord,
+        owner: ModelOwner,
+        decision: &Decision,
+        info: &GpuInfo,
+        store: &mut Store,
+        now: i64,
+        resumed: bool,
+    ) -> Changes {
         if record.gpus.is_empty() {
             return Vec::new();
         }
@@ -176,7 +214,6 @@ impl Prober {
             self.engine.power_limit_step_w,
         );
         let tag = tag_of(record);
-        let owner = self.engine.model_owner.owner(record.uid, account);
         let mut earlier = BTreeMap::new();
         for unit in [Progress::File, Progress::SmActivity] {
             let stored = match &tag {
@@ -188,17 +225,24 @@ impl Prober {
             };
             earlier.insert(unit.as_str(), stored.map(|m| m.samples).unwrap_or_default());
         }
-        let progress_file = crate::files::create_progress_file(&self.engine.progress_dir, record.key.job_id, record.uid)
+        let open =
+            if resumed { crate::files::reuse_progress_file } else { crate::files::create_progress_file };
+        let progress_file = open(&self.engine.progress_dir, record.key.job_id, record.uid)
             .map_err(|e| warn!(job = %record.key, error = %e, "cannot create the progress file; SM activity stands in"))
             .ok();
         let mut job = Adaptive {
-            owner,
+            owner: owner.clone(),
             policy: decision.engine,
             settings,
             earlier,
             measured: Vec::new(),
             windows: 0,
-            dvfs: JobDvfs { tag: tag.clone().unwrap_or_default(), gpu_type: info.name, ..JobDvfs::default() },
+            dvfs: JobDvfs {
+                tag: tag.clone().unwrap_or_default(),
+                gpu_type: info.name,
+                owner: Some(owner),
+                ..JobDvfs::default()
+            },
             held_w: f64::from(max) / 1000.0,
             changed_ns: now,
             start: None,

@@ -86,7 +86,28 @@ impl Core {
         core.restores_pending = core.restore_orphans();
         let running = &core.running;
         enforce::reapply_running(core.backend.as_ref(), &core.store, |job| running.contains_key(job));
+        core.resume_models();
         Ok(core)
+    }
+
+    /// The jobs whose setting the models chose when the daemon stopped: the prober takes them
+    /// up again (from full speed), so none is left at a probe's setting to its end.
+    fn resume_models(&mut self) {
+        let jobs: Vec<JobRecord> = self
+            .running
+            .values()
+            .filter(|r| r.key.step.is_empty() && !r.gpus.is_empty() && self.decision_of(r).by_model())
+            .cloned()
+            .collect();
+        for record in jobs {
+            let Some(info) = self.backend.devices().get(record.gpus[0].index as usize).cloned() else {
+                continue;
+            };
+            let decision = self.decision_of(&record);
+            let now = self.now();
+            let wanted = self.prober.resume_after_restart(&record, &decision, &info, &mut self.store, now);
+            self.apply_settings(&record.key, &wanted);
+        }
     }
 
     /// The running jobs with their meters as of the last sample or job boundary.

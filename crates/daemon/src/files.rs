@@ -107,6 +107,17 @@ pub fn open_store(path: &Path) -> Result<Opened, String> {
     Ok(Opened::Replaced { store, aside })
 }
 
+/// The progress file a job was given before the daemon restarted, if it is still the plain
+/// file it was (not a link, owned by the job's user when the daemon is root): the job may hold
+/// it open. Else a fresh one, as [`create_progress_file`].
+pub fn reuse_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Result<PathBuf> {
+    let path = dir.join(job_id.to_string());
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_file() && (!nix::unistd::geteuid().is_root() || m.uid() == uid) => Ok(path),
+        _ => create_progress_file(dir, job_id, uid),
+    }
+}
+
 /// Creates the job's progress file, owned by the job's user when the daemon is root. Never
 /// follows a link; ownership changes on the open file, so nothing can be swapped in between.
 pub fn create_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Result<PathBuf> {

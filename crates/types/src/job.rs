@@ -252,6 +252,9 @@ pub struct JobDvfs {
     pub tag: String,
     /// GPU model name the workload ran on.
     pub gpu_type: String,
+    /// Whose models the job uses and adds to (kept so a restarted daemon carries on with them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<crate::owner::ModelOwner>,
     /// Power limits (W) measured in this run, in order.
     pub probed_w: Vec<f64>,
     /// How throughput was measured, once known.
