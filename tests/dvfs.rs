@@ -262,6 +262,18 @@ fn without_a_progress_file_sm_activity_stands_in_and_says_so() {
     assert!(true_slowdown(chosen) <= BOUND, "{chosen} W");
     std::thread::sleep(Duration::from_secs(1));
     node.end("5");
+    // What SM activity measures is the clock: the settled window's slowdown is the clock's,
+    // up to its own last reading (the end's).
+    let clock = |limit_w: f64| {
+        let spec = fake_nvml::Config::uniform("H100", 1).spec(0).unwrap();
+        let mut gs = GpuState::fresh(&spec, 0);
+        gs.load = 1.0;
+        gs.power_limit_mw = (limit_w * 1000.0).round() as u32;
+        f64::from(fake_nvml::operating_point(&spec, &gs).1)
+    };
+    let expected = clock(700.0) / clock(chosen) - 1.0;
+    let measured = node.record("5").dvfs.unwrap().measured_slowdown.unwrap();
+    assert!((measured - expected).abs() < 0.01, "measured {measured:.4} vs the clock's {expected:.4}");
     let out = node.wattson(&["acct", "-j", "5", "-P", "-o", "Progress,Setting"]);
     assert_ok(&out);
     assert_eq!(

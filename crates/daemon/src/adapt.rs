@@ -78,6 +78,17 @@ pub(super) struct Adaptive {
 }
 
 impl Adaptive {
+    /// Adds SM clock × utilisation since the last tick up to `now`, from the job's GPUs'
+    /// readings taken then.
+    fn integrate_activity<'a>(&mut self, now: i64, readings: impl Iterator<Item = &'a GpuReading>) {
+        let dt = (now - self.last_tick_ns).max(0) as f64 / 1e9;
+        for r in readings {
+            self.activity +=
+                f64::from(r.sm_clock_mhz.unwrap_or(0)) * f64::from(r.util_pct.unwrap_or(0)) / 100.0 * dt;
+        }
+        self.last_tick_ns = now;
+    }
+
     fn samples(&self) -> Vec<Sample> {
         let unit =
             self.dvfs.progress.or(if self.earlier["file"].is_empty() { None } else { Some(Progress::File) });
@@ -297,16 +308,8 @@ impl Prober {
                 .map(|r| r.t_ns)
                 .max();
             if let Some(now) = now {
-                let dt = (now - job.last_tick_ns).max(0) as f64 / 1e9;
-                for g in &record.gpus {
-                    if let Some(Ok(r)) = readings.get(g.index as usize) {
-                        job.activity += f64::from(r.sm_clock_mhz.unwrap_or(0))
-                            * f64::from(r.util_pct.unwrap_or(0))
-                            / 100.0
-                            * dt;
-                    }
-                }
-                job.last_tick_ns = now;
+                let read = record.gpus.iter().filter_map(|g| readings.get(g.index as usize)?.as_ref().ok());
+                job.integrate_activity(now, read);
                 let mark = mark(record, &mut job);
                 match job.start {
                     None if now - job.changed_ns >= settle_ns => job.start = Some(mark),
@@ -367,6 +370,10 @@ impl Prober {
     /// measures the settled window, stores the measurements, returns the final record.
     pub(crate) fn end(&mut self, record: &JobRecord, store: &mut Store, now: i64) -> Option<JobDvfs> {
         let mut job = self.jobs.remove(&record.key.job_id)?;
+        // The final readings close the activity count too, as they close the energy.
+        if let Some(t_end) = record.gpus.iter().map(|g| g.meter.last.t_ns).max() {
+            job.integrate_activity(t_end, record.gpus.iter().map(|g| &g.meter.last));
+        }
         let end = mark(record, &mut job);
         if job.settled
             && !job.reverted
