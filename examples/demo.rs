@@ -101,8 +101,8 @@ fn main() {
         // How fast work goes at each clock (hidden from wattson, which measures it).
         sim.set_workload(gpu, Some(WORKLOAD)).unwrap();
     }
-    // Long enough for the min-energy job to probe three limits and settle.
-    let script = "#!/bin/sh\nsleep 14\necho \"policy=$WATTSON_POLICY gpu_power_limit_w=${WATTSON_GPU_POWER_LIMIT_W:-default} gpus=$SLURM_JOB_GPUS\"\n";
+    // Long enough for the min-energy job to probe (again after the restart below) and settle.
+    let script = "#!/bin/sh\nsleep 24\necho \"policy=$WATTSON_POLICY gpu_power_limit_w=${WATTSON_GPU_POWER_LIMIT_W:-default} gpus=$SLURM_JOB_GPUS\"\n";
     let mut jobs = Vec::new();
     for args in [
         &[
