@@ -1,10 +1,12 @@
 //! `wattson`, the command line: `acct` (sacct-style energy report), `job begin|end` (for Slurm
-//! Prolog/Epilog scripts), `status` (the node's GPUs), `sim` (the trace-driven cluster simulator).
+//! Prolog/Epilog scripts), `status` (the node's GPUs), `sim` (the trace-driven cluster
+//! simulator), `ctld`, `power status` and `models sync` (on the controller).
 
 mod acct;
 mod ctld;
 pub mod docs;
 mod job;
+mod models;
 mod power;
 mod sim;
 mod status;
@@ -44,6 +46,9 @@ enum Command {
     /// Node power as `wattson ctld` manages it.
     #[command(subcommand)]
     Power(power::PowerCommand),
+    /// The DVFS models' measurements across the cluster (`wattson models sync`).
+    #[command(subcommand)]
+    Models(models::ModelsCommand),
 }
 
 /// The wattson node daemon: exact per-job GPU energy accounting into a local SQLite store.
@@ -94,6 +99,7 @@ pub fn main() -> ExitCode {
         Command::Status(args) => status::run(&config, args),
         Command::Ctld(args) => ctld::run(config, args),
         Command::Power(command) => power::run(&config, command),
+        Command::Models(command) => models::run(&config, command),
         Command::Sim(_) => Ok(()),
     };
     match result {

@@ -63,6 +63,14 @@ pub struct CtldConfig {
     /// Pause before the first retry; each further one waits twice as long (1s to 1h).
     #[serde(default = "default_resume_retry_pause", deserialize_with = "transition")]
     pub resume_retry_pause: Duration,
+    /// How often the nodes' DVFS measurements are merged (with `[link] sync_models`; 1s to
+    /// 1d). The model table is written to `[engine] models_file`, where job_submit reads it.
+    #[serde(default = "default_models_sync", deserialize_with = "models_sync")]
+    pub models_sync: Duration,
+    /// Where the controller keeps its merge of every node's measurements (so the models of
+    /// nodes that are powered down are not lost).
+    #[serde(default = "default_measurements_file")]
+    pub measurements_file: PathBuf,
 }
 
 impl Default for CtldConfig {
@@ -84,6 +92,8 @@ impl Default for CtldConfig {
             resume_retries: default_resume_retries(),
             metrics_file: None,
             resume_retry_pause: default_resume_retry_pause(),
+            models_sync: default_models_sync(),
+            measurements_file: default_measurements_file(),
         }
     }
 }
@@ -125,6 +135,15 @@ pub struct PowerGroup {
     pub resume: Vec<String>,
 }
 
+fn default_models_sync() -> Duration {
+    Duration::from_secs(300)
+}
+fn models_sync<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_secs(1), Duration::from_secs(86_400))
+}
+fn default_measurements_file() -> PathBuf {
+    PathBuf::from("/var/lib/wattson/measurements.json")
+}
 fn default_state_file() -> PathBuf {
     PathBuf::from("/var/lib/wattson/ctld.json")
 }

@@ -31,6 +31,11 @@ pub struct LinkConfig {
     /// their energy-saving setting when the queue clears.
     #[serde(default = "default_true")]
     pub pace: bool,
+    /// Every `[ctld] models_sync`, gather the nodes' DVFS measurements, keep the newest of
+    /// each workload, write the model table job_submit reads, and hand the merge back to the
+    /// nodes: what one node learns decides jobs on all of them.
+    #[serde(default = "default_true")]
+    pub sync_models: bool,
     /// Longest the controller waits for one node's answer (100ms to 1m).
     #[serde(default = "default_timeout", deserialize_with = "timeout")]
     pub timeout: Duration,
@@ -44,6 +49,7 @@ impl Default for LinkConfig {
             munge_socket: None,
             confirm_idle: true,
             pace: true,
+            sync_models: true,
             timeout: default_timeout(),
         }
     }

@@ -14,6 +14,7 @@ pub mod command;
 pub mod hostlist;
 pub mod ledger;
 pub mod metrics;
+pub mod models;
 pub mod nodes;
 pub mod power;
 pub mod program;
@@ -185,6 +186,15 @@ pub struct Ctld {
     metrics_file: Option<std::path::PathBuf>,
     interval: Duration,
     state_file: std::path::PathBuf,
+    models: ModelsSync,
+}
+
+/// When and where the nodes' measurements are merged.
+struct ModelsSync {
+    every: Duration,
+    last: Option<std::time::Instant>,
+    measurements_file: std::path::PathBuf,
+    models_file: std::path::PathBuf,
 }
 
 impl Ctld {
@@ -194,6 +204,12 @@ impl Ctld {
         let (interval, state_file) = (config.ctld.interval, config.ctld.state_file.clone());
         let nodes = nodes::Nodes::new(config.link.clone());
         let metrics_file = config.ctld.metrics_file.clone();
+        let models = ModelsSync {
+            every: config.ctld.models_sync,
+            last: None,
+            measurements_file: config.ctld.measurements_file.clone(),
+            models_file: config.engine.models_file.clone(),
+        };
         Ctld {
             planner: Planner::new(config),
             slurm,
@@ -202,6 +218,7 @@ impl Ctld {
             metrics_file,
             interval,
             state_file,
+            models,
         }
     }
 
@@ -232,10 +249,29 @@ impl Ctld {
             self.metrics.decided(action, paced);
         }
         let acted = self.act(&plan);
+        self.sync_models_if_due(nodes);
         if let Err(e) = ledger::save(self.planner.ledger(), &self.state_file) {
             warn!(file = %self.state_file.display(), error = %e, "cannot save the power status");
         }
         acted.map(|()| plan)
+    }
+
+    /// Merges the nodes' DVFS measurements every `[ctld] models_sync` ([`models::sync`]).
+    fn sync_models_if_due(&mut self, seen: &[Node]) {
+        let due = self.models.last.is_none_or(|t| t.elapsed() >= self.models.every);
+        if !self.nodes.syncs_models() || !due {
+            return;
+        }
+        self.models.last = Some(std::time::Instant::now());
+        let m = &self.models;
+        match models::sync(&self.nodes, seen, &m.measurements_file, &m.models_file) {
+            Ok(synced) => {
+                for (node, why) in synced.failed {
+                    warn!(node = %node, reason = %why, "models not gathered from this node; next sync");
+                }
+            }
+            Err(e) => warn!(error = %e, "models sync failed"),
+        }
     }
 
     /// Keeps in `plan.power_down` only the nodes whose wattsond confirms them idle; the others

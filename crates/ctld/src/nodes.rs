@@ -11,7 +11,7 @@ use wattson_link::{LinkError, Munge};
 use wattson_protocol::{ErrorCode, Pace, Reply, Request};
 
 /// A node's answer (`Ok(Err(..))`: its refusal), or why it could not be asked.
-type Answer = Result<Result<Reply, wattson_protocol::Error>, String>;
+pub(crate) type Answer = Result<Result<Reply, wattson_protocol::Error>, String>;
 
 /// Nodes asked at once.
 const PARALLEL: usize = 32;
@@ -49,7 +49,7 @@ impl Nodes {
 
     /// Sends each request to its address, up to [`PARALLEL`] at once (an unreachable node
     /// costs one timeout per chunk); the answers in order.
-    fn call_all(&self, asks: &[(&str, Request)]) -> Vec<Answer> {
+    pub(crate) fn call_all(&self, asks: &[(&str, Request)]) -> Vec<Answer> {
         let mut answers = Vec::with_capacity(asks.len());
         for chunk in asks.chunks(PARALLEL) {
             std::thread::scope(|s| {
@@ -128,6 +128,11 @@ impl Nodes {
     /// Whether running jobs are paced at all.
     pub fn paces(&self) -> bool {
         self.config.pace
+    }
+
+    /// Whether the nodes' DVFS measurements are merged.
+    pub fn syncs_models(&self) -> bool {
+        self.config.sync_models
     }
 }
 

@@ -24,9 +24,9 @@ use tracing::{info, warn};
 
 use wattson_config::EngineConfig;
 use wattson_config::policy::Decision;
-use wattson_engine::{ModelEntry, ModelTable, Sample, Step, Window};
+use wattson_engine::{Measurements, ModelTable, Sample, Step, Window};
 use wattson_gpu::{GpuError, GpuInfo, GpuSetting};
-use wattson_store::{Store, StoredModel};
+use wattson_store::Store;
 use wattson_types::energy::GpuReading;
 use wattson_types::job::{JobDvfs, JobKey, JobRecord, Progress};
 use wattson_types::owner::ModelOwner;
@@ -389,13 +389,13 @@ impl Prober {
         if job.learn && job.reverted {
             // The model led the job past its bound: it is dropped, and the workload is measured
             // afresh by its next run.
-            match store.delete_models(&job.owner, &job.dvfs.gpu_type, &job.dvfs.tag) {
+            match store.drop_models(&job.owner, &job.dvfs.gpu_type, &job.dvfs.tag, now) {
                 Ok(()) => self.write_model_table(store),
                 Err(e) => warn!(job = %record.key, error = %e, "cannot drop the workload's model"),
             }
         } else if job.learn && !job.measured.is_empty() {
             let unit = job.dvfs.progress.unwrap_or(Progress::SmActivity);
-            let model = StoredModel {
+            let model = Measurements {
                 owner: job.owner.clone(),
                 gpu_type: job.dvfs.gpu_type.clone(),
                 tag: job.dvfs.tag.clone(),
@@ -417,29 +417,10 @@ impl Prober {
 
     /// Rewrites the model table file from every stored workload (atomically: temp + rename).
     pub(crate) fn write_model_table(&self, store: &Store) {
-        let mut table = ModelTable::new();
-        let models = match store.models() {
-            Ok(m) => m,
+        let table = match store.models() {
+            Ok(models) => ModelTable::from_measurements(&models),
             Err(e) => return warn!(error = %e, "cannot read the stored models"),
         };
-        // File-counted models win over SM-activity ones for the same workload.
-        for m in models
-            .iter()
-            .filter(|m| m.progress == Progress::SmActivity)
-            .chain(models.iter().filter(|m| m.progress == Progress::File))
-        {
-            if let Ok(fit) = wattson_engine::fit_power_limit(&m.samples) {
-                // As on the node at a job's start: choose among the measured settings.
-                let settings = m
-                    .settings
-                    .iter()
-                    .copied()
-                    .filter(|&w| m.samples.iter().any(|s| s.setting == w))
-                    .collect();
-                let entry = ModelEntry { model: wattson_engine::DvfsModel::PowerLimit(fit), settings };
-                table.insert(&m.owner, &m.tag, &m.gpu_type, entry);
-            }
-        }
         let path = &self.engine.models_file;
         let result = table
             .to_json()

@@ -16,6 +16,7 @@ use crate::clock::Clock;
 use crate::enforce;
 use wattson_config::Config;
 use wattson_config::policy::{Decision, PolicyConfig};
+use wattson_engine::Measurements;
 use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
 use wattson_store::{AcctQuery, BeginOutcome, Store};
@@ -245,6 +246,24 @@ impl Core {
         let decision = self.decision_of(record);
         let settings = enforce::journaled(&self.store, &JobKey::job(key.job_id));
         Ok(Reply::Settings { job: key.clone(), uid: record.uid, decision, settings })
+    }
+
+    /// Every workload's measurements in the store, for the controller's merge.
+    pub fn models(&self) -> Result<Reply, Error> {
+        let models = self.store.models().map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
+        Ok(Reply::Models { node: self.node.clone(), models })
+    }
+
+    /// Takes the controller's merge where it is newer than the store's copies, and rewrites
+    /// the model table if anything changed. Running jobs keep what they began with.
+    pub fn merge_models(&mut self, models: &[Measurements]) -> Result<Reply, Error> {
+        let taken =
+            self.store.merge_models(models).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
+        if taken > 0 {
+            info!(taken, "workload measurements taken from the controller's merge");
+            self.prober.write_model_table(&self.store);
+        }
+        Ok(Reply::ModelsMerged { node: self.node.clone(), taken })
     }
 
     /// Sets a running job's pace, as the controller asks: `Full` returns its GPUs to their

@@ -10,6 +10,7 @@ use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
 use crate::core::{Core, Tick};
+use wattson_engine::Measurements;
 use wattson_gpu::GpuError;
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
 use wattson_types::energy::GpuReading;
@@ -24,6 +25,8 @@ enum Command {
     End(JobKey, oneshot::Sender<Result<Reply, Error>>),
     Settings(JobKey, oneshot::Sender<Result<Reply, Error>>),
     Pace(u32, Pace, oneshot::Sender<Result<Reply, Error>>),
+    Models(oneshot::Sender<Result<Reply, Error>>),
+    MergeModels(Vec<Measurements>, oneshot::Sender<Result<Reply, Error>>),
     Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
     Shutdown(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<()>),
 }
@@ -75,6 +78,16 @@ impl Owner {
         self.ask(|tx| Command::Pace(job, pace, tx)).await?
     }
 
+    /// Every workload's stored measurements.
+    pub async fn models(&self) -> Result<Reply, Error> {
+        self.ask(Command::Models).await?
+    }
+
+    /// Takes the controller's merge of every node's measurements.
+    pub async fn merge_models(&self, models: Vec<Measurements>) -> Result<Reply, Error> {
+        self.ask(|tx| Command::MergeModels(models, tx)).await?
+    }
+
     /// Advances the meters with one reading of every GPU.
     pub async fn sample(&self, readings: Vec<Result<GpuReading, GpuError>>) -> Result<Tick, Error> {
         self.ask(|tx| Command::Sample(readings, tx)).await
@@ -121,6 +134,14 @@ fn run(mut core: Core, inbox: Receiver<Command>, publish: watch::Sender<Running>
             }
             Command::Pace(job, pace, reply) => {
                 let _ = reply.send(core.pace(job, pace));
+                false
+            }
+            Command::Models(reply) => {
+                let _ = reply.send(core.models());
+                false
+            }
+            Command::MergeModels(models, reply) => {
+                let _ = reply.send(core.merge_models(&models));
                 false
             }
             Command::Sample(readings, reply) => {

@@ -270,6 +270,8 @@ pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) ->
         }
         Request::ConfirmIdle {} => confirm_idle(services).await,
         Request::JobEnergy { job } => job_energy(services, job, uid).await,
+        Request::Models {} => services.owner.models().await,
+        Request::MergeModels { models } => services.owner.merge_models(models).await,
         Request::JobSettings { job } => {
             let reply = services.owner.settings(job.clone()).await?;
             match &reply {

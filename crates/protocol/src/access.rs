@@ -54,10 +54,17 @@ impl Access {
                 "permission denied: only root and SlurmUser ({}) may begin or end jobs (you are uid {uid})",
                 self.slurm_user
             ))),
-            Request::ConfirmIdle {} | Request::JobPace { .. } if !privileged => Err(denied(format!(
-                "permission denied: only root and SlurmUser ({}) may ask for the controller's requests (you are uid {uid})",
-                self.slurm_user
-            ))),
+            Request::ConfirmIdle {}
+            | Request::JobPace { .. }
+            | Request::Models {}
+            | Request::MergeModels { .. }
+                if !privileged =>
+            {
+                Err(denied(format!(
+                    "permission denied: only root and SlurmUser ({}) may ask for the controller's requests (you are uid {uid})",
+                    self.slurm_user
+                )))
+            }
             Request::Acct(mut filter) if !(uid == 0 || self.admin_uids.contains(&uid)) => match filter.uid {
                 Some(other) if other != uid => Err(denied(format!(
                     "permission denied: uid {uid} may see only its own jobs, not uid {other}'s"
@@ -96,7 +103,8 @@ mod tests {
         assert!(e.message.contains("permission denied") && e.message.contains("slurm"), "{e}");
         assert!(policy().authorize(1000, Request::Status {}).is_ok());
         let pace = Request::JobPace { job: 1, pace: crate::Pace::Full };
-        for controller in [Request::ConfirmIdle {}, pace] {
+        let merge = Request::MergeModels { models: Vec::new() };
+        for controller in [Request::ConfirmIdle {}, pace, Request::Models {}, merge] {
             assert!(policy().authorize(64030, controller.clone()).is_ok());
             assert_eq!(policy().authorize(1000, controller).unwrap_err().code, ErrorCode::PermissionDenied);
         }

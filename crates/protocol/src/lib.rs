@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use wattson_config::policy::Decision;
+use wattson_engine::Measurements;
 use wattson_types::energy::{GpuReading, SeriesPoint};
 use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings};
 use wattson_types::job::{GpuRef, Hints, JobKey, JobRecord};
@@ -66,6 +67,16 @@ pub enum Request {
     JobEnergy {
         /// The job.
         job: u32,
+    },
+    /// From the controller: every workload's DVFS measurements stored on this node (root and
+    /// SlurmUser only).
+    Models {},
+    /// From the controller: its merge of every node's measurements; each is taken where it is
+    /// newer than this node's copy, and the node's model table is rewritten (root and
+    /// SlurmUser only).
+    MergeModels {
+        /// The workloads, newest copies.
+        models: Vec<Measurements>,
     },
 }
 
@@ -229,6 +240,20 @@ pub enum Reply {
         energy_mj: u64,
         /// Their power at this reading, in mW.
         power_mw: u64,
+    },
+    /// The workloads' measurements stored on this node.
+    Models {
+        /// Node name.
+        node: String,
+        /// Every stored workload (dropped ones as marks with no samples).
+        models: Vec<Measurements>,
+    },
+    /// How many of a merge's workloads the node took (the others it had as new or newer).
+    ModelsMerged {
+        /// Node name.
+        node: String,
+        /// Workloads taken.
+        taken: usize,
     },
 }
 

@@ -15,7 +15,6 @@ mod query;
 pub mod schema;
 mod settings;
 
-pub use models::StoredModel;
 pub use settings::GpuChange;
 
 use std::path::{Path, PathBuf};

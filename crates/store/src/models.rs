@@ -5,28 +5,9 @@
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::{Store, StoreError, running_id};
-use wattson_engine::Sample;
+use wattson_engine::Measurements;
 use wattson_types::job::{JobDvfs, JobKey, Progress};
 use wattson_types::owner::ModelOwner;
-
-/// One workload's measurements on one GPU type.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredModel {
-    /// Whose runs measured it; only that owner's jobs use it.
-    pub owner: ModelOwner,
-    /// GPU model name.
-    pub gpu_type: String,
-    /// Workload tag.
-    pub tag: String,
-    /// How work was counted (samples of different units never mix).
-    pub progress: Progress,
-    /// Measurements, one per (run, setting) window.
-    pub samples: Vec<Sample>,
-    /// Candidate settings on this GPU type (W).
-    pub settings: Vec<f64>,
-    /// Last update, ns since the epoch.
-    pub updated_ns: i64,
-}
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("{what}: {e}"))
@@ -40,13 +21,13 @@ fn raw(r: &Row<'_>) -> rusqlite::Result<RawModel> {
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
 }
 
-fn decode(row: RawModel) -> Result<StoredModel, StoreError> {
+fn decode(row: RawModel) -> Result<Measurements, StoreError> {
     let (owner, gpu_type, tag, progress, samples, settings, updated_ns) = row;
     let what = format!("model {tag:?} on {gpu_type:?}");
     let owner: ModelOwner = owner.parse().map_err(|e| corrupt(&what, e))?;
     let progress: Progress =
         progress.parse().map_err(|_| corrupt(&what, format!("unknown progress {progress:?}")))?;
-    Ok(StoredModel {
+    Ok(Measurements {
         samples: serde_json::from_str(&samples).map_err(|e| corrupt(&what, e))?,
         settings: serde_json::from_str(&settings).map_err(|e| corrupt(&what, e))?,
         owner,
@@ -57,6 +38,25 @@ fn decode(row: RawModel) -> Result<StoredModel, StoreError> {
     })
 }
 
+fn save(conn: &rusqlite::Connection, model: &Measurements) -> Result<(), StoreError> {
+    let samples = serde_json::to_string(&model.samples).map_err(|e| corrupt("samples", e))?;
+    let settings = serde_json::to_string(&model.settings).map_err(|e| corrupt("settings", e))?;
+    conn.execute(
+        "INSERT OR REPLACE INTO models (owner, gpu_type, tag, progress, samples, settings, updated_ns) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            model.owner.to_string(),
+            model.gpu_type,
+            model.tag,
+            model.progress.as_str(),
+            samples,
+            settings,
+            model.updated_ns
+        ],
+    )?;
+    Ok(())
+}
+
 impl Store {
     /// `owner`'s measurements of `tag` on `gpu_type` counted in `progress` units, if any.
     pub fn model(
@@ -65,7 +65,7 @@ impl Store {
         gpu_type: &str,
         tag: &str,
         progress: Progress,
-    ) -> Result<Option<StoredModel>, StoreError> {
+    ) -> Result<Option<Measurements>, StoreError> {
         let sql = format!(
             "SELECT {MODEL_COLS} FROM models WHERE owner = ?1 AND gpu_type = ?2 AND tag = ?3 AND progress = ?4"
         );
@@ -78,7 +78,7 @@ impl Store {
     }
 
     /// Every stored workload, by owner, GPU type, tag and unit.
-    pub fn models(&self) -> Result<Vec<StoredModel>, StoreError> {
+    pub fn models(&self) -> Result<Vec<Measurements>, StoreError> {
         let mut stmt = self
             .conn
             .prepare(&format!("SELECT {MODEL_COLS} FROM models ORDER BY owner, gpu_type, tag, progress"))?;
@@ -87,32 +87,54 @@ impl Store {
     }
 
     /// Replaces the measurements of a workload, durably.
-    pub fn save_model(&mut self, model: &StoredModel) -> Result<(), StoreError> {
-        let samples = serde_json::to_string(&model.samples).map_err(|e| corrupt("samples", e))?;
-        let settings = serde_json::to_string(&model.settings).map_err(|e| corrupt("settings", e))?;
+    pub fn save_model(&mut self, model: &Measurements) -> Result<(), StoreError> {
+        save(&self.conn, model)
+    }
+
+    /// Drops `owner`'s measurements of `tag` on `gpu_type` (every unit), durably: they are
+    /// kept as a drop mark (no samples) dated `now_ns`, so a merge carries the drop to the
+    /// other nodes instead of bringing the measurements back.
+    pub fn drop_models(
+        &mut self,
+        owner: &ModelOwner,
+        gpu_type: &str,
+        tag: &str,
+        now_ns: i64,
+    ) -> Result<(), StoreError> {
         self.conn.execute(
-            "INSERT OR REPLACE INTO models (owner, gpu_type, tag, progress, samples, settings, updated_ns) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                model.owner.to_string(),
-                model.gpu_type,
-                model.tag,
-                model.progress.as_str(),
-                samples,
-                settings,
-                model.updated_ns
-            ],
+            "UPDATE models SET samples = '[]', updated_ns = ?4 WHERE owner = ?1 AND gpu_type = ?2 AND tag = ?3",
+            params![owner.to_string(), gpu_type, tag, now_ns],
         )?;
         Ok(())
     }
 
-    /// Drops `owner`'s measurements of `tag` on `gpu_type` (every unit), durably.
-    pub fn delete_models(&mut self, owner: &ModelOwner, gpu_type: &str, tag: &str) -> Result<(), StoreError> {
-        self.conn.execute(
-            "DELETE FROM models WHERE owner = ?1 AND gpu_type = ?2 AND tag = ?3",
-            params![owner.to_string(), gpu_type, tag],
-        )?;
-        Ok(())
+    /// Takes each of `incoming` (the controller's merge of every node's measurements) where it
+    /// is newer than what is stored ([`wattson_engine::newest`]), in one transaction; returns
+    /// how many were taken.
+    pub fn merge_models(&mut self, incoming: &[Measurements]) -> Result<usize, StoreError> {
+        let tx = self.conn.transaction()?;
+        let mut taken = 0;
+        for m in incoming {
+            let sql = format!(
+                "SELECT {MODEL_COLS} FROM models WHERE owner = ?1 AND gpu_type = ?2 AND tag = ?3 AND progress = ?4"
+            );
+            let local = tx
+                .prepare_cached(&sql)?
+                .query_row(params![m.owner.to_string(), m.gpu_type, m.tag, m.progress.as_str()], raw)
+                .optional()?
+                .map(decode)
+                .transpose()?;
+            let newer = match local {
+                None => true,
+                Some(local) => wattson_engine::newest([local.clone(), m.clone()]) != [local],
+            };
+            if newer {
+                save(&tx, m)?;
+                taken += 1;
+            }
+        }
+        tx.commit()?;
+        Ok(taken)
     }
 
     /// Records what the models did for the RUNNING job `key`, durably.

@@ -3,6 +3,7 @@ use std::io::{BufRead, BufReader};
 use super::*;
 use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, Method};
 use wattson_types::job::{EnergyPolicy, Hints, JobState, Progress};
+use wattson_types::owner::ModelOwner;
 
 const S: i64 = 1_000_000_000;
 
@@ -419,7 +420,7 @@ fn a_version_5_files_models_keep_their_user_as_owner() {
     .unwrap();
     drop(conn);
     let st = Store::open(&path).unwrap();
-    let owner = wattson_types::owner::ModelOwner::User(1000);
+    let owner = ModelOwner::User(1000);
     let model = st.model(&owner, "H100", "bert", Progress::File).unwrap().expect("kept");
     assert_eq!((model.owner, model.settings), (owner, vec![700.0]));
     st.conn.execute("UPDATE models SET owner = 'group:x'", []).unwrap();
@@ -458,4 +459,50 @@ fn rows_written_with_the_names_as_strings_read_back_and_unknown_names_are_corrup
     st.conn.execute("UPDATE models SET progress = 'steps'", []).unwrap();
     let e = st.models().unwrap_err().to_string();
     assert!(e.contains("unknown progress \"steps\""), "{e}");
+}
+
+fn measured(tag: &str, updated_ns: i64, samples: usize) -> wattson_engine::Measurements {
+    wattson_engine::Measurements {
+        owner: ModelOwner::User(1000),
+        gpu_type: "NVIDIA H100 80GB HBM3".into(),
+        tag: tag.into(),
+        progress: Progress::File,
+        samples: (0..samples)
+            .map(|i| wattson_engine::Sample {
+                setting: 700.0 - i as f64,
+                time: 0.1,
+                power: 400.0,
+                weight: 1.0,
+            })
+            .collect(),
+        settings: vec![200.0, 700.0],
+        updated_ns,
+    }
+}
+
+#[test]
+fn a_merge_takes_only_newer_workloads_and_a_drop_travels_as_a_mark() {
+    let (_d, path) = tmp();
+    let mut store = Store::open(&path).unwrap();
+    store.save_model(&measured("a", 10, 3)).unwrap();
+    store.save_model(&measured("b", 10, 3)).unwrap();
+    // Newer "a", older "b", unknown "c": two taken.
+    let taken =
+        store.merge_models(&[measured("a", 20, 5), measured("b", 5, 9), measured("c", 1, 2)]).unwrap();
+    assert_eq!(taken, 2);
+    let owner = ModelOwner::User(1000);
+    let get = |s: &Store, tag: &str| {
+        s.model(&owner, "NVIDIA H100 80GB HBM3", tag, Progress::File).unwrap().unwrap()
+    };
+    assert_eq!((get(&store, "a").updated_ns, get(&store, "a").samples.len()), (20, 5));
+    assert_eq!((get(&store, "b").updated_ns, get(&store, "b").samples.len()), (10, 3));
+    assert_eq!(get(&store, "c").samples.len(), 2);
+    // A dropped model stays as a dated mark with no samples, and wins over older copies.
+    store.drop_models(&owner, "NVIDIA H100 80GB HBM3", "a", 30).unwrap();
+    assert!(get(&store, "a").is_dropped());
+    assert_eq!(store.merge_models(&[measured("a", 25, 5)]).unwrap(), 0);
+    assert_eq!(store.merge_models(&[measured("a", 40, 1)]).unwrap(), 1, "a later run's measurements win");
+    // Merging what is stored changes nothing.
+    let all = store.models().unwrap();
+    assert_eq!(store.merge_models(&all).unwrap(), 0);
 }
