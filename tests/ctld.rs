@@ -475,16 +475,21 @@ fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs()
     wait_for(&mut lab, &power, "saving again once the queue cleared", Duration::from_secs(10), |_| {
         limit(0) == 420_000 && limit(1) == 420_000
     });
-    let log = ctld_log(&lab);
-    assert!(log.contains("pace set") && log.contains("Full") && log.contains("Saving"), "{log}");
-    // Every decision is counted, in the file node_exporter's textfile collector serves.
-    let counted = std::fs::read_to_string(&metrics).unwrap();
-    for action in ["power_down", "kept_up", "pace_full", "pace_saving"] {
-        assert!(
-            counted.contains(&format!("wattson_ctld_decisions_total{{action=\"{action}\"}}")),
-            "{counted}"
-        );
-    }
+    // The node applies a pace before it answers, ctld logs it once answered: wait for the line.
+    let logged = |lab: &SlurmLab| {
+        let log = ctld_log(lab);
+        log.contains("pace set") && log.contains("Full") && log.contains("Saving")
+    };
+    wait_for(&mut lab, &power, "both paces logged", Duration::from_secs(10), logged);
+    // Every decision is counted, in the file node_exporter's textfile collector serves (written
+    // at the end of each loop).
+    let counted = |_: &SlurmLab| {
+        let text = std::fs::read_to_string(&metrics).unwrap_or_default();
+        ["power_down", "kept_up", "pace_full", "pace_saving"]
+            .iter()
+            .all(|action| text.contains(&format!("wattson_ctld_decisions_total{{action=\"{action}\"}}")))
+    };
+    wait_for(&mut lab, &power, "every decision counted", Duration::from_secs(10), counted);
     daemons[0].end(&id);
     let _ = ctld.kill();
     let _ = ctld.wait();

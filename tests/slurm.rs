@@ -40,7 +40,17 @@ fn cluster_with(
     accounting: bool,
     extra_conf: &str,
 ) -> Cluster {
-    let mut node = Node::h100(4);
+    cluster_on(Node::h100(4), spank_args, daemon_env, accounting, extra_conf)
+}
+
+/// [`cluster_with`] on `node` (4 GPUs, not started yet).
+fn cluster_on(
+    mut node: Node,
+    spank_args: &str,
+    daemon_env: &[(&str, &str)],
+    accounting: bool,
+    extra_conf: &str,
+) -> Cluster {
     node.start();
     let plugins = node.dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
@@ -485,4 +495,62 @@ fn with_wattsond_down_the_energy_plugin_lets_jobs_run_and_logs_why() {
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
     let log = c.lab.log("slurmd-n1");
     assert!(log.contains("acct_gather_energy/wattson: ") && log.contains("not reachable"), "{log}");
+}
+
+/// `enact = "model"` (the default) through a real Slurm: a tag's first run probes and settles
+/// within its bound; its second run is decided at submit (AdminComment shows the model's
+/// prediction, from the table the node wrote) and runs at that setting from its first second,
+/// with no probe; `wattson acct` shows what was done.
+#[test]
+fn a_tags_second_run_is_decided_at_submit_and_runs_there_from_its_first_second() {
+    let node = Node::with_sections(
+        fake_nvml::Config::uniform("H100", 4),
+        "100ms",
+        "",
+        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\npower_limit_step_w = 5\n",
+    );
+    for gpu in 0..4 {
+        node.sim.set_workload(gpu, Some(fake_nvml::Workload { t0_s: 0.02, d_s_mhz: 158.4 })).unwrap();
+        node.sim.set_load(gpu, 1.0).unwrap();
+    }
+    let c = cluster_on(node, "", &[], false, "");
+    let args = ["--gres=gpu:1", "--energy=min-energy", "--energy-slowdown=10", "--energy-tag=bert"];
+    let first = c.lab.sbatch(&args, "#!/bin/sh\nsleep 12\n").unwrap();
+    let info = c.lab.wait_job(first, Duration::from_secs(90));
+    assert_eq!(info.state, "COMPLETED", "{}", c.lab.all_logs());
+    assert!(info.get("AdminComment").contains("tag=bert,model=none"), "{:?}", info.fields);
+    let probed = c.node.record(&first.to_string()).dvfs.unwrap();
+    let learned = probed.setting_w.expect("the first run settled");
+    assert!(probed.probed_w.len() >= 3 && learned < 700.0, "{probed:?}");
+
+    let second = c.lab.sbatch(&args, "#!/bin/sh\nsleep 4\n").unwrap();
+    // From its first second: as soon as the node knows the job, its GPU is at the setting.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (gpu, setting) = loop {
+        let out = c.node.wattson(&["acct", "-j", &second.to_string(), "--json"]);
+        if !common::parse_acct_json(&out).is_empty() {
+            let record = c.node.record(&second.to_string());
+            let setting = record.dvfs.as_ref().and_then(|d| d.setting_w).expect("decided at begin");
+            break (record.gpus[0].index, setting);
+        }
+        assert!(Instant::now() < deadline, "job {second} never reached the node\n{}", c.lab.all_logs());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(c.node.sim.gpu_state(gpu).unwrap().power_limit_mw, (setting * 1000.0) as u32);
+    let info = c.lab.wait_job(second, Duration::from_secs(60));
+    let comment = info.get("AdminComment");
+    assert!(comment.contains("tag=bert,model=") && comment.contains("W(slowdown"), "{comment}");
+    assert!(
+        comment.contains(&format!(":{setting:.0}W(")),
+        "submit predicted what the node ran: {comment} vs {setting}"
+    );
+    let d = c.node.record(&second.to_string()).dvfs.unwrap();
+    assert!(d.probed_w.is_empty(), "the second run probed: {d:?}");
+    let out =
+        c.node.wattson(&["acct", "-j", &second.to_string(), "-n", "-P", "-o", "Setting,Probes,Slowdown"]);
+    common::assert_ok(&out);
+    let row = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(row.starts_with(&format!("{setting:.0}W|0|")), "{row}");
+    let slowdown: f64 = row.trim().rsplit('|').next().unwrap().trim_end_matches('%').parse().unwrap();
+    assert!(slowdown <= 10.0, "the bound held: {row}");
 }
