@@ -123,6 +123,17 @@ impl SlurmLab {
     }
 
     pub(super) fn spawn_daemon(&mut self, name: &str, program: PathBuf, args: &[String]) -> Child {
+        self.spawn_daemon_with(name, program, args, &[])
+    }
+
+    /// [`SlurmLab::spawn_daemon`] with more environment.
+    pub(super) fn spawn_daemon_with(
+        &mut self,
+        name: &str,
+        program: PathBuf,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Child {
         let log = self.path.join("log");
         let out = fs::File::create(log.join(format!("{name}.stderr"))).expect("create daemon stderr log");
         let err = out.try_clone().expect("dup log fd");
@@ -130,6 +141,7 @@ impl SlurmLab {
             .args(args)
             .env("SLURM_CONF", &self.conf)
             .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -200,7 +212,8 @@ impl SlurmLab {
         .into_iter()
         .chain(extra.iter().map(|a| a.to_string()))
         .collect::<Vec<_>>();
-        let child = self.spawn_daemon(&format!("slurmd-{name}"), daemon_bin("slurmd"), &args);
+        let env = self.nodes[i].env.clone();
+        let child = self.spawn_daemon_with(&format!("slurmd-{name}"), daemon_bin("slurmd"), &args, &env);
         self.slurmds.push((name, child));
     }
 

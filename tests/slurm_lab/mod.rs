@@ -71,6 +71,9 @@ pub struct LabNode {
     /// NodeAddr= (any of 127.0.0.0/8 reaches this host; distinct ones let each node's
     /// wattsond listen on the same port).
     pub addr: String,
+    /// More environment for this node's slurmd (and so its slurmstepds), after
+    /// `LabOptions::daemon_env`: e.g. each node's own `WATTSON_CONFIG`.
+    pub env: Vec<(String, String)>,
 }
 
 impl LabNode {
@@ -82,6 +85,7 @@ impl LabNode {
             gpu_type: gpu_type.to_string(),
             cpus: 2,
             addr: "127.0.0.1".into(),
+            env: Vec::new(),
         }
     }
 }
