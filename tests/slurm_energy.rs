@@ -1,33 +1,47 @@
 //! GPU energy in Slurm's own accounting across nodes: a real Slurm (slurmdbd on a private
 //! MariaDB) with two GPU nodes, each slurmd with `acct_gather_energy/wattson` talking to its own
 //! wattsond on simulated GPUs. Slurm sums a job's nodes: the job's `sacct` energy is the sum of
-//! what each node's wattsond metered for it.
+//! what each node's wattsond metered for it. After the job, `wattson ctld` gathers both nodes'
+//! records over the link into the job's summary in Slurm's accounting (`AdminComment`).
 
 mod common;
 mod slurm_lab;
 
 use std::time::{Duration, Instant};
 
-use common::Node;
+use common::{Node, assert_ok};
 use slurm_lab::{LabNode, LabOptions, SlurmLab};
+use wattson_ctld::summary::{self, JobSummary};
+
+const WATTSON: &str = env!("CARGO_BIN_EXE_wattson");
 
 /// slurm.conf for Slurm's energy accounting fed by wattson (docs/slurm.md).
 const ENERGY_CONF: &str = "AcctGatherEnergyType=acct_gather_energy/wattson\nJobAcctGatherType=jobacct_gather/linux\n\
                            JobAcctGatherFrequency=task=1\nPrologFlags=Alloc,Contain";
 
-/// A wattsond on 2 simulated H100s that calls itself `name`.
+/// A wattsond (not started) on 2 simulated H100s that calls itself `name`.
 fn node(name: &str) -> Node {
-    let mut node = Node::h100(2);
+    let node = Node::h100(2);
     let text = std::fs::read_to_string(&node.config).unwrap();
     std::fs::write(&node.config, text.replace("node_name = \"n1\"", &format!("node_name = \"{name}\"")))
         .unwrap();
-    node.start();
     node
 }
 
+/// Starts `node`'s wattsond taking the controller's requests on `addr:port`.
+fn start_with_link(node: &mut Node, addr: &str, port: u16, munge: &std::path::Path) {
+    let text = std::fs::read_to_string(&node.config).unwrap();
+    std::fs::write(
+        &node.config,
+        format!("{text}\n[link]\nlisten = \"{addr}:{port}\"\nmunge_socket = {munge:?}\n"),
+    )
+    .unwrap();
+    node.start();
+}
+
 #[test]
-fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes() {
-    let daemons = [node("n1"), node("n2")];
+fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_both_records() {
+    let mut daemons = [node("n1"), node("n2")];
     let plugins = daemons[0].dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     let built = common::build_plugins(false);
@@ -35,18 +49,25 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes() {
     let nodes: Vec<LabNode> = ["n1", "n2"]
         .iter()
         .zip(&daemons)
-        .map(|(name, d)| LabNode {
+        .enumerate()
+        .map(|(i, (name, d))| LabNode {
             env: vec![("WATTSON_CONFIG".into(), d.config.display().to_string())],
+            addr: format!("127.0.0.{}", i + 2),
             ..LabNode::new(name, 2, "h100")
         })
         .collect();
     let lab = SlurmLab::start(LabOptions {
-        nodes,
+        nodes: nodes.clone(),
         plugin_dir: Some(plugins),
         accounting: true,
         extra_conf: ENERGY_CONF.into(),
         ..LabOptions::default()
     });
+    let munge = lab.dir().join("run/munge.sock");
+    let port = slurm_lab::free_port();
+    for (d, n) in daemons.iter_mut().zip(&nodes) {
+        start_with_link(d, &n.addr, port, &munge);
+    }
     // Every GPU busy, at different loads: only the job's GPU on each node may count.
     for (d, loads) in daemons.iter().zip([[0.9, 0.3], [0.6, 0.8]]) {
         for (gpu, load) in loads.into_iter().enumerate() {
@@ -61,6 +82,8 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes() {
         assert!(Instant::now() < deadline, "job {id} never ran\n{}", lab.all_logs());
         std::thread::sleep(Duration::from_millis(100));
     }
+    // A note as job_submit writes it: the summary goes after it.
+    lab.run_ok("scontrol", &["update", &format!("job={id}"), "AdminComment=wattson:policy=balanced"]);
     // What the SPANK prolog does on each node (here by hand: one plugstack for both nodes of
     // this lab would name one wattsond): the job's GPU 0 begins on each node's wattsond.
     for d in &daemons {
@@ -113,5 +136,59 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes() {
     // Both nodes weigh (0.9 and 0.6 of 700 W): a node left out would miss by 40% or more.
     assert!(per_node.iter().all(|&e| e > 0.3 * wattson_j), "{per_node:?}");
     assert!(common::rel_err(slurm_j, wattson_j) < 0.005, "sacct {slurm_j} J vs wattson {wattson_j} J");
+
+    // The controller's loop writes the job's summary (power and placement left alone here).
+    let controller = lab.dir().join("etc/wattson.toml");
+    std::fs::write(
+        &controller,
+        format!(
+            "[ctld]\nmanage_power = false\nweights = false\nstate_file = {:?}\n[link]\nport = {port}\n\
+             munge_socket = {munge:?}\nconfirm_idle = false\npace = false\nsync_models = false\n",
+            lab.dir().join("ctld.json")
+        ),
+    )
+    .unwrap();
+    assert_ok(&lab.command(WATTSON).arg("-c").arg(&controller).args(["ctld", "--once"]).output().unwrap());
+    let comment = lab.run_ok("sacct", &["-n", "-P", "-X", "-j", &id.to_string(), "-o", "AdminComment"]);
+    assert!(comment.trim().starts_with("wattson:policy=balanced;ws1:"), "the note stays first: {comment}");
+    let summary: JobSummary = summary::read(comment.trim()).expect("a summary").expect("readable");
+    // What `wattson summary show` prints is the same summary.
+    let shown = lab.command(WATTSON).args(["summary", "show", "-j", &id.to_string()]).output().unwrap();
+    assert_ok(&shown);
+    assert_eq!(serde_json::from_slice::<JobSummary>(&shown.stdout).unwrap(), summary);
+    // It parses back to each node's own record, number for number.
+    assert!(summary.missing.is_empty(), "{:?}", summary.missing);
+    assert_eq!(summary.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), ["n1", "n2"]);
+    for (part, d) in summary.nodes.iter().zip(&daemons) {
+        let job = part.records.iter().find(|r| r.key.step.is_empty()).expect("the job's record");
+        assert_eq!(*job, d.record(&id.to_string()));
+        // One trace, GPU 0's, adding up to its metered energy (the last bin ends at the last
+        // reading, up to one sample before the end).
+        assert_eq!(part.power.iter().map(|t| t.gpu).collect::<Vec<_>>(), [0]);
+        let traced = part.power[0].energy_j();
+        assert!(common::rel_err(traced, job.energy_j()) < 0.03, "{traced} J vs {} J", job.energy_j());
+    }
+    let summed: f64 = summary
+        .nodes
+        .iter()
+        .flat_map(|n| &n.records)
+        .filter(|r| r.key.step.is_empty())
+        .map(|r| r.energy_j())
+        .sum();
+    assert!((summed - wattson_j).abs() < 1e-6, "{summed} vs {wattson_j}");
+    // A second loop finds nothing new to write.
+    let again = lab
+        .command(WATTSON)
+        .arg("-c")
+        .arg(&controller)
+        .args(["summary", "write", "--lookback", "1h"])
+        .output()
+        .unwrap();
+    assert_ok(&again);
+    assert!(
+        String::from_utf8_lossy(&again.stdout).trim().is_empty(),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
     lab.stop();
 }

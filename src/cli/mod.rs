@@ -10,6 +10,7 @@ mod models;
 mod power;
 mod sim;
 mod status;
+mod summary;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +50,9 @@ enum Command {
     /// The DVFS models' measurements across the cluster (`wattson models sync`).
     #[command(subcommand)]
     Models(models::ModelsCommand),
+    /// Jobs' summaries in Slurm's accounting (`wattson summary write|show`).
+    #[command(subcommand)]
+    Summary(summary::SummaryCommand),
 }
 
 /// The wattson node daemon: exact per-job GPU energy accounting into a local SQLite store.
@@ -100,6 +104,7 @@ pub fn main() -> ExitCode {
         Command::Ctld(args) => ctld::run(config, args),
         Command::Power(command) => power::run(&config, command),
         Command::Models(command) => models::run(&config, command),
+        Command::Summary(command) => summary::run(&config, command),
         Command::Sim(_) => Ok(()),
     };
     match result {

@@ -71,6 +71,13 @@ pub struct CtldConfig {
     /// nodes that are powered down are not lost).
     #[serde(default = "default_measurements_file")]
     pub measurements_file: PathBuf,
+    /// How long after a job ends its summary waits for a node that does not answer (or has not
+    /// closed its record) before it is written without that node (1m to 1d).
+    #[serde(default = "default_summary_wait", deserialize_with = "summary_wait")]
+    pub summary_wait: Duration,
+    /// Bins of each GPU's power trace in a job's summary (1 to 2000).
+    #[serde(default = "default_summary_bins", deserialize_with = "summary_bins")]
+    pub summary_bins: u32,
 }
 
 impl Default for CtldConfig {
@@ -94,6 +101,8 @@ impl Default for CtldConfig {
             resume_retry_pause: default_resume_retry_pause(),
             models_sync: default_models_sync(),
             measurements_file: default_measurements_file(),
+            summary_wait: default_summary_wait(),
+            summary_bins: default_summary_bins(),
         }
     }
 }
@@ -140,6 +149,22 @@ fn default_models_sync() -> Duration {
 }
 fn models_sync<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::from_secs(1), Duration::from_secs(86_400))
+}
+fn default_summary_wait() -> Duration {
+    Duration::from_secs(600)
+}
+fn summary_wait<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_secs(60), Duration::from_secs(86_400))
+}
+fn default_summary_bins() -> u32 {
+    120
+}
+fn summary_bins<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let bins = u32::deserialize(d)?;
+    if !(1..=2000).contains(&bins) {
+        return Err(serde::de::Error::custom(format!("{bins} is outside 1 to 2000")));
+    }
+    Ok(bins)
 }
 fn default_measurements_file() -> PathBuf {
     PathBuf::from("/var/lib/wattson/measurements.json")

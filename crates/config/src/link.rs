@@ -36,6 +36,11 @@ pub struct LinkConfig {
     /// nodes: what one node learns decides jobs on all of them.
     #[serde(default = "default_true")]
     pub sync_models: bool,
+    /// After each job, gather every node's part of its summary (records, power trace) and
+    /// write it into Slurm's accounting (`AdminComment`), where `wattson acct` reads it from
+    /// any host.
+    #[serde(default = "default_true")]
+    pub summaries: bool,
     /// Longest the controller waits for one node's answer (100ms to 1m).
     #[serde(default = "default_timeout", deserialize_with = "timeout")]
     pub timeout: Duration,
@@ -50,6 +55,7 @@ impl Default for LinkConfig {
             confirm_idle: true,
             pace: true,
             sync_models: true,
+            summaries: true,
             timeout: default_timeout(),
         }
     }

@@ -96,21 +96,27 @@ pub fn job_states(jobs: &[u32], timeout: Duration) -> Result<BTreeMap<String, Sl
         let list: Vec<String> = chunk.iter().map(u32::to_string).collect();
         let mut sacct = Command::new("sacct");
         sacct.args(["-n", "-P", "-o", "JobIDRaw,State", "-j", &list.join(",")]);
-        match command::run(&mut sacct, timeout) {
-            Ok(text) => states.extend(parse_job_states(&text)),
-            Err(CommandError::Start { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Err(AccountingError::Absent);
-            }
-            Err(CommandError::Failed { stderr, .. })
-                if stderr.contains("accounting storage is disabled")
-                    || stderr.contains("Could not establish a configuration source") =>
-            {
-                return Err(AccountingError::Absent);
-            }
-            Err(e) => return Err(AccountingError::Command(e)),
-        }
+        states.extend(parse_job_states(&sacct_run(&mut sacct, timeout)?));
     }
     Ok(states)
+}
+
+/// Runs a `sacct` command: its output, or [`AccountingError::Absent`] where this host or
+/// cluster keeps no accounting.
+pub(crate) fn sacct_run(sacct: &mut Command, timeout: Duration) -> Result<String, AccountingError> {
+    match command::run(sacct, timeout) {
+        Ok(text) => Ok(text),
+        Err(CommandError::Start { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(AccountingError::Absent)
+        }
+        Err(CommandError::Failed { stderr, .. })
+            if stderr.contains("accounting storage is disabled")
+                || stderr.contains("Could not establish a configuration source") =>
+        {
+            Err(AccountingError::Absent)
+        }
+        Err(e) => Err(AccountingError::Command(e)),
+    }
 }
 
 /// Parses `sacct -n -P -o JobIDRaw,State`: `42|CANCELLED by 1000` gives `42` -> CANCELLED.

@@ -21,6 +21,8 @@ pub mod program;
 pub mod prolog;
 pub mod retry;
 pub mod slurm;
+pub mod summarize;
+pub mod summary;
 pub mod view;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -31,6 +33,7 @@ use wattson_config::Config;
 use wattson_engine::cluster::{self, Policy, PolicyKind, Snapshot, Tuning};
 use wattson_protocol::Pace;
 
+use crate::accounting::AccountingError;
 use crate::ledger::Ledger;
 use crate::metrics::Action;
 use crate::retry::{Retries, Verdict};
@@ -187,7 +190,14 @@ pub struct Ctld {
     interval: Duration,
     state_file: std::path::PathBuf,
     models: ModelsSync,
+    summaries: summarize::Settings,
+    /// Whether a loop has looked for jobs to summarize since the start (the first looks back
+    /// [`CATCH_UP`]).
+    summarized_once: bool,
 }
+
+/// How far back the first loop looks for ended jobs without a summary.
+const CATCH_UP: Duration = Duration::from_secs(86_400);
 
 /// When and where the nodes' measurements are merged.
 struct ModelsSync {
@@ -210,7 +220,15 @@ impl Ctld {
             measurements_file: config.ctld.measurements_file.clone(),
             models_file: config.engine.models_file.clone(),
         };
+        let summaries = summarize::Settings {
+            lookback: CATCH_UP,
+            wait: config.ctld.summary_wait,
+            bins: config.ctld.summary_bins,
+            timeout: config.ctld.command_timeout,
+        };
         Ctld {
+            summaries,
+            summarized_once: false,
             planner: Planner::new(config),
             slurm,
             nodes,
@@ -250,6 +268,7 @@ impl Ctld {
         }
         let acted = self.act(&plan);
         self.sync_models_if_due(nodes);
+        self.write_summaries(nodes, now);
         if let Err(e) = ledger::save(self.planner.ledger(), &self.state_file) {
             warn!(file = %self.state_file.display(), error = %e, "cannot save the power status");
         }
@@ -271,6 +290,25 @@ impl Ctld {
                 }
             }
             Err(e) => warn!(error = %e, "models sync failed"),
+        }
+    }
+
+    /// Writes the summary of every job that ended lately and has none ([`summarize`]).
+    fn write_summaries(&mut self, seen: &[Node], now: f64) {
+        if !self.nodes.summarizes() {
+            return;
+        }
+        if self.summarized_once {
+            // Jobs a later loop must still see: those waiting for a node, and one loop's slack.
+            self.summaries.lookback = self.summaries.wait + 2 * self.interval + Duration::from_secs(60);
+        }
+        match summarize::ended_without_summary(&self.summaries) {
+            Ok(ended) => {
+                summarize::write(&self.nodes, seen, &ended, &self.summaries, now as i64);
+                self.summarized_once = true;
+            }
+            Err(AccountingError::Absent) => {}
+            Err(e) => warn!(error = %e, "cannot list the jobs that ended; next loop"),
         }
     }
 

@@ -134,6 +134,11 @@ impl Nodes {
     pub fn syncs_models(&self) -> bool {
         self.config.sync_models
     }
+
+    /// Whether jobs' summaries are gathered and written into Slurm's accounting.
+    pub fn summarizes(&self) -> bool {
+        self.config.summaries
+    }
 }
 
 #[cfg(test)]

@@ -102,7 +102,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let node = config.node_name();
     let core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config)?;
     let owner = Owner::spawn(core);
-    let reader = Reader::spawn(store_path, owner.clone())?;
+    let reader = Reader::spawn(store_path, owner.clone(), node.clone())?;
     let (mut sampler, sampler_handle) = Sampler::new(pool.clone(), owner.clone(), node, config.metrics.jobs);
     let (access, unknown) = Access::resolve(&config.daemon.slurm_user, &config.daemon.admins);
     for name in unknown {

@@ -9,9 +9,10 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::owner::Owner;
-use wattson_protocol::{AcctFilter, Error, ErrorCode, Reply};
+use wattson_protocol::{AcctFilter, Error, ErrorCode, MAX_SUMMARY_BINS, Reply};
 use wattson_store::Store;
 use wattson_types::job::{JobKey, JobState};
+use wattson_types::summary::{MAX_STEPS, NodeSummary, power_traces};
 
 /// Queries waiting beyond this are refused as busy.
 const QUEUE: usize = 64;
@@ -19,10 +20,11 @@ const QUEUE: usize = 64;
 /// Niceness of the reader thread: queries yield the CPU to job begin/end and sampling.
 const NICE: i32 = 10;
 
-/// What the reader is asked: recorded jobs, or one job's series.
+/// What the reader is asked: recorded jobs, one job's series, or a job's summary here.
 enum Ask {
     Acct(AcctFilter),
     Series(JobKey),
+    Summary { job: u32, bins: u32 },
 }
 
 type Query = (Ask, oneshot::Sender<Result<Reply, Error>>);
@@ -35,13 +37,13 @@ pub struct Reader {
 
 impl Reader {
     /// Opens a read-only connection to the store at `path` and starts the reader thread.
-    pub fn spawn(path: &Path, owner: Owner) -> Result<Reader, String> {
+    pub fn spawn(path: &Path, owner: Owner, node: String) -> Result<Reader, String> {
         let store =
             Store::open_read_only(path).map_err(|e| format!("cannot open the store for reading: {e}"))?;
         let (queries, inbox) = sync_channel(QUEUE);
         std::thread::Builder::new()
             .name("acct".into())
-            .spawn(move || serve(store, owner, inbox))
+            .spawn(move || serve(store, owner, &node, inbox))
             .map_err(|e| format!("cannot start the acct thread: {e}"))?;
         Ok(Reader { queries })
     }
@@ -54,6 +56,11 @@ impl Reader {
     /// The power series of `job` and its owner (the caller checks who may see it).
     pub async fn series(&self, job: JobKey) -> Result<Reply, Error> {
         self.ask(Ask::Series(job)).await
+    }
+
+    /// This node's records of `job` and its GPUs' power in about `bins` bins.
+    pub async fn summary(&self, job: u32, bins: u32) -> Result<Reply, Error> {
+        self.ask(Ask::Summary { job, bins }).await
     }
 
     async fn ask(&self, ask: Ask) -> Result<Reply, Error> {
@@ -73,7 +80,7 @@ fn stopped() -> Error {
     Error::new(ErrorCode::Internal, "wattsond's acct thread has stopped")
 }
 
-fn serve(store: Store, owner: Owner, inbox: Receiver<Query>) {
+fn serve(store: Store, owner: Owner, node: &str, inbox: Receiver<Query>) {
     // SAFETY: setpriority on the calling thread (PRIO_PROCESS with a thread id) has no
     // memory-safety preconditions; failure only leaves the priority as it was.
     let niced = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, NICE) };
@@ -84,6 +91,7 @@ fn serve(store: Store, owner: Owner, inbox: Receiver<Query>) {
         let _ = reply.send(match ask {
             Ask::Acct(filter) => query(&store, &owner, &filter),
             Ask::Series(job) => series(&store, job),
+            Ask::Summary { job, bins } => summary(&store, &owner, node, job, bins),
         });
     }
 }
@@ -97,6 +105,34 @@ fn series(store: &Store, job: JobKey) -> Result<Reply, Error> {
     };
     let points = store.samples(&job).map_err(store_error)?;
     Ok(Reply::Series { uid: record.uid, job, points })
+}
+
+fn summary(store: &Store, owner: &Owner, node: &str, job: u32, bins: u32) -> Result<Reply, Error> {
+    let key = JobKey::job(job);
+    let Reply::Acct { records } =
+        query(store, owner, &AcctFilter { jobs: vec![key.clone()], ..AcctFilter::default() })?
+    else {
+        unreachable!("query answers with records")
+    };
+    let mut summary = NodeSummary { node: node.to_string(), ..NodeSummary::default() };
+    if let Some(record) = records.iter().rev().find(|r| r.key == key) {
+        let points = store.samples(&key).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
+        let bins = bins.clamp(1, MAX_SUMMARY_BINS) as usize;
+        summary.begin_ns = record.begin_ns;
+        summary.power = power_traces(&points, record.begin_ns, bins);
+    }
+    let steps = records.iter().filter(|r| !r.key.step.is_empty()).count();
+    summary.steps_left_out = steps.saturating_sub(MAX_STEPS);
+    let mut kept_steps = 0;
+    summary.records = records
+        .into_iter()
+        .filter(|r| {
+            let keep = r.key.step.is_empty() || kept_steps < MAX_STEPS;
+            kept_steps += usize::from(!r.key.step.is_empty());
+            keep
+        })
+        .collect();
+    Ok(Reply::JobSummary { summary })
 }
 
 fn query(store: &Store, owner: &Owner, filter: &AcctFilter) -> Result<Reply, Error> {

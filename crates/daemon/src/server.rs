@@ -272,6 +272,7 @@ pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) ->
         Request::JobEnergy { job } => job_energy(services, job, uid).await,
         Request::Models {} => services.owner.models().await,
         Request::MergeModels { models } => services.owner.merge_models(models).await,
+        Request::JobSummary { job, bins } => services.reader.summary(job, bins).await,
         Request::JobSettings { job } => {
             let reply = services.owner.settings(job.clone()).await?;
             match &reply {

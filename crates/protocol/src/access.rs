@@ -58,6 +58,7 @@ impl Access {
             | Request::JobPace { .. }
             | Request::Models {}
             | Request::MergeModels { .. }
+            | Request::JobSummary { .. }
                 if !privileged =>
             {
                 Err(denied(format!(
@@ -104,7 +105,8 @@ mod tests {
         assert!(policy().authorize(1000, Request::Status {}).is_ok());
         let pace = Request::JobPace { job: 1, pace: crate::Pace::Full };
         let merge = Request::MergeModels { models: Vec::new() };
-        for controller in [Request::ConfirmIdle {}, pace, Request::Models {}, merge] {
+        let summary = Request::JobSummary { job: 1, bins: 10 };
+        for controller in [Request::ConfirmIdle {}, pace, Request::Models {}, merge, summary] {
             assert!(policy().authorize(64030, controller.clone()).is_ok());
             assert_eq!(policy().authorize(1000, controller).unwrap_err().code, ErrorCode::PermissionDenied);
         }

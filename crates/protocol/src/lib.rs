@@ -20,6 +20,7 @@ use wattson_types::energy::{GpuReading, SeriesPoint};
 use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings};
 use wattson_types::job::{GpuRef, Hints, JobKey, JobRecord};
 use wattson_types::query::AcctQuery;
+use wattson_types::summary::NodeSummary;
 
 /// Largest request the daemon reads, in bytes.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
@@ -78,7 +79,19 @@ pub enum Request {
         /// The workloads, newest copies.
         models: Vec<Measurements>,
     },
+    /// From the controller, after a job: this node's records of the job and its steps and its
+    /// GPUs' power in at most about `bins` bins, for the job's summary in Slurm's accounting
+    /// (root and SlurmUser only).
+    JobSummary {
+        /// The job.
+        job: u32,
+        /// Bins of each GPU's power trace (1 to [`MAX_SUMMARY_BINS`]).
+        bins: u32,
+    },
 }
+
+/// Most bins a [`Request::JobSummary`] may ask for per GPU.
+pub const MAX_SUMMARY_BINS: u32 = 2000;
 
 /// How fast the controller wants a running job to run, from the cluster's queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -254,6 +267,11 @@ pub enum Reply {
         node: String,
         /// Workloads taken.
         taken: usize,
+    },
+    /// What this node knows of a job (no records: the job had no GPUs metered here).
+    JobSummary {
+        /// The node's part of the job's summary.
+        summary: NodeSummary,
     },
 }
 

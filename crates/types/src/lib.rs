@@ -9,5 +9,6 @@ pub mod job;
 pub mod owner;
 pub mod prices;
 pub mod query;
+pub mod summary;
 
 pub use gpu::now_ns;

@@ -1,0 +1,214 @@
+//! After each job: the controller asks every node of the job for its part of the job's summary
+//! over the link and writes the whole into Slurm's accounting (`sacctmgr modify job ... set
+//! AdminComment=...`, which works after the job, when `scontrol update` no longer does). A
+//! node that cannot answer, or whose record of the job is still open, is asked again at the
+//! next loop; after `[ctld] summary_wait` the summary is written without it, naming it.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::accounting::{self, AccountingError};
+use crate::command;
+use crate::hostlist;
+use crate::nodes::Nodes;
+use crate::slurm::{Node, Power};
+use crate::summary::{self, JobSummary, Missing};
+use wattson_protocol::{Reply, Request};
+use wattson_types::job::JobState;
+use wattson_types::summary::NodeSummary;
+
+/// The states of a job that has ended, as `sacct -s` takes them.
+const ENDED: &str = "BF,CA,CD,DL,F,NF,OOM,PR,TO";
+
+/// Most summaries written in one loop (each is a `sacctmgr` call); the rest wait for the next.
+const PER_LOOP: usize = 50;
+
+/// A job that ended and has no summary yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    /// The job.
+    pub job: u32,
+    /// Its cluster (`sacctmgr` changes every record with the id otherwise).
+    pub cluster: String,
+    /// Its nodes.
+    pub nodes: Vec<String>,
+    /// When it ended, s since the Unix epoch.
+    pub end: i64,
+    /// Its `AdminComment` so far (the job_submit note).
+    pub comment: String,
+}
+
+/// What one pass did.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// Jobs whose summary was written, with the nodes missing from it.
+    pub written: Vec<(u32, Vec<String>)>,
+    /// Jobs left for a later pass, with why.
+    pub waiting: Vec<(u32, String)>,
+    /// Jobs whose summary could not be written, with why.
+    pub failed: Vec<(u32, String)>,
+}
+
+/// How the summaries are gathered.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Jobs that ended this long ago at most are looked at.
+    pub lookback: Duration,
+    /// How long after a job's end its summary waits for every node.
+    pub wait: Duration,
+    /// Bins of each GPU's power trace.
+    pub bins: u32,
+    /// Deadline of each Slurm command.
+    pub timeout: Duration,
+}
+
+/// Jobs that ended within `lookback` of `now` and whose `AdminComment` holds no summary.
+pub fn ended_without_summary(settings: &Settings) -> Result<Vec<Ended>, AccountingError> {
+    let mut sacct = Command::new("sacct");
+    sacct
+        .env("SLURM_TIME_FORMAT", "%s")
+        .args(["-X", "-n", "-P", "-a", "-s", ENDED, "-E", "now"])
+        .arg("-S")
+        .arg(format!("now-{}", settings.lookback.as_secs().max(1)))
+        .args(["-o", "JobIDRaw,Cluster,NodeList,End,AdminComment"]);
+    Ok(parse_ended(&accounting::sacct_run(&mut sacct, settings.timeout)?))
+}
+
+/// Parses `sacct -X -n -P -o JobIDRaw,Cluster,NodeList,End,AdminComment` (End in Unix s),
+/// keeping jobs that ran on nodes and hold no summary.
+pub fn parse_ended(text: &str) -> Vec<Ended> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(5, '|');
+            let job = fields.next()?.trim().parse().ok()?;
+            let cluster = fields.next()?.trim().to_string();
+            let nodes = match fields.next()?.trim() {
+                // A job cancelled before it started.
+                "None assigned" | "" => Vec::new(),
+                list => hostlist::expand(list).ok()?,
+            };
+            let end = fields.next()?.trim().parse().ok()?;
+            let comment = fields.next().unwrap_or("").to_string();
+            (summary::read(&comment).is_none() && !nodes.is_empty()).then_some(Ended {
+                job,
+                cluster,
+                nodes,
+                end,
+                comment,
+            })
+        })
+        .collect()
+}
+
+/// The summary of `job` in Slurm's accounting, as the caller may see it (`sacct` applies the
+/// site's `PrivateData`); `None` when it has none (yet).
+pub fn from_accounting(job: u32, timeout: Duration) -> Result<Option<JobSummary>, String> {
+    let mut sacct = Command::new("sacct");
+    sacct.args(["-X", "-n", "-P", "-j", &job.to_string(), "-o", "AdminComment"]);
+    let text = accounting::sacct_run(&mut sacct, timeout).map_err(|e| e.to_string())?;
+    // One line per record with that id (ids restart when slurmctld loses its state): the last.
+    match text.lines().rev().find_map(summary::read) {
+        Some(read) => read.map(Some).map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
+
+/// Gathers and writes the summary of each of `ended` (the first [`PER_LOOP`]), asking the
+/// nodes at their addresses in `seen`, at `now` (Unix s).
+pub fn write(link: &Nodes, seen: &[Node], ended: &[Ended], settings: &Settings, now: i64) -> Written {
+    let nodes: BTreeMap<&str, &Node> = seen.iter().map(|n| (n.name.as_str(), n)).collect();
+    let mut done = Written::default();
+    for job in ended.iter().take(PER_LOOP) {
+        let (parts, missing) = gather(link, &nodes, job, settings.bins);
+        let waited = now - job.end >= settings.wait.as_secs() as i64;
+        if !missing.is_empty() && !waited {
+            let names: Vec<&str> = missing.iter().map(|m| m.node.as_str()).collect();
+            done.waiting.push((job.job, format!("waiting for {}", names.join(","))));
+            continue;
+        }
+        let summary = JobSummary { job: job.job, written: now, nodes: parts, missing };
+        match store(&summary, job, settings.timeout) {
+            Ok(()) => done.written.push((job.job, summary.missing.iter().map(|m| m.node.clone()).collect())),
+            Err(e) => done.failed.push((job.job, e)),
+        }
+    }
+    for (job, missing) in &done.written {
+        info!(job, missing = ?missing, "job summary written into Slurm's accounting");
+    }
+    for (job, why) in &done.failed {
+        warn!(job, error = %why, "cannot write the job's summary; next loop");
+    }
+    done
+}
+
+/// Each node's part of `job`, and the nodes that gave none.
+fn gather(
+    link: &Nodes,
+    nodes: &BTreeMap<&str, &Node>,
+    job: &Ended,
+    bins: u32,
+) -> (Vec<NodeSummary>, Vec<Missing>) {
+    let missing = |node: &str, why: String| Missing { node: node.to_string(), why };
+    let (mut parts, mut gone) = (Vec::new(), Vec::new());
+    let mut asks = Vec::new();
+    for name in &job.nodes {
+        match nodes.get(name.as_str()) {
+            Some(node) if node.power != Power::On => gone.push(missing(name, "powered down".into())),
+            Some(node) => asks.push((name, node.addr.as_str())),
+            None => asks.push((name, name.as_str())),
+        }
+    }
+    let requests: Vec<(&str, Request)> =
+        asks.iter().map(|(_, addr)| (*addr, Request::JobSummary { job: job.job, bins })).collect();
+    for ((name, _), answer) in asks.iter().zip(link.call_all(&requests)) {
+        match answer {
+            Ok(Ok(Reply::JobSummary { mut summary })) => {
+                if summary.records.iter().any(|r| r.state == JobState::Running) {
+                    gone.push(missing(name, "its record of the job is still open".into()));
+                } else {
+                    summary.node = name.to_string();
+                    parts.push(summary);
+                }
+            }
+            Ok(Ok(other)) => gone.push(missing(name, format!("unexpected answer {other:?}"))),
+            Ok(Err(refusal)) => gone.push(missing(name, format!("wattsond: {refusal}"))),
+            Err(why) => gone.push(missing(name, why)),
+        }
+    }
+    (parts, gone)
+}
+
+/// Writes `summary` into `job`'s `AdminComment`.
+fn store(summary: &JobSummary, job: &Ended, timeout: Duration) -> Result<(), String> {
+    let text = summary::admin_comment(&job.comment, summary).map_err(|e| e.to_string())?;
+    let mut sacctmgr = Command::new("sacctmgr");
+    sacctmgr.args(["-i", "modify", "job", "where", &format!("jobid={}", job.job)]);
+    if !job.cluster.is_empty() {
+        sacctmgr.arg(format!("cluster={}", job.cluster));
+    }
+    sacctmgr.args(["set", &format!("AdminComment={text}")]);
+    command::run(&mut sacctmgr, timeout).map(drop).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ended_jobs_without_a_summary_are_listed_with_their_nodes() {
+        let summarized = summary::admin_comment("wattson:policy=balanced", &JobSummary::default()).unwrap();
+        let text = format!(
+            "7|lab|n[1-2]|1700000100|wattson:policy=balanced\n8|lab|n1|1700000200|{summarized}\n\
+             9|lab|None assigned|1700000300|\n10|lab|n2|1700000400|a|b\nbad\n"
+        );
+        let ended = parse_ended(&text);
+        assert_eq!(ended.len(), 2, "{ended:?}");
+        assert_eq!(ended[0].job, 7);
+        assert_eq!(ended[0].nodes, ["n1", "n2"]);
+        assert_eq!((ended[0].end, ended[0].cluster.as_str()), (1_700_000_100, "lab"));
+        assert_eq!((ended[1].job, ended[1].comment.as_str()), (10, "a|b"));
+    }
+}
