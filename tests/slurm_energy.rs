@@ -68,67 +68,8 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     for (d, n) in daemons.iter_mut().zip(&nodes) {
         start_with_link(d, &n.addr, port, &munge);
     }
-    // Every GPU busy, at different loads: only the job's GPU on each node may count.
-    for (d, loads) in daemons.iter().zip([[0.9, 0.3], [0.6, 0.8]]) {
-        for (gpu, load) in loads.into_iter().enumerate() {
-            d.sim.set_load(gpu as u32, load).unwrap();
-        }
-    }
-    let done = daemons[0].dir.path().join("work-done");
-    let script = format!("#!/bin/sh\nsleep 10\ntouch {}\nsleep 1\n", done.display());
-    let id = lab.sbatch(&["-N", "2", "--gres=gpu:1"], &script).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while lab.job_info(id).is_none_or(|j| j.state != "RUNNING") {
-        assert!(Instant::now() < deadline, "job {id} never ran\n{}", lab.all_logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // A note as job_submit writes it: the summary goes after it.
-    lab.run_ok("scontrol", &["update", &format!("job={id}"), "AdminComment=wattson:policy=balanced"]);
-    // What the SPANK prolog does on each node (here by hand: one plugstack for both nodes of
-    // this lab would name one wattsond): the job's GPU 0 begins on each node's wattsond.
-    for d in &daemons {
-        d.begin(&id.to_string(), 0, "0");
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done.exists() {
-        assert!(Instant::now() < deadline, "the job never finished its work");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The work is done: the GPUs go idle, as real ones do when the job's processes exit.
-    for d in &daemons {
-        for gpu in 0..2 {
-            d.sim.set_load(gpu, 0.0).unwrap();
-        }
-    }
-    assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
-    let per_node: Vec<f64> = daemons
-        .iter()
-        .map(|d| {
-            d.end(&id.to_string());
-            d.record(&id.to_string()).energy_j()
-        })
-        .collect();
+    let (id, per_node, slurm_j) = two_node_job(&lab, &daemons);
     let wattson_j: f64 = per_node.iter().sum();
-    let sacct = || {
-        lab.run_ok(
-            "sacct",
-            &["-n", "-P", "-X", "-j", &id.to_string(), "-o", "JobID,NNodes,ConsumedEnergyRaw"],
-        )
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let slurm_j: f64 = loop {
-        let out = sacct();
-        let energy = out
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{id}|2|")))
-            .and_then(|e| e.trim().parse::<f64>().ok())
-            .filter(|&e| e > 0.0);
-        if let Some(e) = energy {
-            break e;
-        }
-        assert!(Instant::now() < deadline, "sacct shows no energy: {out}\n{}", lab.log("slurmdbd"));
-        std::thread::sleep(Duration::from_millis(300));
-    };
     println!(
         "sacct {slurm_j} J; wattson n1 {:.1} J + n2 {:.1} J = {wattson_j:.1} J",
         per_node[0], per_node[1]
@@ -190,5 +131,135 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
         "{}",
         String::from_utf8_lossy(&again.stdout)
     );
+
+    // From a host with no wattsond (a login node): every node's record, from the summary.
+    let login = lab.dir().join("etc/login.toml");
+    std::fs::write(
+        &login,
+        format!(
+            "[daemon]\nsocket = {:?}\nstore = {:?}\n",
+            lab.dir().join("none.sock"),
+            lab.dir().join("none.db")
+        ),
+    )
+    .unwrap();
+    let acct = |id: u32| {
+        let out = lab
+            .command(WATTSON)
+            .arg("-c")
+            .arg(&login)
+            .args(["acct", "-j", &id.to_string(), "-n", "-P", "-o", "JobID,NodeList,GPUEnergyRaw,Source"])
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let rows = acct(id);
+    let expected: String = ["n1", "n2"]
+        .iter()
+        .zip(&per_node)
+        .map(|(n, e)| format!("{id}|{n}|{}|summary\n", e.round() as u64))
+        .collect();
+    assert_eq!(rows, expected);
+
+    // A second job, and n2's wattsond stops before the controller asks: the summary is written
+    // without n2 once [ctld] summary_wait has passed (0s here), and the report still covers
+    // n2, from Slurm's own energy figure, marked as such.
+    let (id2, per_node2, slurm_j2) = two_node_job(&lab, &daemons);
+    daemons[1].stop();
+    let text = std::fs::read_to_string(&controller).unwrap();
+    std::fs::write(&controller, text.replace("[ctld]\n", "[ctld]\nsummary_wait = \"0s\"\n")).unwrap();
+    let written =
+        lab.command(WATTSON).arg("-c").arg(&controller).args(["summary", "write"]).output().unwrap();
+    assert_ok(&written);
+    assert_eq!(String::from_utf8_lossy(&written.stdout).trim(), format!("{id2}: written without n2"));
+    let rows = acct(id2);
+    let lines: Vec<&str> = rows.lines().collect();
+    assert_eq!(lines.len(), 2, "{rows}");
+    assert_eq!(lines[0], format!("{id2}|n1|{}|summary", per_node2[0].round() as u64));
+    let from_slurm: f64 = lines[1]
+        .strip_prefix(&format!("{id2}|n2|"))
+        .and_then(|l| l.strip_suffix("|slurm"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (from_slurm - (slurm_j2 - per_node2[0])).abs() <= 1.0,
+        "{from_slurm} vs {slurm_j2} - {}",
+        per_node2[0]
+    );
+    assert!(
+        common::rel_err(from_slurm, per_node2[1]) < 0.01,
+        "n2 from Slurm {from_slurm} J vs its record {} J",
+        per_node2[1]
+    );
     lab.stop();
+}
+
+/// Runs a job on both nodes' GPU 0 (every GPU busy at different loads: only the job's may
+/// count), begun and ended on each node's wattsond by hand as the SPANK plugin would; its id,
+/// each node's record energy (J) and Slurm's energy for the job (J).
+fn two_node_job(lab: &SlurmLab, daemons: &[Node]) -> (u32, Vec<f64>, f64) {
+    // Every GPU busy, at different loads: only the job's GPU on each node may count.
+    for (d, loads) in daemons.iter().zip([[0.9, 0.3], [0.6, 0.8]]) {
+        for (gpu, load) in loads.into_iter().enumerate() {
+            d.sim.set_load(gpu as u32, load).unwrap();
+        }
+    }
+    let dir = daemons[0].dir.path().display().to_string();
+    let script = format!("#!/bin/sh\nsleep 10\ntouch {dir}/done-$SLURM_JOB_ID\nsleep 1\n");
+    let id = lab.sbatch(&["-N", "2", "--gres=gpu:1"], &script).unwrap();
+    let done = daemons[0].dir.path().join(format!("done-{id}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lab.job_info(id).is_none_or(|j| j.state != "RUNNING") {
+        assert!(Instant::now() < deadline, "job {id} never ran\n{}", lab.all_logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A note as job_submit writes it: the summary goes after it.
+    lab.run_ok("scontrol", &["update", &format!("job={id}"), "AdminComment=wattson:policy=balanced"]);
+    // What the SPANK prolog does on each node (here by hand: one plugstack for both nodes of
+    // this lab would name one wattsond): the job's GPU 0 begins on each node's wattsond.
+    for d in daemons {
+        d.begin(&id.to_string(), 0, "0");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done.exists() {
+        assert!(Instant::now() < deadline, "the job never finished its work");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The work is done: the GPUs go idle, as real ones do when the job's processes exit.
+    for d in daemons {
+        for gpu in 0..2 {
+            d.sim.set_load(gpu, 0.0).unwrap();
+        }
+    }
+    assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    let per_node: Vec<f64> = daemons
+        .iter()
+        .map(|d| {
+            d.end(&id.to_string());
+            d.record(&id.to_string()).energy_j()
+        })
+        .collect();
+    let sacct = || {
+        lab.run_ok(
+            "sacct",
+            &["-n", "-P", "-X", "-j", &id.to_string(), "-o", "JobID,NNodes,ConsumedEnergyRaw"],
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let slurm_j: f64 = loop {
+        let out = sacct();
+        let energy = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{id}|2|")))
+            .and_then(|e| e.trim().parse::<f64>().ok())
+            .filter(|&e| e > 0.0);
+        if let Some(e) = energy {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "sacct shows no energy: {out}\n{}", lab.log("slurmdbd"));
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    (id, per_node, slurm_j)
 }

@@ -90,6 +90,34 @@ pub enum Column {
     /// Estimate: energy the settled part would have taken at the highest limit minus what
     /// it took.
     EnergySaved,
+    /// Where the row's figures come from: `node` (this node's wattsond), `summary` (the job's
+    /// wattson summary in Slurm's accounting) or `slurm` (Slurm's own energy figure, for nodes
+    /// that gave no summary).
+    Source,
+}
+
+/// Where a row's figures come from.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Source {
+    /// This node's wattsond, or its store.
+    #[default]
+    Node,
+    /// The job's wattson summary in Slurm's accounting.
+    Summary,
+    /// Slurm's own accounting (its energy figure in J, where it has one): the nodes of the job
+    /// that gave no summary.
+    Slurm(Option<f64>),
+}
+
+impl Source {
+    /// `node`, `summary` or `slurm`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Node => "node",
+            Source::Summary => "summary",
+            Source::Slurm(_) => "slurm",
+        }
+    }
 }
 
 /// `wattson acct`'s columns when none are asked for.
@@ -146,6 +174,7 @@ impl Column {
             Column::PredSlowdown => (12, false),
             Column::Slowdown => (8, false),
             Column::EnergySaved => (14, false),
+            Column::Source => (7, false),
         }
     }
 
@@ -189,6 +218,8 @@ pub struct Style {
     /// Slurm's state of each job and step by id (`42`, `42.batch`), from its accounting;
     /// a record with none shows wattson's own (RUNNING or COMPLETED).
     pub slurm_states: BTreeMap<String, SlurmState>,
+    /// Where each record's figures come from, by (node, job or step id); absent: [`Source::Node`].
+    pub sources: BTreeMap<(String, String), Source>,
 }
 
 impl Default for Style {
@@ -199,11 +230,25 @@ impl Default for Style {
             delimiter: "|".to_string(),
             unit: None,
             slurm_states: BTreeMap::new(),
+            sources: BTreeMap::new(),
         }
     }
 }
 
 impl Style {
+    /// Where `r`'s figures come from.
+    pub fn source(&self, r: &JobRecord) -> Source {
+        self.sources.get(&(r.node.clone(), r.key.to_string())).copied().unwrap_or_default()
+    }
+
+    /// `r`'s GPU energy in J: its meters', or Slurm's figure for a row from Slurm.
+    pub fn energy_j(&self, r: &JobRecord) -> f64 {
+        match self.source(r) {
+            Source::Slurm(energy) => energy.unwrap_or(0.0),
+            Source::Node | Source::Summary => r.energy_j(),
+        }
+    }
+
     /// The job's Slurm state if known, else the record's.
     pub fn state(&self, r: &JobRecord) -> SlurmState {
         self.slurm_states.get(&r.key.to_string()).copied().unwrap_or(match r.state {
@@ -300,7 +345,7 @@ where
     let mut out = String::new();
     match format {
         Format::Json => {
-            let jobs: Vec<Value> = records.iter().map(|r| job_json(r, style.state(r), now_ns)).collect();
+            let jobs: Vec<Value> = records.iter().map(|r| job_json(r, style, now_ns)).collect();
             out = serde_json::to_string_pretty(&json!({ "jobs": jobs })).unwrap_or_default();
             out.push('\n');
         }
@@ -403,10 +448,10 @@ where
         Column::Elapsed => units::elapsed(time::whole_secs(r.begin_ns, r.end_ns.unwrap_or(now_ns))),
         Column::State => style.state(r).as_str().to_string(),
         Column::GpuEnergy => match style.unit {
-            Some(unit) => units::energy_in(units::joules_raw(r.energy_j()), unit),
-            None => units::energy(units::joules_raw(r.energy_j())),
+            Some(unit) => units::energy_in(units::joules_raw(style.energy_j(r)), unit),
+            None => units::energy(units::joules_raw(style.energy_j(r))),
         },
-        Column::GpuEnergyRaw => units::joules_raw(r.energy_j()).to_string(),
+        Column::GpuEnergyRaw => units::joules_raw(style.energy_j(r)).to_string(),
         Column::AvgGpuPower => opt(avg_power_w(r, now_ns), "W"),
         Column::PeakGpuPower => opt(peak_power_w(r), "W"),
         Column::AvgSmClock => opt(avg_sm_clock(r), "MHz"),
@@ -435,6 +480,7 @@ where
                 if j < 0.0 { format!("-{text}") } else { text }
             })
             .unwrap_or_default(),
+        Column::Source => style.source(r).as_str().to_string(),
     }
 }
 
@@ -449,7 +495,7 @@ fn rfc3339(ns: i64) -> String {
 
 /// One record with full values, for `--json`: `state` is Slurm's where known, `record_state`
 /// wattson's own.
-fn job_json(r: &JobRecord, state: SlurmState, now_ns: i64) -> Value {
+fn job_json(r: &JobRecord, style: &Style, now_ns: i64) -> Value {
     let gpus: Vec<Value> = r
         .gpus
         .iter()
@@ -479,14 +525,15 @@ fn job_json(r: &JobRecord, state: SlurmState, now_ns: i64) -> Value {
         "uid": r.uid,
         "user": r.user,
         "node": r.node,
-        "state": state.as_str(),
+        "state": style.state(r).as_str(),
+        "source": style.source(r).as_str(),
         "record_state": r.state.as_str(),
         "begin_ns": r.begin_ns,
         "end_ns": r.end_ns,
         "start": rfc3339(r.begin_ns),
         "end": r.end_ns.map(rfc3339),
         "elapsed_s": r.elapsed_s(now_ns),
-        "energy_j": r.energy_j(),
+        "energy_j": style.energy_j(r),
         "avg_gpu_power_w": avg_power_w(r, now_ns),
         "peak_gpu_power_w": peak_power_w(r),
         "avg_sm_clock_mhz": avg_sm_clock(r),

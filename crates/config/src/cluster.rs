@@ -72,7 +72,7 @@ pub struct CtldConfig {
     #[serde(default = "default_measurements_file")]
     pub measurements_file: PathBuf,
     /// How long after a job ends its summary waits for a node that does not answer (or has not
-    /// closed its record) before it is written without that node (1m to 1d).
+    /// closed its record) before it is written without that node (0s to 1d).
     #[serde(default = "default_summary_wait", deserialize_with = "summary_wait")]
     pub summary_wait: Duration,
     /// Bins of each GPU's power trace in a job's summary (1 to 2000).
@@ -154,7 +154,7 @@ fn default_summary_wait() -> Duration {
     Duration::from_secs(600)
 }
 fn summary_wait<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    duration_in(d, Duration::from_secs(60), Duration::from_secs(86_400))
+    duration_in(d, Duration::ZERO, Duration::from_secs(86_400))
 }
 fn default_summary_bins() -> u32 {
     120

@@ -103,7 +103,7 @@ pub fn job_states(jobs: &[u32], timeout: Duration) -> Result<BTreeMap<String, Sl
 
 /// Runs a `sacct` command: its output, or [`AccountingError::Absent`] where this host or
 /// cluster keeps no accounting.
-pub(crate) fn sacct_run(sacct: &mut Command, timeout: Duration) -> Result<String, AccountingError> {
+pub fn sacct_run(sacct: &mut Command, timeout: Duration) -> Result<String, AccountingError> {
     match command::run(sacct, timeout) {
         Ok(text) => Ok(text),
         Err(CommandError::Start { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {

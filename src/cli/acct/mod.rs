@@ -1,8 +1,12 @@
 //! `wattson acct`: recorded jobs' GPU energy, with `sacct`'s flags and layout.
 //!
-//! Asks wattsond, which decides from the caller's credentials what it may see. When the daemon
-//! is not running, reads the store directly and applies the same rule; then the file's
-//! permissions decide who can read at all.
+//! Across the cluster from Slurm's accounting and the jobs' wattson summaries in it
+//! ([`cluster`]), with this node's own records in place of the summary's for this node: asks
+//! wattsond, which decides from the caller's credentials what it may see; when the daemon is
+//! not running, reads the store directly and applies the same rule (then the file's
+//! permissions decide who can read at all).
+
+mod cluster;
 
 use std::collections::BTreeMap;
 
@@ -76,6 +80,9 @@ pub struct AcctArgs {
     /// Full records as JSON
     #[arg(long)]
     json: bool,
+    /// Only this node's records (its wattsond, else its store), not Slurm's accounting
+    #[arg(long)]
+    local: bool,
     /// Instead of the record, the job's power series on this node (one job with -j): time,
     /// GPU, power (W), SM clock (MHz), utilisation (%), the job's energy on that GPU so far
     /// (J); `|`-separated, or JSON with --json
@@ -111,7 +118,8 @@ pub fn run(config: &Config, args: AcctArgs) -> Result<(), String> {
     }
     let filter = filter(&args)?;
     let keep = Keep::from_args(&args)?;
-    let mut records = fetch(config, filter)?;
+    let mut records =
+        if args.local { fetch(config, filter)? } else { everywhere(config, filter, &mut style)? };
     style.slurm_states = slurm_states(&records, config.ctld.command_timeout);
     records.retain(|r| keep.admits(r, &style));
     print!("{}", report::render_styled(&records, &columns, format, &style, now_ns(), &chrono::Local));
@@ -233,6 +241,34 @@ fn slurm_states(records: &[JobRecord], timeout: std::time::Duration) -> BTreeMap
 
 fn resolve_user(user: &str) -> Result<u32, String> {
     wattson_config::users::uid_of(user).ok_or_else(|| format!("unknown user {user:?}"))
+}
+
+/// The cluster's records from Slurm's accounting, with this node's own in place of their
+/// summary's; this node's alone where Slurm keeps no accounting.
+fn everywhere(config: &Config, filter: AcctFilter, style: &mut Style) -> Result<Vec<JobRecord>, String> {
+    let local = fetch(config, filter.clone());
+    let cluster = match cluster::fetch(&filter, config.ctld.command_timeout) {
+        Ok(cluster) => cluster,
+        Err(AccountingError::Absent) => return local,
+        Err(e) => {
+            let records = local.map_err(|local| format!("{local}; and from Slurm's accounting: {e}"))?;
+            eprintln!("wattson acct: this node's jobs only: Slurm's accounting is unavailable: {e}");
+            return Ok(records);
+        }
+    };
+    // No wattsond and no store here (a login node): the cluster's view is the whole answer.
+    let local = local.unwrap_or_default();
+    let here: std::collections::BTreeSet<(String, String)> =
+        local.iter().map(|r| (r.node.clone(), r.key.to_string())).collect();
+    let mut records: Vec<JobRecord> = cluster
+        .records
+        .into_iter()
+        .filter(|r| !here.contains(&(r.node.clone(), r.key.to_string())))
+        .collect();
+    style.sources = cluster.sources;
+    records.extend(local);
+    records.sort_by(|a, b| (a.key.job_id, &a.node, &a.key.step).cmp(&(b.key.job_id, &b.node, &b.key.step)));
+    Ok(records)
 }
 
 /// Asks the daemon; if none runs, reads the store with the same visibility rule.

@@ -1,0 +1,193 @@
+//! `wattson acct` across the cluster, from any host with Slurm's client: the jobs `sacct` shows
+//! the caller (Slurm applies the site's `PrivateData`; nothing here widens it), each with the
+//! records of its wattson summary (`AdminComment`). A GPU job's nodes that gave no summary
+//! (not yet written, or their wattsond did not answer) show as one row with Slurm's own energy
+//! figure for them, marked as such.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use chrono::TimeZone;
+
+use crate::report::Source;
+use wattson_ctld::accounting::{self, AccountingError};
+use wattson_ctld::summary;
+use wattson_protocol::AcctFilter;
+use wattson_types::job::{Hints, JobKey, JobRecord, JobState};
+
+/// Records and where each one's figures come from, by (node, job or step id).
+#[derive(Debug, Default)]
+pub struct Cluster {
+    /// The records, jobs in sacct's order.
+    pub records: Vec<JobRecord>,
+    /// Where each record's figures come from.
+    pub sources: BTreeMap<(String, String), Source>,
+}
+
+/// The fields asked of `sacct`, in order.
+const FIELDS: &str = "JobIDRaw,UID,User,JobName,NodeList,Start,End,ConsumedEnergyRaw,AllocTRES,AdminComment";
+
+/// One job as `sacct -X` shows it (times in Unix s).
+#[derive(Debug, PartialEq)]
+struct Row {
+    job: u32,
+    uid: u32,
+    user: String,
+    name: String,
+    nodes: String,
+    start: i64,
+    end: Option<i64>,
+    energy_j: Option<f64>,
+    gpus: bool,
+    comment: String,
+}
+
+/// The cluster's records matching `filter`, as the caller may see them.
+pub fn fetch(filter: &AcctFilter, timeout: Duration) -> Result<Cluster, AccountingError> {
+    let mut sacct = Command::new("sacct");
+    sacct.env("SLURM_TIME_FORMAT", "%s").args(["-X", "-n", "-P", "-o", FIELDS]);
+    let mut jobs: Vec<u32> = filter.jobs.iter().map(|k| k.job_id).collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    if !jobs.is_empty() {
+        sacct.arg("-j").arg(jobs.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+    }
+    match filter.uid {
+        Some(uid) => sacct.arg("-u").arg(uid.to_string()),
+        None => sacct.arg("-a"),
+    };
+    let local = |ns: i64| chrono::Local.timestamp_nanos(ns).format("%Y-%m-%dT%H:%M:%S").to_string();
+    if let Some(ns) = filter.start_ns {
+        sacct.arg("-S").arg(local(ns));
+    }
+    if let Some(ns) = filter.end_ns {
+        sacct.arg("-E").arg(local(ns));
+    }
+    let text = accounting::sacct_run(&mut sacct, timeout)?;
+    let mut cluster = records_of(text.lines().filter_map(parse_row));
+    // A step asked for by id shows only that step, as the node's own query does.
+    cluster.records.retain(|r| {
+        filter.jobs.is_empty()
+            || filter
+                .jobs
+                .iter()
+                .any(|k| k.job_id == r.key.job_id && (k.step.is_empty() || k.step == r.key.step))
+    });
+    Ok(cluster)
+}
+
+fn parse_row(line: &str) -> Option<Row> {
+    let mut f = line.splitn(10, '|');
+    let mut next = || f.next().map(str::trim);
+    let job = next()?.parse().ok()?;
+    let uid = next()?.parse().ok()?;
+    let (user, name, nodes) = (next()?.to_string(), next()?.to_string(), next()?.to_string());
+    let start = next()?.parse().ok()?;
+    let end = next()?.parse().ok();
+    let energy_j = next()?.parse().ok();
+    let gpus = next()?.contains("gres/gpu");
+    let comment = next().unwrap_or("").to_string();
+    Some(Row { job, uid, user, name, nodes, start, end, energy_j, gpus, comment })
+}
+
+/// Each row's summary records, and a Slurm row for the GPU nodes that gave none.
+fn records_of(rows: impl Iterator<Item = Row>) -> Cluster {
+    let mut cluster = Cluster::default();
+    for row in rows {
+        let (mut covered_j, mut missing) = (0.0, Vec::new());
+        // A GPU job: one with a summary, GPUs in its TRES (where the site tracks gres/gpu), or
+        // energy from acct_gather_energy/wattson, which counts GPUs only.
+        let mut gpu_job = row.gpus || row.energy_j.is_some_and(|e| e > 0.0);
+        match summary::read(&row.comment) {
+            Some(Ok(summary)) => {
+                for record in summary.nodes.into_iter().flat_map(|n| n.records) {
+                    if record.key.step.is_empty() {
+                        covered_j += record.energy_j();
+                    }
+                    cluster.sources.insert((record.node.clone(), record.key.to_string()), Source::Summary);
+                    cluster.records.push(record);
+                }
+                missing = summary.missing.into_iter().map(|m| m.node).collect();
+                gpu_job = true;
+            }
+            Some(Err(_)) | None => missing.push(row.nodes.clone()),
+        }
+        if missing.is_empty() || !gpu_job {
+            continue;
+        }
+        let record = JobRecord {
+            key: JobKey::job(row.job),
+            uid: row.uid,
+            user: Some(row.user),
+            name: Some(row.name),
+            node: missing.join(","),
+            begin_ns: row.start * 1_000_000_000,
+            end_ns: row.end.map(|s| s * 1_000_000_000),
+            state: if row.end.is_some() { JobState::Completed } else { JobState::Running },
+            hints: Hints::default(),
+            policy: None,
+            gpus: Vec::new(),
+            dvfs: None,
+        };
+        let energy = row.energy_j.map(|e| (e - covered_j).max(0.0));
+        cluster.sources.insert((record.node.clone(), record.key.to_string()), Source::Slurm(energy));
+        cluster.records.push(record);
+    }
+    cluster
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wattson_ctld::summary::{JobSummary, Missing};
+    use wattson_types::summary::NodeSummary;
+
+    #[test]
+    fn summaries_give_each_nodes_records_and_slurm_fills_the_nodes_without_one() {
+        let record = |node: &str| JobRecord {
+            key: JobKey::job(7),
+            uid: 1000,
+            user: Some("alice".into()),
+            name: Some("train".into()),
+            node: node.into(),
+            begin_ns: 1,
+            end_ns: Some(2),
+            state: JobState::Completed,
+            hints: Hints::default(),
+            policy: None,
+            gpus: Vec::new(),
+            dvfs: None,
+        };
+        let summary = JobSummary {
+            job: 7,
+            written: 3,
+            nodes: vec![NodeSummary {
+                node: "n1".into(),
+                records: vec![record("n1")],
+                ..NodeSummary::default()
+            }],
+            missing: vec![Missing { node: "n2".into(), why: "timed out".into() }],
+        };
+        let comment = summary::admin_comment("wattson:policy=balanced", &summary).unwrap();
+        let text = format!(
+            "7|1000|alice|train|n[1-2]|100|200|5000|cpu=2,gres/gpu=2|{comment}\n\
+             8|1000|alice|prep|n3|100|Unknown|40|cpu=2,gres/gpu=1|\n\
+             9|1000|alice|cpu-only|n3|100|200|0|cpu=2|\n\
+             10|1000|alice|untracked-gres|n4|100|200|70|cpu=2|\n"
+        );
+        let cluster = records_of(text.lines().filter_map(parse_row));
+        let nodes: Vec<(&str, u32)> =
+            cluster.records.iter().map(|r| (r.node.as_str(), r.key.job_id)).collect();
+        assert_eq!(nodes, [("n1", 7), ("n2", 7), ("n3", 8), ("n4", 10)]);
+        let source = |node: &str, id: &str| cluster.sources[&(node.to_string(), id.to_string())];
+        assert_eq!(source("n1", "7"), Source::Summary);
+        // n1's record has no GPUs (0 J), so n2's part is all of Slurm's figure.
+        assert_eq!(source("n2", "7"), Source::Slurm(Some(5000.0)));
+        assert_eq!(source("n3", "8"), Source::Slurm(Some(40.0)));
+        assert_eq!(
+            (cluster.records[2].state, cluster.records[2].begin_ns),
+            (JobState::Running, 100_000_000_000)
+        );
+    }
+}
