@@ -2,7 +2,8 @@
 //! MariaDB) with two GPU nodes, each slurmd with `acct_gather_energy/wattson` talking to its own
 //! wattsond on simulated GPUs. Slurm sums a job's nodes: the job's `sacct` energy is the sum of
 //! what each node's wattsond metered for it. After the job, `wattson ctld` gathers both nodes'
-//! records over the link into the job's summary in Slurm's accounting (`AdminComment`).
+//! records over the link into the job's summary in Slurm's accounting (`AdminComment`), which
+//! `wattson acct` reads from a host with no wattsond, as `sacct` lets each user see it.
 
 mod common;
 mod slurm_lab;
@@ -17,7 +18,7 @@ const WATTSON: &str = env!("CARGO_BIN_EXE_wattson");
 
 /// slurm.conf for Slurm's energy accounting fed by wattson (docs/slurm.md).
 const ENERGY_CONF: &str = "AcctGatherEnergyType=acct_gather_energy/wattson\nJobAcctGatherType=jobacct_gather/linux\n\
-                           JobAcctGatherFrequency=task=1\nPrologFlags=Alloc,Contain";
+                           JobAcctGatherFrequency=task=1\nPrologFlags=Alloc,Contain\nPrivateData=jobs";
 
 /// A wattsond (not started) on 2 simulated H100s that calls itself `name`.
 fn node(name: &str) -> Node {
@@ -193,6 +194,50 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
         "n2 from Slurm {from_slurm} J vs its record {} J",
         per_node2[1]
     );
+
+    // A user sees only their own jobs: Slurm's PrivateData=jobs hides root's jobs from nobody
+    // even with -a, and nobody's own job shows.
+    let nobody = 65534;
+    // Under PrivateData, slurmdbd shows a user the jobs of their associations: nobody gets one
+    // before submitting.
+    lab.run_ok("sacctmgr", &["-i", "add", "user", "name=nobody", "account=root"]);
+    let id3 = lab
+        .sbatch(
+            &["--uid", &nobody.to_string(), "-o", "/dev/null", "-w", "n1", "--gres=gpu:1"],
+            "#!/bin/sh\nsleep 3\n",
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lab.job_info(id3).is_none_or(|j| j.state != "RUNNING") {
+        assert!(Instant::now() < deadline, "job {id3} never ran\n{}", lab.all_logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    daemons[0].begin(&id3.to_string(), nobody, "0");
+    lab.wait_job(id3, Duration::from_secs(60));
+    daemons[0].end(&id3.to_string());
+    assert_ok(&lab.command(WATTSON).arg("-c").arg(&controller).args(["summary", "write"]).output().unwrap());
+    for dir in [lab.dir().to_path_buf(), lab.dir().join("etc"), lab.dir().join("run")] {
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let acct_as = |uid: u32, which: &[&str]| {
+        let mut command = lab.command(WATTSON);
+        command.arg("-c").arg(&login).arg("acct").args(which).args([
+            "-n",
+            "-P",
+            "-o",
+            "JobID,NodeList,Source",
+        ]);
+        let out = std::os::unix::process::CommandExt::uid(&mut command, uid).output().unwrap();
+        assert_ok(&out);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let everyone = ["-a", "-S", "now-1hours"];
+    assert_eq!(acct_as(nobody, &everyone), format!("{id3}|n1|summary\n"));
+    assert_eq!(acct_as(nobody, &["-j", &id.to_string()]), "", "root's job, asked for by id");
+    let all = acct_as(0, &everyone);
+    for job in [id, id2, id3] {
+        assert!(all.contains(&format!("{job}|n1|summary")), "root sees every job: {all}");
+    }
     lab.stop();
 }
 

@@ -10,12 +10,23 @@ pub struct Accounting {
     dbd_port: u16,
     mariadbd: Option<Child>,
     slurmdbd: Option<Child>,
+    /// slurm.conf's `PrivateData=` line, if any: slurmdbd enforces it for `sacct` from its own
+    /// configuration, so it is written there too.
+    private_data: Option<String>,
 }
 
 impl Accounting {
     /// Reserves the ports; the daemons start with [`SlurmLab::start_accounting`].
-    pub fn new() -> Accounting {
-        Accounting { db_port: free_port(), dbd_port: free_port(), mariadbd: None, slurmdbd: None }
+    pub fn new(extra_conf: &str) -> Accounting {
+        let private_data =
+            extra_conf.lines().find(|l| l.trim().starts_with("PrivateData=")).map(str::to_string);
+        Accounting {
+            db_port: free_port(),
+            dbd_port: free_port(),
+            mariadbd: None,
+            slurmdbd: None,
+            private_data,
+        }
     }
 }
 
@@ -36,8 +47,11 @@ impl SlurmLab {
 
     /// Starts MariaDB and slurmdbd, and waits until slurmdbd answers.
     pub(super) fn start_accounting(&mut self) {
-        let Some(ports) = self.accounting.as_ref().map(|a| (a.db_port, a.dbd_port)) else { return };
-        let (db_port, dbd_port) = ports;
+        let Some(found) = self.accounting.as_ref().map(|a| (a.db_port, a.dbd_port, a.private_data.clone()))
+        else {
+            return;
+        };
+        let (db_port, dbd_port, private_data) = found;
         let lab = self.path.clone();
         let data = lab.join("db/data");
         fs::create_dir_all(&data).expect("create db dir");
@@ -91,8 +105,9 @@ impl SlurmLab {
                 "DbdAddr=127.0.0.1\nDbdHost=localhost\nDbdPort={dbd_port}\nSlurmUser=root\nAuthType=auth/munge\n\
                  AuthInfo=socket={lab}/run/munge.sock\nLogFile={lab}/log/slurmdbd.log\nPidFile={lab}/run/slurmdbd.pid\n\
                  StorageType=accounting_storage/mysql\nStorageHost=127.0.0.1\nStoragePort={db_port}\nStorageUser=slurm\n\
-                 StoragePass={password}\nStorageLoc=slurm_acct_db\n",
-                lab = lab.display()
+                 StoragePass={password}\nStorageLoc=slurm_acct_db\n{private}",
+                lab = lab.display(),
+                private = private_data.map(|l| format!("{l}\n")).unwrap_or_default(),
             ),
         )
         .expect("write slurmdbd.conf");

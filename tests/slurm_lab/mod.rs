@@ -244,7 +244,7 @@ impl SlurmLab {
             eprintln!("slurm_lab: keeping lab directory {}", d.keep().display());
         }
         if opts.accounting {
-            lab.accounting = Some(accounting::Accounting::new());
+            lab.accounting = Some(accounting::Accounting::new(&opts.extra_conf));
         }
         lab.make_gpus();
         lab.write_config(&opts);
