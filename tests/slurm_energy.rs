@@ -16,13 +16,24 @@ use wattson_ctld::summary::{self, JobSummary};
 
 const WATTSON: &str = env!("CARGO_BIN_EXE_wattson");
 
+/// The login node's flat tariff (per kWh, 24 hours) and carbon intensity (g/kWh).
+const PRICE: &str = "0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2";
+const CO2: &str = "400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400";
+
 /// slurm.conf for Slurm's energy accounting fed by wattson (docs/slurm.md).
 const ENERGY_CONF: &str = "AcctGatherEnergyType=acct_gather_energy/wattson\nJobAcctGatherType=jobacct_gather/linux\n\
                            JobAcctGatherFrequency=task=1\nPrologFlags=Alloc,Contain\nPrivateData=jobs";
 
-/// A wattsond (not started) on 2 simulated H100s that calls itself `name`.
+/// A wattsond (not started) on 2 simulated H100s that calls itself `name`. Its GPUs draw
+/// nothing when idle: the records here are ended by hand a moment after Slurm's last poll
+/// (the epilog would end them at once), and an idle GPU's draw in that moment would count in
+/// one figure and not the other.
 fn node(name: &str) -> Node {
-    let node = Node::h100(2);
+    let mut gpus = fake_nvml::Config::uniform("H100", 2);
+    for gpu in &mut gpus.gpu {
+        gpu.idle_w = Some(0.0);
+    }
+    let node = Node::new(gpus, "200ms");
     let text = std::fs::read_to_string(&node.config).unwrap();
     std::fs::write(&node.config, text.replace("node_name = \"n1\"", &format!("node_name = \"{name}\"")))
         .unwrap();
@@ -138,7 +149,7 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     std::fs::write(
         &login,
         format!(
-            "[daemon]\nsocket = {:?}\nstore = {:?}\n",
+            "[daemon]\nsocket = {:?}\nstore = {:?}\n[prices]\nhourly_utc = [{PRICE}]\n[carbon]\nhourly_utc = [{CO2}]\n",
             lab.dir().join("none.sock"),
             lab.dir().join("none.db")
         ),
@@ -194,6 +205,28 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
         "n2 from Slurm {from_slurm} J vs its record {} J",
         per_node2[1]
     );
+    // The report sums both jobs, marks the part that is Slurm's, and prices it.
+    let report = |uid: u32, which: &[&str]| {
+        let mut command = lab.command(WATTSON);
+        command.arg("-c").arg(&login).args(["report", "-S", "now-1hours", "--json"]).args(which);
+        let out = std::os::unix::process::CommandExt::uid(&mut command, uid).output().unwrap();
+        assert_ok(&out);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let totals = report(0, &[]);
+    let groups: Vec<&str> = totals.as_array().unwrap().iter().map(|t| t["group"].as_str().unwrap()).collect();
+    assert_eq!(groups, ["root", "TOTAL"], "{totals}");
+    let root = &totals[0];
+    let kwh = (wattson_j + per_node2[0] + from_slurm) / 3.6e6;
+    let field = |name: &str| root[name].as_f64().unwrap();
+    assert_eq!(root["jobs"], 2);
+    // (to the joule: acct printed n2's part in whole joules)
+    let joule = 1.0 / 3.6e6;
+    assert!((field("energy_kwh") - kwh).abs() < joule, "{root} vs {kwh} kWh");
+    assert!((field("from_slurm_kwh") - from_slurm / 3.6e6).abs() < joule, "{root}");
+    let (cost, co2) = (field("cost") / field("energy_kwh"), field("co2_kg") / field("energy_kwh"));
+    assert!((cost - 0.2).abs() < 1e-9 && (co2 - 0.4).abs() < 1e-9, "{root}");
+    assert!(field("gpu_hours") > 3.0 * 10.0 / 3600.0, "three nodes' GPU 0 for 10 s or more: {root}");
 
     // A user sees only their own jobs: Slurm's PrivateData=jobs hides root's jobs from nobody
     // even with -a, and nobody's own job shows.
@@ -238,6 +271,11 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     for job in [id, id2, id3] {
         assert!(all.contains(&format!("{job}|n1|summary")), "root sees every job: {all}");
     }
+    let groups = |totals: serde_json::Value| -> Vec<String> {
+        totals.as_array().unwrap().iter().map(|t| t["group"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(groups(report(nobody, &["-a"])), ["nobody", "TOTAL"]);
+    assert_eq!(groups(report(0, &["-a"])), ["nobody", "root", "TOTAL"]);
     lab.stop();
 }
 

@@ -8,6 +8,7 @@ pub mod docs;
 mod job;
 mod models;
 mod power;
+mod report;
 mod sim;
 mod status;
 mod summary;
@@ -34,6 +35,8 @@ pub struct Cli {
 enum Command {
     /// Report recorded jobs' GPU energy, in the layout and units of sacct.
     Acct(acct::AcctArgs),
+    /// GPU energy, GPU-hours, cost and CO2 summed by user, account, partition or GPU type.
+    Report(report::ReportArgs),
     /// Tell wattsond that a job began or ended (for Slurm Prolog/Epilog scripts).
     #[command(subcommand)]
     Job(job::JobCommand),
@@ -99,6 +102,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Acct(args) => acct::run(&config, args),
+        Command::Report(args) => report::run(&config, args),
         Command::Job(cmd) => job::run(&config, cmd),
         Command::Status(args) => status::run(&config, args),
         Command::Ctld(args) => ctld::run(config, args),

@@ -8,6 +8,7 @@
 //! its integer columns; wattson truncates every column the same way.) Empty values print blank.
 
 pub mod time;
+pub mod totals;
 pub mod units;
 
 use std::collections::BTreeMap;

@@ -127,7 +127,7 @@ fn bad_column_list_names_the_field_and_lists_all() {
         err,
         "unknown field \"Bogus\"; allowed fields: JobID, JobName, User, UID, NodeList, NGPUs, GPUs, Start, End, \
          Elapsed, State, GPUEnergy, GPUEnergyRaw, AvgGPUPower, PeakGPUPower, AvgSMClock, GPUUtil, Method, Events, \
-         Policy, Tag, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved"
+         Policy, Tag, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source"
     );
     assert!(Column::parse_list("").is_err());
     assert_eq!(cols(" jobid , gpuutil "), [Column::JobId, Column::GpuUtil]);

@@ -38,6 +38,9 @@ pub struct Config {
     /// `[prices]`: the electricity tariff that `--energy-defer` follows.
     #[serde(default)]
     pub prices: wattson_types::prices::PriceSchedule,
+    /// `[carbon]`: the grid's carbon intensity, for `wattson report`.
+    #[serde(default)]
+    pub carbon: wattson_types::prices::CarbonIntensity,
     /// `[engine]`: online probing and the learned models.
     #[serde(default)]
     pub engine: EngineConfig,

@@ -1,4 +1,5 @@
-//! Electricity prices by hour of day, and the cheapest time to start deferrable work.
+//! Electricity prices and the grid's carbon intensity by hour of day, and the cheapest time to
+//! start deferrable work.
 
 use serde::Deserialize;
 
@@ -12,22 +13,42 @@ pub struct PriceSchedule {
     pub hourly_utc: Vec<f64>,
 }
 
+/// `[carbon]` in `wattson.toml`: the grid's carbon intensity by hour of day.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CarbonIntensity {
+    /// Grams of CO2 per kWh for each hour of the day, in UTC, from 00:00 to 23:00 (24 values);
+    /// empty means unknown, so reports show no CO2.
+    #[serde(default, deserialize_with = "hourly")]
+    pub hourly_utc: Vec<f64>,
+}
+
+impl CarbonIntensity {
+    /// The intensity (g/kWh) at `t_s` (seconds since the epoch), if there is a table.
+    pub fn at(&self, t_s: i64) -> Option<f64> {
+        hour_of(&self.hourly_utc, t_s)
+    }
+}
+
+fn hour_of(hourly_utc: &[f64], t_s: i64) -> Option<f64> {
+    hourly_utc.get((t_s.rem_euclid(86_400) / 3600) as usize).copied()
+}
+
 fn hourly<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-    let prices = Vec::<f64>::deserialize(d)?;
-    if prices.len() != 24 || prices.iter().any(|p| !p.is_finite() || *p < 0.0) {
+    let values = Vec::<f64>::deserialize(d)?;
+    if values.len() != 24 || values.iter().any(|p| !p.is_finite() || *p < 0.0) {
         return Err(serde::de::Error::custom(format!(
-            "hourly_utc needs 24 prices (one per UTC hour, each >= 0), got {}",
-            prices.len()
+            "hourly_utc needs 24 values (one per UTC hour, each >= 0), got {}",
+            values.len()
         )));
     }
-    Ok(prices)
+    Ok(values)
 }
 
 impl PriceSchedule {
     /// The price at `t_s` (seconds since the epoch), if there is a tariff.
     pub fn price_at(&self, t_s: i64) -> Option<f64> {
-        let hour = t_s.rem_euclid(86_400) / 3600;
-        self.hourly_utc.get(hour as usize).copied()
+        hour_of(&self.hourly_utc, t_s)
     }
 
     /// The earliest start within `[now_s, now_s + window_s]` at the lowest price: `now_s`
@@ -70,6 +91,6 @@ mod tests {
     #[test]
     fn a_tariff_needs_24_prices() {
         let e = toml::from_str::<PriceSchedule>("hourly_utc = [0.1, 0.2]").unwrap_err();
-        assert!(e.to_string().contains("needs 24 prices"), "{e}");
+        assert!(e.to_string().contains("needs 24 values"), "{e}");
     }
 }

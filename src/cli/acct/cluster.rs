@@ -23,10 +23,26 @@ pub struct Cluster {
     pub records: Vec<JobRecord>,
     /// Where each record's figures come from.
     pub sources: BTreeMap<(String, String), Source>,
+    /// What Slurm says of each job beyond the records.
+    pub jobs: BTreeMap<u32, SlurmJob>,
 }
 
-/// The fields asked of `sacct`, in order.
-const FIELDS: &str = "JobIDRaw,UID,User,JobName,NodeList,Start,End,ConsumedEnergyRaw,AllocTRES,AdminComment";
+/// What Slurm's accounting says of a job that wattson's records do not.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlurmJob {
+    /// Its user's name.
+    pub user: String,
+    /// Its account.
+    pub account: String,
+    /// Its partition.
+    pub partition: String,
+    /// Its GPUs, where the site tracks `gres/gpu` in `AccountingStorageTRES`.
+    pub gpus: Option<u32>,
+}
+
+/// The fields asked of `sacct`, in order (`AdminComment` last: it may hold `|`).
+const FIELDS: &str =
+    "JobIDRaw,UID,User,JobName,NodeList,Start,End,ConsumedEnergyRaw,AllocTRES,Account,Partition,AdminComment";
 
 /// One job as `sacct -X` shows it (times in Unix s).
 #[derive(Debug, PartialEq)]
@@ -39,7 +55,7 @@ struct Row {
     start: i64,
     end: Option<i64>,
     energy_j: Option<f64>,
-    gpus: bool,
+    slurm: SlurmJob,
     comment: String,
 }
 
@@ -78,7 +94,7 @@ pub fn fetch(filter: &AcctFilter, timeout: Duration) -> Result<Cluster, Accounti
 }
 
 fn parse_row(line: &str) -> Option<Row> {
-    let mut f = line.splitn(10, '|');
+    let mut f = line.splitn(12, '|');
     let mut next = || f.next().map(str::trim);
     let job = next()?.parse().ok()?;
     let uid = next()?.parse().ok()?;
@@ -86,19 +102,27 @@ fn parse_row(line: &str) -> Option<Row> {
     let start = next()?.parse().ok()?;
     let end = next()?.parse().ok();
     let energy_j = next()?.parse().ok();
-    let gpus = next()?.contains("gres/gpu");
+    let gpus = gpu_count(next()?);
+    let (account, partition) = (next()?.to_string(), next()?.to_string());
     let comment = next().unwrap_or("").to_string();
-    Some(Row { job, uid, user, name, nodes, start, end, energy_j, gpus, comment })
+    let slurm = SlurmJob { user: user.clone(), account, partition, gpus };
+    Some(Row { job, uid, user, name, nodes, start, end, energy_j, slurm, comment })
+}
+
+/// The GPUs in a TRES list: `gres/gpu=2` (typed entries, `gres/gpu:h100=2`, repeat the count).
+fn gpu_count(tres: &str) -> Option<u32> {
+    tres.split(',').find_map(|t| t.strip_prefix("gres/gpu=")).and_then(|n| n.parse().ok())
 }
 
 /// Each row's summary records, and a Slurm row for the GPU nodes that gave none.
 fn records_of(rows: impl Iterator<Item = Row>) -> Cluster {
     let mut cluster = Cluster::default();
     for row in rows {
+        cluster.jobs.insert(row.job, row.slurm.clone());
         let (mut covered_j, mut missing) = (0.0, Vec::new());
         // A GPU job: one with a summary, GPUs in its TRES (where the site tracks gres/gpu), or
         // energy from acct_gather_energy/wattson, which counts GPUs only.
-        let mut gpu_job = row.gpus || row.energy_j.is_some_and(|e| e > 0.0);
+        let mut gpu_job = row.slurm.gpus.is_some_and(|n| n > 0) || row.energy_j.is_some_and(|e| e > 0.0);
         match summary::read(&row.comment) {
             Some(Ok(summary)) => {
                 for record in summary.nodes.into_iter().flat_map(|n| n.records) {
@@ -171,10 +195,10 @@ mod tests {
         };
         let comment = summary::admin_comment("wattson:policy=balanced", &summary).unwrap();
         let text = format!(
-            "7|1000|alice|train|n[1-2]|100|200|5000|cpu=2,gres/gpu=2|{comment}\n\
-             8|1000|alice|prep|n3|100|Unknown|40|cpu=2,gres/gpu=1|\n\
-             9|1000|alice|cpu-only|n3|100|200|0|cpu=2|\n\
-             10|1000|alice|untracked-gres|n4|100|200|70|cpu=2|\n"
+            "7|1000|alice|train|n[1-2]|100|200|5000|cpu=2,gres/gpu=2|physics|gpu|{comment}\n\
+             8|1000|alice|prep|n3|100|Unknown|40|cpu=2,gres/gpu=1|physics|gpu|\n\
+             9|1000|alice|cpu-only|n3|100|200|0|cpu=2|physics|cpu|\n\
+             10|1000|alice|untracked-gres|n4|100|200|70|cpu=2|chem|gpu|\n"
         );
         let cluster = records_of(text.lines().filter_map(parse_row));
         let nodes: Vec<(&str, u32)> =
@@ -189,5 +213,14 @@ mod tests {
             (cluster.records[2].state, cluster.records[2].begin_ns),
             (JobState::Running, 100_000_000_000)
         );
+        let job = |id: u32| cluster.jobs[&id].clone();
+        let physics = SlurmJob {
+            user: "alice".into(),
+            account: "physics".into(),
+            partition: "gpu".into(),
+            gpus: Some(2),
+        };
+        assert_eq!(job(7), physics);
+        assert_eq!((job(10).account.as_str(), job(10).gpus), ("chem", None));
     }
 }

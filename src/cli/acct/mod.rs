@@ -8,6 +8,8 @@
 
 mod cluster;
 
+pub(super) use cluster::Cluster;
+
 use std::collections::BTreeMap;
 
 use chrono::TimeZone;
@@ -118,8 +120,9 @@ pub fn run(config: &Config, args: AcctArgs) -> Result<(), String> {
     }
     let filter = filter(&args)?;
     let keep = Keep::from_args(&args)?;
-    let mut records =
-        if args.local { fetch(config, filter)? } else { everywhere(config, filter, &mut style)? };
+    let gathered = gather(config, filter, args.local)?;
+    style.sources = gathered.sources;
+    let mut records = gathered.records;
     style.slurm_states = slurm_states(&records, config.ctld.command_timeout);
     records.retain(|r| keep.admits(r, &style));
     print!("{}", report::render_styled(&records, &columns, format, &style, now_ns(), &chrono::Local));
@@ -161,30 +164,49 @@ impl Keep {
 }
 
 fn filter(args: &AcctArgs) -> Result<AcctFilter, String> {
+    let window =
+        Window { start: args.start.as_deref(), end: args.end.as_deref(), states: !args.states.is_empty() };
+    filter_for(&args.jobs, &args.users, args.all_users, window)
+}
+
+/// `-S`, `-E`, and whether `-s` was given.
+pub(super) struct Window<'a> {
+    pub(super) start: Option<&'a str>,
+    pub(super) end: Option<&'a str>,
+    pub(super) states: bool,
+}
+
+/// The query sacct's `-j`, `-u`, `-a`, `-S`, `-E` (and `-s`) ask for.
+pub(super) fn filter_for(
+    jobs: &[JobKey],
+    users: &[String],
+    all_users: bool,
+    window: Window,
+) -> Result<AcctFilter, String> {
     let now = chrono::Local::now();
-    let uid = match &args.users[..] {
+    let uid = match users {
         [user] => Some(resolve_user(user)?),
         // Several users: asked for all (the daemon still narrows a user to their own), kept
         // after.
         [_, _, ..] => None,
         // Like sacct: a user sees their own jobs unless they name jobs or ask for all.
-        [] if !args.all_users && args.jobs.is_empty() && caller_uid() != 0 => Some(caller_uid()),
+        [] if !all_users && jobs.is_empty() && caller_uid() != 0 => Some(caller_uid()),
         [] => None,
     };
     // sacct's default window: any time with -j; with -s, now (jobs in that state now); else
     // since midnight.
-    let start_ns = match &args.start {
+    let start_ns = match window.start {
         Some(s) => Some(report::parse_time(s, now)?),
-        None if !args.jobs.is_empty() => None,
-        None if !args.states.is_empty() => Some(report::parse_time("now", now)?),
+        None if !jobs.is_empty() => None,
+        None if window.states => Some(report::parse_time("now", now)?),
         None => Some(report::parse_time("today", now)?),
     };
-    let end_ns = match &args.end {
+    let end_ns = match window.end {
         Some(s) => Some(report::parse_time(s, now)?),
-        None if args.start.is_none() && args.jobs.is_empty() && !args.states.is_empty() => start_ns,
+        None if window.start.is_none() && jobs.is_empty() && window.states => start_ns,
         None => None,
     };
-    Ok(AcctFilter { jobs: args.jobs.clone(), uid, start_ns, end_ns })
+    Ok(AcctFilter { jobs: jobs.to_vec(), uid, start_ns, end_ns })
 }
 
 /// `--series`: asks wattsond for one job's series (the daemon decides who may see it).
@@ -239,21 +261,25 @@ fn slurm_states(records: &[JobRecord], timeout: std::time::Duration) -> BTreeMap
     }
 }
 
-fn resolve_user(user: &str) -> Result<u32, String> {
+pub(super) fn resolve_user(user: &str) -> Result<u32, String> {
     wattson_config::users::uid_of(user).ok_or_else(|| format!("unknown user {user:?}"))
 }
 
 /// The cluster's records from Slurm's accounting, with this node's own in place of their
-/// summary's; this node's alone where Slurm keeps no accounting.
-fn everywhere(config: &Config, filter: AcctFilter, style: &mut Style) -> Result<Vec<JobRecord>, String> {
+/// summary's; this node's alone with `local_only`, or where Slurm keeps no accounting.
+pub(super) fn gather(config: &Config, filter: AcctFilter, local_only: bool) -> Result<Cluster, String> {
     let local = fetch(config, filter.clone());
+    let only_local = |records| Cluster { records, ..Cluster::default() };
+    if local_only {
+        return local.map(only_local);
+    }
     let cluster = match cluster::fetch(&filter, config.ctld.command_timeout) {
         Ok(cluster) => cluster,
-        Err(AccountingError::Absent) => return local,
+        Err(AccountingError::Absent) => return local.map(only_local),
         Err(e) => {
             let records = local.map_err(|local| format!("{local}; and from Slurm's accounting: {e}"))?;
-            eprintln!("wattson acct: this node's jobs only: Slurm's accounting is unavailable: {e}");
-            return Ok(records);
+            eprintln!("wattson: this node's jobs only: Slurm's accounting is unavailable: {e}");
+            return Ok(only_local(records));
         }
     };
     // No wattsond and no store here (a login node): the cluster's view is the whole answer.
@@ -265,10 +291,9 @@ fn everywhere(config: &Config, filter: AcctFilter, style: &mut Style) -> Result<
         .into_iter()
         .filter(|r| !here.contains(&(r.node.clone(), r.key.to_string())))
         .collect();
-    style.sources = cluster.sources;
     records.extend(local);
     records.sort_by(|a, b| (a.key.job_id, &a.node, &a.key.step).cmp(&(b.key.job_id, &b.node, &b.key.step)));
-    Ok(records)
+    Ok(Cluster { records, ..cluster })
 }
 
 /// Asks the daemon; if none runs, reads the store with the same visibility rule.
