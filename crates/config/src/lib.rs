@@ -410,6 +410,22 @@ mod tests {
     }
 
     #[test]
+    fn the_carbon_table_and_summary_settings_are_read_and_checked() {
+        let hours = vec!["250"; 24].join(", ");
+        let c = Config::parse(
+            &format!("[carbon]\nhourly_utc = [{hours}]\n[ctld]\nsummary_wait = \"0s\"\nsummary_bins = 10\n"),
+            "x.toml",
+        )
+        .unwrap();
+        assert_eq!(c.carbon.at(7 * 3600), Some(250.0));
+        assert_eq!((c.ctld.summary_wait, c.ctld.summary_bins), (Duration::ZERO, 10));
+        let e = Config::parse("[carbon]\nhourly_utc = [1, 2]\n", "x.toml").unwrap_err().0;
+        assert!(e.contains("needs 24 values"), "{e}");
+        let e = Config::parse("[ctld]\nsummary_bins = 0\n", "x.toml").unwrap_err().0;
+        assert!(e.contains("outside 1 to 2000"), "{e}");
+    }
+
+    #[test]
     fn unknown_key_names_file_line_and_allowed_keys() {
         let e = Config::parse("[daemon]\n\nsampel_interval = \"1s\"\n", "/etc/w.toml").unwrap_err().0;
         assert!(e.starts_with("/etc/w.toml:3: "), "{e}");
