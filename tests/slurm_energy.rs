@@ -173,6 +173,20 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
         .map(|(n, e)| format!("{id}|{n}|{}|summary\n", e.round() as u64))
         .collect();
     assert_eq!(rows, expected);
+    // Its chart from there: both nodes' GPU 0.
+    let chart = lab.dir().join("job.svg");
+    let plotted = lab
+        .command(WATTSON)
+        .arg("-c")
+        .arg(&login)
+        .args(["acct", "-j", &id.to_string(), "--plot"])
+        .arg(&chart)
+        .output()
+        .unwrap();
+    assert_ok(&plotted);
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert_eq!(svg.matches("class=\"trace\"").count(), 2, "{svg}");
+    assert!(svg.contains(">n1 gpu0<") && svg.contains(">n2 gpu0<"), "{svg}");
 
     // A second job, and n2's wattsond stops before the controller asks: the summary is written
     // without n2 once [ctld] summary_wait has passed (0s here), and the report still covers
@@ -234,6 +248,15 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     // Under PrivateData, slurmdbd shows a user the jobs of their associations: nobody gets one
     // before submitting.
     lab.run_ok("sacctmgr", &["-i", "add", "user", "name=nobody", "account=root"]);
+    // slurmctld learns of it from slurmdbd a moment later; a job submitted before gets none.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !lab
+        .run_ok("scontrol", &["show", "assoc_mgr", "users=nobody", "flags=assoc"])
+        .contains("UserName=nobody")
+    {
+        assert!(Instant::now() < deadline, "slurmctld never learned of nobody's association");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let id3 = lab
         .sbatch(
             &["--uid", &nobody.to_string(), "-o", "/dev/null", "-w", "n1", "--gres=gpu:1"],
@@ -265,7 +288,15 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let everyone = ["-a", "-S", "now-1hours"];
-    assert_eq!(acct_as(nobody, &everyone), format!("{id3}|n1|summary\n"));
+    // slurmdbd applies a new user's associations to PrivateData a moment after sacctmgr
+    // returns: nobody's own job may take a few seconds to show.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut mine = acct_as(nobody, &everyone);
+    while mine.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        mine = acct_as(nobody, &everyone);
+    }
+    assert_eq!(mine, format!("{id3}|n1|summary\n"), "{}", lab.log("slurmdbd"));
     assert_eq!(acct_as(nobody, &["-j", &id.to_string()]), "", "root's job, asked for by id");
     let all = acct_as(0, &everyone);
     for job in [id, id2, id3] {

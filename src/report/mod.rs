@@ -7,6 +7,7 @@
 //! column keeps its first `width - 1` characters and ends in `+`. (sacct does not truncate
 //! its integer columns; wattson truncates every column the same way.) Empty values print blank.
 
+pub mod plot;
 pub mod time;
 pub mod totals;
 pub mod units;
@@ -19,6 +20,7 @@ use strum::{EnumString, IntoStaticStr, VariantArray};
 
 pub use time::{TIME_FORMS, format_time, parse_time};
 use wattson_ctld::accounting::SlurmState;
+use wattson_types::energy::MeterEvent;
 use wattson_types::job::{JobRecord, JobState};
 
 /// A report column. Names (see [`Column::name`]) are matched case-insensitively; the variants
@@ -425,7 +427,11 @@ fn events_text(r: &JobRecord) -> String {
     let all: Vec<String> = r
         .gpus
         .iter()
-        .flat_map(|g| g.meter.events.iter().map(move |e| format!("gpu{}:{}", g.index, <&str>::from(e))))
+        .flat_map(|g| {
+            // Settings are not meter trouble: `--plot` and `--json` show them.
+            let trouble = g.meter.events.iter().filter(|e| !matches!(e, MeterEvent::Setting { .. }));
+            trouble.map(move |e| format!("gpu{}:{}", g.index, <&str>::from(e)))
+        })
         .collect();
     all.join(",")
 }

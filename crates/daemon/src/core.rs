@@ -20,7 +20,7 @@ use wattson_engine::Measurements;
 use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
 use wattson_store::{AcctQuery, BeginOutcome, Store};
-use wattson_types::energy::{GpuMeter, GpuReading, SeriesPoint};
+use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, SeriesPoint};
 use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
 
 /// One sampling tick's outcome, for metrics and logs.
@@ -126,10 +126,15 @@ impl Core {
         self.clock.wall_ns()
     }
 
-    /// Journals and applies settings of `job`'s GPUs; returns what was applied.
+    /// Journals and applies settings of `job`'s GPUs; returns what was applied, and records
+    /// it with the job if it is running.
     fn apply_settings(&mut self, job: &JobKey, wanted: &[(u32, GpuSetting)]) -> Changes {
         let now = self.now();
-        enforce::apply(self.backend.as_ref(), &mut self.store, job, wanted, now)
+        let applied = enforce::apply(self.backend.as_ref(), &mut self.store, job, wanted, now);
+        if let Some(record) = self.running.get_mut(job) {
+            note_settings(record, applied.iter().map(|&(gpu, s)| (gpu, Some(s))), now);
+        }
+        applied
     }
 
     /// Returns to defaults every journaled GPU whose job is not running; returns how many
@@ -230,6 +235,9 @@ impl Core {
             let wanted = enforce::fixed(self.backend.as_ref(), &record, &decision);
             self.apply_settings(&record.key, &wanted)
         };
+        if record.key.step.is_empty() && !already_running {
+            note_settings(&mut record, settings.iter().map(|&(gpu, s)| (gpu, Some(s))), self.now());
+        }
         self.running.insert(record.key.clone(), record);
         Ok(Reply::Begun { job: req.job, already_running, decision, settings })
     }
@@ -280,6 +288,11 @@ impl Core {
                 let stuck = enforce::release(self.backend.as_ref(), &mut self.store, &key);
                 if stuck > 0 {
                     warn!(job = %key, gpus = stuck, "pace: GPUs could not go back to their defaults");
+                }
+                let now = self.now();
+                if let Some(running) = self.running.get_mut(&key) {
+                    let gpus: Vec<u32> = running.gpus.iter().map(|g| g.index).collect();
+                    note_settings(running, gpus.into_iter().map(|gpu| (gpu, None)), now);
                 }
                 info!(job = %key, "pace: full speed while jobs wait");
             }
@@ -467,4 +480,19 @@ impl Core {
 
 fn not_running(key: &JobKey) -> Error {
     Error::new(ErrorCode::NotRunning, format!("job {key} is not running on this node"))
+}
+
+/// Most setting events kept per GPU of a job (a long job paced back and forth by the
+/// controller keeps its first ones).
+const MAX_SETTING_EVENTS: usize = 64;
+
+/// Records on `record`'s GPUs that each was set (`None`: back to its defaults) at `now`.
+fn note_settings(record: &mut JobRecord, changes: impl Iterator<Item = (u32, Option<GpuSetting>)>, now: i64) {
+    for (index, setting) in changes {
+        let Some(gpu) = record.gpus.iter_mut().find(|g| g.index == index) else { continue };
+        let kept = gpu.meter.events.iter().filter(|e| matches!(e, MeterEvent::Setting { .. })).count();
+        if kept < MAX_SETTING_EVENTS {
+            gpu.meter.events.push(MeterEvent::Setting { t_ns: now, setting });
+        }
+    }
 }

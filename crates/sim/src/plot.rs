@@ -1,21 +1,30 @@
-//! The two comparison charts as SVG, written by hand: two plain charts (a labelled scatter
-//! and a few polylines) need ~150 lines of text output, less than wiring a plotting crate
-//! and its font and backend dependencies, and the output is byte-for-byte deterministic.
+//! The comparison charts as SVG, written by hand: plain charts (a labelled scatter and a few
+//! polylines) need ~150 lines of text output, less than wiring a plotting crate and its font
+//! and backend dependencies, and the output is byte-for-byte deterministic. The frame
+//! ([`Axes`], [`frame`]) also draws `wattson acct --plot`.
 
 use std::fmt::Write as _;
 
 use super::metrics::Report;
 use super::power::BIN_S;
 
-const W: f64 = 860.0;
-const H: f64 = 520.0;
-const L: f64 = 80.0;
-const R: f64 = 180.0;
-const T: f64 = 40.0;
-const B: f64 = 60.0;
-const COLORS: [&str; 7] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#7f7f7f", "#9467bd", "#8c564b"];
+/// Chart width and height, px.
+pub const W: f64 = 860.0;
+/// Chart height, px.
+pub const H: f64 = 520.0;
+/// Left margin (the plot area starts here), px.
+pub const L: f64 = 80.0;
+/// Right margin (room for a legend), px.
+pub const R: f64 = 180.0;
+/// Top margin, px.
+pub const T: f64 = 40.0;
+/// Bottom margin, px.
+pub const B: f64 = 60.0;
+/// Series colours, in order.
+pub const COLORS: [&str; 7] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#7f7f7f", "#9467bd", "#8c564b"];
 
-fn esc(s: &str) -> String {
+/// `s` escaped for SVG text.
+pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
@@ -38,23 +47,31 @@ fn step(range: f64, n: f64) -> f64 {
     }
 }
 
-struct Axes {
-    x0: f64,
-    x1: f64,
-    y0: f64,
-    y1: f64,
+/// The data ranges a chart shows.
+pub struct Axes {
+    /// Lowest x shown.
+    pub x0: f64,
+    /// Highest x shown.
+    pub x1: f64,
+    /// Lowest y shown.
+    pub y0: f64,
+    /// Highest y shown.
+    pub y1: f64,
 }
 
 impl Axes {
-    fn px(&self, x: f64) -> f64 {
+    /// The pixel column of `x`.
+    pub fn px(&self, x: f64) -> f64 {
         L + (x - self.x0) / (self.x1 - self.x0) * (W - L - R)
     }
-    fn py(&self, y: f64) -> f64 {
+    /// The pixel row of `y`.
+    pub fn py(&self, y: f64) -> f64 {
         H - B - (y - self.y0) / (self.y1 - self.y0) * (H - T - B)
     }
 }
 
-fn frame(out: &mut String, a: &Axes, title: &str, xlabel: &str, ylabel: &str) {
+/// Opens the SVG document in `out` and draws the title, grid, ticks, frame and axis labels.
+pub fn frame(out: &mut String, a: &Axes, title: &str, xlabel: &str, ylabel: &str) {
     let _ = writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#

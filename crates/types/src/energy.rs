@@ -69,11 +69,15 @@ impl Method {
     }
 }
 
-/// Something unusual a meter saw; recorded with the job (as `counter-reset`, `gpu-lost`,
-/// `gpu-back`). Reports name them `counter-reset`, `lost`, `back` (`<&str>::from`).
+/// Something that happened to a GPU during a job, recorded with the job: what a meter saw
+/// (`counter-reset`, `gpu-lost`, `gpu-back`; reports name them `counter-reset`, `lost`, `back`,
+/// `<&str>::from`), and each setting wattson gave the GPU (`setting`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, IntoStaticStr)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum MeterEvent {
+    /// wattson set the GPU for the job: `setting`, or back to the GPU's defaults (`None`).
+    #[strum(serialize = "setting")]
+    Setting { t_ns: i64, setting: Option<crate::gpu::GpuSetting> },
     /// The counter went backwards (driver reload); the gap was estimated from power.
     #[strum(serialize = "counter-reset")]
     CounterReset { t_ns: i64, estimated_gap_mj: f64 },

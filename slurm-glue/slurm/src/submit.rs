@@ -293,16 +293,20 @@ mod tests {
     fn the_cached_config_reloads_on_change_and_survives_a_broken_edit() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.toml");
+        // The model table in the test's directory, not the host's default path.
+        let engine = format!("[engine]\nmodels_file = {:?}\n", dir.path().join("models.json"));
+        std::fs::write(&path, &engine).unwrap();
         let (mut cached, error) = CachedConfig::load(&path);
         assert!(error.is_none());
         assert_eq!(cached.get().0.policy.default, EnergyPolicy::Balanced);
         assert!(cached.get().1.is_empty());
-        std::fs::write(&path, "[policy]\ndefault = \"perf\"\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, format!("{engine}[policy]\ndefault = \"perf\"\n")).unwrap();
         assert_eq!(cached.get().0.policy.default, EnergyPolicy::Perf);
         std::thread::sleep(std::time::Duration::from_millis(20));
-        std::fs::write(&path, "[policy]\ndefault = \"fastest\"\n").unwrap();
+        std::fs::write(&path, format!("{engine}[policy]\ndefault = \"fastest\"\n")).unwrap();
         let (config, _, error) = cached.get();
         assert_eq!(config.policy.default, EnergyPolicy::Perf);
-        assert!(error.unwrap().contains("w.toml:2"));
+        assert!(error.unwrap().contains("w.toml:4"));
     }
 }

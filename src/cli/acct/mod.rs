@@ -85,6 +85,11 @@ pub struct AcctArgs {
     /// Only this node's records (its wattsond, else its store), not Slurm's accounting
     #[arg(long)]
     local: bool,
+    /// Draw one job's GPU power (-j) with every setting wattson gave its GPUs marked, into
+    /// FILE: SVG, or PNG if FILE ends in .png. From the job's summary in Slurm's accounting
+    /// (every node), else from this node's series
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
     /// Instead of the record, the job's power series on this node (one job with -j): time,
     /// GPU, power (W), SM clock (MHz), utilisation (%), the job's energy on that GPU so far
     /// (J); `|`-separated, or JSON with --json
@@ -117,6 +122,9 @@ pub fn run(config: &Config, args: AcctArgs) -> Result<(), String> {
     };
     if args.series {
         return print_series(config, &args);
+    }
+    if let Some(path) = &args.plot {
+        return plot_job(config, &args, path);
     }
     let filter = filter(&args)?;
     let keep = Keep::from_args(&args)?;
@@ -209,16 +217,61 @@ pub(super) fn filter_for(
     Ok(AcctFilter { jobs: jobs.to_vec(), uid, start_ns, end_ns })
 }
 
+/// `--plot`: the job's power chart, from its summary or from this node.
+fn plot_job(config: &Config, args: &AcctArgs, path: &std::path::Path) -> Result<(), String> {
+    let [job] = &args.jobs[..] else { return Err("--plot takes exactly one job (-j)".into()) };
+    let summary = match args.local {
+        true => None,
+        false => {
+            wattson_ctld::summarize::from_accounting(job.job_id, config.ctld.command_timeout).unwrap_or(None)
+        }
+    };
+    let (traces, marks) = match summary {
+        Some(summary) => report::plot::from_summary(&summary.nodes),
+        None => {
+            let points = series(config, job)?;
+            let records = fetch(config, AcctFilter { jobs: vec![job.clone()], ..AcctFilter::default() })?;
+            let record = records
+                .iter()
+                .rev()
+                .find(|r| r.key == *job)
+                .ok_or_else(|| format!("job {job} has no record here"))?;
+            report::plot::from_series(record, &points)
+        }
+    };
+    if traces.iter().all(|t| t.t_s.is_empty()) {
+        return Err(format!("job {job} has no power readings to plot"));
+    }
+    let svg = report::plot::svg(&format!("job {job}: GPU power"), &traces, &marks);
+    let bytes = match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("png") => {
+            let (png, has_text) = report::plot::png(&svg)?;
+            if !has_text {
+                eprintln!(
+                    "wattson acct: no fonts found: the PNG has no text (install fonts-dejavu-core, or write .svg)"
+                );
+            }
+            png
+        }
+        _ => svg.into_bytes(),
+    };
+    std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// One job's power series from this node's wattsond (which decides who may see it).
+fn series(config: &Config, job: &JobKey) -> Result<Vec<wattson_types::energy::SeriesPoint>, String> {
+    let request = Request::JobSeries { job: job.clone() };
+    match wattson_protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout) {
+        Ok(Reply::Series { points, .. }) => Ok(points),
+        Ok(other) => Err(format!("unexpected reply from wattsond: {other:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// `--series`: asks wattsond for one job's series (the daemon decides who may see it).
 fn print_series(config: &Config, args: &AcctArgs) -> Result<(), String> {
     let [job] = &args.jobs[..] else { return Err("--series takes exactly one job (-j)".into()) };
-    let request = Request::JobSeries { job: job.clone() };
-    let points = match wattson_protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout)
-    {
-        Ok(Reply::Series { points, .. }) => points,
-        Ok(other) => return Err(format!("unexpected reply from wattsond: {other:?}")),
-        Err(e) => return Err(e.to_string()),
-    };
+    let points = series(config, job)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&points).map_err(|e| e.to_string())?);
         return Ok(());
