@@ -263,11 +263,7 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
             "#!/bin/sh\nsleep 3\n",
         )
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while lab.job_info(id3).is_none_or(|j| j.state != "RUNNING") {
-        assert!(Instant::now() < deadline, "job {id3} never ran\n{}", lab.all_logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    lab.wait_running(id3, Duration::from_secs(60));
     daemons[0].begin(&id3.to_string(), nobody, "0");
     lab.wait_job(id3, Duration::from_secs(60));
     daemons[0].end(&id3.to_string());
@@ -324,11 +320,7 @@ fn two_node_job(lab: &SlurmLab, daemons: &[Node]) -> (u32, Vec<f64>, f64) {
     let script = format!("#!/bin/sh\nsleep 10\ntouch {dir}/done-$SLURM_JOB_ID\nsleep 1\n");
     let id = lab.sbatch(&["-N", "2", "--gres=gpu:1"], &script).unwrap();
     let done = daemons[0].dir.path().join(format!("done-{id}"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while lab.job_info(id).is_none_or(|j| j.state != "RUNNING") {
-        assert!(Instant::now() < deadline, "job {id} never ran\n{}", lab.all_logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    lab.wait_running(id, Duration::from_secs(60));
     // A note as job_submit writes it: the summary goes after it.
     lab.run_ok("scontrol", &["update", &format!("job={id}"), "AdminComment=wattson:policy=balanced"]);
     // What the SPANK prolog does on each node (here by hand: one plugstack for both nodes of

@@ -389,6 +389,15 @@ impl SlurmLab {
         Some(JobInfo { id: job_id, state, exit_code, fields })
     }
 
+    /// Polls `job_info` every 100 ms until the job runs; panics with logs after `timeout`.
+    pub fn wait_running(&self, job_id: u32, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.job_info(job_id).is_none_or(|j| j.state != "RUNNING") {
+            assert!(Instant::now() < deadline, "slurm_lab: job {job_id} never ran\n{}", self.all_logs());
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Polls `job_info` every 50 ms until the job is in a terminal state; panics with logs after `timeout`.
     pub fn wait_job(&self, job_id: u32, timeout: Duration) -> JobInfo {
         let deadline = Instant::now() + timeout;

@@ -121,8 +121,10 @@ pub fn from_accounting(job: u32, timeout: Duration) -> Result<Option<JobSummary>
 pub fn write(link: &Nodes, seen: &[Node], ended: &[Ended], settings: &Settings, now: i64) -> Written {
     let nodes: BTreeMap<&str, &Node> = seen.iter().map(|n| (n.name.as_str(), n)).collect();
     let mut done = Written::default();
+    // A node that cannot be reached costs one link timeout per pass, not one per job.
+    let mut unreachable = BTreeMap::new();
     for job in ended.iter().take(PER_LOOP) {
-        let (parts, missing) = gather(link, &nodes, job, settings.bins);
+        let (parts, missing) = gather(link, &nodes, &mut unreachable, job, settings.bins);
         let waited = now - job.end >= settings.wait.as_secs() as i64;
         if !missing.is_empty() && !waited {
             let names: Vec<&str> = missing.iter().map(|m| m.node.as_str()).collect();
@@ -144,10 +146,12 @@ pub fn write(link: &Nodes, seen: &[Node], ended: &[Ended], settings: &Settings, 
     done
 }
 
-/// Each node's part of `job`, and the nodes that gave none.
+/// Each node's part of `job`, and the nodes that gave none; nodes in `unreachable` are not
+/// asked, and those that cannot be reached are added to it with why.
 fn gather(
     link: &Nodes,
     nodes: &BTreeMap<&str, &Node>,
+    unreachable: &mut BTreeMap<String, String>,
     job: &Ended,
     bins: u32,
 ) -> (Vec<NodeSummary>, Vec<Missing>) {
@@ -155,6 +159,10 @@ fn gather(
     let (mut parts, mut gone) = (Vec::new(), Vec::new());
     let mut asks = Vec::new();
     for name in &job.nodes {
+        if let Some(why) = unreachable.get(name) {
+            gone.push(missing(name, why.clone()));
+            continue;
+        }
         match nodes.get(name.as_str()) {
             Some(node) if node.power != Power::On => gone.push(missing(name, "powered down".into())),
             Some(node) => asks.push((name, node.addr.as_str())),
@@ -175,7 +183,10 @@ fn gather(
             }
             Ok(Ok(other)) => gone.push(missing(name, format!("unexpected answer {other:?}"))),
             Ok(Err(refusal)) => gone.push(missing(name, format!("wattsond: {refusal}"))),
-            Err(why) => gone.push(missing(name, why)),
+            Err(why) => {
+                unreachable.insert(name.to_string(), why.clone());
+                gone.push(missing(name, why));
+            }
         }
     }
     (parts, gone)
