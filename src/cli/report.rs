@@ -4,8 +4,8 @@
 use clap::Args;
 
 use super::acct::{self, Cluster, Window};
-use crate::report::Source;
 use crate::report::totals::{GroupBy, JobEnergy, Totals, totals};
+use crate::report::{self, Source};
 use wattson_config::Config;
 use wattson_types::now_ns;
 
@@ -80,9 +80,9 @@ fn jobs_of<'a>(cluster: &'a Cluster, users: &[String]) -> Result<Vec<JobEnergy<'
             continue;
         }
         let slurm = cluster.jobs.get(&r.key.job_id);
-        let source = cluster.sources.get(&(r.node.clone(), r.key.to_string())).copied().unwrap_or_default();
-        let (energy_j, gpus, from_slurm) = match source {
-            Source::Slurm(energy) => {
+        let source = report::source_of(&cluster.sources, r);
+        let (gpus, from_slurm) = match source {
+            Source::Slurm(_) => {
                 // Slurm's GPUs for the job less those the job's other records account for.
                 let counted: usize = cluster
                     .records
@@ -91,13 +91,13 @@ fn jobs_of<'a>(cluster: &'a Cluster, users: &[String]) -> Result<Vec<JobEnergy<'
                     .map(|o| o.gpus.len())
                     .sum();
                 let total = slurm.and_then(|s| s.gpus).unwrap_or(0);
-                (energy.unwrap_or(0.0), total.saturating_sub(counted as u32), true)
+                (total.saturating_sub(counted as u32), true)
             }
-            Source::Node | Source::Summary => (r.energy_j(), r.gpus.len() as u32, false),
+            Source::Node | Source::Summary => (r.gpus.len() as u32, false),
         };
         out.push(JobEnergy {
             record: r,
-            energy_j,
+            energy_j: source.energy_j(r),
             gpus,
             from_slurm,
             user: match slurm.map(|s| s.user.as_str()).filter(|u| !u.is_empty()) {

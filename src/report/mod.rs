@@ -112,7 +112,23 @@ pub enum Source {
     Slurm(Option<f64>),
 }
 
+/// Where each record's figures come from, by (node, job or step id); absent: [`Source::Node`].
+pub type Sources = BTreeMap<(String, String), Source>;
+
+/// Where `r`'s figures come from, as `sources` says.
+pub fn source_of(sources: &Sources, r: &JobRecord) -> Source {
+    sources.get(&(r.node.clone(), r.key.to_string())).copied().unwrap_or_default()
+}
+
 impl Source {
+    /// `r`'s GPU energy in J: its meters', or Slurm's figure for a row from Slurm.
+    pub fn energy_j(self, r: &JobRecord) -> f64 {
+        match self {
+            Source::Slurm(energy) => energy.unwrap_or(0.0),
+            Source::Node | Source::Summary => r.energy_j(),
+        }
+    }
+
     /// `node`, `summary` or `slurm`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -221,8 +237,8 @@ pub struct Style {
     /// Slurm's state of each job and step by id (`42`, `42.batch`), from its accounting;
     /// a record with none shows wattson's own (RUNNING or COMPLETED).
     pub slurm_states: BTreeMap<String, SlurmState>,
-    /// Where each record's figures come from, by (node, job or step id); absent: [`Source::Node`].
-    pub sources: BTreeMap<(String, String), Source>,
+    /// Where each record's figures come from.
+    pub sources: Sources,
 }
 
 impl Default for Style {
@@ -241,15 +257,12 @@ impl Default for Style {
 impl Style {
     /// Where `r`'s figures come from.
     pub fn source(&self, r: &JobRecord) -> Source {
-        self.sources.get(&(r.node.clone(), r.key.to_string())).copied().unwrap_or_default()
+        source_of(&self.sources, r)
     }
 
-    /// `r`'s GPU energy in J: its meters', or Slurm's figure for a row from Slurm.
+    /// `r`'s GPU energy in J ([`Source::energy_j`]).
     pub fn energy_j(&self, r: &JobRecord) -> f64 {
-        match self.source(r) {
-            Source::Slurm(energy) => energy.unwrap_or(0.0),
-            Source::Node | Source::Summary => r.energy_j(),
-        }
+        self.source(r).energy_j(r)
     }
 
     /// The job's Slurm state if known, else the record's.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::TimeZone;
 
-use crate::report::Source;
+use crate::report::{Source, Sources};
 use wattson_ctld::accounting::{self, AccountingError};
 use wattson_ctld::summary;
 use wattson_protocol::AcctFilter;
@@ -22,7 +22,7 @@ pub struct Cluster {
     /// The records, jobs in sacct's order.
     pub records: Vec<JobRecord>,
     /// Where each record's figures come from.
-    pub sources: BTreeMap<(String, String), Source>,
+    pub sources: Sources,
     /// What Slurm says of each job beyond the records.
     pub jobs: BTreeMap<u32, SlurmJob>,
 }
