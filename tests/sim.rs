@@ -49,12 +49,15 @@ fn rel_close(a: f64, b: f64, tol: f64) -> bool {
 
 /// Energy parts recomputed from job records and node-state stretches.
 fn check_conservation(c: &ClusterConfig, o: &Outcome) {
-    let idle_w = c.gpu_idle_w();
+    // Each node's GPU idle draw, from its group's GPU type.
+    let idle_w: Vec<f64> =
+        c.groups.iter().flat_map(|g| std::iter::repeat_n(g.gpu_idle_w(), g.nodes as usize)).collect();
     let gpn = f64::from(c.gpus_per_node);
     for r in &o.runs {
         let name = r.policy.name();
         let mut busy = 0.0;
-        let mut busy_gpu_s = 0.0;
+        // Busy GPU-seconds per node.
+        let mut busy_gpu_s = vec![0.0; idle_w.len()];
         for (j, x) in o.jobs.iter().zip(&r.jobs) {
             assert!(x.start.is_finite() && x.end.is_finite(), "{name}: job {} never ran", j.id);
             assert!(
@@ -65,20 +68,27 @@ fn check_conservation(c: &ClusterConfig, o: &Outcome) {
             let gpus: u32 = x.shares.iter().map(|s| s.1.count_ones()).sum();
             assert_eq!(gpus, j.gpus, "{name}: job {} got {gpus} GPUs", j.id);
             busy += f64::from(j.gpus) * x.gpu_w * (x.end - x.start);
-            busy_gpu_s += f64::from(j.gpus) * (x.end - x.start);
+            for &(n, m) in &x.shares {
+                busy_gpu_s[n as usize] += f64::from(m.count_ones()) * (x.end - x.start);
+            }
         }
         let (mut on_s, mut off_s, mut down_s, mut boot_s) = (0.0, 0.0, 0.0, 0.0);
+        let mut idle_j = 0.0;
         for i in &r.meter.intervals {
             let d = i.to - i.from;
             assert!(d >= -1e-9, "{name}: negative stretch");
             match i.state {
-                NodeState::On => on_s += d,
+                NodeState::On => {
+                    on_s += d;
+                    idle_j += d * gpn * idle_w[i.node as usize];
+                }
                 NodeState::Off | NodeState::OffWait => off_s += d,
                 NodeState::ShuttingDown => down_s += d,
                 NodeState::Booting => boot_s += d,
             }
         }
-        let span = (r.t_end - r.t0) * f64::from(c.nodes);
+        idle_j -= busy_gpu_s.iter().zip(&idle_w).map(|(s, w)| s * w).sum::<f64>();
+        let span = (r.t_end - r.t0) * f64::from(c.nodes());
         assert!(
             rel_close(on_s + off_s + down_s + boot_s, span, 1e-9),
             "{name}: node stretches do not tile time"
@@ -86,7 +96,7 @@ fn check_conservation(c: &ClusterConfig, o: &Outcome) {
         let p = r.meter.parts;
         assert!(rel_close(p.gpu_busy_j, busy, 1e-9), "{name}: busy {} vs {busy}", p.gpu_busy_j);
         assert!(rel_close(p.node_base_j, on_s * c.node.base_w, 1e-9), "{name}: base");
-        assert!(rel_close(p.gpu_idle_j, (on_s * gpn - busy_gpu_s) * idle_w, 1e-9), "{name}: idle GPUs");
+        assert!(rel_close(p.gpu_idle_j, idle_j, 1e-9), "{name}: idle GPUs {} vs {idle_j}", p.gpu_idle_j);
         assert!(rel_close(p.off_j, off_s * c.node.off_w, 1e-9), "{name}: off");
         let trans = down_s * c.node.shutdown_w + boot_s * c.node.boot_w;
         assert!(rel_close(p.transition_j, trans, 1e-9), "{name}: transitions");
@@ -198,6 +208,77 @@ fn cluster04_prefix_conserves_energy_jobs_and_gpus() {
     check_sanity(&o);
 }
 
+/// The heterogeneous cluster file (V100, A40 and P100 groups) and its aligned catalog.
+fn hetero_inputs() -> (ClusterConfig, Catalog) {
+    let cpath = Path::new(ROOT).join("etc/sim/cluster-hetero.toml");
+    let c = ClusterConfig::from_toml(&read(&cpath), "cluster-hetero.toml").expect("hetero file parses");
+    let texts: Vec<String> = c
+        .groups
+        .iter()
+        .map(|g| read(&data(g.zeus_csv.trim_start_matches("../../../shared/data/"))))
+        .collect();
+    let files: Vec<(&str, &str)> =
+        texts.iter().zip(&c.groups).map(|(t, g)| (t.as_str(), g.gpu.as_str())).collect();
+    let cat = Catalog::from_zeus_csvs(&files).expect("zeus files parse");
+    (c, cat)
+}
+
+/// Energy-aware placement over GPU types against the same policy placing in configuration
+/// order (Slurm's node order): less energy at no worse mean queueing wait (1%), every bound
+/// measured and held, each job on one type, and the meter's parts recomputed per node type.
+/// Other traces and seeds: `cargo run --release -p wattson-sim --example hetero`.
+#[test]
+fn hetero_cluster_placement_by_energy_beats_type_oblivious() {
+    let (base, cat) = hetero_inputs();
+    assert_eq!(cat.types.len(), 3);
+    for (trace, seed) in [("cluster01.csv", 1), ("cluster03.csv", 2)] {
+        let t = wattson_sim::trace::parse(
+            &read(&data(&format!("traces/itp-elasticflow/{trace}"))),
+            trace,
+            TraceFormat::Auto,
+        )
+        .expect("trace parses");
+        let mut got = Vec::new();
+        for aware in [true, false] {
+            let mut c = base.clone();
+            c.wattson.type_aware = aware;
+            let o = wattson_sim::run(
+                &c,
+                &cat,
+                &t,
+                trace,
+                &[PolicyKind::SlurmPowersave, PolicyKind::Wattson],
+                seed,
+            )
+            .unwrap();
+            check_conservation(&c, &o);
+            check_no_double_booking(&c, &o);
+            let groups = c.node_groups();
+            let run = o.runs.iter().find(|r| r.policy == PolicyKind::Wattson).unwrap();
+            for (j, x) in o.jobs.iter().zip(&run.jobs) {
+                let g = groups[x.shares[0].0 as usize];
+                assert!(
+                    x.shares.iter().all(|s| groups[s.0 as usize] == g),
+                    "{trace}: job {} spans GPU types",
+                    j.id
+                );
+                assert!(
+                    x.slowdown <= j.bound + 1e-9,
+                    "{trace}: job {} slowed {} > {}",
+                    j.id,
+                    x.slowdown,
+                    j.bound
+                );
+            }
+            let s = o.report.summaries.iter().find(|s| s.policy == "wattson").unwrap();
+            got.push((s.energy_kwh, s.queue_wait_mean_s));
+        }
+        let ((e_aware, w_aware), (e_blind, w_blind)) = (got[0], got[1]);
+        assert!(e_aware < e_blind, "{trace}: type-aware {e_aware} kWh vs oblivious {e_blind} kWh");
+        assert!(w_aware <= 1.01 * w_blind, "{trace}: mean queue wait {w_aware} s vs oblivious {w_blind} s");
+    }
+}
+
 #[test]
 fn same_inputs_give_byte_identical_outputs_and_another_seed_differs() {
     let render = |o: &Outcome| {
@@ -294,6 +375,26 @@ fn cli_bad_input_is_a_clear_error_not_a_panic() {
         ),
         (vec!["--trace".into(), huge.display().to_string()], "asks for 1000 GPUs; the cluster has 640"),
         (
+            vec![
+                "--trace".into(),
+                huge.display().to_string(),
+                "--cluster".into(),
+                Path::new(ROOT).join("etc/sim/cluster-hetero.toml").display().to_string(),
+            ],
+            "asks for 1000 GPUs; the largest group of one GPU type has 320",
+        ),
+        (
+            vec![
+                "--trace".into(),
+                huge.display().to_string(),
+                "--cluster".into(),
+                Path::new(ROOT).join("etc/sim/cluster-hetero.toml").display().to_string(),
+                "--zeus".into(),
+                "z.csv".into(),
+            ],
+            "--zeus replaces one group's zeus_csv",
+        ),
+        (
             vec!["--trace".into(), bad_trace.display().to_string(), "--policies".into(), "fast".into()],
             "unknown policy",
         ),
@@ -339,7 +440,7 @@ fn cluster04_wattson_beats_every_reference_but_the_floor() {
     .expect("trace parses");
     for (nodes, min_capture) in [(123, 0.90), (80, 0.85)] {
         let mut c = base.clone();
-        c.nodes = nodes;
+        c.groups[0].nodes = nodes;
         let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &wattson_sim::policies::ALL, 1).unwrap();
         let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
         let w = by(PolicyKind::Wattson);

@@ -30,7 +30,7 @@ pub struct SimArgs {
     /// Cluster model (TOML; see etc/sim/cluster.toml)
     #[arg(long, default_value = "etc/sim/cluster.toml")]
     cluster: PathBuf,
-    /// Zeus measurements CSV [default: the cluster file's zeus_csv, relative to that file]
+    /// Zeus measurements CSV of a one-GPU-type cluster [default: the cluster file's zeus_csv, relative to that file]
     #[arg(long)]
     zeus: Option<PathBuf>,
     /// Policies: all, or a comma list of slurm-default, slurm-powersave, zeus-per-job, powersave-dvfs, wattson, floor
@@ -59,12 +59,22 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     let policies = wattson_sim::policies::parse_list(&args.policies).map_err(|e| e.to_string())?;
     let cname = args.cluster.display().to_string();
     let cluster = ClusterConfig::from_toml(&read(&args.cluster)?, &cname).map_err(|e| e.to_string())?;
-    let zeus = args
-        .zeus
-        .clone()
-        .unwrap_or_else(|| args.cluster.parent().unwrap_or(Path::new(".")).join(&cluster.zeus_csv));
-    let catalog =
-        Catalog::from_zeus_csv(&read(&zeus)?, &zeus.display().to_string()).map_err(|e| e.to_string())?;
+    let dir = args.cluster.parent().unwrap_or(Path::new("."));
+    let zeus: Vec<PathBuf> = match &args.zeus {
+        Some(z) if cluster.groups.len() == 1 => vec![z.clone()],
+        Some(_) => {
+            return Err(format!(
+                "--zeus replaces one group's zeus_csv; {cname} has {} [[group]] tables (set each one's zeus_csv)",
+                cluster.groups.len()
+            ));
+        }
+        None => cluster.groups.iter().map(|g| dir.join(&g.zeus_csv)).collect(),
+    };
+    let texts = zeus.iter().map(|z| read(z)).collect::<Result<Vec<String>, String>>()?;
+    let names: Vec<String> = zeus.iter().map(|z| z.display().to_string()).collect();
+    let files: Vec<(&str, &str)> =
+        texts.iter().map(String::as_str).zip(names.iter().map(String::as_str)).collect();
+    let catalog = Catalog::from_zeus_csvs(&files).map_err(|e| e.to_string())?;
     let format = match args.format {
         FormatArg::Auto => TraceFormat::Auto,
         FormatArg::Itp => TraceFormat::Itp,

@@ -56,7 +56,7 @@ fn main() {
     let mut all_ok = true;
     for &nodes in &sizes {
         let mut c = base.clone();
-        c.nodes = nodes;
+        c.groups[0].nodes = nodes;
         println!("== {trace_name} on {nodes} nodes x {} GPUs", c.gpus_per_node);
         println!(
             "{:<5} {:<16} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>6}",

@@ -17,17 +17,12 @@ pub struct ClusterConfig {
     /// A name for reports.
     #[serde(default = "default_name")]
     pub name: String,
-    /// Number of identical GPU nodes.
-    pub nodes: u32,
-    /// GPUs per node (1..=64).
+    /// GPUs per node (1..=64), the same on every node.
     pub gpus_per_node: u32,
-    /// GPU type, an engine prior name with Zeus measurements: V100, A40, P100 or RTX6000.
-    pub gpu: String,
-    /// Path of Zeus's `summary_power_<gpu>.csv`, relative to the cluster file.
-    pub zeus_csv: String,
-    /// Idle draw of one GPU (W); default: the engine's prior for the GPU type.
-    #[serde(default)]
-    pub gpu_idle_w: Option<f64>,
+    /// The node groups, one GPU type each, in node order (`[[group]]`; a file without them
+    /// gives one group from the top-level `nodes`, `gpu`, `zeus_csv` and `gpu_idle_w`).
+    #[serde(rename = "group")]
+    pub groups: Vec<Group>,
     /// Node power states and transitions.
     pub node: NodeCosts,
     /// Slurm's power-saving settings, used by `slurm-powersave`.
@@ -46,6 +41,31 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub wattson: WattsonTuning,
 }
+
+/// Nodes of one GPU type.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Group {
+    /// Number of nodes.
+    pub nodes: u32,
+    /// GPU type, an engine prior name with Zeus measurements: V100, A40, P100 or RTX6000.
+    pub gpu: String,
+    /// Path of Zeus's `summary_power_<gpu>.csv`, relative to the cluster file.
+    pub zeus_csv: String,
+    /// Idle draw of one GPU (W); default: the engine's prior for the GPU type.
+    #[serde(default)]
+    pub gpu_idle_w: Option<f64>,
+}
+
+impl Group {
+    /// Idle draw of one of its GPUs (W).
+    pub fn gpu_idle_w(&self) -> f64 {
+        self.gpu_idle_w.or_else(|| wattson_engine::prior(&self.gpu).map(|p| p.idle_w)).unwrap_or(0.0)
+    }
+}
+
+/// The keys of one group that a file without `[[group]]` gives at its top level.
+const GROUP_KEYS: [&str; 4] = ["nodes", "gpu", "zeus_csv", "gpu_idle_w"];
 
 fn default_name() -> String {
     "cluster".to_string()
@@ -123,6 +143,14 @@ pub struct WattsonTuning {
     /// Count each GPU's share of its node's base draw in wattson's level choice.
     #[serde(default = "yes")]
     pub count_node_base: bool,
+    /// On several GPU types, place each job where its predicted energy under its bound is
+    /// least; `false`: the type-oblivious reference (configuration order, as Slurm).
+    #[serde(default = "yes")]
+    pub type_aware: bool,
+    /// With `type_aware`, a GPU type where a job is predicted to use more than this multiple
+    /// of its best type's energy is not offered to it (it waits for a better type).
+    #[serde(default = "default_type_max_cost")]
+    pub type_max_cost: f64,
     /// Measured bound, not a policy: the forecast sees the coming submissions instead of the
     /// past ones (a perfect arrival forecast).
     #[serde(default)]
@@ -153,6 +181,9 @@ fn default_raise() -> f64 {
 fn default_keep() -> f64 {
     Tuning::default().keep_break_evens
 }
+fn default_type_max_cost() -> f64 {
+    Tuning::default().type_max_cost
+}
 fn default_min_price_drop() -> f64 {
     Tuning::default().min_price_drop
 }
@@ -169,6 +200,8 @@ impl Default for WattsonTuning {
             dvfs_horizon_s: 0.0,
             congestion_raise: default_raise(),
             count_node_base: true,
+            type_aware: true,
+            type_max_cost: default_type_max_cost(),
             clairvoyant: false,
             learn: true,
         }
@@ -178,20 +211,47 @@ impl Default for WattsonTuning {
 impl ClusterConfig {
     /// Parses and validates a cluster file; `name` prefixes every message.
     pub fn from_toml(text: &str, name: &str) -> Result<ClusterConfig, SimError> {
+        let err = |what: String| SimError::Input(format!("{name}: {what}"));
+        let mut v: toml::Table = toml::from_str(text).map_err(|e| err(e.to_string().trim().to_string()))?;
+        let top: Vec<&str> = GROUP_KEYS.iter().copied().filter(|k| v.contains_key(*k)).collect();
+        if v.contains_key("group") {
+            if let Some(k) = top.first() {
+                return Err(err(format!(
+                    "{k} is given at the top level and in [[group]]: give each group's in [[group]] only"
+                )));
+            }
+        } else {
+            let mut g = toml::Table::new();
+            for k in GROUP_KEYS {
+                if let Some(x) = v.remove(k) {
+                    g.insert(k.to_string(), x);
+                }
+            }
+            v.insert("group".to_string(), toml::Value::Array(vec![toml::Value::Table(g)]));
+        }
         let c: ClusterConfig =
-            toml::from_str(text).map_err(|e| SimError::Input(format!("{name}: {}", e.to_string().trim())))?;
-        c.validate().map_err(|what| SimError::Input(format!("{name}: {what}")))?;
+            v.try_into().map_err(|e: toml::de::Error| err(e.to_string().trim().to_string()))?;
+        c.validate().map_err(err)?;
         Ok(c)
     }
 
-    /// Idle draw of one GPU (W).
-    pub fn gpu_idle_w(&self) -> f64 {
-        self.gpu_idle_w.or_else(|| wattson_engine::prior(&self.gpu).map(|p| p.idle_w)).unwrap_or(0.0)
+    /// Total nodes.
+    pub fn nodes(&self) -> u32 {
+        self.groups.iter().map(|g| g.nodes).sum()
     }
 
-    /// Draw of an idle powered-on node, GPUs included (W).
-    pub fn node_idle_w(&self) -> f64 {
-        self.node.base_w + f64::from(self.gpus_per_node) * self.gpu_idle_w()
+    /// The group (index into `groups`) of each node, in node order.
+    pub fn node_groups(&self) -> Vec<u16> {
+        self.groups
+            .iter()
+            .enumerate()
+            .flat_map(|(i, g)| std::iter::repeat_n(i as u16, g.nodes as usize))
+            .collect()
+    }
+
+    /// Draw of an idle powered-on node of group `g`, GPUs included (W).
+    pub fn node_idle_w(&self, g: usize) -> f64 {
+        self.node.base_w + f64::from(self.gpus_per_node) * self.groups[g].gpu_idle_w()
     }
 
     /// The engine's tunables for a run with Slurm's `SuspendTime` at `suspend_time_s`.
@@ -207,6 +267,8 @@ impl ClusterConfig {
             dvfs_horizon_s: self.wattson.dvfs_horizon_s,
             congestion_raise: self.wattson.congestion_raise,
             count_node_base: self.wattson.count_node_base,
+            type_aware: self.wattson.type_aware,
+            type_max_cost: self.wattson.type_max_cost,
         }
     }
 
@@ -214,30 +276,43 @@ impl ClusterConfig {
     /// the limit, within the budget: `(budget / nodes − base_w) / gpus_per_node` (W).
     pub fn uniform_cap_w(&self) -> Option<f64> {
         self.budget
-            .map(|b| (b.power_w / f64::from(self.nodes) - self.node.base_w) / f64::from(self.gpus_per_node))
+            .map(|b| (b.power_w / f64::from(self.nodes()) - self.node.base_w) / f64::from(self.gpus_per_node))
     }
 
     /// Total GPUs.
     pub fn total_gpus(&self) -> u64 {
-        u64::from(self.nodes) * u64::from(self.gpus_per_node)
+        u64::from(self.nodes()) * u64::from(self.gpus_per_node)
     }
 
     fn validate(&self) -> Result<(), String> {
-        if self.nodes == 0 || self.nodes > 100_000 {
-            return Err(format!("nodes = {}: allowed 1..=100000", self.nodes));
+        if self.groups.is_empty() || self.groups.len() > 16 {
+            return Err(format!("{} [[group]] tables: allowed 1..=16", self.groups.len()));
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            let at = if self.groups.len() > 1 { format!("group {}: ", i + 1) } else { String::new() };
+            if g.nodes == 0 || g.nodes > 100_000 {
+                return Err(format!("{at}nodes = {}: allowed 1..=100000", g.nodes));
+            }
+            if wattson_engine::prior(&g.gpu).is_none() {
+                return Err(format!(
+                    "{at}gpu = {:?}: not a known GPU type (V100, A40, P100, RTX6000 have Zeus data)",
+                    g.gpu
+                ));
+            }
+            if let Some(w) = g.gpu_idle_w
+                && !(w.is_finite() && w >= 0.0)
+            {
+                return Err(format!("{at}gpu_idle_w = {w}: must be a finite number >= 0"));
+            }
+        }
+        if self.nodes() > 100_000 {
+            return Err(format!("{} nodes in all: allowed 1..=100000", self.nodes()));
         }
         if !(1..=64).contains(&self.gpus_per_node) {
             return Err(format!("gpus_per_node = {}: allowed 1..=64", self.gpus_per_node));
         }
-        if wattson_engine::prior(&self.gpu).is_none() {
-            return Err(format!(
-                "gpu = {:?}: not a known GPU type (V100, A40, P100, RTX6000 have Zeus data)",
-                self.gpu
-            ));
-        }
         let n = &self.node;
         let nonneg = [
-            ("gpu_idle_w", self.gpu_idle_w.unwrap_or(0.0)),
             ("node.base_w", n.base_w),
             ("node.off_w", n.off_w),
             ("node.shutdown_s", n.shutdown_s),
@@ -277,6 +352,12 @@ impl ClusterConfig {
             return Err(format!(
                 "slurm.suspend_times_s = {:?}: give one or more finite values >= 0",
                 self.slurm.suspend_times_s
+            ));
+        }
+        if !(self.wattson.type_max_cost >= 1.0 && self.wattson.type_max_cost.is_finite()) {
+            return Err(format!(
+                "wattson.type_max_cost = {}: must be a finite number >= 1",
+                self.wattson.type_max_cost
             ));
         }
         if self.wattson.forecast_window_s <= 0.0 {
@@ -345,10 +426,31 @@ defer_window_s = [3600.0, 7200.0]
     fn small_file_parses_and_break_even_matches_the_formula() {
         let c = ClusterConfig::from_toml(SMALL, "small.toml").unwrap();
         assert_eq!(c.total_gpus(), 32);
-        assert_eq!(c.gpu_idle_w(), 57.0);
+        assert_eq!(c.groups[0].gpu_idle_w(), 57.0);
+        assert_eq!(c.node_idle_w(0), 300.0 + 8.0 * 57.0);
         let idle = 300.0 + 8.0 * 57.0;
         let want = (400.0 * 60.0 + 500.0 * 300.0 - 10.0 * 360.0) / (idle - 10.0);
         assert!((c.node.break_even_s(idle) - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn groups_give_each_node_its_gpu_type() {
+        let two = SMALL.replace(
+            "nodes = 4\ngpus_per_node = 8\ngpu = \"V100\"\nzeus_csv = \"zeus.csv\"\n",
+            "gpus_per_node = 8\n[[group]]\nnodes = 2\ngpu = \"V100\"\nzeus_csv = \"v.csv\"\n\
+             [[group]]\nnodes = 3\ngpu = \"A40\"\nzeus_csv = \"a.csv\"\ngpu_idle_w = 30.0\n",
+        );
+        let c = ClusterConfig::from_toml(&two, "two.toml").unwrap();
+        assert_eq!((c.nodes(), c.total_gpus()), (5, 40));
+        assert_eq!(c.node_groups(), vec![0, 0, 1, 1, 1]);
+        assert_eq!((c.groups[0].gpu_idle_w(), c.node_idle_w(1)), (57.0, 300.0 + 8.0 * 30.0));
+        let both =
+            two.replace("gpus_per_node = 8\n[[group]]", "gpus_per_node = 8\ngpu = \"V100\"\n[[group]]");
+        let e = ClusterConfig::from_toml(&both, "b.toml").unwrap_err().to_string();
+        assert!(e.starts_with("b.toml: gpu is given at the top level and in [[group]]"), "{e}");
+        let bad = two.replace("gpu = \"A40\"", "gpu = \"K80\"");
+        let e = ClusterConfig::from_toml(&bad, "b.toml").unwrap_err().to_string();
+        assert!(e.starts_with("b.toml: group 2: gpu = \"K80\""), "{e}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The `floor` energy reference: every job at its least *measured* energy limit within its own
-//! slowdown bound ([`super::workloads::Workload::floor_idx`]), capacity respected (a FIFO list
-//! schedule on the cluster's GPU count), node base power only for `⌈busy GPUs / GPUs per
-//! node⌉` nodes at each instant, no idle GPUs, no off draw, no transitions. Its energy is the
+//! slowdown bound ([`super::workloads::Workload::floor_idx`]) on the GPU type where that costs
+//! least, capacity respected (a FIFO list schedule on each type's GPU count), node base power
+//! only for `⌈busy GPUs / GPUs per node⌉` nodes of each type at each instant, no idle GPUs, no off draw, no transitions. Its energy is the
 //! reference; its times are reported but not compared (no placement, no boots).
 
 use std::cmp::Reverse;
@@ -13,31 +13,34 @@ use super::policies::{PolicyKind, SimJob};
 use super::power::{BIN_S, EnergyParts};
 use super::workloads::Catalog;
 
-/// (start, end) of each job in the floor's list schedule: in submission order, each starts at
-/// its submission or, if the GPUs are taken, when enough running jobs have ended (FIFO).
+/// (start, end) of each job in the floor's list schedule: each job on its floor GPU type
+/// ([`SimJob::floor_type`]), in submission order; it starts at its submission or, if that
+/// type's GPUs are taken, when enough of its running jobs have ended (FIFO per type).
 pub fn schedule(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> Vec<(f64, f64)> {
-    let cap = c.total_gpus();
-    let mut free = cap;
-    let mut ends: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
-    let mut last_start = f64::NEG_INFINITY;
+    let types = c.groups.len();
+    let mut free: Vec<u64> =
+        c.groups.iter().map(|g| u64::from(g.nodes) * u64::from(c.gpus_per_node)).collect();
+    let mut ends: Vec<BinaryHeap<Reverse<(u64, u32)>>> = vec![BinaryHeap::new(); types];
+    let mut last_start = vec![f64::NEG_INFINITY; types];
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
-        let w = &catalog.workloads[j.workload];
-        let mut start = j.submit.max(last_start);
-        while let Some(&Reverse((b, g))) = ends.peek() {
+        let ty = j.floor_type;
+        let w = catalog.get(ty, j.workload);
+        let mut start = j.submit.max(last_start[ty]);
+        while let Some(&Reverse((b, g))) = ends[ty].peek() {
             let e = f64::from_bits(b);
-            if e <= start || free < u64::from(j.gpus) {
-                ends.pop();
-                free += u64::from(g);
+            if e <= start || free[ty] < u64::from(j.gpus) {
+                ends[ty].pop();
+                free[ty] += u64::from(g);
                 start = start.max(e);
             } else {
                 break;
             }
         }
-        let end = start + j.duration * w.time_ratio(j.floor);
-        free -= u64::from(j.gpus);
-        ends.push(Reverse((end.to_bits(), j.gpus)));
-        last_start = start;
+        let end = start + j.duration * catalog.pace(ty, j.workload) * w.time_ratio(j.choices[ty].floor);
+        free[ty] -= u64::from(j.gpus);
+        ends[ty].push(Reverse((end.to_bits(), j.gpus)));
+        last_start[ty] = start;
         out.push((start, end));
     }
     out
@@ -48,22 +51,24 @@ pub fn floor(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> (Summary,
     let t0 = jobs.first().map_or(0.0, |j| j.submit);
     let origin = t0 - (t0 + c.trace_start_utc_s as f64).rem_euclid(BIN_S);
     let spans = schedule(jobs, catalog, c);
-    // (time, ΔGPUs, Δbusy W), swept in time order.
-    let mut steps: Vec<(f64, i64, f64)> = Vec::with_capacity(2 * jobs.len());
+    // (time, type, ΔGPUs, Δbusy W), swept in time order.
+    let mut steps: Vec<(f64, usize, i64, f64)> = Vec::with_capacity(2 * jobs.len());
     for (j, &(a, b)) in jobs.iter().zip(&spans) {
-        let p = f64::from(j.gpus) * catalog.workloads[j.workload].power[j.floor];
-        steps.push((a, i64::from(j.gpus), p));
-        steps.push((b, -i64::from(j.gpus), -p));
+        let ty = j.floor_type;
+        let p = f64::from(j.gpus) * catalog.get(ty, j.workload).power[j.choices[ty].floor];
+        steps.push((a, ty, i64::from(j.gpus), p));
+        steps.push((b, ty, -i64::from(j.gpus), -p));
     }
-    steps.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    steps.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.2.cmp(&y.2)));
     let gpn = i64::from(c.gpus_per_node);
     let mut parts = EnergyParts::default();
     let mut bins: Vec<f64> = Vec::new();
-    let (mut gpus, mut busy_w, mut peak) = (0i64, 0.0f64, 0.0f64);
+    let mut gpus = vec![0i64; c.groups.len()];
+    let (mut busy_w, mut peak) = (0.0f64, 0.0f64);
     let mut last = t0;
-    for &(t, dg, dp) in &steps {
+    for &(t, ty, dg, dp) in &steps {
         if t > last {
-            let nodes = (gpus + gpn - 1) / gpn;
+            let nodes: i64 = gpus.iter().map(|g| (g + gpn - 1) / gpn).sum();
             let base_w = nodes as f64 * c.node.base_w;
             let busy_now = busy_w.max(0.0);
             parts.gpu_busy_j += busy_now * (t - last);
@@ -81,14 +86,18 @@ pub fn floor(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> (Summary,
             peak = peak.max(busy_now + base_w);
             last = t;
         }
-        gpus += dg;
+        gpus[ty] += dg;
         busy_w += dp;
-        if gpus == 0 {
+        if gpus.iter().all(|&g| g == 0) {
             busy_w = 0.0;
         }
     }
     let t_end = spans.iter().map(|s| s.1).fold(t0, f64::max);
-    let slow = jobs.iter().map(|j| catalog.workloads[j.workload].time_ratio(j.floor) - 1.0);
+    // Slowdown against the job's top level on the GPU type it runs on, as a daemon measures it.
+    let slow = jobs.iter().map(|j| {
+        let ty = j.floor_type;
+        catalog.get(ty, j.workload).time_ratio(j.choices[ty].floor) - 1.0
+    });
     let tt = times(jobs, jobs.iter().zip(&spans).zip(slow).map(|((j, &(a, b)), s)| (j.submit, a, b, s)));
     let x = Totals {
         parts,
@@ -112,7 +121,7 @@ mod tests {
     use crate::workloads::tests::tiny_zeus;
 
     fn job(submit: f64, gpus: u32, duration: f64, bound: f64, cat: &Catalog) -> SimJob {
-        let w = &cat.workloads[0];
+        let w = cat.get(0, 0);
         SimJob {
             id: String::new(),
             submit,
@@ -121,10 +130,13 @@ mod tests {
             workload: 0,
             bound,
             defer_window: 0.0,
-            bounded: w.max_idx(),
-            zeus: w.max_idx(),
-            floor: w.floor_idx(bound),
-            capped: w.max_idx(),
+            choices: vec![crate::policies::Choice {
+                bounded: w.max_idx(),
+                zeus: w.max_idx(),
+                floor: w.floor_idx(bound),
+                capped: w.max_idx(),
+            }],
+            floor_type: 0,
         }
     }
 

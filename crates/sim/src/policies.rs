@@ -2,6 +2,8 @@
 //! hints they read, and each job's engine decisions: its level table and its bounded and Zeus
 //! levels, from a model fitted on three probes; the floor's measured least-energy level.
 
+use std::collections::BTreeMap;
+
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use strum::VariantNames;
@@ -66,15 +68,24 @@ pub struct SimJob {
     pub gpus: u32,
     /// Run time at the max limit (s).
     pub duration: f64,
-    /// Index into the catalog.
+    /// Index into the catalog (the same setting on every GPU type).
     pub workload: usize,
     /// Slowdown bound the user gave (fraction).
     pub bound: f64,
     /// How long the job may wait for cheaper electricity (s); 0: not deferrable.
     pub defer_window: f64,
-    /// The engine's choice under the bound (limit index), from the three-probe model.
+    /// The engine's and the floor's limit choices on each GPU type (the cluster's group order).
+    pub choices: Vec<Choice>,
+    /// The GPU type of the floor's least measured energy (its GPUs' and their node-base share).
+    pub floor_type: usize,
+}
+
+/// A job's settings on one GPU type (indices into that type's measured limits).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Choice {
+    /// The engine's choice under the bound, from the three-probe model.
     pub bounded: usize,
-    /// The engine's Zeus `Balanced { eta: 0.5 }` choice (limit index).
+    /// The engine's Zeus `Balanced { eta: 0.5 }` choice.
     pub zeus: usize,
     /// The floor's level: the least *measured* energy whose measured slowdown is within the bound.
     pub floor: usize,
@@ -83,25 +94,27 @@ pub struct SimJob {
 }
 
 impl SimJob {
-    /// The engine's view of this job; `id` is its index in the prepared jobs.
-    pub fn view(&self, id: u32) -> JobView {
+    /// The engine's view of this job on GPU type `ty`; `id` is its index in the prepared jobs.
+    pub fn view(&self, id: u32, ty: usize, catalog: &Catalog) -> JobView {
+        let c = &self.choices[ty];
         JobView {
             id,
             gpus: self.gpus,
             bound: self.bound,
-            work_s: self.duration,
-            model: self.workload as u32,
-            bounded: self.bounded as u16,
-            zeus: self.zeus as u16,
-            capped: self.capped as u16,
+            work_s: self.duration * catalog.pace(ty, self.workload),
+            model: (ty * catalog.len() + self.workload) as u32,
+            bounded: c.bounded as u16,
+            zeus: c.zeus as u16,
+            capped: c.capped as u16,
         }
     }
 }
 
-/// The engine's level table of every workload (by catalog index), from its three-probe model.
+/// The engine's level table of every workload on every GPU type, from its three-probe model;
+/// workload `w` on type `ty` at index `ty · workloads + w` (as [`SimJob::view`] names it).
 pub fn level_tables(catalog: &Catalog) -> Result<Vec<Vec<Level>>, SimError> {
     let cfg = ChooserConfig::default();
-    catalog.workloads.iter().map(|w| Ok(levels::table(&w.fit()?, &w.limits, &cfg))).collect()
+    catalog.types.iter().flatten().map(|w| Ok(levels::table(&w.fit()?, &w.limits, &cfg))).collect()
 }
 
 /// Uniform draw in [0, 1) from 53 random bits.
@@ -143,33 +156,55 @@ pub fn prepare(
     seed: u64,
 ) -> Result<Vec<SimJob>, SimError> {
     let hints = draw_hints(trace.len(), &cluster.hints, seed);
-    let mut models = Vec::with_capacity(catalog.workloads.len());
-    for w in &catalog.workloads {
-        models.push(w.fit()?);
-    }
-    let mut cache: std::collections::BTreeMap<(usize, u64), usize> = std::collections::BTreeMap::new();
-    let mut floors: std::collections::BTreeMap<(usize, u64), usize> = std::collections::BTreeMap::new();
-    let cap = cluster.total_gpus();
+    let models = catalog
+        .types
+        .iter()
+        .map(|ws| ws.iter().map(|w| w.fit()).collect())
+        .collect::<Result<Vec<Vec<_>>, _>>()?;
+    let mut cache: BTreeMap<(usize, u64), Vec<Choice>> = BTreeMap::new();
+    let base_share = cluster.node.base_w / f64::from(cluster.gpus_per_node);
+    let gpus_of = |ty: usize| u64::from(cluster.groups[ty].nodes) * u64::from(cluster.gpus_per_node);
+    let cap = (0..cluster.groups.len()).map(gpus_of).max().unwrap_or(0);
     let mut out = Vec::with_capacity(trace.len());
     for (t, (bound, window)) in trace.iter().zip(hints) {
         if u64::from(t.gpus) > cap {
-            return Err(SimError::Input(format!(
-                "job {} asks for {} GPUs; the cluster has {cap}",
-                t.id, t.gpus
-            )));
+            let of =
+                if cluster.groups.len() > 1 { "the largest group of one GPU type" } else { "the cluster" };
+            return Err(SimError::Input(format!("job {} asks for {} GPUs; {of} has {cap}", t.id, t.gpus)));
         }
         let wi = catalog
             .lookup(&t.tag, t.batch)
             .ok_or_else(|| SimError::Input(format!("no workload for job {} (tag {:?})", t.id, t.tag)))?;
-        let w = &catalog.workloads[wi];
-        let m = &models[wi];
-        let wattson = *cache
+        let choices = cache
             .entry((wi, bound.to_bits()))
-            .or_insert_with(|| w.choose_idx(m, Objective::MinEnergy { max_slowdown: bound }));
-        let zeus = *cache
-            .entry((wi, u64::MAX))
-            .or_insert_with(|| w.choose_idx(m, Objective::Balanced { eta: ZEUS_ETA }));
-        let floor = *floors.entry((wi, bound.to_bits())).or_insert_with(|| w.floor_idx(bound));
+            .or_insert_with(|| {
+                catalog
+                    .types
+                    .iter()
+                    .zip(&models)
+                    .map(|(ws, ms)| {
+                        let (w, m) = (&ws[wi], &ms[wi]);
+                        Choice {
+                            bounded: w.choose_idx(m, Objective::MinEnergy { max_slowdown: bound }),
+                            zeus: w.choose_idx(m, Objective::Balanced { eta: ZEUS_ETA }),
+                            floor: w.floor_idx(bound),
+                            capped: cluster.uniform_cap_w().map_or(w.max_idx(), |cap| w.capped_idx(cap)),
+                        }
+                    })
+                    .collect()
+            })
+            .clone();
+        // Energy per unit of work at the floor's level: the GPU's draw and its node-base share
+        // over the time that level takes on that type.
+        let floor_j = |ty: usize| {
+            let w = catalog.get(ty, wi);
+            let f = choices[ty].floor;
+            (w.power[f] + base_share) * w.time[f]
+        };
+        let floor_type = (0..choices.len())
+            .filter(|&ty| gpus_of(ty) >= u64::from(t.gpus))
+            .min_by(|&a, &b| floor_j(a).total_cmp(&floor_j(b)))
+            .unwrap_or(0);
         out.push(SimJob {
             id: t.id.clone(),
             submit: t.submit,
@@ -178,10 +213,8 @@ pub fn prepare(
             workload: wi,
             bound,
             defer_window: window,
-            bounded: wattson,
-            zeus,
-            floor,
-            capped: cluster.uniform_cap_w().map_or(w.max_idx(), |cap| w.capped_idx(cap)),
+            choices,
+            floor_type,
         });
     }
     Ok(out)

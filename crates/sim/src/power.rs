@@ -70,7 +70,8 @@ pub const BIN_S: f64 = 3600.0;
 pub struct Meter {
     gpn: u32,
     base_w: f64,
-    gpu_idle_w: f64,
+    /// Idle draw of one GPU, per node (its group's GPU type).
+    gpu_idle_w: Vec<f64>,
     off_w: f64,
     shutdown_w: f64,
     boot_w: f64,
@@ -102,13 +103,13 @@ pub struct Meter {
 impl Meter {
     /// All nodes on and idle from `t0`.
     pub fn new(c: &ClusterConfig, t0: f64) -> Meter {
-        let n = c.nodes as usize;
+        let n = c.nodes() as usize;
         let offset = c.trace_start_utc_s as f64;
         let bin_origin = t0 - (t0 + offset).rem_euclid(BIN_S);
         let mut m = Meter {
             gpn: c.gpus_per_node,
             base_w: c.node.base_w,
-            gpu_idle_w: c.gpu_idle_w(),
+            gpu_idle_w: c.node_groups().iter().map(|&g| c.groups[usize::from(g)].gpu_idle_w()).collect(),
             off_w: c.node.off_w,
             shutdown_w: c.node.shutdown_w,
             boot_w: c.node.boot_w,
@@ -136,7 +137,7 @@ impl Meter {
     fn node_w(&self, n: usize) -> f64 {
         match self.state[n] {
             NodeState::On => {
-                self.base_w + f64::from(self.gpn - self.running[n]) * self.gpu_idle_w + self.busy_w[n]
+                self.base_w + f64::from(self.gpn - self.running[n]) * self.gpu_idle_w[n] + self.busy_w[n]
             }
             NodeState::ShuttingDown => self.shutdown_w,
             NodeState::OffWait | NodeState::Off => self.off_w,
@@ -153,7 +154,7 @@ impl Meter {
         match self.state[n] {
             NodeState::On => {
                 p.node_base_j += self.base_w * dt;
-                p.gpu_idle_j += f64::from(self.gpn - self.running[n]) * self.gpu_idle_w * dt;
+                p.gpu_idle_j += f64::from(self.gpn - self.running[n]) * self.gpu_idle_w[n] * dt;
                 p.gpu_busy_j += self.busy_w[n] * dt;
             }
             NodeState::ShuttingDown => p.transition_j += self.shutdown_w * dt,

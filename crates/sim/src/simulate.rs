@@ -6,6 +6,10 @@
 //! pass runs, then the policy sees a snapshot and its actions are applied (releases, levels,
 //! power); a release or a boot that a waiting job could use runs the pass again. A level change
 //! moves a running job's end: its progress is kept in units of work at the top level.
+//!
+//! On a cluster of several GPU types a job runs on one type; its order of types comes from the
+//! engine ([`cluster::placement::type_order`]) when it enters the queue, and its view, level
+//! table and times become that type's when the scheduler places it.
 
 use wattson_engine::cluster::{
     self, GpuType, Held, JobView as EngineJob, Level, NodePower, NodeView, Policy, Queued, Running, Snapshot,
@@ -22,7 +26,9 @@ pub use super::record::{JobRun, RunResult};
 
 struct View<'a> {
     jobs: &'a [SimJob],
-    runtime: &'a [f64],
+    cat: &'a Catalog,
+    policy: Policy,
+    orders: &'a [Vec<u16>],
     runs: &'a [JobRun],
 }
 
@@ -30,8 +36,14 @@ impl JobView for View<'_> {
     fn gpus(&self, j: u32) -> u32 {
         self.jobs[j as usize].gpus
     }
-    fn runtime(&self, j: u32) -> f64 {
-        self.runtime[j as usize]
+    fn runtime(&self, j: u32, group: u16) -> f64 {
+        let (job, g) = (&self.jobs[j as usize], usize::from(group));
+        let w = self.cat.get(g, job.workload);
+        let level = self.policy.start_level(&job.view(j, g, self.cat), w.max_idx() as u16);
+        job.duration * self.cat.pace(g, job.workload) * w.time_ratio(usize::from(level))
+    }
+    fn order(&self, j: u32) -> &[u16] {
+        &self.orders[j as usize]
     }
     fn shares(&self, j: u32) -> &[Share] {
         &self.runs[j as usize].shares
@@ -64,7 +76,12 @@ struct Sim<'a> {
     /// Per workload, the limits measured so far (probes, then every limit a job ran at).
     measured: Vec<Vec<usize>>,
     jobs: &'a [SimJob],
+    /// Each job's view on its GPU type (type 0 until placed).
     views: Vec<EngineJob>,
+    /// Each job's GPU type (0 until placed).
+    ty: Vec<u16>,
+    /// Each job's order of GPU types, set when it enters the queue.
+    orders: Vec<Vec<u16>>,
     policy: Policy,
     pool: Pool,
     meter: Meter,
@@ -88,7 +105,7 @@ struct Sim<'a> {
     future: Vec<(f64, u32)>,
     next_wake: f64,
     done: usize,
-    gpu_types: [GpuType; 1],
+    gpu_types: Vec<GpuType>,
     bufs: Bufs,
 }
 
@@ -110,13 +127,13 @@ pub fn simulate(
     policy: Policy,
 ) -> RunResult {
     let t0 = jobs.first().map_or(0.0, |j| j.submit);
-    let n = c.nodes as usize;
-    let views: Vec<EngineJob> = jobs.iter().enumerate().map(|(i, j)| j.view(i as u32)).collect();
+    let n = c.nodes() as usize;
+    let views: Vec<EngineJob> = jobs.iter().enumerate().map(|(i, j)| j.view(i as u32, 0, catalog)).collect();
     let mut runs = Vec::with_capacity(jobs.len());
     let mut runtime = Vec::with_capacity(jobs.len());
     let mut live = Vec::with_capacity(jobs.len());
     for (j, v) in jobs.iter().zip(&views) {
-        let w = &catalog.workloads[j.workload];
+        let w = catalog.get(0, j.workload);
         let level = policy.start_level(v, w.max_idx() as u16);
         let i = usize::from(level);
         runtime.push(j.duration * w.time_ratio(i));
@@ -147,11 +164,13 @@ pub fn simulate(
         c,
         cat: catalog,
         models: models.to_vec(),
-        measured: catalog.workloads.iter().map(|w| w.probes().to_vec()).collect(),
+        measured: catalog.types.iter().flatten().map(|w| w.probes().to_vec()).collect(),
         jobs,
         views,
+        ty: vec![0; jobs.len()],
+        orders: vec![Vec::new(); jobs.len()],
         policy,
-        pool: Pool::new(c.nodes, c.gpus_per_node),
+        pool: Pool::new(&c.node_groups(), c.gpus_per_node),
         meter: Meter::new(c, t0),
         q: Queue::default(),
         queue: Vec::new(),
@@ -176,7 +195,7 @@ pub fn simulate(
         },
         next_wake: f64::NEG_INFINITY,
         done: 0,
-        gpu_types: [GpuType { idle_w: c.gpu_idle_w() }],
+        gpu_types: c.groups.iter().map(|g| GpuType { idle_w: g.gpu_idle_w() }).collect(),
         bufs: Bufs::default(),
     };
     for (i, j) in jobs.iter().enumerate() {
@@ -247,13 +266,14 @@ impl Sim<'_> {
         self.pool.free[n] == self.pool.gpn && self.waiting[n].is_empty()
     }
 
+    /// Job `j`'s workload as measured on its GPU type.
     fn workload(&self, j: usize) -> &super::workloads::Workload {
-        &self.cat.workloads[self.jobs[j].workload]
+        self.cat.get(usize::from(self.ty[j]), self.jobs[j].workload)
     }
 
-    /// Run time of job `j`'s whole work at level `l` (s).
+    /// Run time of job `j`'s whole work at level `l` on its GPU type (s).
     fn full_time(&self, j: usize, l: u16) -> f64 {
-        self.jobs[j].duration * self.workload(j).time_ratio(usize::from(l))
+        self.views[j].work_s * self.workload(j).time_ratio(usize::from(l))
     }
 
     /// Charges job `j`'s current stretch up to `t` (work done, energy, limit·time).
@@ -263,7 +283,7 @@ impl Sim<'_> {
         let (p, lim) = (self.workload(j).power[i], self.workload(j).limits[i]);
         let dt = t - self.live[j].seg;
         if dt > 0.0 {
-            self.learn(self.jobs[j].workload, i);
+            self.learn(self.views[j].model as usize, i);
         }
         let l = &mut self.live[j];
         if dt > 0.0 {
@@ -274,15 +294,16 @@ impl Sim<'_> {
         l.seg = t;
     }
 
-    /// The daemon has measured workload `w` at limit `i`: the engine refits its level table
-    /// on everything measured so far (a refit that fails keeps the old table).
+    /// The daemons have measured level table `w` (a workload on a GPU type) at limit `i`: the
+    /// engine refits it on everything measured so far (a refit that fails keeps the old table).
     fn learn(&mut self, w: usize, i: usize) {
         if !self.c.wattson.learn || self.measured[w].contains(&i) {
             return;
         }
         self.measured[w].push(i);
         self.measured[w].sort_unstable();
-        let wl = &self.cat.workloads[w];
+        let n = self.cat.len();
+        let wl = self.cat.get(w / n, w % n);
         if let Ok(m) = wl.fit_on(&self.measured[w]) {
             self.models[w] =
                 cluster::levels::table(&m, &wl.limits, &wattson_engine::ChooserConfig::default());
@@ -356,7 +377,7 @@ impl Sim<'_> {
             (r.gpu_w, r.limit_w, r.slowdown) = (p, lim, ratio - 1.0);
         } else {
             (r.gpu_w, r.limit_w) = (l.energy / span, l.limit_s / span);
-            r.slowdown = span / self.jobs[ju].duration - 1.0;
+            r.slowdown = span / self.views[ju].work_s - 1.0;
         }
         self.done += 1;
         self.ends.remove(&(l.exp_end.to_bits(), j));
@@ -423,7 +444,7 @@ impl Sim<'_> {
             b.nodes.push(NodeView {
                 power,
                 idle_since,
-                gpu_type: 0,
+                gpu_type: self.pool.group[n],
                 free_gpus: self.pool.free[n],
                 gpus: self.pool.gpn,
             });
@@ -488,6 +509,7 @@ impl Sim<'_> {
             for &j in &a.release {
                 self.live[j as usize].released = t;
                 self.runs[j as usize].eligible = t;
+                self.orders[j as usize] = self.type_order(j);
                 self.queue.push(j);
             }
         }
@@ -519,7 +541,13 @@ impl Sim<'_> {
         if self.queue.is_empty() {
             return;
         }
-        let view = View { jobs: self.jobs, runtime: &self.runtime, runs: &self.runs };
+        let view = View {
+            jobs: self.jobs,
+            cat: self.cat,
+            policy: self.policy,
+            orders: &self.orders,
+            runs: &self.runs,
+        };
         let input = PassInput {
             now: t,
             ends: &self.ends,
@@ -531,6 +559,7 @@ impl Sim<'_> {
         let started = easy_pass(&mut self.pool, &mut self.queue, &input);
         for (j, shares) in started {
             let ju = j as usize;
+            self.place_on_type(j, self.pool.group[shares[0].0 as usize]);
             let mut ready = t;
             for &(n, _) in &shares {
                 let nu = n as usize;
@@ -555,5 +584,35 @@ impl Sim<'_> {
                 self.begin(t, j);
             }
         }
+    }
+
+    /// Job `j`'s order of GPU types as the policy ranks them now.
+    fn type_order(&self, j: u32) -> Vec<u16> {
+        if self.c.groups.len() < 2 {
+            return vec![0];
+        }
+        let job = &self.jobs[j as usize];
+        let views: Vec<EngineJob> = (0..self.c.groups.len()).map(|g| job.view(j, g, self.cat)).collect();
+        let share = self.c.node.base_w / f64::from(self.c.gpus_per_node);
+        cluster::placement::type_order(&self.policy, &self.models, &views, share)
+    }
+
+    /// The scheduler placed job `j` on GPU type `g`: its view, start level and times become
+    /// that type's.
+    fn place_on_type(&mut self, j: u32, g: u16) {
+        let ju = j as usize;
+        if self.ty[ju] == g {
+            return;
+        }
+        self.ty[ju] = g;
+        self.views[ju] = self.jobs[ju].view(j, usize::from(g), self.cat);
+        let level = self.policy.start_level(&self.views[ju], self.workload(ju).max_idx() as u16);
+        let i = usize::from(level);
+        self.live[ju].level = level;
+        self.runtime[ju] = self.full_time(ju, level);
+        let w = self.workload(ju);
+        let (limit_w, gpu_w, slowdown) = (w.limits[i], w.power[i], w.time_ratio(i) - 1.0);
+        let r = &mut self.runs[ju];
+        (r.limit_w, r.gpu_w, r.slowdown) = (limit_w, gpu_w, slowdown);
     }
 }

@@ -111,75 +111,86 @@ impl Workload {
 /// (network, batch size, dataset, optimizer) of a Zeus row.
 type GroupKey = (String, u32, String, String);
 
-/// All workloads of one GPU type, keyed by network then batch size.
+/// One setting's measured `(limit, time, power)` points, by increasing limit.
+type Curve = Vec<(f64, f64, f64)>;
+
+/// One Zeus file's rows: each setting's points.
+type Groups = BTreeMap<GroupKey, Curve>;
+
+/// The measured workloads of every GPU type of the cluster, aligned: workload `w` is the same
+/// Zeus setting (dataset, network, batch size, optimizer) on every type.
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
-    /// Workloads, in a fixed order.
-    pub workloads: Vec<Workload>,
+    /// Per GPU type (the cluster's group order), its workloads in a fixed order.
+    pub types: Vec<Vec<Workload>>,
 }
 
 impl Catalog {
-    /// Parses a Zeus `summary_power_<gpu>.csv`; keeps workloads with ≥ 5 limits (three probes
-    /// plus points to score them on), one per (network, batch size): the first dataset and
-    /// optimizer in name order.
+    /// One GPU type's catalog from its Zeus `summary_power_<gpu>.csv` ([`Catalog::from_zeus_csvs`]).
     pub fn from_zeus_csv(text: &str, name: &str) -> Result<Catalog, SimError> {
-        let mut rdr = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
-        let want = [
-            "dataset",
-            "network",
-            "batch_size",
-            "optimizer",
-            "power_limit",
-            "time_per_epoch",
-            "average_power",
-        ];
-        let header: Vec<String> = rdr
-            .headers()
-            .map_err(|e| SimError::Input(format!("{name}:1: {e}")))?
-            .iter()
-            .map(str::to_string)
-            .collect();
-        if header != want {
-            return Err(SimError::Input(format!("{name}:1: expected the header {}", want.join(","))));
-        }
-        let mut groups: BTreeMap<GroupKey, Vec<(f64, f64, f64)>> = BTreeMap::new();
-        for (k, rec) in rdr.records().enumerate() {
-            let line = k + 2;
-            let rec = rec.map_err(|e| SimError::Input(format!("{name}:{line}: {e}")))?;
-            let num = |i: usize| -> Result<f64, SimError> {
-                rec.get(i)
-                    .and_then(|s| s.parse::<f64>().ok())
-                    .filter(|v| v.is_finite() && *v > 0.0)
-                    .ok_or_else(|| {
-                        SimError::Input(format!("{name}:{line}: {} is not a positive number", want[i]))
-                    })
-            };
-            let batch = num(2)?;
-            let (limit, time, power) = (num(4)?, num(5)?, num(6)?);
-            let key = (rec[1].to_string(), batch as u32, rec[0].to_string(), rec[3].to_string());
-            groups.entry(key).or_default().push((limit, time, power));
-        }
+        Catalog::from_zeus_csvs(&[(text, name)])
+    }
+
+    /// Parses one Zeus `summary_power_<gpu>.csv` per GPU type, `(text, name)`; keeps the
+    /// settings measured at ≥ 5 limits (three probes plus points to score them on) on every
+    /// type, one per (network, batch size): the first dataset and optimizer in name order.
+    pub fn from_zeus_csvs(files: &[(&str, &str)]) -> Result<Catalog, SimError> {
+        let parsed = files.iter().map(|(t, n)| parse_zeus(t, n)).collect::<Result<Vec<Groups>, _>>()?;
+        let Some(first) = parsed.first() else {
+            return Err(SimError::Input("no Zeus file given".to_string()));
+        };
         let mut seen: BTreeMap<(String, u32), ()> = BTreeMap::new();
-        let mut workloads = Vec::new();
-        for ((network, batch, dataset, opt), mut c) in groups {
-            c.sort_by(|a, b| a.0.total_cmp(&b.0));
-            c.dedup_by(|a, b| a.0 == b.0);
-            if c.len() < 5 || seen.insert((network.clone(), batch), ()).is_some() {
+        let mut types = vec![Vec::new(); parsed.len()];
+        for key in first.keys() {
+            let curves: Option<Vec<&Curve>> =
+                parsed.iter().map(|g| g.get(key).filter(|c| c.len() >= 5)).collect();
+            let Some(curves) = curves else { continue };
+            let (network, batch, dataset, opt) = key;
+            if seen.insert((network.clone(), *batch), ()).is_some() {
                 continue;
             }
-            workloads.push(Workload {
-                name: format!("{dataset}/{network}/{batch}/{opt}"),
-                network,
-                batch,
-                limits: c.iter().map(|x| x.0).collect(),
-                time: c.iter().map(|x| x.1).collect(),
-                power: c.iter().map(|x| x.2).collect(),
-            });
+            for (ty, c) in curves.into_iter().enumerate() {
+                types[ty].push(Workload {
+                    name: format!("{dataset}/{network}/{batch}/{opt}"),
+                    network: network.clone(),
+                    batch: *batch,
+                    limits: c.iter().map(|x| x.0).collect(),
+                    time: c.iter().map(|x| x.1).collect(),
+                    power: c.iter().map(|x| x.2).collect(),
+                });
+            }
         }
-        if workloads.is_empty() {
-            return Err(SimError::Input(format!("{name}: no workload with at least 5 power limits")));
+        if types[0].is_empty() {
+            let names: Vec<&str> = files.iter().map(|f| f.1).collect();
+            return Err(SimError::Input(format!(
+                "{}: no workload measured at 5 or more power limits{}",
+                names.join(", "),
+                if names.len() > 1 { " in every file" } else { "" }
+            )));
         }
-        Ok(Catalog { workloads })
+        Ok(Catalog { types })
+    }
+
+    /// Workloads per type.
+    pub fn len(&self) -> usize {
+        self.types.first().map_or(0, Vec::len)
+    }
+
+    /// Whether there is no workload.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Workload `w` as measured on GPU type `ty`.
+    pub fn get(&self, ty: usize, w: usize) -> &Workload {
+        &self.types[ty][w]
+    }
+
+    /// Time of workload `w` at the top limit on type `ty` / on type 0 (the type the trace's
+    /// durations are taken on).
+    pub fn pace(&self, ty: usize, w: usize) -> f64 {
+        let (a, b) = (self.get(ty, w), self.get(0, w));
+        a.time[a.max_idx()] / b.time[b.max_idx()]
     }
 
     /// The workload for a job's tag and batch size: the tag's Zeus network (see [`STAND_INS`];
@@ -191,11 +202,11 @@ impl Catalog {
             .iter()
             .find(|(m, ..)| *m == tag)
             .map(|(_, n, _)| *n)
-            .or_else(|| self.workloads.iter().find(|w| w.network == tag).map(|w| w.network.as_str()))
+            .or_else(|| self.types[0].iter().find(|w| w.network == tag).map(|w| w.network.as_str()))
             .unwrap_or(DEFAULT_NETWORK);
         let target = f64::from(batch.unwrap_or(64).max(1)).ln();
         let mut best: Option<(f64, usize)> = None;
-        for (i, w) in self.workloads.iter().enumerate() {
+        for (i, w) in self.types[0].iter().enumerate() {
             if w.network != network {
                 continue;
             }
@@ -204,8 +215,43 @@ impl Catalog {
                 best = Some((d, i));
             }
         }
-        best.map(|(_, i)| i).or_else(|| (!self.workloads.is_empty()).then_some(0))
+        best.map(|(_, i)| i).or_else(|| (!self.is_empty()).then_some(0))
     }
+}
+
+/// Reads a Zeus file's rows by setting, each setting's points sorted by limit, one per limit.
+fn parse_zeus(text: &str, name: &str) -> Result<Groups, SimError> {
+    let mut rdr = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
+    let want =
+        ["dataset", "network", "batch_size", "optimizer", "power_limit", "time_per_epoch", "average_power"];
+    let header: Vec<String> = rdr
+        .headers()
+        .map_err(|e| SimError::Input(format!("{name}:1: {e}")))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    if header != want {
+        return Err(SimError::Input(format!("{name}:1: expected the header {}", want.join(","))));
+    }
+    let mut groups = Groups::new();
+    for (k, rec) in rdr.records().enumerate() {
+        let line = k + 2;
+        let rec = rec.map_err(|e| SimError::Input(format!("{name}:{line}: {e}")))?;
+        let num = |i: usize| -> Result<f64, SimError> {
+            rec.get(i).and_then(|s| s.parse::<f64>().ok()).filter(|v| v.is_finite() && *v > 0.0).ok_or_else(
+                || SimError::Input(format!("{name}:{line}: {} is not a positive number", want[i])),
+            )
+        };
+        let batch = num(2)?;
+        let (limit, time, power) = (num(4)?, num(5)?, num(6)?);
+        let key = (rec[1].to_string(), batch as u32, rec[0].to_string(), rec[3].to_string());
+        groups.entry(key).or_default().push((limit, time, power));
+    }
+    for c in groups.values_mut() {
+        c.sort_by(|a, b| a.0.total_cmp(&b.0));
+        c.dedup_by(|a, b| a.0 == b.0);
+    }
+    Ok(groups)
 }
 
 #[cfg(test)]
@@ -235,12 +281,12 @@ pub(crate) mod tests {
     #[test]
     fn catalog_maps_stand_ins_and_nearest_batch() {
         let c = Catalog::from_zeus_csv(&tiny_zeus(), "z.csv").unwrap();
-        assert_eq!(c.workloads.len(), 3);
+        assert_eq!(c.len(), 3);
         let v = c.lookup("vgg16", Some(200)).unwrap();
-        assert_eq!((c.workloads[v].network.as_str(), c.workloads[v].batch), ("resnet50", 256));
+        assert_eq!((c.types[0][v].network.as_str(), c.types[0][v].batch), ("resnet50", 256));
         let s = c.lookup("shufflenetv2", None).unwrap();
-        assert_eq!(c.workloads[s].network, "shufflenetv2");
-        let w = &c.workloads[v];
+        assert_eq!(c.types[0][s].network, "shufflenetv2");
+        let w = &c.types[0][v];
         assert_eq!(w.probes(), [0, 2, 5]);
         // Within 5% of 19.4 s only 19.5 and 20.0 qualify besides the max: 20·155 = 3100 and
         // 19.5·165 = 3217.5 and 19.4·170 = 3298: the 175 W limit (index 3). With a loose bound,
@@ -252,6 +298,30 @@ pub(crate) mod tests {
         let m = w.fit().unwrap();
         let i = w.choose_idx(&m, Objective::Perf);
         assert_eq!(i, w.max_idx());
+    }
+
+    #[test]
+    fn several_types_keep_only_settings_measured_on_every_type() {
+        // The second type lacks shufflenetv2 and runs resnet50 twice as long.
+        let a = tiny_zeus();
+        let b: String = a
+            .lines()
+            .filter(|l| !l.contains("shufflenetv2"))
+            .map(|l| match l.split(',').collect::<Vec<_>>().as_slice() {
+                [d, n, bs, o, p, t, w] if *d != "dataset" => {
+                    format!("{d},{n},{bs},{o},{p},{},{w}\n", 2.0 * t.parse::<f64>().unwrap())
+                }
+                _ => format!("{l}\n"),
+            })
+            .collect();
+        let c = Catalog::from_zeus_csvs(&[(&a, "a.csv"), (&b, "b.csv")]).unwrap();
+        assert_eq!((c.types.len(), c.len()), (2, 2));
+        assert!(c.types.iter().all(|ws| ws.iter().all(|w| w.network == "resnet50")));
+        assert_eq!(c.get(1, 1).batch, c.get(0, 1).batch);
+        assert!((c.pace(1, 0) - 2.0).abs() < 1e-12 && c.pace(0, 1) == 1.0);
+        let none = "dataset,network,batch_size,optimizer,power_limit,time_per_epoch,average_power\n";
+        let e = Catalog::from_zeus_csvs(&[(&a, "a.csv"), (none, "n.csv")]).unwrap_err().to_string();
+        assert!(e.contains("a.csv, n.csv: no workload") && e.ends_with("in every file"), "{e}");
     }
 
     #[test]

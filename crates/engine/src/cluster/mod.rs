@@ -232,6 +232,13 @@ pub struct Tuning {
     /// wattson's level choice counts each GPU's share of its node's base draw
     /// (`base_w / gpus`) for as long as the job runs.
     pub count_node_base: bool,
+    /// On a cluster of several GPU types, wattson places each job on the type where its
+    /// predicted energy under its bound is least ([`placement::type_order`]); `false`: in
+    /// configuration order, as Slurm.
+    pub type_aware: bool,
+    /// With `type_aware`, a GPU type where a job is predicted to use more than this multiple
+    /// of its best type's energy is not offered to it.
+    pub type_max_cost: f64,
 }
 
 impl Default for Tuning {
@@ -247,6 +254,8 @@ impl Default for Tuning {
             dvfs_horizon_s: 0.0,
             congestion_raise: 0.5,
             count_node_base: true,
+            type_aware: true,
+            type_max_cost: 2.0,
         }
     }
 }

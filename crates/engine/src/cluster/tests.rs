@@ -252,3 +252,22 @@ fn node_weights_make_slurm_pick_the_packed_node() {
     let first_fit = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
     assert_eq!(placement::node_weights(&first_fit, &s), None);
 }
+
+#[test]
+fn type_order_ranks_gpu_types_by_predicted_energy_under_the_bound() {
+    // One level table on three types; the job's work takes 1000 s on type 0, 500 s on type 1
+    // and 1100 s on type 2. At its bounded level (150 W: 0.85 of the top energy, time ratio
+    // 0.85·200/130) with a 50 W base share, each type costs 235.4 J per second of work: type 1
+    // is best, type 0 costs 2×, type 2 2.2× (over the 2× cut).
+    let m = levels();
+    let on = |work_s: f64| JobView { work_s, ..job(0, 0.1) };
+    let views = [on(1000.0), on(500.0), on(1100.0)];
+    let wattson = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    assert_eq!(placement::type_order(&wattson, &m, &views, 50.0), vec![1, 0]);
+    let loose = Policy { tuning: Tuning { type_max_cost: 3.0, ..Tuning::default() }, ..wattson };
+    assert_eq!(placement::type_order(&loose, &m, &views, 50.0), vec![1, 0, 2]);
+    let blind = Policy { tuning: Tuning { type_aware: false, ..Tuning::default() }, ..wattson };
+    assert_eq!(placement::type_order(&blind, &m, &views, 50.0), vec![0, 1, 2]);
+    let slurm = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
+    assert_eq!(placement::type_order(&slurm, &m, &views, 50.0), vec![0, 1, 2]);
+}
