@@ -97,6 +97,7 @@ impl Planner {
             held: &[],
             running: &view.running,
             arrivals: &view.arrivals,
+            arrival_types: &[],
             tariff: &self.config.prices,
             budget_w: None,
             node: view::node_costs(c),

@@ -100,9 +100,13 @@ struct Sim<'a> {
     idle_since: Vec<f64>,
     later: Vec<(f64, u32)>,
     arrivals: Vec<(f64, u32)>,
+    /// Each arrival's best GPU type, when the policy places by type (else empty).
+    arrival_types: Vec<u16>,
     arr_lo: usize,
     /// Every submission `(time, GPUs)`, for the clairvoyant bound (`[wattson] clairvoyant`).
     future: Vec<(f64, u32)>,
+    /// Each submission's best GPU type, parallel to `future` when types matter.
+    future_types: Vec<u16>,
     next_wake: f64,
     done: usize,
     gpu_types: Vec<GpuType>,
@@ -187,17 +191,22 @@ pub fn simulate(
         idle_since: vec![t0; n],
         later: Vec::new(),
         arrivals: Vec::with_capacity(jobs.len()),
+        arrival_types: Vec::new(),
         arr_lo: 0,
         future: if c.wattson.clairvoyant {
             jobs.iter().map(|j| (j.submit, j.gpus)).collect()
         } else {
             Vec::new()
         },
+        future_types: Vec::new(),
         next_wake: f64::NEG_INFINITY,
         done: 0,
         gpu_types: c.groups.iter().map(|g| GpuType { idle_w: g.gpu_idle_w() }).collect(),
         bufs: Bufs::default(),
     };
+    if c.wattson.clairvoyant && s.types_matter() {
+        s.future_types = (0..jobs.len() as u32).map(|j| s.type_order(j)[0]).collect();
+    }
     for (i, j) in jobs.iter().enumerate() {
         s.q.push(j.submit, Event::Arrive(i as u32));
     }
@@ -233,6 +242,10 @@ impl Sim<'_> {
         match ev {
             Event::Arrive(j) => {
                 self.arrivals.push((t, self.jobs[j as usize].gpus));
+                if self.types_matter() {
+                    let best = self.type_order(j)[0];
+                    self.arrival_types.push(best);
+                }
                 self.held.push(j);
             }
             Event::Finish(j, e) => {
@@ -477,6 +490,14 @@ impl Sim<'_> {
         while self.arr_lo < self.arrivals.len() && self.arrivals[self.arr_lo].0 < t - window {
             self.arr_lo += 1;
         }
+        let (arrivals, arrival_types, arr) = if self.c.wattson.clairvoyant {
+            // The measured bound: the forecast window holds the *coming* submissions.
+            let lo = self.future.partition_point(|x| x.0 <= t);
+            let hi = self.future.partition_point(|x| x.0 <= t + window);
+            (&self.future, &self.future_types, lo..hi)
+        } else {
+            (&self.arrivals, &self.arrival_types, self.arr_lo..self.arrivals.len())
+        };
         let snap = Snapshot {
             now: t,
             utc_offset_s: self.c.trace_start_utc_s,
@@ -486,14 +507,8 @@ impl Sim<'_> {
             queued: &b.queued,
             held: &b.held,
             running: &b.running,
-            arrivals: if self.c.wattson.clairvoyant {
-                // The measured bound: the forecast window holds the *coming* submissions.
-                let lo = self.future.partition_point(|x| x.0 <= t);
-                let hi = self.future.partition_point(|x| x.0 <= t + window);
-                &self.future[lo..hi]
-            } else {
-                &self.arrivals[self.arr_lo..]
-            },
+            arrivals: &arrivals[arr.clone()],
+            arrival_types: arrival_types.get(arr).unwrap_or(&[]),
             tariff: &self.c.prices,
             budget_w: self.c.budget.map(|x| x.power_w),
             node: self.c.node,
@@ -584,6 +599,13 @@ impl Sim<'_> {
                 self.begin(t, j);
             }
         }
+    }
+
+    /// Whether the policy places by GPU type (and so forecasts demand per type).
+    fn types_matter(&self) -> bool {
+        self.c.groups.len() > 1
+            && self.policy.kind == cluster::PolicyKind::Wattson
+            && self.policy.tuning.type_aware
     }
 
     /// Job `j`'s order of GPU types as the policy ranks them now.

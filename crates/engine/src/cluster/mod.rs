@@ -281,6 +281,9 @@ pub struct Snapshot<'a> {
     pub running: &'a [Running],
     /// Recent submissions `(time, GPUs)`, oldest first, at least `forecast_window_s` of them.
     pub arrivals: &'a [(f64, u32)],
+    /// The GPU type each of `arrivals` is best placed on ([`placement::type_order`]'s first),
+    /// parallel to it; empty when not known (then the warm set ignores GPU types).
+    pub arrival_types: &'a [u16],
     /// The tariff.
     pub tariff: &'a PriceSchedule,
     /// Cluster power budget (W), if any.

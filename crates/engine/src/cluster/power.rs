@@ -93,20 +93,41 @@ pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
 }
 
 /// Powers down idle nodes beyond the warm target once they have been idle for
-/// `keep_break_evens` break-even times, and boots ahead when below the target.
+/// `keep_break_evens` break-even times, and boots ahead (in node order) when below the
+/// target. On several GPU types with known arrival types, the idle nodes kept are chosen first
+/// among the types recent jobs want, in proportion to the GPUs submitted for each (booting
+/// the wanted types instead lengthened waits: jobs that accept any type found none warm).
 fn right_size(p: &Policy, s: &Snapshot, a: &mut Actions) {
     let target = warm_target(p, s);
     let keep_s = p.tuning.keep_break_evens * break_even_s(s);
-    // Most recently idle first: they are kept warm, the longest idle sleep first.
+    let mut quota = type_targets(p, s, target).unwrap_or_default();
+    // Takes one of a type's quota: the node is wanted first.
+    let mut wanted = |i: usize| -> bool {
+        match quota.get_mut(usize::from(s.nodes[i].gpu_type)) {
+            Some(q) if *q > 0 => {
+                *q -= 1;
+                true
+            }
+            _ => false,
+        }
+    };
+    let idle_booting: Vec<usize> = (0..s.nodes.len())
+        .filter(|&i| s.nodes[i].power == NodePower::Booting && s.nodes[i].free_gpus == s.nodes[i].gpus)
+        .collect();
+    for &i in &idle_booting {
+        wanted(i);
+    }
+    // Most recently idle first, nodes of a wanted type before the others: they are kept
+    // warm, the rest sleep (the longest idle first).
     let mut idle_on: Vec<usize> =
         (0..s.nodes.len()).filter(|&i| s.nodes[i].power == NodePower::On && is_idle(&s.nodes[i])).collect();
     idle_on.sort_by(|&x, &y| s.nodes[y].idle_since.total_cmp(&s.nodes[x].idle_since).then(x.cmp(&y)));
-    let idle_booting =
-        s.nodes.iter().filter(|n| n.power == NodePower::Booting && n.free_gpus == n.gpus).count();
-    let warm = idle_on.len() + idle_booting;
+    let (mut first, rest): (Vec<usize>, Vec<usize>) = idle_on.iter().partition(|&&i| wanted(i));
+    first.extend(rest);
+    let warm = first.len() + idle_booting.len();
     if warm > target {
-        let keep = target.saturating_sub(idle_booting);
-        for &i in idle_on.iter().skip(keep) {
+        let keep = target.saturating_sub(idle_booting.len());
+        for &i in first.iter().skip(keep) {
             let due = s.nodes[i].idle_since + keep_s;
             if s.now >= due {
                 a.power_down.push(i as u32);
@@ -119,4 +140,38 @@ fn right_size(p: &Policy, s: &Snapshot, a: &mut Actions) {
         let off = (0..s.nodes.len()).filter(|&i| s.nodes[i].power == NodePower::Off);
         a.power_up.extend(off.take(target - warm).map(|i| i as u32));
     }
+}
+
+/// `target` split among the GPU types by the share of GPUs submitted for each over the
+/// forecast window (largest remainders); `None` with one type, unknown arrival types or no
+/// recent submission.
+fn type_targets(p: &Policy, s: &Snapshot, target: usize) -> Option<Vec<usize>> {
+    let types = s.gpu_types.len();
+    if types < 2 || s.arrival_types.len() != s.arrivals.len() {
+        return None;
+    }
+    let from = s.now - p.tuning.forecast_window_s;
+    let mut gpus = vec![0.0f64; types];
+    for (&(at, g), &t) in s.arrivals.iter().zip(s.arrival_types).rev() {
+        if at < from {
+            break;
+        }
+        if let Some(x) = gpus.get_mut(usize::from(t)) {
+            *x += f64::from(g);
+        }
+    }
+    let total: f64 = gpus.iter().sum();
+    if total <= 0.0 {
+        return None;
+    }
+    let exact: Vec<f64> = gpus.iter().map(|g| g / total * target as f64).collect();
+    let mut out: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
+    let mut rest: Vec<usize> = (0..types).collect();
+    rest.sort_by(|&x, &y| {
+        (exact[y] - exact[y].floor()).total_cmp(&(exact[x] - exact[x].floor())).then(x.cmp(&y))
+    });
+    for &t in rest.iter().take(target - out.iter().sum::<usize>()) {
+        out[t] += 1;
+    }
+    Some(out)
 }

@@ -52,6 +52,7 @@ fn snap<'a>(
         held: &[],
         running,
         arrivals,
+        arrival_types: &[],
         tariff,
         budget_w: None,
         node: costs(),
@@ -270,4 +271,30 @@ fn type_order_ranks_gpu_types_by_predicted_energy_under_the_bound() {
     assert_eq!(placement::type_order(&blind, &m, &views, 50.0), vec![0, 1, 2]);
     let slurm = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
     assert_eq!(placement::type_order(&slurm, &m, &views, 50.0), vec![0, 1, 2]);
+}
+
+#[test]
+fn the_warm_set_keeps_the_gpu_types_recent_jobs_want() {
+    // Nodes 0-3 of type 0, 4-5 of type 1, all idle alike; the forecast keeps two warm (as in
+    // the right-sizing test). Untyped arrivals keep the first two nodes; arrivals that want
+    // type 1 keep its two; half and half keep one of each.
+    let two = [GpuType { idle_w: 57.0 }, GpuType { idle_w: 40.0 }];
+    let nodes: Vec<NodeView> =
+        (0..6).map(|i| NodeView { gpu_type: u16::from(i >= 4), ..node(NodePower::On, 8, 0.0) }).collect();
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let arrivals: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
+    let at = |types: &[u16]| {
+        let s = Snapshot {
+            gpu_types: &two,
+            arrival_types: types,
+            ..snap(3000.0, &nodes, &m, &[], &[], &arrivals, &tariff)
+        };
+        decide(&p, &s).power_down
+    };
+    assert_eq!(at(&[]), vec![2, 3, 4, 5]);
+    assert_eq!(at(&[1; 12]), vec![0, 1, 2, 3]);
+    let half: Vec<u16> = (0..12).map(|k| u16::from(k % 2 == 1)).collect();
+    assert_eq!(at(&half), vec![1, 2, 3, 5]);
 }
