@@ -19,7 +19,8 @@ pub enum Objective {
         /// Slowdown bound, as a fraction.
         max_slowdown: f64,
     },
-    /// Minimum Zeus cost `η·E + (1−η)·P_max·T` per unit of work.
+    /// Minimum Zeus cost `η·E + (1−η)·P_max·T` per unit of work (`P_max` in watts: the top
+    /// power limit, or the predicted draw at the top SM clock).
     Balanced {
         /// Weight of energy, in `[0, 1]`.
         eta: f64,
@@ -129,7 +130,13 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
     if noise > cfg.max_model_error {
         return Decision::fallback(settings, "model error too large: max setting");
     }
-    let cost = |time: f64, energy: f64| eta * energy + (1.0 - eta) * max * time;
+    // Zeus's cost weighs time by the GPU's maximum power: the top power limit under that
+    // knob, the predicted draw at the top clock under the clock knob (watts either way).
+    let max_power = match model {
+        DvfsModel::PowerLimit(_) => max,
+        DvfsModel::Clock(_) => top.power,
+    };
+    let cost = |time: f64, energy: f64| eta * energy + (1.0 - eta) * max_power * time;
     let mut best = Decision {
         setting: Some(max),
         predicted_slowdown: 0.0,
@@ -275,5 +282,9 @@ mod tests {
         // E(f) = (50 + 1e-7 f³)·1000/f is least at f = (50/2e-7)^(1/3) ≈ 630 → 700 of the grid.
         assert_eq!(e.setting, Some(700.0));
         assert!(e.predicted_energy_ratio < 1.0 && e.predicted_slowdown > 0.0);
+        // η = 0.5 weighs time by the top clock's draw, 50 + 1e-7·1400³ = 324.4 W (not by
+        // 1400 MHz): cost ∝ (374.4 + 1e-7 f³)/f, least at f ≈ 1232 → 1200 of the grid.
+        let half = choose(&m, &clocks, Objective::Balanced { eta: 0.5 }, &cfg);
+        assert_eq!(half.setting, Some(1200.0));
     }
 }
