@@ -11,9 +11,7 @@
 //! engine ([`cluster::placement::type_order`]) when it enters the queue, and its view, level
 //! table and times become that type's when the scheduler places it.
 
-use wattson_engine::cluster::{
-    self, GpuType, Held, JobView as EngineJob, Level, NodePower, NodeView, Policy, Queued, Running, Snapshot,
-};
+use wattson_engine::cluster::{self, GpuType, JobView as EngineJob, Level, Policy};
 
 use super::cluster::ClusterConfig;
 use super::events::{Event, Queue};
@@ -23,6 +21,10 @@ use super::scheduler::{Ends, JobView, PassInput, Pool, Share, UNAVAILABLE, easy_
 use super::workloads::Catalog;
 
 pub use super::record::{JobRun, RunResult};
+
+mod snapshot;
+
+use snapshot::Bufs;
 
 struct View<'a> {
     jobs: &'a [SimJob],
@@ -111,14 +113,6 @@ struct Sim<'a> {
     done: usize,
     gpu_types: Vec<GpuType>,
     bufs: Bufs,
-}
-
-#[derive(Default)]
-struct Bufs {
-    nodes: Vec<NodeView>,
-    queued: Vec<Queued>,
-    held: Vec<Held>,
-    running: Vec<Running>,
 }
 
 /// Simulates `policy` over prepared `jobs` (sorted by submission); `models` are the engine's
@@ -442,82 +436,6 @@ impl Sim<'_> {
         }
     }
 
-    /// The policy's actions for the cluster as it is at `t`.
-    fn consult(&mut self, t: f64) -> cluster::Actions {
-        let mut b = std::mem::take(&mut self.bufs);
-        b.nodes.clear();
-        for n in 0..self.pool.free.len() {
-            let power = match self.meter.state[n] {
-                NodeState::On => NodePower::On,
-                NodeState::Booting => NodePower::Booting,
-                NodeState::Off => NodePower::Off,
-                NodeState::ShuttingDown | NodeState::OffWait => NodePower::Busy,
-            };
-            let idle_since = if self.is_idle(n) { self.idle_since[n] } else { f64::INFINITY };
-            b.nodes.push(NodeView {
-                power,
-                idle_since,
-                gpu_type: self.pool.group[n],
-                free_gpus: self.pool.free[n],
-                gpus: self.pool.gpn,
-            });
-        }
-        b.queued.clear();
-        b.queued.extend(
-            self.queue
-                .iter()
-                .map(|&j| Queued { job: self.views[j as usize], submit: self.jobs[j as usize].submit }),
-        );
-        b.held.clear();
-        b.held.extend(self.held.iter().map(|&j| {
-            let job = &self.jobs[j as usize];
-            Held { job: self.views[j as usize], submit: job.submit, defer_window_s: job.defer_window }
-        }));
-        b.running.clear();
-        for &j in &self.running {
-            let ju = j as usize;
-            let l = &self.live[ju];
-            let (elapsed_s, progress) = if self.runs[ju].start.is_finite() {
-                let full = self.full_time(ju, l.level);
-                let p = if full > 0.0 { l.done + (t - l.seg) / full } else { 1.0 };
-                (t - self.runs[ju].start, p.min(1.0))
-            } else {
-                (0.0, 0.0)
-            };
-            b.running.push(Running { job: self.views[ju], elapsed_s, progress, level: l.level });
-        }
-        let window = self.policy.tuning.forecast_window_s;
-        while self.arr_lo < self.arrivals.len() && self.arrivals[self.arr_lo].0 < t - window {
-            self.arr_lo += 1;
-        }
-        let (arrivals, arrival_types, arr) = if self.c.wattson.clairvoyant {
-            // The measured bound: the forecast window holds the *coming* submissions.
-            let lo = self.future.partition_point(|x| x.0 <= t);
-            let hi = self.future.partition_point(|x| x.0 <= t + window);
-            (&self.future, &self.future_types, lo..hi)
-        } else {
-            (&self.arrivals, &self.arrival_types, self.arr_lo..self.arrivals.len())
-        };
-        let snap = Snapshot {
-            now: t,
-            utc_offset_s: self.c.trace_start_utc_s,
-            nodes: &b.nodes,
-            gpu_types: &self.gpu_types,
-            models: &self.models,
-            queued: &b.queued,
-            held: &b.held,
-            running: &b.running,
-            arrivals: &arrivals[arr.clone()],
-            arrival_types: arrival_types.get(arr).unwrap_or(&[]),
-            tariff: &self.c.prices,
-            budget_w: self.c.budget.map(|x| x.power_w),
-            node: self.c.node,
-        };
-        let acts = cluster::decide(&self.policy, &snap);
-        self.bufs = b;
-        acts
-    }
-
     fn apply(&mut self, t: f64, a: cluster::Actions) {
         if !a.release.is_empty() {
             self.held.retain(|j| !a.release.contains(j));
@@ -599,24 +517,6 @@ impl Sim<'_> {
                 self.begin(t, j);
             }
         }
-    }
-
-    /// Whether the policy places by GPU type (and so forecasts demand per type).
-    fn types_matter(&self) -> bool {
-        self.c.groups.len() > 1
-            && self.policy.kind == cluster::PolicyKind::Wattson
-            && self.policy.tuning.type_aware
-    }
-
-    /// Job `j`'s order of GPU types as the policy ranks them now.
-    fn type_order(&self, j: u32) -> Vec<u16> {
-        if self.c.groups.len() < 2 {
-            return vec![0];
-        }
-        let job = &self.jobs[j as usize];
-        let views: Vec<EngineJob> = (0..self.c.groups.len()).map(|g| job.view(j, g, self.cat)).collect();
-        let share = self.c.node.base_w / f64::from(self.c.gpus_per_node);
-        cluster::placement::type_order(&self.policy, &self.models, &views, share)
     }
 
     /// The scheduler placed job `j` on GPU type `g`: its view, start level and times become
