@@ -212,11 +212,8 @@ fn cluster04_prefix_conserves_energy_jobs_and_gpus() {
 fn hetero_inputs() -> (ClusterConfig, Catalog) {
     let cpath = Path::new(ROOT).join("etc/sim/cluster-hetero.toml");
     let c = ClusterConfig::from_toml(&read(&cpath), "cluster-hetero.toml").expect("hetero file parses");
-    let texts: Vec<String> = c
-        .groups
-        .iter()
-        .map(|g| read(&data(g.zeus_csv.trim_start_matches("../../../shared/data/"))))
-        .collect();
+    // Each group's Zeus file, relative to the cluster file as `wattson sim` reads it.
+    let texts: Vec<String> = c.groups.iter().map(|g| read(&cpath.with_file_name(&g.zeus_csv))).collect();
     let files: Vec<(&str, &str)> =
         texts.iter().zip(&c.groups).map(|(t, g)| (t.as_str(), g.gpu.as_str())).collect();
     let cat = Catalog::from_zeus_csvs(&files).expect("zeus files parse");

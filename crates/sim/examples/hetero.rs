@@ -3,8 +3,9 @@
 //! in configuration order (`type_aware = false`, as Slurm's node order would), on
 //! `etc/sim/cluster-hetero.toml` (V100, A40 and P100 nodes), with the references beside them.
 //!
-//! Run: `cargo run --release -p wattson-sim --example hetero [-- TRACE SEEDS]` (defaults:
-//! cluster04.csv, 3). Reads `etc/sim/cluster-hetero.toml` and `../shared/data`.
+//! Run: `cargo run --release -p wattson-sim --example hetero [-- TRACE SEEDS [type_max_cost=X]]`
+//! (defaults: cluster04.csv, 3, the file's cut). Reads `etc/sim/cluster-hetero.toml` and
+//! `../shared/data`.
 
 use std::path::Path;
 
@@ -21,7 +22,11 @@ fn main() {
     let trace_name = args.get(1).cloned().unwrap_or_else(|| "cluster04.csv".to_string());
     let seeds: u64 = args.get(2).map_or(3, |s| s.parse().expect("seed count"));
     let cpath = Path::new(ROOT).join("etc/sim/cluster-hetero.toml");
-    let base = ClusterConfig::from_toml(&read(&cpath), "etc/sim/cluster-hetero.toml").unwrap();
+    let mut base = ClusterConfig::from_toml(&read(&cpath), "etc/sim/cluster-hetero.toml").unwrap();
+    if let Some(kv) = args.get(3) {
+        let cut = kv.strip_prefix("type_max_cost=").expect("the override is type_max_cost=X");
+        base.wattson.type_max_cost = cut.parse().expect("a number");
+    }
     let dir = cpath.parent().unwrap();
     let texts: Vec<String> = base.groups.iter().map(|g| read(&dir.join(&g.zeus_csv))).collect();
     let files: Vec<(&str, &str)> =

@@ -25,7 +25,6 @@ pub fn schedule(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> Vec<(f
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
         let ty = j.floor_type;
-        let w = catalog.get(ty, j.workload);
         let mut start = j.submit.max(last_start[ty]);
         while let Some(&Reverse((b, g))) = ends[ty].peek() {
             let e = f64::from_bits(b);
@@ -37,7 +36,7 @@ pub fn schedule(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> Vec<(f
                 break;
             }
         }
-        let end = start + j.duration * catalog.pace(ty, j.workload) * w.time_ratio(j.choices[ty].floor);
+        let end = start + j.time_on(ty, j.choices[ty].floor, catalog);
         free[ty] -= u64::from(j.gpus);
         ends[ty].push(Reverse((end.to_bits(), j.gpus)));
         last_start[ty] = start;

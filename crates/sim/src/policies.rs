@@ -94,6 +94,17 @@ pub struct Choice {
 }
 
 impl SimJob {
+    /// Its whole run time on GPU type `ty` at limit index `level` (s): the trace's duration,
+    /// scaled by the type's pace and the level's measured time ratio.
+    pub fn time_on(&self, ty: usize, level: usize, catalog: &Catalog) -> f64 {
+        self.work_on(ty, catalog) * catalog.get(ty, self.workload).time_ratio(level)
+    }
+
+    /// Its run time on GPU type `ty` at the top limit (s).
+    fn work_on(&self, ty: usize, catalog: &Catalog) -> f64 {
+        self.duration * catalog.pace(ty, self.workload)
+    }
+
     /// The engine's view of this job on GPU type `ty`; `id` is its index in the prepared jobs.
     pub fn view(&self, id: u32, ty: usize, catalog: &Catalog) -> JobView {
         let c = &self.choices[ty];
@@ -101,7 +112,7 @@ impl SimJob {
             id,
             gpus: self.gpus,
             bound: self.bound,
-            work_s: self.duration * catalog.pace(ty, self.workload),
+            work_s: self.work_on(ty, catalog),
             model: (ty * catalog.len() + self.workload) as u32,
             bounded: c.bounded as u16,
             zeus: c.zeus as u16,

@@ -40,9 +40,9 @@ impl JobView for View<'_> {
     }
     fn runtime(&self, j: u32, group: u16) -> f64 {
         let (job, g) = (&self.jobs[j as usize], usize::from(group));
-        let w = self.cat.get(g, job.workload);
-        let level = self.policy.start_level(&job.view(j, g, self.cat), w.max_idx() as u16);
-        job.duration * self.cat.pace(g, job.workload) * w.time_ratio(usize::from(level))
+        let top = self.cat.get(g, job.workload).max_idx() as u16;
+        let level = self.policy.start_level(&job.view(j, g, self.cat), top);
+        job.time_on(g, usize::from(level), self.cat)
     }
     fn order(&self, j: u32) -> &[u16] {
         &self.orders[j as usize]
@@ -134,7 +134,7 @@ pub fn simulate(
         let w = catalog.get(0, j.workload);
         let level = policy.start_level(v, w.max_idx() as u16);
         let i = usize::from(level);
-        runtime.push(j.duration * w.time_ratio(i));
+        runtime.push(j.time_on(0, i, catalog));
         runs.push(JobRun {
             eligible: f64::NAN,
             alloc: f64::NAN,
@@ -280,7 +280,7 @@ impl Sim<'_> {
 
     /// Run time of job `j`'s whole work at level `l` on its GPU type (s).
     fn full_time(&self, j: usize, l: u16) -> f64 {
-        self.views[j].work_s * self.workload(j).time_ratio(usize::from(l))
+        self.jobs[j].time_on(usize::from(self.ty[j]), usize::from(l), self.cat)
     }
 
     /// Charges job `j`'s current stretch up to `t` (work done, energy, limit·time).
