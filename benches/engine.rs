@@ -8,9 +8,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Instant;
 
-use wattson_engine::{
-    Decision, DvfsModel, ModelEntry, ModelTable, Objective, Sample, fit_power_limit, prior,
-};
+use wattson_engine::{Decision, Knob, ModelEntry, ModelTable, Objective, Sample, fit, prior};
 
 const TAGS: usize = 10_000;
 const DECISIONS: usize = 100_000;
@@ -61,24 +59,21 @@ fn main() {
     for tag in &tags {
         let s = probes(&mut rng);
         let t = Instant::now();
-        let model = fit_power_limit(black_box(&s)).expect("synthetic probes fit");
+        let model = fit(Knob::PowerLimit, black_box(&s)).expect("synthetic probes fit");
         fit_ns.push(t.elapsed().as_nanos() as u64);
-        table.insert(
-            &OWNER,
-            tag,
-            "V100",
-            ModelEntry { model: DvfsModel::PowerLimit(model), settings: settings.clone() },
-        );
+        table.insert(&OWNER, tag, "V100", ModelEntry { model, settings: settings.clone() });
     }
     fit_ns.sort_unstable();
     println!(
-        "fit_power_limit (3 probes): p50 {:.1} µs, p99 {:.1} µs per tag",
+        "fit, power-limit knob (3 probes): p50 {:.1} µs, p99 {:.1} µs per tag",
         percentile(&fit_ns, 0.5) as f64 / 1e3,
         percentile(&fit_ns, 0.99) as f64 / 1e3
     );
 
-    let baseline: HashMap<String, Decision> =
-        tags.iter().map(|t| (t.clone(), table.decide(&OWNER, t, "V100", objective))).collect();
+    let baseline: HashMap<String, Decision> = tags
+        .iter()
+        .map(|t| (t.clone(), table.decide(&OWNER, t, "V100", Knob::PowerLimit, objective)))
+        .collect();
     let picks: Vec<usize> = (0..DECISIONS).map(|_| (rng.next() % TAGS as u64) as usize).collect();
 
     let measure = |f: &mut dyn FnMut(&str) -> Option<f64>| {
@@ -91,7 +86,8 @@ fn main() {
         ns.sort_unstable();
         (percentile(&ns, 0.5), percentile(&ns, 0.99))
     };
-    let (d50, d99) = measure(&mut |tag| table.decide(&OWNER, tag, "V100", objective).setting);
+    let (d50, d99) =
+        measure(&mut |tag| table.decide(&OWNER, tag, "V100", Knob::PowerLimit, objective).setting);
     let (b50, b99) = measure(&mut |tag| baseline.get(tag).and_then(|d| d.setting));
     println!("{:<44} {:>10} {:>10}", "decision latency (10,000 tags, 100,000 calls)", "p50", "p99");
     println!("{:<44} {:>8} ns {:>8} ns", "ModelTable::decide (MinEnergy 10%)", d50, d99);

@@ -194,7 +194,7 @@ fn main() {
         );
     }
     let settled = doc["jobs"].as_array().unwrap().iter().any(|j| {
-        j["dvfs"]["setting_w"].as_f64().is_some_and(|w| w < 700.0)
+        j["dvfs"]["setting"].as_f64().is_some_and(|w| w < 700.0)
             && j["dvfs"]["energy_saved_j"].as_f64() > Some(0.0)
     });
 

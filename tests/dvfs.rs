@@ -1,5 +1,5 @@
 //! The DVFS models end to end on simulated GPUs whose speed follows a law the engine does not
-//! see: a job with an unknown tag probes, converges within its slowdown bound near the least
+//! see, on either knob (power limit, locked SM clock): a job with an unknown tag probes, converges within its slowdown bound near the least
 //! energy, `wattson acct` shows what was done; the next run of the tag skips probing, and the
 //! model table for job_submit decides the same.
 
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{Node, assert_ok};
 use fake_nvml::{GpuState, Workload};
-use wattson_engine::{ModelTable, Objective};
+use wattson_engine::{Knob, ModelTable, Objective};
 use wattson_types::job::{JobRecord, Progress};
 use wattson_types::owner::ModelOwner;
 
@@ -121,7 +121,7 @@ fn wait_settled(node: &Node, id: &str, within: Duration) -> JobRecord {
     let deadline = Instant::now() + within;
     loop {
         let record = node.record(id);
-        if record.dvfs.as_ref().is_some_and(|d| d.setting_w.is_some()) {
+        if record.dvfs.as_ref().is_some_and(|d| d.setting.is_some()) {
             return record;
         }
         assert!(Instant::now() < deadline, "job {id} did not settle: {:?}\n{}", record.dvfs, node.log());
@@ -142,7 +142,7 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
     // First run: unknown tag.
     let job = Job::start(&node, "1", "bert");
     let running = wait_settled(&node, "1", Duration::from_secs(40));
-    let chosen = running.dvfs.as_ref().unwrap().setting_w.unwrap();
+    let chosen = running.dvfs.as_ref().unwrap().setting.unwrap();
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, (chosen * 1000.0) as u32);
     assert_eq!(node.sim.gpu_state(1).unwrap().power_limit_mw, 700_000, "GPU 1 is not the job's");
     std::thread::sleep(Duration::from_secs(4));
@@ -150,7 +150,7 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "restored after the job");
     let d = first.dvfs.clone().unwrap();
     assert_eq!(d.progress, Some(Progress::File));
-    assert!(d.probed_w.len() >= 3 && d.probed_w[..3] == [700.0, 450.0, 200.0], "{:?}", d.probed_w);
+    assert!(d.probed.len() >= 3 && d.probed[..3] == [700.0, 450.0, 200.0], "{:?}", d.probed);
 
     // The criteria, against the hidden truth.
     let slowdown = true_slowdown(chosen);
@@ -175,7 +175,7 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
     assert_ok(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     let row: Vec<&str> = text.lines().nth(1).unwrap().split('|').collect();
-    assert_eq!(row[..4], ["1", &format!("{chosen:.0}W"), &d.probed_w.len().to_string(), "file"]);
+    assert_eq!(row[..4], ["1", &format!("{chosen:.0}W"), &d.probed.len().to_string(), "file"]);
     assert_eq!(row[4], format!("{:.1}%", 100.0 * predicted));
     assert_eq!(row[5], format!("{:.1}%", 100.0 * measured));
     let saved = d.energy_saved_j.unwrap();
@@ -190,13 +190,13 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
     // part) holds from the first instant and meets the same criteria.
     let job = Job::start(&node, "2", "bert");
     let d2 = node.record("2").dvfs.unwrap();
-    assert!(d2.probed_w.is_empty(), "{d2:?}");
-    let again = d2.setting_w.unwrap();
+    assert!(d2.probed.is_empty(), "{d2:?}");
+    let again = d2.setting.unwrap();
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, (again * 1000.0) as u32);
     assert!(true_slowdown(again) <= BOUND && true_energy(again) / oracle() - 1.0 <= 0.03, "{again} W");
     std::thread::sleep(Duration::from_secs(3));
     let d2 = job.end(&node, "2").dvfs.unwrap();
-    assert!(d2.probed_w.is_empty());
+    assert!(d2.probed.is_empty());
     let measured = d2.measured_slowdown.unwrap();
     assert!(
         measured <= BOUND && (measured - true_slowdown(again)).abs() < 0.005,
@@ -209,8 +209,13 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
     let table = ModelTable::from_json(&std::fs::read_to_string(node.dir.path().join("models.json")).unwrap())
         .unwrap();
     let gpu_type = &first.gpus[0].name;
-    let decision =
-        table.decide(&ModelOwner::User(1000), "bert", gpu_type, Objective::MinEnergy { max_slowdown: BOUND });
+    let decision = table.decide(
+        &ModelOwner::User(1000),
+        "bert",
+        gpu_type,
+        Knob::PowerLimit,
+        Objective::MinEnergy { max_slowdown: BOUND },
+    );
     let at_submit = decision.setting.unwrap();
     assert!(at_submit < 700.0 && true_slowdown(at_submit) <= BOUND, "{decision:?}");
     assert!(true_energy(at_submit) / oracle() - 1.0 <= 0.03, "{decision:?}");
@@ -218,7 +223,13 @@ fn an_unknown_workload_probes_converges_and_is_known_the_next_time() {
     // (`NVIDIA H100 80GB HBM3`) is known as an H100's, whose top limit is 700 W.
     assert_eq!(
         table
-            .decide(&ModelOwner::User(1000), "gpt", gpu_type, Objective::MinEnergy { max_slowdown: BOUND })
+            .decide(
+                &ModelOwner::User(1000),
+                "gpt",
+                gpu_type,
+                Knob::PowerLimit,
+                Objective::MinEnergy { max_slowdown: BOUND }
+            )
             .setting,
         Some(700.0)
     );
@@ -256,7 +267,7 @@ fn without_a_progress_file_sm_activity_stands_in_and_says_so() {
     let running = wait_settled(&node, "5", Duration::from_secs(30));
     let d = running.dvfs.unwrap();
     assert_eq!((d.progress, d.tag.as_str()), (Some(Progress::SmActivity), "bob:train"));
-    let chosen = d.setting_w.unwrap();
+    let chosen = d.setting.unwrap();
     // SM clock stands in for speed; the clock-independent fifth of the work makes the true
     // slowdown smaller than the clock's, so the bound still holds.
     assert!(true_slowdown(chosen) <= BOUND, "{chosen} W");
@@ -308,11 +319,11 @@ fn another_users_runs_never_decide_a_jobs_setting() {
     wait_settled(&node, "1", Duration::from_secs(40));
     std::thread::sleep(Duration::from_secs(1));
     let trained = job.end(&node, "1").dvfs.unwrap();
-    assert!(trained.setting_w.unwrap() < 700.0, "{trained:?}");
+    assert!(trained.setting.unwrap() < 700.0, "{trained:?}");
 
     let job = Job::start_as(&node, "2", "alice:train", 1000, "alice");
     let d = node.record("2").dvfs.unwrap();
-    assert!(d.setting_w.is_none(), "alice's job started at mallory's setting: {d:?}");
+    assert!(d.setting.is_none(), "alice's job started at mallory's setting: {d:?}");
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "the first probe is full speed");
     job.end(&node, "2");
 }
@@ -329,18 +340,18 @@ fn models_shared_within_an_account_decide_its_users_jobs_only() {
     wait_settled(&node, "1", Duration::from_secs(40));
     std::thread::sleep(Duration::from_secs(1));
     let trained = job.end(&node, "1").dvfs.unwrap();
-    let setting = trained.setting_w.unwrap();
+    let setting = trained.setting.unwrap();
     assert!(setting < 700.0, "{trained:?}");
 
     let job = Job::start_with(&node, "2", "bert", 1000, "alice", &physics);
     let d = node.record("2").dvfs.unwrap();
-    assert!(d.setting_w.is_some(), "alice's job, same account, starts from the shared model: {d:?}");
+    assert!(d.setting.is_some(), "alice's job, same account, starts from the shared model: {d:?}");
     assert!(node.sim.gpu_state(0).unwrap().power_limit_mw < 700_000);
     job.end(&node, "2");
 
     let job = Job::start_with(&node, "3", "bert", 1002, "bob", &["--account", "chem"]);
     let d = node.record("3").dvfs.unwrap();
-    assert!(d.setting_w.is_none(), "bob's job, another account, probes: {d:?}");
+    assert!(d.setting.is_none(), "bob's job, another account, probes: {d:?}");
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "the first probe is full speed");
     job.end(&node, "3");
 }
@@ -358,7 +369,7 @@ fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed() {
     node.start();
     let job = Job::start(&node, "1", "shifty");
     node.sim.set_workload(0, Some(LAX)).unwrap();
-    let settled = wait_settled(&node, "1", Duration::from_secs(40)).dvfs.unwrap().setting_w.unwrap();
+    let settled = wait_settled(&node, "1", Duration::from_secs(40)).dvfs.unwrap().setting.unwrap();
     assert!(settled < 700.0);
     std::thread::sleep(Duration::from_millis(500));
     node.sim.set_workload(0, Some(STRICT)).unwrap();
@@ -374,7 +385,7 @@ fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed() {
     // The model that misled is gone: the next run probes again, from full speed.
     let job = Job::start(&node, "2", "shifty");
     let d = node.record("2").dvfs.unwrap();
-    assert!(d.setting_w.is_none() && node.sim.gpu_state(0).unwrap().power_limit_mw == 700_000, "{d:?}");
+    assert!(d.setting.is_none() && node.sim.gpu_state(0).unwrap().power_limit_mw == 700_000, "{d:?}");
     job.end(&node, "2");
 }
 
@@ -394,11 +405,74 @@ fn a_restart_mid_probe_takes_the_job_up_again_and_settles_it() {
     node.kill9();
     node.start();
     let d = wait_settled(&node, "1", Duration::from_secs(40)).dvfs.unwrap();
-    let chosen = d.setting_w.unwrap();
+    let chosen = d.setting.unwrap();
     assert!(true_slowdown(chosen) <= BOUND, "{chosen} W is truly {:.4} slower", true_slowdown(chosen));
     assert_eq!(d.owner, Some("account:physics".parse().unwrap()));
     assert_eq!(d.progress, Some(Progress::File), "the job's progress file is still read: {d:?}");
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, (chosen * 1000.0) as u32);
     job.end(&node, "1");
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "restored after the job");
+}
+
+/// True (seconds, watts) per unit of work with the SM clock locked at `mhz`, from the fake's
+/// own physics (the default 700 W limit never binds on this curve).
+fn truth_at_clock(mhz: f64) -> (f64, f64) {
+    let spec = fake_nvml::Config::uniform("H100", 1).spec(0).unwrap();
+    let mut gs = GpuState::fresh(&spec, 0);
+    gs.load = 1.0;
+    gs.locked_clocks_mhz = Some((mhz as u32, mhz as u32));
+    let (mw, f) = fake_nvml::operating_point(&spec, &gs);
+    (1.0 / WORK.rate(f64::from(f)), f64::from(mw) / 1000.0)
+}
+
+/// `[engine] knob = "sm-clock"`: the job probes locked SM clocks inside the useful range (top,
+/// middle, floor of the H100's 990–1980 MHz on the 15 MHz grid), settles within its bound
+/// within 3% of the least true energy on that grid, `wattson acct` shows the clock, the GPU
+/// gets its driver-controlled clock back after the job, and the next run and the model table
+/// decide at once on the same knob.
+#[test]
+fn the_sm_clock_knob_probes_clocks_settles_within_the_bound_and_is_restored() {
+    let mut node = probing_node_with("knob = \"sm-clock\"\n");
+    node.start();
+    let grid: Vec<f64> = (0..=66).map(|k| 990.0 + 15.0 * f64::from(k)).collect();
+    let slowdown = |f: f64| truth_at_clock(f).0 / truth_at_clock(1980.0).0 - 1.0;
+    let energy = |f: f64| truth_at_clock(f).0 * truth_at_clock(f).1;
+    let oracle =
+        grid.iter().copied().filter(|&f| slowdown(f) <= BOUND).map(energy).fold(f64::INFINITY, f64::min);
+
+    let job = Job::start(&node, "1", "bert");
+    let chosen = wait_settled(&node, "1", Duration::from_secs(40)).dvfs.unwrap().setting.unwrap();
+    let gs = node.sim.gpu_state(0).unwrap();
+    assert_eq!((gs.locked_clocks_mhz, gs.power_limit_mw), (Some((chosen as u32, chosen as u32)), 700_000));
+    std::thread::sleep(Duration::from_secs(2));
+    let d = job.end(&node, "1").dvfs.unwrap();
+    assert_eq!(node.sim.gpu_state(0).unwrap().locked_clocks_mhz, None, "clock unlocked after the job");
+    assert_eq!(d.knob, Knob::SmClock);
+    assert!(d.probed.len() >= 3 && d.probed[..3] == [1980.0, 1485.0, 990.0], "{:?}", d.probed);
+    assert!(slowdown(chosen) <= BOUND, "{chosen} MHz is truly {:.4} slower", slowdown(chosen));
+    let gap = energy(chosen) / oracle - 1.0;
+    assert!(gap <= 0.03, "{chosen} MHz uses {gap:.4} more energy per unit than the oracle");
+    let measured = d.measured_slowdown.unwrap();
+    assert!((measured - slowdown(chosen)).abs() < 0.005, "measured {measured} vs {}", slowdown(chosen));
+    let out = node.wattson(&["acct", "-j", "1", "-n", "-P", "-o", "Setting,Probes"]);
+    assert_ok(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{chosen:.0}MHz|{}", d.probed.len()));
+
+    // Next run: decided at once on the clock knob; the table decides the same way.
+    let job = Job::start(&node, "2", "bert");
+    let again = node.record("2").dvfs.unwrap();
+    let setting = again.setting.expect("decided at begin");
+    assert!(again.probed.is_empty() && slowdown(setting) <= BOUND, "{again:?}");
+    assert_eq!(node.sim.gpu_state(0).unwrap().locked_clocks_mhz, Some((setting as u32, setting as u32)));
+    job.end(&node, "2");
+    let table = ModelTable::from_json(&std::fs::read_to_string(node.dir.path().join("models.json")).unwrap())
+        .unwrap();
+    let gpu_type = node.record("1").gpus[0].name.clone();
+    let objective = Objective::MinEnergy { max_slowdown: BOUND };
+    let at_submit = table.decide(&ModelOwner::User(1000), "bert", &gpu_type, Knob::SmClock, objective);
+    let f = at_submit.setting.unwrap();
+    assert!(f < 1980.0 && slowdown(f) <= BOUND && energy(f) / oracle - 1.0 <= 0.03, "{at_submit:?}");
+    // The power-limit knob has no model of this workload.
+    let on_limits = table.decide(&ModelOwner::User(1000), "bert", &gpu_type, Knob::PowerLimit, objective);
+    assert_eq!(on_limits.setting, Some(700.0));
 }

@@ -11,9 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use wattson_engine::{
-    ChooserConfig, DvfsModel, Objective, ProbeConfig, Sample, Step, choose, fit_power_limit, next_step,
-};
+use wattson_engine::{ChooserConfig, Knob, Objective, ProbeConfig, Sample, Step, choose, fit, next_step};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/dvfs/zeus-power-limit");
 const GPUS: [&str; 4] = ["v100", "a40", "p100", "rtx6000"];
@@ -107,7 +105,7 @@ fn evaluate(c: &Curve, s: &mut GpuStats) {
     let pr = probes(c);
     let samples: Vec<Sample> =
         pr.iter().map(|&i| Sample { setting: c[i].0, time: c[i].1, power: c[i].2, weight: 1.0 }).collect();
-    let model = DvfsModel::PowerLimit(fit_power_limit(&samples).expect("three distinct probes fit"));
+    let model = fit(Knob::PowerLimit, &samples).expect("three distinct probes fit");
     s.workloads += 1;
     s.limits.push(c.len() as f64);
     for (i, &(p, t, w)) in c.iter().enumerate() {

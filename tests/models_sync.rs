@@ -86,7 +86,7 @@ fn a_tag_learned_on_one_node_is_decided_on_another_and_at_submit() {
     begin(&a, "1");
     let deadline = Instant::now() + Duration::from_secs(40);
     let learned = loop {
-        if let Some(w) = a.record("1").dvfs.and_then(|d| d.setting_w) {
+        if let Some(w) = a.record("1").dvfs.and_then(|d| d.setting) {
             break w;
         }
         assert!(Instant::now() < deadline, "node A never settled: {}", a.log());
@@ -108,8 +108,8 @@ fn a_tag_learned_on_one_node_is_decided_on_another_and_at_submit() {
     // On node B: the first run there is decided from its first second, no probing.
     begin(&b, "2");
     let d = b.record("2").dvfs.unwrap();
-    let setting = d.setting_w.expect("decided at begin from the merged model");
-    assert!(d.probed_w.is_empty(), "{d:?}");
+    let setting = d.setting.expect("decided at begin from the merged model");
+    assert!(d.probed.is_empty(), "{d:?}");
     assert_eq!(b.sim.gpu_state(0).unwrap().power_limit_mw, (setting * 1000.0) as u32);
     std::thread::sleep(Duration::from_secs(1));
     b.end("2");

@@ -35,7 +35,7 @@ fn the_plot_shows_each_power_level_and_each_setting_where_it_happened() {
     let begin = ["job", "begin", "--job", "1", "--uid", "0", "--gpus", "0", "--energy", "min-energy"];
     assert_ok(&node.wattson(&[&begin[..], &["--energy-slowdown", "10", "--energy-tag", "bert"]].concat()));
     let deadline = Instant::now() + Duration::from_secs(40);
-    while node.record("1").dvfs.and_then(|d| d.setting_w).is_none() {
+    while node.record("1").dvfs.and_then(|d| d.setting).is_none() {
         assert!(Instant::now() < deadline, "never settled: {}", node.log());
         std::thread::sleep(Duration::from_millis(100));
     }

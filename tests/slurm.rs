@@ -520,8 +520,8 @@ fn a_tags_second_run_is_decided_at_submit_and_runs_there_from_its_first_second()
     assert_eq!(info.state, "COMPLETED", "{}", c.lab.all_logs());
     assert!(info.get("AdminComment").contains("tag=bert,model=none"), "{:?}", info.fields);
     let probed = c.node.record(&first.to_string()).dvfs.unwrap();
-    let learned = probed.setting_w.expect("the first run settled");
-    assert!(probed.probed_w.len() >= 3 && learned < 700.0, "{probed:?}");
+    let learned = probed.setting.expect("the first run settled");
+    assert!(probed.probed.len() >= 3 && learned < 700.0, "{probed:?}");
 
     let second = c.lab.sbatch(&args, "#!/bin/sh\nsleep 4\n").unwrap();
     // From its first second: as soon as the node knows the job, its GPU is at the setting.
@@ -530,7 +530,7 @@ fn a_tags_second_run_is_decided_at_submit_and_runs_there_from_its_first_second()
         let out = c.node.wattson(&["acct", "-j", &second.to_string(), "--json"]);
         if !common::parse_acct_json(&out).is_empty() {
             let record = c.node.record(&second.to_string());
-            let setting = record.dvfs.as_ref().and_then(|d| d.setting_w).expect("decided at begin");
+            let setting = record.dvfs.as_ref().and_then(|d| d.setting).expect("decided at begin");
             break (record.gpus[0].index, setting);
         }
         assert!(Instant::now() < deadline, "job {second} never reached the node\n{}", c.lab.all_logs());
@@ -545,7 +545,7 @@ fn a_tags_second_run_is_decided_at_submit_and_runs_there_from_its_first_second()
         "submit predicted what the node ran: {comment} vs {setting}"
     );
     let d = c.node.record(&second.to_string()).dvfs.unwrap();
-    assert!(d.probed_w.is_empty(), "the second run probed: {d:?}");
+    assert!(d.probed.is_empty(), "the second run probed: {d:?}");
     let out =
         c.node.wattson(&["acct", "-j", &second.to_string(), "-n", "-P", "-o", "Setting,Probes,Slowdown"]);
     common::assert_ok(&out);

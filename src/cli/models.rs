@@ -23,7 +23,7 @@ pub fn run(config: &Config, command: ModelsCommand) -> Result<(), String> {
     let ModelsCommand::Sync = command;
     let seen = Slurm::new(config.ctld.command_timeout).nodes()?;
     let link = Nodes::new(config.link.clone());
-    let synced = models::sync(&link, &seen, &config.ctld.measurements_file, &config.engine.models_file)?;
+    let synced = models::sync(&link, &seen, &config.ctld.measurements_file, &config.engine)?;
     println!(
         "{} workload(s) merged from {} node(s) ({}); the nodes took {}; model table {}",
         synced.workloads,

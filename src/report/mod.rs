@@ -482,10 +482,12 @@ where
         Column::Policy => r.policy.or(r.hints.policy).map(|p| p.to_string()).unwrap_or_default(),
         Column::Tag => r.hints.tag.clone().unwrap_or_default(),
         Column::Setting => match &r.dvfs {
-            Some(d) => d.setting_w.map(|w| format!("{w:.0}W")).unwrap_or_else(|| "probing".to_string()),
+            Some(d) => {
+                d.setting.map(|v| format!("{v:.0}{}", d.knob.unit())).unwrap_or_else(|| "probing".to_string())
+            }
             None => String::new(),
         },
-        Column::Probes => r.dvfs.as_ref().map(|d| d.probed_w.len().to_string()).unwrap_or_default(),
+        Column::Probes => r.dvfs.as_ref().map(|d| d.probed.len().to_string()).unwrap_or_default(),
         Column::Progress => {
             r.dvfs.as_ref().and_then(|d| d.progress).map(|p| p.as_str().to_string()).unwrap_or_default()
         }

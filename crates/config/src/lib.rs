@@ -13,7 +13,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Deserializer};
+use wattson_types::gpu::Knob;
 use wattson_types::owner::ModelOwner;
 
 /// Where the CLI and the daemon look for the configuration when none is given.
@@ -72,6 +75,19 @@ pub struct EngineConfig {
     /// Step between candidate power limits, W.
     #[serde(default = "default_power_limit_step", deserialize_with = "power_limit_step")]
     pub power_limit_step_w: f64,
+    /// The DVFS knob the models turn: the power limit (the default) or the locked SM clock.
+    #[serde(default)]
+    pub knob: Knob,
+    /// The knob per GPU type (the name NVML reports, or a canonical name such as `H100`),
+    /// where it differs from [`EngineConfig::knob`].
+    #[serde(default)]
+    pub knobs: BTreeMap<String, Knob>,
+    /// Lowest SM clock offered to the models, as a fraction of the GPU's top clock.
+    #[serde(default = "default_sm_clock_floor", deserialize_with = "sm_clock_floor")]
+    pub sm_clock_floor: f64,
+    /// Step between candidate SM clocks, MHz (among the clocks the GPU supports).
+    #[serde(default = "default_sm_clock_step", deserialize_with = "sm_clock_step")]
+    pub sm_clock_step_mhz: f64,
     /// Directory of the per-job progress files (`WATTSON_PROGRESS_FILE`).
     #[serde(default = "default_progress_dir")]
     pub progress_dir: PathBuf,
@@ -113,6 +129,10 @@ impl Default for EngineConfig {
             probe_settle: default_probe_settle(),
             max_probes: default_max_probes(),
             power_limit_step_w: default_power_limit_step(),
+            knob: Knob::default(),
+            knobs: BTreeMap::new(),
+            sm_clock_floor: default_sm_clock_floor(),
+            sm_clock_step_mhz: default_sm_clock_step(),
             progress_dir: default_progress_dir(),
             models_file: default_models_file(),
             model_owner: ModelOwnership::default(),
@@ -131,6 +151,12 @@ fn default_max_probes() -> usize {
 }
 fn default_power_limit_step() -> f64 {
     5.0
+}
+fn default_sm_clock_floor() -> f64 {
+    0.5
+}
+fn default_sm_clock_step() -> f64 {
+    15.0
 }
 fn default_progress_dir() -> PathBuf {
     PathBuf::from("/run/wattson/progress")
@@ -158,6 +184,64 @@ fn power_limit_step<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
         Ok(w)
     } else {
         Err(serde::de::Error::custom(format!("{w} W: allowed 1 to 100")))
+    }
+}
+
+fn sm_clock_floor<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let x = f64::deserialize(d)?;
+    if (0.3..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(serde::de::Error::custom(format!("{x}: allowed 0.3 to 1 (a fraction of the top clock)")))
+    }
+}
+
+fn sm_clock_step<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let mhz = f64::deserialize(d)?;
+    if (1.0..=200.0).contains(&mhz) {
+        Ok(mhz)
+    } else {
+        Err(serde::de::Error::custom(format!("{mhz} MHz: allowed 1 to 200")))
+    }
+}
+
+impl EngineConfig {
+    /// The knob the models turn on GPUs of `gpu_type` (an NVML name or a canonical one): the
+    /// `knobs` entry of that name, else of the same GPU prior (`H100` covers `NVIDIA H100
+    /// 80GB HBM3`, not `NVIDIA H100 PCIe`), else `knob`.
+    pub fn knob_for(&self, gpu_type: &str) -> Knob {
+        let canonical = |name: &str| wattson_engine::prior(name).map(|p| p.name);
+        self.knobs
+            .get(gpu_type)
+            .or_else(|| {
+                let want = canonical(gpu_type)?;
+                self.knobs.iter().find(|(name, _)| canonical(name) == Some(want)).map(|(_, k)| k)
+            })
+            .copied()
+            .unwrap_or(self.knob)
+    }
+
+    /// The settings the models may choose among on a GPU (ascending, W or MHz by the knob
+    /// [`EngineConfig::knob_for`] its type): its power-limit range on the step, or its
+    /// supported SM clocks from the floor up on the step. Empty when the GPU offers none.
+    pub fn settings_for(&self, gpu: &wattson_types::gpu::GpuInfo) -> (Knob, Vec<f64>) {
+        let knob = self.knob_for(&gpu.name);
+        let settings = match knob {
+            Knob::PowerLimit => match (gpu.power_limit_min_mw, gpu.power_limit_max_mw) {
+                (Some(min), Some(max)) => wattson_engine::gpus::power_limit_grid(
+                    f64::from(min) / 1000.0,
+                    f64::from(max) / 1000.0,
+                    self.power_limit_step_w,
+                ),
+                _ => Vec::new(),
+            },
+            Knob::SmClock => wattson_engine::gpus::sm_clock_grid(
+                &gpu.sm_clocks_mhz,
+                self.sm_clock_floor,
+                self.sm_clock_step_mhz,
+            ),
+        };
+        (knob, settings)
     }
 }
 

@@ -205,7 +205,7 @@ struct ModelsSync {
     every: Duration,
     last: Option<std::time::Instant>,
     measurements_file: std::path::PathBuf,
-    models_file: std::path::PathBuf,
+    engine: wattson_config::EngineConfig,
 }
 
 impl Ctld {
@@ -219,7 +219,7 @@ impl Ctld {
             every: config.ctld.models_sync,
             last: None,
             measurements_file: config.ctld.measurements_file.clone(),
-            models_file: config.engine.models_file.clone(),
+            engine: config.engine.clone(),
         };
         let summaries = summarize::Settings {
             lookback: CATCH_UP,
@@ -284,7 +284,7 @@ impl Ctld {
         }
         self.models.last = Some(std::time::Instant::now());
         let m = &self.models;
-        match models::sync(&self.nodes, seen, &m.measurements_file, &m.models_file) {
+        match models::sync(&self.nodes, seen, &m.measurements_file, &m.engine) {
             Ok(synced) => {
                 for (node, why) in synced.failed {
                     warn!(node = %node, reason = %why, "models not gathered from this node; next sync");

@@ -12,6 +12,7 @@ use tracing::{info, warn};
 use crate::ledger::write_whole;
 use crate::nodes::Nodes;
 use crate::slurm::{Node, Power};
+use wattson_config::EngineConfig;
 use wattson_engine::{Measurements, ModelTable, newest};
 use wattson_protocol::{Reply, Request};
 
@@ -41,14 +42,15 @@ pub fn load(path: &Path) -> Result<Vec<Measurements>, String> {
 }
 
 /// One sync over the powered-on nodes of `seen`; the merge is saved at `measurements_file`
-/// and fitted into `models_file`. Fails only when the controller's own files cannot be read
+/// and fitted, on each GPU type's knob, into `engine.models_file`. Fails only when the controller's own files cannot be read
 /// or written; a node that cannot be asked is listed and asked again next time.
 pub fn sync(
     link: &Nodes,
     seen: &[Node],
     measurements_file: &Path,
-    models_file: &Path,
+    engine: &EngineConfig,
 ) -> Result<Synced, String> {
+    let models_file = &engine.models_file;
     let targets: Vec<&Node> = seen.iter().filter(|n| n.power == Power::On && n.gpus > 0).collect();
     let asks: Vec<(&str, Request)> = targets.iter().map(|n| (n.addr.as_str(), Request::Models {})).collect();
     let mut copies = load(measurements_file)?;
@@ -69,7 +71,9 @@ pub fn sync(
     synced.workloads = merged.len();
     let json = serde_json::to_vec(&merged).map_err(|e| e.to_string())?;
     write_whole(measurements_file, &json).map_err(|e| format!("{}: {e}", measurements_file.display()))?;
-    let table = ModelTable::from_measurements(&merged).to_json().map_err(|e| e.to_string())?;
+    let table = ModelTable::from_measurements(&merged, |gpu| engine.knob_for(gpu))
+        .to_json()
+        .map_err(|e| e.to_string())?;
     write_whole(models_file, table.as_bytes()).map_err(|e| format!("{}: {e}", models_file.display()))?;
     for chunk in chunks(&merged) {
         let asks: Vec<(&str, Request)> = answered
@@ -127,6 +131,7 @@ mod tests {
             gpu_type: "H100".into(),
             tag: tag.into(),
             progress: Progress::File,
+            knob: wattson_engine::Knob::PowerLimit,
             samples: (0..samples)
                 .map(|i| wattson_engine::Sample {
                     setting: 700.0 - i as f64,

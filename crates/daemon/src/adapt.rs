@@ -1,7 +1,8 @@
 //! The DVFS models at work on a node (`[policy] enact = "model"`).
 //!
-//! For each job the models decide, the engine ([`wattson_engine::probe`]) says which power
-//! limit to measure next or which to settle on; this module holds each setting, measures it
+//! For each job the models decide, the engine ([`wattson_engine::probe`]) says which setting of
+//! the GPU type's knob (`[engine] knob`: power limit or locked SM clock) to measure next or
+//! which to settle on; this module holds each setting, measures it
 //! over a window (GPU energy from the job's meters; work from the job's progress file, else
 //! SM clock × utilisation), and records what it did in the job's record. When the job ends,
 //! the settled window is measured too, and every window joins the workload's stored
@@ -24,6 +25,7 @@ use tracing::{info, warn};
 
 use wattson_config::EngineConfig;
 use wattson_config::policy::Decision;
+use wattson_engine::Knob;
 use wattson_engine::{Measurements, ModelTable, Sample, Step, Window};
 use wattson_gpu::{GpuError, GpuInfo, GpuSetting};
 use wattson_store::Store;
@@ -47,11 +49,14 @@ struct Mark {
     activity: f64,
 }
 
-/// One job whose power limit the models choose.
+/// One job whose setting the models choose.
 pub(super) struct Adaptive {
     /// Whose models it uses and adds to.
     owner: ModelOwner,
     policy: wattson_engine::Objective,
+    /// The knob the settings are on.
+    knob: Knob,
+    /// The settings the models may choose among, ascending (W or MHz).
     settings: Vec<f64>,
     /// Earlier runs' measurements, by unit of work.
     earlier: BTreeMap<&'static str, Vec<Sample>>,
@@ -60,7 +65,8 @@ pub(super) struct Adaptive {
     /// Windows closed in this run, with or without work seen.
     windows: usize,
     dvfs: JobDvfs,
-    held_w: f64,
+    /// The setting held now.
+    held: f64,
     changed_ns: i64,
     start: Option<Mark>,
     settled: bool,
@@ -71,7 +77,7 @@ pub(super) struct Adaptive {
     last_tick_ns: i64,
     /// Whether the workload has a tag to learn under.
     learn: bool,
-    /// Whether the settled limit broke the job's bound and the job went back to full speed.
+    /// Whether the settled setting broke the job's bound and the job went back to full speed.
     reverted: bool,
     /// Whether the controller holds the job at full speed (a queue waits): no windows then.
     paused: bool,
@@ -114,7 +120,7 @@ impl Adaptive {
             Progress::SmActivity => (energy_s, end.activity - start.activity),
         };
         let energy_j = (end.energy_mj - start.energy_mj) / 1000.0;
-        Some((Window { setting: self.held_w, energy_j, energy_s, work, work_s, gpus }.sample()?, work))
+        Some((Window { setting: self.held, energy_j, energy_s, work, work_s, gpus }.sample()?, work))
     }
 }
 
@@ -143,11 +149,14 @@ fn tag_of(record: &JobRecord) -> Option<String> {
         .or_else(|| Some(format!("{}:{}", record.user.as_deref()?, record.name.as_deref()?)))
 }
 
-fn power_limit(w: f64) -> GpuSetting {
-    GpuSetting::PowerLimit { mw: (w * 1000.0).round() as u32 }
+impl Adaptive {
+    /// The job's GPUs at `setting`.
+    fn hold(&self, record: &JobRecord, setting: f64) -> Changes {
+        record.gpus.iter().map(|g| (g.index, self.knob.setting(setting))).collect()
+    }
 }
 
-/// The jobs whose power limit the DVFS models choose, by job id.
+/// The jobs whose setting the DVFS models choose, by job id.
 pub(crate) struct Prober {
     engine: EngineConfig,
     jobs: BTreeMap<u32, Adaptive>,
@@ -215,20 +224,16 @@ impl Prober {
             return Vec::new();
         }
         let info = info.clone();
-        let (Some(min), Some(max)) = (info.power_limit_min_mw, info.power_limit_max_mw) else {
-            warn!(job = %record.key, "GPU has no settable power limit; the models leave it as it is");
+        let (knob, settings) = self.engine.settings_for(&info);
+        let Some(&max) = settings.last() else {
+            warn!(job = %record.key, knob = knob.as_str(), "GPU offers no setting on its knob; the models leave it as it is");
             return Vec::new();
         };
-        let settings = wattson_engine::gpus::power_limit_grid(
-            f64::from(min) / 1000.0,
-            f64::from(max) / 1000.0,
-            self.engine.power_limit_step_w,
-        );
         let tag = tag_of(record);
         let mut earlier = BTreeMap::new();
         for unit in [Progress::File, Progress::SmActivity] {
             let stored = match &tag {
-                Some(tag) => store.model(&owner, &info.name, tag, unit).unwrap_or_else(|e| {
+                Some(tag) => store.model(&owner, &info.name, tag, unit, knob).unwrap_or_else(|e| {
                     warn!(job = %record.key, error = %e, "cannot read the workload's model; probing afresh");
                     None
                 }),
@@ -244,6 +249,7 @@ impl Prober {
         let mut job = Adaptive {
             owner: owner.clone(),
             policy: decision.engine,
+            knob,
             settings,
             earlier,
             measured: Vec::new(),
@@ -252,9 +258,10 @@ impl Prober {
                 tag: tag.clone().unwrap_or_default(),
                 gpu_type: info.name,
                 owner: Some(owner),
+                knob,
                 ..JobDvfs::default()
             },
-            held_w: f64::from(max) / 1000.0,
+            held: max,
             changed_ns: now,
             start: None,
             settled: false,
@@ -267,14 +274,15 @@ impl Prober {
             paused: false,
         };
         let step =
-            wattson_engine::next_step(&job.samples(), &job.settings, job.policy, &self.probe_config(), 0);
+            wattson_engine::next_step(&job.samples(), &job.settings, job.policy, &self.probe_config(knob), 0);
         let wanted = take_step(store, record, &mut job, step, now);
         self.jobs.insert(record.key.job_id, job);
         wanted
     }
 
-    fn probe_config(&self) -> wattson_engine::ProbeConfig {
+    fn probe_config(&self, knob: Knob) -> wattson_engine::ProbeConfig {
         wattson_engine::ProbeConfig {
+            knob,
             max_probes: self.engine.max_probes,
             ..wattson_engine::ProbeConfig::default()
         }
@@ -324,17 +332,17 @@ impl Prober {
                         match job.window(&start, &mark, record.gpus.len() as u32) {
                             Some((sample, _)) => {
                                 job.measured.push(sample);
-                                job.dvfs.probed_w.push(job.held_w);
+                                job.dvfs.probed.push(job.held);
                             }
                             None => {
-                                warn!(job = %record.key, limit_w = job.held_w, "probe window saw no work; not counted")
+                                warn!(job = %record.key, setting = job.held, unit = job.knob.unit(), "probe window saw no work; not counted")
                             }
                         }
                         let step = wattson_engine::next_step(
                             &job.samples(),
                             &job.settings,
                             job.policy,
-                            &self.probe_config(),
+                            &self.probe_config(job.knob),
                             job.windows,
                         );
                         let wanted = take_step(store, record, &mut job, step, now_wall);
@@ -354,7 +362,7 @@ impl Prober {
         self.jobs.get_mut(&id).map(|job| job.paused = true).is_some()
     }
 
-    /// Ends a [`Prober::pause`]: the job goes back to the limit the models hold it at, and a
+    /// Ends a [`Prober::pause`]: the job goes back to the setting the models hold it at, and a
     /// fresh window opens after the settling time. The settings wanted, or `None` when the
     /// models do not decide this job.
     pub(crate) fn resume(&mut self, record: &JobRecord, now: i64) -> Option<Changes> {
@@ -363,7 +371,7 @@ impl Prober {
         job.changed_ns = now;
         job.last_tick_ns = now;
         job.start = None;
-        Some(record.gpus.iter().map(|g| (g.index, power_limit(job.held_w))).collect())
+        Some(job.hold(record, job.held))
     }
 
     /// Finishes the models' part of a job that is ending (its meters hold the final reading):
@@ -400,6 +408,7 @@ impl Prober {
                 gpu_type: job.dvfs.gpu_type.clone(),
                 tag: job.dvfs.tag.clone(),
                 progress: unit,
+                knob: job.knob,
                 samples: job.earlier[unit.as_str()].iter().chain(&job.measured).copied().collect(),
                 settings: job.settings.clone(),
                 updated_ns: now,
@@ -418,7 +427,7 @@ impl Prober {
     /// Rewrites the model table file from every stored workload (atomically: temp + rename).
     pub(crate) fn write_model_table(&self, store: &Store) {
         let table = match store.models() {
-            Ok(models) => ModelTable::from_measurements(&models),
+            Ok(models) => ModelTable::from_measurements(&models, |gpu| self.engine.knob_for(gpu)),
             Err(e) => return warn!(error = %e, "cannot read the stored models"),
         };
         let path = &self.engine.models_file;
@@ -435,30 +444,30 @@ impl Prober {
 /// Holds the step's setting on the job's GPUs and records it.
 fn take_step(store: &mut Store, record: &JobRecord, job: &mut Adaptive, step: Step, now: i64) -> Changes {
     let setting = match step {
-        Step::Probe(w) => {
-            info!(job = %record.key, limit_w = w, "probing");
-            Some(w)
+        Step::Probe(s) => {
+            info!(job = %record.key, setting = s, unit = job.knob.unit(), "probing");
+            Some(s)
         }
         Step::Settle(d) => {
             job.settled = true;
-            job.dvfs.setting_w = d.setting;
+            job.dvfs.setting = d.setting;
             job.dvfs.predicted_slowdown = Some(d.predicted_slowdown);
             job.dvfs.predicted_energy_ratio = Some(d.predicted_energy_ratio);
             job.dvfs.uncertainty = Some(d.uncertainty);
             job.dvfs.reason = Some(d.reason.to_string());
-            info!(job = %record.key, limit_w = ?d.setting, reason = d.reason, "settled");
+            info!(job = %record.key, setting = ?d.setting, unit = job.knob.unit(), reason = d.reason, "settled");
             d.setting
         }
     };
     job.changed_ns = now;
     job.start = None;
-    if let Some(w) = setting {
-        job.held_w = w;
+    if let Some(s) = setting {
+        job.held = s;
     }
     if let Err(e) = store.set_dvfs(&record.key, &job.dvfs) {
         warn!(job = %record.key, error = %e, "cannot record the DVFS state");
     }
-    setting.map(|w| record.gpus.iter().map(|g| (g.index, power_limit(w))).collect()).unwrap_or_default()
+    setting.map(|s| job.hold(record, s)).unwrap_or_default()
 }
 
 /// Where a job's run stands now.
@@ -480,7 +489,7 @@ fn mark(record: &JobRecord, job: &mut Adaptive) -> Mark {
 const BOUND_NOISE: f64 = 0.01;
 
 /// While settled: if the job's measured slowdown over its settled span so far breaks its bound,
-/// returns it to the highest limit at once (the settings wanted) and marks the model bad.
+/// returns it to the highest setting at once (the settings wanted) and marks the model bad.
 fn guard_bound(
     store: &mut Store,
     record: &JobRecord,
@@ -496,26 +505,27 @@ fn guard_bound(
         return None;
     }
     let max = *job.settings.last()?;
-    warn!(job = %record.key, slowdown, bound = max_slowdown, limit_w = job.held_w, "bound broken: back to full speed; the model is dropped");
+    warn!(job = %record.key, slowdown, bound = max_slowdown, setting = job.held, unit = job.knob.unit(), "bound broken: back to full speed; the model is dropped");
     job.reverted = true;
     job.dvfs.measured_slowdown = Some(slowdown);
     job.dvfs.energy_saved_j = None;
     job.dvfs.reason = Some(format!(
-        "measured slowdown {:.1}% broke the {:.1}% bound at {:.0} W: back to full speed, model dropped",
+        "measured slowdown {:.1}% broke the {:.1}% bound at {:.0} {}: back to full speed, model dropped",
         100.0 * slowdown,
         100.0 * max_slowdown,
-        job.held_w
+        job.held,
+        job.knob.unit()
     ));
-    job.dvfs.setting_w = Some(max);
-    job.held_w = max;
+    job.dvfs.setting = Some(max);
+    job.held = max;
     job.start = None;
     if let Err(e) = store.set_dvfs(&record.key, &job.dvfs) {
         warn!(job = %record.key, error = %e, "cannot record the DVFS state");
     }
-    Some(record.gpus.iter().map(|g| (g.index, power_limit(max))).collect())
+    Some(job.hold(record, max))
 }
 
-/// Time and power per unit of work at the highest limit (this run's probe, else earlier
+/// Time and power per unit of work at the highest setting (this run's probe, else earlier
 /// runs'), weighted.
 fn reference(job: &Adaptive) -> Option<(f64, f64)> {
     let &max = job.settings.last()?;
@@ -531,7 +541,7 @@ fn reference(job: &Adaptive) -> Option<(f64, f64)> {
 }
 
 /// Measured slowdown and estimated saving of the settled window against the highest
-/// limit's measurement.
+/// setting's measurement.
 fn judge(job: &mut Adaptive, settled: Sample, work: f64) {
     let Some((time, power)) = reference(job) else { return };
     job.dvfs.measured_slowdown = Some(settled.time / time - 1.0);

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use wattson_types::job::EnergyPolicy;
 
-use super::model::DvfsModel;
+use super::model::{DvfsModel, Knob};
 
 /// What the chooser optimises: an [`EnergyPolicy`] with its parameter. The wire form keeps
 /// the tag `policy` (`{"policy":"min_energy","max_slowdown":0.1}`).
@@ -115,10 +115,6 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
     if !(top.time > 0.0 && top.energy > 0.0 && top.time.is_finite() && top.energy.is_finite()) {
         return Decision::fallback(settings, "model predicts nonsense at the max setting");
     }
-    let noise = match model {
-        DvfsModel::PowerLimit(m) => m.noise,
-        DvfsModel::Clock(m) => m.rel_sigma,
-    };
     let (bound, eta) = match objective {
         Objective::Perf => return Decision::fallback(settings, "perf policy: max setting"),
         Objective::MinEnergy { max_slowdown } if max_slowdown.is_finite() && max_slowdown >= 0.0 => {
@@ -127,14 +123,14 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
         Objective::Balanced { eta } if (0.0..=1.0).contains(&eta) => (None, eta),
         _ => return Decision::fallback(settings, "invalid policy parameter"),
     };
-    if noise > cfg.max_model_error {
+    if model.noise > cfg.max_model_error {
         return Decision::fallback(settings, "model error too large: max setting");
     }
     // Zeus's cost weighs time by the GPU's maximum power: the top power limit under that
     // knob, the predicted draw at the top clock under the clock knob (watts either way).
-    let max_power = match model {
-        DvfsModel::PowerLimit(_) => max,
-        DvfsModel::Clock(_) => top.power,
+    let max_power = match model.knob {
+        Knob::PowerLimit => max,
+        Knob::SmClock => top.power,
     };
     let cost = |time: f64, energy: f64| eta * energy + (1.0 - eta) * max_power * time;
     let mut best = Decision {
@@ -188,11 +184,12 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ClockModel, PowerLimitModel};
+    use crate::fit::{Sample, fit};
 
     fn plm() -> DvfsModel {
-        DvfsModel::PowerLimit(PowerLimitModel {
-            limits: vec![100.0, 175.0, 250.0],
+        DvfsModel {
+            knob: Knob::PowerLimit,
+            settings: vec![100.0, 175.0, 250.0],
             powers: vec![95.0, 160.0, 200.0],
             times: vec![12.0, 8.5, 8.0],
             t0: 2.0,
@@ -200,7 +197,7 @@ mod tests {
             a: 60.0,
             noise: 0.0,
             sigma_floor: 0.01,
-        })
+        }
     }
 
     const LIMITS: [f64; 7] = [100.0, 125.0, 150.0, 175.0, 200.0, 225.0, 250.0];
@@ -255,26 +252,20 @@ mod tests {
 
     #[test]
     fn noisy_model_falls_back() {
-        let mut m = plm();
-        if let DvfsModel::PowerLimit(p) = &mut m {
-            p.noise = 0.3;
-        }
+        let m = DvfsModel { noise: 0.3, ..plm() };
         let d = choose(&m, &LIMITS, Objective::MinEnergy { max_slowdown: 0.5 }, &ChooserConfig::default());
         assert_eq!((d.setting, d.reason), (Some(250.0), "model error too large: max setting"));
     }
 
     #[test]
     fn balanced_trades_energy_for_time() {
-        let m = DvfsModel::Clock(ClockModel {
-            t0: 0.0,
-            d: 1000.0,
-            a: 50.0,
-            b: 0.0,
-            c: 1e-7,
-            rel_sigma: 0.01,
-            f_valid_min: 600.0,
-        });
+        // Every clock measured: t = 1000/f, P = 50 + 1e-7·f³.
         let clocks: Vec<f64> = (7..=14).map(|k| f64::from(k) * 100.0).collect();
+        let samples: Vec<Sample> = clocks
+            .iter()
+            .map(|&f| Sample { setting: f, time: 1000.0 / f, power: 50.0 + 1e-7 * f * f * f, weight: 1.0 })
+            .collect();
+        let m = fit(Knob::SmClock, &samples).unwrap();
         let cfg = ChooserConfig::default();
         let e = choose(&m, &clocks, Objective::Balanced { eta: 1.0 }, &cfg);
         let t = choose(&m, &clocks, Objective::Balanced { eta: 0.0 }, &cfg);

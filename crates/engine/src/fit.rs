@@ -1,12 +1,12 @@
-//! Constrained weighted least squares for the two model families, hand-written for ≤ 3
-//! unknowns (normal equations + a tiny Cholesky; non-negativity by enumerating supports).
+//! Constrained weighted least squares for the model family, hand-written for ≤ 3 unknowns
+//! (normal equations + a tiny Cholesky; non-negativity by enumerating supports).
 
-use super::model::{CUBE_EXPONENT, ClockModel, PowerLimitModel};
+use super::model::{DvfsModel, Knob, effective_clock};
 
 /// One measurement at one setting, per unit of work.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sample {
-    /// SM clock (MHz) or power limit (W).
+    /// Power limit (W) or SM clock (MHz), by the knob.
     pub setting: f64,
     /// Time per unit of work (s).
     pub time: f64,
@@ -148,38 +148,45 @@ fn nnls3(rows: &[([f64; 3], f64, f64)]) -> Option<([f64; 3], f64)> {
     best
 }
 
-/// Fits the power-limit model from ≥ 3 distinct probed limits.
+/// Fits a workload's model on `knob` from ≥ 3 distinct probed settings.
 ///
 /// Power: monotone (running max upward) piecewise-linear through the probes. Time's law:
-/// `t = t0 + D·(P − a)^(−1/3)` with `t0, D ≥ 0` (so the law never rises with the limit), `a`
-/// by a 1-D search over `[0, 0.98·min P)` and `(t0, D)` by relative-error WLS for each `a`;
-/// the model's time follows that law between the measured times (see [`PowerLimitModel`]).
-pub fn fit_power_limit(samples: &[Sample]) -> Result<PowerLimitModel, FitError> {
+/// `t = t0 + D/f(s)` with `t0, D ≥ 0` (so the law never rises with the setting), by
+/// relative-error weighted NNLS; under the power-limit knob `f = (P − a)^(1/3)` with the floor
+/// `a` searched over `[0, 0.98·min P)`, under the clock knob `f` is the clock. The model's
+/// time follows that law between the measured times (see [`DvfsModel`]).
+pub fn fit(knob: Knob, samples: &[Sample]) -> Result<DvfsModel, FitError> {
     let s = merge(samples)?;
     if s.len() < 3 {
         return Err(FitError::TooFewSettings { need: 3, got: s.len() });
     }
-    let limits: Vec<f64> = s.iter().map(|x| x.setting).collect();
+    let settings: Vec<f64> = s.iter().map(|x| x.setting).collect();
     let mut powers: Vec<f64> = s.iter().map(|x| x.power).collect();
     for i in 1..powers.len() {
         powers[i] = powers[i].max(powers[i - 1]);
     }
     let times: Vec<f64> = s.iter().map(|x| x.time).collect();
     let noise = s.windows(2).map(|w| (w[1].time - w[0].time) / w[0].time).fold(0.0, f64::max);
-    let p_min = powers[0];
     let eval = |a: f64| -> Option<(f64, f64, f64)> {
         let rows: Vec<([f64; 3], f64, f64)> = s
             .iter()
             .zip(&powers)
-            .map(|(x, &p)| ([1.0, (p - a).powf(-CUBE_EXPONENT), 0.0], x.time, x.weight / (x.time * x.time)))
+            .map(|(x, &p)| {
+                let f = effective_clock(knob, x.setting, p, a);
+                ([1.0, 1.0 / f, 0.0], x.time, x.weight / (x.time * x.time))
+            })
             .collect();
         nnls3(&rows).map(|(b, sse)| (sse, b[0], b[1]))
     };
-    // Grid over the floor `a` in 1% steps of the lowest power (an exact 3-point fit, by
+    // The power floor: a grid in 1% steps of the lowest power (an exact 3-point fit, by
     // refining `a`, chases noise: it predicted worse on the Zeus data; see docs/engine.md).
+    // The clock knob has none.
+    let floors: Vec<f64> = match knob {
+        Knob::PowerLimit => (0..99).map(|k| powers[0] * f64::from(k) / 100.0).collect(),
+        Knob::SmClock => vec![0.0],
+    };
     let mut best: Option<(f64, f64, f64, f64)> = None; // (sse, a, t0, d)
-    for k in 0..99 {
-        let a = p_min * f64::from(k) / 100.0;
+    for a in floors {
         let Some((sse, t0, d)) = eval(a) else { continue };
         if best.is_none_or(|(b, ..)| sse < b - 1e-12) {
             best = Some((sse, a, t0, d));
@@ -189,45 +196,7 @@ pub fn fit_power_limit(samples: &[Sample]) -> Result<PowerLimitModel, FitError> 
     if t0 + d <= 0.0 {
         return Err(FitError::Degenerate("fitted time is zero"));
     }
-    Ok(PowerLimitModel { limits, powers, times, t0, d, a, noise, sigma_floor: SIGMA_FLOOR })
-}
-
-/// Fits the SM-clock model from ≥ 3 distinct clocks (MHz) at or above `f_valid_min`.
-///
-/// `t(f) = t0 + D/f` and `P(f) = a + b·f + c·f³`, all coefficients ≥ 0 (so time never rises
-/// with the clock), each by relative-error NNLS. The error is the residual standard error
-/// (relative, over both curves), floored at [`SIGMA_FLOOR`].
-pub fn fit_clock(samples: &[Sample], f_valid_min: f64) -> Result<ClockModel, FitError> {
-    let s = merge(samples)?;
-    let valid: Vec<&Sample> = s.iter().filter(|x| x.setting >= f_valid_min).collect();
-    if valid.len() < 3 {
-        return Err(FitError::TooFewSettings { need: 3, got: valid.len() });
-    }
-    let scale = valid.last().map_or(1.0, |x| x.setting); // clocks in units of fmax for conditioning
-    let trows: Vec<([f64; 3], f64, f64)> =
-        valid.iter().map(|x| ([1.0, scale / x.setting, 0.0], x.time, x.weight / (x.time * x.time))).collect();
-    let prows: Vec<([f64; 3], f64, f64)> = valid
-        .iter()
-        .map(|x| {
-            let u = x.setting / scale;
-            ([1.0, u, u * u * u], x.power, x.weight / (x.power * x.power))
-        })
-        .collect();
-    let (tb, tsse) = nnls3(&trows).ok_or(FitError::Degenerate("time curve"))?;
-    let (pb, psse) = nnls3(&prows).ok_or(FitError::Degenerate("power curve"))?;
-    let wsum: f64 = valid.iter().map(|x| x.weight).sum();
-    let n = valid.len() as f64;
-    let dof = (2.0 * n - 5.0).max(1.0);
-    let rel = ((tsse + psse) / wsum * n / dof).sqrt();
-    Ok(ClockModel {
-        t0: tb[0],
-        d: tb[1] * scale,
-        a: pb[0],
-        b: pb[1] / scale,
-        c: pb[2] / (scale * scale * scale),
-        rel_sigma: rel.max(SIGMA_FLOOR),
-        f_valid_min,
-    })
+    Ok(DvfsModel { knob, settings, powers, times, t0, d, a, noise, sigma_floor: SIGMA_FLOOR })
 }
 
 #[cfg(test)]
@@ -239,27 +208,32 @@ mod tests {
     }
 
     #[test]
-    fn clock_fit_recovers_known_parameters_exactly() {
-        let (t0, d, a, b, c) = (0.05, 120.0, 60.0, 0.02, 4e-8);
-        let s: Vec<Sample> = [800.0, 1000.0, 1200.0, 1410.0]
-            .iter()
-            .map(|&f| smp(f, t0 + d / f, a + b * f + c * f * f * f))
-            .collect();
-        let m = fit_clock(&s, 600.0).unwrap();
-        for (got, want) in [(m.t0, t0), (m.d, d), (m.a, a), (m.b, b), (m.c, c)] {
-            assert!((got - want).abs() <= 1e-6 * want.abs().max(1e-9), "{got} vs {want}");
+    fn clock_fit_recovers_the_clock_law_between_and_below_its_probes() {
+        // t = t0 + D/f, power a + b·f + c·f³: the model never sees the law, only three probes.
+        let (t0, d) = (0.02, 158.4);
+        let truth = |f: f64| smp(f, t0 + d / f, 72.0 + 0.0876 * f + 5.26e-8 * f * f * f);
+        let s: Vec<Sample> = [990.0, 1485.0, 1980.0].iter().map(|&f| truth(f)).collect();
+        let m = fit(Knob::SmClock, &s).unwrap();
+        assert_eq!((m.knob, m.a), (Knob::SmClock, 0.0));
+        assert!((m.t0 - t0).abs() < 1e-9 && (m.d - d).abs() < 1e-6, "{m:?}");
+        for f in [1000.0, 1200.0, 1700.0, 1900.0, 900.0] {
+            let want = truth(f).time;
+            assert!((m.time(f) - want).abs() / want < 1e-9, "{f}: {} vs {want}", m.time(f));
         }
-        assert_eq!(m.rel_sigma, SIGMA_FLOOR);
+        // Power between probes is the straight line: never below the convex truth.
+        assert!(m.power(1200.0) >= truth(1200.0).power);
+        assert_eq!(m.noise, 0.0);
     }
 
     #[test]
-    fn clock_fit_keeps_coefficients_non_negative() {
-        // Time that rises with the clock would need D < 0: the constraint clamps it to 0.
+    fn clock_fit_keeps_the_law_from_rising_with_the_clock() {
+        // Time that rises with the clock would need D < 0: the constraint clamps it to 0, and
+        // the rise is the noise term.
         let s = [smp(800.0, 1.0, 100.0), smp(1000.0, 1.1, 150.0), smp(1400.0, 1.2, 250.0)];
-        let m = fit_clock(&s, 600.0).unwrap();
-        assert!(m.d >= 0.0 && m.t0 >= 0.0 && m.a >= 0.0 && m.b >= 0.0 && m.c >= 0.0);
-        assert!(m.time(1400.0) <= m.time(800.0));
-        assert!(m.rel_sigma > 0.05);
+        let m = fit(Knob::SmClock, &s).unwrap();
+        assert!(m.d >= 0.0 && m.t0 >= 0.0);
+        assert!(m.noise > 0.09);
+        assert!(m.predict(1000.0).rel_sigma > 0.09);
     }
 
     #[test]
@@ -270,7 +244,7 @@ mod tests {
             .iter()
             .map(|&p| smp(p, t0 + d * (p_of(p) - a).powf(-1.0 / 3.0), p_of(p)))
             .collect();
-        let m = fit_power_limit(&s).unwrap();
+        let m = fit(Knob::PowerLimit, &s).unwrap();
         for (got, want) in [(m.t0, t0), (m.d, d), (m.a, a)] {
             assert!((got - want).abs() <= 1e-3 * want, "{got} vs {want}");
         }
@@ -285,7 +259,7 @@ mod tests {
         // Noisy: time rises from 175 to 250 W. The curve keeps the measurement and the rise
         // becomes the noise term.
         let s = [smp(100.0, 10.0, 90.0), smp(175.0, 7.0, 150.0), smp(250.0, 7.5, 140.0)];
-        let m = fit_power_limit(&s).unwrap();
+        let m = fit(Knob::PowerLimit, &s).unwrap();
         for x in &s {
             assert!((m.time(x.setting) - x.time).abs() < 1e-12);
         }
@@ -305,7 +279,7 @@ mod tests {
             .zip(bumps)
             .map(|(&p, k)| smp(p, law(p) * k, 0.95 * p))
             .collect();
-        let m = fit_power_limit(&s).unwrap();
+        let m = fit(Knob::PowerLimit, &s).unwrap();
         for x in &s {
             assert!((m.time(x.setting) - x.time).abs() < 1e-12);
         }
@@ -320,14 +294,12 @@ mod tests {
 
     #[test]
     fn degenerate_input_is_an_error() {
-        assert_eq!(fit_power_limit(&[]), Err(FitError::TooFewSettings { need: 3, got: 0 }));
+        assert_eq!(fit(Knob::PowerLimit, &[]), Err(FitError::TooFewSettings { need: 3, got: 0 }));
         let dup = [smp(200.0, 1.0, 100.0), smp(200.0, 1.1, 100.0), smp(250.0, 1.0, 120.0)];
-        assert_eq!(fit_power_limit(&dup), Err(FitError::TooFewSettings { need: 3, got: 2 }));
+        assert_eq!(fit(Knob::PowerLimit, &dup), Err(FitError::TooFewSettings { need: 3, got: 2 }));
         let bad = [smp(100.0, 1.0, 90.0), smp(150.0, f64::NAN, 100.0), smp(250.0, 1.0, 120.0)];
-        assert_eq!(fit_power_limit(&bad), Err(FitError::InvalidSample(1)));
+        assert_eq!(fit(Knob::PowerLimit, &bad), Err(FitError::InvalidSample(1)));
         let neg = [smp(100.0, 1.0, -90.0), smp(150.0, 1.0, 100.0), smp(250.0, 1.0, 120.0)];
-        assert_eq!(fit_clock(&neg, 0.0), Err(FitError::InvalidSample(0)));
-        let low = [smp(100.0, 1.0, 90.0), smp(150.0, 1.0, 100.0), smp(900.0, 1.0, 120.0)];
-        assert_eq!(fit_clock(&low, 600.0), Err(FitError::TooFewSettings { need: 3, got: 1 }));
+        assert_eq!(fit(Knob::SmClock, &neg), Err(FitError::InvalidSample(0)));
     }
 }

@@ -29,9 +29,6 @@ pub struct GpuPrior {
 /// Step between candidate power limits (W), as in the Zeus measurements.
 pub const POWER_LIMIT_STEP_W: f64 = 25.0;
 
-/// Lowest SM clock, as a fraction of the maximum, where `t = t0 + D/f` holds.
-pub const CLOCK_VALID_FRACTION: f64 = 0.45;
-
 const PRIORS: &[GpuPrior] = &[
     GpuPrior {
         name: "A100",
@@ -199,6 +196,27 @@ pub fn power_limit_grid(min_w: f64, max_w: f64, step_w: f64) -> Vec<f64> {
     v
 }
 
+/// Candidate SM clocks (MHz), ascending: the GPU's `supported` clocks from `floor` × the
+/// highest up, at least `step_mhz` apart counting down from the highest (always kept). Below
+/// about half its top clock a GPU's static draw outweighs what a lower clock saves, so the
+/// knob's useful range ends there; empty when nothing valid is supported.
+pub fn sm_clock_grid(supported: &[u32], floor: f64, step_mhz: f64) -> Vec<f64> {
+    let Some(&top) = supported.iter().filter(|&&f| f > 0).max() else { return Vec::new() };
+    let lowest = floor.clamp(0.0, 1.0) * f64::from(top);
+    let mut clocks: Vec<f64> =
+        supported.iter().map(|&f| f64::from(f)).filter(|&f| f > 0.0 && f >= lowest).collect();
+    clocks.sort_by(|a, b| b.total_cmp(a));
+    clocks.dedup();
+    let mut out: Vec<f64> = Vec::with_capacity(clocks.len());
+    for f in clocks {
+        if out.last().is_none_or(|&last| last - f >= step_mhz - 1e-9) {
+            out.push(f);
+        }
+    }
+    out.reverse();
+    out
+}
+
 /// All priors, for listing.
 pub fn all() -> &'static [GpuPrior] {
     PRIORS
@@ -209,11 +227,6 @@ impl GpuPrior {
     /// always ending at the maximum.
     pub fn power_limits(&self) -> Vec<f64> {
         power_limit_grid(self.min_power_limit_w, self.max_power_limit_w, POWER_LIMIT_STEP_W)
-    }
-
-    /// Lowest SM clock (MHz) where the clock model is valid.
-    pub fn clock_valid_min(&self) -> f64 {
-        CLOCK_VALID_FRACTION * self.max_sm_mhz
     }
 }
 
@@ -272,5 +285,17 @@ mod tests {
             power_limit_grid(300.0, 200.0, 5.0).is_empty() && power_limit_grid(f64::NAN, 1.0, 5.0).is_empty()
         );
         assert!(power_limit_grid(100.0, 200.0, 0.0).is_empty());
+    }
+
+    #[test]
+    fn clock_candidates_stay_in_the_useful_range_on_the_step() {
+        let h100: Vec<u32> = (0..110).map(|k| 1980 - 15 * k).collect(); // 1980 … 345, highest first
+        let grid = sm_clock_grid(&h100, 0.5, 15.0);
+        assert_eq!((grid[0], *grid.last().unwrap(), grid.len()), (990.0, 1980.0, 67));
+        let coarse = sm_clock_grid(&h100, 0.5, 100.0);
+        assert_eq!(coarse[coarse.len() - 2..], [1875.0, 1980.0]);
+        assert!(coarse.windows(2).all(|w| w[1] - w[0] >= 100.0) && coarse[0] >= 990.0);
+        assert_eq!(sm_clock_grid(&[1410, 0, 1410, 705], 0.5, 1.0), [705.0, 1410.0]);
+        assert!(sm_clock_grid(&[], 0.5, 15.0).is_empty() && sm_clock_grid(&[0], 0.5, 15.0).is_empty());
     }
 }

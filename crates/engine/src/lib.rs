@@ -3,7 +3,7 @@
 //!
 //! [`cluster`] is the cluster brain: one pure policy function from a cluster snapshot to
 //! actions (node power, placement, DVFS levels, releases), shared by simulator and controller.
-//! [`model`] holds the two model families (SM clock and power limit), [`fit`] fits them from a
+//! [`model`] holds the model family (for the SM clock or the power limit), [`fit`] fits it from a
 //! few (setting, time, power) samples, [`choose`] picks a setting under a [`choose::Objective`],
 //! [`gpus`] holds per-GPU priors, [`probe`] decides what to measure next for a job whose
 //! workload is not known yet, and [`table`] is the tag → model table read by job_submit.
@@ -19,9 +19,9 @@ pub mod probe;
 pub mod table;
 
 pub use choose::{ChooserConfig, Decision, Objective, choose};
-pub use fit::{FitError, Sample, fit_clock, fit_power_limit};
+pub use fit::{FitError, Sample, fit};
 pub use gpus::{GpuPrior, prior};
 pub use measurements::{Measurements, newest};
-pub use model::{ClockModel, DvfsModel, PowerLimitModel, Prediction};
+pub use model::{DvfsModel, Knob, Prediction};
 pub use probe::{ProbeConfig, Step, Window, next_step};
 pub use table::{ModelEntry, ModelTable};

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::fit::{Sample, fit_power_limit};
-use super::model::DvfsModel;
+use super::fit::{Sample, fit};
+use super::model::Knob;
 use super::table::{ModelEntry, ModelTable};
 use wattson_types::job::Progress;
 use wattson_types::owner::ModelOwner;
@@ -25,9 +25,12 @@ pub struct Measurements {
     pub tag: String,
     /// How work was counted (samples of different units never mix).
     pub progress: Progress,
+    /// The knob the samples' settings are on (samples of different knobs never mix).
+    #[serde(default)]
+    pub knob: Knob,
     /// Measurements, one per (run, setting) window.
     pub samples: Vec<Sample>,
-    /// Candidate settings on this GPU type (W).
+    /// Candidate settings on this GPU type (W or MHz, by the knob).
     pub settings: Vec<f64>,
     /// Last change, ns since the epoch.
     pub updated_ns: i64,
@@ -46,9 +49,10 @@ impl Measurements {
 /// samples, then to the first, so the result does not depend on which node answered first
 /// only when the copies differ.
 pub fn newest(copies: impl IntoIterator<Item = Measurements>) -> Vec<Measurements> {
-    let mut best: BTreeMap<(ModelOwner, String, String, &'static str), Measurements> = BTreeMap::new();
+    type Key = (ModelOwner, String, String, &'static str, Knob);
+    let mut best: BTreeMap<Key, Measurements> = BTreeMap::new();
     for m in copies {
-        let key = (m.owner.clone(), m.gpu_type.clone(), m.tag.clone(), m.progress.as_str());
+        let key = (m.owner.clone(), m.gpu_type.clone(), m.tag.clone(), m.progress.as_str(), m.knob);
         match best.get(&key) {
             Some(b) if (b.updated_ns, b.samples.len()) >= (m.updated_ns, m.samples.len()) => {}
             _ => {
@@ -61,28 +65,25 @@ pub fn newest(copies: impl IntoIterator<Item = Measurements>) -> Vec<Measurement
 
 impl ModelTable {
     /// The table job_submit reads, fitted from `models`: a model per workload with enough
-    /// distinct settings, choosing among the settings measured; a workload counted from a
-    /// progress file wins over the same one counted by SM activity.
-    pub fn from_measurements(models: &[Measurements]) -> ModelTable {
+    /// distinct settings, choosing among the settings measured, on the knob `knob_of` names for
+    /// its GPU type (measurements on the other knob wait for the site to switch back); a
+    /// workload counted from a progress file wins over the same one counted by SM activity.
+    pub fn from_measurements(models: &[Measurements], knob_of: impl Fn(&str) -> Knob) -> ModelTable {
         let mut table = ModelTable::new();
-        for m in models
-            .iter()
+        let on_knob = models.iter().filter(|m| m.knob == knob_of(&m.gpu_type));
+        for m in on_knob
+            .clone()
             .filter(|m| m.progress == Progress::SmActivity)
-            .chain(models.iter().filter(|m| m.progress == Progress::File))
+            .chain(on_knob.filter(|m| m.progress == Progress::File))
         {
-            if let Ok(fit) = fit_power_limit(&m.samples) {
+            if let Ok(model) = fit(m.knob, &m.samples) {
                 let settings = m
                     .settings
                     .iter()
                     .copied()
                     .filter(|&w| m.samples.iter().any(|s| s.setting == w))
                     .collect();
-                table.insert(
-                    &m.owner,
-                    &m.tag,
-                    &m.gpu_type,
-                    ModelEntry { model: DvfsModel::PowerLimit(fit), settings },
-                );
+                table.insert(&m.owner, &m.tag, &m.gpu_type, ModelEntry { model, settings });
             }
         }
         table
@@ -99,6 +100,7 @@ mod tests {
             gpu_type: "NVIDIA H100 80GB HBM3".into(),
             tag: tag.into(),
             progress: Progress::File,
+            knob: Knob::PowerLimit,
             samples: (0..samples)
                 .map(|i| {
                     let setting = 700.0 - 100.0 * i as f64;
@@ -130,10 +132,13 @@ mod tests {
 
     #[test]
     fn the_table_is_fitted_from_live_workloads_only() {
-        let table = ModelTable::from_measurements(&[copy("a", 1, 4), copy("dropped", 2, 0)]);
+        let models = [copy("a", 1, 4), copy("dropped", 2, 0)];
+        let table = ModelTable::from_measurements(&models, |_| Knob::PowerLimit);
         let owner = ModelOwner::User(1000);
         let entry = table.get(&owner, "a", "NVIDIA H100 80GB HBM3").expect("fitted");
         assert_eq!(entry.settings, [700.0]);
         assert!(table.get(&owner, "dropped", "NVIDIA H100 80GB HBM3").is_none());
+        // A site that turns the SM clock instead: power-limit measurements decide nothing.
+        assert!(ModelTable::from_measurements(&models, |_| Knob::SmClock).is_empty());
     }
 }

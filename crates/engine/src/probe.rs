@@ -1,7 +1,8 @@
-//! Online probing, Zeus-style: measure a job at a few power limits, fit, choose, measure the
-//! choice itself, and settle. Pure: the daemon feeds measurements and applies the answers.
+//! Online probing, Zeus-style: measure a job at a few settings of its knob (power limits or
+//! SM clocks), fit, choose, measure the choice itself, and settle. Pure: the daemon feeds
+//! measurements and applies the answers.
 //!
-//! The first three probes are the highest limit (the full-speed reference), the one nearest
+//! The first three probes are the highest setting (the full-speed reference), the one nearest
 //! the middle of the range and the lowest (as in the validation on the Zeus data). Then the
 //! model is fitted and two choices are made: the likely best (the model's own time, no safety
 //! margin) and the safe one (pessimistic time plus margin). Whichever of them is not measured
@@ -11,8 +12,8 @@
 //! that converged once settles at once the next time.
 
 use super::choose::{ChooserConfig, Decision, Objective, choose};
-use super::fit::{Sample, fit_power_limit};
-use super::model::DvfsModel;
+use super::fit::{Sample, fit};
+use super::model::Knob;
 
 /// What the job should do next.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,9 +24,11 @@ pub enum Step {
     Settle(Decision),
 }
 
-/// Probing tunables.
+/// How a job is probed: its knob and the tunables.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProbeConfig {
+    /// The knob the settings are on.
+    pub knob: Knob,
     /// Most probe windows one run may spend (the first three included).
     pub max_probes: usize,
     /// The chooser's tunables.
@@ -34,7 +37,7 @@ pub struct ProbeConfig {
 
 impl Default for ProbeConfig {
     fn default() -> Self {
-        ProbeConfig { max_probes: 6, chooser: ChooserConfig::default() }
+        ProbeConfig { knob: Knob::PowerLimit, max_probes: 6, chooser: ChooserConfig::default() }
     }
 }
 
@@ -82,8 +85,8 @@ pub fn next_step(
             Step::Settle(Decision::fallback(settings, "too few measurements: max setting"))
         };
     }
-    let model = match fit_power_limit(samples) {
-        Ok(m) => DvfsModel::PowerLimit(m),
+    let model = match fit(cfg.knob, samples) {
+        Ok(m) => m,
         Err(_) => {
             return Step::Settle(Decision::fallback(
                 settings,
@@ -109,7 +112,7 @@ pub fn next_step(
 /// units done over `work_s` seconds (the two clocks may differ: work is stamped by the job).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
-    /// The setting held (W).
+    /// The setting held (W or MHz, by the knob).
     pub setting: f64,
     /// Energy of all the job's GPUs (J).
     pub energy_j: f64,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::choose::{ChooserConfig, Decision, Objective, choose};
 use super::gpus;
-use super::model::DvfsModel;
+use super::model::{DvfsModel, Knob};
 use wattson_types::owner::ModelOwner;
 
 /// One fitted workload on one GPU type.
@@ -77,18 +77,26 @@ impl ModelTable {
         self.len() == 0
     }
 
-    /// The setting for `owner`'s job: the chooser over the entry's model, or the GPU's max
-    /// power limit (known type, no model of this owner and tag), or no setting (unknown type).
-    /// Never allocates or panics.
-    pub fn decide(&self, owner: &ModelOwner, tag: &str, gpu_type: &str, objective: Objective) -> Decision {
-        match self.get(owner, tag, gpu_type) {
-            Some(e) => choose(&e.model, &e.settings, objective, &self.config),
-            None => match gpus::prior(gpu_type) {
-                Some(p) => {
+    /// The setting on `knob` for `owner`'s job: the chooser over the entry's model (when it is
+    /// on that knob), or the GPU's top setting (known type, no such model of this owner and
+    /// tag), or no setting (unknown type). Never allocates or panics.
+    pub fn decide(
+        &self,
+        owner: &ModelOwner,
+        tag: &str,
+        gpu_type: &str,
+        knob: Knob,
+        objective: Objective,
+    ) -> Decision {
+        match (self.get(owner, tag, gpu_type).filter(|e| e.model.knob == knob), gpus::prior(gpu_type)) {
+            (Some(e), _) => choose(&e.model, &e.settings, objective, &self.config),
+            (None, Some(p)) => match knob {
+                Knob::PowerLimit => {
                     Decision::fallback(&[p.max_power_limit_w], "no model for this tag: max power limit")
                 }
-                None => Decision::fallback(&[], "unknown GPU type and no model: leave the GPU as it is"),
+                Knob::SmClock => Decision::fallback(&[p.max_sm_mhz], "no model for this tag: max SM clock"),
             },
+            (None, None) => Decision::fallback(&[], "unknown GPU type and no model: leave the GPU as it is"),
         }
     }
 
@@ -106,18 +114,18 @@ impl ModelTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit::{Sample, fit_power_limit};
-    use crate::model::DvfsModel;
+    use crate::fit::{Sample, fit};
 
     const U1000: ModelOwner = ModelOwner::User(1000);
     const U1001: ModelOwner = ModelOwner::User(1001);
+    const PL: Knob = Knob::PowerLimit;
 
     fn entry() -> ModelEntry {
         let s: Vec<Sample> = [(150.0, 10.0, 140.0), (225.0, 8.2, 200.0), (300.0, 8.0, 215.0)]
             .iter()
             .map(|&(setting, time, power)| Sample { setting, time, power, weight: 1.0 })
             .collect();
-        let model = DvfsModel::PowerLimit(fit_power_limit(&s).unwrap());
+        let model = fit(Knob::PowerLimit, &s).unwrap();
         ModelEntry { model, settings: gpus::prior("A40").unwrap().power_limits() }
     }
 
@@ -131,16 +139,18 @@ mod tests {
         let (a, b) =
             (back.get(&U1000, "alice:train", "A40").unwrap(), t.get(&U1000, "alice:train", "A40").unwrap());
         assert_eq!(a.settings, b.settings);
-        let (DvfsModel::PowerLimit(ma), DvfsModel::PowerLimit(mb)) = (&a.model, &b.model) else { panic!() };
-        assert_eq!((&ma.limits, &ma.powers, &ma.times), (&mb.limits, &mb.powers, &mb.times));
+        let (ma, mb) = (&a.model, &b.model);
+        assert_eq!((&ma.settings, &ma.powers, &ma.times), (&mb.settings, &mb.powers, &mb.times));
         assert!((ma.a - mb.a).abs() <= 1e-12 * mb.a && (ma.d - mb.d).abs() <= 1e-12 * mb.d);
         assert_eq!(back.len(), 2);
         assert_eq!(back.config, t.config);
         for p in
             [Objective::Perf, Objective::MinEnergy { max_slowdown: 0.1 }, Objective::Balanced { eta: 0.5 }]
         {
-            let (a, b) =
-                (back.decide(&U1000, "alice:train", "A40", p), t.decide(&U1000, "alice:train", "A40", p));
+            let (a, b) = (
+                back.decide(&U1000, "alice:train", "A40", PL, p),
+                t.decide(&U1000, "alice:train", "A40", PL, p),
+            );
             assert_eq!((a.setting, a.reason), (b.setting, b.reason));
             assert!((a.predicted_energy_ratio - b.predicted_energy_ratio).abs() < 1e-12);
             assert!((a.predicted_slowdown - b.predicted_slowdown).abs() < 1e-12);
@@ -154,14 +164,20 @@ mod tests {
         let mut t = ModelTable::new();
         assert!(t.is_empty());
         t.insert(&U1000, "alice:train", "A40", entry());
-        let d = t.decide(&U1000, "carol:x", "H100", Objective::MinEnergy { max_slowdown: 0.2 });
+        let slow = Objective::MinEnergy { max_slowdown: 0.2 };
+        let d = t.decide(&U1000, "carol:x", "H100", PL, slow);
         assert_eq!(d.setting, Some(700.0));
-        let d = t.decide(&U1000, "alice:train", "TPUv4", Objective::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide(&U1000, "carol:x", "H100", Knob::SmClock, slow);
+        assert_eq!((d.setting, d.reason), (Some(1980.0), "no model for this tag: max SM clock"));
+        let d = t.decide(&U1000, "alice:train", "TPUv4", PL, slow);
         assert_eq!(d.setting, None);
-        let d = t.decide(&U1000, "alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide(&U1000, "alice:train", "A40", PL, slow);
         assert!(d.setting.unwrap() < 300.0, "{d:?}");
+        // A power-limit model decides nothing on the clock knob.
+        let d = t.decide(&U1000, "alice:train", "A40", Knob::SmClock, slow);
+        assert_eq!(d.setting, Some(1740.0), "{d:?}");
         // Another user's model for the same tag and GPU type decides nothing for this one.
-        let d = t.decide(&U1001, "alice:train", "A40", Objective::MinEnergy { max_slowdown: 0.2 });
+        let d = t.decide(&U1001, "alice:train", "A40", PL, slow);
         assert_eq!(d.setting, Some(300.0), "{d:?}");
         assert!(t.gpu_types_with(&U1001, "alice:train").is_empty());
         // A PCIe board's model is not the SXM board's, whatever the name's spelling.

@@ -3,12 +3,12 @@
 //!
 //! Every job's time and power at every power limit come from one measured Zeus curve. The
 //! engine sees only three probes of that curve (lowest, nearest the middle, highest limit, as a
-//! probing daemon would measure), fits [`wattson_engine::PowerLimitModel`] and chooses; the
+//! probing daemon would measure), fits [`wattson_engine::DvfsModel`] and chooses; the
 //! simulator then charges the *measured* time and power at the chosen limit.
 
 use std::collections::BTreeMap;
 
-use wattson_engine::{ChooserConfig, DvfsModel, Objective, Sample, choose, fit_power_limit};
+use wattson_engine::{ChooserConfig, DvfsModel, Knob, Objective, Sample, choose, fit};
 
 use super::SimError;
 
@@ -94,9 +94,7 @@ impl Workload {
                 weight: 1.0,
             })
             .collect();
-        fit_power_limit(&samples)
-            .map(DvfsModel::PowerLimit)
-            .map_err(|e| SimError::Input(format!("workload {}: {e}", self.name)))
+        fit(Knob::PowerLimit, &samples).map_err(|e| SimError::Input(format!("workload {}: {e}", self.name)))
     }
 
     /// The engine's choice for `objective`, as an index into the measured limits.

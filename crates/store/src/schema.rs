@@ -118,6 +118,25 @@ pub const MIGRATIONS: &[&str] = &[
     DROP TABLE models;
     ALTER TABLE models_v6 RENAME TO models;
     ",
+    // v7: a workload is measured on one DVFS knob (power limits or SM clocks): the knob joins
+    // the key, so the two never mix. Earlier measurements were power limits.
+    "
+    CREATE TABLE models_v7 (
+        owner      TEXT    NOT NULL,
+        gpu_type   TEXT    NOT NULL,
+        tag        TEXT    NOT NULL,
+        progress   TEXT    NOT NULL CHECK (progress IN ('file', 'sm-activity')),
+        knob       TEXT    NOT NULL CHECK (knob IN ('power-limit', 'sm-clock')),
+        samples    TEXT    NOT NULL,
+        settings   TEXT    NOT NULL,
+        updated_ns INTEGER NOT NULL,
+        PRIMARY KEY (owner, gpu_type, tag, progress, knob)
+    ) WITHOUT ROWID;
+    INSERT INTO models_v7
+        SELECT owner, gpu_type, tag, progress, 'power-limit', samples, settings, updated_ns FROM models;
+    DROP TABLE models;
+    ALTER TABLE models_v7 RENAME TO models;
+    ",
 ];
 
 /// The schema version this binary writes and understands.

@@ -1,6 +1,7 @@
 use std::io::{BufRead, BufReader};
 
 use super::*;
+use wattson_engine::Knob;
 use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, Method};
 use wattson_types::job::{EnergyPolicy, Hints, JobState, Progress};
 use wattson_types::owner::ModelOwner;
@@ -421,8 +422,9 @@ fn a_version_5_files_models_keep_their_user_as_owner() {
     drop(conn);
     let st = Store::open(&path).unwrap();
     let owner = ModelOwner::User(1000);
-    let model = st.model(&owner, "H100", "bert", Progress::File).unwrap().expect("kept");
-    assert_eq!((model.owner, model.settings), (owner, vec![700.0]));
+    let model = st.model(&owner, "H100", "bert", Progress::File, Knob::PowerLimit).unwrap().expect("kept");
+    assert!(st.model(&owner, "H100", "bert", Progress::File, Knob::SmClock).unwrap().is_none());
+    assert_eq!((model.owner, model.settings, model.knob), (owner, vec![700.0], Knob::PowerLimit));
     st.conn.execute("UPDATE models SET owner = 'group:x'", []).unwrap();
     assert!(st.models().unwrap_err().to_string().contains("not an owner"));
 }
@@ -440,14 +442,17 @@ fn rows_written_with_the_names_as_strings_read_back_and_unknown_names_are_corrup
         .unwrap();
     st.conn
         .execute(
-            "INSERT INTO models (owner, gpu_type, tag, progress, samples, settings, updated_ns) \
-             VALUES ('uid:1000', 'H100', 'bert', 'sm-activity', '[]', '[700.0]', 1)",
+            "INSERT INTO models (owner, gpu_type, tag, progress, knob, samples, settings, updated_ns) \
+             VALUES ('uid:1000', 'H100', 'bert', 'sm-activity', 'sm-clock', '[]', '[1980.0]', 1)",
             [],
         )
         .unwrap();
     let jobs = st.query(&AcctQuery::default()).unwrap();
     assert_eq!((jobs[0].state, jobs[0].hints.policy), (JobState::Completed, Some(EnergyPolicy::MinEnergy)));
-    assert_eq!(st.models().unwrap()[0].progress, Progress::SmActivity);
+    assert_eq!(
+        (st.models().unwrap()[0].progress, st.models().unwrap()[0].knob),
+        (Progress::SmActivity, Knob::SmClock)
+    );
 
     // The schema's CHECK refuses such a state; a file edited by hand may still hold one.
     st.conn.execute_batch("PRAGMA ignore_check_constraints = ON; UPDATE jobs SET state = 'FROZEN'").unwrap();
@@ -459,6 +464,9 @@ fn rows_written_with_the_names_as_strings_read_back_and_unknown_names_are_corrup
     st.conn.execute("UPDATE models SET progress = 'steps'", []).unwrap();
     let e = st.models().unwrap_err().to_string();
     assert!(e.contains("unknown progress \"steps\""), "{e}");
+    st.conn.execute("UPDATE models SET progress = 'file', knob = 'voltage'", []).unwrap();
+    let e = st.models().unwrap_err().to_string();
+    assert!(e.contains("unknown knob \"voltage\""), "{e}");
 }
 
 fn measured(tag: &str, updated_ns: i64, samples: usize) -> wattson_engine::Measurements {
@@ -467,6 +475,7 @@ fn measured(tag: &str, updated_ns: i64, samples: usize) -> wattson_engine::Measu
         gpu_type: "NVIDIA H100 80GB HBM3".into(),
         tag: tag.into(),
         progress: Progress::File,
+        knob: Knob::PowerLimit,
         samples: (0..samples)
             .map(|i| wattson_engine::Sample {
                 setting: 700.0 - i as f64,
@@ -492,7 +501,7 @@ fn a_merge_takes_only_newer_workloads_and_a_drop_travels_as_a_mark() {
     assert_eq!(taken, 2);
     let owner = ModelOwner::User(1000);
     let get = |s: &Store, tag: &str| {
-        s.model(&owner, "NVIDIA H100 80GB HBM3", tag, Progress::File).unwrap().unwrap()
+        s.model(&owner, "NVIDIA H100 80GB HBM3", tag, Progress::File, Knob::PowerLimit).unwrap().unwrap()
     };
     assert_eq!((get(&store, "a").updated_ns, get(&store, "a").samples.len()), (20, 5));
     assert_eq!((get(&store, "b").updated_ns, get(&store, "b").samples.len()), (10, 3));
@@ -505,4 +514,10 @@ fn a_merge_takes_only_newer_workloads_and_a_drop_travels_as_a_mark() {
     // Merging what is stored changes nothing.
     let all = store.models().unwrap();
     assert_eq!(store.merge_models(&all).unwrap(), 0);
+    // The same workload measured on the other knob is another workload: both are kept.
+    let clocks = wattson_engine::Measurements { knob: Knob::SmClock, ..measured("b", 1, 3) };
+    assert_eq!(store.merge_models(std::slice::from_ref(&clocks)).unwrap(), 1);
+    let b_clocks = store.model(&owner, "NVIDIA H100 80GB HBM3", "b", Progress::File, Knob::SmClock).unwrap();
+    assert_eq!(b_clocks, Some(clocks));
+    assert_eq!(get(&store, "b").updated_ns, 10);
 }

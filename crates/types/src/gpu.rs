@@ -65,6 +65,57 @@ pub enum GpuSetting {
     },
 }
 
+/// The DVFS knob the models turn on a GPU type: its power limit or its locked SM clock.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Knob {
+    /// Settings are power limits, W.
+    #[default]
+    #[serde(alias = "power_limit")]
+    PowerLimit,
+    /// Settings are locked SM clocks, MHz.
+    #[serde(alias = "sm_clock")]
+    SmClock,
+}
+
+impl Knob {
+    /// `power-limit` or `sm-clock`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// The unit of a setting: `W` or `MHz`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Knob::PowerLimit => "W",
+            Knob::SmClock => "MHz",
+        }
+    }
+
+    /// The GPU setting that holds `value` (W or MHz) on this knob.
+    pub fn setting(self, value: f64) -> GpuSetting {
+        match self {
+            Knob::PowerLimit => GpuSetting::PowerLimit { mw: (value * 1000.0).round() as u32 },
+            Knob::SmClock => GpuSetting::LockedClock { mhz: value.round() as u32 },
+        }
+    }
+}
+
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> i64 {
     std::time::SystemTime::now()

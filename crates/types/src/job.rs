@@ -244,8 +244,8 @@ impl Progress {
     }
 }
 
-/// What the DVFS models did for one job: the workload, the probes, the chosen power limit,
-/// what the model predicted for it and what was measured.
+/// What the DVFS models did for one job: the workload, the knob, the probes, the chosen
+/// setting, what the model predicted for it and what was measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobDvfs {
     /// Workload key the models learn under (`--energy-tag`, else `user:jobname`).
@@ -255,31 +255,35 @@ pub struct JobDvfs {
     /// Whose models the job uses and adds to (kept so a restarted daemon carries on with them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<crate::owner::ModelOwner>,
-    /// Power limits (W) measured in this run, in order.
-    pub probed_w: Vec<f64>,
+    /// The knob the models turned (settings are W or MHz by it).
+    #[serde(default)]
+    pub knob: crate::gpu::Knob,
+    /// Settings measured in this run, in order.
+    #[serde(alias = "probed_w")]
+    pub probed: Vec<f64>,
     /// How throughput was measured, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
-    /// Power limit (W) the job settled on; `None` while probing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub setting_w: Option<f64>,
-    /// The model's slowdown at that limit against the highest (fraction).
+    /// Setting the job settled on; `None` while probing.
+    #[serde(default, alias = "setting_w", skip_serializing_if = "Option::is_none")]
+    pub setting: Option<f64>,
+    /// The model's slowdown at that setting against the highest (fraction).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_slowdown: Option<f64>,
-    /// The model's energy at that limit over the energy at the highest.
+    /// The model's energy at that setting over the energy at the highest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_energy_ratio: Option<f64>,
     /// Relative standard error of the prediction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uncertainty: Option<f64>,
-    /// Why this limit.
+    /// Why this setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Measured after the job: time per unit of work at the limit over that at the highest,
+    /// Measured after the job: time per unit of work at the setting over that at the highest,
     /// minus 1 (the reference is this run's probe or an earlier run's measurement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_slowdown: Option<f64>,
-    /// Estimate: energy the same work would have taken at the highest limit, minus what the
+    /// Estimate: energy the same work would have taken at the highest setting, minus what the
     /// settled part of the job took (J).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_saved_j: Option<f64>,

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::hints::SubmitHints;
-use wattson_config::Config;
 use wattson_config::policy::Decision;
+use wattson_config::{Config, EngineConfig};
 use wattson_engine::{ModelTable, Objective};
 use wattson_types::owner::ModelOwner;
 
@@ -61,7 +61,8 @@ pub fn decide<'a>(
     }
     if decision.by_model() {
         let owner = config.engine.model_owner.owner(uid, account);
-        admin_comment.push_str(&model_note(models, &owner, hints.hints.tag.as_deref(), decision.engine));
+        let tag = hints.hints.tag.as_deref();
+        admin_comment.push_str(&model_note(models, &owner, tag, decision.engine, &config.engine));
     }
     let begin_time_s = hints.defer.and_then(|window| {
         let start = config.prices.cheapest_start(now_s, window.as_secs() as i64);
@@ -79,18 +80,28 @@ pub fn decide<'a>(
     Ok(SubmitDecision { decision, begin_time_s, admin_comment, message, spank_options })
 }
 
-/// `,tag=T,model=GPU:530W(-8.5%)` per GPU type where `owner` has a model of the tag, or
-/// `,model=none` (the node probes); nothing without a tag.
-fn model_note(models: &ModelTable, owner: &ModelOwner, tag: Option<&str>, objective: Objective) -> String {
+/// `,tag=T,model=GPU:530W(slowdown 8.5%)` (or `1755MHz`, on the SM-clock knob) per GPU type
+/// where `owner` has a model of the tag on that type's knob, or `,model=none` (the node
+/// probes); nothing without a tag.
+fn model_note(
+    models: &ModelTable,
+    owner: &ModelOwner,
+    tag: Option<&str>,
+    objective: Objective,
+    engine: &EngineConfig,
+) -> String {
     let Some(tag) = tag else { return String::new() };
     let mut note = format!(",tag={tag}");
     let mut known = false;
     for gpu_type in models.gpu_types_with(owner, tag) {
-        let d = models.decide(owner, tag, gpu_type, objective);
-        if let Some(w) = d.setting {
+        let knob = engine.knob_for(gpu_type);
+        let on_knob = models.get(owner, tag, gpu_type).is_some_and(|e| e.model.knob == knob);
+        let d = models.decide(owner, tag, gpu_type, knob, objective);
+        if let (true, Some(setting)) = (on_knob, d.setting) {
             known = true;
             note.push_str(&format!(
-                ",model={gpu_type}:{w:.0}W(slowdown {:.1}%)",
+                ",model={gpu_type}:{setting:.0}{}(slowdown {:.1}%)",
+                knob.unit(),
                 100.0 * d.predicted_slowdown
             ));
         }
@@ -214,14 +225,14 @@ mod tests {
 
     #[test]
     fn a_known_tag_gets_the_models_prediction_and_an_unknown_one_says_none() {
-        use wattson_engine::{DvfsModel, ModelEntry, Sample, fit_power_limit};
+        use wattson_engine::{Knob, ModelEntry, Sample, fit};
         let samples: Vec<Sample> =
             [(200.0, 0.187, 200.0), (450.0, 0.116, 450.0), (530.0, 0.109, 530.0), (700.0, 0.1, 650.0)]
                 .iter()
                 .map(|&(setting, time, power)| Sample { setting, time, power, weight: 1.0 })
                 .collect();
         let entry = ModelEntry {
-            model: DvfsModel::PowerLimit(fit_power_limit(&samples).unwrap()),
+            model: fit(Knob::PowerLimit, &samples).unwrap(),
             settings: vec![200.0, 450.0, 530.0, 700.0],
         };
         let mut table = ModelTable::new();

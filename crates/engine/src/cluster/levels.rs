@@ -8,7 +8,7 @@
 //! `elapsed + remaining work · (1 + slowdown_hi) ≤ (1 + bound) · work`.
 
 use crate::choose::ChooserConfig;
-use crate::model::DvfsModel;
+use crate::model::{DvfsModel, Knob};
 
 use super::{Actions, JobView, Level, Policy, PolicyKind, Running, Snapshot};
 
@@ -45,13 +45,14 @@ pub fn table(model: &DvfsModel, settings: &[f64], cfg: &ChooserConfig) -> Vec<Le
             {
                 slowdown_hi = f64::INFINITY;
             }
-            let cap_w = match model {
-                DvfsModel::PowerLimit(m) => {
-                    let above = m.limits.iter().zip(&m.powers).find(|(l, _)| **l >= s).map(|(_, w)| *w);
-                    above.map_or(s, |w| w.min(s)).max(p.power)
-                }
-                DvfsModel::Clock(_) => p.power * (1.0 + 3.0 * p.rel_sigma),
-            };
+            // The power measured at the next probed setting up bounds the draw (power rises
+            // with either knob); a power limit bounds it too.
+            let above = model.settings.iter().zip(&model.powers).find(|(l, _)| **l >= s).map(|(_, w)| *w);
+            let cap_w = match model.knob {
+                Knob::PowerLimit => above.map_or(s, |w| w.min(s)),
+                Knob::SmClock => above.unwrap_or(p.power * (1.0 + 3.0 * p.rel_sigma)),
+            }
+            .max(p.power);
             Level { setting: s, slowdown_hi, energy_ratio, power_w: p.power, cap_w }
         })
         .collect()
