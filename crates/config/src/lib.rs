@@ -510,6 +510,53 @@ mod tests {
     }
 
     #[test]
+    fn the_knob_is_chosen_per_gpu_type_and_its_settings_come_from_the_gpu() {
+        let c = Config::parse(
+            "[engine]\nknob = \"sm-clock\"\nsm_clock_step_mhz = 30\n[engine.knobs]\n\"H100-PCIE\" = \"power-limit\"\n\"Tesla V100-SXM2-32GB\" = \"power-limit\"\n",
+            "x.toml",
+        )
+        .unwrap();
+        let e = &c.engine;
+        assert_eq!(e.knob_for("NVIDIA H100 80GB HBM3"), Knob::SmClock);
+        assert_eq!(e.knob_for("NVIDIA H100 PCIe"), Knob::PowerLimit, "by the canonical name");
+        assert_eq!(e.knob_for("Tesla V100-SXM2-32GB"), Knob::PowerLimit, "by the exact name");
+        assert_eq!(e.knob_for("Tesla V100-SXM2-16GB"), Knob::PowerLimit, "the same prior");
+        assert_eq!(e.knob_for("Some Future GPU"), Knob::SmClock);
+        let gpu = wattson_types::gpu::GpuInfo {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: "0000:17:00.0".into(),
+            minor_number: None,
+            energy_counter: true,
+            power_limit_min_mw: Some(200_000),
+            power_limit_max_mw: Some(700_000),
+            power_limit_default_mw: Some(700_000),
+            sm_clocks_mhz: (0..110).map(|k| 1980 - 15 * k).collect(),
+            mem_clocks_mhz: vec![2619],
+        };
+        let (knob, clocks) = e.settings_for(&gpu);
+        assert_eq!(
+            (knob, clocks[0], *clocks.last().unwrap(), clocks.len()),
+            (Knob::SmClock, 990.0, 1980.0, 34)
+        );
+        let pcie = wattson_types::gpu::GpuInfo { name: "NVIDIA H100 PCIe".into(), ..gpu };
+        let (knob, limits) = e.settings_for(&pcie);
+        assert_eq!(
+            (knob, limits[0], *limits.last().unwrap(), limits.len()),
+            (Knob::PowerLimit, 200.0, 700.0, 101)
+        );
+        assert_eq!(Config::default().engine.knob_for("NVIDIA H100 80GB HBM3"), Knob::PowerLimit);
+
+        let e = Config::parse("[engine]\nknob = \"voltage\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: ") && e.contains("power-limit") && e.contains("sm-clock"), "{e}");
+        let e = Config::parse("[engine]\nsm_clock_floor = 0.1\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("allowed 0.3 to 1"), "{e}");
+        let e = Config::parse("[engine.knobs]\nH100 = \"clock\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: "), "{e}");
+    }
+
+    #[test]
     fn unknown_key_names_file_line_and_allowed_keys() {
         let e = Config::parse("[daemon]\n\nsampel_interval = \"1s\"\n", "/etc/w.toml").unwrap_err().0;
         assert!(e.starts_with("/etc/w.toml:3: "), "{e}");
