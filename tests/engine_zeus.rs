@@ -271,7 +271,7 @@ fn zeus_power_limit_validation() {
     // Within 3% of the oracle: the 3% target is NOT met on every workload (noisy, flat
     // workloads where the oracle's pick is a measurement fluke, and the safety margin at the
     // bound); assert what is achieved.
-    assert!(within * 100 >= 59 * 3 * total, "only {within}/{} decisions within 3% of the oracle", 3 * total);
+    assert!(within * 100 >= 62 * 3 * total, "only {within}/{} decisions within 3% of the oracle", 3 * total);
     // The node's plan: never beyond the bound, closer to the oracle than three probes, and
     // the next run of the workload settles at once on the same limit.
     for (gpu, s) in &stats {
@@ -280,7 +280,7 @@ fn zeus_power_limit_validation() {
             assert!(mean(&r.probes) <= ProbeConfig::default().max_probes as f64);
         }
     }
-    assert!(node_within * 100 >= 81 * 3 * total, "node plan: only {node_within}/{} within 3%", 3 * total);
+    assert!(node_within * 100 >= 91 * 3 * total, "node plan: only {node_within}/{} within 3%", 3 * total);
     // The chooser saves energy on average at every bound.
     for s in stats.values() {
         for k in 0..3 {

@@ -69,6 +69,10 @@ pub struct ChooserConfig {
     /// time (probing uses that to find the setting most worth measuring).
     #[serde(default = "yes")]
     pub pessimistic: bool,
+    /// Floor of the relative error at a setting that was measured (its time is the
+    /// measurement, so only the noise seen in the probes counts, plus this floor).
+    #[serde(default)]
+    pub probed_sigma_floor: f64,
 }
 
 fn yes() -> bool {
@@ -84,7 +88,13 @@ impl ChooserConfig {
 
 impl Default for ChooserConfig {
     fn default() -> Self {
-        ChooserConfig { z: 1.0, max_model_error: 0.15, min_saving_sigmas: 0.5, pessimistic: true }
+        ChooserConfig {
+            z: 1.0,
+            max_model_error: 0.15,
+            min_saving_sigmas: 0.5,
+            pessimistic: true,
+            probed_sigma_floor: 0.0,
+        }
     }
 }
 
@@ -105,6 +115,34 @@ fn max_setting(settings: &[f64]) -> Option<f64> {
     settings.iter().copied().filter(|s| s.is_finite() && *s > 0.0).reduce(f64::max)
 }
 
+/// What an objective weighs, for `model` whose top setting is `max`: the slowdown bound (if
+/// any), the energy weight `η` and `P_max` (W). `None` for `Perf` or an invalid parameter.
+pub(crate) fn terms(model: &DvfsModel, max: f64, objective: Objective) -> Option<(Option<f64>, f64, f64)> {
+    let (bound, eta) = match objective {
+        Objective::MinEnergy { max_slowdown } if max_slowdown.is_finite() && max_slowdown >= 0.0 => {
+            (Some(max_slowdown), 1.0)
+        }
+        Objective::Balanced { eta } if (0.0..=1.0).contains(&eta) => (None, eta),
+        _ => return None,
+    };
+    // Zeus's cost weighs time by the GPU's maximum power: the top power limit under that
+    // knob, the predicted draw at the top clock under the clock knob (watts either way).
+    let max_power = match model {
+        DvfsModel::PowerLimit(_) => max,
+        DvfsModel::Clock(_) => model.predict(max).power,
+    };
+    Some((bound, eta, max_power))
+}
+
+/// Relative error of the prediction `p` at setting `s`: at a measured setting the time is the
+/// measurement, so only the noise seen in the probes (and the configured floor) remains.
+pub(crate) fn sigma_at(model: &DvfsModel, s: f64, p: &crate::Prediction, cfg: &ChooserConfig) -> f64 {
+    match model {
+        DvfsModel::PowerLimit(m) if model.is_probed(s) => m.noise.hypot(cfg.probed_sigma_floor),
+        _ => p.rel_sigma,
+    }
+}
+
 /// Chooses among `settings` (any order) for `model` under `objective`. Never panics; bad input
 /// (no valid settings, a bad objective parameter, non-finite predictions) gives a fallback.
 pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &ChooserConfig) -> Decision {
@@ -119,29 +157,21 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
         DvfsModel::PowerLimit(m) => m.noise,
         DvfsModel::Clock(m) => m.rel_sigma,
     };
-    let (bound, eta) = match objective {
-        Objective::Perf => return Decision::fallback(settings, "perf policy: max setting"),
-        Objective::MinEnergy { max_slowdown } if max_slowdown.is_finite() && max_slowdown >= 0.0 => {
-            (Some(max_slowdown), 1.0)
-        }
-        Objective::Balanced { eta } if (0.0..=1.0).contains(&eta) => (None, eta),
-        _ => return Decision::fallback(settings, "invalid policy parameter"),
+    if matches!(objective, Objective::Perf) {
+        return Decision::fallback(settings, "perf policy: max setting");
+    }
+    let Some((bound, eta, max_power)) = terms(model, max, objective) else {
+        return Decision::fallback(settings, "invalid policy parameter");
     };
     if noise > cfg.max_model_error {
         return Decision::fallback(settings, "model error too large: max setting");
     }
-    // Zeus's cost weighs time by the GPU's maximum power: the top power limit under that
-    // knob, the predicted draw at the top clock under the clock knob (watts either way).
-    let max_power = match model {
-        DvfsModel::PowerLimit(_) => max,
-        DvfsModel::Clock(_) => top.power,
-    };
     let cost = |time: f64, energy: f64| eta * energy + (1.0 - eta) * max_power * time;
     let mut best = Decision {
         setting: Some(max),
         predicted_slowdown: 0.0,
         predicted_energy_ratio: 1.0,
-        uncertainty: top.rel_sigma,
+        uncertainty: sigma_at(model, max, &top, cfg),
         reason: if bound.is_some() {
             "max setting is the least energy within the bound"
         } else {
@@ -154,15 +184,16 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
             continue;
         }
         let p = model.predict(s);
-        if !(p.time.is_finite() && p.energy.is_finite() && p.rel_sigma.is_finite()) {
+        let sigma = sigma_at(model, s, &p, cfg);
+        if !(p.time.is_finite() && p.energy.is_finite() && sigma.is_finite()) {
             continue;
         }
         let slowdown = p.time / top.time - 1.0;
         let judged = if cfg.pessimistic { p.time_hi.max(p.time) } else { p.time };
         let pessimistic = judged / top.time - 1.0;
         if let Some(b) = bound
-            && (pessimistic + cfg.z * p.rel_sigma > b
-                || 1.0 - p.energy / top.energy < cfg.min_saving_sigmas * p.rel_sigma)
+            && (pessimistic + cfg.z * sigma > b
+                || 1.0 - p.energy / top.energy < cfg.min_saving_sigmas * sigma)
         {
             continue;
         }
@@ -173,7 +204,7 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
                 setting: Some(s),
                 predicted_slowdown: slowdown,
                 predicted_energy_ratio: p.energy / top.energy,
-                uncertainty: p.rel_sigma,
+                uncertainty: sigma,
                 reason: if bound.is_some() {
                     "least predicted energy within the bound minus the safety margin"
                 } else {

@@ -10,7 +10,7 @@
 //! least the three first probes) does not probe: it settles on the best measured setting. Measurements of earlier runs of the same workload count too, so a workload
 //! that converged once settles at once the next time.
 
-use super::choose::{ChooserConfig, Decision, Objective, choose};
+use super::choose::{ChooserConfig, Decision, Objective, choose, sigma_at, terms};
 use super::fit::{Sample, fit_power_limit};
 use super::model::DvfsModel;
 
@@ -30,11 +30,14 @@ pub struct ProbeConfig {
     pub max_probes: usize,
     /// The chooser's tunables.
     pub chooser: ChooserConfig,
+    /// Optimism of the search, in standard errors: an unmeasured setting is worth a probe
+    /// when its time and energy this many errors below the prediction would beat the decision.
+    pub explore_sigmas: f64,
 }
 
 impl Default for ProbeConfig {
     fn default() -> Self {
-        ProbeConfig { max_probes: 6, chooser: ChooserConfig::default() }
+        ProbeConfig { max_probes: 6, chooser: ChooserConfig::default(), explore_sigmas: 1.0 }
     }
 }
 
@@ -91,18 +94,57 @@ pub fn next_step(
             ));
         }
     };
-    if probes_this_run == 0 {
-        // A run that starts from earlier runs' measurements does not probe: it chooses among
-        // the settings already measured.
+    if probes_this_run == 0 || !budget_left {
+        // A run that starts from earlier runs' measurements does not probe, and a run whose
+        // windows are spent settles: either chooses among the settings already measured.
         let known: Vec<f64> = settings.iter().copied().filter(|&s| measured(samples, s)).collect();
         return Step::Settle(choose(&model, &known, objective, &cfg.chooser));
     }
     let decision = choose(&model, settings, objective, &cfg.chooser);
-    let likely_best = choose(&model, settings, objective, &cfg.chooser.optimistic()).setting;
-    match [likely_best, decision.setting].into_iter().flatten().find(|&s| !measured(samples, s)) {
-        Some(s) if budget_left => Step::Probe(s),
+    if let Some(s) = worth_probing(&model, settings, samples, objective, &decision, cfg) {
+        return Step::Probe(s);
+    }
+    match decision.setting {
+        Some(s) if !measured(samples, s) => Step::Probe(s),
         _ => Step::Settle(decision),
     }
+}
+
+/// The unmeasured setting most worth a probe, if any: among those that would meet the bound
+/// and beat `decision`'s predicted cost were their time and energy `explore_sigmas` standard
+/// errors below the model's, the one nearest the decision (a local search around it).
+fn worth_probing(
+    model: &DvfsModel,
+    settings: &[f64],
+    samples: &[Sample],
+    objective: Objective,
+    decision: &Decision,
+    cfg: &ProbeConfig,
+) -> Option<f64> {
+    let chosen = decision.setting?;
+    let max = settings.iter().copied().filter(|s| s.is_finite() && *s > 0.0).reduce(f64::max)?;
+    let (bound, eta, max_power) = terms(model, max, objective)?;
+    let top = model.predict(max);
+    let cost = |time: f64, energy: f64| eta * energy + (1.0 - eta) * max_power * time;
+    let at = model.predict(chosen);
+    let to_beat = cost(at.time, at.energy);
+    let mut best: Option<f64> = None;
+    for &s in settings {
+        if !(s.is_finite() && s > 0.0) || measured(samples, s) {
+            continue;
+        }
+        let p = model.predict(s);
+        let k = (1.0 - cfg.explore_sigmas * sigma_at(model, s, &p, &cfg.chooser)).max(0.0);
+        let (time, energy) = (k * p.time, k * p.energy);
+        let meets = bound.is_none_or(|b| time / top.time - 1.0 <= b);
+        if meets
+            && cost(time, energy) < to_beat
+            && best.is_none_or(|o| (s - chosen).abs() < (o - chosen).abs())
+        {
+            best = Some(s);
+        }
+    }
+    best
 }
 
 /// One measurement window at one setting: GPU energy over `energy_s` seconds, and `work`
