@@ -285,6 +285,32 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_setting_is_judged_on_its_measurement_and_the_probes_noise() {
+        // 175 W was measured 4.5% slower than 250 W: within a 5% bound unless an error floor
+        // or the noise seen in the probes says the measurement could be 0.5 points off.
+        let m = |noise: f64| {
+            DvfsModel::PowerLimit(PowerLimitModel {
+                limits: vec![100.0, 175.0, 250.0],
+                powers: vec![95.0, 160.0, 200.0],
+                times: vec![12.0, 8.36, 8.0],
+                t0: 2.0,
+                d: 25.0,
+                a: 60.0,
+                noise,
+                sigma_floor: 0.01,
+            })
+        };
+        let bound = Objective::MinEnergy { max_slowdown: 0.05 };
+        let cfg = ChooserConfig::default();
+        let d = choose(&m(0.0), &LIMITS, bound, &cfg);
+        assert_eq!((d.setting, d.uncertainty), (Some(175.0), 0.0));
+        assert!((d.predicted_slowdown - 0.045).abs() < 1e-12);
+        assert_ne!(choose(&m(0.01), &LIMITS, bound, &cfg).setting, Some(175.0));
+        let floored = ChooserConfig { probed_sigma_floor: 0.01, ..cfg };
+        assert_ne!(choose(&m(0.0), &LIMITS, bound, &floored).setting, Some(175.0));
+    }
+
+    #[test]
     fn noisy_model_falls_back() {
         let mut m = plm();
         if let DvfsModel::PowerLimit(p) = &mut m {
