@@ -3,12 +3,12 @@
 //!
 //! The first three probes are the highest limit (the full-speed reference), the one nearest
 //! the middle of the range and the lowest (as in the validation on the Zeus data). Then the
-//! model is fitted and two choices are made: the likely best (the model's own time, no safety
-//! margin) and the safe one (pessimistic time plus margin). Whichever of them is not measured
-//! yet is probed next, so the decision ends up confirmed by a measurement, until `max_probes`
-//! windows were spent in this run. A run that starts from earlier runs' measurements (of at
-//! least the three first probes) does not probe: it settles on the best measured setting. Measurements of earlier runs of the same workload count too, so a workload
-//! that converged once settles at once the next time.
+//! model is fitted and the safe setting chosen (pessimistic time plus margin). While windows
+//! are left, the unmeasured setting nearest it that would beat it were it one standard error
+//! faster and cheaper than predicted is probed; when none would, the safe setting itself is
+//! probed if not measured yet. A run whose windows are spent, or that starts from earlier runs'
+//! measurements (of at least the three first probes), settles on the best measured setting, so
+//! a workload that converged once settles at once, on the same setting, the next time.
 
 use super::choose::{ChooserConfig, Decision, Objective, choose, sigma_at, terms};
 use super::fit::{Sample, fit_power_limit};
