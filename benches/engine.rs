@@ -39,7 +39,7 @@ fn probes(rng: &mut Rng) -> Vec<Sample> {
         .map(|&p: &f64| {
             let power = (0.9 * p).min(free) * (1.0 + 0.01 * (rng.unit() - 0.5));
             let time = (t0 + d * (power - a).powf(-1.0 / 3.0)) * (1.0 + 0.01 * (rng.unit() - 0.5));
-            Sample { setting: p, time, power, weight: 1.0 }
+            Sample::new(p, time, power, 1.0)
         })
         .collect()
 }

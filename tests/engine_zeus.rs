@@ -103,8 +103,7 @@ fn reference(c: &Curve) -> Reference {
 
 fn evaluate(c: &Curve, s: &mut GpuStats) {
     let pr = probes(c);
-    let samples: Vec<Sample> =
-        pr.iter().map(|&i| Sample { setting: c[i].0, time: c[i].1, power: c[i].2, weight: 1.0 }).collect();
+    let samples: Vec<Sample> = pr.iter().map(|&i| Sample::new(c[i].0, c[i].1, c[i].2, 1.0)).collect();
     let model = fit(Knob::PowerLimit, &samples).expect("three distinct probes fit");
     s.workloads += 1;
     s.limits.push(c.len() as f64);
@@ -156,7 +155,7 @@ fn replay(c: &Curve, re: &Reference, bound: f64, oracle: f64, r: &mut Replay) {
         match next_step(&samples, settings, objective, &cfg, samples.len()) {
             Step::Probe(p) => {
                 let (_, t, w) = at(p);
-                samples.push(Sample { setting: p, time: t, power: w, weight: 1.0 });
+                samples.push(Sample::new(p, t, w, 1.0));
             }
             Step::Settle(d) => break d,
         }
@@ -269,7 +268,7 @@ fn zeus_power_limit_validation() {
     // Within 3% of the oracle: the 3% target is NOT met on every workload (noisy, flat
     // workloads where the oracle's pick is a measurement fluke, and the safety margin at the
     // bound); assert what is achieved.
-    assert!(within * 100 >= 59 * 3 * total, "only {within}/{} decisions within 3% of the oracle", 3 * total);
+    assert!(within * 100 >= 62 * 3 * total, "only {within}/{} decisions within 3% of the oracle", 3 * total);
     // The node's plan: never beyond the bound, closer to the oracle than three probes, and
     // the next run of the workload settles at once on the same limit.
     for (gpu, s) in &stats {
@@ -278,7 +277,7 @@ fn zeus_power_limit_validation() {
             assert!(mean(&r.probes) <= ProbeConfig::default().max_probes as f64);
         }
     }
-    assert!(node_within * 100 >= 81 * 3 * total, "node plan: only {node_within}/{} within 3%", 3 * total);
+    assert!(node_within * 100 >= 91 * 3 * total, "node plan: only {node_within}/{} within 3%", 3 * total);
     // The chooser saves energy on average at every bound.
     for s in stats.values() {
         for k in 0..3 {

@@ -133,12 +133,7 @@ mod tests {
             progress: Progress::File,
             knob: wattson_engine::Knob::PowerLimit,
             samples: (0..samples)
-                .map(|i| wattson_engine::Sample {
-                    setting: 700.0 - i as f64,
-                    time: 0.1,
-                    power: 400.0,
-                    weight: 1.0,
-                })
+                .map(|i| wattson_engine::Sample::new(700.0 - i as f64, 0.1, 400.0, 1.0))
                 .collect(),
             settings: vec![700.0],
             updated_ns: 1,

@@ -69,6 +69,9 @@ pub(super) struct Adaptive {
     held: f64,
     changed_ns: i64,
     start: Option<Mark>,
+    /// The window's marks since `start` (thinned to at most [`MAX_MARKS`]): its parts'
+    /// spread is the measurement's own error.
+    marks: Vec<Mark>,
     settled: bool,
     progress_file: Option<PathBuf>,
     /// The last progress read that parsed (a read can meet the file mid-rewrite).
@@ -102,6 +105,37 @@ impl Adaptive {
         self.earlier[key].iter().chain(&self.measured).copied().collect()
     }
 
+    /// Keeps `mark` among the window's marks, halving them when there are too many.
+    fn track(&mut self, mark: Mark) {
+        self.marks.push(mark);
+        if self.marks.len() > MAX_MARKS {
+            let last = mark;
+            self.marks = self.marks.iter().step_by(2).copied().collect();
+            if self.marks.last().map(|m| m.t_ns) != Some(last.t_ns) {
+                self.marks.push(last);
+            }
+        }
+    }
+
+    /// Times per unit of the window's [`PARTS`] consecutive parts of (nearly) equal length,
+    /// in `progress` units; empty when the marks do not cut it so.
+    fn part_times(&self, progress: Progress) -> Vec<f64> {
+        let (Some(first), Some(last)) = (self.marks.first(), self.marks.last()) else { return Vec::new() };
+        let span = (last.t_ns - first.t_ns) as f64;
+        let mut cuts = Vec::with_capacity(PARTS + 1);
+        for j in 0..=PARTS {
+            let at = first.t_ns as f64 + span * j as f64 / PARTS as f64;
+            let i = self.marks.partition_point(|m| (m.t_ns as f64) < at).min(self.marks.len() - 1);
+            if cuts.last() == Some(&i) {
+                return Vec::new();
+            }
+            cuts.push(i);
+        }
+        cuts.windows(2)
+            .map(|c| per_unit(progress, &self.marks[c[0]], &self.marks[c[1]]).unwrap_or(f64::NAN))
+            .collect()
+    }
+
     /// The window from `start` to `end` and the work done in it, or `None` if it saw no work
     /// in the job's unit.
     fn window(&mut self, start: &Mark, end: &Mark, gpus: u32) -> Option<(Sample, f64)> {
@@ -120,8 +154,26 @@ impl Adaptive {
             Progress::SmActivity => (energy_s, end.activity - start.activity),
         };
         let energy_j = (end.energy_mj - start.energy_mj) / 1000.0;
-        Some((Window { setting: self.held, energy_j, energy_s, work, work_s, gpus }.sample()?, work))
+        let rel_se = wattson_engine::probe::spread(&self.part_times(progress));
+        Some((Window { setting: self.held, energy_j, energy_s, work, work_s, gpus, rel_se }.sample()?, work))
     }
+}
+
+/// Parts a window is cut into to measure its own spread.
+const PARTS: usize = 4;
+/// Marks kept per window (halved beyond).
+const MAX_MARKS: usize = 256;
+
+/// Seconds per unit of work from mark `a` to mark `b`, in `progress` units.
+fn per_unit(progress: Progress, a: &Mark, b: &Mark) -> Option<f64> {
+    let (s, work) = match progress {
+        Progress::File => match (a.work, b.work) {
+            (Some((t0, w0)), Some((t1, w1))) => ((t1 - t0) as f64 / 1e9, w1 - w0),
+            _ => return None,
+        },
+        Progress::SmActivity => ((b.t_ns - a.t_ns) as f64 / 1e9, b.activity - a.activity),
+    };
+    (s > 0.0 && work > 0.0).then(|| s / work)
 }
 
 /// Reads a progress file: its first number and its modification time (ns). Never follows a
@@ -264,6 +316,7 @@ impl Prober {
             held: max,
             changed_ns: now,
             start: None,
+            marks: Vec::new(),
             settled: false,
             progress_file,
             last_work: None,
@@ -319,8 +372,14 @@ impl Prober {
                 let read = record.gpus.iter().filter_map(|g| readings.get(g.index as usize)?.as_ref().ok());
                 job.integrate_activity(now, read);
                 let mark = mark(record, &mut job);
+                if job.start.is_some() {
+                    job.track(mark);
+                }
                 match job.start {
-                    None if now - job.changed_ns >= settle_ns => job.start = Some(mark),
+                    None if now - job.changed_ns >= settle_ns => {
+                        job.start = Some(mark);
+                        job.marks = vec![mark];
+                    }
                     // Settled: the bound must hold over the run, not only in the prediction.
                     Some(start) if job.settled && !job.reverted && mark.t_ns - start.t_ns >= window_ns => {
                         if let Some(wanted) = guard_bound(store, record, &mut job, &start, &mark) {
@@ -383,6 +442,9 @@ impl Prober {
             job.integrate_activity(t_end, record.gpus.iter().map(|g| &g.meter.last));
         }
         let end = mark(record, &mut job);
+        if job.start.is_some() {
+            job.track(end);
+        }
         if job.settled
             && !job.reverted
             && let Some(start) = job.start

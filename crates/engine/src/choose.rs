@@ -69,6 +69,10 @@ pub struct ChooserConfig {
     /// time (probing uses that to find the setting most worth measuring).
     #[serde(default = "yes")]
     pub pessimistic: bool,
+    /// Floor of the relative error at a setting that was measured (its time is the
+    /// measurement, so only the noise seen in the probes counts, plus this floor).
+    #[serde(default)]
+    pub probed_sigma_floor: f64,
 }
 
 fn yes() -> bool {
@@ -84,7 +88,13 @@ impl ChooserConfig {
 
 impl Default for ChooserConfig {
     fn default() -> Self {
-        ChooserConfig { z: 1.0, max_model_error: 0.15, min_saving_sigmas: 0.5, pessimistic: true }
+        ChooserConfig {
+            z: 1.0,
+            max_model_error: 0.15,
+            min_saving_sigmas: 0.5,
+            pessimistic: true,
+            probed_sigma_floor: 0.0,
+        }
     }
 }
 
@@ -105,6 +115,36 @@ fn max_setting(settings: &[f64]) -> Option<f64> {
     settings.iter().copied().filter(|s| s.is_finite() && *s > 0.0).reduce(f64::max)
 }
 
+/// What an objective weighs, for `model` whose top setting is `max`: the slowdown bound (if
+/// any), the energy weight `η` and `P_max` (W). `None` for `Perf` or an invalid parameter.
+pub(crate) fn terms(model: &DvfsModel, max: f64, objective: Objective) -> Option<(Option<f64>, f64, f64)> {
+    let (bound, eta) = match objective {
+        Objective::MinEnergy { max_slowdown } if max_slowdown.is_finite() && max_slowdown >= 0.0 => {
+            (Some(max_slowdown), 1.0)
+        }
+        Objective::Balanced { eta } if (0.0..=1.0).contains(&eta) => (None, eta),
+        _ => return None,
+    };
+    // Zeus's cost weighs time by the GPU's maximum power: the top power limit under that
+    // knob, the predicted draw at the top clock under the clock knob (watts either way).
+    let max_power = match model.knob {
+        Knob::PowerLimit => max,
+        Knob::SmClock => model.predict(max).power,
+    };
+    Some((bound, eta, max_power))
+}
+
+/// Relative error of the prediction `p` at setting `s`: at a measured setting the time is the
+/// measurement, so only its windows' own error, the noise seen in the probes and the
+/// configured floor remain.
+pub(crate) fn sigma_at(model: &DvfsModel, s: f64, p: &crate::Prediction, cfg: &ChooserConfig) -> f64 {
+    if model.is_probed(s) {
+        model.noise.hypot(cfg.probed_sigma_floor).hypot(model.measurement_se(s))
+    } else {
+        p.rel_sigma
+    }
+}
+
 /// Chooses among `settings` (any order) for `model` under `objective`. Never panics; bad input
 /// (no valid settings, a bad objective parameter, non-finite predictions) gives a fallback.
 pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &ChooserConfig) -> Decision {
@@ -115,29 +155,21 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
     if !(top.time > 0.0 && top.energy > 0.0 && top.time.is_finite() && top.energy.is_finite()) {
         return Decision::fallback(settings, "model predicts nonsense at the max setting");
     }
-    let (bound, eta) = match objective {
-        Objective::Perf => return Decision::fallback(settings, "perf policy: max setting"),
-        Objective::MinEnergy { max_slowdown } if max_slowdown.is_finite() && max_slowdown >= 0.0 => {
-            (Some(max_slowdown), 1.0)
-        }
-        Objective::Balanced { eta } if (0.0..=1.0).contains(&eta) => (None, eta),
-        _ => return Decision::fallback(settings, "invalid policy parameter"),
+    if matches!(objective, Objective::Perf) {
+        return Decision::fallback(settings, "perf policy: max setting");
+    }
+    let Some((bound, eta, max_power)) = terms(model, max, objective) else {
+        return Decision::fallback(settings, "invalid policy parameter");
     };
     if model.noise > cfg.max_model_error {
         return Decision::fallback(settings, "model error too large: max setting");
     }
-    // Zeus's cost weighs time by the GPU's maximum power: the top power limit under that
-    // knob, the predicted draw at the top clock under the clock knob (watts either way).
-    let max_power = match model.knob {
-        Knob::PowerLimit => max,
-        Knob::SmClock => top.power,
-    };
     let cost = |time: f64, energy: f64| eta * energy + (1.0 - eta) * max_power * time;
     let mut best = Decision {
         setting: Some(max),
         predicted_slowdown: 0.0,
         predicted_energy_ratio: 1.0,
-        uncertainty: top.rel_sigma,
+        uncertainty: sigma_at(model, max, &top, cfg),
         reason: if bound.is_some() {
             "max setting is the least energy within the bound"
         } else {
@@ -150,15 +182,16 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
             continue;
         }
         let p = model.predict(s);
-        if !(p.time.is_finite() && p.energy.is_finite() && p.rel_sigma.is_finite()) {
+        let sigma = sigma_at(model, s, &p, cfg);
+        if !(p.time.is_finite() && p.energy.is_finite() && sigma.is_finite()) {
             continue;
         }
         let slowdown = p.time / top.time - 1.0;
         let judged = if cfg.pessimistic { p.time_hi.max(p.time) } else { p.time };
         let pessimistic = judged / top.time - 1.0;
         if let Some(b) = bound
-            && (pessimistic + cfg.z * p.rel_sigma > b
-                || 1.0 - p.energy / top.energy < cfg.min_saving_sigmas * p.rel_sigma)
+            && (pessimistic + cfg.z * sigma > b
+                || 1.0 - p.energy / top.energy < cfg.min_saving_sigmas * sigma)
         {
             continue;
         }
@@ -169,7 +202,7 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
                 setting: Some(s),
                 predicted_slowdown: slowdown,
                 predicted_energy_ratio: p.energy / top.energy,
-                uncertainty: p.rel_sigma,
+                uncertainty: sigma,
                 reason: if bound.is_some() {
                     "least predicted energy within the bound minus the safety margin"
                 } else {
@@ -192,11 +225,13 @@ mod tests {
             settings: vec![100.0, 175.0, 250.0],
             powers: vec![95.0, 160.0, 200.0],
             times: vec![12.0, 8.5, 8.0],
+            ses: Vec::new(),
             t0: 2.0,
             d: 25.0,
             a: 60.0,
             noise: 0.0,
             sigma_floor: 0.01,
+            law_sigma: None,
         }
     }
 
@@ -251,6 +286,27 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_setting_is_judged_on_its_measurement_and_the_probes_noise() {
+        // 175 W was measured 4.5% slower than 250 W: within a 5% bound unless an error floor
+        // or the noise seen in the probes says the measurement could be 0.5 points off.
+        let m = |noise: f64| DvfsModel { times: vec![12.0, 8.36, 8.0], noise, ..plm() };
+        let bound = Objective::MinEnergy { max_slowdown: 0.05 };
+        let cfg = ChooserConfig::default();
+        let d = choose(&m(0.0), &LIMITS, bound, &cfg);
+        assert_eq!((d.setting, d.uncertainty), (Some(175.0), 0.0));
+        assert!((d.predicted_slowdown - 0.045).abs() < 1e-12);
+        assert_ne!(choose(&m(0.01), &LIMITS, bound, &cfg).setting, Some(175.0));
+        let floored = ChooserConfig { probed_sigma_floor: 0.01, ..cfg };
+        assert_ne!(choose(&m(0.0), &LIMITS, bound, &floored).setting, Some(175.0));
+        // Its windows' own spread (0.4% at 175 W and at the top) is a 0.57% error: out of
+        // the bound's reach too.
+        let spread = DvfsModel { ses: vec![0.0, 0.004, 0.004], ..m(0.0) };
+        let d = choose(&spread, &LIMITS, bound, &cfg);
+        assert_ne!(d.setting, Some(175.0), "{d:?}");
+        assert!((spread.measurement_se(175.0) - 0.004 * 2f64.sqrt()).abs() < 1e-12);
+    }
+
+    #[test]
     fn noisy_model_falls_back() {
         let m = DvfsModel { noise: 0.3, ..plm() };
         let d = choose(&m, &LIMITS, Objective::MinEnergy { max_slowdown: 0.5 }, &ChooserConfig::default());
@@ -261,10 +317,8 @@ mod tests {
     fn balanced_trades_energy_for_time() {
         // Every clock measured: t = 1000/f, P = 50 + 1e-7·f³.
         let clocks: Vec<f64> = (7..=14).map(|k| f64::from(k) * 100.0).collect();
-        let samples: Vec<Sample> = clocks
-            .iter()
-            .map(|&f| Sample { setting: f, time: 1000.0 / f, power: 50.0 + 1e-7 * f * f * f, weight: 1.0 })
-            .collect();
+        let samples: Vec<Sample> =
+            clocks.iter().map(|&f| Sample::new(f, 1000.0 / f, 50.0 + 1e-7 * f * f * f, 1.0)).collect();
         let m = fit(Knob::SmClock, &samples).unwrap();
         let cfg = ChooserConfig::default();
         let e = choose(&m, &clocks, Objective::Balanced { eta: 1.0 }, &cfg);

@@ -14,6 +14,21 @@ pub struct Sample {
     pub power: f64,
     /// Relative weight (e.g. number of steps measured); must be > 0.
     pub weight: f64,
+    /// Relative standard error of `time` as its window measured it (from the spread within
+    /// the window); 0 where unknown.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rel_se: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+impl Sample {
+    /// A measurement with no error estimate of its own.
+    pub fn new(setting: f64, time: f64, power: f64, weight: f64) -> Sample {
+        Sample { setting, time, power, weight, rel_se: 0.0 }
+    }
 }
 
 /// Why a fit was refused.
@@ -41,7 +56,9 @@ pub const SIGMA_FLOOR: f64 = 0.01;
 /// Checks samples, sorts them by setting and merges equal settings (weighted means).
 fn merge(samples: &[Sample]) -> Result<Vec<Sample>, FitError> {
     for (i, s) in samples.iter().enumerate() {
-        let ok = [s.setting, s.time, s.power, s.weight].iter().all(|v| v.is_finite() && *v > 0.0);
+        let ok = [s.setting, s.time, s.power, s.weight].iter().all(|v| v.is_finite() && *v > 0.0)
+            && s.rel_se.is_finite()
+            && s.rel_se >= 0.0;
         if !ok {
             return Err(FitError::InvalidSample(i));
         }
@@ -53,6 +70,8 @@ fn merge(samples: &[Sample]) -> Result<Vec<Sample>, FitError> {
         match out.last_mut() {
             Some(last) if (last.setting - s.setting).abs() <= 1e-9 * s.setting => {
                 let w = last.weight + s.weight;
+                // The weighted mean of independent measurements.
+                last.rel_se = (last.rel_se * last.weight).hypot(s.rel_se * s.weight) / w;
                 last.time = (last.time * last.weight + s.time * s.weight) / w;
                 last.power = (last.power * last.weight + s.power * s.weight) / w;
                 last.weight = w;
@@ -192,11 +211,21 @@ pub fn fit(knob: Knob, samples: &[Sample]) -> Result<DvfsModel, FitError> {
             best = Some((sse, a, t0, d));
         }
     }
-    let (_, a, t0, d) = best.ok_or(FitError::Degenerate("no time curve fits the samples"))?;
+    let (sse, a, t0, d) = best.ok_or(FitError::Degenerate("no time curve fits the samples"))?;
     if t0 + d <= 0.0 {
         return Err(FitError::Degenerate("fitted time is zero"));
     }
-    Ok(DvfsModel { knob, settings, powers, times, t0, d, a, noise, sigma_floor: SIGMA_FLOOR })
+    // The law's residual, where the probes outnumber its parameters (t0, D and, under a power
+    // limit, the floor a): relative, weighted, per degree of freedom.
+    let params = match knob {
+        Knob::PowerLimit => 3,
+        Knob::SmClock => 2,
+    };
+    let n = s.len();
+    let wsum: f64 = s.iter().map(|x| x.weight).sum();
+    let law_sigma = (n > params).then(|| (sse / wsum * n as f64 / (n - params) as f64).sqrt());
+    let ses = s.iter().map(|x| x.rel_se).collect();
+    Ok(DvfsModel { knob, settings, powers, times, ses, t0, d, a, noise, sigma_floor: SIGMA_FLOOR, law_sigma })
 }
 
 #[cfg(test)]
@@ -204,7 +233,7 @@ mod tests {
     use super::*;
 
     fn smp(setting: f64, time: f64, power: f64) -> Sample {
-        Sample { setting, time, power, weight: 1.0 }
+        Sample::new(setting, time, power, 1.0)
     }
 
     #[test]
@@ -290,6 +319,20 @@ mod tests {
             assert!(t <= last + 1e-12 && t <= line + 1e-12, "{t} at {p}");
             last = t;
         }
+    }
+
+    #[test]
+    fn repeated_windows_merge_their_errors_as_a_mean_does() {
+        let a = Sample { rel_se: 0.02, ..smp(200.0, 1.0, 150.0) };
+        let b = Sample { rel_se: 0.02, ..smp(200.0, 1.2, 150.0) };
+        let merged = merge(&[a, b]).unwrap();
+        assert_eq!(merged.len(), 1);
+        assert!(
+            (merged[0].time - 1.1).abs() < 1e-12 && (merged[0].rel_se - 0.02 / 2f64.sqrt()).abs() < 1e-12
+        );
+        let m = fit(Knob::SmClock, &[a, smp(100.0, 2.0, 90.0), smp(300.0, 0.8, 250.0)]).unwrap();
+        assert_eq!(m.ses, [0.0, 0.02, 0.0]);
+        assert_eq!(merge(&[Sample { rel_se: -1.0, ..a }]), Err(FitError::InvalidSample(0)));
     }
 
     #[test]

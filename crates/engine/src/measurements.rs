@@ -104,12 +104,7 @@ mod tests {
             samples: (0..samples)
                 .map(|i| {
                     let setting = 700.0 - 100.0 * i as f64;
-                    Sample {
-                        setting,
-                        time: 0.1 * (700.0 / setting).powf(0.3),
-                        power: 0.8 * setting,
-                        weight: 1.0,
-                    }
+                    Sample::new(setting, 0.1 * (700.0 / setting).powf(0.3), 0.8 * setting, 1.0)
                 })
                 .collect(),
             settings: vec![200.0, 700.0],

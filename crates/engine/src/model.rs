@@ -52,6 +52,9 @@ pub struct DvfsModel {
     pub powers: Vec<f64>,
     /// Observed time at each probed setting (s).
     pub times: Vec<f64>,
+    /// Relative standard error of each observed time, as its windows measured it (0: unknown).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ses: Vec<f64>,
     /// Setting-independent time (s).
     pub t0: f64,
     /// Clock-bound work coefficient (s·MHz under the clock knob, s·W^(1/3) under the power
@@ -63,6 +66,11 @@ pub struct DvfsModel {
     pub noise: f64,
     /// Relative error floor.
     pub sigma_floor: f64,
+    /// How well the law fits the probes where they outnumber its parameters (3 under the
+    /// power limit, 2 under the clock): the relative residual standard error. `None` where
+    /// the probes only determine the law, so it is unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub law_sigma: Option<f64>,
 }
 
 /// Linear interpolation through `(xs, ys)`; linear extrapolation below, flat above.
@@ -134,19 +142,38 @@ impl DvfsModel {
         let power = self.power(s);
         let time = self.time(s);
         let line = interp(&self.settings, &self.times, s);
-        let disagreement = if time > 0.0 { (time - line).abs() / time } else { 1.0 };
+        // A straight line through the probes errs slow (time is convex in the setting): how
+        // far the curve lies from it bounds its error, unless the probes checked the law, which
+        // then bounds it by its residual.
+        let gap = if time > 0.0 { (time - line).abs() / time } else { 1.0 };
+        let disagreement = self.law_sigma.map_or(gap, |r| gap.min(r));
+        let time_hi = time.max(line.min(time * (1.0 + disagreement)));
         let lo = self.settings.first().copied().unwrap_or(s);
         let outside = if s < lo && lo > 0.0 { (lo - s) / lo } else { 0.0 };
-        let rel_sigma =
-            (disagreement * disagreement + self.noise * self.noise + self.sigma_floor * self.sigma_floor)
-                .sqrt()
-                + outside;
-        Prediction { time, power, energy: time * power, rel_sigma, time_hi: time.max(line) }
+        let rel_sigma = (disagreement * disagreement
+            + self.noise * self.noise
+            + self.sigma_floor * self.sigma_floor
+            + self.measurement_se(s).powi(2))
+        .sqrt()
+            + outside;
+        Prediction { time, power, energy: time * power, rel_sigma, time_hi }
     }
 
     /// Whether a setting was measured directly (its prediction is the measurement).
     pub fn is_probed(&self, setting: f64) -> bool {
         self.settings.iter().any(|&l| (l - setting).abs() < 1e-9)
+    }
+
+    /// The measurement error of the slowdown at `s` against the top setting: the windows'
+    /// own standard errors, pooled over every probe (one method measured them all, and one
+    /// window's spread over a few parts is itself a rough estimate), at `s` and at the top.
+    pub fn measurement_se(&self, s: f64) -> f64 {
+        let known: Vec<f64> = self.ses.iter().copied().filter(|&e| e > 0.0).collect();
+        if known.is_empty() || s >= self.settings.last().copied().unwrap_or(s) {
+            return 0.0;
+        }
+        let pooled = (known.iter().map(|e| e * e).sum::<f64>() / known.len() as f64).sqrt();
+        pooled * std::f64::consts::SQRT_2
     }
 }
 

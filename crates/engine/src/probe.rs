@@ -4,16 +4,16 @@
 //!
 //! The first three probes are the highest setting (the full-speed reference), the one nearest
 //! the middle of the range and the lowest (as in the validation on the Zeus data). Then the
-//! model is fitted and two choices are made: the likely best (the model's own time, no safety
-//! margin) and the safe one (pessimistic time plus margin). Whichever of them is not measured
-//! yet is probed next, so the decision ends up confirmed by a measurement, until `max_probes`
-//! windows were spent in this run. A run that starts from earlier runs' measurements (of at
-//! least the three first probes) does not probe: it settles on the best measured setting. Measurements of earlier runs of the same workload count too, so a workload
-//! that converged once settles at once the next time.
+//! model is fitted and the safe setting chosen (pessimistic time plus margin). While windows
+//! are left, the unmeasured setting nearest it that would beat it were it one standard error
+//! faster and cheaper than predicted is probed; when none would, the safe setting itself is
+//! probed if not measured yet. A run whose windows are spent, or that starts from earlier runs'
+//! measurements (of at least the three first probes), settles on the best measured setting, so
+//! a workload that converged once settles at once, on the same setting, the next time.
 
-use super::choose::{ChooserConfig, Decision, Objective, choose};
+use super::choose::{ChooserConfig, Decision, Objective, choose, sigma_at, terms};
 use super::fit::{Sample, fit};
-use super::model::Knob;
+use super::model::{DvfsModel, Knob};
 
 /// What the job should do next.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,11 +33,19 @@ pub struct ProbeConfig {
     pub max_probes: usize,
     /// The chooser's tunables.
     pub chooser: ChooserConfig,
+    /// Optimism of the search, in standard errors: an unmeasured setting is worth a probe
+    /// when its time and energy this many errors below the prediction would beat the decision.
+    pub explore_sigmas: f64,
 }
 
 impl Default for ProbeConfig {
     fn default() -> Self {
-        ProbeConfig { knob: Knob::PowerLimit, max_probes: 6, chooser: ChooserConfig::default() }
+        ProbeConfig {
+            knob: Knob::PowerLimit,
+            max_probes: 6,
+            chooser: ChooserConfig::default(),
+            explore_sigmas: 1.0,
+        }
     }
 }
 
@@ -94,18 +102,57 @@ pub fn next_step(
             ));
         }
     };
-    if probes_this_run == 0 {
-        // A run that starts from earlier runs' measurements does not probe: it chooses among
-        // the settings already measured.
+    if probes_this_run == 0 || !budget_left {
+        // A run that starts from earlier runs' measurements does not probe, and a run whose
+        // windows are spent settles: either chooses among the settings already measured.
         let known: Vec<f64> = settings.iter().copied().filter(|&s| measured(samples, s)).collect();
         return Step::Settle(choose(&model, &known, objective, &cfg.chooser));
     }
     let decision = choose(&model, settings, objective, &cfg.chooser);
-    let likely_best = choose(&model, settings, objective, &cfg.chooser.optimistic()).setting;
-    match [likely_best, decision.setting].into_iter().flatten().find(|&s| !measured(samples, s)) {
-        Some(s) if budget_left => Step::Probe(s),
+    if let Some(s) = worth_probing(&model, settings, samples, objective, &decision, cfg) {
+        return Step::Probe(s);
+    }
+    match decision.setting {
+        Some(s) if !measured(samples, s) => Step::Probe(s),
         _ => Step::Settle(decision),
     }
+}
+
+/// The unmeasured setting most worth a probe, if any: among those that would meet the bound
+/// and beat `decision`'s predicted cost were their time and energy `explore_sigmas` standard
+/// errors below the model's, the one nearest the decision (a local search around it).
+fn worth_probing(
+    model: &DvfsModel,
+    settings: &[f64],
+    samples: &[Sample],
+    objective: Objective,
+    decision: &Decision,
+    cfg: &ProbeConfig,
+) -> Option<f64> {
+    let chosen = decision.setting?;
+    let max = settings.iter().copied().filter(|s| s.is_finite() && *s > 0.0).reduce(f64::max)?;
+    let (bound, eta, max_power) = terms(model, max, objective)?;
+    let top = model.predict(max);
+    let cost = |time: f64, energy: f64| eta * energy + (1.0 - eta) * max_power * time;
+    let at = model.predict(chosen);
+    let to_beat = cost(at.time, at.energy);
+    let mut best: Option<f64> = None;
+    for &s in settings {
+        if !(s.is_finite() && s > 0.0) || measured(samples, s) {
+            continue;
+        }
+        let p = model.predict(s);
+        let k = (1.0 - cfg.explore_sigmas * sigma_at(model, s, &p, &cfg.chooser)).max(0.0);
+        let (time, energy) = (k * p.time, k * p.energy);
+        let meets = bound.is_none_or(|b| time / top.time - 1.0 <= b);
+        if meets
+            && cost(time, energy) < to_beat
+            && best.is_none_or(|o| (s - chosen).abs() < (o - chosen).abs())
+        {
+            best = Some(s);
+        }
+    }
+    best
 }
 
 /// One measurement window at one setting: GPU energy over `energy_s` seconds, and `work`
@@ -124,6 +171,9 @@ pub struct Window {
     pub work_s: f64,
     /// Number of GPUs.
     pub gpus: u32,
+    /// Relative standard error of the window's time per unit, from the spread of its parts
+    /// ([`spread`]); 0 where unknown.
+    pub rel_se: f64,
 }
 
 impl Window {
@@ -140,8 +190,23 @@ impl Window {
             time: n * self.work_s / self.work,
             power: self.energy_j / self.energy_s / n,
             weight: self.energy_s.min(self.work_s),
+            rel_se: if self.rel_se.is_finite() { self.rel_se.max(0.0) } else { 0.0 },
         })
     }
+}
+
+/// The relative standard error of a window's mean time per unit from the times per unit of
+/// its consecutive parts (of equal length): their sample standard deviation over their mean,
+/// over √parts. 0 with fewer than two valid parts.
+pub fn spread(part_times: &[f64]) -> f64 {
+    let v: Vec<f64> = part_times.iter().copied().filter(|t| t.is_finite() && *t > 0.0).collect();
+    if v.len() < 2 || v.len() != part_times.len() {
+        return 0.0;
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|t| (t - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    var.sqrt() / mean / n.sqrt()
 }
 
 #[cfg(test)]
@@ -165,7 +230,7 @@ mod tests {
             let mid = 0.5 * (lo + hi);
             if curve(mid) > limit { hi = mid } else { lo = mid }
         }
-        Sample { setting: limit, time: 0.02 + 158.4 / lo, power: curve(lo).min(limit), weight: 1.0 }
+        Sample::new(limit, 0.02 + 158.4 / lo, curve(lo).min(limit), 1.0)
     }
 
     #[test]
@@ -225,10 +290,28 @@ mod tests {
     }
 
     #[test]
+    fn a_windows_spread_is_the_standard_error_of_its_mean() {
+        // Parts of 1.0, 1.02, 0.98, 1.0 s: sd 0.01633, mean 1.0, over √4.
+        assert!((spread(&[1.0, 1.02, 0.98, 1.0]) - 0.016_329_93 / 2.0).abs() < 1e-8);
+        assert_eq!(spread(&[1.0, 1.0, 1.0]), 0.0);
+        assert_eq!(spread(&[1.0]), 0.0);
+        assert_eq!(spread(&[1.0, f64::NAN, 1.1]), 0.0, "a part without work: unknown");
+    }
+
+    #[test]
     fn windows_become_per_gpu_samples() {
-        let w = Window { setting: 300.0, energy_j: 1200.0, energy_s: 2.0, work: 40.0, work_s: 2.0, gpus: 2 };
+        let w = Window {
+            setting: 300.0,
+            energy_j: 1200.0,
+            energy_s: 2.0,
+            work: 40.0,
+            work_s: 2.0,
+            gpus: 2,
+            rel_se: 0.01,
+        };
         let s = w.sample().unwrap();
-        assert_eq!((s.time, s.power, s.weight), (0.1, 300.0, 2.0));
+        assert_eq!((s.time, s.power, s.weight, s.rel_se), (0.1, 300.0, 2.0, 0.01));
+        assert_eq!(Window { rel_se: f64::NAN, ..w }.sample().unwrap().rel_se, 0.0);
         assert!(Window { work: 0.0, ..w }.sample().is_none());
         assert!(Window { energy_s: f64::NAN, ..w }.sample().is_none());
     }

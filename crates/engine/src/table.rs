@@ -123,7 +123,7 @@ mod tests {
     fn entry() -> ModelEntry {
         let s: Vec<Sample> = [(150.0, 10.0, 140.0), (225.0, 8.2, 200.0), (300.0, 8.0, 215.0)]
             .iter()
-            .map(|&(setting, time, power)| Sample { setting, time, power, weight: 1.0 })
+            .map(|&(setting, time, power)| Sample::new(setting, time, power, 1.0))
             .collect();
         let model = fit(Knob::PowerLimit, &s).unwrap();
         ModelEntry { model, settings: gpus::prior("A40").unwrap().power_limits() }

@@ -85,15 +85,8 @@ impl Workload {
     /// The engine's model fitted on the measurements at limit indices `idx` (what the daemons
     /// have recorded for this workload: the probes, then every limit a job ran at).
     pub fn fit_on(&self, idx: &[usize]) -> Result<DvfsModel, SimError> {
-        let samples: Vec<Sample> = idx
-            .iter()
-            .map(|&i| Sample {
-                setting: self.limits[i],
-                time: self.time[i],
-                power: self.power[i],
-                weight: 1.0,
-            })
-            .collect();
+        let samples: Vec<Sample> =
+            idx.iter().map(|&i| Sample::new(self.limits[i], self.time[i], self.power[i], 1.0)).collect();
         fit(Knob::PowerLimit, &samples).map_err(|e| SimError::Input(format!("workload {}: {e}", self.name)))
     }
 

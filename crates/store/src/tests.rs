@@ -477,12 +477,7 @@ fn measured(tag: &str, updated_ns: i64, samples: usize) -> wattson_engine::Measu
         progress: Progress::File,
         knob: Knob::PowerLimit,
         samples: (0..samples)
-            .map(|i| wattson_engine::Sample {
-                setting: 700.0 - i as f64,
-                time: 0.1,
-                power: 400.0,
-                weight: 1.0,
-            })
+            .map(|i| wattson_engine::Sample::new(700.0 - i as f64, 0.1, 400.0, 1.0))
             .collect(),
         settings: vec![200.0, 700.0],
         updated_ns,

@@ -229,7 +229,7 @@ mod tests {
         let samples: Vec<Sample> =
             [(200.0, 0.187, 200.0), (450.0, 0.116, 450.0), (530.0, 0.109, 530.0), (700.0, 0.1, 650.0)]
                 .iter()
-                .map(|&(setting, time, power)| Sample { setting, time, power, weight: 1.0 })
+                .map(|&(setting, time, power)| Sample::new(setting, time, power, 1.0))
                 .collect();
         let entry = ModelEntry {
             model: fit(Knob::PowerLimit, &samples).unwrap(),
