@@ -66,9 +66,9 @@ pub struct DvfsModel {
     pub noise: f64,
     /// Relative error floor.
     pub sigma_floor: f64,
-    /// How well the law fits the probes where they outnumber its parameters (3 under the
-    /// power limit, 2 under the clock): the relative residual standard error. `None` where
-    /// the probes only determine the law, so it is unchecked.
+    /// Under the clock knob, how well the law fits the probes where they outnumber its two
+    /// parameters: the relative residual standard error. `None` where the law is unchecked
+    /// (three probes under a power limit only determine it; see [`crate::fit`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub law_sigma: Option<f64>,
 }

@@ -7,7 +7,7 @@
 //! the queue was long may go slower afterwards, as long as
 //! `elapsed + remaining work · (1 + slowdown_hi) ≤ (1 + bound) · work`.
 
-use crate::choose::ChooserConfig;
+use crate::choose::{ChooserConfig, sigma_at};
 use crate::model::{DvfsModel, Knob};
 
 use super::{Actions, JobView, Level, Policy, PolicyKind, Running, Snapshot};
@@ -35,13 +35,15 @@ pub fn table(model: &DvfsModel, settings: &[f64], cfg: &ChooserConfig) -> Vec<Le
         .iter()
         .map(|&s| {
             let p = model.predict(s);
+            // As the chooser judges it: a measured level on its measurement.
+            let sigma = sigma_at(model, s, &p, cfg);
             let judged = if cfg.pessimistic { p.time_hi.max(p.time) } else { p.time };
-            let mut slowdown_hi = judged / top.time - 1.0 + cfg.z * p.rel_sigma;
+            let mut slowdown_hi = judged / top.time - 1.0 + cfg.z * sigma;
             let energy_ratio = p.energy / top.energy;
             if s == max {
                 slowdown_hi = 0.0;
             } else if !(slowdown_hi.is_finite() && energy_ratio.is_finite())
-                || 1.0 - energy_ratio < cfg.min_saving_sigmas * p.rel_sigma
+                || 1.0 - energy_ratio < cfg.min_saving_sigmas * sigma
             {
                 slowdown_hi = f64::INFINITY;
             }
