@@ -358,13 +358,25 @@ fn models_shared_within_an_account_decide_its_users_jobs_only() {
 
 /// The workload changes under a settled limit (a phase of the job that is clock-bound): the
 /// daemon measures the bound broken within a window, returns the job to full speed at once,
-/// says why, and drops the model that misled it, so the next run probes afresh.
+/// says why, drops the model that misled it and probes the job again, settling within the
+/// bound of the new phase; the re-probed measurements replace the model, so the next run of
+/// the tag starts from them.
 #[test]
-fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed() {
+fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed_and_probes_again() {
     // Nearly clock-independent (80% of the time per unit), so a low limit is cheap.
     const LAX: Workload = Workload { t0_s: 0.08, d_s_mhz: 39.6 };
     // The same time per unit at full clock, but all of it clock-bound.
     const STRICT: Workload = Workload { t0_s: 0.0, d_s_mhz: 198.0 };
+    let strict_slowdown = |limit_w: f64| {
+        let spec = fake_nvml::Config::uniform("H100", 1).spec(0).unwrap();
+        let time = |w: f64| {
+            let mut gs = GpuState::fresh(&spec, 0);
+            gs.load = 1.0;
+            gs.power_limit_mw = (w * 1000.0).round() as u32;
+            1.0 / STRICT.rate(f64::from(fake_nvml::operating_point(&spec, &gs).1))
+        };
+        time(limit_w) / time(700.0) - 1.0
+    };
     let mut node = probing_node();
     node.start();
     let job = Job::start(&node, "1", "shifty");
@@ -378,14 +390,37 @@ fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed() {
         assert!(Instant::now() < deadline, "the job stayed at {settled} W: {:?}", node.record("1").dvfs);
         std::thread::sleep(Duration::from_millis(100));
     }
-    let d = job.end(&node, "1").dvfs.unwrap();
-    assert!(d.measured_slowdown.unwrap() > BOUND, "{d:?}");
-    assert!(d.reason.as_deref().is_some_and(|r| r.contains("back to full speed")), "{d:?}");
+    let broke = node.record("1").dvfs.unwrap();
+    assert!(broke.measured_slowdown.unwrap() > BOUND, "{broke:?}");
+    let why = broke.reason.clone().unwrap_or_default();
+    assert!(why.contains("back to full speed") && why.contains("probing again"), "{broke:?}");
 
-    // The model that misled is gone: the next run probes again, from full speed.
+    // Probed again from full speed, on the new phase only, and settled within its bound.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let again = loop {
+        let d = node.record("1").dvfs.unwrap();
+        if let Some(s) = d.setting {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no new setting: {d:?}\n{}", node.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(strict_slowdown(again) <= BOUND, "{again} W is truly {:.4} slower", strict_slowdown(again));
+    std::thread::sleep(Duration::from_secs(2));
+    let d = job.end(&node, "1").dvfs.unwrap();
+    assert!(
+        d.reason.as_deref().is_some_and(|r| r.starts_with("probed again after the bound broke")),
+        "{d:?}"
+    );
+    assert!(d.probed.iter().filter(|&&w| w == 700.0).count() >= 2, "two probes at full speed: {d:?}");
+    let measured = d.measured_slowdown.unwrap();
+    assert!(measured <= BOUND + 0.01, "the re-probed setting measured {measured}: {d:?}");
+
+    // The model that misled is gone; the next run starts from the re-probed measurements.
     let job = Job::start(&node, "2", "shifty");
     let d = node.record("2").dvfs.unwrap();
-    assert!(d.setting.is_none() && node.sim.gpu_state(0).unwrap().power_limit_mw == 700_000, "{d:?}");
+    assert!(d.probed.is_empty() && d.setting.is_some(), "{d:?}");
+    assert!(strict_slowdown(d.setting.unwrap()) <= BOUND, "{d:?}");
     job.end(&node, "2");
 }
 
@@ -460,7 +495,11 @@ fn the_sm_clock_knob_probes_clocks_settles_within_the_bound_and_is_restored() {
     let gap = energy(chosen) / oracle - 1.0;
     assert!(gap <= 0.03, "{chosen} MHz uses {gap:.4} more energy per unit than the oracle");
     let measured = d.measured_slowdown.unwrap();
-    assert!((measured - slowdown(chosen)).abs() < 0.005, "measured {measured} vs {}: {d:?}", slowdown(chosen));
+    assert!(
+        (measured - slowdown(chosen)).abs() < 0.005,
+        "measured {measured} vs {}: {d:?}",
+        slowdown(chosen)
+    );
     let out = node.wattson(&["acct", "-j", "1", "-n", "-P", "-o", "Setting,Probes"]);
     assert_ok(&out);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{chosen:.0}MHz|{}", d.probed.len()));

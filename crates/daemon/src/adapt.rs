@@ -80,8 +80,11 @@ pub(super) struct Adaptive {
     last_tick_ns: i64,
     /// Whether the workload has a tag to learn under.
     learn: bool,
-    /// Whether the settled setting broke the job's bound and the job went back to full speed.
+    /// Whether a settled setting broke the job's bound in this run: the job went back to full
+    /// speed and probed again, and the workload's stored model is replaced at the end.
     reverted: bool,
+    /// Whether it broke the bound a second time: full speed for the rest of the run.
+    given_up: bool,
     /// Whether the controller holds the job at full speed (a queue waits): no windows then.
     paused: bool,
 }
@@ -324,6 +327,7 @@ impl Prober {
             last_tick_ns: now,
             learn: tag.is_some(),
             reverted: false,
+            given_up: false,
             paused: false,
         };
         let step =
@@ -381,8 +385,11 @@ impl Prober {
                         job.marks = vec![mark];
                     }
                     // Settled: the bound must hold over the run, not only in the prediction.
-                    Some(start) if job.settled && !job.reverted && mark.t_ns - start.t_ns >= window_ns => {
-                        if let Some(wanted) = guard_bound(store, record, &mut job, &start, &mark) {
+                    Some(start) if job.settled && !job.given_up && mark.t_ns - start.t_ns >= window_ns => {
+                        let cfg = self.probe_config(job.knob);
+                        if let Some(wanted) =
+                            guard_bound(store, record, &mut job, &start, &mark, &cfg, now_wall)
+                        {
                             changes.push((record.key.clone(), wanted));
                         }
                     }
@@ -446,7 +453,7 @@ impl Prober {
             job.track(end);
         }
         if job.settled
-            && !job.reverted
+            && !job.given_up
             && let Some(start) = job.start
             && let Some((sample, work)) = job.window(&start, &end, record.gpus.len() as u32)
         {
@@ -457,13 +464,15 @@ impl Prober {
             let _ = std::fs::remove_file(path);
         }
         if job.learn && job.reverted {
-            // The model led the job past its bound: it is dropped, and the workload is measured
-            // afresh by its next run.
+            // The model led the job past its bound: it is dropped (every unit), and what this
+            // run measured since takes its place; with nothing measured since, the next run
+            // probes afresh.
             match store.drop_models(&job.owner, &job.dvfs.gpu_type, &job.dvfs.tag, now) {
                 Ok(()) => self.write_model_table(store),
                 Err(e) => warn!(job = %record.key, error = %e, "cannot drop the workload's model"),
             }
-        } else if job.learn && !job.measured.is_empty() {
+        }
+        if job.learn && !job.measured.is_empty() {
             let unit = job.dvfs.progress.unwrap_or(Progress::SmActivity);
             let model = Measurements {
                 owner: job.owner.clone(),
@@ -516,7 +525,11 @@ fn take_step(store: &mut Store, record: &JobRecord, job: &mut Adaptive, step: St
             job.dvfs.predicted_slowdown = Some(d.predicted_slowdown);
             job.dvfs.predicted_energy_ratio = Some(d.predicted_energy_ratio);
             job.dvfs.uncertainty = Some(d.uncertainty);
-            job.dvfs.reason = Some(d.reason.to_string());
+            job.dvfs.reason = Some(if job.reverted {
+                format!("probed again after the bound broke: {}", d.reason)
+            } else {
+                d.reason.to_string()
+            });
             info!(job = %record.key, setting = ?d.setting, unit = job.knob.unit(), reason = d.reason, "settled");
             d.setting
         }
@@ -550,14 +563,18 @@ fn mark(record: &JobRecord, job: &mut Adaptive) -> Mark {
 /// own noise (a percentage point), not slack.
 const BOUND_NOISE: f64 = 0.01;
 
-/// While settled: if the job's measured slowdown over its settled span so far breaks its bound,
-/// returns it to the highest setting at once (the settings wanted) and marks the model bad.
+/// While settled: if the job's measured slowdown over its settled span so far breaks its bound
+/// (a phase change, a wrong model), returns it to the highest setting at once (the settings
+/// wanted) and drops the model: the first time the job probes again from full speed, with
+/// this run's measurements only; a second time it stays at full speed to its end.
 fn guard_bound(
     store: &mut Store,
     record: &JobRecord,
     job: &mut Adaptive,
     start: &Mark,
     now: &Mark,
+    cfg: &wattson_engine::ProbeConfig,
+    now_wall: i64,
 ) -> Option<Changes> {
     let wattson_engine::Objective::MinEnergy { max_slowdown } = job.policy else { return None };
     let (sample, _) = job.window(start, now, record.gpus.len() as u32)?;
@@ -567,17 +584,32 @@ fn guard_bound(
         return None;
     }
     let max = *job.settings.last()?;
-    warn!(job = %record.key, slowdown, bound = max_slowdown, setting = job.held, unit = job.knob.unit(), "bound broken: back to full speed; the model is dropped");
-    job.reverted = true;
+    let again = !job.reverted;
+    warn!(job = %record.key, slowdown, bound = max_slowdown, setting = job.held, unit = job.knob.unit(), probing_again = again, "bound broken: back to full speed; the model is dropped");
     job.dvfs.measured_slowdown = Some(slowdown);
     job.dvfs.energy_saved_j = None;
     job.dvfs.reason = Some(format!(
-        "measured slowdown {:.1}% broke the {:.1}% bound at {:.0} {}: back to full speed, model dropped",
+        "measured slowdown {:.1}% broke the {:.1}% bound at {:.0} {}: back to full speed, model dropped, {}",
         100.0 * slowdown,
         100.0 * max_slowdown,
         job.held,
-        job.knob.unit()
+        job.knob.unit(),
+        if again { "probing again" } else { "for the rest of the run" }
     ));
+    job.reverted = true;
+    if again {
+        // Only what this run measures from now on: the workload is not what was measured.
+        for samples in job.earlier.values_mut() {
+            samples.clear();
+        }
+        job.measured.clear();
+        job.windows = 0;
+        job.settled = false;
+        job.dvfs.setting = None;
+        let step = wattson_engine::next_step(&[], &job.settings, job.policy, cfg, 0);
+        return Some(take_step(store, record, job, step, now_wall));
+    }
+    job.given_up = true;
     job.dvfs.setting = Some(max);
     job.held = max;
     job.start = None;
