@@ -396,15 +396,7 @@ fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed_and_probes_agai
     assert!(why.contains("back to full speed") && why.contains("probing again"), "{broke:?}");
 
     // Probed again from full speed, on the new phase only, and settled within its bound.
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let again = loop {
-        let d = node.record("1").dvfs.unwrap();
-        if let Some(s) = d.setting {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "no new setting: {d:?}\n{}", node.log());
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let again = wait_settled(&node, "1", Duration::from_secs(40)).dvfs.unwrap().setting.unwrap();
     assert!(strict_slowdown(again) <= BOUND, "{again} W is truly {:.4} slower", strict_slowdown(again));
     std::thread::sleep(Duration::from_secs(2));
     let d = job.end(&node, "1").dvfs.unwrap();
