@@ -506,6 +506,10 @@ fn the_sm_clock_knob_probes_clocks_settles_within_the_bound_and_is_restored() {
     let table = ModelTable::from_json(&std::fs::read_to_string(node.dir.path().join("models.json")).unwrap())
         .unwrap();
     let gpu_type = node.record("1").gpus[0].name.clone();
+    // Each window measured its own spread (four parts): small, and known for every clock.
+    let model = &table.get(&ModelOwner::User(1000), "bert", &gpu_type).expect("learned").model;
+    assert_eq!(model.ses.len(), model.settings.len(), "{model:?}");
+    assert!(model.ses.iter().all(|&e| e > 0.0 && e < 0.1), "{:?}", model.ses);
     let objective = Objective::MinEnergy { max_slowdown: BOUND };
     let at_submit = table.decide(&ModelOwner::User(1000), "bert", &gpu_type, Knob::SmClock, objective);
     let f = at_submit.setting.unwrap();
