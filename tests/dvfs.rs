@@ -459,13 +459,14 @@ fn truth_at_clock(mhz: f64) -> (f64, f64) {
 /// decide at once on the same knob.
 #[test]
 fn the_sm_clock_knob_probes_clocks_settles_within_the_bound_and_is_restored() {
-    // 2 s windows, as in the power-limit test above: a 1 s window under a loaded machine
-    // measured a slowdown half its true value once (the progress writer starved).
+    // 3 s windows: a 1 s window under a loaded machine measured a slowdown half its true
+    // value once (the progress writer starved), and at 2 s the writer's jitter in the
+    // windows' parts widened the margin past the 3% criterion once (1815 MHz, 3.01%).
     let mut node = Node::with_sections(
         fake_nvml::Config::uniform("H100", 1),
         "100ms",
         "",
-        "probe_window = \"2s\"\nprobe_settle = \"300ms\"\nknob = \"sm-clock\"\n",
+        "probe_window = \"3s\"\nprobe_settle = \"300ms\"\nknob = \"sm-clock\"\n",
     );
     node.start();
     let grid: Vec<f64> = (0..=66).map(|k| 990.0 + 15.0 * f64::from(k)).collect();
@@ -475,7 +476,7 @@ fn the_sm_clock_knob_probes_clocks_settles_within_the_bound_and_is_restored() {
         grid.iter().copied().filter(|&f| slowdown(f) <= BOUND).map(energy).fold(f64::INFINITY, f64::min);
 
     let job = Job::start(&node, "1", "bert");
-    let chosen = wait_settled(&node, "1", Duration::from_secs(40)).dvfs.unwrap().setting.unwrap();
+    let chosen = wait_settled(&node, "1", Duration::from_secs(60)).dvfs.unwrap().setting.unwrap();
     let gs = node.sim.gpu_state(0).unwrap();
     assert_eq!((gs.locked_clocks_mhz, gs.power_limit_mw), (Some((chosen as u32, chosen as u32)), 700_000));
     std::thread::sleep(Duration::from_secs(2));
