@@ -519,3 +519,34 @@ fn the_sm_clock_knob_probes_clocks_settles_within_the_bound_and_is_restored() {
     let on_limits = table.decide(&ModelOwner::User(1000), "bert", &gpu_type, Knob::PowerLimit, objective);
     assert_eq!(on_limits.setting, Some(700.0));
 }
+
+/// A locked SM clock is journaled like a power limit: wattsond killed while a probe holds a
+/// clock, the job's end recorded while it is down, the restarted daemon unlocks the clock.
+#[test]
+fn a_locked_clock_left_by_a_crash_is_unlocked_at_start() {
+    let mut node = Node::with_sections(
+        fake_nvml::Config::uniform("H100", 1),
+        "100ms",
+        "",
+        "probe_window = \"1s\"\nprobe_settle = \"200ms\"\nknob = \"sm-clock\"\n",
+    );
+    node.start();
+    let mut job = Job::start(&node, "1", "bert");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while node.sim.gpu_state(0).unwrap().locked_clocks_mhz.is_none_or(|(_, hi)| hi == 1980) {
+        assert!(Instant::now() < deadline, "no probe below the top clock: {:?}", node.record("1").dvfs);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    node.kill9();
+    // The job ended while the daemon was down (its end recorded, its GPU not restored).
+    let mut store = wattson_store::Store::open(&node.store).unwrap();
+    let running = store.running_jobs().unwrap();
+    store.end_job(&running[0].key, wattson_types::now_ns(), &running[0].gpus).unwrap();
+    drop(store);
+    assert!(node.sim.gpu_state(0).unwrap().locked_clocks_mhz.is_some());
+    node.start();
+    assert_eq!(node.sim.gpu_state(0).unwrap().locked_clocks_mhz, None, "{}", node.log());
+    assert!(node.log().contains("GPU back at its defaults"));
+    job.stop.store(true, Ordering::Relaxed);
+    job.writer.take().unwrap().join().unwrap();
+}
