@@ -150,9 +150,12 @@ impl DvfsModel {
         let time_hi = time.max(line.min(time * (1.0 + disagreement)));
         let lo = self.settings.first().copied().unwrap_or(s);
         let outside = if s < lo && lo > 0.0 { (lo - s) / lo } else { 0.0 };
+        // The floor stands in for what an unchecked law may miss; a checked law's residual
+        // (noise included) and the windows' own error measure it instead.
+        let floor = if self.law_sigma.is_some() { 0.0 } else { self.sigma_floor };
         let rel_sigma = (disagreement * disagreement
             + self.noise * self.noise
-            + self.sigma_floor * self.sigma_floor
+            + floor * floor
             + self.measurement_se(s).powi(2))
         .sqrt()
             + outside;
