@@ -25,15 +25,14 @@ use tracing::{info, warn};
 
 use wattson_config::EngineConfig;
 use wattson_config::policy::Decision;
-use wattson_engine::Knob;
-use wattson_engine::{Measurements, ModelTable, Sample, Step};
-
-use measure::{Mark, mark};
+use wattson_engine::{Knob, Measurements, ModelTable, Sample, Step};
 use wattson_gpu::{GpuError, GpuInfo, GpuSetting};
 use wattson_store::Store;
 use wattson_types::energy::GpuReading;
 use wattson_types::job::{JobDvfs, JobKey, JobRecord, Progress};
 use wattson_types::owner::ModelOwner;
+
+use measure::{Mark, mark};
 
 /// Setting changes for a job's GPUs, by GPU index.
 pub(crate) type Changes = Vec<(u32, GpuSetting)>;
@@ -58,8 +57,8 @@ pub(super) struct Adaptive {
     held: f64,
     changed_ns: i64,
     start: Option<Mark>,
-    /// The window's marks since `start` (thinned to at most [`MAX_MARKS`]): its parts'
-    /// spread is the measurement's own error.
+    /// The window's marks since `start` (thinned when they grow many): its parts' spread is
+    /// the measurement's own error.
     marks: Vec<Mark>,
     settled: bool,
     progress_file: Option<PathBuf>,
@@ -85,6 +84,11 @@ impl Adaptive {
         let key = unit.unwrap_or(Progress::SmActivity).as_str();
         self.earlier[key].iter().chain(&self.measured).copied().collect()
     }
+
+    /// The job's GPUs at `setting`.
+    fn hold(&self, record: &JobRecord, setting: f64) -> Changes {
+        record.gpus.iter().map(|g| (g.index, self.knob.setting(setting))).collect()
+    }
 }
 
 /// The workload's tag: `--energy-tag`, else `user:jobname`; `None` when neither is known.
@@ -94,13 +98,6 @@ fn tag_of(record: &JobRecord) -> Option<String> {
         .tag
         .clone()
         .or_else(|| Some(format!("{}:{}", record.user.as_deref()?, record.name.as_deref()?)))
-}
-
-impl Adaptive {
-    /// The job's GPUs at `setting`.
-    fn hold(&self, record: &JobRecord, setting: f64) -> Changes {
-        record.gpus.iter().map(|g| (g.index, self.knob.setting(setting))).collect()
-    }
 }
 
 /// The jobs whose setting the DVFS models choose, by job id.
