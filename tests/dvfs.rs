@@ -20,14 +20,20 @@ const WORK: Workload = Workload { t0_s: 0.02, d_s_mhz: 158.4 };
 const BOUND: f64 = 0.10;
 const GRID_STEP_W: f64 = 5.0;
 
-/// True (seconds, watts) per unit of work at a power limit, from the fake's own physics.
-fn truth(limit_w: f64) -> (f64, f64) {
+/// True (seconds, watts) per unit of `work` on a fully loaded fake H100 set by `set`, from the
+/// fake's own physics.
+fn true_point(work: Workload, set: impl FnOnce(&mut GpuState)) -> (f64, f64) {
     let spec = fake_nvml::Config::uniform("H100", 1).spec(0).unwrap();
     let mut gs = GpuState::fresh(&spec, 0);
     gs.load = 1.0;
-    gs.power_limit_mw = (limit_w * 1000.0).round() as u32;
+    set(&mut gs);
     let (mw, mhz) = fake_nvml::operating_point(&spec, &gs);
-    (1.0 / WORK.rate(f64::from(mhz)), f64::from(mw) / 1000.0)
+    (1.0 / work.rate(f64::from(mhz)), f64::from(mw) / 1000.0)
+}
+
+/// [`true_point`] of the hidden law at a power limit.
+fn truth(limit_w: f64) -> (f64, f64) {
+    true_point(WORK, |gs| gs.power_limit_mw = (limit_w * 1000.0).round() as u32)
 }
 
 fn true_energy(limit_w: f64) -> f64 {
@@ -368,13 +374,7 @@ fn a_settled_limit_that_breaks_the_bound_goes_back_to_full_speed_and_probes_agai
     // The same time per unit at full clock, but all of it clock-bound.
     const STRICT: Workload = Workload { t0_s: 0.0, d_s_mhz: 198.0 };
     let strict_slowdown = |limit_w: f64| {
-        let spec = fake_nvml::Config::uniform("H100", 1).spec(0).unwrap();
-        let time = |w: f64| {
-            let mut gs = GpuState::fresh(&spec, 0);
-            gs.load = 1.0;
-            gs.power_limit_mw = (w * 1000.0).round() as u32;
-            1.0 / STRICT.rate(f64::from(fake_nvml::operating_point(&spec, &gs).1))
-        };
+        let time = |w: f64| true_point(STRICT, |gs| gs.power_limit_mw = (w * 1000.0).round() as u32).0;
         time(limit_w) / time(700.0) - 1.0
     };
     let mut node = probing_node();
@@ -441,15 +441,10 @@ fn a_restart_mid_probe_takes_the_job_up_again_and_settles_it() {
     assert_eq!(node.sim.gpu_state(0).unwrap().power_limit_mw, 700_000, "restored after the job");
 }
 
-/// True (seconds, watts) per unit of work with the SM clock locked at `mhz`, from the fake's
-/// own physics (the default 700 W limit never binds on this curve).
+/// [`true_point`] of the hidden law with the SM clock locked at `mhz` (the default 700 W limit
+/// never binds on this curve).
 fn truth_at_clock(mhz: f64) -> (f64, f64) {
-    let spec = fake_nvml::Config::uniform("H100", 1).spec(0).unwrap();
-    let mut gs = GpuState::fresh(&spec, 0);
-    gs.load = 1.0;
-    gs.locked_clocks_mhz = Some((mhz as u32, mhz as u32));
-    let (mw, f) = fake_nvml::operating_point(&spec, &gs);
-    (1.0 / WORK.rate(f64::from(f)), f64::from(mw) / 1000.0)
+    true_point(WORK, |gs| gs.locked_clocks_mhz = Some((mhz as u32, mhz as u32)))
 }
 
 /// `[engine] knob = "sm-clock"`: the job probes locked SM clocks inside the useful range (top,
@@ -459,9 +454,10 @@ fn truth_at_clock(mhz: f64) -> (f64, f64) {
 /// decide at once on the same knob.
 #[test]
 fn the_sm_clock_knob_probes_clocks_settles_within_the_bound_and_is_restored() {
-    // 3 s windows and a 4 s settled part: a 1 s window under a loaded machine measured a slowdown half its true
-    // value once (the progress writer starved), and at 2 s the writer's jitter in the
-    // windows' parts widened the margin past the 3% criterion once (1815 MHz, 3.01%).
+    // 3 s windows and a 4 s settled part: a 1 s window under a loaded machine measured a
+    // slowdown half its true value once (the progress writer starved), and at 2 s the
+    // writer's jitter in the windows' parts widened the margin past the 3% criterion once
+    // (1815 MHz, 3.01%).
     let mut node = Node::with_sections(
         fake_nvml::Config::uniform("H100", 1),
         "100ms",

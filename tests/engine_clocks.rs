@@ -17,7 +17,8 @@
 //! then the node's plan (`next_step`) replayed, every probe answered by a (noisy)
 //! measurement. True slowdown = true time at the choice / true time at the top clock − 1; the
 //! oracle is the least true energy among clocks whose true slowdown meets the bound.
-//! Runner: `cargo test --release --test engine_clocks -- --nocapture` prints the tables.
+//! Runner: `cargo test --release --test engine_clocks -- --nocapture` prints the tables;
+//! `WATTSON_CLOCK_SEEDS=10` (or 20, 30…) draws other workloads (seeds 11–13 instead of 1–3).
 
 use std::fmt::Write as _;
 
@@ -252,13 +253,14 @@ fn table(rows: &[(String, Stats)]) -> String {
 
 #[test]
 fn sm_clock_validation() {
+    let seeds: u64 = std::env::var("WATTSON_CLOCK_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     // The same workloads (same seeds) at each measurement noise, V100, A100 and H100 together.
     let mut sets: Vec<(String, Vec<Sweep>)> = [0.0, 0.0025, 0.005, 0.01, 0.02]
         .iter()
         .map(|&sigma| {
-            let mut sweeps = synthetic(1530, 40.0, 300.0, 100, 1, sigma);
-            sweeps.extend(synthetic(1410, 55.0, 400.0, 100, 2, sigma));
-            sweeps.extend(synthetic(1980, 72.0, 700.0, 100, 3, sigma));
+            let mut sweeps = synthetic(1530, 40.0, 300.0, 100, seeds + 1, sigma);
+            sweeps.extend(synthetic(1410, 55.0, 400.0, 100, seeds + 2, sigma));
+            sweeps.extend(synthetic(1980, 72.0, 700.0, 100, seeds + 3, sigma));
             (format!("synthetic, noise {:.2}%", 100.0 * sigma), sweeps)
         })
         .collect();

@@ -234,12 +234,7 @@ fn resume_retries<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 
 fn watts<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let w = f64::deserialize(d)?;
-    if (0.0..=100_000.0).contains(&w) {
-        Ok(w)
-    } else {
-        Err(serde::de::Error::custom(format!("{w} W: allowed 0 to 100000")))
-    }
+    crate::number_in(d, 0.0, 100_000.0, " W")
 }
 
 /// An argv template: an absolute program path, then arguments; `{node}` is the only

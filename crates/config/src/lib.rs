@@ -179,30 +179,15 @@ fn max_probes<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
 }
 
 fn power_limit_step<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let w = f64::deserialize(d)?;
-    if (1.0..=100.0).contains(&w) {
-        Ok(w)
-    } else {
-        Err(serde::de::Error::custom(format!("{w} W: allowed 1 to 100")))
-    }
+    number_in(d, 1.0, 100.0, " W")
 }
 
 fn sm_clock_floor<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let x = f64::deserialize(d)?;
-    if (0.3..=1.0).contains(&x) {
-        Ok(x)
-    } else {
-        Err(serde::de::Error::custom(format!("{x}: allowed 0.3 to 1 (a fraction of the top clock)")))
-    }
+    number_in(d, 0.3, 1.0, " (a fraction of the top clock)")
 }
 
 fn sm_clock_step<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let mhz = f64::deserialize(d)?;
-    if (1.0..=200.0).contains(&mhz) {
-        Ok(mhz)
-    } else {
-        Err(serde::de::Error::custom(format!("{mhz} MHz: allowed 1 to 200")))
-    }
+    number_in(d, 1.0, 200.0, " MHz")
 }
 
 impl EngineConfig {
@@ -381,6 +366,21 @@ pub(crate) fn duration_in<'de, D: Deserializer<'de>>(
         )));
     }
     Ok(value)
+}
+
+/// A number within `[min, max]`; the error names the value with its `unit` and the range.
+pub(crate) fn number_in<'de, D: Deserializer<'de>>(
+    d: D,
+    min: f64,
+    max: f64,
+    unit: &str,
+) -> Result<f64, D::Error> {
+    let x = f64::deserialize(d)?;
+    if (min..=max).contains(&x) {
+        Ok(x)
+    } else {
+        Err(serde::de::Error::custom(format!("{x}{unit}: allowed {min} to {max}")))
+    }
 }
 
 fn sample_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

@@ -171,12 +171,13 @@ impl DvfsModel {
     /// own standard errors, pooled over every probe (one method measured them all, and one
     /// window's spread over a few parts is itself a rough estimate), at `s` and at the top.
     pub fn measurement_se(&self, s: f64) -> f64 {
-        let known: Vec<f64> = self.ses.iter().copied().filter(|&e| e > 0.0).collect();
-        if known.is_empty() || s >= self.settings.last().copied().unwrap_or(s) {
+        // No allocation: this runs for every setting the chooser weighs.
+        let (sum_sq, known) =
+            self.ses.iter().filter(|&&e| e > 0.0).fold((0.0, 0usize), |(sq, n), e| (sq + e * e, n + 1));
+        if known == 0 || s >= self.settings.last().copied().unwrap_or(s) {
             return 0.0;
         }
-        let pooled = (known.iter().map(|e| e * e).sum::<f64>() / known.len() as f64).sqrt();
-        pooled * std::f64::consts::SQRT_2
+        (sum_sq / known as f64).sqrt() * std::f64::consts::SQRT_2
     }
 }
 
