@@ -11,6 +11,8 @@
 //!    clocks of V100, A100 and H100. Scored against the noiseless law.
 //! 2. **The fake GPU's hidden law** (`tests/fake-nvml`: power `72 + b·f + c·f³`, time
 //!    `t0 + D/f` at the effective clock), as the daemon's end-to-end tests meet it.
+//! 3. **Published-style sweeps**: the synthetic workloads measured once per clock with no
+//!    error estimate and scored against those measurements, as a held-out real sweep is.
 //!
 //! Per workload: three probes (top, middle, floor of the knob's range, as the node probes
 //! first), the model fitted, `MinEnergy` chosen at bounds 5/10/20% among the range's clocks;
@@ -68,9 +70,20 @@ fn supported(top: u32) -> Vec<u32> {
     (0..).map(|k| top - 15 * k).take_while(|&f| f * 100 >= top * 15).collect()
 }
 
+/// How a synthetic sweep is measured and scored.
+#[derive(Clone, Copy, PartialEq)]
+enum Style {
+    /// As the daemon measures: four-part windows that report their own error; scored against
+    /// the noiseless law.
+    Windows,
+    /// As a published sweep is: one measurement per clock with no error estimate, scored
+    /// against that same measurement (the truth a held-out data set offers).
+    Measured,
+}
+
 /// `n` synthetic workloads on a GPU of top clock `top` (MHz), idle draw `idle` and board power
-/// `tdp` (W), seeded by `seed`, each window measured with relative noise `sigma`.
-fn synthetic(top: u32, idle: f64, tdp: f64, n: usize, seed: u64, sigma: f64) -> Vec<Sweep> {
+/// `tdp` (W), seeded by `seed`, each clock measured with relative noise `sigma` in `style`.
+fn synthetic(top: u32, idle: f64, tdp: f64, n: usize, seed: u64, sigma: f64, style: Style) -> Vec<Sweep> {
     let mut rng = Rng::new(seed);
     let fmax = f64::from(top);
     let clocks = sm_clock_grid(&supported(top), FLOOR, STEP_MHZ);
@@ -106,12 +119,23 @@ fn synthetic(top: u32, idle: f64, tdp: f64, n: usize, seed: u64, sigma: f64) -> 
                 })
                 .collect();
             let grid = clocks.clone();
-            let measure = move |f: f64| {
+            let measure = std::rc::Rc::new(move |f: f64| {
                 let i = grid.iter().position(|&g| g == f).expect("the plan only asks for offered clocks");
                 let (t, p) = truth(f);
-                (t * noise[i].0, p * noise[i].1, noise[i].2)
+                let se = if style == Style::Windows { noise[i].2 } else { 0.0 };
+                (t * noise[i].0, p * noise[i].1, se)
+            });
+            let truth: Box<dyn Fn(f64) -> (f64, f64)> = match style {
+                Style::Windows => Box::new(truth),
+                Style::Measured => {
+                    let m = measure.clone();
+                    Box::new(move |f| {
+                        let (t, p, _) = m(f);
+                        (t, p)
+                    })
+                }
             };
-            Sweep { clocks: clocks.clone(), truth: Box::new(truth), measure: Box::new(measure) }
+            Sweep { clocks: clocks.clone(), truth, measure: Box::new(move |f| measure(f)) }
         })
         .collect()
 }
@@ -255,16 +279,20 @@ fn table(rows: &[(String, Stats)]) -> String {
 fn sm_clock_validation() {
     let seeds: u64 = std::env::var("WATTSON_CLOCK_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     // The same workloads (same seeds) at each measurement noise, V100, A100 and H100 together.
-    let mut sets: Vec<(String, Vec<Sweep>)> = [0.0, 0.0025, 0.005, 0.01, 0.02]
-        .iter()
-        .map(|&sigma| {
-            let mut sweeps = synthetic(1530, 40.0, 300.0, 100, seeds + 1, sigma);
-            sweeps.extend(synthetic(1410, 55.0, 400.0, 100, seeds + 2, sigma));
-            sweeps.extend(synthetic(1980, 72.0, 700.0, 100, seeds + 3, sigma));
-            (format!("synthetic, noise {:.2}%", 100.0 * sigma), sweeps)
-        })
-        .collect();
+    let set = |sigma: f64, style: Style| {
+        let mut sweeps = synthetic(1530, 40.0, 300.0, 100, seeds + 1, sigma, style);
+        sweeps.extend(synthetic(1410, 55.0, 400.0, 100, seeds + 2, sigma, style));
+        sweeps.extend(synthetic(1980, 72.0, 700.0, 100, seeds + 3, sigma, style));
+        let name = match style {
+            Style::Windows => format!("synthetic, noise {:.2}%", 100.0 * sigma),
+            Style::Measured => format!("measured sweep, noise {:.2}%", 100.0 * sigma),
+        };
+        (name, sweeps)
+    };
+    let mut sets: Vec<(String, Vec<Sweep>)> =
+        [0.0, 0.0025, 0.005, 0.01, 0.02].iter().map(|&sigma| set(sigma, Style::Windows)).collect();
     sets.push(("fake GPU H100".to_string(), fake_gpu()));
+    sets.extend([0.0025, 0.005, 0.01].iter().map(|&sigma| set(sigma, Style::Measured)));
     let mut rows = Vec::new();
     for (name, sweeps) in sets {
         let mut s = Stats::default();
@@ -290,6 +318,8 @@ fn sm_clock_validation() {
     for (name, s) in [&rows[0], &rows[5]] {
         assert_eq!((s.violations, s.node_violations), ([0; 3], [0; 3]), "{name}: bound violated");
     }
+    // These windows report no error (0 is "unknown"), so the 1% floor holds the three-probe
+    // choice back from the bound (see `DvfsModel::predict`); the plan measures its way there.
     let (exact, fake) = (&rows[0].1, &rows[5].1);
     let count = |gaps: &[Vec<f64>; 3]| gaps.iter().map(|g| within(g)).sum::<usize>();
     assert!(
@@ -297,15 +327,22 @@ fn sm_clock_validation() {
         "node plan, no noise: {}/900",
         count(&exact.node_gaps)
     );
-    assert!(count(&exact.gaps) * 100 >= 80 * 900, "three probes, no noise: {}/900", count(&exact.gaps));
-    assert_eq!((count(&fake.node_gaps), count(&fake.gaps)), (15, 15), "fake GPU");
+    assert!(count(&exact.gaps) * 100 >= 75 * 900, "three probes, no noise: {}/900", count(&exact.gaps));
+    assert_eq!((count(&fake.node_gaps), count(&fake.gaps)), (14, 12), "fake GPU");
+    // A published sweep (one measurement per clock, no error estimate, scored against itself):
+    // at 0.25% noise no bound breaks. Before the floor came back for unmeasured windows, three
+    // probes broke 5 of these 900 decisions (21 at 0.5%): a law residual on one degree of
+    // freedom is near zero by chance.
+    let measured = &rows[6].1;
+    assert_eq!((measured.violations, measured.node_violations), ([0; 3], [0; 3]), "{}", rows[6].0);
     // With noise, a window can measure a clock faster than it is: the margin (the windows'
     // own spread, z = 1) makes that rare and small. Over 1,800 decisions per noise level a
     // few land past two standard errors of the measured slowdown (the windows at the clock
     // and at the top: √2 σ); none past four, and at most 5% of decisions pass the bound at
     // all (the same held for three other draws of the generator).
-    for (i, sigma) in [0.0025, 0.005, 0.01, 0.02].iter().enumerate() {
-        let (name, s) = &rows[i + 1];
+    let noisy = [(1, 0.0025), (2, 0.005), (3, 0.01), (4, 0.02), (6, 0.0025), (7, 0.005), (8, 0.01)];
+    for (i, sigma) in noisy {
+        let (name, s) = &rows[i];
         let decisions = 3 * s.workloads;
         let violations: usize = s.violations.iter().chain(&s.node_violations).sum();
         assert!(violations * 100 <= 5 * 2 * decisions, "{name}: {violations} violations");

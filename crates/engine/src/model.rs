@@ -150,9 +150,11 @@ impl DvfsModel {
         let time_hi = time.max(line.min(time * (1.0 + disagreement)));
         let lo = self.settings.first().copied().unwrap_or(s);
         let outside = if s < lo && lo > 0.0 { (lo - s) / lo } else { 0.0 };
-        // The floor stands in for what an unchecked law may miss; a checked law's residual
-        // (noise included) and the windows' own error measure it instead.
-        let floor = if self.law_sigma.is_some() { 0.0 } else { self.sigma_floor };
+        // The floor stands in for what an unchecked law may miss and for measurement noise
+        // nobody measured. A checked law's residual and the windows' own errors measure both,
+        // but only together: three probes leave the residual one degree of freedom, so it is
+        // near zero by chance often enough that alone it let measured sweeps break bounds.
+        let floor = if self.law_sigma.is_some() && self.errors_measured() { 0.0 } else { self.sigma_floor };
         let rel_sigma = (disagreement * disagreement
             + self.noise * self.noise
             + floor * floor
@@ -160,6 +162,11 @@ impl DvfsModel {
         .sqrt()
             + outside;
         Prediction { time, power, energy: time * power, rel_sigma, time_hi }
+    }
+
+    /// Whether every probe's window measured its own error (`ses`; 0 is unknown).
+    pub fn errors_measured(&self) -> bool {
+        !self.ses.is_empty() && self.ses.iter().all(|&e| e > 0.0)
     }
 
     /// Whether a setting was measured directly (its prediction is the measurement).
@@ -194,6 +201,31 @@ mod tests {
         assert_eq!(interp(&xs, &ys, 400.0), 40.0);
         assert_eq!(interp(&xs, &ys, 50.0), 5.0);
         assert!(interp(&[], &[], 1.0).is_nan());
+    }
+
+    #[test]
+    fn a_checked_clock_law_drops_the_floor_only_where_windows_measured_their_error() {
+        // Three probes exactly on t = 0.1 + 150/f: the law's residual is zero.
+        let law = |f: f64| 0.1 + 150.0 / f;
+        let model = |ses: Vec<f64>| DvfsModel {
+            knob: Knob::SmClock,
+            settings: vec![900.0, 1400.0, 1980.0],
+            powers: vec![200.0, 350.0, 700.0],
+            times: vec![law(900.0), law(1400.0), law(1980.0)],
+            ses,
+            t0: 0.1,
+            d: 150.0,
+            a: 0.0,
+            noise: 0.0,
+            sigma_floor: 0.01,
+            law_sigma: Some(0.0),
+        };
+        // No window measured its error: the floor stands in for the noise.
+        assert!(model(Vec::new()).predict(1200.0).rel_sigma >= 0.01);
+        assert!(model(vec![0.002, 0.0, 0.002]).predict(1200.0).rel_sigma >= 0.01);
+        // Every window did: their pooled error replaces it.
+        let measured = model(vec![0.002; 3]).predict(1200.0).rel_sigma;
+        assert!((measured - 0.002 * std::f64::consts::SQRT_2).abs() < 1e-9, "{measured}");
     }
 
     #[test]
