@@ -52,7 +52,6 @@ fn main() {
             _ => panic!("unknown override {k}"),
         }
     }
-    let only_wattson = std::env::var_os("BRAIN_QUICK").is_some();
     let mut all_ok = true;
     for &nodes in &sizes {
         let mut c = base.clone();
@@ -71,7 +70,6 @@ fn main() {
             "lvl chg",
             "ST s"
         );
-        let _ = only_wattson;
         for seed in 1..=seeds {
             let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &wattson_sim::policies::ALL, seed)
                 .unwrap();
