@@ -14,8 +14,9 @@
 //! 3. **Published-style sweeps**: the synthetic workloads measured once per clock with no
 //!    error estimate and scored against those measurements, as a held-out real sweep is.
 //!
-//! Per workload: three probes (top, middle, floor of the knob's range, as the node probes
-//! first), the model fitted, `MinEnergy` chosen at bounds 5/10/20% among the range's clocks;
+//! Per workload and bound: the node's first three probes for that bound (top, middle, and a
+//! third where the decision is expected), the model fitted, `MinEnergy` chosen among the
+//! range's clocks (the MAPE column fits top, middle and floor instead);
 //! then the node's plan (`next_step`) replayed, every probe answered by a (noisy)
 //! measurement. True slowdown = true time at the choice / true time at the top clock − 1; the
 //! oracle is the least true energy among clocks whose true slowdown meets the bound.
@@ -28,8 +29,10 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng as _, SeedableRng};
 
 use wattson_engine::gpus::sm_clock_grid;
-use wattson_engine::probe::{initial_probes, spread};
-use wattson_engine::{ChooserConfig, Knob, Objective, ProbeConfig, Sample, Step, choose, fit, next_step};
+use wattson_engine::probe::{reference_probes, spread};
+use wattson_engine::{
+    ChooserConfig, Knob, Objective, ProbeConfig, Sample, Step, choose, first_probes, fit, next_step,
+};
 
 const BOUNDS: [f64; 3] = [0.05, 0.10, 0.20];
 /// The node's defaults: `[engine] sm_clock_floor` and `sm_clock_step_mhz`.
@@ -191,7 +194,9 @@ fn sample(sweep: &Sweep, f: f64) -> Sample {
 fn evaluate(sweep: &Sweep, s: &mut Stats) {
     let top = *sweep.clocks.last().unwrap();
     let (t_top, p_top) = (sweep.truth)(top);
-    let probes = initial_probes(&sweep.clocks);
+    // The model's prediction error, from probes spread over the range (top, middle, floor).
+    let mut probes = reference_probes(&sweep.clocks);
+    probes.push(sweep.clocks[0]);
     assert_eq!(probes.len(), 3);
     let samples: Vec<Sample> = probes.iter().map(|&f| sample(sweep, f)).collect();
     let model = fit(Knob::SmClock, &samples).expect("three distinct probes fit");
@@ -211,6 +216,9 @@ fn evaluate(sweep: &Sweep, s: &mut Stats) {
             .filter(|&f| slowdown(f) <= bound)
             .map(energy)
             .fold(f64::INFINITY, f64::min);
+        // Three probes: the node's first three for this bound, the model fitted on them.
+        let samples = first_probes(&sweep.clocks, objective, Knob::SmClock, |f| sample(sweep, f));
+        let model = fit(Knob::SmClock, &samples).expect("three distinct probes fit");
         let chosen = choose(&model, &sweep.clocks, objective, &ChooserConfig::default()).setting.unwrap();
         if slowdown(chosen) > bound + 1e-12 {
             s.violations[k] += 1;
@@ -323,8 +331,8 @@ fn sm_clock_validation() {
     for (name, s) in [&rows[0], &rows[5]] {
         assert_eq!((s.violations, s.node_violations), ([0; 3], [0; 3]), "{name}: bound violated");
     }
-    // These windows report no error (0 is "unknown"), so the 1% floor holds the three-probe
-    // choice back from the bound (see `DvfsModel::predict`); the plan measures its way there.
+    // The third probe lands where the decision is expected, so three probes already reach
+    // the best clock nearly everywhere; the plan measures its way the rest.
     let (exact, fake) = (&rows[0].1, &rows[5].1);
     let count = |gaps: &[Vec<f64>; 3]| gaps.iter().map(|g| within(g)).sum::<usize>();
     assert!(
@@ -332,14 +340,18 @@ fn sm_clock_validation() {
         "node plan, no noise: {}/900",
         count(&exact.node_gaps)
     );
-    assert!(count(&exact.gaps) * 100 >= 75 * 900, "three probes, no noise: {}/900", count(&exact.gaps));
-    assert_eq!((count(&fake.node_gaps), count(&fake.gaps)), (14, 12), "fake GPU");
+    assert!(count(&exact.gaps) * 100 >= 95 * 900, "three probes, no noise: {}/900", count(&exact.gaps));
+    assert_eq!((count(&fake.node_gaps), count(&fake.gaps)), (15, 14), "fake GPU");
     // A published sweep (one measurement per clock, no error estimate, scored against itself):
     // at 0.25% noise no bound breaks. Before the floor came back for unmeasured windows, three
     // probes broke 5 of these 900 decisions (21 at 0.5%): a law residual on one degree of
     // freedom is near zero by chance.
+    // And the aim on such sweeps, 85% within 3% of the best clock, holds for both.
     let measured = &rows[6].1;
     assert_eq!((measured.violations, measured.node_violations), ([0; 3], [0; 3]), "{}", rows[6].0);
+    for (plan, gaps) in [("three probes", &measured.gaps), ("node plan", &measured.node_gaps)] {
+        assert!(count(gaps) * 100 >= 85 * 900, "{}, {plan}: {}/900", rows[6].0, count(gaps));
+    }
     // With noise, a window can measure a clock faster than it is: the margin (the windows'
     // own spread, z = 1) makes that rare and small. Over 1,800 decisions per noise level a
     // few land past two standard errors of the measured slowdown (the windows at the clock

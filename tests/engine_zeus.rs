@@ -2,8 +2,10 @@
 //! ml-energy/zeus @ 75a8b939, Apache-2.0), in `../shared/data/dvfs/zeus-power-limit/`.
 //!
 //! Per (GPU, dataset, network, batch size, optimizer) with ≥ 5 power limits: fit from three
-//! probes (lowest, middle, highest limit), predict time and energy at every other limit, and
-//! choose a limit for slowdown bounds of 5, 10 and 20%, scored against the measured values.
+//! probes (lowest, middle, highest limit) and predict time and energy at every other limit;
+//! for slowdown bounds of 5, 10 and 20%, fit on the node's first three probes for that bound
+//! (highest, middle, and a third where the decision is expected) and choose a limit, scored
+//! against the measured values.
 //! Then the node's probing plan is replayed on the same curves (probes answered by the
 //! measurements) and scored the same way.
 //! Runner: `cargo test --release --test engine_zeus -- --nocapture` prints the table.
@@ -11,7 +13,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use wattson_engine::{ChooserConfig, Knob, Objective, ProbeConfig, Sample, Step, choose, fit, next_step};
+use wattson_engine::{
+    ChooserConfig, Knob, Objective, ProbeConfig, Sample, Step, choose, first_probes, fit, next_step,
+};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/dvfs/zeus-power-limit");
 const GPUS: [&str; 4] = ["v100", "a40", "p100", "rtx6000"];
@@ -44,7 +48,7 @@ fn load(gpu: &str) -> BTreeMap<String, Curve> {
     groups
 }
 
-/// Probes a daemon would run: lowest, the limit nearest the middle of the range, highest.
+/// Probes spread over the range, for the prediction error: lowest, nearest the middle, highest.
 fn probes(c: &Curve) -> [usize; 3] {
     let (lo, hi) = (c[0].0, c[c.len() - 1].0);
     let target = 0.5 * (lo + hi);
@@ -118,6 +122,13 @@ fn evaluate(c: &Curve, s: &mut GpuStats) {
     let re = reference(c);
     let (t_max, e_max) = (re.t_max, re.e_max);
     for (k, &bound) in BOUNDS.iter().enumerate() {
+        // Three probes: the node's first three for this bound, the model fitted on them.
+        let objective = Objective::MinEnergy { max_slowdown: bound };
+        let samples = first_probes(&re.settings, objective, Knob::PowerLimit, |p| {
+            let &(_, t, w) = c.iter().find(|x| x.0 == p).expect("the plan only asks for the curve's limits");
+            Sample::new(p, t, w, 1.0)
+        });
+        let model = fit(Knob::PowerLimit, &samples).expect("three distinct probes fit");
         let d = choose(
             &model,
             &re.settings,
@@ -265,10 +276,9 @@ fn zeus_power_limit_validation() {
         assert!(mean(&s.ape_time) < limit, "{gpu}: time MAPE {}", mean(&s.ape_time));
         assert!(mean(&s.ape_energy) < limit, "{gpu}: energy MAPE {}", mean(&s.ape_energy));
     }
-    // Within 3% of the oracle: the 3% target is NOT met on every workload (noisy, flat
-    // workloads where the oracle's pick is a measurement fluke, and the safety margin at the
-    // bound); assert what is achieved.
-    assert!(within * 100 >= 62 * 3 * total, "only {within}/{} decisions within 3% of the oracle", 3 * total);
+    // Within 3% of the oracle: issue 15's target, 75% of the three-probe decisions (not every
+    // workload: on noisy, flat ones the oracle's pick is a measurement fluke).
+    assert!(within * 100 >= 75 * 3 * total, "only {within}/{} decisions within 3% of the oracle", 3 * total);
     // The node's plan: never beyond the bound, closer to the oracle than three probes, and
     // the next run of the workload settles at once on the same limit.
     for (gpu, s) in &stats {

@@ -139,7 +139,7 @@ pub(crate) fn terms(model: &DvfsModel, max: f64, objective: Objective) -> Option
 /// configured floor remain.
 pub(crate) fn sigma_at(model: &DvfsModel, s: f64, p: &crate::Prediction, cfg: &ChooserConfig) -> f64 {
     if model.is_probed(s) {
-        model.noise.hypot(cfg.probed_sigma_floor).hypot(model.measurement_se(s))
+        model.noise.hypot(cfg.probed_sigma_floor).hypot(model.measurement_error(s))
     } else {
         p.rel_sigma
     }
@@ -177,24 +177,41 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
         },
     };
     let mut best_cost = cost(top.time, top.energy);
-    for &s in settings {
+    // A setting within the bound minus the margin, with its prediction and relative error.
+    let qualifies = |s: f64| -> Option<(crate::Prediction, f64)> {
         if !(s.is_finite() && s > 0.0) || s == max {
-            continue;
+            return None;
         }
         let p = model.predict(s);
         let sigma = sigma_at(model, s, &p, cfg);
         if !(p.time.is_finite() && p.energy.is_finite() && sigma.is_finite()) {
-            continue;
+            return None;
         }
-        let slowdown = p.time / top.time - 1.0;
         let judged = if cfg.pessimistic { p.time_hi.max(p.time) } else { p.time };
-        let pessimistic = judged / top.time - 1.0;
-        if let Some(b) = bound
-            && (pessimistic + cfg.z * sigma > b
-                || 1.0 - p.energy / top.energy < cfg.min_saving_sigmas * sigma)
+        let breaks = bound.is_some_and(|b| {
+            judged / top.time - 1.0 + cfg.z * sigma > b
+                || 1.0 - p.energy / top.energy < cfg.min_saving_sigmas * sigma
+        });
+        (!breaks).then_some((p, sigma))
+    };
+    // Under a bound, an unmeasured setting must also save that much against the least-energy
+    // measured one that qualifies: a step past a measurement is not worth a saving inside the
+    // noise.
+    let measured_energy = settings
+        .iter()
+        .filter(|&&s| model.is_probed(s))
+        .filter_map(|&s| qualifies(s))
+        .map(|(p, _)| p.energy)
+        .fold(top.energy, f64::min);
+    for &s in settings {
+        let Some((p, sigma)) = qualifies(s) else { continue };
+        if bound.is_some()
+            && !model.is_probed(s)
+            && 1.0 - p.energy / measured_energy < cfg.min_saving_sigmas * sigma
         {
             continue;
         }
+        let slowdown = p.time / top.time - 1.0;
         let c = cost(p.time, p.energy);
         if c < best_cost {
             best_cost = c;
@@ -298,12 +315,13 @@ mod tests {
         assert_ne!(choose(&m(0.01), &LIMITS, bound, &cfg).setting, Some(175.0));
         let floored = ChooserConfig { probed_sigma_floor: 0.01, ..cfg };
         assert_ne!(choose(&m(0.0), &LIMITS, bound, &floored).setting, Some(175.0));
-        // Its windows' own spread (0.4% at 175 W and at the top) is a 0.57% error: out of
-        // the bound's reach too.
+        // Its windows' own spread (0.4% at 175 W and at the top) is a 0.57% standard error,
+        // 0.93% at the one-sided 95% quantile: out of the bound's reach too.
         let spread = DvfsModel { ses: vec![0.0, 0.004, 0.004], ..m(0.0) };
         let d = choose(&spread, &LIMITS, bound, &cfg);
         assert_ne!(d.setting, Some(175.0), "{d:?}");
-        assert!((spread.measurement_se(175.0) - 0.004 * 2f64.sqrt()).abs() < 1e-12);
+        let expected = crate::model::MEASURED_ERROR_QUANTILE * 0.004 * 2f64.sqrt();
+        assert!((spread.measurement_error(175.0) - expected).abs() < 1e-12);
     }
 
     #[test]

@@ -23,5 +23,5 @@ pub use fit::{FitError, Sample, fit};
 pub use gpus::{GpuPrior, prior};
 pub use measurements::{Measurements, newest};
 pub use model::{DvfsModel, Knob, Prediction};
-pub use probe::{ProbeConfig, Step, Window, next_step};
+pub use probe::{ProbeConfig, Step, Window, first_probes, next_step};
 pub use table::{ModelEntry, ModelTable};

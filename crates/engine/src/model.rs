@@ -8,6 +8,11 @@ use serde::{Deserialize, Serialize};
 
 pub use wattson_types::gpu::Knob;
 
+/// The windows' measured error enters the margin at its one-sided 95% quantile: the plan puts
+/// the decision on a measured setting near the bound on purpose, so a window that erred fast
+/// must rarely pass a setting that is over it (at one standard error, one in six would).
+pub const MEASURED_ERROR_QUANTILE: f64 = 1.645;
+
 /// Exponent of the effective-clock law: dynamic power grows as `f³`, so `f ∝ (P − a)^(1/3)`.
 pub const CUBE_EXPONENT: f64 = 1.0 / 3.0;
 
@@ -158,7 +163,7 @@ impl DvfsModel {
         let rel_sigma = (disagreement * disagreement
             + self.noise * self.noise
             + floor * floor
-            + self.measurement_se(s).powi(2))
+            + self.measurement_error(s).powi(2))
         .sqrt()
             + outside;
         Prediction { time, power, energy: time * power, rel_sigma, time_hi }
@@ -176,15 +181,16 @@ impl DvfsModel {
 
     /// The measurement error of the slowdown at `s` against the top setting: the windows'
     /// own standard errors, pooled over every probe (one method measured them all, and one
-    /// window's spread over a few parts is itself a rough estimate), at `s` and at the top.
-    pub fn measurement_se(&self, s: f64) -> f64 {
+    /// window's spread over a few parts is itself a rough estimate), at `s` and at the top,
+    /// counted at [`MEASURED_ERROR_QUANTILE`].
+    pub fn measurement_error(&self, s: f64) -> f64 {
         // No allocation: this runs for every setting the chooser weighs.
         let (sum_sq, known) =
             self.ses.iter().filter(|&&e| e > 0.0).fold((0.0, 0usize), |(sq, n), e| (sq + e * e, n + 1));
         if known == 0 || s >= self.settings.last().copied().unwrap_or(s) {
             return 0.0;
         }
-        (sum_sq / known as f64).sqrt() * std::f64::consts::SQRT_2
+        MEASURED_ERROR_QUANTILE * (sum_sq / known as f64).sqrt() * std::f64::consts::SQRT_2
     }
 }
 
@@ -223,9 +229,10 @@ mod tests {
         // No window measured its error: the floor stands in for the noise.
         assert!(model(Vec::new()).predict(1200.0).rel_sigma >= 0.01);
         assert!(model(vec![0.002, 0.0, 0.002]).predict(1200.0).rel_sigma >= 0.01);
-        // Every window did: their pooled error replaces it.
+        // Every window did: their pooled error, at its 95% quantile, replaces it.
         let measured = model(vec![0.002; 3]).predict(1200.0).rel_sigma;
-        assert!((measured - 0.002 * std::f64::consts::SQRT_2).abs() < 1e-9, "{measured}");
+        let expected = MEASURED_ERROR_QUANTILE * 0.002 * std::f64::consts::SQRT_2;
+        assert!((measured - expected).abs() < 1e-9, "{measured}");
     }
 
     #[test]

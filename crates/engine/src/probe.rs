@@ -3,17 +3,19 @@
 //! measurements and applies the answers.
 //!
 //! The first three probes are the highest setting (the full-speed reference), the one nearest
-//! the middle of the range and the lowest (as in the validation on the Zeus data). Then the
+//! the middle of the range, and a third placed where the decision is expected (above the middle
+//! when the middle breaks the slowdown bound, below it otherwise; [`third_probe`]). Then the
 //! model is fitted and the safe setting chosen (pessimistic time plus margin). While windows
 //! are left, the unmeasured setting nearest it that would beat it were it one standard error
 //! faster and cheaper than predicted is probed; when none would, the safe setting itself is
 //! probed if not measured yet. A run whose windows are spent, or that starts from earlier runs'
-//! measurements (of at least the three first probes), settles on the best measured setting, so
-//! a workload that converged once settles at once, on the same setting, the next time.
+//! measurements (of the highest, the middle and one more setting), settles on the best measured
+//! setting, so a workload that converged once settles at once, on the same setting, the next
+//! time.
 
 use super::choose::{ChooserConfig, Decision, Objective, choose, sigma_at, terms};
 use super::fit::{Sample, fit};
-use super::model::{DvfsModel, Knob};
+use super::model::{DvfsModel, Knob, effective_clock};
 
 /// What the job should do next.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,28 +51,103 @@ impl Default for ProbeConfig {
     }
 }
 
-fn measured(samples: &[Sample], setting: f64) -> bool {
-    samples.iter().any(|s| (s.setting - setting).abs() <= 1e-9 * setting.abs().max(1.0))
+/// Whether a sample at `sample` is a measurement of `setting` (equal up to rounding).
+fn same(sample: f64, setting: f64) -> bool {
+    (sample - setting).abs() <= 1e-9 * setting.abs().max(1.0)
 }
 
-/// The settings probed first: highest, nearest the middle, lowest (without repeats).
-pub fn initial_probes(settings: &[f64]) -> Vec<f64> {
-    let valid: Vec<f64> = settings.iter().copied().filter(|s| s.is_finite() && *s > 0.0).collect();
-    let (Some(lo), Some(hi)) =
-        (valid.iter().copied().reduce(f64::min), valid.iter().copied().reduce(f64::max))
-    else {
+fn measured(samples: &[Sample], setting: f64) -> bool {
+    samples.iter().any(|s| same(s.setting, setting))
+}
+
+/// The two settings probed first: the highest (the full-speed reference) and the one nearest
+/// the middle of the range (without repeats).
+pub fn reference_probes(settings: &[f64]) -> Vec<f64> {
+    let valid = valid_sorted(settings);
+    let (Some(&lo), Some(&hi)) = (valid.first(), valid.last()) else {
         return Vec::new();
     };
     let middle = 0.5 * (lo + hi);
     let mid =
         valid.iter().copied().min_by(|a, b| (a - middle).abs().total_cmp(&(b - middle).abs())).unwrap_or(hi);
-    let mut out = vec![hi];
-    for s in [mid, lo] {
-        if !out.contains(&s) {
-            out.push(s);
-        }
+    if mid == hi { vec![hi] } else { vec![hi, mid] }
+}
+
+/// The third probe, once the reference probes are measured: where the decision is expected,
+/// so that it is likely to be judged on its own measurement. Under a slowdown bound, when the
+/// middle setting is slower than the bound the decision lies above it: the setting nearest
+/// where the straight line through the two measured times crosses the bound. Otherwise it lies
+/// at or below the middle: the lowest setting that the knob's time law through the two
+/// measurements (`t0 + D/f`, `f` the clock, or `(P − a)^(1/3)` with the power floor `a` taken
+/// as half the lowest limit) keeps within the bound, else the one just below the middle. Any
+/// other objective, or a grid without such a setting, probes the lowest unmeasured setting.
+pub fn third_probe(samples: &[Sample], settings: &[f64], objective: Objective, knob: Knob) -> Option<f64> {
+    let valid = valid_sorted(settings);
+    let open: Vec<f64> = valid.iter().copied().filter(|&s| !measured(samples, s)).collect();
+    let lowest = open.first().copied();
+    let refs = reference_probes(settings);
+    let (Objective::MinEnergy { max_slowdown: bound }, &[hi, mid]) = (objective, refs.as_slice()) else {
+        return lowest;
+    };
+    let (Some(t_hi), Some(t_mid)) = (time_at(samples, hi), time_at(samples, mid)) else { return lowest };
+    let slow_mid = t_mid / t_hi - 1.0;
+    if slow_mid > bound {
+        let cross = hi - bound / slow_mid * (hi - mid);
+        let above = open.iter().copied().filter(|&s| s > mid && s < hi);
+        return above.min_by(|a, b| (a - cross).abs().total_cmp(&(b - cross).abs())).or(lowest);
     }
-    out
+    let a = match knob {
+        Knob::PowerLimit => 0.5 * valid[0],
+        Knob::SmClock => 0.0,
+    };
+    let inv = |s: f64| 1.0 / effective_clock(knob, s, s, a);
+    let d = ((t_mid - t_hi) / (inv(mid) - inv(hi))).max(0.0);
+    let below: Vec<f64> = open.iter().copied().filter(|&s| s < mid).collect();
+    let within = below.iter().copied().find(|&s| (t_hi + d * (inv(s) - inv(hi))) / t_hi - 1.0 <= bound);
+    within.or(below.last().copied()).or(lowest)
+}
+
+/// The valid settings (finite, positive), sorted, without repeats.
+fn valid_sorted(settings: &[f64]) -> Vec<f64> {
+    let mut v: Vec<f64> = settings.iter().copied().filter(|s| s.is_finite() && *s > 0.0).collect();
+    v.sort_by(f64::total_cmp);
+    v.dedup();
+    v
+}
+
+/// The mean measured time at `setting`, weighted as the fit weighs samples.
+fn time_at(samples: &[Sample], setting: f64) -> Option<f64> {
+    let at = samples.iter().filter(|x| same(x.setting, setting));
+    let (sum, w) = at.fold((0.0, 0.0), |(sum, w), x| (sum + x.weight * x.time, w + x.weight));
+    (w > 0.0).then(|| sum / w)
+}
+
+/// The first three probes of the plan for `objective`, in order, each measured by `measure`
+/// (fewer where the grid has fewer settings).
+pub fn first_probes(
+    settings: &[f64],
+    objective: Objective,
+    knob: Knob,
+    mut measure: impl FnMut(f64) -> Sample,
+) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    while samples.len() < 3
+        && let Some(s) = first_probe(&samples, settings, objective, knob)
+    {
+        samples.push(measure(s));
+    }
+    samples
+}
+
+/// The next of the first three probes, if one is still to be measured.
+fn first_probe(samples: &[Sample], settings: &[f64], objective: Objective, knob: Knob) -> Option<f64> {
+    if let Some(&s) = reference_probes(settings).iter().find(|&&s| !measured(samples, s)) {
+        return Some(s);
+    }
+    if valid_sorted(settings).iter().filter(|&&s| measured(samples, s)).count() >= 3 {
+        return None;
+    }
+    third_probe(samples, settings, objective, knob)
 }
 
 /// The next step for a workload measured as `samples` (this run's and earlier runs'), after
@@ -86,7 +163,7 @@ pub fn next_step(
         return Step::Settle(Decision::fallback(settings, "perf policy: max setting"));
     }
     let budget_left = probes_this_run < cfg.max_probes;
-    if let Some(&next) = initial_probes(settings).iter().find(|&&s| !measured(samples, s)) {
+    if let Some(next) = first_probe(samples, settings, objective, cfg.knob) {
         return if budget_left {
             Step::Probe(next)
         } else {
@@ -234,16 +311,42 @@ mod tests {
     }
 
     #[test]
-    fn first_probes_are_max_middle_min() {
-        assert_eq!(initial_probes(&h100()), vec![700.0, 450.0, 200.0]);
-        assert_eq!(initial_probes(&[300.0, 300.0]), vec![300.0]);
-        assert!(initial_probes(&[f64::NAN]).is_empty());
+    fn first_probes_are_max_and_middle() {
+        assert_eq!(reference_probes(&h100()), vec![700.0, 450.0]);
+        assert_eq!(reference_probes(&[300.0, 300.0]), vec![300.0]);
+        assert!(reference_probes(&[f64::NAN]).is_empty());
         let objective = Objective::MinEnergy { max_slowdown: 0.1 };
         let cfg = ProbeConfig::default();
         assert_eq!(next_step(&[], &h100(), objective, &cfg, 0), Step::Probe(700.0));
         assert_eq!(next_step(&[truth(700.0)], &h100(), objective, &cfg, 1), Step::Probe(450.0));
         let Step::Settle(d) = next_step(&[], &h100(), Objective::Perf, &cfg, 0) else { panic!() };
         assert_eq!(d.setting, Some(700.0));
+    }
+
+    #[test]
+    fn the_third_probe_goes_where_the_decision_is_expected() {
+        // 450 W measured 8% slower than 700 W.
+        let measured = [Sample::new(700.0, 1.0, 650.0, 1.0), Sample::new(450.0, 1.08, 440.0, 1.0)];
+        let third = |bound: f64| {
+            third_probe(&measured, &h100(), Objective::MinEnergy { max_slowdown: bound }, Knob::PowerLimit)
+        };
+        // Over a 5% bound: on the line from 450 to 700 W, 5% falls at 543.75 W.
+        assert_eq!(third(0.05), Some(545.0));
+        // Within 10% and 20%: below the middle, where `t0 + D/(P − 100)^(1/3)` through the two
+        // measurements reaches the bound (worked by hand: 10.0% at 415 W, 19.5% at 285 W).
+        assert_eq!(third(0.10), Some(415.0));
+        assert_eq!(third(0.20), Some(285.0));
+        // No bound to aim at: the lowest setting, as a full sweep would.
+        let balanced = Objective::Balanced { eta: 0.5 };
+        assert_eq!(third_probe(&measured, &h100(), balanced, Knob::PowerLimit), Some(200.0));
+        // Every first probe is a distinct setting, and the plan asks for three.
+        let cfg = ProbeConfig::default();
+        let objective = Objective::MinEnergy { max_slowdown: 0.1 };
+        assert_eq!(next_step(&measured, &h100(), objective, &cfg, 2), Step::Probe(415.0));
+        let firsts = first_probes(&h100(), objective, Knob::PowerLimit, truth);
+        assert_eq!(firsts.len(), 3);
+        assert_eq!((firsts[0].setting, firsts[1].setting), (700.0, 450.0));
+        assert!(firsts[2].setting != 700.0 && firsts[2].setting != 450.0);
     }
 
     #[test]

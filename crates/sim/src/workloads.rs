@@ -2,9 +2,10 @@
 //! 75a8b939, Apache-2.0) and the map from ITP model names to Zeus networks.
 //!
 //! Every job's time and power at every power limit come from one measured Zeus curve. The
-//! engine sees only three probes of that curve (lowest, nearest the middle, highest limit, as a
-//! probing daemon would measure), fits [`wattson_engine::DvfsModel`] and chooses; the
-//! simulator then charges the *measured* time and power at the chosen limit.
+//! engine sees only three probes of that curve (lowest, nearest the middle, highest limit:
+//! spread probes, where a node's plan places its third by the job's bound), fits
+//! [`wattson_engine::DvfsModel`] and chooses; the simulator then charges the *measured* time
+//! and power at the chosen limit.
 
 use std::collections::BTreeMap;
 
@@ -67,7 +68,7 @@ impl Workload {
         self.limits.iter().rposition(|&l| l <= cap_w).unwrap_or(0)
     }
 
-    /// The three probes a daemon would measure: lowest, nearest the middle, highest.
+    /// Three probes spread over the range: lowest, nearest the middle, highest.
     pub fn probes(&self) -> [usize; 3] {
         let n = self.limits.len();
         let target = 0.5 * (self.limits[0] + self.limits[n - 1]);
