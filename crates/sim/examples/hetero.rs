@@ -37,8 +37,8 @@ fn main() {
     let groups: Vec<String> = base.groups.iter().map(|g| format!("{} {}", g.nodes, g.gpu)).collect();
     println!("== {trace_name} on {} nodes of 8 GPUs", groups.join(" + "));
     println!(
-        "{:<5} {:<22} {:>11} {:>9} {:>9} {:>9} {:>6}",
-        "seed", "policy", "energy kWh", "wait h", "p99 w h", "jct h", "viol"
+        "{:<5} {:<22} {:>11} {:>9} {:>9} {:>9} {:>6} {:>7} {:>7}",
+        "seed", "policy", "energy kWh", "wait h", "p99 w h", "jct h", "viol", "boots", "boot s"
     );
     let policies =
         [PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs, PolicyKind::Wattson, PolicyKind::Floor];
@@ -51,16 +51,22 @@ fn main() {
             let list: &[PolicyKind] = if aware { &policies } else { &[PolicyKind::Wattson] };
             let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, list, seed).unwrap();
             for s in &o.report.summaries {
-                let over = o.runs.iter().find(|r| r.policy.name() == s.policy).map_or(0, |r| {
+                let run = o.runs.iter().find(|r| r.policy.name() == s.policy);
+                let over = run.map_or(0, |r| {
                     o.jobs.iter().zip(&r.jobs).filter(|(j, x)| x.slowdown > j.bound + 1e-9).count()
                 });
+                // Jobs that waited for a node to boot, and the mean boot wait over all jobs.
+                let boot_waits: Vec<f64> =
+                    run.map_or(Vec::new(), |r| r.jobs.iter().map(|x| (x.start - x.alloc).max(0.0)).collect());
+                let booted = boot_waits.iter().filter(|&&w| w > 0.0).count();
+                let boot_s = boot_waits.iter().sum::<f64>() / boot_waits.len().max(1) as f64;
                 let name = if s.policy == "wattson" && !aware {
                     "wattson type-oblivious".to_string()
                 } else {
                     s.policy.clone()
                 };
                 println!(
-                    "{seed:<5} {name:<22} {:>11.0} {:>9.3} {:>9.2} {:>9.3} {over:>6}",
+                    "{seed:<5} {name:<22} {:>11.0} {:>9.3} {:>9.2} {:>9.3} {over:>6} {booted:>7} {boot_s:>7.1}",
                     s.energy_kwh,
                     s.queue_wait_mean_s / 3600.0,
                     s.queue_wait_p99_s / 3600.0,
