@@ -105,9 +105,20 @@ fn reference(c: &Curve) -> Reference {
     Reference { settings: c.iter().map(|x| x.0).collect(), t_max, e_max: t_max * w_max }
 }
 
+/// The curve's point at limit `p` (one of its limits: the plan and the chooser ask for no other).
+fn at(c: &Curve, p: f64) -> (f64, f64, f64) {
+    *c.iter().find(|x| x.0 == p).expect("a limit of the curve")
+}
+
+/// A probe window at limit `p`, answered by the measurement there.
+fn measure(c: &Curve, p: f64) -> Sample {
+    let (_, t, w) = at(c, p);
+    Sample::new(p, t, w, 1.0)
+}
+
 fn evaluate(c: &Curve, s: &mut GpuStats) {
     let pr = probes(c);
-    let samples: Vec<Sample> = pr.iter().map(|&i| Sample::new(c[i].0, c[i].1, c[i].2, 1.0)).collect();
+    let samples: Vec<Sample> = pr.iter().map(|&i| measure(c, c[i].0)).collect();
     let model = fit(Knob::PowerLimit, &samples).expect("three distinct probes fit");
     s.workloads += 1;
     s.limits.push(c.len() as f64);
@@ -124,19 +135,11 @@ fn evaluate(c: &Curve, s: &mut GpuStats) {
     for (k, &bound) in BOUNDS.iter().enumerate() {
         // Three probes: the node's first three for this bound, the model fitted on them.
         let objective = Objective::MinEnergy { max_slowdown: bound };
-        let samples = first_probes(&re.settings, objective, Knob::PowerLimit, |p| {
-            let &(_, t, w) = c.iter().find(|x| x.0 == p).expect("the plan only asks for the curve's limits");
-            Sample::new(p, t, w, 1.0)
-        });
+        let samples = first_probes(&re.settings, objective, Knob::PowerLimit, |p| measure(c, p));
         let model = fit(Knob::PowerLimit, &samples).expect("three distinct probes fit");
-        let d = choose(
-            &model,
-            &re.settings,
-            Objective::MinEnergy { max_slowdown: bound },
-            &ChooserConfig::default(),
-        );
+        let d = choose(&model, &re.settings, objective, &ChooserConfig::default());
         let chosen = d.setting.expect("a setting");
-        let &(_, t, w) = c.iter().find(|x| x.0 == chosen).expect("chosen among the settings");
+        let (_, t, w) = at(c, chosen);
         let slowdown = t / t_max - 1.0;
         if slowdown > bound + 1e-12 {
             s.violations[k] += 1;
@@ -158,21 +161,17 @@ fn evaluate(c: &Curve, s: &mut GpuStats) {
 /// settle on the same limit.
 fn replay(c: &Curve, re: &Reference, bound: f64, oracle: f64, r: &mut Replay) {
     let Reference { settings, t_max, e_max } = re;
-    let at = |p: f64| *c.iter().find(|x| x.0 == p).expect("the plan only asks for the curve's limits");
     let objective = Objective::MinEnergy { max_slowdown: bound };
     let cfg = ProbeConfig::default();
     let mut samples: Vec<Sample> = Vec::new();
     let decision = loop {
         match next_step(&samples, settings, objective, &cfg, samples.len()) {
-            Step::Probe(p) => {
-                let (_, t, w) = at(p);
-                samples.push(Sample::new(p, t, w, 1.0));
-            }
+            Step::Probe(p) => samples.push(measure(c, p)),
             Step::Settle(d) => break d,
         }
     };
     let chosen = decision.setting.expect("a setting");
-    let (_, t, w) = at(chosen);
+    let (_, t, w) = at(c, chosen);
     if t / t_max - 1.0 > bound + 1e-12 {
         r.violations += 1;
         eprintln!("node plan violation: bound {bound}, chose {chosen} W, true slowdown {}", t / t_max - 1.0);
