@@ -36,20 +36,10 @@ fn main() {
     for kv in args.iter().skip(4) {
         let (k, v) = kv.split_once('=').expect("overrides are key=value");
         let v: f64 = v.parse().expect("a number");
-        match k {
-            "warm_break_evens" => base.wattson.warm_break_evens = v,
-            "dvfs_min_free" => base.wattson.dvfs_min_free = v,
-            "forecast_window_s" => base.wattson.forecast_window_s = v,
-            "keep_break_evens" => base.wattson.keep_break_evens = v,
-            "pack" => base.wattson.pack = v != 0.0,
-            "min_price_drop" => base.wattson.min_price_drop = v,
-            "dvfs_horizon_s" => base.wattson.dvfs_horizon_s = v,
-            "clairvoyant" => base.wattson.clairvoyant = v != 0.0,
-            "congestion_raise" => base.wattson.congestion_raise = v,
-            "budget_w" => base.budget = Some(wattson_sim::cluster::Budget { power_w: v }),
-            "count_node_base" => base.wattson.count_node_base = v != 0.0,
-            "learn" => base.wattson.learn = v != 0.0,
-            _ => panic!("unknown override {k}"),
+        if k == "budget_w" {
+            base.budget = Some(wattson_sim::cluster::Budget { power_w: v });
+        } else {
+            base.wattson.set(k, v).unwrap_or_else(|e| panic!("{e}"));
         }
     }
     let mut all_ok = true;

@@ -188,6 +188,31 @@ fn default_min_price_drop() -> f64 {
     Tuning::default().min_price_drop
 }
 
+impl WattsonTuning {
+    /// Sets the knob named `key` (as in the cluster file's `[wattson]` table) to `value`;
+    /// booleans take 0 or 1. For experiments: `brain -- TRACE NODES SEEDS key=value`.
+    pub fn set(&mut self, key: &str, value: f64) -> Result<(), SimError> {
+        let flag = |v: f64| v != 0.0;
+        match key {
+            "forecast_window_s" => self.forecast_window_s = value,
+            "warm_break_evens" => self.warm_break_evens = value,
+            "keep_break_evens" => self.keep_break_evens = value,
+            "pack" => self.pack = flag(value),
+            "min_price_drop" => self.min_price_drop = value,
+            "dvfs_min_free" => self.dvfs_min_free = value,
+            "dvfs_horizon_s" => self.dvfs_horizon_s = value,
+            "congestion_raise" => self.congestion_raise = value,
+            "count_node_base" => self.count_node_base = flag(value),
+            "type_aware" => self.type_aware = flag(value),
+            "type_max_cost" => self.type_max_cost = value,
+            "clairvoyant" => self.clairvoyant = flag(value),
+            "learn" => self.learn = flag(value),
+            _ => return Err(SimError::Input(format!("unknown [wattson] knob `{key}`"))),
+        }
+        Ok(())
+    }
+}
+
 impl Default for WattsonTuning {
     fn default() -> Self {
         WattsonTuning {

@@ -1,0 +1,143 @@
+//! The measured bound behind issue 12's wait targets: wattson told the future.
+//!
+//! A run of wattson with DVFS off gives the intervals during which some job waits for GPUs.
+//! Each job's slowdown bound is then cut so that its run, at the cut bound, ends before the
+//! next such interval begins (to 0 when one is under way or begins before it would end at full
+//! speed), and wattson runs again with full speed whenever a job waits; the waiting intervals
+//! of that run cut the bounds further, until no bound changes. A slowed job then never holds
+//! GPUs while a job waits for them, with the whole future known: the energy this saves is what
+//! DVFS can save at DVFS-off's waits. Printed beside slurm-powersave and powersave-dvfs, with
+//! which of the issue's energy and wait targets it would meet.
+//!
+//! Run: `cargo run --release -p wattson-sim --example bound [-- TRACE NODES,NODES SEEDS
+//! key=value...]` (defaults: cluster04.csv, 80,123, 5; `key=value` sets a `[wattson]` knob of
+//! every wattson run, e.g. `min_price_drop=100` turns deferral off). Reads
+//! `etc/sim/cluster.toml` and `../shared/data`.
+
+use std::path::Path;
+
+use wattson_engine::cluster::{Policy, Tuning};
+use wattson_sim::metrics::{Summary, summarize};
+use wattson_sim::{Catalog, ClusterConfig, PolicyKind, RunResult, SimJob, TraceFormat};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+/// Rounds of cutting before giving up on a fixed point (three suffice on cluster04).
+const MAX_ROUNDS: usize = 10;
+
+fn read(rel: &str) -> String {
+    let p = Path::new(ROOT).join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+}
+
+/// The merged intervals `[from, to)` during which at least one job of `r` waited for GPUs
+/// (released into the queue, not yet allocated).
+fn waiting_intervals(r: &RunResult) -> Vec<(f64, f64)> {
+    let mut iv: Vec<(f64, f64)> =
+        r.jobs.iter().filter(|j| j.alloc > j.eligible).map(|j| (j.eligible, j.alloc)).collect();
+    iv.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut merged: Vec<(f64, f64)> = Vec::new();
+    for (from, to) in iv {
+        match merged.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => merged.push((from, to)),
+        }
+    }
+    merged
+}
+
+/// Cuts each job's bound in `cut` so that its run in `r`, slowed by at most the cut, ends
+/// before the next waiting interval; whether any bound changed.
+fn cut_bounds(jobs: &[SimJob], r: &RunResult, waiting: &[(f64, f64)], cut: &mut [f64]) -> bool {
+    let mut changed = false;
+    for ((job, run), c) in jobs.iter().zip(&r.jobs).zip(cut.iter_mut()) {
+        let slowest_end = run.start + job.duration * (1.0 + *c);
+        let next = waiting.partition_point(|w| w.1 <= run.start);
+        if let Some(&(from, _)) = waiting.get(next).filter(|w| w.0 < slowest_end) {
+            let fits = ((from - run.start) / job.duration - 1.0).max(0.0);
+            if fits < *c {
+                *c = fits;
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// One printed row: energy, waits and bound violations (against the users' own bounds).
+fn row(seed: u64, name: &str, s: &Summary, violations: usize) {
+    println!(
+        "{seed:<5} {name:<24} {:>11.0} {:>9.3} {:>9.3} {:>6}",
+        s.energy_kwh,
+        s.queue_wait_mean_s / 3600.0,
+        s.queue_wait_p99_s / 3600.0,
+        violations
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let trace_name = args.get(1).cloned().unwrap_or_else(|| "cluster04.csv".to_string());
+    let sizes: Vec<u32> =
+        args.get(2).map_or("80,123", String::as_str).split(',').map(|s| s.parse().expect("nodes")).collect();
+    let seeds: u64 = args.get(3).map_or(5, |s| s.parse().expect("seed count"));
+    let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
+    for kv in args.iter().skip(4) {
+        let (k, v) = kv.split_once('=').expect("overrides are key=value");
+        base.wattson.set(k, v.parse().expect("a number")).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let catalog =
+        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
+            .unwrap();
+    let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
+    let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
+    let models = wattson_sim::policies::level_tables(&catalog).unwrap();
+    for &nodes in &sizes {
+        let mut c = base.clone();
+        c.groups[0].nodes = nodes;
+        let tuning = c.tuning(f64::NAN);
+        let dvfs_off = Policy {
+            kind: PolicyKind::Wattson,
+            tuning: Tuning { dvfs_min_free: 2.0, congestion_raise: 1.0, ..tuning },
+        };
+        let told = Policy { kind: PolicyKind::Wattson, tuning: Tuning { congestion_raise: 1.0, ..tuning } };
+        println!("== {trace_name} on {nodes} nodes x {} GPUs", c.gpus_per_node);
+        println!(
+            "{:<5} {:<24} {:>11} {:>9} {:>9} {:>6}",
+            "seed", "policy", "energy kWh", "wait h", "p99 w h", "viol"
+        );
+        for seed in 1..=seeds {
+            let refs = [PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs];
+            let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &refs, seed).unwrap();
+            for s in &o.report.summaries {
+                row(seed, &s.policy, s, s.bound_violations);
+            }
+            let over = |r: &RunResult| {
+                o.jobs.iter().zip(&r.jobs).filter(|(j, x)| x.slowdown > j.bound + 1e-9).count()
+            };
+            let off = wattson_sim::simulate::simulate(&c, &catalog, &models, &o.jobs, dvfs_off);
+            row(seed, "wattson, DVFS off", &summarize(&off, &o.jobs, &c).0, over(&off));
+            let mut cut: Vec<f64> = o.jobs.iter().map(|j| j.bound).collect();
+            let mut last = off;
+            let mut rounds = 0;
+            while rounds < MAX_ROUNDS && cut_bounds(&o.jobs, &last, &waiting_intervals(&last), &mut cut) {
+                let jobs: Vec<SimJob> =
+                    o.jobs.iter().zip(&cut).map(|(j, &b)| SimJob { bound: b, ..j.clone() }).collect();
+                last = wattson_sim::simulate::simulate(&c, &catalog, &models, &jobs, told);
+                rounds += 1;
+            }
+            let s = summarize(&last, &o.jobs, &c).0;
+            let cuts = o.jobs.iter().zip(&cut).filter(|(j, b)| **b < j.bound).count();
+            row(seed, "wattson, told the future", &s, over(&last));
+            let by = |p: PolicyKind| o.report.summaries.iter().find(|x| x.policy == p.name()).unwrap();
+            let (ps, pd) = (by(PolicyKind::SlurmPowersave), by(PolicyKind::PowersaveDvfs));
+            let yes = |b: bool| if b { "met" } else { "MISSED" };
+            println!(
+                "seed {seed}: told the future ({cuts} bounds cut, {rounds} rounds{}): energy below powersave-dvfs {}; mean wait {}; p99 wait {}",
+                if rounds == MAX_ROUNDS { ", not settled" } else { "" },
+                yes(s.energy_kwh < pd.energy_kwh),
+                yes(s.queue_wait_mean_s <= ps.queue_wait_mean_s * 1.01),
+                yes(s.queue_wait_p99_s <= ps.queue_wait_p99_s * 1.01),
+            );
+        }
+    }
+}
