@@ -493,4 +493,33 @@ defer_window_s = [3600.0, 7200.0]
         let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
         assert!(e.starts_with("c.toml: ") && e.contains("bogus"), "{e}");
     }
+
+    #[test]
+    fn set_names_the_knobs_as_the_file_does() {
+        let knobs = [
+            ("forecast_window_s", "600.0", 600.0),
+            ("warm_break_evens", "2.5", 2.5),
+            ("keep_break_evens", "1.0", 1.0),
+            ("pack", "false", 0.0),
+            ("min_price_drop", "0.5", 0.5),
+            ("dvfs_min_free", "0.3", 0.3),
+            ("dvfs_horizon_s", "7200.0", 7200.0),
+            ("congestion_raise", "1.0", 1.0),
+            ("count_node_base", "false", 0.0),
+            ("type_aware", "false", 0.0),
+            ("type_max_cost", "3.0", 3.0),
+            ("clairvoyant", "true", 1.0),
+            ("learn", "false", 0.0),
+        ];
+        for (key, literal, value) in knobs {
+            let file = ClusterConfig::from_toml(&format!("{SMALL}[wattson]\n{key} = {literal}\n"), "w.toml")
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            let mut set = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson;
+            assert_ne!(set, file.wattson, "{key}: the test value is the default");
+            set.set(key, value).unwrap();
+            assert_eq!(set, file.wattson, "{key}");
+        }
+        let e = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson.set("warm", 1.0).unwrap_err();
+        assert_eq!(e.to_string(), "unknown [wattson] knob `warm`");
+    }
 }
