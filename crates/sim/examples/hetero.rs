@@ -3,9 +3,9 @@
 //! in configuration order (`type_aware = false`, as Slurm's node order would), on
 //! `etc/sim/cluster-hetero.toml` (V100, A40 and P100 nodes), with the references beside them.
 //!
-//! Run: `cargo run --release -p wattson-sim --example hetero [-- TRACE SEEDS [type_max_cost=X]]`
-//! (defaults: cluster04.csv, 3, the file's cut). Reads `etc/sim/cluster-hetero.toml` and
-//! `../shared/data`.
+//! Run: `cargo run --release -p wattson-sim --example hetero [-- TRACE SEEDS [key=value...]]`
+//! (defaults: cluster04.csv, 3; `key=value` sets a `[wattson]` knob, e.g. `type_max_cost=1.3`).
+//! Reads `etc/sim/cluster-hetero.toml` and `../shared/data`.
 
 use std::path::Path;
 
@@ -23,9 +23,9 @@ fn main() {
     let seeds: u64 = args.get(2).map_or(3, |s| s.parse().expect("seed count"));
     let cpath = Path::new(ROOT).join("etc/sim/cluster-hetero.toml");
     let mut base = ClusterConfig::from_toml(&read(&cpath), "etc/sim/cluster-hetero.toml").unwrap();
-    if let Some(kv) = args.get(3) {
-        let cut = kv.strip_prefix("type_max_cost=").expect("the override is type_max_cost=X");
-        base.wattson.type_max_cost = cut.parse().expect("a number");
+    for kv in args.iter().skip(3) {
+        let (k, v) = kv.split_once('=').expect("overrides are key=value");
+        base.wattson.set(k, v.parse().expect("a number")).unwrap_or_else(|e| panic!("{e}"));
     }
     let dir = cpath.parent().unwrap();
     let texts: Vec<String> = base.groups.iter().map(|g| read(&dir.join(&g.zeus_csv))).collect();
