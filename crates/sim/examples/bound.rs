@@ -21,7 +21,7 @@ use wattson_sim::metrics::{Summary, summarize};
 use wattson_sim::{Catalog, ClusterConfig, PolicyKind, RunResult, SimJob, TraceFormat};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-/// Rounds of cutting before giving up on a fixed point (three suffice on cluster04).
+/// Rounds of cutting before giving up on a fixed point (cluster04 settles in 2 to 4).
 const MAX_ROUNDS: usize = 10;
 
 fn read(rel: &str) -> String {
