@@ -353,11 +353,12 @@ fn sm_clock_validation() {
         assert!(count(gaps) * 100 >= 85 * 900, "{}, {plan}: {}/900", rows[6].0, count(gaps));
     }
     // With noise, a window can measure a clock faster than it is: the margin (the windows'
-    // own spread, at its one-sided 95% quantile) makes that rare and small. Over 1,800 decisions per noise level a
-    // few land past two standard errors of the measured slowdown (the windows at the clock
-    // and at the top: √2 σ); none past four, and at most 5% of decisions pass the bound at
-    // all (the same held for three other draws of the generator; seed 30's stops first at
-    // the published-sweep assertion above, one violation of 0.05 points).
+    // own spread, at its one-sided 95% quantile) makes that rare and small. Over 1,800
+    // decisions per noise level a few land past two standard errors of the measured slowdown
+    // (the windows at the clock and at the top: √2 σ); none past four, and at most 5% of
+    // decisions pass the bound at all (the same held for three other draws of the generator;
+    // seed 30's stops first at the published-sweep assertion above, one violation of 0.05
+    // points).
     for (i, sigma) in noisy {
         let (name, s) = &rows[i];
         let decisions = 3 * s.workloads;

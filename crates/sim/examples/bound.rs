@@ -7,7 +7,8 @@
 //! of that run cut the bounds further, until no bound changes. A slowed job then never holds
 //! GPUs while a job waits for them, with the whole future known: the energy this saves is what
 //! DVFS can save at DVFS-off's waits. Printed beside slurm-powersave and powersave-dvfs, with
-//! which of the energy and wait targets it would meet.
+//! which of the energy and wait targets it would meet, and for the DVFS-off run how
+//! much of the time a job waits and how much DVFS saving lies clear of those waits.
 //!
 //! Run: `cargo run --release -p wattson-sim --example bound [-- TRACE NODES,NODES SEEDS
 //! key=value...]` (defaults: cluster04.csv, 80,123, 5; `key=value` sets a `[wattson]` knob of
@@ -63,6 +64,31 @@ fn cut_bounds(jobs: &[SimJob], r: &RunResult, waiting: &[(f64, f64)], cut: &mut 
     changed
 }
 
+/// Why DVFS-off's waits leave DVFS little: the share of `r`'s span during which a job waits,
+/// and the GPU energy (MWh) every job at its floor level would save, in all and from jobs
+/// whose floor-level run overlaps no waiting interval.
+fn clear_of_queues(
+    jobs: &[SimJob],
+    catalog: &Catalog,
+    r: &RunResult,
+    waiting: &[(f64, f64)],
+) -> (f64, f64, f64) {
+    let share = waiting.iter().map(|w| w.1 - w.0).sum::<f64>() / (r.t_end - r.t0);
+    let (mut all, mut clear) = (0.0, 0.0);
+    for (job, run) in jobs.iter().zip(&r.jobs) {
+        let w = catalog.get(0, job.workload);
+        let (f, top) = (job.choices[0].floor, w.max_idx());
+        let saved_j = f64::from(job.gpus) * job.duration * (w.power[top] - w.power[f] * w.time_ratio(f));
+        all += saved_j;
+        let end = run.start + job.duration * w.time_ratio(f);
+        let next = waiting.partition_point(|x| x.1 <= run.start);
+        if waiting.get(next).is_none_or(|x| x.0 >= end) {
+            clear += saved_j;
+        }
+    }
+    (share, all / 3.6e9, clear / 3.6e9)
+}
+
 /// One printed row: energy, waits and bound violations (against the users' own bounds).
 fn row(seed: u64, name: &str, s: &Summary, violations: usize) {
     println!(
@@ -116,6 +142,11 @@ fn main() {
             };
             let off = wattson_sim::simulate::simulate(&c, &catalog, &models, &o.jobs, dvfs_off);
             row(seed, "wattson, DVFS off", &summarize(&off, &o.jobs, &c).0, over(&off));
+            let (share, all, clear) = clear_of_queues(&o.jobs, &catalog, &off, &waiting_intervals(&off));
+            println!(
+                "seed {seed}: DVFS off, a job waits {:.1}% of the time; every job at its floor level would save {all:.2} MWh of GPU energy, the jobs whose floor-level run overlaps no wait {clear:.2} MWh",
+                100.0 * share
+            );
             let mut cut: Vec<f64> = o.jobs.iter().map(|j| j.bound).collect();
             let mut last = off;
             let mut rounds = 0;
