@@ -124,6 +124,10 @@ pub struct WattsonTuning {
     /// An idle node outside the warm set sleeps after this many break-even times idle.
     #[serde(default = "default_keep")]
     pub keep_break_evens: f64,
+    /// The warm set rounds the forecast's node demand up; `false`: only nodes whose demand is
+    /// expected in full within the horizon stay warm.
+    #[serde(default = "yes")]
+    pub warm_round_up: bool,
     /// Pack jobs onto powered nodes (best fit); `false`: Slurm's first fit.
     #[serde(default = "yes")]
     pub pack: bool,
@@ -197,6 +201,7 @@ impl WattsonTuning {
             "forecast_window_s" => self.forecast_window_s = value,
             "warm_break_evens" => self.warm_break_evens = value,
             "keep_break_evens" => self.keep_break_evens = value,
+            "warm_round_up" => self.warm_round_up = flag(value),
             "pack" => self.pack = flag(value),
             "min_price_drop" => self.min_price_drop = value,
             "dvfs_min_free" => self.dvfs_min_free = value,
@@ -219,6 +224,7 @@ impl Default for WattsonTuning {
             forecast_window_s: default_forecast(),
             warm_break_evens: default_warm(),
             keep_break_evens: default_keep(),
+            warm_round_up: true,
             pack: true,
             min_price_drop: default_min_price_drop(),
             dvfs_min_free: default_dvfs_min_free(),
@@ -286,6 +292,7 @@ impl ClusterConfig {
             forecast_window_s: self.wattson.forecast_window_s,
             warm_break_evens: self.wattson.warm_break_evens,
             keep_break_evens: self.wattson.keep_break_evens,
+            warm_round_up: self.wattson.warm_round_up,
             pack: self.wattson.pack,
             min_price_drop: self.wattson.min_price_drop,
             dvfs_min_free: self.wattson.dvfs_min_free,
@@ -500,6 +507,7 @@ defer_window_s = [3600.0, 7200.0]
             ("forecast_window_s", "600.0", 600.0),
             ("warm_break_evens", "2.5", 2.5),
             ("keep_break_evens", "1.0", 1.0),
+            ("warm_round_up", "false", 0.0),
             ("pack", "false", 0.0),
             ("min_price_drop", "0.5", 0.5),
             ("dvfs_min_free", "0.3", 0.3),

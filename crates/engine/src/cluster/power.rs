@@ -4,7 +4,8 @@
 //! booted node could serve them plus one break-even time (`boot_s + k·t_be`); every other idle
 //! node's expected idle gap exceeds the break-even time, so it is powered down at once (no idle
 //! floor, no timer). Free GPUs on partly used nodes and GPUs that running jobs release within
-//! the horizon serve demand first; deferred jobs due within the horizon add to it.
+//! the horizon serve demand first; deferred jobs due within the horizon add to it, and so do
+//! queued jobs that can start within it (the others wait for busy GPUs, not for a boot).
 
 use super::{Actions, NodePower, Policy, PolicyKind, Snapshot, release_time};
 
@@ -58,20 +59,58 @@ pub fn break_even_s(s: &Snapshot) -> f64 {
     s.node.break_even_s(idle_w)
 }
 
+/// Jobs of one node or more submitted per second over the forecast window ending now.
+fn whole_job_rate(s: &Snapshot, window_s: f64, gpn: u32) -> f64 {
+    let from = s.now - window_s;
+    let jobs = s.arrivals.iter().rev().take_while(|x| x.0 >= from).filter(|x| x.1 >= gpn).count();
+    jobs as f64 / window_s
+}
+
+/// GPUs of the queued jobs that can start within `horizon`, in queue order: each while it
+/// fits in the GPUs free on nodes that can run jobs (on, booting or off) plus those that
+/// running jobs release within the horizon. The first that does not fit, and those behind it,
+/// wait for busy GPUs, so a warm node would only idle until then.
+fn startable<'a>(s: &Snapshot<'a>, horizon: f64) -> impl Iterator<Item = u32> + 'a {
+    let free: u64 =
+        s.nodes.iter().filter(|n| n.power != NodePower::Busy).map(|n| u64::from(n.free_gpus)).sum();
+    let released: u64 = s
+        .running
+        .iter()
+        .filter(|r| (1.0 - r.progress) * r.job.work_s <= horizon)
+        .map(|r| u64::from(r.job.gpus))
+        .sum();
+    let mut supply = free + released;
+    let queued: &'a [super::Queued] = s.queued;
+    queued.iter().map(|q| q.job.gpus).take_while(move |&g| {
+        let fits = u64::from(g) <= supply;
+        if fits {
+            supply -= u64::from(g);
+        }
+        fits
+    })
+}
+
 /// How many idle nodes to keep warm (powered on or booting) now: the whole nodes the forecast
 /// needs within the horizon. Jobs smaller than a node are served first by free GPUs on partly
 /// used nodes; whole-node jobs first by nodes that running jobs free within the horizon.
+/// With `warm_round_up` a fraction of a node's demand keeps a node; without it, a node is kept
+/// only for demand expected in full within the horizon (node demand rounded down, whole-node
+/// jobs counted only when at least one is expected), so its expected idle gap is shorter.
 pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
     let g = f64::from(gpn);
     let horizon = s.node.boot_s + p.tuning.warm_break_evens * break_even_s(s);
     let until = s.now + horizon;
-    let (small_rate, whole_rate) = arrival_rate(s, p.tuning.forecast_window_s, gpn);
+    let window = p.tuning.forecast_window_s;
+    let (small_rate, whole_rate) = arrival_rate(s, window, gpn);
     let (mut small, mut whole) = (small_rate * horizon, whole_rate * horizon);
+    if !p.tuning.warm_round_up && whole_job_rate(s, window, gpn) * horizon < 1.0 {
+        whole = 0.0;
+    }
     // Deferred jobs due within the horizon (those due now are released or budget-held).
     let held =
         s.held.iter().filter(|h| (s.now + 1e-9..=until).contains(&release_time(p, s, h))).map(|h| h.job.gpus);
-    for gpus in held.chain(s.queued.iter().map(|q| q.job.gpus)) {
+    for gpus in held.chain(startable(s, horizon)) {
         if gpus < gpn {
             small += f64::from(gpus);
         } else {
@@ -88,7 +127,8 @@ pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
             whole -= f64::from(r.job.gpus);
         }
     }
-    let need = (small.max(0.0) / g + whole.max(0.0) / g).ceil();
+    let nodes = small.max(0.0) / g + whole.max(0.0) / g;
+    let need = if p.tuning.warm_round_up { nodes.ceil() } else { nodes.floor() };
     if need > 0.0 { need as usize } else { 0 }
 }
 

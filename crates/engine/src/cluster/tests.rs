@@ -101,6 +101,51 @@ fn right_sizing_sleeps_idle_nodes_without_forecast_demand_and_keeps_a_forecast_w
 }
 
 #[test]
+fn queued_jobs_keep_nodes_warm_only_if_they_can_start_within_the_horizon() {
+    // Four nodes busy with 8-GPU jobs, two idle; a 48-GPU job waits. While the busy jobs run
+    // past the horizon (300 s boot + 278.95 s break-even) it cannot start, and the idle nodes
+    // sleep; once they end within it, 16 + 32 GPUs fit it and the idle two stay warm.
+    let mut nodes: Vec<NodeView> = (0..4).map(|_| node(NodePower::On, 0, f64::INFINITY)).collect();
+    nodes.extend((0..2).map(|_| node(NodePower::On, 8, 0.0)));
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let q = [Queued { job: JobView { gpus: 48, ..job(9, 0.0) }, submit: 0.0 }];
+    let running = |progress: f64| -> Vec<Running> {
+        (0..4).map(|i| Running { job: job(i, 0.0), elapsed_s: 0.0, progress, level: 3 }).collect()
+    };
+    let far = running(0.0);
+    let a = decide(&p, &snap(10.0, &nodes, &m, &q, &far, &[], &tariff));
+    assert_eq!(a.power_down, vec![4, 5]);
+    let near = running(0.9);
+    let a = decide(&p, &snap(10.0, &nodes, &m, &q, &near, &[], &tariff));
+    assert!(a.power_down.is_empty(), "{a:?}");
+}
+
+#[test]
+fn without_round_up_the_warm_set_keeps_only_demand_expected_in_full() {
+    let nodes: Vec<NodeView> = (0..6).map(|_| node(NodePower::On, 8, 0.0)).collect();
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let up = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let down = Policy { tuning: Tuning { warm_round_up: false, ..up.tuning }, ..up };
+    let at = |p: &Policy, arrivals: &[(f64, u32)]| {
+        decide(p, &snap(3000.0, &nodes, &m, &[], &[], arrivals, &tariff))
+    };
+    // Twelve 8-GPU jobs in the hour: 1.93 expected within the 578.95 s horizon, 15.4 GPUs.
+    let twelve: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
+    assert_eq!(at(&up, &twelve).power_down, vec![2, 3, 4, 5]);
+    assert_eq!(at(&down, &twelve).power_down, vec![1, 2, 3, 4, 5]);
+    // Six: 0.96 expected, under one job; 7.7 GPUs still keep a node when rounding up.
+    assert_eq!(at(&up, &twelve[..6]).power_down, vec![1, 2, 3, 4, 5]);
+    assert_eq!(at(&down, &twelve[..6]).power_down, vec![0, 1, 2, 3, 4, 5]);
+    // Twelve 4-GPU jobs: 7.7 GPUs, under a node.
+    let small: Vec<(f64, u32)> = twelve.iter().map(|&(t, _)| (t, 4)).collect();
+    assert_eq!(at(&up, &small).power_down, vec![1, 2, 3, 4, 5]);
+    assert_eq!(at(&down, &small).power_down, vec![0, 1, 2, 3, 4, 5]);
+}
+
+#[test]
 fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let m = levels();
     let tariff = PriceSchedule::default();

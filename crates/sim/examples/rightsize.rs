@@ -1,0 +1,105 @@
+//! Right-sizing against Slurm's idle timer (issue 12, item 2), with DVFS and deferral off so
+//! that only node power differs: wattson's warm set against `slurm-powersave` at its
+//! least-energy `SuspendTime` (300/600/1800/3600 s, chosen per case with hindsight), on
+//! cluster04 at 80 and 123 nodes and each other ITP trace at ~77% and ~50% of its mean load.
+//! Prints each case's energy and mean queueing wait (boot waits included) and counts the
+//! cases where right-sizing uses no more energy and waits at most 1% longer.
+//!
+//! Run: `cargo run --release -p wattson-sim --example rightsize [-- SEEDS [key=value...]]`
+//! (default 1 seed; `key=value` sets a `[wattson]` knob, e.g. `warm_round_up=0`). Reads
+//! `etc/sim/cluster.toml` and `../shared/data`.
+
+use std::path::Path;
+
+use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// (trace, nodes): cluster04 at the issue's sizes, the others as in docs/sim.md's
+/// "Other traces at their own load", and two light traces on 80 nodes.
+const CASES: [(&str, u32); 20] = [
+    ("cluster04.csv", 80),
+    ("cluster04.csv", 123),
+    ("cluster01.csv", 8),
+    ("cluster02.csv", 14),
+    ("cluster02.csv", 22),
+    ("cluster03.csv", 23),
+    ("cluster03.csv", 35),
+    ("cluster05.csv", 2),
+    ("cluster05.csv", 3),
+    ("cluster06.csv", 15),
+    ("cluster06.csv", 22),
+    ("cluster07.csv", 42),
+    ("cluster07.csv", 64),
+    ("cluster08.csv", 11),
+    ("cluster08.csv", 17),
+    ("cluster09.csv", 6),
+    ("cluster09.csv", 8),
+    ("cluster10.csv", 2),
+    ("cluster01.csv", 80),
+    ("cluster09.csv", 80),
+];
+
+fn read(rel: &str) -> String {
+    let p = Path::new(ROOT).join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let seeds: u64 = args.get(1).map_or(1, |s| s.parse().expect("seed count"));
+    let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
+    // DVFS off (nothing slowed, full speed whenever a job waits) and deferral off.
+    for (k, v) in [("dvfs_min_free", 2.0), ("congestion_raise", 1.0), ("min_price_drop", 100.0)] {
+        base.wattson.set(k, v).unwrap();
+    }
+    for kv in args.iter().skip(2) {
+        let (k, v) = kv.split_once('=').expect("overrides are key=value");
+        base.wattson.set(k, v.parse().expect("a number")).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let catalog =
+        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
+            .unwrap();
+    let (mut energy_pct, mut wait_pct, mut no_worse) = (0.0, 0.0, 0);
+    println!(
+        "{:<14} {:>5} {:>11} {:>9} {:>11} {:>8} {:>9} {:>8}",
+        "trace", "nodes", "timer kWh", "wait h", "wattson kWh", "energy", "wait h", "wait"
+    );
+    for (trace_name, nodes) in CASES {
+        let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
+        let trace = wattson_sim::trace::parse(&text, trace_name, TraceFormat::Auto).unwrap();
+        let mut c = base.clone();
+        c.groups[0].nodes = nodes;
+        let [mut timer_e, mut timer_w, mut ours_e, mut ours_w] = [0.0; 4];
+        for seed in 1..=seeds {
+            let list = [PolicyKind::SlurmPowersave, PolicyKind::Wattson];
+            let o = wattson_sim::run(&c, &catalog, &trace, trace_name, &list, seed).unwrap();
+            let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+            let (t, w) = (by(PolicyKind::SlurmPowersave), by(PolicyKind::Wattson));
+            timer_e += t.energy_kwh;
+            timer_w += t.queue_wait_mean_s;
+            ours_e += w.energy_kwh;
+            ours_w += w.queue_wait_mean_s;
+        }
+        let de = 100.0 * (ours_e / timer_e - 1.0);
+        let dw = 100.0 * (ours_w / timer_w.max(1e-9) - 1.0);
+        energy_pct += de;
+        wait_pct += dw;
+        no_worse += usize::from(de <= 0.0 && dw <= 1.0);
+        let n = seeds as f64;
+        println!(
+            "{trace_name:<14} {nodes:>5} {:>11.0} {:>9.3} {:>11.0} {de:>+7.2}% {:>9.3} {dw:>+7.1}%",
+            timer_e / n,
+            timer_w / 3600.0 / n,
+            ours_e / n,
+            ours_w / 3600.0 / n
+        );
+    }
+    let k = CASES.len() as f64;
+    println!(
+        "mean over the cases: energy {:+.2}%, mean queueing wait {:+.1}%; no more energy and at most 1% more wait in {no_worse} of {}",
+        energy_pct / k,
+        wait_pct / k,
+        CASES.len()
+    );
+}
