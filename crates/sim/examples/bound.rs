@@ -108,8 +108,7 @@ fn main() {
     let seeds: u64 = args.get(3).map_or(5, |s| s.parse().expect("seed count"));
     let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
     for kv in args.iter().skip(4) {
-        let (k, v) = kv.split_once('=').expect("overrides are key=value");
-        base.wattson.set(k, v.parse().expect("a number")).unwrap_or_else(|e| panic!("{e}"));
+        base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
     }
     let catalog =
         Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")

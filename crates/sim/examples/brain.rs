@@ -34,12 +34,10 @@ fn main() {
     let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
     let mut base = base;
     for kv in args.iter().skip(4) {
-        let (k, v) = kv.split_once('=').expect("overrides are key=value");
-        let v: f64 = v.parse().expect("a number");
-        if k == "budget_w" {
-            base.budget = Some(wattson_sim::cluster::Budget { power_w: v });
+        if let Some(v) = kv.strip_prefix("budget_w=") {
+            base.budget = Some(wattson_sim::cluster::Budget { power_w: v.parse().expect("a number") });
         } else {
-            base.wattson.set(k, v).unwrap_or_else(|e| panic!("{e}"));
+            base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
         }
     }
     let mut all_ok = true;

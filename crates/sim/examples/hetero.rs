@@ -24,8 +24,7 @@ fn main() {
     let cpath = Path::new(ROOT).join("etc/sim/cluster-hetero.toml");
     let mut base = ClusterConfig::from_toml(&read(&cpath), "etc/sim/cluster-hetero.toml").unwrap();
     for kv in args.iter().skip(3) {
-        let (k, v) = kv.split_once('=').expect("overrides are key=value");
-        base.wattson.set(k, v.parse().expect("a number")).unwrap_or_else(|e| panic!("{e}"));
+        base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
     }
     let dir = cpath.parent().unwrap();
     let texts: Vec<String> = base.groups.iter().map(|g| read(&dir.join(&g.zeus_csv))).collect();

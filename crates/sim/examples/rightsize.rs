@@ -54,8 +54,7 @@ fn main() {
         base.wattson.set(k, v).unwrap();
     }
     for kv in args.iter().skip(2) {
-        let (k, v) = kv.split_once('=').expect("overrides are key=value");
-        base.wattson.set(k, v.parse().expect("a number")).unwrap_or_else(|e| panic!("{e}"));
+        base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
     }
     let catalog =
         Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")

@@ -216,6 +216,13 @@ impl WattsonTuning {
         }
         Ok(())
     }
+
+    /// Sets a knob from a `key=value` command-line override (see [`WattsonTuning::set`]).
+    pub fn set_pair(&mut self, pair: &str) -> Result<(), SimError> {
+        let bad = |why: &str| SimError::Input(format!("override `{pair}`: {why}"));
+        let (key, value) = pair.split_once('=').ok_or_else(|| bad("expected key=value"))?;
+        self.set(key, value.parse().map_err(|_| bad("the value is not a number"))?)
+    }
 }
 
 impl Default for WattsonTuning {
@@ -529,5 +536,11 @@ defer_window_s = [3600.0, 7200.0]
         }
         let e = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson.set("warm", 1.0).unwrap_err();
         assert_eq!(e.to_string(), "unknown [wattson] knob `warm`");
+        let mut w = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson;
+        w.set_pair("congestion_raise=1").unwrap();
+        assert_eq!(w.congestion_raise, 1.0);
+        assert_eq!(w.set_pair("pack").unwrap_err().to_string(), "override `pack`: expected key=value");
+        let e = w.set_pair("pack=yes").unwrap_err().to_string();
+        assert_eq!(e, "override `pack=yes`: the value is not a number");
     }
 }
