@@ -124,10 +124,10 @@ pub struct WattsonTuning {
     /// An idle node outside the warm set sleeps after this many break-even times idle.
     #[serde(default = "default_keep")]
     pub keep_break_evens: f64,
-    /// The warm set rounds the forecast's node demand up; `false`: only nodes whose demand is
-    /// expected in full within the horizon stay warm.
-    #[serde(default = "yes")]
-    pub warm_round_up: bool,
+    /// The warm set is the fewest idle nodes that the forecast demand within its horizon
+    /// outgrows with at most this probability (0 < p < 1).
+    #[serde(default = "default_shortfall")]
+    pub warm_shortfall: f64,
     /// Pack jobs onto powered nodes (best fit); `false`: Slurm's first fit.
     #[serde(default = "yes")]
     pub pack: bool,
@@ -179,6 +179,9 @@ fn default_forecast() -> f64 {
 fn default_warm() -> f64 {
     Tuning::default().warm_break_evens
 }
+fn default_shortfall() -> f64 {
+    Tuning::default().warm_shortfall
+}
 fn default_raise() -> f64 {
     Tuning::default().congestion_raise
 }
@@ -201,7 +204,7 @@ impl WattsonTuning {
             "forecast_window_s" => self.forecast_window_s = value,
             "warm_break_evens" => self.warm_break_evens = value,
             "keep_break_evens" => self.keep_break_evens = value,
-            "warm_round_up" => self.warm_round_up = flag(value),
+            "warm_shortfall" => self.warm_shortfall = value,
             "pack" => self.pack = flag(value),
             "min_price_drop" => self.min_price_drop = value,
             "dvfs_min_free" => self.dvfs_min_free = value,
@@ -231,7 +234,7 @@ impl Default for WattsonTuning {
             forecast_window_s: default_forecast(),
             warm_break_evens: default_warm(),
             keep_break_evens: default_keep(),
-            warm_round_up: true,
+            warm_shortfall: default_shortfall(),
             pack: true,
             min_price_drop: default_min_price_drop(),
             dvfs_min_free: default_dvfs_min_free(),
@@ -299,7 +302,7 @@ impl ClusterConfig {
             forecast_window_s: self.wattson.forecast_window_s,
             warm_break_evens: self.wattson.warm_break_evens,
             keep_break_evens: self.wattson.keep_break_evens,
-            warm_round_up: self.wattson.warm_round_up,
+            warm_shortfall: self.wattson.warm_shortfall,
             pack: self.wattson.pack,
             min_price_drop: self.wattson.min_price_drop,
             dvfs_min_free: self.wattson.dvfs_min_free,
@@ -392,6 +395,10 @@ impl ClusterConfig {
                 "slurm.suspend_times_s = {:?}: give one or more finite values >= 0",
                 self.slurm.suspend_times_s
             ));
+        }
+        let q = self.wattson.warm_shortfall;
+        if !(q > 0.0 && q < 1.0) {
+            return Err(format!("wattson.warm_shortfall = {q}: must be a probability between 0 and 1"));
         }
         if !(self.wattson.type_max_cost >= 1.0 && self.wattson.type_max_cost.is_finite()) {
             return Err(format!(
@@ -503,6 +510,12 @@ defer_window_s = [3600.0, 7200.0]
         let bad = SMALL.replace("[[0.0, 0.5], [0.1, 0.5]]", "[[0.0, 0.5]]");
         let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
         assert!(e.contains("add up to 0.5"), "{e}");
+        for q in ["0.0", "1.0"] {
+            let e = ClusterConfig::from_toml(&format!("{SMALL}[wattson]\nwarm_shortfall = {q}\n"), "c.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("c.toml: wattson.warm_shortfall = "), "{e}");
+        }
         let bad = SMALL.replace("nodes = 4", "nodes = 4\nbogus = 1");
         let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
         assert!(e.starts_with("c.toml: ") && e.contains("bogus"), "{e}");
@@ -514,7 +527,7 @@ defer_window_s = [3600.0, 7200.0]
             ("forecast_window_s", "600.0", 600.0),
             ("warm_break_evens", "2.5", 2.5),
             ("keep_break_evens", "1.0", 1.0),
-            ("warm_round_up", "false", 0.0),
+            ("warm_shortfall", "0.5", 0.5),
             ("pack", "false", 0.0),
             ("min_price_drop", "0.5", 0.5),
             ("dvfs_min_free", "0.3", 0.3),

@@ -216,9 +216,9 @@ pub struct Tuning {
     /// An idle node outside the warm set sleeps after this many break-even times idle (0: at
     /// once; 1: the ski-rental timer).
     pub keep_break_evens: f64,
-    /// The warm set rounds the forecast's node demand up (a fraction of a node keeps one);
-    /// `false`: it keeps only nodes whose demand is expected in full within the horizon.
-    pub warm_round_up: bool,
+    /// The warm set is the fewest idle nodes that the demand forecast within its horizon
+    /// outgrows with at most this probability (0 < p < 1; lower keeps more nodes warm).
+    pub warm_shortfall: f64,
     /// wattson packs jobs (best fit on powered nodes); `false`: first fit, as Slurm.
     pub pack: bool,
     /// Defer a job only into an hour at least this much cheaper (relative).
@@ -251,7 +251,7 @@ impl Default for Tuning {
             forecast_window_s: 3600.0,
             warm_break_evens: 1.0,
             keep_break_evens: 0.0,
-            warm_round_up: true,
+            warm_shortfall: 0.25,
             pack: true,
             min_price_drop: 0.2,
             dvfs_min_free: 0.0,

@@ -1,11 +1,13 @@
 //! Node power: Slurm's idle timer for the references, right-sizing for wattson.
 //!
-//! Right-sizing keeps warm only the idle nodes the arrival forecast expects to need before a
-//! booted node could serve them plus one break-even time (`boot_s + k·t_be`); every other idle
-//! node's expected idle gap exceeds the break-even time, so it is powered down at once (no idle
-//! floor, no timer). Free GPUs on partly used nodes and GPUs that running jobs release within
-//! the horizon serve demand first; deferred jobs due within the horizon add to it, and so do
-//! queued jobs that can start within it (the others wait for busy GPUs, not for a boot).
+//! Right-sizing keeps warm only the idle nodes that demand is likely to need before a booted
+//! node could serve it plus one break-even time (`boot_s + k·t_be`): jobs arrive as a Poisson
+//! stream at the forecast window's rate, and the warm set is the fewest nodes that the demand
+//! within the horizon outgrows with probability below `warm_shortfall`. Every other idle node's
+//! expected idle gap exceeds the break-even time, so it is powered down at once (no idle floor,
+//! no timer). Free GPUs on partly used nodes and GPUs that running jobs release within the
+//! horizon serve demand first; deferred jobs due within the horizon add to it, and so do queued
+//! jobs that can start within it (the others wait for busy GPUs, not for a boot).
 
 use super::{Actions, NodePower, Policy, PolicyKind, Snapshot, release_time};
 
@@ -59,13 +61,6 @@ pub fn break_even_s(s: &Snapshot) -> f64 {
     s.node.break_even_s(idle_w)
 }
 
-/// Jobs of one node or more submitted per second over the forecast window ending now.
-fn whole_job_rate(s: &Snapshot, window_s: f64, gpn: u32) -> f64 {
-    let from = s.now - window_s;
-    let jobs = s.arrivals.iter().rev().take_while(|x| x.0 >= from).filter(|x| x.1 >= gpn).count();
-    jobs as f64 / window_s
-}
-
 /// GPUs of the queued jobs that can start within `horizon`, in queue order: each while it
 /// fits in the GPUs free on nodes that can run jobs (on, booting or off) plus those that
 /// running jobs release within the horizon. The first that does not fit, and those behind it,
@@ -90,46 +85,97 @@ fn startable<'a>(s: &Snapshot<'a>, horizon: f64) -> impl Iterator<Item = u32> + 
     })
 }
 
-/// How many idle nodes to keep warm (powered on or booting) now: the whole nodes the forecast
-/// needs within the horizon. Jobs smaller than a node are served first by free GPUs on partly
-/// used nodes; whole-node jobs first by nodes that running jobs free within the horizon.
-/// With `warm_round_up` a fraction of a node's demand keeps a node; without it, a node is kept
-/// only for demand expected in full within the horizon (node demand rounded down, whole-node
-/// jobs counted only when at least one is expected), so its expected idle gap is shorter.
+/// How many idle nodes to keep warm (powered on or booting) now: the fewest that the node
+/// demand within the horizon exceeds with probability below `warm_shortfall`. Jobs smaller
+/// than a node and whole-node jobs each arrive as a Poisson stream at the forecast window's
+/// rate of jobs, each of that window's mean size; the former are served first by free GPUs on
+/// partly used nodes, the latter by nodes that running jobs free within the horizon. Counting
+/// jobs rather than GPUs keeps a node warm when a job is likely to come, not merely possible.
 pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
-    let g = f64::from(gpn);
     let horizon = s.node.boot_s + p.tuning.warm_break_evens * break_even_s(s);
     let until = s.now + horizon;
     let window = p.tuning.forecast_window_s;
-    let (small_rate, whole_rate) = arrival_rate(s, window, gpn);
-    let (mut small, mut whole) = (small_rate * horizon, whole_rate * horizon);
-    if !p.tuning.warm_round_up && whole_job_rate(s, window, gpn) * horizon < 1.0 {
-        whole = 0.0;
+    // Jobs smaller than a node, and whole-node jobs: each class's arrivals over the window...
+    let (mut small, mut whole) = (Demand::default(), Demand::default());
+    for &(_, g) in s.arrivals.iter().rev().take_while(|x| x.0 >= s.now - window) {
+        let d = if g < gpn { &mut small } else { &mut whole };
+        d.jobs += 1;
+        d.gpus += f64::from(g);
     }
-    // Deferred jobs due within the horizon (those due now are released or budget-held).
+    // ...and its GPUs certainly wanted within the horizon: deferred jobs due within it (those
+    // due now are released or budget-held) and startable queued jobs, less free GPUs on partly
+    // used nodes (small) and those running jobs release within the horizon (whole).
     let held =
         s.held.iter().filter(|h| (s.now + 1e-9..=until).contains(&release_time(p, s, h))).map(|h| h.job.gpus);
     for gpus in held.chain(startable(s, horizon)) {
-        if gpus < gpn {
-            small += f64::from(gpus);
-        } else {
-            whole += f64::from(gpus);
-        }
+        if gpus < gpn { &mut small } else { &mut whole }.certain += f64::from(gpus);
     }
     for n in s.nodes {
         if matches!(n.power, NodePower::On | NodePower::Booting) && !is_idle(n) {
-            small -= f64::from(n.free_gpus);
+            small.certain -= f64::from(n.free_gpus);
         }
     }
     for r in s.running {
         if r.job.gpus >= gpn && (1.0 - r.progress) * r.job.work_s <= horizon {
-            whole -= f64::from(r.job.gpus);
+            whole.certain -= f64::from(r.job.gpus);
         }
     }
-    let nodes = small.max(0.0) / g + whole.max(0.0) / g;
-    let need = if p.tuning.warm_round_up { nodes.ceil() } else { nodes.floor() };
-    if need > 0.0 { need as usize } else { 0 }
+    let rate = horizon / window;
+    let need = convolve(&small.nodes(rate, gpn), &whole.nodes(rate, gpn));
+    let mut below = 0.0;
+    for (k, p_k) in need.iter().enumerate() {
+        below += p_k;
+        if 1.0 - below < p.tuning.warm_shortfall {
+            return k;
+        }
+    }
+    need.len()
+}
+
+/// One class of demand within the horizon (jobs smaller than a node, or whole-node jobs).
+#[derive(Default)]
+struct Demand {
+    /// Jobs of the class submitted over the forecast window.
+    jobs: u32,
+    /// Their GPUs.
+    gpus: f64,
+    /// GPUs known to be wanted (held and startable queued jobs), less free or freed ones.
+    certain: f64,
+}
+
+impl Demand {
+    /// The distribution of the nodes this class needs within the horizon, `rate` being the
+    /// horizon over the window: index `k` holds P(k nodes). The Poisson tail is cut below 1e-6.
+    fn nodes(&self, rate: f64, gpn: u32) -> Vec<f64> {
+        let mean = f64::from(self.jobs) * rate;
+        let size = if self.jobs > 0 { self.gpus / f64::from(self.jobs) } else { 0.0 };
+        let mut out: Vec<f64> = Vec::new();
+        let (mut n, mut ln_fact, mut cdf) = (0u32, 0.0f64, 0.0f64);
+        while cdf < 1.0 - 1e-6 && n <= 100_000 {
+            let pmf = if mean > 0.0 { (f64::from(n) * mean.ln() - mean - ln_fact).exp() } else { 1.0 };
+            let k = ((self.certain + f64::from(n) * size).max(0.0) / f64::from(gpn)).ceil() as usize;
+            if out.len() <= k {
+                out.resize(k + 1, 0.0);
+            }
+            out[k] += pmf;
+            cdf += pmf;
+            n += 1;
+            ln_fact += f64::from(n).ln();
+        }
+        out
+    }
+}
+
+/// The distribution of the sum of two independent counts.
+fn convolve(a: &[f64], b: &[f64]) -> Vec<f64> {
+    let mut out = vec![0.0; a.len() + b.len() - 1];
+    for (i, x) in a.iter().enumerate() {
+        for (j, y) in b.iter().enumerate() {
+            out[i + j] += x * y;
+        }
+    }
+    out
 }
 
 /// Powers down idle nodes beyond the warm target once they have been idle for

@@ -86,18 +86,17 @@ fn right_sizing_sleeps_idle_nodes_without_forecast_demand_and_keeps_a_forecast_w
     // No arrivals: every idle node sleeps at once (no floor of warm nodes).
     let a = decide(&p, &snap(10.0, &nodes, &m, &[], &[], &[], &tariff));
     assert_eq!(a.power_down, vec![0, 1, 2, 3, 4, 5]);
-    // 3600 s window, 96 GPUs submitted: 96/3600 GPU/s over 300 s + one break-even
-    // (234600 J / 841 W = 278.95 s): 15.4 GPUs, two nodes of 8.
+    // Twelve 8-GPU jobs in the 3600 s window: 1.93 expected within 300 s + one break-even
+    // (234600 J / 841 W = 278.95 s). Poisson: P(more than 2) = 0.304, P(more than 3) = 0.130,
+    // so three nodes keep the shortfall below 0.25.
     let arrivals: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
     let a = decide(&p, &snap(3000.0, &nodes, &m, &[], &[], &arrivals, &tariff));
-    assert_eq!(a.power_down, vec![2, 3, 4, 5]);
-    // Two nodes off, none idle: boot two ahead of the forecast.
+    assert_eq!(a.power_down, vec![3, 4, 5]);
+    // Four nodes off, none idle: boot three ahead of the forecast.
     let mut busy: Vec<NodeView> = (0..4).map(|_| node(NodePower::On, 0, f64::INFINITY)).collect();
-    busy.push(node(NodePower::Off, 8, 0.0));
-    busy.push(node(NodePower::Off, 8, 0.0));
-    busy.push(node(NodePower::Off, 8, 0.0));
+    busy.extend((0..4).map(|_| node(NodePower::Off, 8, 0.0)));
     let a = decide(&p, &snap(3000.0, &busy, &m, &[], &[], &arrivals, &tariff));
-    assert_eq!((a.power_up.clone(), a.power_down.len()), (vec![4, 5], 0));
+    assert_eq!((a.power_up.clone(), a.power_down.len()), (vec![4, 5, 6], 0));
 }
 
 #[test]
@@ -123,26 +122,29 @@ fn queued_jobs_keep_nodes_warm_only_if_they_can_start_within_the_horizon() {
 }
 
 #[test]
-fn without_round_up_the_warm_set_keeps_only_demand_expected_in_full() {
+fn the_warm_set_keeps_a_node_when_a_job_is_likely_not_merely_possible() {
     let nodes: Vec<NodeView> = (0..6).map(|_| node(NodePower::On, 8, 0.0)).collect();
     let m = levels();
     let tariff = PriceSchedule::default();
-    let up = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
-    let down = Policy { tuning: Tuning { warm_round_up: false, ..up.tuning }, ..up };
-    let at = |p: &Policy, arrivals: &[(f64, u32)]| {
-        decide(p, &snap(3000.0, &nodes, &m, &[], &[], arrivals, &tariff))
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let warm = |p: &Policy, arrivals: &[(f64, u32)]| {
+        6 - decide(p, &snap(3000.0, &nodes, &m, &[], &[], arrivals, &tariff)).power_down.len()
     };
-    // Twelve 8-GPU jobs in the hour: 1.93 expected within the 578.95 s horizon, 15.4 GPUs.
+    // The horizon is 578.95 s of a 3600 s window. One 1-GPU job in the hour: a job within the
+    // horizon with probability 1 - exp(-0.1608) = 0.149, under 0.25: no node stays warm.
+    assert_eq!(warm(&p, &[(100.0, 1)]), 0);
+    // Two: 1 - exp(-0.3216) = 0.275, so one node stays warm (nine would be needed for two).
+    assert_eq!(warm(&p, &[(100.0, 1), (200.0, 1)]), 1);
+    // One 1-GPU and one 8-GPU job: each alone 0.149, but some node is needed with probability
+    // 1 - 0.851² = 0.275, so the two classes together keep one node.
+    assert_eq!(warm(&p, &[(100.0, 1), (200.0, 8)]), 1);
+    // Twelve 8-GPU jobs: P(more than 2 nodes) = 0.304, P(more than 3) = 0.130. A shortfall of
+    // 0.5 keeps two nodes, 0.25 three, 0.1 four (P(more than 4) = 0.047).
     let twelve: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
-    assert_eq!(at(&up, &twelve).power_down, vec![2, 3, 4, 5]);
-    assert_eq!(at(&down, &twelve).power_down, vec![1, 2, 3, 4, 5]);
-    // Six: 0.96 expected, under one job; 7.7 GPUs still keep a node when rounding up.
-    assert_eq!(at(&up, &twelve[..6]).power_down, vec![1, 2, 3, 4, 5]);
-    assert_eq!(at(&down, &twelve[..6]).power_down, vec![0, 1, 2, 3, 4, 5]);
-    // Twelve 4-GPU jobs: 7.7 GPUs, under a node.
-    let small: Vec<(f64, u32)> = twelve.iter().map(|&(t, _)| (t, 4)).collect();
-    assert_eq!(at(&up, &small).power_down, vec![1, 2, 3, 4, 5]);
-    assert_eq!(at(&down, &small).power_down, vec![0, 1, 2, 3, 4, 5]);
+    let with = |q: f64| Policy { tuning: Tuning { warm_shortfall: q, ..p.tuning }, ..p };
+    assert_eq!(warm(&with(0.5), &twelve), 2);
+    assert_eq!(warm(&p, &twelve), 3);
+    assert_eq!(warm(&with(0.1), &twelve), 4);
 }
 
 #[test]
@@ -320,15 +322,15 @@ fn type_order_ranks_gpu_types_by_predicted_energy_under_the_bound() {
 
 #[test]
 fn the_warm_set_keeps_the_gpu_types_recent_jobs_want() {
-    // Nodes 0-3 of type 0, 4-5 of type 1, all idle alike; the forecast keeps two warm (as in
-    // the right-sizing test). Untyped arrivals keep the first two nodes; arrivals that want
-    // type 1 keep its two; half and half keep one of each.
+    // Nodes 0-3 of type 0, 4-5 of type 1, all idle alike; the forecast keeps two warm at a
+    // shortfall of 0.5 (see the shortfall test). Untyped arrivals keep the first two nodes;
+    // arrivals that want type 1 keep its two; half and half keep one of each.
     let two = [GpuType { idle_w: 57.0 }, GpuType { idle_w: 40.0 }];
     let nodes: Vec<NodeView> =
         (0..6).map(|i| NodeView { gpu_type: u16::from(i >= 4), ..node(NodePower::On, 8, 0.0) }).collect();
     let m = levels();
     let tariff = PriceSchedule::default();
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning { warm_shortfall: 0.5, ..Tuning::default() } };
     let arrivals: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
     let at = |types: &[u16]| {
         let s = Snapshot {
