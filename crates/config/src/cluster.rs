@@ -31,6 +31,10 @@ pub struct CtldConfig {
     /// Window of the arrival forecast that sizes the warm set (1m to 1d).
     #[serde(default = "default_forecast_window", deserialize_with = "forecast_window")]
     pub forecast_window: Duration,
+    /// The warm set is the fewest idle nodes that the forecast demand within its horizon
+    /// outgrows with at most this probability (0.01 to 0.99; lower keeps more nodes on).
+    #[serde(default = "default_warm_shortfall", deserialize_with = "warm_shortfall")]
+    pub warm_shortfall: f64,
     /// Draw of a powered-on node without its GPUs, W.
     #[serde(default = "default_node_base_w", deserialize_with = "watts")]
     pub node_base_w: f64,
@@ -89,6 +93,7 @@ impl Default for CtldConfig {
             interval: default_interval(),
             command_timeout: default_command_timeout(),
             forecast_window: default_forecast_window(),
+            warm_shortfall: default_warm_shortfall(),
             node_base_w: default_node_base_w(),
             node_off_w: default_node_off_w(),
             gpu_idle_w: default_gpu_idle_w(),
@@ -184,6 +189,9 @@ fn default_command_timeout() -> Duration {
 fn default_forecast_window() -> Duration {
     Duration::from_secs(3600)
 }
+fn default_warm_shortfall() -> f64 {
+    0.25
+}
 fn default_node_base_w() -> f64 {
     300.0
 }
@@ -223,6 +231,9 @@ fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
 }
 fn forecast_window<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::from_secs(60), Duration::from_secs(86400))
+}
+fn warm_shortfall<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    crate::number_in(d, 0.01, 0.99, "")
 }
 fn transition<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::from_secs(1), Duration::from_secs(3600))

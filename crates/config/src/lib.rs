@@ -507,6 +507,12 @@ mod tests {
         assert!(e.contains("needs 24 values"), "{e}");
         let e = Config::parse("[ctld]\nsummary_bins = 0\n", "x.toml").unwrap_err().0;
         assert!(e.contains("outside 1 to 2000"), "{e}");
+        assert_eq!(
+            Config::parse("[ctld]\nwarm_shortfall = 0.5\n", "x.toml").unwrap().ctld.warm_shortfall,
+            0.5
+        );
+        let e = Config::parse("[ctld]\nwarm_shortfall = 1.0\n", "x.toml").unwrap_err().0;
+        assert!(e.contains("allowed 0.01 to 0.99"), "{e}");
     }
 
     #[test]

@@ -104,7 +104,11 @@ impl Planner {
         };
         let policy = Policy {
             kind: PolicyKind::Wattson,
-            tuning: Tuning { forecast_window_s: window_s, ..Tuning::default() },
+            tuning: Tuning {
+                forecast_window_s: window_s,
+                warm_shortfall: c.warm_shortfall,
+                ..Tuning::default()
+            },
         };
         let actions = cluster::decide(&policy, &snapshot);
         // The engine picks only idle powered nodes to power down and sleeping ones to boot;

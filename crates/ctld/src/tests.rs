@@ -62,3 +62,29 @@ fn a_queue_boots_a_sleeping_node_and_a_failed_resume_is_retried_then_given_up() 
     let plan = planner.plan(&failed(slurm::GAVE_UP), &[], NOW + 100.0);
     assert!(plan.retry.is_empty() && plan.give_up.is_empty() && plan.power_up.is_empty(), "{plan:?}");
 }
+
+#[test]
+fn the_warm_set_follows_the_configured_shortfall() {
+    // One full node, two idle; two 2-GPU jobs submitted in the last hour. With the default
+    // node model the horizon is 300 s of boot plus a 253.6 s break-even, so a further job
+    // within it has probability 1 - exp(-2 * 553.6 / 3600) = 0.265: above a shortfall of
+    // 0.25, one idle node stays warm; under 0.5, both sleep.
+    let nodes = parse_nodes(
+        &(node("full", "ALLOCATED", 4, "") + &node("a", "IDLE", 0, "") + &node("b", "IDLE", 0, "")),
+    )
+    .unwrap();
+    let jobs = parse_jobs(
+        "5|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|full\n\
+         6|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|full\n",
+    )
+    .unwrap();
+    let submitted = jobs[0].submit as f64;
+    let plan_with = |shortfall: f64| {
+        let mut config = Config::default();
+        config.ctld.warm_shortfall = shortfall;
+        Planner::new(config).plan(&nodes, &jobs, submitted + 600.0)
+    };
+    let (default, lax) = (plan_with(0.25), plan_with(0.5));
+    assert_eq!((default.warm_target, default.power_down.len()), (1, 1), "{default:?}");
+    assert_eq!((lax.warm_target, lax.power_down.len()), (0, 2), "{lax:?}");
+}
