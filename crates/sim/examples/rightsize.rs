@@ -2,8 +2,10 @@
 //! that only node power differs: wattson's warm set against `slurm-powersave` at its
 //! least-energy `SuspendTime` (300/600/1800/3600 s, chosen per case with hindsight), on
 //! cluster04 at 80 and 123 nodes and each other ITP trace at ~77% and ~50% of its mean load.
-//! Prints each case's energy and mean queueing wait (boot waits included) and counts the
-//! cases where right-sizing uses no more energy and waits at most 1% longer.
+//! Prints each case's energy and mean queueing wait (boot waits included) and the
+//! `SuspendTime` settings that beat right-sizing on both (no more energy and wait, one less);
+//! counts the cases where right-sizing uses no more energy and waits at most 1% longer, and
+//! those no timer setting beats.
 //!
 //! Run: `cargo run --release -p wattson-sim --example rightsize [-- SEEDS [key=value...]]`
 //! (default 1 seed; `key=value` sets a `[wattson]` knob, e.g. `warm_shortfall=0.5`). Reads

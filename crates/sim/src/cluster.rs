@@ -125,7 +125,7 @@ pub struct WattsonTuning {
     #[serde(default = "default_keep")]
     pub keep_break_evens: f64,
     /// The warm set is the fewest idle nodes that the forecast demand within its horizon
-    /// outgrows with at most this probability (0 < p < 1).
+    /// outgrows with at most this probability (0.01 to 0.99).
     #[serde(default = "default_shortfall")]
     pub warm_shortfall: f64,
     /// Pack jobs onto powered nodes (best fit); `false`: Slurm's first fit.
@@ -397,8 +397,8 @@ impl ClusterConfig {
             ));
         }
         let q = self.wattson.warm_shortfall;
-        if !(q > 0.0 && q < 1.0) {
-            return Err(format!("wattson.warm_shortfall = {q}: must be a probability between 0 and 1"));
+        if !(0.01..=0.99).contains(&q) {
+            return Err(format!("wattson.warm_shortfall = {q}: allowed 0.01 to 0.99"));
         }
         if !(self.wattson.type_max_cost >= 1.0 && self.wattson.type_max_cost.is_finite()) {
             return Err(format!(

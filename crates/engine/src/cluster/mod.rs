@@ -217,7 +217,8 @@ pub struct Tuning {
     /// once; 1: the ski-rental timer).
     pub keep_break_evens: f64,
     /// The warm set is the fewest idle nodes that the demand forecast within its horizon
-    /// outgrows with at most this probability (0 < p < 1; lower keeps more nodes warm).
+    /// outgrows with at most this probability (0.01 to 0.99 in the configurations; lower keeps
+    /// more nodes warm).
     pub warm_shortfall: f64,
     /// wattson packs jobs (best fit on powered nodes); `false`: first fit, as Slurm.
     pub pack: bool,
