@@ -109,7 +109,8 @@ pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
     let held =
         s.held.iter().filter(|h| (s.now + 1e-9..=until).contains(&release_time(p, s, h))).map(|h| h.job.gpus);
     for gpus in held.chain(startable(s, horizon)) {
-        if gpus < gpn { &mut small } else { &mut whole }.certain += f64::from(gpus);
+        let d = if gpus < gpn { &mut small } else { &mut whole };
+        d.certain += f64::from(gpus);
     }
     for n in s.nodes {
         if matches!(n.power, NodePower::On | NodePower::Booting) && !is_idle(n) {
