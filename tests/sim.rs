@@ -228,7 +228,7 @@ fn hetero_inputs() -> (ClusterConfig, Catalog) {
 fn hetero_cluster_placement_by_energy_beats_type_oblivious() {
     let (base, cat) = hetero_inputs();
     assert_eq!(cat.types.len(), 3);
-    for (trace, seed) in [("cluster01.csv", 1), ("cluster03.csv", 2)] {
+    for (trace, seed) in [("cluster01.csv", 1), ("cluster03.csv", 2), ("cluster06.csv", 1)] {
         let t = wattson_sim::trace::parse(
             &read(&data(&format!("traces/itp-elasticflow/{trace}"))),
             trace,

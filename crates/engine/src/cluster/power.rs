@@ -7,7 +7,8 @@
 //! expected idle gap exceeds the break-even time, so it is powered down at once (no idle floor,
 //! no timer). Free GPUs on partly used nodes and GPUs that running jobs release within the
 //! horizon serve demand first; deferred jobs due within the horizon add to it, and so do queued
-//! jobs that can start within it (the others wait for busy GPUs, not for a boot).
+//! jobs that can start within it (the others wait for busy GPUs, not for a boot). On several
+//! GPU types, each type's own arrivals also get a warm count, so jobs find their best type warm.
 
 use super::{Actions, NodePower, Policy, PolicyKind, Snapshot, release_time};
 
@@ -86,32 +87,66 @@ fn startable<'a>(s: &Snapshot<'a>, horizon: f64) -> impl Iterator<Item = u32> + 
 }
 
 /// How many idle nodes to keep warm (powered on or booting) now: the fewest that the node
-/// demand within the horizon exceeds with probability below `warm_shortfall`. Jobs smaller
-/// than a node and whole-node jobs each arrive as a Poisson stream at the forecast window's
-/// rate of jobs, each of that window's mean size; the former are served first by free GPUs on
-/// partly used nodes, the latter by nodes that running jobs free within the horizon. Counting
-/// jobs rather than GPUs keeps a node warm when a job is likely to come, not merely possible.
+/// demand within the horizon exceeds with probability below `warm_shortfall`, and on several
+/// GPU types at least the sum of each type's own such count ([`warm_set`]).
 pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
+    warm_set(p, s).0
+}
+
+/// The warm target and, on several GPU types with known arrival types, the warm nodes each
+/// type needs for the jobs that prefer it (empty otherwise). A job runs on its best type only
+/// when a node of it is warm; on another type it costs more energy, or waits for a boot past
+/// `type_max_cost`. So each type's demand gets its own quantile, and the target is the larger
+/// of their sum and the cluster-wide count.
+fn warm_set(p: &Policy, s: &Snapshot) -> (usize, Vec<usize>) {
+    let all = nodes_needed(p, s, None);
+    let types = s.gpu_types.len() as u16;
+    if types < 2 || s.arrival_types.len() != s.arrivals.len() {
+        return (all, Vec::new());
+    }
+    let per_type: Vec<usize> = (0..types).map(|t| nodes_needed(p, s, Some(t))).collect();
+    (all.max(per_type.iter().sum()), per_type)
+}
+
+/// The fewest idle nodes that the demand within the horizon outgrows with probability below
+/// `warm_shortfall`: of the jobs preferring GPU type `of`, or of all jobs with `None`. Jobs
+/// smaller than a node and whole-node jobs each arrive as a Poisson stream at the forecast
+/// window's rate of jobs, each of that window's mean size; the former are served first by free
+/// GPUs on partly used nodes, the latter by nodes that running jobs free within the horizon
+/// (of any type: placement takes a powered node before a boot). Counting jobs rather than GPUs
+/// keeps a node warm when a job is likely to come, not merely possible.
+fn nodes_needed(p: &Policy, s: &Snapshot, of: Option<u16>) -> usize {
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
     let horizon = s.node.boot_s + p.tuning.warm_break_evens * break_even_s(s);
     let until = s.now + horizon;
     let window = p.tuning.forecast_window_s;
     // Jobs smaller than a node, and whole-node jobs: each class's arrivals over the window...
     let (mut small, mut whole) = (Demand::default(), Demand::default());
-    for &(_, g) in s.arrivals.iter().rev().take_while(|x| x.0 >= s.now - window) {
+    let recent = s.arrivals.iter().enumerate().rev().take_while(|(_, x)| x.0 >= s.now - window);
+    for (i, &(_, g)) in recent {
+        if of.is_some_and(|t| s.arrival_types.get(i) != Some(&t)) {
+            continue;
+        }
         let d = if g < gpn { &mut small } else { &mut whole };
         d.jobs += 1;
         d.gpus += f64::from(g);
     }
-    // ...and its GPUs certainly wanted within the horizon: deferred jobs due within it (those
-    // due now are released or budget-held) and startable queued jobs, less free GPUs on partly
-    // used nodes (small) and those running jobs release within the horizon (whole).
-    let held =
-        s.held.iter().filter(|h| (s.now + 1e-9..=until).contains(&release_time(p, s, h))).map(|h| h.job.gpus);
-    for gpus in held.chain(startable(s, horizon)) {
-        let d = if gpus < gpn { &mut small } else { &mut whole };
-        d.certain += f64::from(gpus);
+    // ...and its GPUs certainly wanted within the horizon (cluster-wide only, their types
+    // unknown): deferred jobs due within it (those due now are released or budget-held) and
+    // startable queued jobs...
+    if of.is_none() {
+        let held = s
+            .held
+            .iter()
+            .filter(|h| (s.now + 1e-9..=until).contains(&release_time(p, s, h)))
+            .map(|h| h.job.gpus);
+        for gpus in held.chain(startable(s, horizon)) {
+            let d = if gpus < gpn { &mut small } else { &mut whole };
+            d.certain += f64::from(gpus);
+        }
     }
+    // ...less free GPUs on partly used nodes (small) and those running jobs release within the
+    // horizon (whole).
     for n in s.nodes {
         if matches!(n.power, NodePower::On | NodePower::Booting) && !is_idle(n) {
             small.certain -= f64::from(n.free_gpus);
@@ -182,12 +217,11 @@ fn convolve(a: &[f64], b: &[f64]) -> Vec<f64> {
 /// Powers down idle nodes beyond the warm target once they have been idle for
 /// `keep_break_evens` break-even times, and boots ahead (in node order) when below the
 /// target. On several GPU types with known arrival types, the idle nodes kept are chosen first
-/// among the types recent jobs want, in proportion to the GPUs submitted for each (booting
-/// the wanted types instead lengthened waits: jobs that accept any type found none warm).
+/// up to each type's own warm count ([`warm_set`]); boots stay in node order (booting the
+/// wanted types instead lengthened waits: jobs that accept any type found none warm).
 fn right_size(p: &Policy, s: &Snapshot, a: &mut Actions) {
-    let target = warm_target(p, s);
+    let (target, mut quota) = warm_set(p, s);
     let keep_s = p.tuning.keep_break_evens * break_even_s(s);
-    let mut quota = type_targets(p, s, target).unwrap_or_default();
     // Takes one of a type's quota: the node is wanted first.
     let mut wanted = |i: usize| -> bool {
         match quota.get_mut(usize::from(s.nodes[i].gpu_type)) {
@@ -227,38 +261,4 @@ fn right_size(p: &Policy, s: &Snapshot, a: &mut Actions) {
         let off = (0..s.nodes.len()).filter(|&i| s.nodes[i].power == NodePower::Off);
         a.power_up.extend(off.take(target - warm).map(|i| i as u32));
     }
-}
-
-/// `target` split among the GPU types by the share of GPUs submitted for each over the
-/// forecast window (largest remainders); `None` with one type, unknown arrival types or no
-/// recent submission.
-fn type_targets(p: &Policy, s: &Snapshot, target: usize) -> Option<Vec<usize>> {
-    let types = s.gpu_types.len();
-    if types < 2 || s.arrival_types.len() != s.arrivals.len() {
-        return None;
-    }
-    let from = s.now - p.tuning.forecast_window_s;
-    let mut gpus = vec![0.0f64; types];
-    for (&(at, g), &t) in s.arrivals.iter().zip(s.arrival_types).rev() {
-        if at < from {
-            break;
-        }
-        if let Some(x) = gpus.get_mut(usize::from(t)) {
-            *x += f64::from(g);
-        }
-    }
-    let total: f64 = gpus.iter().sum();
-    if total <= 0.0 {
-        return None;
-    }
-    let exact: Vec<f64> = gpus.iter().map(|g| g / total * target as f64).collect();
-    let mut out: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
-    let mut rest: Vec<usize> = (0..types).collect();
-    rest.sort_by(|&x, &y| {
-        (exact[y] - exact[y].floor()).total_cmp(&(exact[x] - exact[x].floor())).then(x.cmp(&y))
-    });
-    for &t in rest.iter().take(target - out.iter().sum::<usize>()) {
-        out[t] += 1;
-    }
-    Some(out)
 }

@@ -345,3 +345,31 @@ fn the_warm_set_keeps_the_gpu_types_recent_jobs_want() {
     let half: Vec<u16> = (0..12).map(|k| u16::from(k % 2 == 1)).collect();
     assert_eq!(at(&half), vec![1, 2, 3, 5]);
 }
+
+#[test]
+fn each_gpu_type_gets_its_own_warm_count() {
+    // Nodes 0-3 of type 0, 4-5 of type 1, all idle alike; four 1-GPU jobs in the hour, two
+    // wanting each type. The horizon is 578.95 s of the 3600 s window (as in the shortfall
+    // test), so each type alone sees a job within it with probability 1 - exp(-0.3216) = 0.275,
+    // over the 0.25 shortfall: one node of each type stays warm. Cluster-wide the four jobs
+    // fit one node (nine would be needed for a second), which is all untyped arrivals keep.
+    let two = [GpuType { idle_w: 57.0 }, GpuType { idle_w: 40.0 }];
+    let nodes: Vec<NodeView> =
+        (0..6).map(|i| NodeView { gpu_type: u16::from(i >= 4), ..node(NodePower::On, 8, 0.0) }).collect();
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let arrivals = [(100.0, 1), (200.0, 1), (300.0, 1), (400.0, 1)];
+    let at = |types: &[u16]| {
+        let s = Snapshot {
+            gpu_types: &two,
+            arrival_types: types,
+            ..snap(3000.0, &nodes, &m, &[], &[], &arrivals, &tariff)
+        };
+        (power::warm_target(&p, &s), decide(&p, &s).power_down)
+    };
+    assert_eq!(at(&[0, 1, 0, 1]), (2, vec![1, 2, 3, 5]));
+    assert_eq!(at(&[]), (1, vec![1, 2, 3, 4, 5]));
+    // All four wanting type 1: one node of type 1 covers them.
+    assert_eq!(at(&[1; 4]), (1, vec![0, 1, 2, 3, 5]));
+}
