@@ -84,7 +84,7 @@ fn the_warm_set_follows_the_configured_shortfall() {
         config.ctld.warm_shortfall = shortfall;
         Planner::new(config).plan(&nodes, &jobs, submitted + 600.0)
     };
-    let (default, lax) = (plan_with(0.25), plan_with(0.5));
-    assert_eq!((default.warm_target, default.power_down.len()), (1, 1), "{default:?}");
+    let (tight, lax) = (plan_with(0.25), plan_with(0.5));
+    assert_eq!((tight.warm_target, tight.power_down.len()), (1, 1), "{tight:?}");
     assert_eq!((lax.warm_target, lax.power_down.len()), (0, 2), "{lax:?}");
 }

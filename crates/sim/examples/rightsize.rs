@@ -51,7 +51,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let seeds: u64 = args.get(1).map_or(1, |s| s.parse().expect("seed count"));
     let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
-    // DVFS off (nothing slowed, full speed whenever a job waits) and deferral off.
+    // DVFS off (the capacity gate closed: every job at full speed) and deferral off.
     for (k, v) in [("dvfs_min_free", 2.0), ("congestion_raise", 1.0), ("min_price_drop", 100.0)] {
         base.wattson.set(k, v).unwrap();
     }

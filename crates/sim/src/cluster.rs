@@ -140,8 +140,8 @@ pub struct WattsonTuning {
     /// Slow jobs only while the GPUs expected free this far ahead are not negative (s; 0: off).
     #[serde(default)]
     pub dvfs_horizon_s: f64,
-    /// While jobs wait, how far running jobs are raised toward full speed (1: the top level,
-    /// 0: their own bound).
+    /// How far running jobs that a queued job waits for are raised toward full speed (1: the
+    /// top level, 0: their own bound).
     #[serde(default = "default_raise")]
     pub congestion_raise: f64,
     /// Count each GPU's share of its node's base draw in wattson's level choice.
@@ -532,7 +532,7 @@ defer_window_s = [3600.0, 7200.0]
             ("min_price_drop", "0.5", 0.5),
             ("dvfs_min_free", "0.3", 0.3),
             ("dvfs_horizon_s", "7200.0", 7200.0),
-            ("congestion_raise", "1.0", 1.0),
+            ("congestion_raise", "0.5", 0.5),
             ("count_node_base", "false", 0.0),
             ("type_aware", "false", 0.0),
             ("type_max_cost", "3.0", 3.0),
@@ -550,8 +550,8 @@ defer_window_s = [3600.0, 7200.0]
         let e = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson.set("warm", 1.0).unwrap_err();
         assert_eq!(e.to_string(), "unknown [wattson] knob `warm`");
         let mut w = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson;
-        w.set_pair("congestion_raise=1").unwrap();
-        assert_eq!(w.congestion_raise, 1.0);
+        w.set_pair("congestion_raise=0.25").unwrap();
+        assert_eq!(w.congestion_raise, 0.25);
         assert_eq!(w.set_pair("pack").unwrap_err().to_string(), "override `pack`: expected key=value");
         let e = w.set_pair("pack=yes").unwrap_err().to_string();
         assert_eq!(e, "override `pack=yes`: the value is not a number");

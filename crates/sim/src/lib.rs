@@ -119,7 +119,8 @@ pub fn run(
 }
 
 /// wattson's knob sweep for the Pareto plot: the shipped tuning with `congestion_raise` at 0
-/// and 1 and with DVFS off (`dvfs_min_free` above 1 and `congestion_raise` 1), plus `warm_break_evens` 0 and 4.
+/// and 0.5 and with DVFS off (`dvfs_min_free` above 1 and `congestion_raise` 1), plus
+/// `warm_break_evens` 0 and 4.
 pub fn sweep_wattson(
     cluster: &ClusterConfig,
     catalog: &Catalog,
@@ -131,7 +132,7 @@ pub fn sweep_wattson(
     let shipped = cluster.tuning(f64::NAN);
     let variants = [
         ("congestion_raise=0", wattson_engine::cluster::Tuning { congestion_raise: 0.0, ..shipped }),
-        ("congestion_raise=1", wattson_engine::cluster::Tuning { congestion_raise: 1.0, ..shipped }),
+        ("congestion_raise=0.5", wattson_engine::cluster::Tuning { congestion_raise: 0.5, ..shipped }),
         (
             "dvfs off",
             wattson_engine::cluster::Tuning { dvfs_min_free: 2.0, congestion_raise: 1.0, ..shipped },

@@ -1,10 +1,11 @@
 //! DVFS levels per job: fixed per job for the references, queue-aware over the job's life for
 //! wattson, and within the cluster power budget.
 //!
-//! wattson runs a job at the least-energy level its remaining slowdown allowance permits when
-//! no job waits, and at the top level while one does (a slowdown during congestion is paid in
-//! everyone's queueing). The allowance is tracked over the whole run: a job that ran fast while
-//! the queue was long may go slower afterwards, as long as
+//! wattson runs a job at the least-energy level its remaining slowdown allowance permits unless
+//! a queued job waits for its GPUs: then it is raised toward full speed (a slowdown there is
+//! paid in queueing), while running jobs that end after the queue could start keep saving. The
+//! allowance is tracked over the whole run: a job that ran fast while the queue waited for it
+//! may go slower afterwards, as long as
 //! `elapsed + remaining work · (1 + slowdown_hi) ≤ (1 + bound) · work`.
 
 use crate::choose::{ChooserConfig, sigma_at};
@@ -104,21 +105,58 @@ pub fn projected_free(p: &Policy, s: &Snapshot, free: f64) -> f64 {
     free + f64::from(frees) - (small + whole) * h
 }
 
-/// Whether wattson's policy lets running jobs save energy now: no job waits, enough GPUs are
-/// free and stay free over the DVFS horizon. Otherwise they run toward full speed (a slowdown
-/// during congestion is paid in everyone's queueing). The controller paces real jobs by it.
+/// Whether wattson's policy lets every running job save energy now: no job waits and the
+/// capacity gates pass ([`capacity_gates_pass`]). The controller, which does not know each
+/// job's remaining work, paces real jobs by it.
 pub fn roomy(p: &Policy, s: &Snapshot) -> bool {
+    s.queued.is_empty() && capacity_gates_pass(p, s)
+}
+
+/// Whether enough GPUs are free (`dvfs_min_free`) and stay free over the DVFS horizon
+/// (`dvfs_horizon_s`) for running jobs to be slowed at all.
+fn capacity_gates_pass(p: &Policy, s: &Snapshot) -> bool {
+    let free = f64::from(unallocated(s));
+    let total: u32 = s.nodes.iter().map(|n| n.gpus).sum();
+    free >= p.tuning.dvfs_min_free * f64::from(total) && projected_free(p, s, free) >= 0.0
+}
+
+/// GPUs of `s` that no running job holds (on nodes in any power state).
+fn unallocated(s: &Snapshot) -> u32 {
     let total: u32 = s.nodes.iter().map(|n| n.gpus).sum();
     let allocated: u32 = s.running.iter().map(|r| r.job.gpus).sum();
-    let free = f64::from(total.saturating_sub(allocated));
-    s.queued.is_empty()
-        && free >= p.tuning.dvfs_min_free * f64::from(total)
-        && projected_free(p, s, free) >= 0.0
+    total.saturating_sub(allocated)
+}
+
+/// The running jobs the queue waits for, by id (sorted): taking running jobs in the order they
+/// are expected to end at full speed, those whose GPUs are needed, with the unallocated ones,
+/// before every queued job (in queue order) has enough GPUs to start. A job that ends after
+/// that frees GPUs nobody queued is waiting for, so slowing it delays no one now.
+pub fn waited_for(s: &Snapshot) -> Vec<u32> {
+    if s.queued.is_empty() {
+        return Vec::new();
+    }
+    let mut ends: Vec<(f64, u32, u32)> =
+        s.running.iter().map(|r| ((1.0 - r.progress) * r.job.work_s, r.job.id, r.job.gpus)).collect();
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut ends = ends.into_iter();
+    let mut free = u64::from(unallocated(s));
+    let mut out = Vec::new();
+    'queue: for q in s.queued {
+        while free < u64::from(q.job.gpus) {
+            let Some((_, id, gpus)) = ends.next() else { break 'queue };
+            out.push(id);
+            free += u64::from(gpus);
+        }
+        free -= u64::from(q.job.gpus);
+    }
+    out.sort_unstable();
+    out
 }
 
 /// Level actions of `p` for `s`.
 pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
-    let roomy = roomy(p, s);
+    let gated = p.kind == PolicyKind::Wattson && !capacity_gates_pass(p, s);
+    let waited = if p.kind == PolicyKind::Wattson { waited_for(s) } else { Vec::new() };
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
     let overhead_w = if p.tuning.count_node_base { s.node.base_w / f64::from(gpn) } else { 0.0 };
     for r in s.running {
@@ -127,7 +165,7 @@ pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
         let want = match p.kind {
             PolicyKind::Wattson => {
                 let allowed = allowance(r);
-                if roomy {
+                if !gated && waited.binary_search(&r.job.id).is_err() {
                     least_energy_within(levels, allowed, overhead_w)
                 } else if p.tuning.congestion_raise >= 1.0 {
                     top

@@ -230,8 +230,9 @@ pub struct Tuning {
     /// wattson slows jobs only while the GPUs expected free this far ahead (free now, plus
     /// those released by running jobs, minus forecast arrivals) are not negative (s; 0: off).
     pub dvfs_horizon_s: f64,
-    /// While jobs wait, how far running jobs are raised toward full speed: 1 = the top level,
-    /// 0 = their own bound; in between, that share of the bound is given up.
+    /// How far running jobs that a queued job waits for ([`levels::waited_for`]) are raised
+    /// toward full speed: 1 = the top level, 0 = their own bound; in between, that share of the
+    /// bound is given up. With the capacity gates closed, every running job is raised so.
     pub congestion_raise: f64,
     /// wattson's level choice counts each GPU's share of its node's base draw
     /// (`base_w / gpus`) for as long as the job runs.
@@ -252,12 +253,12 @@ impl Default for Tuning {
             forecast_window_s: 3600.0,
             warm_break_evens: 1.0,
             keep_break_evens: 0.0,
-            warm_shortfall: 0.25,
+            warm_shortfall: 0.3,
             pack: true,
             min_price_drop: 0.2,
             dvfs_min_free: 0.0,
             dvfs_horizon_s: 0.0,
-            congestion_raise: 0.5,
+            congestion_raise: 1.0,
             count_node_base: true,
             type_aware: true,
             type_max_cost: 2.0,

@@ -88,7 +88,7 @@ fn right_sizing_sleeps_idle_nodes_without_forecast_demand_and_keeps_a_forecast_w
     assert_eq!(a.power_down, vec![0, 1, 2, 3, 4, 5]);
     // Twelve 8-GPU jobs in the 3600 s window: 1.93 expected within 300 s + one break-even
     // (234600 J / 841 W = 278.95 s). Poisson: P(more than 2) = 0.304, P(more than 3) = 0.130,
-    // so three nodes keep the shortfall below 0.25.
+    // so three nodes keep the shortfall below the default 0.3.
     let arrivals: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
     let a = decide(&p, &snap(3000.0, &nodes, &m, &[], &[], &arrivals, &tariff));
     assert_eq!(a.power_down, vec![3, 4, 5]);
@@ -131,15 +131,17 @@ fn the_warm_set_keeps_a_node_when_a_job_is_likely_not_merely_possible() {
         6 - decide(p, &snap(3000.0, &nodes, &m, &[], &[], arrivals, &tariff)).power_down.len()
     };
     // The horizon is 578.95 s of a 3600 s window. One 1-GPU job in the hour: a job within the
-    // horizon with probability 1 - exp(-0.1608) = 0.149, under 0.25: no node stays warm.
+    // horizon with probability 1 - exp(-0.1608) = 0.149, under the default 0.3: no node stays
+    // warm. Two: 1 - exp(-0.3216) = 0.275, still under. Three: 1 - exp(-0.4824) = 0.383, so one
+    // node stays warm (nine would be needed for two).
     assert_eq!(warm(&p, &[(100.0, 1)]), 0);
-    // Two: 1 - exp(-0.3216) = 0.275, so one node stays warm (nine would be needed for two).
-    assert_eq!(warm(&p, &[(100.0, 1), (200.0, 1)]), 1);
-    // One 1-GPU and one 8-GPU job: each alone 0.149, but some node is needed with probability
-    // 1 - 0.851² = 0.275, so the two classes together keep one node.
-    assert_eq!(warm(&p, &[(100.0, 1), (200.0, 8)]), 1);
+    assert_eq!(warm(&p, &[(100.0, 1), (200.0, 1)]), 0);
+    assert_eq!(warm(&p, &[(100.0, 1), (200.0, 1), (300.0, 1)]), 1);
+    // Two 1-GPU jobs and one 8-GPU job: 0.275 and 0.149 alone, but some node is needed with
+    // probability 1 - exp(-0.3216 - 0.1608) = 0.383, so the two classes together keep one.
+    assert_eq!(warm(&p, &[(100.0, 1), (200.0, 1), (300.0, 8)]), 1);
     // Twelve 8-GPU jobs: P(more than 2 nodes) = 0.304, P(more than 3) = 0.130. A shortfall of
-    // 0.5 keeps two nodes, 0.25 three, 0.1 four (P(more than 4) = 0.047).
+    // 0.5 keeps two nodes, 0.3 three, 0.1 four (P(more than 4) = 0.047).
     let twelve: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
     let with = |q: f64| Policy { tuning: Tuning { warm_shortfall: q, ..p.tuning }, ..p };
     assert_eq!(warm(&with(0.5), &twelve), 2);
@@ -157,16 +159,16 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let fresh = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &fresh, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 1)]);
-    // A queue forms: raised toward full speed. The default gives up half the bound (0.05
-    // admits level 2 at 0.02); congestion_raise = 1 goes to the top level.
+    // A queue forms and waits for its GPUs: raised to full speed by default; with
+    // congestion_raise = 0.5 it gives up half the bound (0.05 admits level 2 at 0.02).
     let q = [Queued { job: job(9, 0.0), submit: 0.0 }];
     let slow = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 1 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
-    assert_eq!(a.levels, vec![(7, 2)]);
-    let mut full = p;
-    full.tuning.congestion_raise = 1.0;
-    let a = decide(&full, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 3)]);
+    let mut half_raise = p;
+    half_raise.tuning.congestion_raise = 0.5;
+    let a = decide(&half_raise, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 2)]);
     // Half the work done at full speed (500 s): the other half may take 600 s, slowdown
     // 0.2 < 0.30, so still level 1; at 0.1 of the work left in 100 s, level 0 (0.30) fits.
     let half = [Running { job: job(7, 0.10), elapsed_s: 500.0, progress: 0.5, level: 3 }];
@@ -348,18 +350,18 @@ fn the_warm_set_keeps_the_gpu_types_recent_jobs_want() {
 
 #[test]
 fn each_gpu_type_gets_its_own_warm_count() {
-    // Nodes 0-3 of type 0, 4-5 of type 1, all idle alike; four 1-GPU jobs in the hour, two
+    // Nodes 0-3 of type 0, 4-5 of type 1, all idle alike; six 1-GPU jobs in the hour, three
     // wanting each type. The horizon is 578.95 s of the 3600 s window (as in the shortfall
-    // test), so each type alone sees a job within it with probability 1 - exp(-0.3216) = 0.275,
-    // over the 0.25 shortfall: one node of each type stays warm. Cluster-wide the four jobs
-    // fit one node (nine would be needed for a second), which is all untyped arrivals keep.
+    // test), so each type alone sees a job within it with probability 1 - exp(-0.4824) = 0.383,
+    // over the default 0.3 shortfall: one node of each type stays warm. Cluster-wide the six
+    // jobs fit one node (nine would be needed for a second), which is all untyped arrivals keep.
     let two = [GpuType { idle_w: 57.0 }, GpuType { idle_w: 40.0 }];
     let nodes: Vec<NodeView> =
         (0..6).map(|i| NodeView { gpu_type: u16::from(i >= 4), ..node(NodePower::On, 8, 0.0) }).collect();
     let m = levels();
     let tariff = PriceSchedule::default();
     let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
-    let arrivals = [(100.0, 1), (200.0, 1), (300.0, 1), (400.0, 1)];
+    let arrivals = [(100.0, 1), (200.0, 1), (300.0, 1), (400.0, 1), (500.0, 1), (600.0, 1)];
     let at = |types: &[u16]| {
         let s = Snapshot {
             gpu_types: &two,
@@ -368,8 +370,55 @@ fn each_gpu_type_gets_its_own_warm_count() {
         };
         (power::warm_target(&p, &s), decide(&p, &s).power_down)
     };
-    assert_eq!(at(&[0, 1, 0, 1]), (2, vec![1, 2, 3, 5]));
+    assert_eq!(at(&[0, 1, 0, 1, 0, 1]), (2, vec![1, 2, 3, 5]));
     assert_eq!(at(&[]), (1, vec![1, 2, 3, 4, 5]));
-    // All four wanting type 1: one node of type 1 covers them.
-    assert_eq!(at(&[1; 4]), (1, vec![0, 1, 2, 3, 5]));
+    // All six wanting type 1: one node of type 1 covers them.
+    assert_eq!(at(&[1; 6]), (1, vec![0, 1, 2, 3, 5]));
+}
+
+#[test]
+fn only_the_jobs_the_queue_waits_for_are_raised() {
+    // Three nodes, all 24 GPUs held by three 8-GPU jobs at their saving level (1); they end
+    // at full speed in 100 s (job 1), 500 s (job 2) and 900 s (job 3).
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let nodes = [node(NodePower::On, 0, f64::INFINITY); 3];
+    let run = |id: u32, left_s: f64| Running {
+        job: job(id, 0.10),
+        elapsed_s: 1000.0 - left_s,
+        progress: 1.0 - left_s / 1000.0,
+        level: 1,
+    };
+    let r = [run(3, 900.0), run(1, 100.0), run(2, 500.0)];
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let queued = |gpus: &[u32]| -> Vec<Queued> {
+        gpus.iter()
+            .enumerate()
+            .map(|(i, &g)| Queued { job: JobView { gpus: g, ..job(10 + i as u32, 0.0) }, submit: 0.0 })
+            .collect()
+    };
+    // One 8-GPU job waits: job 1, ending first, frees its GPUs; jobs 2 and 3 end after it
+    // could start, so slowing them delays no one and they keep saving.
+    let q = queued(&[8]);
+    let s = snap(0.0, &nodes, &m, &q, &r, &[], &tariff);
+    assert_eq!(levels::waited_for(&s), vec![1]);
+    assert_eq!(decide(&p, &s).levels, vec![(1, 3)]);
+    // A 4-GPU job behind it fits in what job 2 frees too; a 16-GPU job needs all three.
+    let q = queued(&[8, 4]);
+    assert_eq!(levels::waited_for(&snap(0.0, &nodes, &m, &q, &r, &[], &tariff)), vec![1, 2]);
+    let q = queued(&[16]);
+    assert_eq!(levels::waited_for(&snap(0.0, &nodes, &m, &q, &r, &[], &tariff)), vec![1, 2]);
+    let q = queued(&[8, 16]);
+    let s = snap(0.0, &nodes, &m, &q, &r, &[], &tariff);
+    assert_eq!(levels::waited_for(&s), vec![1, 2, 3]);
+    assert_eq!(decide(&p, &s).levels, vec![(3, 3), (1, 3), (2, 3)]);
+    // 8 GPUs unallocated (a fourth node): the 8-GPU job waits for no one.
+    let four = [node(NodePower::On, 0, f64::INFINITY), nodes[0], nodes[0], node(NodePower::Off, 8, 0.0)];
+    let q = queued(&[8]);
+    let s = snap(0.0, &four, &m, &q, &r, &[], &tariff);
+    assert_eq!(levels::waited_for(&s), Vec::<u32>::new());
+    assert_eq!(decide(&p, &s).levels, Vec::new());
+    // DVFS gated off (dvfs_min_free above all): every job is raised, waited for or not.
+    let gated = Policy { tuning: Tuning { dvfs_min_free: 2.0, ..p.tuning }, ..p };
+    assert_eq!(decide(&gated, &s).levels, vec![(3, 3), (1, 3), (2, 3)]);
 }
