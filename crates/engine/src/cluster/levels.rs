@@ -106,8 +106,9 @@ pub fn projected_free(p: &Policy, s: &Snapshot, free: f64) -> f64 {
 }
 
 /// Whether wattson's policy lets every running job save energy now: no job waits and the
-/// capacity gates pass ([`capacity_gates_pass`]). The controller, which does not know each
-/// job's remaining work, paces real jobs by it.
+/// capacity gates pass ([`capacity_gates_pass`]). The controller paces real jobs by it: on a
+/// real Slurm, node lists and partitions the engine does not see decide which running job a
+/// pending one waits for.
 pub fn roomy(p: &Policy, s: &Snapshot) -> bool {
     s.queued.is_empty() && capacity_gates_pass(p, s)
 }

@@ -322,26 +322,30 @@ fn type_order_ranks_gpu_types_by_predicted_energy_under_the_bound() {
     assert_eq!(placement::type_order(&slurm, &m, &views, 50.0), vec![0, 1, 2]);
 }
 
-#[test]
-fn the_warm_set_keeps_the_gpu_types_recent_jobs_want() {
-    // Nodes 0-3 of type 0, 4-5 of type 1, all idle alike; the forecast keeps two warm at a
-    // shortfall of 0.5 (see the shortfall test). Untyped arrivals keep the first two nodes;
-    // arrivals that want type 1 keep its two; half and half keep one of each.
+/// On six idle nodes, 0-3 of GPU type 0 and 4-5 of type 1: the warm target and the nodes
+/// powered down under `p`, given recent `arrivals` and the type each wants (`types`).
+fn two_types_warm(p: &Policy, arrivals: &[(f64, u32)], types: &[u16]) -> (usize, Vec<u32>) {
     let two = [GpuType { idle_w: 57.0 }, GpuType { idle_w: 40.0 }];
     let nodes: Vec<NodeView> =
         (0..6).map(|i| NodeView { gpu_type: u16::from(i >= 4), ..node(NodePower::On, 8, 0.0) }).collect();
     let m = levels();
     let tariff = PriceSchedule::default();
+    let s = Snapshot {
+        gpu_types: &two,
+        arrival_types: types,
+        ..snap(3000.0, &nodes, &m, &[], &[], arrivals, &tariff)
+    };
+    (power::warm_target(p, &s), decide(p, &s).power_down)
+}
+
+#[test]
+fn the_warm_set_keeps_the_gpu_types_recent_jobs_want() {
+    // Twelve 8-GPU jobs: the forecast keeps two nodes warm at a shortfall of 0.5 (see the
+    // shortfall test). Untyped arrivals keep the first two nodes; arrivals that want type 1
+    // keep its two; half and half keep one of each.
     let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning { warm_shortfall: 0.5, ..Tuning::default() } };
     let arrivals: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
-    let at = |types: &[u16]| {
-        let s = Snapshot {
-            gpu_types: &two,
-            arrival_types: types,
-            ..snap(3000.0, &nodes, &m, &[], &[], &arrivals, &tariff)
-        };
-        decide(&p, &s).power_down
-    };
+    let at = |types: &[u16]| two_types_warm(&p, &arrivals, types).1;
     assert_eq!(at(&[]), vec![2, 3, 4, 5]);
     assert_eq!(at(&[1; 12]), vec![0, 1, 2, 3]);
     let half: Vec<u16> = (0..12).map(|k| u16::from(k % 2 == 1)).collect();
@@ -350,26 +354,14 @@ fn the_warm_set_keeps_the_gpu_types_recent_jobs_want() {
 
 #[test]
 fn each_gpu_type_gets_its_own_warm_count() {
-    // Nodes 0-3 of type 0, 4-5 of type 1, all idle alike; six 1-GPU jobs in the hour, three
-    // wanting each type. The horizon is 578.95 s of the 3600 s window (as in the shortfall
-    // test), so each type alone sees a job within it with probability 1 - exp(-0.4824) = 0.383,
-    // over the default 0.3 shortfall: one node of each type stays warm. Cluster-wide the six
-    // jobs fit one node (nine would be needed for a second), which is all untyped arrivals keep.
-    let two = [GpuType { idle_w: 57.0 }, GpuType { idle_w: 40.0 }];
-    let nodes: Vec<NodeView> =
-        (0..6).map(|i| NodeView { gpu_type: u16::from(i >= 4), ..node(NodePower::On, 8, 0.0) }).collect();
-    let m = levels();
-    let tariff = PriceSchedule::default();
+    // Six 1-GPU jobs in the hour, three wanting each type. The horizon is 578.95 s of the
+    // 3600 s window (as in the shortfall test), so each type alone sees a job within it with
+    // probability 1 - exp(-0.4824) = 0.383, over the default 0.3 shortfall: one node of each
+    // type stays warm. Cluster-wide the six jobs fit one node (nine would be needed for a
+    // second), which is all untyped arrivals keep.
     let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
     let arrivals = [(100.0, 1), (200.0, 1), (300.0, 1), (400.0, 1), (500.0, 1), (600.0, 1)];
-    let at = |types: &[u16]| {
-        let s = Snapshot {
-            gpu_types: &two,
-            arrival_types: types,
-            ..snap(3000.0, &nodes, &m, &[], &[], &arrivals, &tariff)
-        };
-        (power::warm_target(&p, &s), decide(&p, &s).power_down)
-    };
+    let at = |types: &[u16]| two_types_warm(&p, &arrivals, types);
     assert_eq!(at(&[0, 1, 0, 1, 0, 1]), (2, vec![1, 2, 3, 5]));
     assert_eq!(at(&[]), (1, vec![1, 2, 3, 4, 5]));
     // All six wanting type 1: one node of type 1 covers them.
