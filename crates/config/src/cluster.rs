@@ -190,7 +190,7 @@ fn default_forecast_window() -> Duration {
     Duration::from_secs(3600)
 }
 fn default_warm_shortfall() -> f64 {
-    0.3
+    wattson_engine::cluster::Tuning::default().warm_shortfall
 }
 fn default_node_base_w() -> f64 {
     300.0

@@ -4,9 +4,9 @@
 //! Each job's slowdown bound is then cut so that its run, at the cut bound, ends before the
 //! next such interval begins (to 0 when one is under way or begins before it would end at full
 //! speed), and wattson runs again with the jobs a queued job waits for at full speed; the
-//! waiting intervals of that run cut the bounds further, until no bound changes. A slowed job then never holds
-//! GPUs while a job waits for them, with the whole future known: the energy this saves is what
-//! DVFS can save at DVFS-off's waits. Printed beside slurm-powersave and powersave-dvfs, with
+//! waiting intervals of that run cut the bounds further, until no bound changes. A slowed job
+//! then never holds GPUs while a job waits for them, with the whole future known: the energy
+//! this saves is what DVFS can save at DVFS-off's waits. Printed beside slurm-powersave and powersave-dvfs, with
 //! which of the energy and wait targets it would meet, and for the DVFS-off run how
 //! much of the time a job waits and how much DVFS saving lies clear of those waits.
 //!

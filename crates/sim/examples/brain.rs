@@ -64,7 +64,7 @@ fn main() {
             let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
             for s in &o.report.summaries {
                 println!(
-                    "{seed:<5} {:<16} {:>11.0} {:>9.3} {:>9.2} {:>9.3} {:>8.1}% {:>6} {:>8} {:>6} busy {:.0} idle {:.0} (gpu idle {:.0}) trans {:.0} wait {:.3} peak {:.1} kW over {:.0} s",
+                    "{seed:<5} {:<16} {:>11.0} {:>9.3} {:>9.3} {:>9.3} {:>8.1}% {:>6} {:>8} {:>6} busy {:.0} idle {:.0} (gpu idle {:.0}) trans {:.0} wait {:.3} peak {:.1} kW over {:.0} s",
                     s.policy,
                     s.energy_kwh,
                     s.queue_wait_mean_s / 3600.0,

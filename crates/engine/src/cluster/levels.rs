@@ -157,7 +157,8 @@ pub fn waited_for(s: &Snapshot) -> Vec<u32> {
 /// Level actions of `p` for `s`.
 pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
     let gated = p.kind == PolicyKind::Wattson && !capacity_gates_pass(p, s);
-    let waited = if p.kind == PolicyKind::Wattson { waited_for(s) } else { Vec::new() };
+    // With the gates closed every job is raised anyway.
+    let waited = if p.kind == PolicyKind::Wattson && !gated { waited_for(s) } else { Vec::new() };
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
     let overhead_w = if p.tuning.count_node_base { s.node.base_w / f64::from(gpn) } else { 0.0 };
     for r in s.running {

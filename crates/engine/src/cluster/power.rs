@@ -99,29 +99,53 @@ pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
 /// `type_max_cost`. So each type's demand gets its own quantile, and the target is the larger
 /// of their sum and the cluster-wide count.
 fn warm_set(p: &Policy, s: &Snapshot) -> (usize, Vec<usize>) {
-    let all = nodes_needed(p, s, None);
+    let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
+    let horizon = s.node.boot_s + p.tuning.warm_break_evens * break_even_s(s);
+    let until = s.now + horizon;
+    // GPUs of each class (jobs smaller than a node, whole-node jobs) that serve demand first,
+    // of any type (placement takes a powered node before a boot): free GPUs on partly used
+    // nodes, and those whole-node jobs release within the horizon.
+    let mut supply = [0.0f64; 2];
+    for n in s.nodes {
+        if matches!(n.power, NodePower::On | NodePower::Booting) && !is_idle(n) {
+            supply[0] += f64::from(n.free_gpus);
+        }
+    }
+    for r in s.running {
+        if r.job.gpus >= gpn && (1.0 - r.progress) * r.job.work_s <= horizon {
+            supply[1] += f64::from(r.job.gpus);
+        }
+    }
+    // GPUs certainly wanted within the horizon, counted cluster-wide only (their types are
+    // unknown): deferred jobs due within it (those due now are released or budget-held) and
+    // startable queued jobs.
+    let mut known = [0.0f64; 2];
+    let held =
+        s.held.iter().filter(|h| (s.now + 1e-9..=until).contains(&release_time(p, s, h))).map(|h| h.job.gpus);
+    for gpus in held.chain(startable(s, horizon)) {
+        known[usize::from(gpus >= gpn)] += f64::from(gpus);
+    }
+    let all = nodes_needed(p, s, None, horizon, [known[0] - supply[0], known[1] - supply[1]]);
     let types = s.gpu_types.len() as u16;
     if types < 2 || s.arrival_types.len() != s.arrivals.len() {
         return (all, Vec::new());
     }
-    let per_type: Vec<usize> = (0..types).map(|t| nodes_needed(p, s, Some(t))).collect();
+    let per_type: Vec<usize> =
+        (0..types).map(|t| nodes_needed(p, s, Some(t), horizon, [-supply[0], -supply[1]])).collect();
     (all.max(per_type.iter().sum()), per_type)
 }
 
-/// The fewest idle nodes that the demand within the horizon outgrows with probability below
-/// `warm_shortfall`: of the jobs preferring GPU type `of`, or of all jobs with `None`. Jobs
-/// smaller than a node and whole-node jobs each arrive as a Poisson stream at the forecast
-/// window's rate of jobs, each of that window's mean size; the former are served first by free
-/// GPUs on partly used nodes, the latter by nodes that running jobs free within the horizon
-/// (of any type: placement takes a powered node before a boot). Counting jobs rather than GPUs
-/// keeps a node warm when a job is likely to come, not merely possible.
-fn nodes_needed(p: &Policy, s: &Snapshot, of: Option<u16>) -> usize {
+/// The fewest idle nodes that the demand within `horizon` outgrows with probability below
+/// `warm_shortfall`: of the jobs preferring GPU type `of`, or of all jobs with `None`, on top
+/// of `certain` GPUs of each class (jobs smaller than a node, whole-node jobs; negative where
+/// free GPUs outnumber the known demand). Each class arrives as a Poisson stream at the
+/// forecast window's rate of jobs, each of that window's mean size. Counting jobs rather than
+/// GPUs keeps a node warm when a job is likely to come, not merely possible.
+fn nodes_needed(p: &Policy, s: &Snapshot, of: Option<u16>, horizon: f64, certain: [f64; 2]) -> usize {
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
-    let horizon = s.node.boot_s + p.tuning.warm_break_evens * break_even_s(s);
-    let until = s.now + horizon;
     let window = p.tuning.forecast_window_s;
-    // Jobs smaller than a node, and whole-node jobs: each class's arrivals over the window...
-    let (mut small, mut whole) = (Demand::default(), Demand::default());
+    let mut small = Demand { certain: certain[0], ..Demand::default() };
+    let mut whole = Demand { certain: certain[1], ..Demand::default() };
     let recent = s.arrivals.iter().enumerate().rev().take_while(|(_, x)| x.0 >= s.now - window);
     for (i, &(_, g)) in recent {
         if of.is_some_and(|t| s.arrival_types.get(i) != Some(&t)) {
@@ -130,32 +154,6 @@ fn nodes_needed(p: &Policy, s: &Snapshot, of: Option<u16>) -> usize {
         let d = if g < gpn { &mut small } else { &mut whole };
         d.jobs += 1;
         d.gpus += f64::from(g);
-    }
-    // ...and its GPUs certainly wanted within the horizon (cluster-wide only, their types
-    // unknown): deferred jobs due within it (those due now are released or budget-held) and
-    // startable queued jobs...
-    if of.is_none() {
-        let held = s
-            .held
-            .iter()
-            .filter(|h| (s.now + 1e-9..=until).contains(&release_time(p, s, h)))
-            .map(|h| h.job.gpus);
-        for gpus in held.chain(startable(s, horizon)) {
-            let d = if gpus < gpn { &mut small } else { &mut whole };
-            d.certain += f64::from(gpus);
-        }
-    }
-    // ...less free GPUs on partly used nodes (small) and those running jobs release within the
-    // horizon (whole).
-    for n in s.nodes {
-        if matches!(n.power, NodePower::On | NodePower::Booting) && !is_idle(n) {
-            small.certain -= f64::from(n.free_gpus);
-        }
-    }
-    for r in s.running {
-        if r.job.gpus >= gpn && (1.0 - r.progress) * r.job.work_s <= horizon {
-            whole.certain -= f64::from(r.job.gpus);
-        }
     }
     let rate = horizon / window;
     let need = convolve(&small.nodes(rate, gpn), &whole.nodes(rate, gpn));
