@@ -6,9 +6,10 @@
 //! speed), and wattson runs again with the jobs a queued job waits for at full speed; the
 //! waiting intervals of that run cut the bounds further, until no bound changes. A slowed job
 //! then never holds GPUs while a job waits for them, with the whole future known: the energy
-//! this saves is what DVFS can save at DVFS-off's waits. Printed beside slurm-powersave and powersave-dvfs, with
-//! which of the energy and wait targets it would meet, and for the DVFS-off run how
-//! much of the time a job waits and how much DVFS saving lies clear of those waits.
+//! this saves is what DVFS can save at DVFS-off's waits. Printed beside slurm-powersave and
+//! powersave-dvfs, with which of the energy and wait targets it would meet, and for the
+//! DVFS-off run how much of the time a job waits and how much DVFS saving lies clear of those
+//! waits.
 //!
 //! Run: `cargo run --release -p wattson-sim --example bound [-- TRACE NODES,NODES SEEDS
 //! key=value...]` (defaults: cluster04.csv, 80,123, 5; `key=value` sets a `[wattson]` knob of
