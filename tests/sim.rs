@@ -422,10 +422,9 @@ fn generic_trace_replays() {
 }
 
 /// Issue 12's targets on the full cluster04 trace (15,802 jobs) at 123 nodes (~50% load) and
-/// 80 nodes (~77% load), seed 1, shipped defaults. The targets that hold are asserted (capture
-/// ≥ 90% at both sizes); the ones that do not (p99 queueing wait at both sizes, mean queueing
-/// wait at 80 nodes) are measured and explained in docs/sim.md. All five seeds:
-/// `cargo run --release -p wattson-sim --example brain`.
+/// 80 nodes (~77% load), seed 1, shipped defaults, every target: no bound broken, least energy
+/// but the floor, capture ≥ 90%, mean and p99 queueing wait within 1% of slurm-powersave's.
+/// All five seeds: `cargo run --release -p wattson-sim --example brain`.
 #[test]
 fn cluster04_wattson_beats_every_reference_but_the_floor() {
     let (base, cat) = inputs();
@@ -435,7 +434,7 @@ fn cluster04_wattson_beats_every_reference_but_the_floor() {
         TraceFormat::Auto,
     )
     .expect("trace parses");
-    for (nodes, min_capture) in [(123, 0.90), (80, 0.90)] {
+    for nodes in [123, 80] {
         let mut c = base.clone();
         c.groups[0].nodes = nodes;
         let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &wattson_sim::policies::ALL, 1).unwrap();
@@ -462,13 +461,16 @@ fn cluster04_wattson_beats_every_reference_but_the_floor() {
         }
         let (d, f) = (by(PolicyKind::SlurmDefault).energy_kwh, by(PolicyKind::Floor).energy_kwh);
         let capture = (d - w.energy_kwh) / (d - f);
-        assert!(capture >= min_capture, "{nodes} nodes: capture {capture}");
-        // wattson dominates the trivial combination (idle timer + per-job bounded DVFS).
-        let pd = by(PolicyKind::PowersaveDvfs);
-        assert!(w.queue_wait_mean_s <= pd.queue_wait_mean_s, "{nodes} nodes: wait vs powersave-dvfs");
-        if nodes == 123 {
-            let ps = by(PolicyKind::SlurmPowersave);
-            assert!(w.queue_wait_mean_s <= ps.queue_wait_mean_s * 1.01, "123 nodes: mean wait vs powersave");
+        assert!(capture >= 0.90, "{nodes} nodes: capture {capture}");
+        let ps = by(PolicyKind::SlurmPowersave);
+        for (what, ours, theirs) in [
+            ("mean", w.queue_wait_mean_s, ps.queue_wait_mean_s),
+            ("p99", w.queue_wait_p99_s, ps.queue_wait_p99_s),
+        ] {
+            assert!(
+                ours <= theirs * 1.01,
+                "{nodes} nodes: {what} queueing wait {ours} s vs slurm-powersave {theirs} s"
+            );
         }
     }
 }

@@ -102,7 +102,7 @@ impl Memory {
                 capped: 0,
             };
             if job.is_queued() {
-                view.queued.push(Queued { job: view_of(job), submit: job.submit as f64 });
+                view.queued.push(Queued { job: view_of(job), eligible: job.submit as f64 });
             } else if job.is_running() {
                 let progress = (job.elapsed_s / work_s).clamp(0.0, 1.0);
                 view.running.push(Running {

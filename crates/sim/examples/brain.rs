@@ -1,9 +1,12 @@
 //! The cluster-brain acceptance run (issue 12): cluster04 at 80 nodes (~77% load) and 123 nodes
 //! (~50% load), seeds 1..5, every policy with the shipped defaults; prints each policy's energy,
-//! waits, bound violations, wattson's capture of (slurm-default − floor), and which targets hold.
+//! waits, bound violations, wattson's capture of (slurm-default − floor) and which targets hold
+//! per seed, then each policy's means over the seeds.
 //!
-//! Run: `cargo run --release -p wattson-sim --example brain [-- TRACE NODES,NODES SEEDS]`
-//! (defaults: cluster04.csv, 80,123, 5). Reads `etc/sim/cluster.toml` and `../shared/data`.
+//! Run: `cargo run --release -p wattson-sim --example brain [-- TRACE NODES,NODES SEEDS
+//! [key=value...]]` (defaults: cluster04.csv, 80,123, 5). A key is a `[wattson]` knob,
+//! `budget_w` (`[budget] power_w`) or `slurm_order` (the references' queue order, `[slurm]
+//! order`). Reads `etc/sim/cluster.toml` and `../shared/data`.
 
 use std::path::Path;
 
@@ -36,6 +39,8 @@ fn main() {
     for kv in args.iter().skip(4) {
         if let Some(v) = kv.strip_prefix("budget_w=") {
             base.budget = Some(wattson_sim::cluster::Budget { power_w: v.parse().expect("a number") });
+        } else if let Some(v) = kv.strip_prefix("slurm_order=") {
+            base.slurm.order = v.parse().expect("fifo or response-ratio");
         } else {
             base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
         }
@@ -58,9 +63,24 @@ fn main() {
             "lvl chg",
             "ST s"
         );
+        // Per policy, sums over the seeds: energy, mean and p99 queueing wait, mean JCT, capture.
+        let mut sums: Vec<(String, [f64; 5])> = Vec::new();
         for seed in 1..=seeds {
             let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &wattson_sim::policies::ALL, seed)
                 .unwrap();
+            for s in &o.report.summaries {
+                let row = [
+                    s.energy_kwh,
+                    s.queue_wait_mean_s,
+                    s.queue_wait_p99_s,
+                    s.jct_mean_s,
+                    s.capture.unwrap_or(f64::NAN),
+                ];
+                match sums.iter_mut().find(|(p, _)| *p == s.policy) {
+                    Some((_, acc)) => acc.iter_mut().zip(row).for_each(|(a, x)| *a += x),
+                    None => sums.push((s.policy.clone(), row)),
+                }
+            }
             let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
             for s in &o.report.summaries {
                 println!(
@@ -107,6 +127,17 @@ fn main() {
                 } else {
                     format!("MISSED: {}", failed.join("; "))
                 }
+            );
+        }
+        let n = seeds as f64;
+        for (policy, [e, w, p99, jct, cap]) in &sums {
+            println!(
+                "mean  {policy:<16} {:>11.2} {:>9.3} {:>9.2} {:>9.2} {:>8.1}%   (MWh, h; over {seeds} seeds)",
+                e / n / 1000.0,
+                w / n / 3600.0,
+                p99 / n / 3600.0,
+                jct / n / 3600.0,
+                cap / n * 100.0
             );
         }
     }

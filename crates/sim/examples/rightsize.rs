@@ -1,4 +1,4 @@
-//! Right-sizing against Slurm's idle timer (issue 12, item 2), with DVFS and deferral off so
+//! Right-sizing against Slurm's idle timer (issue 12, item 2), with DVFS, deferral and queue order off so
 //! that only node power differs: wattson's warm set against `slurm-powersave` at its
 //! least-energy `SuspendTime` (300/600/1800/3600 s, chosen per case with hindsight), on
 //! cluster04 at 80 and 123 nodes and each other ITP trace at ~77% and ~50% of its mean load.
@@ -51,10 +51,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let seeds: u64 = args.get(1).map_or(1, |s| s.parse().expect("seed count"));
     let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
-    // DVFS off (the capacity gate closed: every job at full speed) and deferral off.
+    // DVFS off (the capacity gate closed: every job at full speed), deferral off, and Slurm's
+    // FIFO order: only node power differs from the timer.
     for (k, v) in [("dvfs_min_free", 2.0), ("congestion_raise", 1.0), ("min_price_drop", 100.0)] {
         base.wattson.set(k, v).unwrap();
     }
+    base.wattson.queue_order = wattson_engine::cluster::QueueOrder::Fifo;
     for kv in args.iter().skip(2) {
         base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
     }

@@ -4,8 +4,9 @@
 //! CLI reads the file. Errors read `file: what is wrong`.
 
 use serde::Deserialize;
+use strum::VariantNames;
 
-use wattson_engine::cluster::{NodeCosts, Tuning};
+use wattson_engine::cluster::{NodeCosts, QueueOrder, Tuning};
 use wattson_types::prices::PriceSchedule;
 
 use super::SimError;
@@ -71,7 +72,7 @@ fn default_name() -> String {
     "cluster".to_string()
 }
 
-/// Slurm's power-saving parameters (`slurm.conf`).
+/// Slurm's power-saving and scheduling parameters (`slurm.conf`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlurmSettings {
@@ -85,6 +86,14 @@ pub struct SlurmSettings {
     /// `bf_max_job_test`: how many queued jobs one backfill pass considers.
     #[serde(default = "default_bf")]
     pub bf_max_job_test: usize,
+    /// The queue order the reference policies' Slurm keeps: `fifo` (`priority/basic`, the
+    /// default); `response-ratio` only as a what-if (the order wattson gives Slurm).
+    #[serde(default = "default_slurm_order")]
+    pub order: QueueOrder,
+}
+
+fn default_slurm_order() -> QueueOrder {
+    Tuning::default().slurm_order
 }
 
 fn default_bf() -> usize {
@@ -155,6 +164,13 @@ pub struct WattsonTuning {
     /// of its best type's energy is not offered to it (it waits for a better type).
     #[serde(default = "default_type_max_cost")]
     pub type_max_cost: f64,
+    /// The order wattson keeps Slurm's queue in: `response-ratio` (wait per unit of size) or
+    /// `fifo`.
+    #[serde(default = "default_queue_order")]
+    pub queue_order: QueueOrder,
+    /// With `response-ratio`, the power of a job's GPU-seconds its wait is divided by.
+    #[serde(default = "default_size_exponent")]
+    pub size_exponent: f64,
     /// Measured bound, not a policy: the forecast sees the coming submissions instead of the
     /// past ones (a perfect arrival forecast).
     #[serde(default)]
@@ -191,6 +207,12 @@ fn default_keep() -> f64 {
 fn default_type_max_cost() -> f64 {
     Tuning::default().type_max_cost
 }
+fn default_queue_order() -> QueueOrder {
+    Tuning::default().queue_order
+}
+fn default_size_exponent() -> f64 {
+    Tuning::default().size_exponent
+}
 fn default_min_price_drop() -> f64 {
     Tuning::default().min_price_drop
 }
@@ -213,6 +235,7 @@ impl WattsonTuning {
             "count_node_base" => self.count_node_base = flag(value),
             "type_aware" => self.type_aware = flag(value),
             "type_max_cost" => self.type_max_cost = value,
+            "size_exponent" => self.size_exponent = value,
             "clairvoyant" => self.clairvoyant = flag(value),
             "learn" => self.learn = flag(value),
             _ => return Err(SimError::Input(format!("unknown [wattson] knob `{key}`"))),
@@ -224,6 +247,11 @@ impl WattsonTuning {
     pub fn set_pair(&mut self, pair: &str) -> Result<(), SimError> {
         let bad = |why: &str| SimError::Input(format!("override `{pair}`: {why}"));
         let (key, value) = pair.split_once('=').ok_or_else(|| bad("expected key=value"))?;
+        if key == "queue_order" {
+            let names = QueueOrder::VARIANTS.join(", ");
+            self.queue_order = value.parse().map_err(|_| bad(&format!("the order is one of {names}")))?;
+            return Ok(());
+        }
         self.set(key, value.parse().map_err(|_| bad("the value is not a number"))?)
     }
 }
@@ -243,6 +271,8 @@ impl Default for WattsonTuning {
             count_node_base: true,
             type_aware: true,
             type_max_cost: default_type_max_cost(),
+            queue_order: default_queue_order(),
+            size_exponent: default_size_exponent(),
             clairvoyant: false,
             learn: true,
         }
@@ -311,6 +341,9 @@ impl ClusterConfig {
             count_node_base: self.wattson.count_node_base,
             type_aware: self.wattson.type_aware,
             type_max_cost: self.wattson.type_max_cost,
+            queue_order: self.wattson.queue_order,
+            size_exponent: self.wattson.size_exponent,
+            slurm_order: self.slurm.order,
         }
     }
 
@@ -532,7 +565,8 @@ defer_window_s = [3600.0, 7200.0]
             ("min_price_drop", "0.5", 0.5),
             ("dvfs_min_free", "0.3", 0.3),
             ("dvfs_horizon_s", "7200.0", 7200.0),
-            ("congestion_raise", "0.5", 0.5),
+            ("congestion_raise", "0.25", 0.25),
+            ("size_exponent", "1.0", 1.0),
             ("count_node_base", "false", 0.0),
             ("type_aware", "false", 0.0),
             ("type_max_cost", "3.0", 3.0),
@@ -552,6 +586,15 @@ defer_window_s = [3600.0, 7200.0]
         let mut w = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson;
         w.set_pair("congestion_raise=0.25").unwrap();
         assert_eq!(w.congestion_raise, 0.25);
+        // The one knob that is a name, not a number.
+        let file = ClusterConfig::from_toml(&format!("{SMALL}[wattson]\nqueue_order = \"fifo\"\n"), "w.toml")
+            .unwrap();
+        let mut set = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson;
+        assert_eq!(set.queue_order, QueueOrder::ResponseRatio);
+        set.set_pair("queue_order=fifo").unwrap();
+        assert_eq!(set, file.wattson);
+        let e = w.set_pair("queue_order=lifo").unwrap_err().to_string();
+        assert_eq!(e, "override `queue_order=lifo`: the order is one of fifo, response-ratio");
         assert_eq!(w.set_pair("pack").unwrap_err().to_string(), "override `pack`: expected key=value");
         let e = w.set_pair("pack=yes").unwrap_err().to_string();
         assert_eq!(e, "override `pack=yes`: the value is not a number");

@@ -30,7 +30,7 @@ pub use simulate::RunResult;
 pub use trace::{TraceFormat, TraceJob};
 pub use workloads::Catalog;
 
-use wattson_engine::cluster::Policy;
+use wattson_engine::cluster::{Policy, QueueOrder};
 
 /// Why a simulation could not run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -119,8 +119,8 @@ pub fn run(
 }
 
 /// wattson's knob sweep for the Pareto plot: the shipped tuning with `congestion_raise` at 0
-/// and 0.5 and with DVFS off (`dvfs_min_free` above 1 and `congestion_raise` 1), plus
-/// `warm_break_evens` 0 and 4.
+/// and 1, with DVFS off (`dvfs_min_free` above 1 and `congestion_raise` 1), with Slurm's FIFO
+/// queue order, and with `warm_break_evens` 0 and 4.
 pub fn sweep_wattson(
     cluster: &ClusterConfig,
     catalog: &Catalog,
@@ -132,7 +132,8 @@ pub fn sweep_wattson(
     let shipped = cluster.tuning(f64::NAN);
     let variants = [
         ("congestion_raise=0", wattson_engine::cluster::Tuning { congestion_raise: 0.0, ..shipped }),
-        ("congestion_raise=0.5", wattson_engine::cluster::Tuning { congestion_raise: 0.5, ..shipped }),
+        ("congestion_raise=1", wattson_engine::cluster::Tuning { congestion_raise: 1.0, ..shipped }),
+        ("queue_order=fifo", wattson_engine::cluster::Tuning { queue_order: QueueOrder::Fifo, ..shipped }),
         (
             "dvfs off",
             wattson_engine::cluster::Tuning { dvfs_min_free: 2.0, congestion_raise: 1.0, ..shipped },

@@ -1,17 +1,19 @@
 //! The cluster brain: one pure function, [`decide`], from a [`Snapshot`] of the cluster (nodes,
 //! queued, held and running jobs, recent arrivals, tariff, budget) to [`Actions`] (power nodes
 //! down or up, the placement rule, a DVFS level per job, deferred jobs to release, when to be
-//! asked again). The simulator calls it after every instant's events; a controller would call
+//! asked again, the order of Slurm's queue). The simulator calls it after every instant's events; a controller would call
 //! it each loop. No I/O, no clock: `now` is an input, and equal snapshots give equal actions.
 //!
 //! [`PolicyKind`] names every policy, the references included, so the simulator holds no
 //! policy logic: [`power`] decides node power (Slurm's idle timer or wattson's right-sizing),
 //! [`levels`] each job's DVFS level (fixed per job, or wattson's queue-aware lifetime choice
-//! under the job's slowdown bound), [`budget`] keeps wattson under the cluster power budget
+//! under the job's slowdown bound), [`order`] the order queued jobs start in (FIFO, or
+//! wattson's wait per unit of size), [`budget`] keeps wattson under the cluster power budget
 //! (DVFS and start gating).
 
 pub mod budget;
 pub mod levels;
+pub mod order;
 pub mod placement;
 pub mod power;
 
@@ -19,6 +21,8 @@ use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr, VariantNames};
 
 use wattson_types::prices::PriceSchedule;
+
+pub use order::QueueOrder;
 
 /// A cluster policy: the references the simulator compares and wattson's own.
 #[derive(
@@ -34,7 +38,8 @@ pub enum PolicyKind {
     ZeusPerJob,
     /// Slurm's idle timer plus each job's own bounded DVFS choice, no cluster awareness.
     PowersaveDvfs,
-    /// Right-sizing from an arrival forecast, packing, queue-aware lifetime DVFS, budget.
+    /// Right-sizing from an arrival forecast, packing, queue-aware lifetime DVFS, queue order
+    /// by wait per unit of size, budget.
     Wattson,
     /// Budget reference: every GPU capped at the one power limit that keeps the whole
     /// cluster under `[budget] power_w`; nodes always on (run only with a budget).
@@ -137,8 +142,8 @@ pub struct JobView {
 pub struct Queued {
     /// The job.
     pub job: JobView,
-    /// Submission (s).
-    pub submit: f64,
+    /// When it entered Slurm's queue (s): its submission, or its release if it was held.
+    pub eligible: f64,
 }
 
 /// A submitted job held back from Slurm's queue (a deferrable job, `--begin` not yet given).
@@ -244,6 +249,14 @@ pub struct Tuning {
     /// With `type_aware`, a GPU type where a job is predicted to use more than this multiple
     /// of its best type's energy is not offered to it.
     pub type_max_cost: f64,
+    /// The order wattson keeps Slurm's queue in ([`order`]).
+    pub queue_order: QueueOrder,
+    /// With [`QueueOrder::ResponseRatio`], the power of a job's GPU-seconds its wait is
+    /// divided by (0: by wait alone; 1: per GPU-second).
+    pub size_exponent: f64,
+    /// The order the reference policies' Slurm keeps (FIFO, Slurm's default; another only as
+    /// a what-if comparison).
+    pub slurm_order: QueueOrder,
 }
 
 impl Default for Tuning {
@@ -258,10 +271,13 @@ impl Default for Tuning {
             min_price_drop: 0.2,
             dvfs_min_free: 0.0,
             dvfs_horizon_s: 0.0,
-            congestion_raise: 1.0,
+            congestion_raise: 0.5,
             count_node_base: true,
             type_aware: true,
             type_max_cost: 2.0,
+            queue_order: QueueOrder::ResponseRatio,
+            size_exponent: 0.5,
+            slurm_order: QueueOrder::Fifo,
         }
     }
 }
@@ -311,6 +327,8 @@ pub struct Actions {
     pub release: Vec<u32>,
     /// When to be asked again even if nothing happens (an idle timer or a release).
     pub wake_at: Option<f64>,
+    /// The queued jobs' ids in the order Slurm should try them; empty: as they are.
+    pub queue_order: Vec<u32>,
 }
 
 /// The policy's settings for one run.
@@ -341,6 +359,17 @@ impl Policy {
 /// The cluster policy: actions for `s` under `p`. Pure and deterministic.
 pub fn decide(p: &Policy, s: &Snapshot) -> Actions {
     let mut a = Actions::default();
+    // Every later decision sees the queue in the order Slurm will try it.
+    let ranked = order::rank(p, s.now, s.queued);
+    let reordered;
+    let s = match &ranked {
+        Some(q) => {
+            a.queue_order = q.iter().map(|q| q.job.id).collect();
+            reordered = Snapshot { queued: q, ..*s };
+            &reordered
+        }
+        None => s,
+    };
     release(p, s, &mut a);
     power::decide(p, s, &mut a);
     levels::decide(p, s, &mut a);

@@ -109,7 +109,7 @@ fn queued_jobs_keep_nodes_warm_only_if_they_can_start_within_the_horizon() {
     let m = levels();
     let tariff = PriceSchedule::default();
     let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
-    let q = [Queued { job: JobView { gpus: 48, ..job(9, 0.0) }, submit: 0.0 }];
+    let q = [Queued { job: JobView { gpus: 48, ..job(9, 0.0) }, eligible: 0.0 }];
     let running = |progress: f64| -> Vec<Running> {
         (0..4).map(|i| Running { job: job(i, 0.0), elapsed_s: 0.0, progress, level: 3 }).collect()
     };
@@ -159,16 +159,16 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let fresh = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &fresh, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 1)]);
-    // A queue forms and waits for its GPUs: raised to full speed by default; with
-    // congestion_raise = 0.5 it gives up half the bound (0.05 admits level 2 at 0.02).
-    let q = [Queued { job: job(9, 0.0), submit: 0.0 }];
+    // A queue forms and waits for its GPUs: by default (congestion_raise = 0.5) it gives up
+    // half the bound (0.05 admits level 2 at 0.02); with congestion_raise = 1, full speed.
+    let q = [Queued { job: job(9, 0.0), eligible: 0.0 }];
     let slow = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 1 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
-    assert_eq!(a.levels, vec![(7, 3)]);
-    let mut half_raise = p;
-    half_raise.tuning.congestion_raise = 0.5;
-    let a = decide(&half_raise, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 2)]);
+    let mut full_raise = p;
+    full_raise.tuning.congestion_raise = 1.0;
+    let a = decide(&full_raise, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
+    assert_eq!(a.levels, vec![(7, 3)]);
     // Half the work done at full speed (500 s): the other half may take 600 s, slowdown
     // 0.2 < 0.30, so still level 1; at 0.1 of the work left in 100 s, level 0 (0.30) fits.
     let half = [Running { job: job(7, 0.10), elapsed_s: 500.0, progress: 0.5, level: 3 }];
@@ -382,11 +382,12 @@ fn only_the_jobs_the_queue_waits_for_are_raised() {
         level: 1,
     };
     let r = [run(3, 900.0), run(1, 100.0), run(2, 500.0)];
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let p =
+        Policy { kind: PolicyKind::Wattson, tuning: Tuning { congestion_raise: 1.0, ..Tuning::default() } };
     let queued = |gpus: &[u32]| -> Vec<Queued> {
         gpus.iter()
             .enumerate()
-            .map(|(i, &g)| Queued { job: JobView { gpus: g, ..job(10 + i as u32, 0.0) }, submit: 0.0 })
+            .map(|(i, &g)| Queued { job: JobView { gpus: g, ..job(10 + i as u32, 0.0) }, eligible: 0.0 })
             .collect()
     };
     // One 8-GPU job waits: job 1, ending first, frees its GPUs; jobs 2 and 3 end after it
@@ -413,4 +414,38 @@ fn only_the_jobs_the_queue_waits_for_are_raised() {
     // DVFS gated off (dvfs_min_free above all): every job is raised, waited for or not.
     let gated = Policy { tuning: Tuning { dvfs_min_free: 2.0, ..p.tuning }, ..p };
     assert_eq!(decide(&gated, &s).levels, vec![(3, 3), (1, 3), (2, 3)]);
+}
+
+#[test]
+fn wattson_orders_the_queue_by_wait_per_unit_of_size_and_references_keep_fifo() {
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let nodes = [node(NodePower::On, 0, f64::INFINITY)];
+    let sized =
+        |id: u32, gpus: u32, eligible: f64| Queued { job: JobView { gpus, ..job(id, 0.0) }, eligible };
+    // Work 1000 s each. At 200 s: job 1 (8 GPUs) waited 200 s, job 2 (1 GPU) 100 s, job 3
+    // (8 GPUs) 150 s. Keys wait / sqrt(GPUs·1000): 200/89.44 = 2.24, 100/31.62 = 3.16,
+    // 150/89.44 = 1.68: the small job first, then the two large ones in FIFO order.
+    let q = [sized(1, 8, 0.0), sized(2, 1, 100.0), sized(3, 8, 50.0)];
+    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    assert_eq!(decide(&p, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order, vec![2, 1, 3]);
+    // Nobody starves: a job √8 times larger has only to have waited √8 times as long. At
+    // 1000 s job 1 (1000/89.44 = 11.18) goes before a 1-GPU job queued at 800 s (200/31.62 =
+    // 6.32), whichever place it had.
+    let q2 = [sized(1, 8, 0.0), sized(4, 1, 800.0)];
+    assert!(decide(&p, &snap(1000.0, &nodes, &m, &q2, &[], &[], &tariff)).queue_order.is_empty());
+    let q2 = [sized(4, 1, 800.0), sized(1, 8, 0.0)];
+    assert_eq!(decide(&p, &snap(1000.0, &nodes, &m, &q2, &[], &[], &tariff)).queue_order, vec![1, 4]);
+    // size_exponent 0: by wait alone, which is FIFO by the time each entered the queue.
+    let by_wait = Policy { tuning: Tuning { size_exponent: 0.0, ..p.tuning }, ..p };
+    assert_eq!(decide(&by_wait, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order, vec![1, 3, 2]);
+    // FIFO for wattson, and the references' Slurm: the queue is left as it is.
+    let fifo = Policy { tuning: Tuning { queue_order: QueueOrder::Fifo, ..p.tuning }, ..p };
+    assert!(decide(&fifo, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order.is_empty());
+    let slurm = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
+    assert!(decide(&slurm, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order.is_empty());
+    // The what-if: the references' Slurm given wattson's order.
+    let what_if =
+        Policy { tuning: Tuning { slurm_order: QueueOrder::ResponseRatio, ..slurm.tuning }, ..slurm };
+    assert_eq!(decide(&what_if, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order, vec![2, 1, 3]);
 }

@@ -422,21 +422,30 @@ impl Sim<'_> {
         self.later.push((avail, n as u32));
     }
 
-    /// Slurm's pass, then the policy, until neither a release nor a boot gives the pass more.
+    /// Slurm's pass, then the policy, until neither a release, a boot nor a new queue order
+    /// gives the pass more.
     fn step(&mut self, t: f64) {
         for _ in 0..4 {
             self.schedule(t);
             let acts = self.consult(t);
             let released = !acts.release.is_empty();
             let booted = !acts.power_up.is_empty();
+            let reordered = !acts.queue_order.is_empty();
             self.apply(t, acts);
-            if !(released || (booted && !self.queue.is_empty())) {
+            if !(released || ((booted || reordered) && !self.queue.is_empty())) {
                 break;
             }
         }
     }
 
     fn apply(&mut self, t: f64, a: cluster::Actions) {
+        if !a.queue_order.is_empty() {
+            // The policy ranked the queue it saw; the jobs it did not see keep their places
+            // behind them (none: nothing enters the queue between the snapshot and here).
+            let rank: std::collections::HashMap<u32, usize> =
+                a.queue_order.iter().enumerate().map(|(i, &j)| (j, i)).collect();
+            self.queue.sort_by_key(|j| rank.get(j).copied().unwrap_or(usize::MAX));
+        }
         if !a.release.is_empty() {
             self.held.retain(|j| !a.release.contains(j));
             for &j in &a.release {

@@ -42,7 +42,7 @@ impl Sim<'_> {
         b.queued.extend(
             self.queue
                 .iter()
-                .map(|&j| Queued { job: self.views[j as usize], submit: self.jobs[j as usize].submit }),
+                .map(|&j| Queued { job: self.views[j as usize], eligible: self.runs[j as usize].eligible }),
         );
         b.held.clear();
         b.held.extend(self.held.iter().map(|&j| {
