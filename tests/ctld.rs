@@ -416,6 +416,54 @@ fn slurm_places_jobs_by_the_weights_ctld_sets_again_after_a_reconfigure() {
     lab.stop();
 }
 
+/// With `queue_order = "response-ratio"`, ctld sets the pending jobs' priorities in the
+/// engine's order and Slurm starts them so: a 1-GPU, 1-minute job queued behind a 2-GPU, 1-hour
+/// one gets the GPU that frees first, where Slurm's own order would start the large job.
+#[test]
+fn slurm_starts_pending_jobs_in_the_order_ctld_gives_them() {
+    let nodes = NODES.iter().map(|n| LabNode::new(n, 2, "h100")).collect();
+    let lab = SlurmLab::start(LabOptions { nodes, ..Default::default() });
+    std::fs::write(
+        lab.dir().join("etc/wattson.toml"),
+        "[ctld]\ninterval = \"1s\"\nmanage_power = false\nweights = false\nqueue_order = \"response-ratio\"\n",
+    )
+    .unwrap();
+    let info = |job: u32| lab.job_info(job).unwrap();
+    let priority = |job: u32| -> u64 { info(job).get("Priority").parse().unwrap() };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let started = Instant::now();
+        while !done() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{what}\n{}\n{}",
+                ctld_log(&lab),
+                lab.all_logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let blocker = lab.sbatch(&["--gres=gpu:2", "-w", "n1", "-t", "10"], "sleep 300\n").unwrap();
+    until("the blocker running", &|| info(blocker).state == "RUNNING");
+    let large = lab.sbatch(&["--gres=gpu:2", "-w", "n1", "-t", "60"], "sleep 1\n").unwrap();
+    let small = lab.sbatch(&["--gres=gpu:1", "-w", "n1", "-t", "1"], "sleep 5\n").unwrap();
+    assert!(priority(large) > priority(small), "Slurm's own order is FIFO");
+
+    let mut ctld = start_ctld(&lab);
+    until("the small job ranked first", &|| priority(small) > priority(large));
+    assert_eq!((info(large).state.as_str(), info(small).state.as_str()), ("PENDING", "PENDING"));
+    lab.run_ok("scancel", &[&blocker.to_string()]);
+    until("a pending job started", &|| info(small).state != "PENDING" || info(large).state != "PENDING");
+    assert_eq!(info(small).state, "RUNNING", "{}", ctld_log(&lab));
+    assert_eq!(info(large).state, "PENDING");
+    assert!(ctld_log(&lab).contains("pending jobs start in the policy's order"), "{}", ctld_log(&lab));
+    // The large job starts once the small one has freed its GPU.
+    let done = lab.wait_job(large, Duration::from_secs(60));
+    assert_eq!(done.state, "COMPLETED", "{done:?}");
+    let _ = ctld.kill();
+    let _ = ctld.wait();
+    lab.stop();
+}
+
 /// Before powering a node down ctld asks its wattsond, which refuses while a job holds its GPUs
 /// (here one Slurm does not know of): that node stays up, with the reason logged, until the
 /// job ends. Then a queue forming puts a running job's GPUs back to full speed within a loop,

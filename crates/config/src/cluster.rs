@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use wattson_engine::cluster::QueueOrder;
+
 use crate::duration_in;
 
 /// `[ctld]` section: `wattson ctld`'s loop and the node power model it decides with.
@@ -35,6 +37,12 @@ pub struct CtldConfig {
     /// outgrows with at most this probability (0.01 to 0.99; lower keeps more nodes on).
     #[serde(default = "default_warm_shortfall", deserialize_with = "warm_shortfall")]
     pub warm_shortfall: f64,
+    /// The order pending jobs start in: `fifo` leaves Slurm's priorities alone;
+    /// `response-ratio` sets each pending job's priority so that Slurm tries them by wait per
+    /// unit of size, as the engine ranks them (explicit priorities replace
+    /// priority/multifactor's for those jobs).
+    #[serde(default = "default_queue_order")]
+    pub queue_order: QueueOrder,
     /// Draw of a powered-on node without its GPUs, W.
     #[serde(default = "default_node_base_w", deserialize_with = "watts")]
     pub node_base_w: f64,
@@ -94,6 +102,7 @@ impl Default for CtldConfig {
             command_timeout: default_command_timeout(),
             forecast_window: default_forecast_window(),
             warm_shortfall: default_warm_shortfall(),
+            queue_order: default_queue_order(),
             node_base_w: default_node_base_w(),
             node_off_w: default_node_off_w(),
             gpu_idle_w: default_gpu_idle_w(),
@@ -189,6 +198,10 @@ fn default_command_timeout() -> Duration {
 fn default_forecast_window() -> Duration {
     Duration::from_secs(3600)
 }
+fn default_queue_order() -> QueueOrder {
+    QueueOrder::Fifo
+}
+
 fn default_warm_shortfall() -> f64 {
     wattson_engine::cluster::Tuning::default().warm_shortfall
 }

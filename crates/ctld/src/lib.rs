@@ -53,6 +53,9 @@ pub struct Plan {
     pub give_up: Vec<(String, u32)>,
     /// New node weights, for the nodes whose weight differs: (weight, nodes).
     pub weights: Vec<(u32, Vec<String>)>,
+    /// New priorities of pending jobs, for the jobs whose priority differs: (job, priority),
+    /// so that Slurm tries them in the engine's queue order.
+    pub priorities: Vec<(u32, u32)>,
     /// Idle nodes the arrival forecast wants kept on.
     pub warm_target: usize,
     /// Idle powered-on nodes seen.
@@ -107,6 +110,7 @@ impl Planner {
             tuning: Tuning {
                 forecast_window_s: window_s,
                 warm_shortfall: c.warm_shortfall,
+                queue_order: c.queue_order,
                 ..Tuning::default()
             },
         };
@@ -138,6 +142,7 @@ impl Planner {
                 .collect(),
             ..Plan::default()
         };
+        plan.priorities = priorities(&actions.queue_order, jobs);
         if let Some(weights) = cluster::placement::node_weights(&policy, &snapshot).filter(|_| c.weights) {
             let mut changed: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
             for (i, node) in nodes.iter().enumerate() {
@@ -183,6 +188,21 @@ impl Planner {
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }
+}
+
+/// The priorities that make Slurm try the jobs of `order` (ids, first first) in that order:
+/// one apart, downward from the highest any of them has now (at least their count, so none
+/// reaches 0, which holds a job); only the jobs whose priority changes.
+fn priorities(order: &[u32], jobs: &[Job]) -> Vec<(u32, u32)> {
+    let current: std::collections::HashMap<u32, u32> = jobs.iter().map(|j| (j.id, j.priority)).collect();
+    let now = |id: u32| current.get(&id).copied().unwrap_or(0);
+    let top = order.iter().map(|&id| now(id)).max().unwrap_or(0).max(order.len() as u32);
+    order
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| (id, top - i as u32))
+        .filter(|&(id, priority)| now(id) != priority)
+        .collect()
 }
 
 /// The controller: its planner and Slurm.
@@ -354,6 +374,18 @@ impl Ctld {
             // Slurm drops these on reconfigure and restart: set again by the next loop.
             info!(nodes = ?nodes, weight, "weight: placement follows the policy's ranking (best fit on powered nodes)");
             self.slurm.update_nodes(nodes, &[&format!("weight={weight}")])?;
+        }
+        if !plan.priorities.is_empty() {
+            info!(
+                jobs = plan.priorities.len(),
+                queued, "priority: pending jobs start in the policy's order (wait per unit of size)"
+            );
+        }
+        for &(job, priority) in &plan.priorities {
+            // A job that started or ended meanwhile refuses the update: the next loop sees it.
+            if let Err(e) = self.slurm.set_priority(job, priority) {
+                warn!(job, priority, error = %e, "cannot set the job's priority");
+            }
         }
         if !plan.power_down.is_empty() {
             info!(nodes = ?plan.power_down, warm_target, idle, queued,

@@ -33,6 +33,8 @@ pub enum Action {
     KeptUp,
     /// A node weight set.
     Weight,
+    /// A pending job's priority set (the queue order).
+    Priority,
     /// A running job set to full speed (jobs wait).
     PaceFull,
     /// A running job given back its saving setting (the queue cleared).
@@ -103,6 +105,7 @@ impl Metrics {
         self.decided(Action::Retry, plan.retry.len());
         self.decided(Action::GiveUp, plan.give_up.len());
         self.decided(Action::Weight, plan.weights.iter().map(|(_, n)| n.len()).sum());
+        self.decided(Action::Priority, plan.priorities.len());
     }
 
     /// The metrics in Prometheus' text format.

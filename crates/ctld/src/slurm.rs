@@ -11,8 +11,8 @@ use crate::command::{self, CommandError};
 use crate::hostlist;
 
 /// `squeue`'s format: job id, state, reason, nodes, TRES per node, submit time, time used,
-/// time limit, node list.
-pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l|%N";
+/// time limit, priority, node list.
+pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l|%Q|%N";
 
 /// The reason wattson's resume program gives a node whose power action failed.
 pub const RESUME_FAILED: &str = "wattson: resume action failed";
@@ -121,6 +121,8 @@ pub struct Job {
     pub elapsed_s: f64,
     /// Time limit (s); `None`: unlimited.
     pub limit_s: Option<f64>,
+    /// Slurm's priority (0: held).
+    pub priority: u32,
     /// The nodes it holds (none while pending).
     pub nodes: Vec<String>,
 }
@@ -276,7 +278,7 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
     let mut jobs = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split('|').collect();
-        let [id, state, reason, nodes, tres, submit, used, limit, nodelist] = f[..] else {
+        let [id, state, reason, nodes, tres, submit, used, limit, priority, nodelist] = f[..] else {
             return Err(format!("unexpected squeue line {line:?}"));
         };
         let id = id.parse().map_err(|_| format!("bad job id in {line:?}"))?;
@@ -289,6 +291,7 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
             submit: timestamp(submit).unwrap_or(0),
             elapsed_s: duration_s(used).unwrap_or(0.0),
             limit_s: duration_s(limit),
+            priority: priority.parse().map_err(|_| format!("bad priority in {line:?}"))?,
             nodes: match nodelist.trim() {
                 "" | "(null)" => Vec::new(),
                 list => hostlist::expand(list).map_err(|e| format!("job {id}: node list {list:?}: {e}"))?,
@@ -324,6 +327,14 @@ impl Slurm {
         let text =
             self.run("squeue", &["-h", "-t", "PD,CF,R", "-o", SQUEUE_FORMAT]).map_err(|e| e.to_string())?;
         parse_jobs(&text)
+    }
+
+    /// `scontrol update jobid=<id> priority=<priority>`: Slurm tries pending jobs in order of
+    /// priority; an explicit one stays until changed (priority/multifactor no longer
+    /// recomputes it).
+    pub fn set_priority(&self, job: u32, priority: u32) -> Result<(), String> {
+        let (job, priority) = (format!("jobid={job}"), format!("priority={}", priority.max(1)));
+        self.run("scontrol", &["update", &job, &priority]).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// `scontrol update nodename=<names> <what>`, names checked first.

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::slurm::{parse_jobs, parse_nodes};
+use wattson_engine::cluster::QueueOrder;
 
 const NOW: f64 = 1_795_500_000.0;
 
@@ -21,7 +22,7 @@ fn idle_nodes_sleep_busy_and_admin_held_ones_never() {
         + &node("down", "DOWN", 0, "Reason=bad [root@2026-11-23T10:00:00]")
         + &node("asleep", "IDLE+POWERED_DOWN", 0, "");
     let nodes = parse_nodes(&text).unwrap();
-    let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00|n1\n").unwrap();
+    let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00|1|n1\n").unwrap();
     let plan = Planner::new(Config::default()).plan(&nodes, &jobs, NOW);
     assert_eq!(plan.power_down, ["idle"], "{plan:?}");
     // Weights for the nodes wattson manages only (all at Slurm's default 1 so far).
@@ -40,7 +41,8 @@ fn a_queue_boots_a_sleeping_node_and_a_failed_resume_is_retried_then_given_up() 
     let nodes =
         parse_nodes(&(node("n1", "IDLE+POWERED_DOWN", 0, "") + &node("n2", "IDLE+POWERED_DOWN", 0, "")))
             .unwrap();
-    let queued = parse_jobs("9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|\n").unwrap();
+    let queued =
+        parse_jobs("9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|1|\n").unwrap();
     let plan = planner.plan(&nodes, &queued, NOW);
     assert_eq!(plan.power_up.len(), 1, "{plan:?}");
     assert!(plan.power_down.is_empty());
@@ -74,8 +76,8 @@ fn the_warm_set_follows_the_configured_shortfall() {
     )
     .unwrap();
     let jobs = parse_jobs(
-        "5|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|full\n\
-         6|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|full\n",
+        "5|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full\n\
+         6|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full\n",
     )
     .unwrap();
     let submitted = jobs[0].submit as f64;
@@ -87,4 +89,32 @@ fn the_warm_set_follows_the_configured_shortfall() {
     let (tight, lax) = (plan_with(0.25), plan_with(0.5));
     assert_eq!((tight.warm_target, tight.power_down.len()), (1, 1), "{tight:?}");
     assert_eq!((lax.warm_target, lax.power_down.len()), (0, 2), "{lax:?}");
+}
+
+#[test]
+fn with_the_response_ratio_order_pending_jobs_get_priorities_in_the_engines_order() {
+    // A full node; job 10 (4 GPUs, 1 h limit) queued before job 11 (1 GPU, 1 min limit), each
+    // with the priority Slurm's priority/basic gave it. Waits of about an hour: 11's wait per
+    // square root of GPU-seconds is some 15 times 10's, so 11 goes first.
+    let nodes = parse_nodes(&node("full", "ALLOCATED", 4, "")).unwrap();
+    let jobs = parse_jobs(
+        "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|1:00:00|2:00:00|4294901760|full\n\
+         10|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901759|\n\
+         11|PENDING|Priority|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901758|\n",
+    )
+    .unwrap();
+    let now = jobs[0].submit as f64 + 3600.0;
+    let mut config = Config::default();
+    assert!(Planner::new(config.clone()).plan(&nodes, &jobs, now).priorities.is_empty(), "fifo: Slurm's own");
+    config.ctld.queue_order = QueueOrder::ResponseRatio;
+    let plan = Planner::new(config.clone()).plan(&nodes, &jobs, now);
+    assert_eq!(plan.priorities, [(11, 4_294_901_759), (10, 4_294_901_758)], "{plan:?}");
+    // Once Slurm holds them, nothing more is asked; a held job (priority 0) is not touched.
+    let set = parse_jobs(
+        "10|PENDING|Priority|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901758|\n\
+         11|PENDING|Resources|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901759|\n\
+         12|PENDING|JobHeldUser|1|gres:gpu:1|2026-11-23T10:00:00|0:00|1:00|0|\n",
+    )
+    .unwrap();
+    assert!(Planner::new(config).plan(&nodes, &set, now).priorities.is_empty());
 }
