@@ -513,6 +513,11 @@ mod tests {
         );
         let e = Config::parse("[ctld]\nwarm_shortfall = 1.0\n", "x.toml").unwrap_err().0;
         assert!(e.contains("allowed 0.01 to 0.99"), "{e}");
+        let ordered = Config::parse("[ctld]\nqueue_order = \"response-ratio\"\n", "x.toml").unwrap();
+        assert_eq!(ordered.ctld.queue_order, wattson_engine::cluster::QueueOrder::ResponseRatio);
+        assert_eq!(Config::default().ctld.queue_order, wattson_engine::cluster::QueueOrder::Fifo);
+        let e = Config::parse("[ctld]\nqueue_order = \"lifo\"\n", "x.toml").unwrap_err().0;
+        assert!(e.starts_with("x.toml:2") && e.contains("fifo") && e.contains("response-ratio"), "{e}");
     }
 
     #[test]
