@@ -403,6 +403,7 @@ impl ClusterConfig {
             ("wattson.dvfs_min_free", self.wattson.dvfs_min_free),
             ("wattson.dvfs_horizon_s", self.wattson.dvfs_horizon_s),
             ("wattson.congestion_raise", self.wattson.congestion_raise),
+            ("wattson.size_exponent", self.wattson.size_exponent),
         ];
         for (key, v) in nonneg {
             if !(v.is_finite() && v >= 0.0) {
@@ -549,6 +550,10 @@ defer_window_s = [3600.0, 7200.0]
                 .to_string();
             assert!(e.starts_with("c.toml: wattson.warm_shortfall = "), "{e}");
         }
+        let e = ClusterConfig::from_toml(&format!("{SMALL}[wattson]\nsize_exponent = -0.5\n"), "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "c.toml: wattson.size_exponent = -0.5: must be a finite number >= 0");
         let bad = SMALL.replace("nodes = 4", "nodes = 4\nbogus = 1");
         let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
         assert!(e.starts_with("c.toml: ") && e.contains("bogus"), "{e}");

@@ -1,8 +1,9 @@
 //! The cluster brain: one pure function, [`decide`], from a [`Snapshot`] of the cluster (nodes,
 //! queued, held and running jobs, recent arrivals, tariff, budget) to [`Actions`] (power nodes
-//! down or up, the placement rule, a DVFS level per job, deferred jobs to release, when to be
-//! asked again, the order of Slurm's queue). The simulator calls it after every instant's events; a controller would call
-//! it each loop. No I/O, no clock: `now` is an input, and equal snapshots give equal actions.
+//! down or up, the placement rule, a DVFS level per job, deferred jobs to release, the order
+//! of Slurm's queue, when to be asked again). The simulator calls it after every instant's
+//! events; `wattson ctld` calls it each loop. No I/O, no clock: `now` is an input, and equal
+//! snapshots give equal actions.
 //!
 //! [`PolicyKind`] names every policy, the references included, so the simulator holds no
 //! policy logic: [`power`] decides node power (Slurm's idle timer or wattson's right-sizing),

@@ -7,14 +7,12 @@
 //! jobs' energy saving no longer has to be paid in queueing.
 
 use serde::{Deserialize, Serialize};
-use strum::{EnumString, IntoStaticStr, VariantNames};
+use strum::{EnumString, VariantNames};
 
 use super::{Policy, PolicyKind, Queued};
 
 /// How the queue is ordered.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr, VariantNames,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, VariantNames)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum QueueOrder {
@@ -22,13 +20,6 @@ pub enum QueueOrder {
     Fifo,
     /// By wait per unit of size, highest first: `wait / (GPUs · work_s)^size_exponent`.
     ResponseRatio,
-}
-
-impl QueueOrder {
-    /// Configuration name.
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
 }
 
 /// The order `p` keeps the queue in: wattson's own, or for the references the Slurm order
