@@ -153,6 +153,10 @@ pub struct WattsonTuning {
     /// top level, 0: their own bound).
     #[serde(default = "default_raise")]
     pub congestion_raise: f64,
+    /// A queued job gets the running jobs it waits for raised only once it has waited this
+    /// many times its own run at full speed (0: at once).
+    #[serde(default = "default_raise_after")]
+    pub raise_after_runs: f64,
     /// Count each GPU's share of its node's base draw in wattson's level choice.
     #[serde(default = "yes")]
     pub count_node_base: bool,
@@ -201,6 +205,9 @@ fn default_shortfall() -> f64 {
 fn default_raise() -> f64 {
     Tuning::default().congestion_raise
 }
+fn default_raise_after() -> f64 {
+    Tuning::default().raise_after_runs
+}
 fn default_keep() -> f64 {
     Tuning::default().keep_break_evens
 }
@@ -232,6 +239,7 @@ impl WattsonTuning {
             "dvfs_min_free" => self.dvfs_min_free = value,
             "dvfs_horizon_s" => self.dvfs_horizon_s = value,
             "congestion_raise" => self.congestion_raise = value,
+            "raise_after_runs" => self.raise_after_runs = value,
             "count_node_base" => self.count_node_base = flag(value),
             "type_aware" => self.type_aware = flag(value),
             "type_max_cost" => self.type_max_cost = value,
@@ -268,6 +276,7 @@ impl Default for WattsonTuning {
             dvfs_min_free: default_dvfs_min_free(),
             dvfs_horizon_s: 0.0,
             congestion_raise: default_raise(),
+            raise_after_runs: default_raise_after(),
             count_node_base: true,
             type_aware: true,
             type_max_cost: default_type_max_cost(),
@@ -338,6 +347,7 @@ impl ClusterConfig {
             dvfs_min_free: self.wattson.dvfs_min_free,
             dvfs_horizon_s: self.wattson.dvfs_horizon_s,
             congestion_raise: self.wattson.congestion_raise,
+            raise_after_runs: self.wattson.raise_after_runs,
             count_node_base: self.wattson.count_node_base,
             type_aware: self.wattson.type_aware,
             type_max_cost: self.wattson.type_max_cost,
@@ -403,6 +413,7 @@ impl ClusterConfig {
             ("wattson.dvfs_min_free", self.wattson.dvfs_min_free),
             ("wattson.dvfs_horizon_s", self.wattson.dvfs_horizon_s),
             ("wattson.congestion_raise", self.wattson.congestion_raise),
+            ("wattson.raise_after_runs", self.wattson.raise_after_runs),
             ("wattson.size_exponent", self.wattson.size_exponent),
         ];
         for (key, v) in nonneg {
@@ -572,6 +583,7 @@ defer_window_s = [3600.0, 7200.0]
             ("dvfs_horizon_s", "7200.0", 7200.0),
             ("congestion_raise", "0.25", 0.25),
             ("size_exponent", "1.0", 1.0),
+            ("raise_after_runs", "0.0", 0.0),
             ("count_node_base", "false", 0.0),
             ("type_aware", "false", 0.0),
             ("type_max_cost", "3.0", 3.0),

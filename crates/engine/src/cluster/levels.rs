@@ -2,8 +2,9 @@
 //! wattson, and within the cluster power budget.
 //!
 //! wattson runs a job at the least-energy level its remaining slowdown allowance permits unless
-//! a queued job waits for its GPUs: then it is raised toward full speed (a slowdown there is
-//! paid in queueing), while running jobs that end after the queue could start keep saving. The
+//! a queued job that is already late (it has waited as long as it will run) waits for its GPUs:
+//! then it is raised toward full speed (a slowdown there is paid in queueing), while running
+//! jobs that end after those jobs could start keep saving. The
 //! allowance is tracked over the whole run: a job that ran fast while the queue waited for it
 //! may go slower afterwards, as long as
 //! `elapsed + remaining work · (1 + slowdown_hi) ≤ (1 + bound) · work`.
@@ -11,7 +12,7 @@
 use crate::choose::{ChooserConfig, sigma_at};
 use crate::model::{DvfsModel, Knob};
 
-use super::{Actions, JobView, Level, Policy, PolicyKind, Running, Snapshot};
+use super::{Actions, JobView, Level, Policy, PolicyKind, Queued, Running, Snapshot};
 
 /// The level a reference policy holds a job at for its whole run; `None`: the top level
 /// (Slurm), or decided over the run (wattson).
@@ -130,10 +131,12 @@ fn unallocated(s: &Snapshot) -> u32 {
 
 /// The running jobs the queue waits for, by id (sorted): taking running jobs in the order they
 /// are expected to end at full speed, those whose GPUs are needed, with the unallocated ones,
-/// before every queued job (in queue order) has enough GPUs to start. A job that ends after
-/// that frees GPUs nobody queued is waiting for, so slowing it delays no one now.
-pub fn waited_for(s: &Snapshot) -> Vec<u32> {
-    if s.queued.is_empty() {
+/// before every late queued job (in queue order) has enough GPUs to start. A job that ends
+/// after that frees GPUs no late job is waiting for, so slowing it delays no one who is late.
+/// A queued job is late once it has waited `raise_after_runs` times its own run at full speed.
+pub fn waited_for(p: &Policy, s: &Snapshot) -> Vec<u32> {
+    let late = |q: &&Queued| s.now - q.eligible >= p.tuning.raise_after_runs * q.job.work_s;
+    if !s.queued.iter().any(|q| late(&q)) {
         return Vec::new();
     }
     let mut ends: Vec<(f64, u32, u32)> =
@@ -142,7 +145,7 @@ pub fn waited_for(s: &Snapshot) -> Vec<u32> {
     let mut ends = ends.into_iter();
     let mut free = u64::from(unallocated(s));
     let mut out = Vec::new();
-    'queue: for q in s.queued {
+    'queue: for q in s.queued.iter().filter(late) {
         while free < u64::from(q.job.gpus) {
             let Some((_, id, gpus)) = ends.next() else { break 'queue };
             out.push(id);
@@ -158,7 +161,7 @@ pub fn waited_for(s: &Snapshot) -> Vec<u32> {
 pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
     let gated = p.kind == PolicyKind::Wattson && !capacity_gates_pass(p, s);
     // With the gates closed every job is raised anyway.
-    let waited = if p.kind == PolicyKind::Wattson && !gated { waited_for(s) } else { Vec::new() };
+    let waited = if p.kind == PolicyKind::Wattson && !gated { waited_for(p, s) } else { Vec::new() };
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
     let overhead_w = if p.tuning.count_node_base { s.node.base_w / f64::from(gpn) } else { 0.0 };
     for r in s.running {

@@ -240,6 +240,9 @@ pub struct Tuning {
     /// toward full speed: 1 = the top level, 0 = their own bound; in between, that share of the
     /// bound is given up. With the capacity gates closed, every running job is raised so.
     pub congestion_raise: f64,
+    /// A queued job makes the running jobs it waits for be raised only once it has waited this
+    /// many times its own run at full speed (0: at once).
+    pub raise_after_runs: f64,
     /// wattson's level choice counts each GPU's share of its node's base draw
     /// (`base_w / gpus`) for as long as the job runs.
     pub count_node_base: bool,
@@ -273,6 +276,7 @@ impl Default for Tuning {
             dvfs_min_free: 0.0,
             dvfs_horizon_s: 0.0,
             congestion_raise: 0.5,
+            raise_after_runs: 1.0,
             count_node_base: true,
             type_aware: true,
             type_max_cost: 2.0,

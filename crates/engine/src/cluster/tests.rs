@@ -159,10 +159,15 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let fresh = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &fresh, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 1)]);
-    // A queue forms and waits for its GPUs: by default (congestion_raise = 0.5) it gives up
-    // half the bound (0.05 admits level 2 at 0.02); with congestion_raise = 1, full speed.
-    let q = [Queued { job: job(9, 0.0), eligible: 0.0 }];
+    // A job queued just now is not late: the running job keeps saving. Once the queued job
+    // has waited its own run (1000 s) it is: by default (congestion_raise = 0.5) the job it
+    // waits for gives up half the bound (0.05 admits level 2 at 0.02); with
+    // congestion_raise = 1, full speed.
     let slow = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 1 }];
+    let fresh_queue = [Queued { job: job(9, 0.0), eligible: 0.0 }];
+    let a = decide(&p, &snap(0.0, &nodes, &m, &fresh_queue, &slow, &[], &tariff));
+    assert_eq!(a.levels, Vec::new());
+    let q = [Queued { job: job(9, 0.0), eligible: -1000.0 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &q, &slow, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 2)]);
     let mut full_raise = p;
@@ -387,29 +392,38 @@ fn only_the_jobs_the_queue_waits_for_are_raised() {
     let queued = |gpus: &[u32]| -> Vec<Queued> {
         gpus.iter()
             .enumerate()
-            .map(|(i, &g)| Queued { job: JobView { gpus: g, ..job(10 + i as u32, 0.0) }, eligible: 0.0 })
+            .map(|(i, &g)| Queued { job: JobView { gpus: g, ..job(10 + i as u32, 0.0) }, eligible: -1000.0 })
             .collect()
     };
-    // One 8-GPU job waits: job 1, ending first, frees its GPUs; jobs 2 and 3 end after it
-    // could start, so slowing them delays no one and they keep saving.
+    // Each queued job has waited its own run (1000 s): it is late. One 8-GPU job waits: job 1,
+    // ending first, frees its GPUs; jobs 2 and 3 end after it could start, so slowing them
+    // delays no one and they keep saving.
     let q = queued(&[8]);
     let s = snap(0.0, &nodes, &m, &q, &r, &[], &tariff);
-    assert_eq!(levels::waited_for(&s), vec![1]);
+    assert_eq!(levels::waited_for(&p, &s), vec![1]);
     assert_eq!(decide(&p, &s).levels, vec![(1, 3)]);
     // A 4-GPU job behind it fits in what job 2 frees too; a 16-GPU job needs all three.
     let q = queued(&[8, 4]);
-    assert_eq!(levels::waited_for(&snap(0.0, &nodes, &m, &q, &r, &[], &tariff)), vec![1, 2]);
+    assert_eq!(levels::waited_for(&p, &snap(0.0, &nodes, &m, &q, &r, &[], &tariff)), vec![1, 2]);
     let q = queued(&[16]);
-    assert_eq!(levels::waited_for(&snap(0.0, &nodes, &m, &q, &r, &[], &tariff)), vec![1, 2]);
+    assert_eq!(levels::waited_for(&p, &snap(0.0, &nodes, &m, &q, &r, &[], &tariff)), vec![1, 2]);
     let q = queued(&[8, 16]);
     let s = snap(0.0, &nodes, &m, &q, &r, &[], &tariff);
-    assert_eq!(levels::waited_for(&s), vec![1, 2, 3]);
+    assert_eq!(levels::waited_for(&p, &s), vec![1, 2, 3]);
+    // The 16-GPU job queued only 500 s ago is not late yet: only the 8-GPU job counts; with
+    // raise_after_runs = 0 both do.
+    let mut young = q.clone();
+    young[1].eligible = -500.0;
+    let s_young = snap(0.0, &nodes, &m, &young, &r, &[], &tariff);
+    assert_eq!(levels::waited_for(&p, &s_young), vec![1]);
+    let at_once = Policy { tuning: Tuning { raise_after_runs: 0.0, ..p.tuning }, ..p };
+    assert_eq!(levels::waited_for(&at_once, &s_young), vec![1, 2, 3]);
     assert_eq!(decide(&p, &s).levels, vec![(3, 3), (1, 3), (2, 3)]);
     // 8 GPUs unallocated (a fourth node): the 8-GPU job waits for no one.
     let four = [node(NodePower::On, 0, f64::INFINITY), nodes[0], nodes[0], node(NodePower::Off, 8, 0.0)];
     let q = queued(&[8]);
     let s = snap(0.0, &four, &m, &q, &r, &[], &tariff);
-    assert_eq!(levels::waited_for(&s), Vec::<u32>::new());
+    assert_eq!(levels::waited_for(&p, &s), Vec::<u32>::new());
     assert_eq!(decide(&p, &s).levels, Vec::new());
     // DVFS gated off (dvfs_min_free above all): every job is raised, waited for or not.
     let gated = Policy { tuning: Tuning { dvfs_min_free: 2.0, ..p.tuning }, ..p };
