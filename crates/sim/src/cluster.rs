@@ -149,7 +149,7 @@ pub struct WattsonTuning {
     /// Slow jobs only while the GPUs expected free this far ahead are not negative (s; 0: off).
     #[serde(default)]
     pub dvfs_horizon_s: f64,
-    /// How far running jobs that a queued job waits for are raised toward full speed (1: the
+    /// How far running jobs that a late queued job waits for are raised toward full speed (1: the
     /// top level, 0: their own bound).
     #[serde(default = "default_raise")]
     pub congestion_raise: f64,

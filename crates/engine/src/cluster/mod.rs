@@ -236,7 +236,7 @@ pub struct Tuning {
     /// wattson slows jobs only while the GPUs expected free this far ahead (free now, plus
     /// those released by running jobs, minus forecast arrivals) are not negative (s; 0: off).
     pub dvfs_horizon_s: f64,
-    /// How far running jobs that a queued job waits for ([`levels::waited_for`]) are raised
+    /// How far running jobs that a late queued job waits for ([`levels::waited_for`]) are raised
     /// toward full speed: 1 = the top level, 0 = their own bound; in between, that share of the
     /// bound is given up. With the capacity gates closed, every running job is raised so.
     pub congestion_raise: f64,
