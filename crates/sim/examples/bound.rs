@@ -14,8 +14,9 @@
 //! Run: `cargo run --release -p wattson-sim --example bound [-- TRACE NODES,NODES SEEDS
 //! key=value...]` (defaults: cluster04.csv, 80,123, 5; `key=value` sets a `[wattson]` knob of
 //! every wattson run, e.g. `min_price_drop=100` turns deferral off; wattson keeps Slurm's FIFO
-//! order unless `queue_order=response-ratio`). Reads
-//! `etc/sim/cluster.toml` and `../shared/data`.
+//! order and raises for every queued job, as before the queue order, unless
+//! `queue_order=response-ratio` or `raise_after_runs=...`). Reads `etc/sim/cluster.toml` and
+//! `../shared/data`.
 
 use std::path::Path;
 
@@ -109,9 +110,10 @@ fn main() {
         args.get(2).map_or("80,123", String::as_str).split(',').map(|s| s.parse().expect("nodes")).collect();
     let seeds: u64 = args.get(3).map_or(5, |s| s.parse().expect("seed count"));
     let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
-    // The bound is of DVFS alone: Slurm's FIFO order, as the references (`queue_order=...`
-    // overrides it).
+    // The bound is of DVFS alone: Slurm's FIFO order, as the references, and every queued job
+    // raises the running jobs it waits for (`queue_order=...`, `raise_after_runs=...` override).
     base.wattson.queue_order = QueueOrder::Fifo;
+    base.wattson.raise_after_runs = 0.0;
     for kv in args.iter().skip(4) {
         base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
     }

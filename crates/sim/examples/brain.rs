@@ -77,17 +77,10 @@ fn main() {
                     s.jct_mean_s,
                     s.capture.unwrap_or(f64::NAN),
                 ];
-                match sums.iter_mut().find(|(p, _)| *p == s.policy) {
-                    Some((_, acc)) => acc.iter_mut().zip(row).for_each(|(a, x)| *a += x),
-                    None => sums.push((s.policy.clone(), row)),
-                }
+                add(&mut sums, s.policy.clone(), row);
             }
             for run in &o.runs {
-                let row = large_waits(&o.jobs, run);
-                match large.iter_mut().find(|(p, _)| *p == run.policy) {
-                    Some((_, acc)) => acc.iter_mut().zip(row).for_each(|(a, x)| *a += x),
-                    None => large.push((run.policy, row)),
-                }
+                add(&mut large, run.policy, large_waits(&o.jobs, run));
             }
             let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
             for s in &o.report.summaries {
@@ -175,4 +168,12 @@ fn large_waits(jobs: &[wattson_sim::SimJob], run: &wattson_sim::RunResult) -> [f
     by_size.sort_by(|a, b| b.0.total_cmp(&a.0));
     let top: Vec<f64> = by_size[..by_size.len().div_ceil(10)].iter().map(|w| w.2).collect();
     [mean(&whole), mean(&top), waits.iter().map(|w| w.2).fold(0.0, f64::max)]
+}
+
+/// Adds `row` to the running sums kept for `key`.
+fn add<K: PartialEq, const N: usize>(sums: &mut Vec<(K, [f64; N])>, key: K, row: [f64; N]) {
+    match sums.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, acc)) => acc.iter_mut().zip(row).for_each(|(a, x)| *a += x),
+        None => sums.push((key, row)),
+    }
 }

@@ -438,13 +438,11 @@ impl Sim<'_> {
         }
     }
 
-    fn apply(&mut self, t: f64, a: cluster::Actions) {
+    fn apply(&mut self, t: f64, mut a: cluster::Actions) {
         if !a.queue_order.is_empty() {
-            // The policy ranked the queue it saw; the jobs it did not see keep their places
-            // behind them (none: nothing enters the queue between the snapshot and here).
-            let rank: std::collections::HashMap<u32, usize> =
-                a.queue_order.iter().enumerate().map(|(i, &j)| (j, i)).collect();
-            self.queue.sort_by_key(|j| rank.get(j).copied().unwrap_or(usize::MAX));
+            // The policy ranked the whole queue it saw, and nothing entered it since.
+            debug_assert_eq!(a.queue_order.len(), self.queue.len());
+            self.queue = std::mem::take(&mut a.queue_order);
         }
         if !a.release.is_empty() {
             self.held.retain(|j| !a.release.contains(j));
