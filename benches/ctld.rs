@@ -5,8 +5,7 @@
 //!
 //! Run: `cargo bench --bench ctld` (WATTSON_BENCH_LOOPS, default 50).
 
-#[path = "../tests/slurm_lab/mod.rs"]
-mod slurm_lab;
+use wattson_harness::slurm_lab;
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};

@@ -5,8 +5,7 @@
 //!
 //! Run: `cargo bench --bench daemon` (WATTSON_BENCH_SECS sets the measured seconds, default 30).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use wattson_harness::node as common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Instant;
 
-use wattson_engine::{Decision, Knob, ModelEntry, ModelTable, Objective, Sample, fit, prior};
+use wattson_engine::{Choice, Knob, ModelEntry, ModelTable, Objective, Sample, fit, prior};
 
 const TAGS: usize = 10_000;
 const DECISIONS: usize = 100_000;
@@ -70,7 +70,7 @@ fn main() {
         percentile(&fit_ns, 0.99) as f64 / 1e3
     );
 
-    let baseline: HashMap<String, Decision> = tags
+    let baseline: HashMap<String, Choice> = tags
         .iter()
         .map(|t| (t.clone(), table.decide(&OWNER, t, "V100", Knob::PowerLimit, objective)))
         .collect();
@@ -91,7 +91,7 @@ fn main() {
     let (b50, b99) = measure(&mut |tag| baseline.get(tag).and_then(|d| d.setting));
     println!("{:<44} {:>10} {:>10}", "decision latency (10,000 tags, 100,000 calls)", "p50", "p99");
     println!("{:<44} {:>8} ns {:>8} ns", "ModelTable::decide (MinEnergy 10%)", d50, d99);
-    println!("{:<44} {:>8} ns {:>8} ns", "baseline: HashMap<String, Decision>::get", b50, b99);
+    println!("{:<44} {:>8} ns {:>8} ns", "baseline: HashMap<String, Choice>::get", b50, b99);
     println!(
         "ratio decide / baseline: p50 {:.1}x, p99 {:.1}x; goal p99 < 50 µs: {}",
         d50 as f64 / b50.max(1) as f64,

@@ -7,8 +7,7 @@
 //! baseline), then while 64 threads of an unprivileged process send `acct` requests for 900 job
 //! ids each, back to back. Prints p50/p99 of both and their ratio (same run, same daemon).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use wattson_harness::node as common;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;

@@ -7,8 +7,7 @@
 //! clients' answers and failures, whether the stored records match the pairs one for one, and
 //! the daemon's RSS at the start, each minute and at the end.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use wattson_harness::node as common;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;

@@ -8,8 +8,7 @@
 //!
 //! Run: `cargo bench --bench slurm`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use wattson_harness::node as common;
 
 use std::time::{Duration, Instant};
 

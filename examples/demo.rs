@@ -10,8 +10,7 @@
 //! Run with `./scripts/demo` (which installs Slurm and builds everything first). Files stay in
 //! `target/demo/`.
 
-#[path = "../tests/slurm_lab/mod.rs"]
-mod slurm_lab;
+use wattson_harness::slurm_lab;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,7 +1,7 @@
 //! Per-job GPU energy against the simulated GPUs' exact ground truth, through the real daemon
 //! and CLI: several jobs sharing a node, a daemon killed mid-job, and GPU faults.
 
-mod common;
+use wattson_harness::node as common;
 
 use std::thread::sleep;
 use std::time::Duration;

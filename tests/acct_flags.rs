@@ -2,8 +2,8 @@
 //! real `sacct` (against a lab slurmctld with slurmdbd) to show that sacct accepts the same
 //! spelling, and to `wattson acct` on a node with known records, whose output is checked.
 
-mod common;
-mod slurm_lab;
+use wattson_harness::node as common;
+use wattson_harness::slurm_lab;
 
 use std::process::Output;
 

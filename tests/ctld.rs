@@ -3,8 +3,8 @@
 //! test observes (the action touches a file; the test stops or starts that node's slurmd, with
 //! `-b` for a fresh boot as a real power-on gives).
 
-mod common;
-mod slurm_lab;
+use wattson_harness::node as common;
+use wattson_harness::slurm_lab;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,23 +12,26 @@ use std::time::{Duration, Instant};
 
 use slurm_lab::{LabNode, LabOptions, SlurmLab, parse_record};
 
-const WATTSON: &str = env!("CARGO_BIN_EXE_wattson");
-const SUSPEND: &str = env!("CARGO_BIN_EXE_wattson-suspend");
-const RESUME: &str = env!("CARGO_BIN_EXE_wattson-resume");
-const RESUME_FAIL: &str = env!("CARGO_BIN_EXE_wattson-resume-fail");
-const PROLOG: &str = env!("CARGO_BIN_EXE_wattson-ctld-prolog");
+static WATTSON: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| wattson_harness::programs::program("wattson"));
+/// A program Slurm runs for the controller, as its absolute path.
+fn program(name: &str) -> String {
+    wattson_harness::programs::program(name).display().to_string()
+}
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
 /// slurm.conf lines that switch Slurm's power machinery on with its own timer off (as
 /// docs/ctld.md gives them), made fast for a lab.
 fn power_conf() -> String {
+    let (suspend, resume) = (program("wattson-suspend"), program("wattson-resume"));
+    let (resume_fail, prolog) = (program("wattson-resume-fail"), program("wattson-ctld-prolog"));
     format!(
         "SuspendTime=INFINITE\n\
-         SuspendProgram={SUSPEND}\n\
-         ResumeProgram={RESUME}\n\
-         ResumeFailProgram={RESUME_FAIL}\n\
-         PrologSlurmctld={PROLOG}\n\
+         SuspendProgram={suspend}\n\
+         ResumeProgram={resume}\n\
+         ResumeFailProgram={resume_fail}\n\
+         PrologSlurmctld={prolog}\n\
          SuspendTimeout=3\n\
          ResumeTimeout=20\n\
          SlurmctldParameters=power_save_interval=1\n\
@@ -143,7 +146,7 @@ fn ctld_log(lab: &SlurmLab) -> String {
 
 fn start_ctld(lab: &SlurmLab) -> Child {
     let log = std::fs::File::create(lab.dir().join("log/ctld.log")).unwrap();
-    Command::new(WATTSON)
+    Command::new(&*WATTSON)
         .args(["ctld", "-c"])
         .arg(lab.dir().join("etc/wattson.toml"))
         .env("SLURM_CONF", lab.conf())
@@ -178,7 +181,7 @@ fn ctld_sleeps_idle_nodes_slurm_wakes_them_for_jobs_and_never_a_busy_one() {
     // `wattson power status` shows each node off (as of ctld's next loop) and why.
     let started = Instant::now();
     loop {
-        let out = Command::new(WATTSON)
+        let out = Command::new(&*WATTSON)
             .args(["power", "status", "-c"])
             .arg(lab.dir().join("etc/wattson.toml"))
             .output()
@@ -255,8 +258,12 @@ fn power_programs_refuse_hostile_hostlists_and_run_nothing() {
     )
     .unwrap();
     for hostile in ["n[1-100000000]", "n1;touch /tmp/x", "n$(id)", "../etc", "n1`x`"] {
-        let status =
-            Command::new(RESUME).arg(hostile).env_clear().env("WATTSON_CONFIG", &config).status().unwrap();
+        let status = Command::new(program("wattson-resume"))
+            .arg(hostile)
+            .env_clear()
+            .env("WATTSON_CONFIG", &config)
+            .status()
+            .unwrap();
         assert!(!status.success(), "{hostile} accepted");
     }
     assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0, "an action ran");
@@ -264,8 +271,12 @@ fn power_programs_refuse_hostile_hostlists_and_run_nothing() {
     assert_eq!(logged.matches("refused hostlist").count(), 5, "{logged}");
 
     // A good list runs each node's action, never through a shell.
-    let status =
-        Command::new(RESUME).arg("gpu[01-03]").env_clear().env("WATTSON_CONFIG", &config).status().unwrap();
+    let status = Command::new(program("wattson-resume"))
+        .arg("gpu[01-03]")
+        .env_clear()
+        .env("WATTSON_CONFIG", &config)
+        .status()
+        .unwrap();
     assert!(status.success());
     let mut made: Vec<String> =
         std::fs::read_dir(&marks).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();

@@ -6,7 +6,7 @@ use std::process::Command;
 #[test]
 fn man_pages_render_and_completions_load() {
     let dir = tempfile::tempdir().unwrap();
-    let files = wattson::cli::docs::write_all(dir.path()).unwrap();
+    let files = wattson_docs::write_all(dir.path()).unwrap();
     let page = |name: &str| {
         files.iter().find(|f| f.ends_with(name)).unwrap_or_else(|| panic!("no {name}: {files:?}"))
     };
@@ -56,13 +56,16 @@ fn man_pages_render_and_completions_load() {
 
 #[test]
 fn version_names_the_slurm_the_plugins_are_built_for() {
-    for program in [env!("CARGO_BIN_EXE_wattson"), env!("CARGO_BIN_EXE_wattsond")] {
-        let out = Command::new(program).arg("--version").output().unwrap();
+    for program in
+        [wattson_harness::programs::program("wattson"), wattson_harness::programs::program("wattsond")]
+    {
+        let out = Command::new(&program).arg("--version").output().unwrap();
         let said = String::from_utf8_lossy(&out.stdout);
         let slurm = wattson_slurm::slurm_version();
         assert!(
             out.status.success() && said.contains(&format!("built for Slurm {slurm}")),
-            "{program}: {said}"
+            "{}: {said}",
+            program.display()
         );
     }
 }

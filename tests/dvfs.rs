@@ -3,7 +3,7 @@
 //! energy, `wattson acct` shows what was done; the next run of the tag skips probing, and the
 //! model table for job_submit decides the same.
 
-mod common;
+use wattson_harness::node as common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

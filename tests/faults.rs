@@ -2,7 +2,7 @@
 //! a store that cannot be written): each ends in a defined state, tested. See
 //! `docs/reliability.md` for the table of cases.
 
-mod common;
+use wattson_harness::node as common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -96,7 +96,7 @@ fn the_store_and_its_wal_are_private() {
     let own = node.dir.path().join("mine.toml");
     let text = text.replace(node.socket.to_str().unwrap(), "/nonexistent/wattsond.sock");
     std::fs::write(&own, text.replacen("[daemon]\n", "[daemon]\nadmins = [\"nobody\"]\n", 1)).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wattson"))
+    let out = Command::new(wattson_harness::programs::program("wattson"))
         .arg("-c")
         .arg(&own)
         .args(["acct", "-j", "1", "-o", "JobID", "-P"])

@@ -2,7 +2,7 @@
 //! lookups, readings, and setters that validate like NVML. One test function: the library
 //! reads its directory once per process.
 
-mod common;
+use wattson_harness::node as common;
 
 use wattson_gpu::{GpuBackend, GpuError, NvmlBackend};
 use wattson_types::job::GpuRef;

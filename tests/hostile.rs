@@ -1,7 +1,7 @@
 //! A hostile local user against wattsond: what they try, run as an unprivileged uid, and what
 //! must still hold (Slurm's calls are served, nothing is held open forever).
 
-mod common;
+use wattson_harness::node as common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;

@@ -2,7 +2,7 @@
 //! default 1 s sampling, with the load changing every 20 s, next to a 2-second job.
 //! Takes ten minutes of wall time, on purpose; it runs as its own test binary.
 
-mod common;
+use wattson_harness::node as common;
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};

@@ -2,8 +2,8 @@
 //! GPU nodes on loopback, each with its own wattsond (simulated H100s, the models on, the
 //! controller's link on the node's own address), and `wattson models sync` on the controller.
 
-mod common;
-mod slurm_lab;
+use wattson_harness::node as common;
+use wattson_harness::slurm_lab;
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,8 @@ use slurm_lab::{LabNode, LabOptions, SlurmLab};
 use wattson_engine::ModelTable;
 use wattson_types::owner::ModelOwner;
 
-const WATTSON: &str = env!("CARGO_BIN_EXE_wattson");
+static WATTSON: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| wattson_harness::programs::program("wattson"));
 const GPU: &str = "NVIDIA H100 80GB HBM3";
 
 /// A node whose wattsond decides by the models with short probe windows, its link on `addr`.
@@ -96,7 +97,7 @@ fn a_tag_learned_on_one_node_is_decided_on_another_and_at_submit() {
     a.end("1");
     assert!(learned < 700.0, "{learned}");
 
-    let sync = lab.command(WATTSON).arg("-c").arg(&controller).args(["models", "sync"]).output().unwrap();
+    let sync = lab.command(&*WATTSON).arg("-c").arg(&controller).args(["models", "sync"]).output().unwrap();
     assert_ok(&sync);
     let said = String::from_utf8_lossy(&sync.stdout).into_owned();
     assert!(said.contains("from 2 node(s) (n1,n2)") && said.contains("the nodes took 1"), "{said}");
@@ -117,7 +118,8 @@ fn a_tag_learned_on_one_node_is_decided_on_another_and_at_submit() {
     // B's run measured its settled window: the next sync hands that back to A; the one after
     // finds nothing new.
     let sync = || {
-        let out = lab.command(WATTSON).arg("-c").arg(&controller).args(["models", "sync"]).output().unwrap();
+        let out =
+            lab.command(&*WATTSON).arg("-c").arg(&controller).args(["models", "sync"]).output().unwrap();
         assert_ok(&out);
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

@@ -2,19 +2,19 @@
 //! checked as an image. A node whose models probe an unknown workload at several power limits
 //! (each a setting, each a different power) before settling.
 
-mod common;
+use wattson_harness::node as common;
 
 use std::time::{Duration, Instant};
 
 use common::{Node, assert_ok};
 
 /// The chart's size and margins, in whole pixels.
-const W: usize = wattson_sim::plot::W as usize;
-const H: usize = wattson_sim::plot::H as usize;
-const L: usize = wattson_sim::plot::L as usize;
-const R: usize = wattson_sim::plot::R as usize;
-const T: usize = wattson_sim::plot::T as usize;
-const B: usize = wattson_sim::plot::B as usize;
+const W: usize = wattson_chart::W as usize;
+const H: usize = wattson_chart::H as usize;
+const L: usize = wattson_chart::L as usize;
+const R: usize = wattson_chart::R as usize;
+const T: usize = wattson_chart::T as usize;
+const B: usize = wattson_chart::B as usize;
 
 #[test]
 fn the_plot_shows_each_power_level_and_each_setting_where_it_happened() {

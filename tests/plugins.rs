@@ -2,7 +2,7 @@
 //! hooks that tests/slurm.rs builds in: the SPANK argument `test_panic=` and job_submit's
 //! `WATTSON_TEST_PANIC` trigger.
 
-mod common;
+use wattson_harness::node as common;
 
 /// Whether `needle` occurs in `haystack`.
 fn contains(haystack: &[u8], needle: &str) -> bool {

@@ -1,7 +1,7 @@
 //! Bad configuration, bad socket messages and unauthorised callers: each gets a clear error,
 //! and nothing else is affected.
 
-mod common;
+use wattson_harness::node as common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -25,13 +25,14 @@ fn a_bad_config_stops_the_daemon_with_file_line_and_what_is_allowed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.toml");
     std::fs::write(&path, "[daemon]\nsocket = \"/tmp/x.sock\"\nsample_interval = \"often\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(&path).output().unwrap();
+    let out =
+        Command::new(wattson_harness::programs::program("wattsond")).arg("-c").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("{}:3: ", path.display())) && err.contains("\"1s\""), "{err}");
 
     std::fs::write(&path, "[daemon]\nsockett = \"/tmp/x.sock\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+    let out = Command::new(wattson_harness::programs::program("wattsond"))
         .arg("-c")
         .arg(&path)
         .arg("--check-config")
@@ -44,7 +45,7 @@ fn a_bad_config_stops_the_daemon_with_file_line_and_what_is_allowed() {
         "{err}"
     );
 
-    let out = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+    let out = Command::new(wattson_harness::programs::program("wattsond"))
         .arg("-c")
         .arg(dir.path().join("missing.toml"))
         .output()
@@ -58,7 +59,11 @@ fn without_a_driver_the_daemon_says_so() {
     let mut node = Node::h100(1);
     let text = std::fs::read_to_string(&node.config).unwrap();
     std::fs::write(&node.config, text.replace("libfake_nvml.so", "libnot_there.so")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(&node.config).output().unwrap();
+    let out = Command::new(wattson_harness::programs::program("wattsond"))
+        .arg("-c")
+        .arg(&node.config)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot load NVML from"), "{out:?}");
     // The same config with the library back starts.

@@ -1,7 +1,7 @@
 //! wattsond as a service: systemd readiness over a real notify socket, Prometheus metrics
 //! over HTTP, and a clean stop on SIGTERM that keeps running jobs for the next start.
 
-mod common;
+use wattson_harness::node as common;
 
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -50,7 +50,7 @@ fn readiness_metrics_and_a_clean_stop() {
 fn a_second_daemon_on_the_same_socket_refuses_to_start() {
     let mut node = Node::h100(1);
     node.start();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wattsond"))
+    let out = std::process::Command::new(wattson_harness::programs::program("wattsond"))
         .arg("-c")
         .arg(&node.config)
         .env(fake_nvml::DIR_ENV, node.sim.dir())
@@ -87,8 +87,11 @@ fn the_units_settings_match_what_the_daemon_does() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[daemon]\nsample_interval = 3\n").unwrap();
-    let out =
-        std::process::Command::new(env!("CARGO_BIN_EXE_wattsond")).arg("-c").arg(&bad).output().unwrap();
+    let out = std::process::Command::new(wattson_harness::programs::program("wattsond"))
+        .arg("-c")
+        .arg(&bad)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 

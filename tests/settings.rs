@@ -1,7 +1,7 @@
 //! GPU settings: a job's policy is enacted on its GPUs while it runs and undone after, and no
 //! GPU stays changed for a job that is gone, whatever happened to the daemon.
 
-mod common;
+use wattson_harness::node as common;
 
 use std::time::Duration;
 

@@ -297,7 +297,7 @@ fn same_inputs_give_byte_identical_outputs_and_another_seed_differs() {
 }
 
 fn wattson_bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wattson"));
+    let mut c = Command::new(wattson_harness::programs::program("wattson"));
     c.current_dir(ROOT);
     c
 }

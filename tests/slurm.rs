@@ -1,8 +1,8 @@
 //! wattson's Slurm plugins inside real Slurm daemons (Debian's slurmctld/slurmd 22.05, started
 //! by the harness on loopback), with wattsond on simulated GPUs: Slurm is the judge.
 
-mod common;
-mod slurm_lab;
+use wattson_harness::node as common;
+use wattson_harness::slurm_lab;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -330,7 +330,7 @@ fn acct_state_is_the_state_slurm_gave_the_job() {
         seen = sacct();
     }
     let acct = |args: &[&str]| {
-        let mut cmd = c.lab.command(env!("CARGO_BIN_EXE_wattson"));
+        let mut cmd = c.lab.command(wattson_harness::programs::program("wattson"));
         cmd.arg("-c").arg(&c.node.config).args(["acct", "-X", "-n", "-P"]).args(args);
         let out = cmd.output().unwrap();
         common::assert_ok(&out);

@@ -5,16 +5,17 @@
 //! records over the link into the job's summary in Slurm's accounting (`AdminComment`), which
 //! `wattson acct` reads from a host with no wattsond, as `sacct` lets each user see it.
 
-mod common;
-mod slurm_lab;
+use wattson_harness::node as common;
+use wattson_harness::slurm_lab;
 
 use std::time::{Duration, Instant};
 
 use common::{Node, assert_ok};
 use slurm_lab::{LabNode, LabOptions, SlurmLab};
-use wattson_ctld::summary::{self, JobSummary};
+use wattson_sacct::summary::{self, JobSummary};
 
-const WATTSON: &str = env!("CARGO_BIN_EXE_wattson");
+static WATTSON: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| wattson_harness::programs::program("wattson"));
 
 /// The login node's flat tariff (per kWh, 24 hours) and carbon intensity (g/kWh).
 const PRICE: &str = "0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2";
@@ -101,12 +102,12 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
         ),
     )
     .unwrap();
-    assert_ok(&lab.command(WATTSON).arg("-c").arg(&controller).args(["ctld", "--once"]).output().unwrap());
+    assert_ok(&lab.command(&*WATTSON).arg("-c").arg(&controller).args(["ctld", "--once"]).output().unwrap());
     let comment = lab.run_ok("sacct", &["-n", "-P", "-X", "-j", &id.to_string(), "-o", "AdminComment"]);
     assert!(comment.trim().starts_with("wattson:policy=balanced;ws1:"), "the note stays first: {comment}");
     let summary: JobSummary = summary::read(comment.trim()).expect("a summary").expect("readable");
     // What `wattson summary show` prints is the same summary.
-    let shown = lab.command(WATTSON).args(["summary", "show", "-j", &id.to_string()]).output().unwrap();
+    let shown = lab.command(&*WATTSON).args(["summary", "show", "-j", &id.to_string()]).output().unwrap();
     assert_ok(&shown);
     assert_eq!(serde_json::from_slice::<JobSummary>(&shown.stdout).unwrap(), summary);
     // It parses back to each node's own record, number for number.
@@ -131,7 +132,7 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     assert!((summed - wattson_j).abs() < 1e-6, "{summed} vs {wattson_j}");
     // A second loop finds nothing new to write.
     let again = lab
-        .command(WATTSON)
+        .command(&*WATTSON)
         .arg("-c")
         .arg(&controller)
         .args(["summary", "write", "--lookback", "1h"])
@@ -157,7 +158,7 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     .unwrap();
     let acct = |id: u32| {
         let out = lab
-            .command(WATTSON)
+            .command(&*WATTSON)
             .arg("-c")
             .arg(&login)
             .args(["acct", "-j", &id.to_string(), "-n", "-P", "-o", "JobID,NodeList,GPUEnergyRaw,Source"])
@@ -176,7 +177,7 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     // Its chart from there: both nodes' GPU 0.
     let chart = lab.dir().join("job.svg");
     let plotted = lab
-        .command(WATTSON)
+        .command(&*WATTSON)
         .arg("-c")
         .arg(&login)
         .args(["acct", "-j", &id.to_string(), "--plot"])
@@ -196,7 +197,7 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     let text = std::fs::read_to_string(&controller).unwrap();
     std::fs::write(&controller, text.replace("[ctld]\n", "[ctld]\nsummary_wait = \"0s\"\n")).unwrap();
     let written =
-        lab.command(WATTSON).arg("-c").arg(&controller).args(["summary", "write"]).output().unwrap();
+        lab.command(&*WATTSON).arg("-c").arg(&controller).args(["summary", "write"]).output().unwrap();
     assert_ok(&written);
     assert_eq!(String::from_utf8_lossy(&written.stdout).trim(), format!("{id2}: written without n2"));
     let rows = acct(id2);
@@ -221,7 +222,7 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     );
     // The report sums both jobs, marks the part that is Slurm's, and prices it.
     let report = |uid: u32, which: &[&str]| {
-        let mut command = lab.command(WATTSON);
+        let mut command = lab.command(&*WATTSON);
         command.arg("-c").arg(&login).args(["report", "-S", "now-1hours", "--json"]).args(which);
         let out = std::os::unix::process::CommandExt::uid(&mut command, uid).output().unwrap();
         assert_ok(&out);
@@ -267,12 +268,14 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     daemons[0].begin(&id3.to_string(), nobody, "0");
     lab.wait_job(id3, Duration::from_secs(60));
     daemons[0].end(&id3.to_string());
-    assert_ok(&lab.command(WATTSON).arg("-c").arg(&controller).args(["summary", "write"]).output().unwrap());
+    assert_ok(
+        &lab.command(&*WATTSON).arg("-c").arg(&controller).args(["summary", "write"]).output().unwrap(),
+    );
     for dir in [lab.dir().to_path_buf(), lab.dir().join("etc"), lab.dir().join("run")] {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
     let acct_as = |uid: u32, which: &[&str]| {
-        let mut command = lab.command(WATTSON);
+        let mut command = lab.command(&*WATTSON);
         command.arg("-c").arg(&login).arg("acct").args(which).args([
             "-n",
             "-P",

@@ -1,6 +1,6 @@
 //! Tests of the Slurm lab harness itself (tests/slurm_lab): real slurmctld/slurmd with fake GPUs.
 
-mod slurm_lab;
+use wattson_harness::slurm_lab;
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;

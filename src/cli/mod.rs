@@ -1,19 +1,16 @@
-//! `wattson`, the command line: `acct` (sacct-style energy report), `job begin|end` (for Slurm
-//! Prolog/Epilog scripts), `status` (the node's GPUs), `sim` (the trace-driven cluster
-//! simulator), `ctld`, `power status` and `models sync` (on the controller).
+//! `wattson`, the command line: `acct` (sacct-style energy report), `report`, `job begin|end`
+//! (for Slurm Prolog/Epilog scripts), `status` (the node's GPUs) and `summary show`; `sim`,
+//! `ctld`, `power`, `models` and `summary write` run the simulator's and the controller's own
+//! programs ([`forward`]).
 
 mod acct;
-mod ctld;
-pub mod docs;
+mod forward;
 mod job;
-mod models;
-mod power;
 mod report;
-mod sim;
 mod status;
 mod summary;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -42,46 +39,29 @@ enum Command {
     Job(job::JobCommand),
     /// Show this node's GPUs: power, clocks, utilisation, energy counter and owning jobs.
     Status(status::StatusArgs),
-    /// Replay a job trace on a simulated cluster: energy, cost and JCT per policy, with plots.
-    Sim(sim::SimArgs),
+    /// Replay a job trace on a simulated cluster: energy, cost and JCT per policy, with plots
+    /// (runs wattson-sim; `wattson sim --help` for its options).
+    Sim(forward::Passed),
     /// Run the controller service: power idle nodes down and up through Slurm's power saving,
-    /// as the cluster policy decides (run on the Slurm controller, as root or SlurmUser).
-    Ctld(ctld::CtldArgs),
-    /// Node power as `wattson ctld` manages it.
-    #[command(subcommand)]
-    Power(power::PowerCommand),
-    /// The DVFS models' measurements across the cluster (`wattson models sync`).
-    #[command(subcommand)]
-    Models(models::ModelsCommand),
-    /// Jobs' summaries in Slurm's accounting (`wattson summary write|show`).
+    /// as the cluster policy decides (runs wattson-ctld, on the Slurm controller, as root or
+    /// SlurmUser; `wattson ctld --help` for its options).
+    Ctld(forward::Passed),
+    /// Node power as `wattson ctld` manages it (`wattson power status`; runs wattson-ctld).
+    Power(forward::Passed),
+    /// The DVFS models' measurements across the cluster (`wattson models sync`; runs
+    /// wattson-ctld).
+    Models(forward::Passed),
+    /// Jobs' summaries in Slurm's accounting (`wattson summary show`; `summary write` runs
+    /// wattson-ctld).
     #[command(subcommand)]
     Summary(summary::SummaryCommand),
 }
 
-/// The wattson node daemon: exact per-job GPU energy accounting into a local SQLite store.
-///
-/// Logs go to journald when started by systemd, else to stderr; set WATTSON_LOG (e.g. debug)
-/// to change the level. Stops cleanly on SIGTERM or SIGINT; running jobs resume at next start.
-#[derive(Debug, Parser)]
-#[command(name = "wattsond", version = version())]
-pub struct DaemonArgs {
-    /// Configuration file [default: /etc/wattson/wattson.toml if it exists, else built-in defaults]
-    #[arg(short = 'c', long, env = "WATTSON_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Check the configuration file and exit
-    #[arg(long)]
-    pub check_config: bool,
-}
-
-/// `--version`: wattson's own, and the Slurm version its plugins are built for (slurmctld
-/// loads a job_submit plugin of exactly its own version only).
-pub fn version() -> &'static str {
+/// `--version`: wattson's own with the commit it was built from, and the Slurm release its
+/// plugins are built for.
+fn version() -> &'static str {
     static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "{} (Slurm plugins built for Slurm {})",
-            env!("CARGO_PKG_VERSION"),
-            wattson_slurm::slurm_version()
-        )
+        format!("{}; commit {}", wattson_program::version(), env!("WATTSON_COMMIT"))
     });
     VERSION.as_str()
 }
@@ -89,32 +69,33 @@ pub fn version() -> &'static str {
 /// Runs the command line; returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Sim(args) = cli.command {
-        // The simulator needs no site configuration: it reads only the files it is given.
-        return match sim::run(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(&e),
-        };
-    }
-    let config = match Config::load_or_default(cli.config.as_deref()) {
-        Ok(c) => c,
-        Err(e) => return fail(&e.to_string()),
-    };
+    let file = cli.config.as_deref();
     let result = match cli.command {
-        Command::Acct(args) => acct::run(&config, args),
-        Command::Report(args) => report::run(&config, args),
-        Command::Job(cmd) => job::run(&config, cmd),
-        Command::Status(args) => status::run(&config, args),
-        Command::Ctld(args) => ctld::run(config, args),
-        Command::Power(command) => power::run(&config, command),
-        Command::Models(command) => models::run(&config, command),
-        Command::Summary(command) => summary::run(&config, command),
-        Command::Sim(_) => Ok(()),
+        Command::Acct(args) => with_config(file, |c| acct::run(c, args)),
+        Command::Report(args) => with_config(file, |c| report::run(c, args)),
+        Command::Job(cmd) => with_config(file, |c| job::run(c, cmd)),
+        Command::Status(args) => with_config(file, |c| status::run(c, args)),
+        Command::Summary(summary::SummaryCommand::Show(args)) => {
+            with_config(file, |c| summary::show(c, args))
+        }
+        // The simulator needs no site configuration: it reads only the files it is given.
+        Command::Sim(passed) => Err(forward::exec(forward::SIM, None, &[], passed)),
+        Command::Ctld(passed) => Err(forward::exec(forward::CTLD, file, &[], passed)),
+        Command::Power(passed) => Err(forward::exec(forward::CTLD, file, &["power"], passed)),
+        Command::Models(passed) => Err(forward::exec(forward::CTLD, file, &["models"], passed)),
+        Command::Summary(summary::SummaryCommand::Write(passed)) => {
+            Err(forward::exec(forward::CTLD, file, &["summary", "write"], passed))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
+}
+
+/// Runs `run` with the site configuration read from `file` (or the default place).
+fn with_config(file: Option<&Path>, run: impl FnOnce(&Config) -> Result<(), String>) -> Result<(), String> {
+    run(&Config::load_or_default(file).map_err(|e| e.to_string())?)
 }
 
 fn fail(message: &str) -> ExitCode {

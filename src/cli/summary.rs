@@ -1,74 +1,39 @@
-//! `wattson summary`: jobs' summaries in Slurm's accounting (`AdminComment`).
+//! `wattson summary`: jobs' summaries in Slurm's accounting (`AdminComment`): `show` reads one
+//! from any host; `write` runs the controller's `wattson-ctld summary write`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
 use wattson_config::Config;
-use wattson_ctld::nodes::Nodes;
-use wattson_ctld::slurm::Slurm;
-use wattson_ctld::summarize::{self, Settings};
+
+use super::forward::Passed;
 
 /// Jobs' summaries in Slurm's accounting.
 #[derive(Debug, Subcommand)]
 pub enum SummaryCommand {
-    /// Gather the summary of every job that ended within --lookback and has none from its
-    /// nodes' wattsond over the link, and write it into the job's AdminComment, as `wattson
-    /// ctld` does after each job. Run on the controller as root or SlurmUser. A node that does
-    /// not answer is named in the summary once [ctld] summary_wait has passed since the job
-    /// ended; before that the job waits
-    Write {
-        /// How far back to look for ended jobs (e.g. 1h, 2d)
-        #[arg(long, default_value = "1d", value_parser = humantime::parse_duration)]
-        lookback: Duration,
-    },
+    /// Gather the summary of every job that ended recently and has none, and write it into the
+    /// job's AdminComment, as `wattson ctld` does after each job (runs `wattson-ctld summary
+    /// write`, on the controller as root or SlurmUser; `--lookback` as there)
+    Write(Passed),
     /// Print one job's summary from Slurm's accounting, as JSON (what sacct lets you see)
-    Show {
-        /// The job
-        #[arg(short = 'j', long = "job")]
-        job: u32,
-    },
+    Show(ShowArgs),
 }
 
-/// Runs a `wattson summary` command.
-pub fn run(config: &Config, command: SummaryCommand) -> Result<(), String> {
-    let timeout = config.ctld.command_timeout;
-    match command {
-        SummaryCommand::Write { lookback } => {
-            let settings = Settings {
-                lookback,
-                wait: config.ctld.summary_wait,
-                bins: config.ctld.summary_bins,
-                timeout,
-            };
-            let ended = summarize::ended_without_summary(&settings).map_err(|e| e.to_string())?;
-            let seen = Slurm::new(timeout).nodes()?;
-            let link = Nodes::new(config.link.clone());
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-            let done = summarize::write(&link, &seen, &ended, &settings, now);
-            for (job, missing) in &done.written {
-                match &missing[..] {
-                    [] => println!("{job}: written"),
-                    nodes => println!("{job}: written without {}", nodes.join(",")),
-                }
-            }
-            for (job, why) in &done.waiting {
-                println!("{job}: {why}");
-            }
-            for (job, why) in &done.failed {
-                println!("{job}: not written: {why}");
-            }
-            if !done.failed.is_empty() {
-                return Err(format!("{} summaries not written", done.failed.len()));
-            }
+/// `wattson summary show` options.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The job
+    #[arg(short = 'j', long = "job")]
+    job: u32,
+}
+
+/// Prints one job's summary from Slurm's accounting.
+pub fn show(config: &Config, args: ShowArgs) -> Result<(), String> {
+    let job = args.job;
+    match wattson_sacct::summary::from_accounting(job, config.ctld.command_timeout)? {
+        Some(summary) => {
+            println!("{}", serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?);
             Ok(())
         }
-        SummaryCommand::Show { job } => match summarize::from_accounting(job, timeout)? {
-            Some(summary) => {
-                println!("{}", serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?);
-                Ok(())
-            }
-            None => Err(format!("job {job} has no wattson summary in Slurm's accounting (yet)")),
-        },
+        None => Err(format!("job {job} has no wattson summary in Slurm's accounting (yet)")),
     }
 }

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use strum::{EnumString, IntoStaticStr, VariantArray};
 
 pub use time::{TIME_FORMS, format_time, parse_time};
-use wattson_ctld::accounting::SlurmState;
+use wattson_sacct::SlurmState;
 use wattson_types::energy::MeterEvent;
 use wattson_types::job::{JobRecord, JobState};
 

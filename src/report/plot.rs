@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use wattson_sim::plot::{Axes, B, COLORS, H, R, T, W, esc, frame};
+use wattson_chart::{Axes, B, COLORS, H, R, T, W, esc, frame};
 use wattson_types::energy::{MeterEvent, SeriesPoint};
 use wattson_types::gpu::GpuSetting;
 use wattson_types::job::JobRecord;

@@ -7,7 +7,6 @@
 pub mod cluster;
 pub mod link;
 pub mod policy;
-pub mod users;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

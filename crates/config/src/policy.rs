@@ -6,10 +6,10 @@
 //! DVFS models choose each job's power limit (see `daemon::adapt`); `share` maps each policy
 //! to a fixed share of each GPU's maximum power limit. `perf` leaves the GPU at its defaults.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use wattson_engine::Objective;
-use wattson_types::gpu::{GpuInfo, GpuSetting};
+pub use wattson_engine::decision::{Decision, Enact};
 use wattson_types::job::{EnergyPolicy, Hints};
 
 /// `[policy]` in `wattson.toml`.
@@ -37,17 +37,6 @@ pub struct PolicyConfig {
     /// Weight of energy in the `balanced` cost `η·E + (1−η)·P_max·T`, in [0, 1].
     #[serde(default = "default_eta", deserialize_with = "eta")]
     pub balanced_eta: f64,
-}
-
-/// How a policy becomes a GPU setting.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Enact {
-    /// The DVFS models choose per workload, probing workloads they do not know.
-    #[default]
-    Model,
-    /// A fixed share of each GPU's maximum power limit per policy.
-    Share,
 }
 
 impl Default for PolicyConfig {
@@ -108,22 +97,6 @@ fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     }
 }
 
-/// What a job gets: its policy, how it is enacted, and why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Decision {
-    /// The policy the job gets.
-    pub policy: EnergyPolicy,
-    /// How the policy is enacted.
-    pub enact: Enact,
-    /// With `share`: power limit as a percentage of each GPU's maximum; 100 means defaults.
-    pub power_pct: u32,
-    /// For the models: the objective that enacts the policy (slowdown bound or balanced weight).
-    pub engine: Objective,
-    /// Why the policy differs from what the user asked, if it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
 impl PolicyConfig {
     /// Decides the policy of a job of `user` with `hints` (already validated).
     pub fn decide(&self, hints: &Hints, user: &str) -> Decision {
@@ -148,29 +121,10 @@ impl PolicyConfig {
     }
 }
 
-impl Decision {
-    /// Whether the DVFS models choose this job's setting (it is not `perf` nor a fixed share).
-    pub fn by_model(&self) -> bool {
-        self.enact == Enact::Model && self.engine != Objective::Perf
-    }
-
-    /// The fixed-share setting on `gpu` (`enact = "share"`); `None` leaves the GPU at its
-    /// defaults (perf, or the models decide).
-    pub fn setting_for(&self, gpu: &GpuInfo) -> Option<GpuSetting> {
-        if self.enact != Enact::Share || self.power_pct >= 100 {
-            return None;
-        }
-        let max = gpu.power_limit_max_mw?;
-        let min = gpu.power_limit_min_mw.unwrap_or(0);
-        let mw = (u64::from(max) * u64::from(self.power_pct) / 100) as u32;
-        // Whole watts, as nvidia-smi and users think of limits.
-        Some(GpuSetting::PowerLimit { mw: (mw / 1000 * 1000).clamp(min, max) })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wattson_types::gpu::{GpuInfo, GpuSetting};
 
     fn h100() -> GpuInfo {
         GpuInfo {

@@ -9,9 +9,7 @@
 //! [`Planner`] is the decision, pure given Slurm's output and the time; [`Ctld`] adds the
 //! commands. Also the programs Slurm runs: [`power`], [`prolog`].
 
-pub mod accounting;
-pub mod command;
-pub mod hostlist;
+pub mod cli;
 pub mod ledger;
 pub mod metrics;
 pub mod models;
@@ -22,7 +20,6 @@ pub mod prolog;
 pub mod retry;
 pub mod slurm;
 pub mod summarize;
-pub mod summary;
 pub mod view;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -33,12 +30,12 @@ use wattson_config::Config;
 use wattson_engine::cluster::{self, Policy, PolicyKind, Snapshot, Tuning};
 use wattson_protocol::Pace;
 
-use crate::accounting::AccountingError;
 use crate::ledger::Ledger;
 use crate::metrics::Action;
 use crate::retry::{Retries, Verdict};
 use crate::slurm::{Job, Node, Power, Slurm};
 use crate::view::Memory;
+use wattson_sacct::AccountingError;
 
 /// What one loop asks of Slurm, and why.
 #[derive(Debug, Default, PartialEq, Eq)]

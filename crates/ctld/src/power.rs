@@ -17,10 +17,10 @@ use std::process::{Command, ExitCode};
 use wattson_config::Config;
 use wattson_config::cluster::PowerConfig;
 
-use crate::command;
-use crate::hostlist;
 use crate::program::{self, PATH};
 use crate::slurm;
+use wattson_sacct::deadline;
+use wattson_sacct::hostlist;
 
 /// Actions run at once, at most.
 const PARALLEL: usize = 32;
@@ -151,7 +151,7 @@ pub fn main(program: Program, hostlist: Option<String>) -> ExitCode {
             "state=down",
             &format!("reason={}", slurm::RESUME_FAILED),
         ]);
-        if let Err(e) = command::run(&mut scontrol, config.timeout) {
+        if let Err(e) = deadline::run(&mut scontrol, config.timeout) {
             log(config, program, &format!("cannot mark {} down: {e}", hostlist::join(&failed)));
         }
     }
@@ -198,7 +198,7 @@ fn act(config: &PowerConfig, template: &[String], node: &str) -> Result<(), Stri
     if let Some(conf) = std::env::var_os("SLURM_CONF") {
         cmd.env("SLURM_CONF", conf);
     }
-    command::run(&mut cmd, config.timeout).map(|_| ()).map_err(|e| e.to_string())
+    deadline::run(&mut cmd, config.timeout).map(|_| ()).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use wattson_config::Config;
 
-use crate::{command, hostlist, program, slurm};
+use wattson_sacct::{deadline, hostlist};
+
+use crate::{program, slurm};
 
 /// How often the nodes are looked at.
 const POLL: Duration = Duration::from_millis(250);
@@ -28,7 +30,7 @@ pub fn main() -> ExitCode {
     let ask = || {
         let mut scontrol = Command::new("scontrol");
         scontrol.args(["-o", "show", "node", &hostlist::join(&nodes)]);
-        command::run(&mut scontrol, config.ctld.command_timeout)
+        deadline::run(&mut scontrol, config.ctld.command_timeout)
             .ok()
             .and_then(|t| slurm::parse_nodes(&t).ok())
     };

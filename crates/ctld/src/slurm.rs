@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 
-use crate::command::{self, CommandError};
-use crate::hostlist;
+use wattson_sacct::deadline::{self, CommandError};
+use wattson_sacct::{SlurmState, hostlist};
 
 /// `squeue`'s format: job id, state, reason, nodes, TRES per node, submit time, time used,
 /// time limit, priority, node list.
@@ -109,8 +109,8 @@ impl Node {
 pub struct Job {
     /// Job id.
     pub id: u32,
-    /// State: PENDING, CONFIGURING, RUNNING...
-    pub state: String,
+    /// State: PENDING, CONFIGURING, RUNNING...; `None`: one this release does not know.
+    pub state: Option<SlurmState>,
     /// Why it is pending.
     pub reason: String,
     /// GPUs over all its nodes.
@@ -132,12 +132,12 @@ impl Job {
     /// dependency).
     pub fn is_queued(&self) -> bool {
         let waiting = ["JobHeldUser", "JobHeldAdmin", "BeginTime", "Dependency", "DependencyNeverSatisfied"];
-        self.state == "PENDING" && !waiting.contains(&self.reason.as_str())
+        self.state == Some(SlurmState::Pending) && !waiting.contains(&self.reason.as_str())
     }
 
     /// Whether it holds nodes.
     pub fn is_running(&self) -> bool {
-        matches!(self.state.as_str(), "RUNNING" | "CONFIGURING" | "COMPLETING")
+        matches!(self.state, Some(SlurmState::Running | SlurmState::Configuring | SlurmState::Completing))
     }
 }
 
@@ -285,7 +285,7 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
         let nodes: u32 = nodes.parse().unwrap_or(1);
         jobs.push(Job {
             id,
-            state: state.to_string(),
+            state: state.parse().ok(),
             reason: reason.to_string(),
             gpus: gpus_per_node(tres) * nodes.max(1),
             submit: timestamp(submit).unwrap_or(0),
@@ -313,7 +313,7 @@ impl Slurm {
     }
 
     fn run(&self, program: &str, args: &[&str]) -> Result<String, CommandError> {
-        command::run(Command::new(program).args(args), self.timeout)
+        deadline::run(Command::new(program).args(args), self.timeout)
     }
 
     /// Every node.

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::accounting::{self, AccountingError};
-use crate::command;
-use crate::hostlist;
 use crate::nodes::Nodes;
 use crate::slurm::{Node, Power};
-use crate::summary::{self, JobSummary, Missing};
 use wattson_protocol::{Reply, Request};
+use wattson_sacct::AccountingError;
+use wattson_sacct::deadline;
+use wattson_sacct::hostlist;
+use wattson_sacct::summary::{self, JobSummary, Missing};
 use wattson_types::job::JobState;
 use wattson_types::summary::NodeSummary;
 
@@ -74,7 +74,7 @@ pub fn ended_without_summary(settings: &Settings) -> Result<Vec<Ended>, Accounti
         .arg("-S")
         .arg(format!("now-{}", settings.lookback.as_secs().max(1)))
         .args(["-o", "JobIDRaw,Cluster,NodeList,End,AdminComment"]);
-    Ok(parse_ended(&accounting::sacct_run(&mut sacct, settings.timeout)?))
+    Ok(parse_ended(&wattson_sacct::sacct_run(&mut sacct, settings.timeout)?))
 }
 
 /// Parses `sacct -X -n -P -o JobIDRaw,Cluster,NodeList,End,AdminComment` (End in Unix s),
@@ -101,19 +101,6 @@ pub fn parse_ended(text: &str) -> Vec<Ended> {
             })
         })
         .collect()
-}
-
-/// The summary of `job` in Slurm's accounting, as the caller may see it (`sacct` applies the
-/// site's `PrivateData`); `None` when it has none (yet).
-pub fn from_accounting(job: u32, timeout: Duration) -> Result<Option<JobSummary>, String> {
-    let mut sacct = Command::new("sacct");
-    sacct.args(["-X", "-n", "-P", "-j", &job.to_string(), "-o", "AdminComment"]);
-    let text = accounting::sacct_run(&mut sacct, timeout).map_err(|e| e.to_string())?;
-    // One line per record with that id (ids restart when slurmctld loses its state): the last.
-    match text.lines().rev().find_map(summary::read) {
-        Some(read) => read.map(Some).map_err(|e| e.to_string()),
-        None => Ok(None),
-    }
 }
 
 /// Gathers and writes the summary of each of `ended` (the first [`PER_LOOP`]), asking the
@@ -201,7 +188,7 @@ fn store(summary: &JobSummary, job: &Ended, timeout: Duration) -> Result<(), Str
         sacctmgr.arg(format!("cluster={}", job.cluster));
     }
     sacctmgr.args(["set", &format!("AdminComment={text}")]);
-    command::run(&mut sacctmgr, timeout).map(drop).map_err(|e| e.to_string())
+    deadline::run(&mut sacctmgr, timeout).map(drop).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 mod adapt;
 pub mod admission;
+pub mod args;
 pub mod clock;
 pub mod core;
 mod enforce;

@@ -41,7 +41,7 @@ impl Objective {
 
 /// The chosen setting and what the model expects of it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Decision {
+pub struct Choice {
     /// Chosen setting (W or MHz); `None` when nothing is known: leave the GPU as it is.
     pub setting: Option<f64>,
     /// Predicted slowdown vs the max setting (fraction).
@@ -98,10 +98,10 @@ impl Default for ChooserConfig {
     }
 }
 
-impl Decision {
+impl Choice {
     /// The conservative answer: the highest setting (or none), with the reason.
-    pub fn fallback(settings: &[f64], reason: &'static str) -> Decision {
-        Decision {
+    pub fn fallback(settings: &[f64], reason: &'static str) -> Choice {
+        Choice {
             setting: max_setting(settings),
             predicted_slowdown: 0.0,
             predicted_energy_ratio: 1.0,
@@ -147,25 +147,25 @@ pub(crate) fn sigma_at(model: &DvfsModel, s: f64, p: &crate::Prediction, cfg: &C
 
 /// Chooses among `settings` (any order) for `model` under `objective`. Never panics; bad input
 /// (no valid settings, a bad objective parameter, non-finite predictions) gives a fallback.
-pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &ChooserConfig) -> Decision {
+pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &ChooserConfig) -> Choice {
     let Some(max) = max_setting(settings) else {
-        return Decision::fallback(settings, "no valid settings");
+        return Choice::fallback(settings, "no valid settings");
     };
     let top = model.predict(max);
     if !(top.time > 0.0 && top.energy > 0.0 && top.time.is_finite() && top.energy.is_finite()) {
-        return Decision::fallback(settings, "model predicts nonsense at the max setting");
+        return Choice::fallback(settings, "model predicts nonsense at the max setting");
     }
     if matches!(objective, Objective::Perf) {
-        return Decision::fallback(settings, "perf policy: max setting");
+        return Choice::fallback(settings, "perf policy: max setting");
     }
     let Some((bound, eta, max_power)) = terms(model, max, objective) else {
-        return Decision::fallback(settings, "invalid policy parameter");
+        return Choice::fallback(settings, "invalid policy parameter");
     };
     if model.noise > cfg.max_model_error {
-        return Decision::fallback(settings, "model error too large: max setting");
+        return Choice::fallback(settings, "model error too large: max setting");
     }
     let cost = |time: f64, energy: f64| eta * energy + (1.0 - eta) * max_power * time;
-    let mut best = Decision {
+    let mut best = Choice {
         setting: Some(max),
         predicted_slowdown: 0.0,
         predicted_energy_ratio: 1.0,
@@ -215,7 +215,7 @@ pub fn choose(model: &DvfsModel, settings: &[f64], objective: Objective, cfg: &C
         let c = cost(p.time, p.energy);
         if c < best_cost {
             best_cost = c;
-            best = Decision {
+            best = Choice {
                 setting: Some(s),
                 predicted_slowdown: slowdown,
                 predicted_energy_ratio: p.energy / top.energy,

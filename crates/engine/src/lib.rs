@@ -11,6 +11,7 @@
 
 pub mod choose;
 pub mod cluster;
+pub mod decision;
 pub mod fit;
 pub mod gpus;
 pub mod measurements;
@@ -18,7 +19,7 @@ pub mod model;
 pub mod probe;
 pub mod table;
 
-pub use choose::{ChooserConfig, Decision, Objective, choose};
+pub use choose::{Choice, ChooserConfig, Objective, choose};
 pub use fit::{FitError, Sample, fit};
 pub use gpus::{GpuPrior, prior};
 pub use measurements::{Measurements, newest};

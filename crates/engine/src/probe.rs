@@ -13,7 +13,7 @@
 //! setting, so a workload that converged once settles at once, on the same setting, the next
 //! time.
 
-use super::choose::{ChooserConfig, Decision, Objective, choose, sigma_at, terms};
+use super::choose::{Choice, ChooserConfig, Objective, choose, sigma_at, terms};
 use super::fit::{Sample, fit};
 use super::model::{DvfsModel, Knob, effective_clock};
 
@@ -23,7 +23,7 @@ pub enum Step {
     /// Hold this setting for one probe window and measure it.
     Probe(f64),
     /// Run the rest of the job at the decision's setting.
-    Settle(Decision),
+    Settle(Choice),
 }
 
 /// How a job is probed: its knob and the tunables.
@@ -160,20 +160,20 @@ pub fn next_step(
     probes_this_run: usize,
 ) -> Step {
     if matches!(objective, Objective::Perf) {
-        return Step::Settle(Decision::fallback(settings, "perf policy: max setting"));
+        return Step::Settle(Choice::fallback(settings, "perf policy: max setting"));
     }
     let budget_left = probes_this_run < cfg.max_probes;
     if let Some(next) = first_probe(samples, settings, objective, cfg.knob) {
         return if budget_left {
             Step::Probe(next)
         } else {
-            Step::Settle(Decision::fallback(settings, "too few measurements: max setting"))
+            Step::Settle(Choice::fallback(settings, "too few measurements: max setting"))
         };
     }
     let model = match fit(cfg.knob, samples) {
         Ok(m) => m,
         Err(_) => {
-            return Step::Settle(Decision::fallback(
+            return Step::Settle(Choice::fallback(
                 settings,
                 "measurements do not fit the model: max setting",
             ));
@@ -203,7 +203,7 @@ fn worth_probing(
     settings: &[f64],
     samples: &[Sample],
     objective: Objective,
-    decision: &Decision,
+    decision: &Choice,
     cfg: &ProbeConfig,
 ) -> Option<f64> {
     let chosen = decision.setting?;

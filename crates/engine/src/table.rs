@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::choose::{ChooserConfig, Decision, Objective, choose};
+use super::choose::{Choice, ChooserConfig, Objective, choose};
 use super::gpus;
 use super::model::{DvfsModel, Knob};
 use wattson_types::owner::ModelOwner;
@@ -87,16 +87,16 @@ impl ModelTable {
         gpu_type: &str,
         knob: Knob,
         objective: Objective,
-    ) -> Decision {
+    ) -> Choice {
         match (self.get(owner, tag, gpu_type).filter(|e| e.model.knob == knob), gpus::prior(gpu_type)) {
             (Some(e), _) => choose(&e.model, &e.settings, objective, &self.config),
             (None, Some(p)) => match knob {
                 Knob::PowerLimit => {
-                    Decision::fallback(&[p.max_power_limit_w], "no model for this tag: max power limit")
+                    Choice::fallback(&[p.max_power_limit_w], "no model for this tag: max power limit")
                 }
-                Knob::SmClock => Decision::fallback(&[p.max_sm_mhz], "no model for this tag: max SM clock"),
+                Knob::SmClock => Choice::fallback(&[p.max_sm_mhz], "no model for this tag: max SM clock"),
             },
-            (None, None) => Decision::fallback(&[], "unknown GPU type and no model: leave the GPU as it is"),
+            (None, None) => Choice::fallback(&[], "unknown GPU type and no model: leave the GPU as it is"),
         }
     }
 

@@ -2,9 +2,18 @@
 //! jobs, admins see all. Used by the daemon on every request and by `wattson acct` when it reads
 //! the store directly.
 
-use wattson_config::users::uid_of;
-
 use crate::{Error, ErrorCode, Request};
+
+/// The uid of a user given by name or number, from the local user database.
+pub fn uid_of(user: &str) -> Option<u32> {
+    if let Ok(uid) = user.parse::<u32>() {
+        return Some(uid);
+    }
+    match nix::unistd::User::from_name(user) {
+        Ok(Some(u)) => Some(u.uid.as_raw()),
+        _ => None,
+    }
+}
 
 /// Who may do what, resolved from the configuration at start.
 #[derive(Debug, Clone, Default)]

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use wattson_config::policy::Decision;
 use wattson_engine::Measurements;
+use wattson_engine::decision::Decision;
 use wattson_types::energy::{GpuReading, SeriesPoint};
 use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings};
 use wattson_types::job::{GpuRef, Hints, JobKey, JobRecord};

@@ -10,6 +10,7 @@
 //! [`floor`] the energy reference, [`metrics`] results and their CSV/JSON, [`plot`] the SVG
 //! charts. See docs/sim.md.
 
+pub mod cli;
 pub mod cluster;
 pub mod events;
 pub mod floor;

@@ -211,7 +211,7 @@ fn perf_user_named(perf_users: &[String], uid: u32) -> Option<String> {
     if cache.0 != perf_users {
         let resolved = perf_users
             .iter()
-            .filter_map(|name| wattson_config::users::uid_of(name).map(|uid| (uid, name.clone())))
+            .filter_map(|name| wattson_protocol::access::uid_of(name).map(|uid| (uid, name.clone())))
             .collect();
         *cache = (perf_users.to_vec(), resolved);
     }

@@ -11,9 +11,9 @@ use std::time::Duration;
 use chrono::TimeZone;
 
 use crate::report::{Source, Sources};
-use wattson_ctld::accounting::{self, AccountingError};
-use wattson_ctld::summary;
 use wattson_protocol::AcctFilter;
+use wattson_sacct::AccountingError;
+use wattson_sacct::summary;
 use wattson_types::job::{Hints, JobKey, JobRecord, JobState};
 
 /// Records and where each one's figures come from, by (node, job or step id).
@@ -80,7 +80,7 @@ pub fn fetch(filter: &AcctFilter, timeout: Duration) -> Result<Cluster, Accounti
     if let Some(ns) = filter.end_ns {
         sacct.arg("-E").arg(local(ns));
     }
-    let text = accounting::sacct_run(&mut sacct, timeout)?;
+    let text = wattson_sacct::sacct_run(&mut sacct, timeout)?;
     let mut cluster = records_of(text.lines().filter_map(parse_row));
     // A step asked for by id shows only that step, as the node's own query does.
     cluster.records.retain(|r| {
@@ -164,7 +164,7 @@ fn records_of(rows: impl Iterator<Item = Row>) -> Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wattson_ctld::summary::{JobSummary, Missing};
+    use wattson_sacct::summary::{JobSummary, Missing};
     use wattson_types::summary::NodeSummary;
 
     #[test]

@@ -18,9 +18,9 @@ use clap::Args;
 use super::caller_uid;
 use crate::report::{self, Column, Format, Style, units};
 use wattson_config::Config;
-use wattson_ctld::accounting::{self, AccountingError, SlurmState};
 use wattson_protocol::access::Access;
 use wattson_protocol::{AcctFilter, ClientError, Reply, Request};
+use wattson_sacct::{AccountingError, SlurmState};
 use wattson_store::Store;
 use wattson_types::job::{JobKey, JobRecord};
 use wattson_types::now_ns;
@@ -149,7 +149,7 @@ struct Keep {
 impl Keep {
     fn from_args(args: &AcctArgs) -> Result<Keep, String> {
         let nodes = match &args.nodelist {
-            Some(list) => wattson_ctld::hostlist::expand(list).map_err(|e| format!("-N {list:?}: {e}"))?,
+            Some(list) => wattson_sacct::hostlist::expand(list).map_err(|e| format!("-N {list:?}: {e}"))?,
             None => Vec::new(),
         };
         let uids = args.users.iter().map(|u| resolve_user(u)).collect::<Result<_, _>>()?;
@@ -223,7 +223,7 @@ fn plot_job(config: &Config, args: &AcctArgs, path: &std::path::Path) -> Result<
     let summary = match args.local {
         true => None,
         false => {
-            wattson_ctld::summarize::from_accounting(job.job_id, config.ctld.command_timeout).unwrap_or(None)
+            wattson_sacct::summary::from_accounting(job.job_id, config.ctld.command_timeout).unwrap_or(None)
         }
     };
     let (traces, marks) = match summary {
@@ -304,7 +304,7 @@ fn slurm_states(records: &[JobRecord], timeout: std::time::Duration) -> BTreeMap
     if jobs.is_empty() {
         return BTreeMap::new();
     }
-    match accounting::job_states(&jobs, timeout) {
+    match wattson_sacct::job_states(&jobs, timeout) {
         Ok(states) => states,
         Err(AccountingError::Absent) => BTreeMap::new(),
         Err(e) => {
@@ -315,7 +315,7 @@ fn slurm_states(records: &[JobRecord], timeout: std::time::Duration) -> BTreeMap
 }
 
 pub(super) fn resolve_user(user: &str) -> Result<u32, String> {
-    wattson_config::users::uid_of(user).ok_or_else(|| format!("unknown user {user:?}"))
+    wattson_protocol::access::uid_of(user).ok_or_else(|| format!("unknown user {user:?}"))
 }
 
 /// The cluster's records from Slurm's accounting, with this node's own in place of their

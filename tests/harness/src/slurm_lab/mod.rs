@@ -18,12 +18,10 @@
 //! - Jobs run as root unless `--uid=<user>`; jobs/ is world-writable for their output.
 //! - slurmstepd is not a child of the harness: it double-forks and is reparented to PID 1 (short-lived
 //!   zombies may show up there). `stop()` cancels unfinished jobs through Slurm before killing daemons.
-#![allow(dead_code)]
 
 mod accounting;
 mod daemons;
 
-#[allow(unused_imports)] // each test crate that includes the lab uses some of these
 pub use daemons::{ensure_slurm_installed, free_port, install_plugin, run_with_timeout, system_plugin_dir};
 use daemons::{set_mode, tail};
 
@@ -305,7 +303,7 @@ impl SlurmLab {
 
     /// A `Command` for a Slurm client (`sbatch`, `scontrol`, `srun`...) with `SLURM_CONF` set and inherited
     /// `SLURM_*`/`SBATCH_*`/`SRUN_*`/`SALLOC_*` variables removed. Bound its run time yourself.
-    pub fn command(&self, program: &str) -> Command {
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(program);
         for (k, _) in std::env::vars_os() {
             let k = k.to_string_lossy().into_owned();

@@ -359,7 +359,7 @@ pub(super) fn terminate(child: &mut Child) {
 /// Runs `scripts/install-slurm` once per process; panics with its output on failure.
 pub fn ensure_slurm_installed() {
     let res = INSTALL.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-slurm");
+        let script = crate::programs::workspace().join("scripts/install-slurm");
         let mut cmd = Command::new(&script);
         match run_with_timeout(&mut cmd, Duration::from_secs(600)) {
             Ok(out) if out.status.success() => Ok(()),

@@ -1,11 +1,11 @@
-//! `wattson models sync`: share what the DVFS models learned across the cluster now.
+//! `wattson-ctld models sync` (also `wattson models sync`): share what the DVFS models learned across the cluster now.
 
 use clap::Subcommand;
 
+use crate::models;
+use crate::nodes::Nodes;
+use crate::slurm::Slurm;
 use wattson_config::Config;
-use wattson_ctld::models;
-use wattson_ctld::nodes::Nodes;
-use wattson_ctld::slurm::Slurm;
 
 /// The DVFS models' measurements across the cluster.
 #[derive(Debug, Subcommand)]

@@ -1,76 +1,20 @@
-//! Jobs' states as Slurm's accounting records them (`sacct`): how each job really ended
-//! (COMPLETED, FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY...), which only slurmctld knows.
+//! Slurm's accounting as a client reads it: `sacct` run with a deadline, jobs' states as Slurm
+//! names them, wattson's job summary in `AdminComment` (written with `sacctmgr`), and the
+//! hostlists and node names these commands take. Shared by the `wattson` command and the
+//! controller; no configuration, no async runtime.
+
+pub mod deadline;
+pub mod hostlist;
+pub mod state;
+pub mod summary;
 
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use strum::{EnumString, IntoStaticStr, VariantArray};
+pub use state::SlurmState;
 
-use crate::command::{self, CommandError};
-
-/// A job or step state as `sacct` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, IntoStaticStr, VariantArray)]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE", ascii_case_insensitive)]
-#[allow(missing_docs)]
-pub enum SlurmState {
-    BootFail,
-    Cancelled,
-    Completed,
-    Deadline,
-    Failed,
-    NodeFail,
-    OutOfMemory,
-    Pending,
-    Preempted,
-    Running,
-    Requeued,
-    Resizing,
-    Revoked,
-    Suspended,
-    Timeout,
-}
-
-impl SlurmState {
-    /// The long name: `OUT_OF_MEMORY`.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
-    /// sacct's short form: `OOM`.
-    pub fn short(self) -> &'static str {
-        match self {
-            SlurmState::BootFail => "BF",
-            SlurmState::Cancelled => "CA",
-            SlurmState::Completed => "CD",
-            SlurmState::Deadline => "DL",
-            SlurmState::Failed => "F",
-            SlurmState::NodeFail => "NF",
-            SlurmState::OutOfMemory => "OOM",
-            SlurmState::Pending => "PD",
-            SlurmState::Preempted => "PR",
-            SlurmState::Running => "R",
-            SlurmState::Requeued => "RQ",
-            SlurmState::Resizing => "RS",
-            SlurmState::Revoked => "RV",
-            SlurmState::Suspended => "S",
-            SlurmState::Timeout => "TO",
-        }
-    }
-
-    /// Parses a long or short name, in any case, as `sacct -s` does.
-    pub fn parse(s: &str) -> Result<SlurmState, String> {
-        let s = s.trim();
-        s.parse()
-            .ok()
-            .or_else(|| SlurmState::VARIANTS.iter().copied().find(|v| v.short().eq_ignore_ascii_case(s)))
-            .ok_or_else(|| {
-                let allowed: Vec<String> =
-                    SlurmState::VARIANTS.iter().map(|v| format!("{} ({})", v.as_str(), v.short())).collect();
-                format!("unknown state {s:?}; allowed: {}", allowed.join(", "))
-            })
-    }
-}
+use crate::deadline::CommandError;
 
 /// Why Slurm's states could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +48,7 @@ pub fn job_states(jobs: &[u32], timeout: Duration) -> Result<BTreeMap<String, Sl
 /// Runs a `sacct` command: its output, or [`AccountingError::Absent`] where this host or
 /// cluster keeps no accounting.
 pub fn sacct_run(sacct: &mut Command, timeout: Duration) -> Result<String, AccountingError> {
-    match command::run(sacct, timeout) {
+    match deadline::run(sacct, timeout) {
         Ok(text) => Ok(text),
         Err(CommandError::Start { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
             Err(AccountingError::Absent)
@@ -146,16 +90,5 @@ mod tests {
         assert_eq!(states.get("9"), Some(&SlurmState::Timeout));
         assert_eq!(states.get("9.0"), Some(&SlurmState::Failed));
         assert_eq!(states.len(), 6, "{states:?}");
-    }
-
-    #[test]
-    fn states_parse_by_long_and_short_name_in_any_case() {
-        assert_eq!(SlurmState::parse("oom").unwrap(), SlurmState::OutOfMemory);
-        assert_eq!(SlurmState::parse("Out_Of_Memory").unwrap(), SlurmState::OutOfMemory);
-        assert_eq!(SlurmState::parse("CD").unwrap(), SlurmState::Completed);
-        assert_eq!(SlurmState::parse("to").unwrap(), SlurmState::Timeout);
-        let err = SlurmState::parse("DONE").unwrap_err();
-        assert!(err.contains("TIMEOUT (TO)"), "{err}");
-        assert_eq!(SlurmState::NodeFail.as_str(), "NODE_FAIL");
     }
 }

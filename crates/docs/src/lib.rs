@@ -1,7 +1,9 @@
-//! Man pages and shell completions, generated from the command-line definitions so that they
-//! say what `--help` says: `cargo run --example gen-docs -- <dir>` writes `man1/`, `man8/` and
-//! `completions/` there. The page for the Slurm plugins (`wattson-slurm(8)`) is written by hand
-//! in `docs/man/`, since Slurm, not clap, parses those options.
+//! Man pages and shell completions, generated from each program's command-line definitions so
+//! that they say what `--help` says: `cargo run -p wattson-docs -- <dir>` writes `man1/`,
+//! `man8/` and `completions/` there. `wattson ctld|power|models|sim|summary write` run other
+//! programs, so their pages are those programs' own definitions under `wattson`'s names. The
+//! page for the Slurm plugins (`wattson-slurm(8)`) is written by hand in `docs/man/`, since
+//! Slurm, not clap, parses those options.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -9,10 +11,13 @@ use std::path::{Path, PathBuf};
 use clap::{Command, CommandFactory};
 use clap_complete::Shell;
 
-use super::{Cli, DaemonArgs};
+use wattson::cli::Cli;
+use wattson_ctld::cli::Cli as CtldCli;
+use wattson_daemon::args::DaemonArgs;
+use wattson_sim::cli::SimArgs;
 
 /// The hand-written page for the SPANK options and the job_submit plugin.
-const SLURM_PAGE: &str = include_str!("../../docs/man/wattson-slurm.8");
+const SLURM_PAGE: &str = include_str!("../../../docs/man/wattson-slurm.8");
 
 /// Writes every man page and completion script under `dir`; returns the files written.
 pub fn write_all(dir: &Path) -> io::Result<Vec<PathBuf>> {
@@ -24,7 +29,7 @@ pub fn write_all(dir: &Path) -> io::Result<Vec<PathBuf>> {
         written.push(path);
         Ok(())
     };
-    let wattson = Cli::command();
+    let wattson = user_command();
     let wattsond = DaemonArgs::command();
     for (page, section) in
         pages(&wattson, "wattson", "1").into_iter().chain(pages(&wattsond, "wattsond", "8"))
@@ -46,6 +51,20 @@ pub fn write_all(dir: &Path) -> io::Result<Vec<PathBuf>> {
         }
     }
     Ok(written)
+}
+
+/// `wattson`'s command tree with the subcommands it hands to other programs replaced by those
+/// programs' own definitions.
+pub fn user_command() -> Command {
+    let ctld = CtldCli::command();
+    let sub = |name: &str| ctld.find_subcommand(name).expect("wattson-ctld has the subcommand").clone();
+    let write = sub("summary").find_subcommand("write").expect("summary write").clone();
+    Cli::command()
+        .mut_subcommand("ctld", |_| ctld.clone().name("ctld").version(None::<&str>))
+        .mut_subcommand("power", |_| sub("power"))
+        .mut_subcommand("models", |_| sub("models"))
+        .mut_subcommand("summary", |summary| summary.mut_subcommand("write", |_| write))
+        .mut_subcommand("sim", |_| SimArgs::command().name("sim").version(None::<&str>))
 }
 
 /// `command` and each of its subcommands, named as man pages are (`wattson-acct`), in `section`.

@@ -1,9 +1,9 @@
-//! `wattson power status`: what `wattson ctld` did to each node's power, and what it saved.
+//! `wattson-ctld power status` (also `wattson power status`): what `wattson ctld` did to each node's power, and what it saved.
 
 use clap::{Args, Subcommand};
 
+use crate::ledger;
 use wattson_config::Config;
-use wattson_ctld::ledger;
 
 /// Node power as the controller manages it.
 #[derive(Debug, Subcommand)]

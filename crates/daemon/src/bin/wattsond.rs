@@ -3,12 +3,12 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use wattson::cli::DaemonArgs;
 use wattson_config::Config;
+use wattson_daemon::args::DaemonArgs;
 
 fn main() -> ExitCode {
     let args = DaemonArgs::parse();
-    wattson::init_logging();
+    wattson_program::init_logging();
     let config = match Config::load_or_default(args.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {

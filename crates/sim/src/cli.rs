@@ -1,11 +1,12 @@
-//! `wattson sim`: reads the trace, cluster file and Zeus measurements, runs the simulator,
-//! prints the table and writes CSV, JSON and SVG files. All file I/O of the simulator is here.
+//! `wattson-sim` (also `wattson sim`): reads the trace, cluster file and Zeus measurements,
+//! runs the simulator, prints the table and writes CSV, JSON and SVG files. All file I/O of
+//! the simulator is here.
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::{Parser, ValueEnum};
 
-use wattson_sim::{Catalog, ClusterConfig, TraceFormat};
+use crate::{Catalog, ClusterConfig, TraceFormat};
 
 /// Trace layouts `--format` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -19,7 +20,8 @@ pub enum FormatArg {
 }
 
 /// Replay a job trace on a simulated cluster under several scheduling/energy policies.
-#[derive(Debug, Args)]
+#[derive(Debug, Parser)]
+#[command(name = "wattson-sim", version = env!("CARGO_PKG_VERSION"))]
 pub struct SimArgs {
     /// Job trace (CSV): ITP layout or submit,gpus,duration[,tag]
     #[arg(long)]
@@ -54,9 +56,9 @@ fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
 }
 
-/// Runs `wattson sim`.
+/// Runs `wattson-sim`.
 pub fn run(args: SimArgs) -> Result<(), String> {
-    let policies = wattson_sim::policies::parse_list(&args.policies).map_err(|e| e.to_string())?;
+    let policies = crate::policies::parse_list(&args.policies).map_err(|e| e.to_string())?;
     let cname = args.cluster.display().to_string();
     let cluster = ClusterConfig::from_toml(&read(&args.cluster)?, &cname).map_err(|e| e.to_string())?;
     let dir = args.cluster.parent().unwrap_or(Path::new("."));
@@ -81,8 +83,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         FormatArg::Generic => TraceFormat::Generic,
     };
     let tname = args.trace.display().to_string();
-    let mut trace =
-        wattson_sim::trace::parse(&read(&args.trace)?, &tname, format).map_err(|e| e.to_string())?;
+    let mut trace = crate::trace::parse(&read(&args.trace)?, &tname, format).map_err(|e| e.to_string())?;
     if let Some(n) = args.limit_jobs {
         if n == 0 {
             return Err("--limit-jobs must be at least 1".to_string());
@@ -90,24 +91,23 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         trace.truncate(n);
     }
     let label = args.trace.file_name().map_or(tname.clone(), |f| f.to_string_lossy().into_owned());
-    let mut outcome = wattson_sim::run(&cluster, &catalog, &trace, &label, &policies, args.seed)
-        .map_err(|e| e.to_string())?;
+    let mut outcome =
+        crate::run(&cluster, &catalog, &trace, &label, &policies, args.seed).map_err(|e| e.to_string())?;
     if args.sweep {
-        let more =
-            wattson_sim::sweep_wattson(&cluster, &catalog, &trace, args.seed).map_err(|e| e.to_string())?;
+        let more = crate::sweep_wattson(&cluster, &catalog, &trace, args.seed).map_err(|e| e.to_string())?;
         outcome.report.sweep.extend(more);
     }
     let r = &outcome.report;
-    print!("{}", wattson_sim::metrics::to_table(r));
+    print!("{}", crate::metrics::to_table(r));
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
         let files = [
-            ("summary.csv", wattson_sim::metrics::to_csv(r)),
-            ("summary.json", wattson_sim::metrics::to_json(r)),
-            ("power_hourly.csv", wattson_sim::metrics::power_csv(r)),
-            ("energy_vs_jct.svg", wattson_sim::plot::energy_vs_jct(r)),
-            ("energy_vs_wait.svg", wattson_sim::plot::energy_vs_wait(r)),
-            ("power_over_time.svg", wattson_sim::plot::power_over_time(r)),
+            ("summary.csv", crate::metrics::to_csv(r)),
+            ("summary.json", crate::metrics::to_json(r)),
+            ("power_hourly.csv", crate::metrics::power_csv(r)),
+            ("energy_vs_jct.svg", crate::plot::energy_vs_jct(r)),
+            ("energy_vs_wait.svg", crate::plot::energy_vs_wait(r)),
+            ("power_over_time.svg", crate::plot::power_over_time(r)),
         ];
         for (name, text) in files {
             let p = dir.join(name);

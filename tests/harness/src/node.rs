@@ -1,7 +1,6 @@
 //! A private wattson node for integration tests: simulated GPUs (the fake NVML library built
 //! from this repository), a configuration file, and the real `wattsond` binary as a child
 //! process that the harness starts, kills and restarts.
-#![allow(dead_code)]
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -76,7 +75,7 @@ impl Node {
             .append(true)
             .open(self.dir.path().join("wattsond.log"))
             .unwrap();
-        let daemon = env!("CARGO_BIN_EXE_wattsond");
+        let daemon = crate::programs::program("wattsond");
         let mut cmd = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut cmd = Command::new(program);
@@ -112,7 +111,7 @@ impl Node {
     /// Runs another wattsond with `config` on this node's GPUs and returns its output once it
     /// exits; panics if it is still running after 15 s (it should have refused to start).
     pub fn daemon_refusing(&self, config: &Path) -> Output {
-        let mut daemon = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+        let mut daemon = Command::new(crate::programs::program("wattsond"))
             .arg("-c")
             .arg(config)
             .env("WATTSON_FAKE_NVML_DIR", self.sim.dir())
@@ -192,7 +191,7 @@ impl Node {
     }
 
     fn wattson_cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_wattson"));
+        let mut cmd = Command::new(crate::programs::program("wattson"));
         cmd.arg("-c").arg(&self.config).args(args);
         for var in [
             "SLURM_JOB_ID",
@@ -350,7 +349,7 @@ pub fn assert_ok(out: &Output) {
 
 /// The fake NVML library built next to the test binaries.
 pub fn fake_library() -> PathBuf {
-    fake_nvml::library_path_next_to(Path::new(env!("CARGO_BIN_EXE_wattsond")))
+    fake_nvml::library_path_next_to(&crate::programs::profile_dir().join("wattsond"))
         .expect("libfake_nvml.so is built with the tests (dev-dependency)")
 }
 
@@ -363,7 +362,8 @@ pub const PLUGIN_LIBS: [&str; 3] =
 /// and are built in a target directory of their own (`<target>/test-hooks`), so that
 /// `target/debug` only ever holds plugins as production builds them.
 pub fn build_plugins(test_hooks: bool) -> PathBuf {
-    let target = Path::new(env!("CARGO_BIN_EXE_wattsond")).parent().and_then(Path::parent).unwrap();
+    let profile = crate::programs::profile_dir();
+    let target = profile.parent().expect("a target folder");
     let target = if test_hooks { target.join("test-hooks") } else { target.to_path_buf() };
     let mut build = Command::new(env!("CARGO"));
     build.args([
@@ -379,7 +379,7 @@ pub fn build_plugins(test_hooks: bool) -> PathBuf {
     if test_hooks {
         build.args(["--features", "spank-wattson/test-hooks,job-submit-wattson/test-hooks"]);
     }
-    assert_ok(&build.current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap());
+    assert_ok(&build.current_dir(crate::programs::workspace()).output().unwrap());
     target.join("debug")
 }
 

@@ -1,4 +1,4 @@
-//! `wattson ctld`: the controller service (see `wattson_ctld`).
+//! `wattson-ctld` with no subcommand: the controller service (see [`crate::Ctld`]).
 
 use clap::Args;
 
@@ -12,13 +12,13 @@ use wattson_config::Config;
 pub struct CtldArgs {
     /// Run one loop, print what was asked of Slurm, and exit
     #[arg(long)]
-    once: bool,
+    pub once: bool,
 }
 
 /// Runs the service (or one loop).
 pub fn run(config: Config, args: CtldArgs) -> Result<(), String> {
-    crate::init_logging();
-    let mut ctld = wattson_ctld::Ctld::new(config);
+    wattson_program::init_logging();
+    let mut ctld = crate::Ctld::new(config);
     if args.once {
         let plan = ctld.step()?;
         let names = |v: &[(String, u32)]| v.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(",");

@@ -3,7 +3,7 @@
 //! With Slurm's headers (`libslurm-dev`) and libclang installed, bindgen generates the
 //! bindings from the headers of the Slurm that is installed, so the plugins match it exactly.
 //! Without them, the committed bindings of the version named in their file are used, so a
-//! plain `cargo build` needs neither. `src/slurm/mod.rs` tests that the two agree when both
+//! plain `cargo build` needs neither. `src/lib.rs` tests that the two agree when both
 //! exist.
 
 use std::path::{Path, PathBuf};

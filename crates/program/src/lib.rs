@@ -1,0 +1,38 @@
+//! What every wattson program starts with: the `--version` line (wattson's version and the
+//! Slurm release its plugins are built for) and logging to journald or stderr.
+
+use std::sync::LazyLock;
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::prelude::*;
+
+/// `--version`: wattson's own, and the Slurm release its plugins are built for (slurmctld
+/// loads a job_submit plugin of exactly its own release only).
+pub fn version() -> &'static str {
+    static VERSION: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "{} (Slurm plugins built for Slurm {})",
+            env!("CARGO_PKG_VERSION"),
+            wattson_slurm_sys::slurm_version()
+        )
+    });
+    VERSION.as_str()
+}
+
+/// Logs to journald when started by systemd, else to stderr (coloured only on a terminal);
+/// `WATTSON_LOG` sets the level (default `info`).
+pub fn init_logging() {
+    let filter = EnvFilter::try_from_env("WATTSON_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let journald = std::env::var_os("JOURNAL_STREAM").and_then(|_| tracing_journald::layer().ok());
+    let registry = tracing_subscriber::registry().with(filter);
+    match journald {
+        Some(layer) => registry.with(layer).init(),
+        None => {
+            // Colours only for a person at a terminal, never in a log file.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            registry
+                .with(tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
+                .init()
+        }
+    }
+}
