@@ -42,7 +42,7 @@ impl SlurmLab {
         let mut c = String::new();
         let _ = write!(
             c,
-            "# slurm.conf written by tests/slurm_lab\n\
+            "# slurm.conf written by tests/harness (slurm_lab)\n\
              ClusterName={cluster}\n\
              SlurmctldHost=localhost\n\
              SlurmctldPort={ctld_port}\n\

@@ -8,7 +8,7 @@
 //! against the measured values.
 //! Then the node's probing plan is replayed on the same curves (probes answered by the
 //! measurements) and scored the same way.
-//! Runner: `cargo test --release --test engine_zeus -- --nocapture` prints the table.
+//! Runner: `cargo test --release --test engine zeus:: -- --nocapture` prints the table.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -20,7 +20,7 @@
 //! then the node's plan (`next_step`) replayed, every probe answered by a (noisy)
 //! measurement. True slowdown = true time at the choice / true time at the top clock − 1; the
 //! oracle is the least true energy among clocks whose true slowdown meets the bound.
-//! Runner: `cargo test --release --test engine_clocks -- --nocapture` prints the tables;
+//! Runner: `cargo test --release --test engine clocks:: -- --nocapture` prints the tables;
 //! `WATTSON_CLOCK_SEEDS=10` (or 20, 30…) draws other workloads (seeds 11–13 instead of 1–3).
 
 use std::fmt::Write as _;

@@ -13,11 +13,12 @@ const NOT_IN_CTLD: [&str; 6] = ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wra
 /// What the plugins and their logic must not link: that, and libmunge (Slurm authenticates).
 const NOT_IN_PLUGINS: [&str; 7] =
     ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wrapper", "axum", "hyper", "munge-sys"];
-const PLUGIN_CRATES: [&str; 5] = [
+const PLUGIN_CRATES: [&str; 6] = [
     "spank-wattson",
     "job-submit-wattson",
     "acct-gather-energy-wattson",
     "wattson-slurm",
+    "wattson-slurm-sys",
     "wattson-slurm-ffi",
 ];
 
@@ -35,7 +36,7 @@ const NOT_IN_PURE: [&str; 11] = [
     "libc",
     "socket2",
 ];
-const PURE_CRATES: [&str; 2] = ["wattson-engine", "wattson-types"];
+const PURE_CRATES: [&str; 3] = ["wattson-engine", "wattson-types", "wattson-chart"];
 
 /// The resolved graph for this host: package names, workspace members, and each package's
 /// dependencies with the kinds (`normal`, `dev`, `build`) they are used as.
@@ -174,10 +175,69 @@ fn each_crate_links_only_what_its_layer_allows() {
     assert!(plugins.is_empty(), "the Slurm plugins must stay small and synchronous:\n{}", plugins.join("\n"));
     // The controller, its link to the nodes and the programs Slurm runs for it: plain
     // blocking processes, no GPU, no database, no async runtime.
-    let ctld = violations(&g, &["wattson-ctld", "wattson-link"], &NOT_IN_CTLD);
+    let ctld = violations(&g, &["wattson-ctld", "wattson-link", "wattson-sacct"], &NOT_IN_CTLD);
     assert!(ctld.is_empty(), "wattson-ctld must stay a plain synchronous program:\n{}", ctld.join("\n"));
     let pure = violations(&g, &PURE_CRATES, &NOT_IN_PURE);
     assert!(pure.is_empty(), "the engine and the types must do no I/O:\n{}", pure.join("\n"));
+}
+
+/// Each role's programs and what they must not link: another role's code. The user's command
+/// reads reports (no simulator, controller or daemon in it); the node daemon links no
+/// simulator, controller or report code; the controller no daemon, store or simulator; the
+/// daemon's wire types no site configuration.
+const ROLES: [(&str, &[&str]); 6] = [
+    (
+        "wattson",
+        &["wattson-sim", "wattson-ctld", "wattson-daemon", "wattson-link", "wattson-gpu", "wattson-docs"],
+    ),
+    (
+        "wattson-daemon",
+        &["wattson-sim", "wattson-ctld", "wattson-sacct", "wattson-chart", "wattson", "wattson-docs"],
+    ),
+    (
+        "wattson-ctld",
+        &["wattson-sim", "wattson-daemon", "wattson-store", "wattson-gpu", "wattson-chart", "wattson"],
+    ),
+    (
+        "wattson-sim",
+        &["wattson-ctld", "wattson-daemon", "wattson-store", "wattson-config", "wattson-sacct", "wattson"],
+    ),
+    ("wattson-protocol", &["wattson-config"]),
+    ("wattson-sacct", &["wattson-config", "wattson-protocol", "wattson-engine"]),
+];
+
+/// The only members that may read the site configuration (`wattson-config`): the programs
+/// (the command, the daemon, the controller) and the plugins Slurm loads, with their logic.
+const CONFIG_READERS: [&str; 7] = [
+    "wattson",
+    "wattson-daemon",
+    "wattson-ctld",
+    "wattson-slurm",
+    "spank-wattson",
+    "job-submit-wattson",
+    "acct-gather-energy-wattson",
+];
+
+#[test]
+fn no_role_links_another_roles_code() {
+    let g = graph();
+    let mut found = Vec::new();
+    for (member, forbidden) in ROLES {
+        found.extend(violations(&g, &[member], forbidden));
+    }
+    assert!(found.is_empty(), "a role links another role's code:\n{}", found.join("\n"));
+}
+
+#[test]
+fn only_the_programs_and_plugins_read_the_configuration() {
+    let g = graph();
+    let readers: Vec<String> = g
+        .direct_dependents("wattson-config")
+        .into_iter()
+        .filter(|(member, kinds)| kinds.contains("normal") && !CONFIG_READERS.contains(&member.as_str()))
+        .map(|(member, _)| member)
+        .collect();
+    assert!(readers.is_empty(), "only programs and plugins may depend on wattson-config: {readers:?}");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Tests of the Slurm lab harness itself (tests/slurm_lab): real slurmctld/slurmd with fake GPUs.
+//! Tests of the Slurm lab harness itself (tests/harness/src/slurm_lab): real slurmctld/slurmd with fake GPUs.
 
 use wattson_harness::slurm_lab;
 

@@ -1,5 +1,5 @@
 //! The Slurm plugins as production builds them (default features) carry none of the test-only
-//! hooks that tests/slurm.rs builds in: the SPANK argument `test_panic=` and job_submit's
+//! hooks that tests/slurm/slurm.rs builds in: the SPANK argument `test_panic=` and job_submit's
 //! `WATTSON_TEST_PANIC` trigger.
 
 use wattson_harness::node as common;

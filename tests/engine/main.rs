@@ -1,0 +1,6 @@
+//! The engine's DVFS models on measured and synthetic curves, and the cluster simulator.
+//! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
+
+mod clocks;
+mod sim;
+mod zeus;

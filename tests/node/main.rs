@@ -1,0 +1,12 @@
+//! One node's daemon on simulated GPUs: accounting, DVFS, faults, hostile users, plots, robustness, the service's socket and metrics, GPU settings, and bounded fuzzing of every parser.
+//! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
+
+mod accounting;
+mod dvfs;
+mod faults;
+mod fuzz;
+mod hostile;
+mod plot;
+mod robustness;
+mod service;
+mod settings;

@@ -1,0 +1,10 @@
+//! wattson against real Slurm daemons on loopback (tests/harness's lab): the plugins, energy in sacct, sacct's flags, the models' sync, the controller, and the lab itself.
+//! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
+
+mod acct_flags;
+mod ctld;
+mod models_sync;
+mod plugins;
+mod slurm;
+mod slurm_energy;
+mod slurm_lab_selftest;
