@@ -21,13 +21,7 @@ use wattson_slurm::node::PluginArgs;
 use wattson_slurm::sys::{self, acct_energy_type, acct_gather_energy_t};
 use wattson_slurm_ffi::{error, guard};
 
-#[unsafe(no_mangle)]
-pub static plugin_name: [u8; 32] = *b"wattson GPU energy via wattsond\0";
-#[unsafe(no_mangle)]
-pub static plugin_type: [u8; 27] = *b"acct_gather_energy/wattson\0";
-/// Must equal the running Slurm's version exactly: the bindings come from its headers.
-#[unsafe(no_mangle)]
-pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
+wattson_slurm_ffi::plugin_identity!("wattson GPU energy via wattsond", "acct_gather_energy/wattson");
 
 const SLURM_SUCCESS: c_int = sys::SLURM_SUCCESS as c_int;
 const SLURM_ERROR: c_int = sys::SLURM_ERROR;

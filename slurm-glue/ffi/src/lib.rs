@@ -1,6 +1,7 @@
-//! What wattson's Slurm plugins share at the C boundary: log lines through Slurm's own logger,
-//! and a guard that keeps every panic on the Rust side, so a bug in wattson never takes down
-//! slurmctld, slurmd or slurmstepd.
+//! What wattson's Slurm plugins share at the C boundary: the symbols that name a plugin to
+//! Slurm ([`plugin_identity!`]), log lines through Slurm's own logger, and a guard that keeps
+//! every panic on the Rust side, so a bug in wattson never takes down slurmctld, slurmd or
+//! slurmstepd.
 
 use std::ffi::{CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -8,6 +9,37 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 unsafe extern "C" {
     fn slurm_info(fmt: *const c_char, ...);
     fn slurm_error(fmt: *const c_char, ...);
+}
+
+/// The Slurm release the plugins are built for, as Slurm's `SLURM_VERSION_NUMBER`.
+pub const SLURM_VERSION_NUMBER: u32 = wattson_slurm_sys::sys::SLURM_VERSION_NUMBER;
+
+/// Exports the symbols Slurm reads to load a plugin: `plugin_name` and `plugin_type` as C's
+/// `const char[]` (NUL-terminated arrays, not pointers) and `plugin_version`, which must be
+/// exactly the running Slurm's release (the bindings come from its headers).
+#[macro_export]
+macro_rules! plugin_identity {
+    ($name:literal, $kind:literal) => {
+        #[unsafe(no_mangle)]
+        pub static plugin_name: [u8; $name.len() + 1] = $crate::nul_terminated($name);
+        #[unsafe(no_mangle)]
+        pub static plugin_type: [u8; $kind.len() + 1] = $crate::nul_terminated($kind);
+        #[unsafe(no_mangle)]
+        pub static plugin_version: u32 = $crate::SLURM_VERSION_NUMBER;
+    };
+}
+
+/// `text` as a NUL-terminated byte array of length `N` (its length plus one), at compile time.
+pub const fn nul_terminated<const N: usize>(text: &str) -> [u8; N] {
+    let bytes = text.as_bytes();
+    assert!(bytes.len() + 1 == N, "N is the text's length plus its NUL");
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < bytes.len() {
+        out[i] = bytes[i];
+        i += 1;
+    }
+    out
 }
 
 fn c_string(message: &str) -> CString {

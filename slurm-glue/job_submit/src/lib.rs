@@ -15,13 +15,7 @@ use wattson_slurm::submit::{self, CachedConfig};
 use wattson_slurm::sys::{self, job_desc_msg_t};
 use wattson_slurm_ffi::{error, guard};
 
-#[unsafe(no_mangle)]
-pub static plugin_name: [u8; 29] = *b"wattson GPU energy decisions\0";
-#[unsafe(no_mangle)]
-pub static plugin_type: [u8; 19] = *b"job_submit/wattson\0";
-/// Must equal the running slurmctld's version exactly: the bindings come from its headers.
-#[unsafe(no_mangle)]
-pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
+wattson_slurm_ffi::plugin_identity!("wattson GPU energy decisions", "job_submit/wattson");
 
 const SLURM_SUCCESS: c_int = sys::SLURM_SUCCESS as c_int;
 const SLURM_ERROR: c_int = sys::SLURM_ERROR;

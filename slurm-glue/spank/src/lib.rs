@@ -17,12 +17,7 @@ use wattson_slurm::node::{self, NodeJob, PluginArgs};
 use wattson_slurm::sys::{self, spank_option, spank_t};
 use wattson_slurm_ffi::{error, guard, info};
 
-#[unsafe(no_mangle)]
-pub static plugin_name: [u8; 8] = *b"wattson\0";
-#[unsafe(no_mangle)]
-pub static plugin_type: [u8; 6] = *b"spank\0";
-#[unsafe(no_mangle)]
-pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
+wattson_slurm_ffi::plugin_identity!("wattson", "spank");
 #[unsafe(no_mangle)]
 pub static spank_plugin_version: u32 = 1;
 
