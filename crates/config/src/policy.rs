@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use wattson_engine::Objective;
 pub use wattson_engine::decision::{Decision, Enact};
-use wattson_types::job::{EnergyPolicy, Hints};
+use wattson_types::job::{EnergyPolicy, Hints, check_slowdown_pct};
 
 /// `[policy]` in `wattson.toml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -72,11 +72,7 @@ fn default_eta() -> f64 {
 
 fn slowdown<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let pct = f64::deserialize(d)?;
-    if pct.is_finite() && (0.0..=1000.0).contains(&pct) {
-        Ok(pct)
-    } else {
-        Err(serde::de::Error::custom(format!("{pct} is not a slowdown percentage between 0 and 1000")))
-    }
+    check_slowdown_pct(pct).map_err(|e| serde::de::Error::custom(format!("slowdown {pct}: {e}")))
 }
 
 fn eta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {

@@ -114,14 +114,22 @@ pub struct Hints {
     pub tag: Option<String>,
 }
 
+/// Checks a slowdown bound given in percent (`--energy-slowdown`, `[policy] slowdown_pct`):
+/// finite, from 0 to 1000. The one check of it; the error says what is allowed.
+pub fn check_slowdown_pct(pct: f64) -> Result<f64, String> {
+    if pct.is_finite() && (0.0..=1000.0).contains(&pct) {
+        Ok(pct)
+    } else {
+        Err("not a percentage between 0 and 1000".to_string())
+    }
+}
+
 impl Hints {
     /// Checks the hints (the policy was checked when it was read); the error says what is
     /// allowed.
     pub fn validate(&self) -> Result<(), String> {
-        if let Some(s) = self.slowdown_pct
-            && !(s.is_finite() && (0.0..=1000.0).contains(&s))
-        {
-            return Err(format!("energy slowdown {s} is not a percentage between 0 and 1000"));
+        if let Some(s) = self.slowdown_pct {
+            check_slowdown_pct(s).map_err(|e| format!("energy slowdown {s}: {e}"))?;
         }
         if let Some(t) = &self.tag
             && (t.is_empty() || t.len() > 128 || t.chars().any(|c| c.is_control() || c == ',' || c == '='))

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use wattson_types::job::{EnergyPolicy, Hints};
+use wattson_types::job::{EnergyPolicy, Hints, check_slowdown_pct};
 
 /// One option: its name (`--energy`), argument word and one-line help for `sbatch --help`.
 pub struct OptionSpec {
@@ -63,16 +63,12 @@ impl SubmitHints {
                     .map_err(|_| format!("--energy={value}: not one of {}", EnergyPolicy::allowed()))?;
                 self.hints.policy = Some(policy);
             }
-            "energy-slowdown" => match value.parse::<f64>() {
-                Ok(pct) if pct.is_finite() && (0.0..=1000.0).contains(&pct) => {
-                    self.hints.slowdown_pct = Some(pct)
-                }
-                _ => {
-                    return Err(format!(
-                        "--energy-slowdown={value}: not a percentage between 0 and 1000, e.g. 10"
-                    ));
-                }
-            },
+            "energy-slowdown" => {
+                // Not a number is not a percentage either: the one check says what is allowed.
+                let pct = check_slowdown_pct(value.parse().unwrap_or(f64::NAN))
+                    .map_err(|e| format!("--energy-slowdown={value}: {e}, e.g. 10"))?;
+                self.hints.slowdown_pct = Some(pct);
+            }
             "energy-tag" => {
                 let candidate = Hints { tag: Some(value.to_string()), ..Hints::default() };
                 candidate.validate().map_err(|e| format!("--energy-tag: {e}"))?;
