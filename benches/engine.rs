@@ -9,6 +9,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use wattson_engine::{Choice, Knob, ModelEntry, ModelTable, Objective, Sample, fit, prior};
+use wattson_harness::stats::percentile;
 
 const TAGS: usize = 10_000;
 const DECISIONS: usize = 100_000;
@@ -42,10 +43,6 @@ fn probes(rng: &mut Rng) -> Vec<Sample> {
             Sample::new(p, time, power, 1.0)
         })
         .collect()
-}
-
-fn percentile(sorted: &[u64], q: f64) -> u64 {
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
 fn main() {

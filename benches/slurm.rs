@@ -13,13 +13,13 @@ use wattson_harness::node as common;
 use std::time::{Duration, Instant};
 
 use common::Node;
+use wattson_harness::stats::percentile;
 use wattson_protocol::Request;
 use wattson_slurm::node::{self, NodeJob, PluginArgs};
 use wattson_slurm::submit::{self, CachedConfig};
 
-fn percentiles(mut us: Vec<f64>) -> (f64, f64) {
-    us.sort_by(f64::total_cmp);
-    (us[us.len() / 2], us[us.len() * 99 / 100])
+fn percentiles(us: Vec<f64>) -> (f64, f64) {
+    (percentile(&us, 0.5), percentile(&us, 0.99))
 }
 
 fn time_us(mut f: impl FnMut()) -> f64 {

@@ -5,3 +5,4 @@
 pub mod node;
 pub mod programs;
 pub mod slurm_lab;
+pub mod stats;
