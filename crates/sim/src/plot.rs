@@ -156,7 +156,7 @@ pub fn energy_vs_jct(r: &Report) -> String {
     frame(
         &mut out,
         &a,
-        &format!("Energy vs mean JCT — {} on {}", r.trace, r.cluster),
+        &format!("Energy vs mean JCT — {} on {}, {}", r.trace, r.cluster, r.knowledge),
         "mean JCT (h)",
         "total energy (kWh)",
     );
@@ -185,7 +185,7 @@ pub fn pareto(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
-/// Energy (kWh) against mean queueing wait (h): every policy's reported point, and for the
+/// Energy (kWh) against mean wait from submission (h): every policy's reported point, and for the
 /// policies with a knob sweep (`SuspendTime`, wattson's knobs with `--sweep`) every swept
 /// point with the sweep's Pareto front as a line.
 pub fn energy_vs_wait(r: &Report) -> String {
@@ -198,7 +198,7 @@ pub fn energy_vs_wait(r: &Report) -> String {
             .filter(|p| p.policy == s.policy)
             .map(|p| (p.wait_mean_s / 3600.0, p.energy_kwh))
             .collect();
-        series.push((s.policy.as_str(), mine, (s.queue_wait_mean_s / 3600.0, s.energy_kwh)));
+        series.push((s.policy.as_str(), mine, (s.wait_mean_s / 3600.0, s.energy_kwh)));
     }
     let all = || series.iter().flat_map(|x| x.1.iter().copied().chain(std::iter::once(x.2)));
     let (x0, x1) = padded(
@@ -214,8 +214,8 @@ pub fn energy_vs_wait(r: &Report) -> String {
     frame(
         &mut out,
         &a,
-        &format!("Energy vs mean queueing wait, knob sweeps — {} on {}", r.trace, r.cluster),
-        "mean queueing wait (h)",
+        &format!("Energy vs mean wait, knob sweeps — {} on {}, {}", r.trace, r.cluster, r.knowledge),
+        "mean wait from submission (h)",
         "total energy (kWh)",
     );
     for (i, (name, sweep, (x, y))) in series.iter().enumerate() {
