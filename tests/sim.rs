@@ -153,9 +153,16 @@ fn check_sanity(o: &Outcome) {
     for s in &o.report.summaries {
         assert!(floor.energy_kwh <= s.energy_kwh * (1.0 + 1e-12), "floor above {}", s.policy);
     }
-    // Every policy that keeps each job within its bound spends at least the floor's GPU energy.
-    for p in [PolicyKind::SlurmDefault, PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs] {
-        assert!(floor.gpu_busy_kwh <= by(p).gpu_busy_kwh * (1.0 + 1e-12), "floor GPU energy above {p:?}");
+    // Every policy that keeps each job within its bound spends at least the floor's GPU energy,
+    // wattson (which changes a job's level mid-run) included.
+    for p in [PolicyKind::SlurmDefault, PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs, PolicyKind::Wattson]
+    {
+        assert!(
+            floor.gpu_busy_kwh <= by(p).gpu_busy_kwh * (1.0 + 1e-12),
+            "floor GPU energy {} above {p:?}'s {}",
+            floor.gpu_busy_kwh,
+            by(p).gpu_busy_kwh
+        );
     }
     assert_eq!(by(PolicyKind::SlurmDefault).power_state_changes, 0);
     assert_eq!(by(PolicyKind::ZeusPerJob).power_state_changes, 0);

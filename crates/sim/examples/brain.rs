@@ -5,11 +5,9 @@
 //! of the targets hold per seed, then each policy's means over the seeds.
 //!
 //! Run: `cargo run --release -p wattson-sim --example brain [-- TRACE NODES,NODES SEEDS
-//! [key=value...]]` (defaults: cluster04.csv, 80,123, 5). A key is a `[wattson]` knob,
-//! `order` (every policy's queue order: `fifo` or `response-ratio`), `slurm_order` (the
-//! references' only, `[slurm] order`), `budget_w` (`[budget] power_w`), `perfect` (1: the
-//! perfect-knowledge what-if) or `max_factor` (`[limits]`). Reads `etc/sim/cluster.toml` and
-//! `../shared/data`.
+//! [key=value...]]` (defaults: cluster04.csv, 80,123, 5); the keys are
+//! [`wattson_sim::overrides`]' (e.g. `order=fifo` for every policy, `perfect=1`). Reads
+//! `etc/sim/cluster.toml` and `../shared/data`.
 
 use std::path::Path;
 
@@ -20,22 +18,6 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 fn read(rel: &str) -> String {
     let p = Path::new(ROOT).join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
-}
-
-/// Applies one `key=value` override to `c` (see the module comment).
-pub fn apply(c: &mut ClusterConfig, kv: &str) {
-    let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("{kv}: expected key=value"));
-    match k {
-        "budget_w" => c.budget = Some(wattson_sim::cluster::Budget { power_w: v.parse().expect("a number") }),
-        "slurm_order" => c.slurm.order = v.parse().expect("fifo or response-ratio"),
-        "order" => {
-            c.slurm.order = v.parse().expect("fifo or response-ratio");
-            c.wattson.queue_order = c.slurm.order;
-        }
-        "perfect" => c.limits.perfect = v != "0",
-        "max_factor" => c.limits.max_factor = v.parse().expect("a number"),
-        _ => c.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}")),
-    }
 }
 
 fn main() {
@@ -55,7 +37,7 @@ fn main() {
     let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
     let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
     for kv in args.iter().skip(4) {
-        apply(&mut base, kv);
+        wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
     }
     let mut all_ok = true;
     for &nodes in &sizes {

@@ -15,6 +15,7 @@ pub mod events;
 pub mod floor;
 pub mod limits;
 pub mod metrics;
+pub mod overrides;
 pub mod plot;
 pub mod policies;
 pub mod power;

@@ -244,6 +244,40 @@ pub fn energy_vs_wait(r: &Report) -> String {
     out
 }
 
+/// A frontier chart: energy (kWh) against mean wait (h) for each policy's knob sweep
+/// (`series`: name, then each setting's (mean wait h, energy kWh)), every point drawn and each
+/// sweep's Pareto front as a line; `title` names the case.
+pub fn frontier(title: &str, series: &[(String, Vec<Point>)]) -> String {
+    let all = || series.iter().flat_map(|x| x.1.iter().copied());
+    let (x0, x1) = padded(
+        all().map(|p| p.0).fold(f64::INFINITY, f64::min),
+        all().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max),
+    );
+    let (y0, y1) = padded(
+        all().map(|p| p.1).fold(f64::INFINITY, f64::min),
+        all().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
+    );
+    let a = Axes { x0: x0.max(0.0), x1, y0: y0.max(0.0), y1 };
+    let mut out = String::new();
+    frame(&mut out, &a, title, "mean wait from submission (h)", "total energy (kWh)");
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let front = pareto(pts);
+        if front.len() > 1 {
+            let line: Vec<String> = front.iter().map(|p| format!("{:.1},{:.1}", a.px(p.0), a.py(p.1))).collect();
+            let _ = writeln!(out, r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#, line.join(" "));
+        }
+        for p in pts {
+            let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{c}"/>"#, a.px(p.0), a.py(p.1));
+        }
+        let y = T + 16.0 * (i as f64 + 1.0);
+        let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="5" fill="{c}"/>"#, W - R + 14.0, y - 4.0);
+        let _ = writeln!(out, r#"<text x="{:.1}" y="{y:.1}">{}</text>"#, W - R + 24.0, esc(name));
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
 /// A policy's point, filled in its colour, with its name beside it.
 fn labelled_point(out: &mut String, a: &Axes, (x, y): (f64, f64), colour: &str, name: &str) {
     let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="6" fill="{colour}"/>"#, a.px(x), a.py(y));
