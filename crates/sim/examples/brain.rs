@@ -52,8 +52,19 @@ fn main() {
         );
         println!(
             "{:<5} {:<16} {:>11} {:>8} {:>8} {:>7} {:>8} {:>8} {:>7} {:>8} {:>5} {:>6} {:>6}",
-            "seed", "policy", "energy kWh", "wait h", "p99 h", "defer h", "qwait h", "top10 h", "jct h", "capture",
-            "viol", "killed", "ST s"
+            "seed",
+            "policy",
+            "energy kWh",
+            "wait h",
+            "p99 h",
+            "defer h",
+            "qwait h",
+            "top10 h",
+            "jct h",
+            "capture",
+            "viol",
+            "killed",
+            "ST s"
         );
         // Per policy, sums over the seeds.
         let mut sums: Vec<(String, [f64; 8])> = Vec::new();

@@ -27,7 +27,7 @@ fn read(rel: &str) -> String {
 type Point = (String, String, f64, f64, f64);
 
 /// wattson's swept settings, as overrides.
-const WATTSON: [&str; 10] = [
+const WATTSON: [&str; 11] = [
     "congestion_raise=0 raise_after_runs=1",
     "congestion_raise=0.5 raise_after_runs=1",
     "congestion_raise=1 raise_after_runs=1",
@@ -37,7 +37,8 @@ const WATTSON: [&str; 10] = [
     "congestion_raise=1 raise_after_runs=4",
     "congestion_raise=0 raise_after_runs=0",
     "dvfs_min_free=2 congestion_raise=1",
-    "dvfs_min_free=0.25 congestion_raise=1 raise_after_runs=0",
+    "dvfs_min_free=0.2 congestion_raise=1 raise_after_runs=0",
+    "dvfs_min_free=0.3 congestion_raise=1 raise_after_runs=0",
 ];
 
 /// Runs `policies` on `c` and adds each reported setting to `acc` under `label`.
@@ -51,11 +52,12 @@ fn measure(
     acc: &mut Vec<Point>,
 ) {
     let o = wattson_sim::run(c, cat, trace, "t", policies, seed).unwrap();
-    let mut add = |policy: &str, knob: String, e: f64, w: f64, p: f64| {
-        match acc.iter_mut().find(|x| x.0 == policy && x.1 == knob) {
-            Some(x) => (x.2, x.3, x.4) = (x.2 + e, x.3 + w, x.4 + p),
-            None => acc.push((policy.to_string(), knob, e, w, p)),
-        }
+    let mut add = |policy: &str, knob: String, e: f64, w: f64, p: f64| match acc
+        .iter_mut()
+        .find(|x| x.0 == policy && x.1 == knob)
+    {
+        Some(x) => (x.2, x.3, x.4) = (x.2 + e, x.3 + w, x.4 + p),
+        None => acc.push((policy.to_string(), knob, e, w, p)),
     };
     for s in &o.report.sweep {
         add(&s.policy, format!("{label}{}", s.knob), s.energy_kwh, s.wait_mean_s, s.wait_p99_s);
@@ -114,7 +116,11 @@ fn main() {
         for p in &mut pts {
             (p.2, p.3, p.4) = (p.2 / n, p.3 / n / 3600.0, p.4 / n / 3600.0);
         }
-        let case = format!("{stem} on {nodes} nodes, seeds 1-{seeds}, {}, order {:?}", c.limits.label(), c.slurm.order);
+        let case = format!(
+            "{stem} on {nodes} nodes, seeds 1-{seeds}, {}, order {:?}",
+            c.limits.label(),
+            c.slurm.order
+        );
         let mut csv = String::from("policy,knob,energy_kwh,wait_mean_h,wait_p99_h,beaten_by_wattson\n");
         println!("== {case}");
         let ours: Vec<&Point> = pts.iter().filter(|p| p.0 == PolicyKind::Wattson.name()).collect();
@@ -136,7 +142,12 @@ fn main() {
         let series: Vec<(String, Vec<(f64, f64)>)> =
             [PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs, PolicyKind::Wattson]
                 .iter()
-                .map(|k| (k.name().to_string(), pts.iter().filter(|p| p.0 == k.name()).map(|p| (p.3, p.2)).collect()))
+                .map(|k| {
+                    (
+                        k.name().to_string(),
+                        pts.iter().filter(|p| p.0 == k.name()).map(|p| (p.3, p.2)).collect(),
+                    )
+                })
                 .collect();
         let svg = wattson_sim::plot::frontier(&format!("Energy vs mean wait — {case}"), &series);
         std::fs::create_dir_all(&out).unwrap();

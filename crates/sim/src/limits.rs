@@ -58,7 +58,8 @@ impl LimitModel {
             return Err(format!("limits.max_factor = {}: allowed a number >= 1", self.max_factor));
         }
         let increasing = self.values_h.windows(2).all(|w| w[0] < w[1]);
-        if self.values_h.is_empty() || !increasing || !self.values_h.iter().all(|v| v.is_finite() && *v > 0.0) {
+        if self.values_h.is_empty() || !increasing || !self.values_h.iter().all(|v| v.is_finite() && *v > 0.0)
+        {
             return Err(format!(
                 "limits.values_h = {:?}: allowed a non-empty list of hours above 0, increasing",
                 self.values_h
@@ -71,7 +72,12 @@ impl LimitModel {
     pub fn round_up(&self, run_s: f64, factor: f64) -> f64 {
         let want_h = run_s * factor / 3600.0;
         let last = self.values_h[self.values_h.len() - 1];
-        let h = self.values_h.iter().copied().find(|&v| v >= want_h).unwrap_or_else(|| (want_h / last).ceil() * last);
+        let h = self
+            .values_h
+            .iter()
+            .copied()
+            .find(|&v| v >= want_h)
+            .unwrap_or_else(|| (want_h / last).ceil() * last);
         h * 3600.0
     }
 
@@ -86,7 +92,8 @@ impl LimitModel {
                 if self.perfect {
                     t.duration
                 } else {
-                    t.time_limit.unwrap_or_else(|| self.round_up(t.duration, 1.0 + u * (self.max_factor - 1.0)))
+                    t.time_limit
+                        .unwrap_or_else(|| self.round_up(t.duration, 1.0 + u * (self.max_factor - 1.0)))
                 }
             })
             .collect()

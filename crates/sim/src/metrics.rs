@@ -445,7 +445,11 @@ fn pct(v: Option<f64>) -> String {
 /// The summary table for a terminal.
 pub fn to_table(r: &Report) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "cluster {}, trace {}, seed {}; the policies know {}", r.cluster, r.trace, r.seed, r.knowledge);
+    let _ = writeln!(
+        out,
+        "cluster {}, trace {}, seed {}; the policies know {}",
+        r.cluster, r.trace, r.seed, r.knowledge
+    );
     let _ = writeln!(
         out,
         "{:<16} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>8} {:>8} {:>9}",
@@ -472,7 +476,25 @@ pub fn to_table(r: &Report) -> String {
     let _ = writeln!(
         out,
         "{:<16} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>8} {:>8} {:>9}",
-        "", "kWh", "kWh", "kWh", "kWh", "", "h", "h", "h", "h", "h", "h", "10% h", "d", "", "changes", "", "", ""
+        "",
+        "kWh",
+        "kWh",
+        "kWh",
+        "kWh",
+        "",
+        "h",
+        "h",
+        "h",
+        "h",
+        "h",
+        "h",
+        "10% h",
+        "d",
+        "",
+        "changes",
+        "",
+        "",
+        ""
     );
     for s in &r.summaries {
         let idle = s.gpu_idle_kwh + s.node_base_kwh + s.off_kwh;
@@ -507,7 +529,10 @@ pub fn to_table(r: &Report) -> String {
          capture = share of (slurm-default - floor) energy saved; idle-timer rows at their least-energy SuspendTime"
     );
     if let Some(k) = r.summaries.iter().map(|s| s.killed_jobs).find(|&k| k > 0) {
-        let _ = writeln!(out, "{k} jobs reached their time limit and were killed (the same jobs under every policy)");
+        let _ = writeln!(
+            out,
+            "{k} jobs reached their time limit and were killed (the same jobs under every policy)"
+        );
     }
     for s in r.summaries.iter().filter(|s| s.suspend_time_s.is_some() || s.bound_violations > 0) {
         let st = s.suspend_time_s.map_or_else(String::new, |v| format!(" SuspendTime={v:.0}s"));

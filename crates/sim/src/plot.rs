@@ -264,11 +264,17 @@ pub fn frontier(title: &str, series: &[(String, Vec<Point>)]) -> String {
         let c = COLORS[i % COLORS.len()];
         let front = pareto(pts);
         if front.len() > 1 {
-            let line: Vec<String> = front.iter().map(|p| format!("{:.1},{:.1}", a.px(p.0), a.py(p.1))).collect();
-            let _ = writeln!(out, r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#, line.join(" "));
+            let line: Vec<String> =
+                front.iter().map(|p| format!("{:.1},{:.1}", a.px(p.0), a.py(p.1))).collect();
+            let _ = writeln!(
+                out,
+                r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#,
+                line.join(" ")
+            );
         }
         for p in pts {
-            let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{c}"/>"#, a.px(p.0), a.py(p.1));
+            let _ =
+                writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{c}"/>"#, a.px(p.0), a.py(p.1));
         }
         let y = T + 16.0 * (i as f64 + 1.0);
         let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="5" fill="{c}"/>"#, W - R + 14.0, y - 4.0);

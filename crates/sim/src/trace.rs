@@ -180,7 +180,8 @@ fn time_limit(s: &str, at: &str) -> Result<f64, SimError> {
 /// A `gpu_types` cell: GPU type names (letters, digits, `-`, `_`) separated by `;`.
 fn gpu_types(s: &str, at: &str) -> Result<Vec<String>, SimError> {
     let names: Vec<String> = s.split(';').map(|n| n.trim().to_string()).collect();
-    let ok = |n: &String| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    let ok =
+        |n: &String| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if names.iter().all(ok) {
         Ok(names)
     } else {
@@ -242,12 +243,19 @@ mod tests {
         let head = "submit,gpus,duration,time_limit,gpu_types,gpu_fraction\n";
         let ok = format!("{head}0,1,60,3600,V100;A40,0.5\n5,2,60,,,\n");
         let j = parse(&ok, "g.csv", TraceFormat::Auto).unwrap();
-        assert_eq!((j[0].time_limit, j[0].gpu_types.clone(), j[0].gpu_fraction), (Some(3600.0), vec!["V100".to_string(), "A40".to_string()], 0.5));
+        assert_eq!(
+            (j[0].time_limit, j[0].gpu_types.clone(), j[0].gpu_fraction),
+            (Some(3600.0), vec!["V100".to_string(), "A40".to_string()], 0.5)
+        );
         assert_eq!((j[1].time_limit, j[1].gpu_types.is_empty(), j[1].gpu_fraction), (None, true, 1.0));
         let itp = "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration,time_limit\n\
                    a,10,1,gpt2,99,128,1,50,14400\n";
         assert_eq!(parse(itp, "i.csv", TraceFormat::Auto).unwrap()[0].time_limit, Some(14400.0));
-        let bad = |row: &str| parse(&format!("{head}0,1,60,3600,,\n{row}\n"), "g.csv", TraceFormat::Auto).unwrap_err().to_string();
+        let bad = |row: &str| {
+            parse(&format!("{head}0,1,60,3600,,\n{row}\n"), "g.csv", TraceFormat::Auto)
+                .unwrap_err()
+                .to_string()
+        };
         for (row, want) in [
             ("1,1,60,-5,,", "g.csv:3: time_limit = \"-5\": allowed a number of seconds above 0"),
             ("1,1,60,soon,,", "g.csv:3: time_limit = \"soon\": allowed"),
@@ -257,7 +265,10 @@ mod tests {
             ("1,1,60,,,0", "g.csv:3: gpu_fraction = \"0\": allowed a number above 0 and at most 1"),
             ("1,1,60,,,1.5", "g.csv:3: gpu_fraction = \"1.5\""),
             ("1,1,60,,,half", "g.csv:3: gpu_fraction = \"half\""),
-            ("1,2,60,,,0.5", "g.csv:3: gpu_fraction = \"0.5\" on a job of 2 GPUs: a share below 1 is allowed only for 1-GPU jobs"),
+            (
+                "1,2,60,,,0.5",
+                "g.csv:3: gpu_fraction = \"0.5\" on a job of 2 GPUs: a share below 1 is allowed only for 1-GPU jobs",
+            ),
         ] {
             let e = bad(row);
             assert!(e.starts_with(want), "{row}: {e}");
