@@ -81,9 +81,10 @@ fn clear_of_queues(
     for (job, run) in jobs.iter().zip(&r.jobs) {
         let w = catalog.get(0, job.workload);
         let (f, top) = (job.choices[0].floor, w.max_idx());
-        let saved_j = f64::from(job.gpus) * job.duration * (w.power[top] - w.power[f] * w.time_ratio(f));
+        let saved_j =
+            f64::from(job.gpus) * job.duration * (w.power[top] - w.mix_power(f) * w.mix_time_ratio(f));
         all += saved_j;
-        let end = run.start + job.duration * w.time_ratio(f);
+        let end = run.start + job.duration * w.mix_time_ratio(f);
         let next = waiting.partition_point(|x| x.1 <= run.start);
         if waiting.get(next).is_none_or(|x| x.0 >= end) {
             clear += saved_j;

@@ -41,6 +41,9 @@ pub struct ClusterConfig {
     /// Tunables of the `wattson` policy.
     #[serde(default)]
     pub wattson: WattsonTuning,
+    /// How jobs' time limits are drawn where the trace gives none (`[limits]`).
+    #[serde(default)]
+    pub limits: super::limits::LimitModel,
 }
 
 /// Nodes of one GPU type.
@@ -370,6 +373,7 @@ impl ClusterConfig {
     }
 
     fn validate(&self) -> Result<(), String> {
+        self.limits.check()?;
         if self.groups.is_empty() || self.groups.len() > 16 {
             return Err(format!("{} [[group]] tables: allowed 1..=16", self.groups.len()));
         }

@@ -3,7 +3,7 @@
 //! policy ([`wattson_engine::cluster::decide`]) at each instant. Pure computation: the CLI
 //! reads and writes files.
 //!
-//! [`cluster`] is the TOML cluster model, [`trace`] the job traces, [`workloads`] the Zeus
+//! [`cluster`] is the TOML cluster model, [`trace`] the job traces, [`limits`] their time limits, [`workloads`] the Zeus
 //! measurements and stand-ins, [`policies`] the policies' per-job hints and engine choices,
 //! [`events`] the event queue, [`scheduler`] Slurm's FIFO + EASY backfill, [`power`] node
 //! power states and the energy meter, [`simulate`] the event loop, [`record`] its records,
@@ -14,7 +14,9 @@ pub mod cli;
 pub mod cluster;
 pub mod events;
 pub mod floor;
+pub mod limits;
 pub mod metrics;
+pub mod overrides;
 pub mod plot;
 pub mod policies;
 pub mod power;
@@ -88,13 +90,7 @@ pub fn run(
             let r = simulate::simulate(cluster, catalog, &models, &jobs, policy);
             let (s, ps) = metrics::summarize(&r, &jobs, cluster);
             if p.uses_idle_timer() {
-                sweep.push(metrics::SweepPoint {
-                    policy: p.name().to_string(),
-                    knob: format!("SuspendTime={st:.0}"),
-                    energy_kwh: s.energy_kwh,
-                    wait_mean_s: s.queue_wait_mean_s,
-                    jct_mean_s: s.jct_mean_s,
-                });
+                sweep.push(metrics::SweepPoint::of(p.name(), format!("SuspendTime={st:.0}"), &s));
             }
             if best.as_ref().is_none_or(|b| s.energy_kwh < b.1.energy_kwh) {
                 best = Some((r, s, ps));
@@ -115,6 +111,7 @@ pub fn run(
         power,
         sweep,
         budget_w: cluster.budget.map(|b| b.power_w),
+        knowledge: cluster.limits.label().to_string(),
     };
     Ok(Outcome { report, jobs, runs })
 }
@@ -152,13 +149,7 @@ pub fn sweep_wattson(
             Policy { kind: PolicyKind::Wattson, tuning },
         );
         let (s, _) = metrics::summarize(&r, &jobs, cluster);
-        out.push(metrics::SweepPoint {
-            policy: PolicyKind::Wattson.name().to_string(),
-            knob: knob.to_string(),
-            energy_kwh: s.energy_kwh,
-            wait_mean_s: s.queue_wait_mean_s,
-            jct_mean_s: s.jct_mean_s,
-        });
+        out.push(metrics::SweepPoint::of(PolicyKind::Wattson.name(), knob.to_string(), &s));
     }
     Ok(out)
 }

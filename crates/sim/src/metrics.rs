@@ -1,7 +1,8 @@
 //! Results per policy and their CSV / JSON / text renderings (the floor is in [`super::floor`]).
 //!
-//! JCT = end − submit; wait = start − submit (queueing, deferral and boot). Percentiles are
-//! nearest-rank. Energy is kept in joules and reported in kWh; cost prices each UTC hour's
+//! JCT = end − submit; wait = start − submit (queueing, deferral and boot: the yardstick);
+//! deferral = eligible − submit, reported in its own column; the largest tenth is the tenth of
+//! jobs with the most GPU-seconds (GPUs × run time). Percentiles are nearest-rank. Energy is kept in joules and reported in kWh; cost prices each UTC hour's
 //! energy at that hour's tariff.
 
 use std::fmt::Write as _;
@@ -59,6 +60,12 @@ pub struct Summary {
     pub queue_wait_mean_s: f64,
     /// 99th percentile queueing wait (s).
     pub queue_wait_p99_s: f64,
+    /// Mean deferral: eligible − submit, the time the policy held jobs back (s).
+    pub defer_mean_s: f64,
+    /// Mean wait (from submission) of the tenth of jobs with the most GPU-seconds (s).
+    pub wait_large_mean_s: f64,
+    /// Jobs that reached their time limit and were killed.
+    pub killed_jobs: usize,
     /// Last end − first submission (s).
     pub makespan_s: f64,
     /// GPU-seconds of jobs / (GPUs · makespan).
@@ -96,10 +103,26 @@ pub struct SweepPoint {
     pub knob: String,
     /// Total energy (kWh).
     pub energy_kwh: f64,
-    /// Mean queueing wait (s).
+    /// Mean wait from submission (s).
     pub wait_mean_s: f64,
+    /// 99th percentile wait from submission (s).
+    pub wait_p99_s: f64,
     /// Mean JCT (s).
     pub jct_mean_s: f64,
+}
+
+impl SweepPoint {
+    /// The point of a run of `policy` at `knob`, from its summary.
+    pub fn of(policy: &str, knob: String, s: &Summary) -> SweepPoint {
+        SweepPoint {
+            policy: policy.to_string(),
+            knob,
+            energy_kwh: s.energy_kwh,
+            wait_mean_s: s.wait_mean_s,
+            wait_p99_s: s.wait_p99_s,
+            jct_mean_s: s.jct_mean_s,
+        }
+    }
 }
 
 /// Hourly mean cluster power of one policy, for the plot.
@@ -130,6 +153,9 @@ pub struct Report {
     pub sweep: Vec<SweepPoint>,
     /// The cluster power budget, if any (W).
     pub budget_w: Option<f64>,
+    /// What the policies knew of run times: `time limits` or the labelled what-if
+    /// `perfect knowledge (what-if)`.
+    pub knowledge: String,
 }
 
 fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
@@ -158,6 +184,9 @@ pub(crate) struct Times {
     jct: Vec<f64>,
     wait: Vec<f64>,
     queue_wait: Vec<f64>,
+    defer: Vec<f64>,
+    wait_large: Vec<f64>,
+    killed: usize,
     gpu_s: f64,
     slow: Vec<f64>,
     violations: usize,
@@ -171,6 +200,9 @@ pub(crate) fn times(jobs: &[SimJob], starts: impl Iterator<Item = JobTimes>) -> 
         jct: Vec::new(),
         wait: Vec::new(),
         queue_wait: Vec::new(),
+        defer: Vec::new(),
+        wait_large: Vec::new(),
+        killed: jobs.iter().filter(|j| j.killed).count(),
         gpu_s: 0.0,
         slow: Vec::new(),
         violations: 0,
@@ -179,16 +211,27 @@ pub(crate) fn times(jobs: &[SimJob], starts: impl Iterator<Item = JobTimes>) -> 
         t.jct.push(end - j.submit);
         t.wait.push(start - j.submit);
         t.queue_wait.push(start - eligible);
+        t.defer.push(eligible - j.submit);
         t.gpu_s += f64::from(j.gpus) * (end - start);
         t.slow.push(slow);
         if slow > j.bound + 1e-12 {
             t.violations += 1;
         }
     }
+    t.wait_large = largest_tenth(jobs).into_iter().map(|k| t.wait[k]).collect();
     t.jct.sort_by(f64::total_cmp);
     t.wait.sort_by(f64::total_cmp);
     t.queue_wait.sort_by(f64::total_cmp);
     t
+}
+
+/// Indices of the tenth of `jobs` (rounded up) with the most GPU-seconds (ties: trace order).
+pub fn largest_tenth(jobs: &[SimJob]) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..jobs.len()).collect();
+    let size = |k: usize| f64::from(jobs[k].gpus) * jobs[k].duration;
+    idx.sort_by(|&a, &b| size(b).total_cmp(&size(a)).then(a.cmp(&b)));
+    idx.truncate(jobs.len().div_ceil(10));
+    idx
 }
 
 /// What a summary is made of besides the job times.
@@ -238,6 +281,9 @@ pub(crate) fn summary(policy: PolicyKind, c: &ClusterConfig, t: Times, x: Totals
         wait_p99_s: nearest_rank(&t.wait, 0.99),
         queue_wait_mean_s: mean(&t.queue_wait),
         queue_wait_p99_s: nearest_rank(&t.queue_wait, 0.99),
+        defer_mean_s: mean(&t.defer),
+        wait_large_mean_s: mean(&t.wait_large),
+        killed_jobs: t.killed,
         makespan_s: makespan,
         gpu_util: if makespan > 0.0 { t.gpu_s / (c.total_gpus() as f64 * makespan) } else { 0.0 },
         power_state_changes: changes,
@@ -312,12 +358,13 @@ pub fn to_csv(r: &Report) -> String {
         "policy,jobs,energy_kwh,gpu_busy_kwh,gpu_idle_kwh,node_base_kwh,off_kwh,transition_kwh,timeline_kwh,cost,\
          jct_mean_s,jct_median_s,jct_p99_s,wait_mean_s,wait_median_s,wait_p99_s,queue_wait_mean_s,queue_wait_p99_s,makespan_s,gpu_util,\
          power_state_changes,peak_kw,over_budget_s,mean_slowdown,bound_violations,level_changes,deferred_jobs,\
-         energy_vs_default,jct_vs_default,energy_vs_floor,capture,suspend_time_s\n",
+         energy_vs_default,jct_vs_default,energy_vs_floor,capture,suspend_time_s,defer_mean_s,wait_large_mean_s,\
+         killed_jobs,knowledge\n",
     );
     for s in &r.summaries {
         let _ = writeln!(
             out,
-            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{},{},{}",
+            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{}",
             s.policy,
             s.jobs,
             s.energy_kwh,
@@ -350,6 +397,10 @@ pub fn to_csv(r: &Report) -> String {
             opt(s.energy_vs_floor),
             opt(s.capture),
             s.suspend_time_s.map_or_else(String::new, |v| format!("{v:.0}")),
+            s.defer_mean_s,
+            s.wait_large_mean_s,
+            s.killed_jobs,
+            r.knowledge,
         );
     }
     out
@@ -394,10 +445,14 @@ fn pct(v: Option<f64>) -> String {
 /// The summary table for a terminal.
 pub fn to_table(r: &Report) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "cluster {}, trace {}, seed {}", r.cluster, r.trace, r.seed);
     let _ = writeln!(
         out,
-        "{:<16} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>8} {:>8} {:>9}",
+        "cluster {}, trace {}, seed {}; the policies know {}",
+        r.cluster, r.trace, r.seed, r.knowledge
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>8} {:>8} {:>9}",
         "policy",
         "energy",
         "gpu",
@@ -409,6 +464,8 @@ pub fn to_table(r: &Report) -> String {
         "jct p99",
         "wait mean",
         "wait p99",
+        "defer",
+        "wait top",
         "makespan",
         "util",
         "pstate",
@@ -418,14 +475,32 @@ pub fn to_table(r: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<16} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>8} {:>8} {:>9}",
-        "", "kWh", "kWh", "kWh", "kWh", "", "h", "h", "h", "h", "h", "d", "", "changes", "", "", ""
+        "{:<16} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>8} {:>8} {:>9}",
+        "",
+        "kWh",
+        "kWh",
+        "kWh",
+        "kWh",
+        "",
+        "h",
+        "h",
+        "h",
+        "h",
+        "h",
+        "h",
+        "10% h",
+        "d",
+        "",
+        "changes",
+        "",
+        "",
+        ""
     );
     for s in &r.summaries {
         let idle = s.gpu_idle_kwh + s.node_base_kwh + s.off_kwh;
         let _ = writeln!(
             out,
-            "{:<16} {:>10.0} {:>9.0} {:>8.0} {:>8.1} {:>7.0} {:>9.2} {:>9.2} {:>9.1} {:>9.2} {:>9.1} {:>9.2} {:>6.3} {:>7} {:>8} {:>8} {:>9}",
+            "{:<16} {:>10.0} {:>9.0} {:>8.0} {:>8.1} {:>7.0} {:>9.2} {:>9.2} {:>9.1} {:>9.3} {:>9.2} {:>9.3} {:>9.2} {:>9.2} {:>6.3} {:>7} {:>8} {:>8} {:>9}",
             s.policy,
             s.energy_kwh,
             s.gpu_busy_kwh,
@@ -437,6 +512,8 @@ pub fn to_table(r: &Report) -> String {
             s.jct_p99_s / 3600.0,
             s.wait_mean_s / 3600.0,
             s.wait_p99_s / 3600.0,
+            s.defer_mean_s / 3600.0,
+            s.wait_large_mean_s / 3600.0,
             s.makespan_s / 86400.0,
             s.gpu_util,
             s.power_state_changes,
@@ -448,8 +525,15 @@ pub fn to_table(r: &Report) -> String {
     let _ = writeln!(
         out,
         "idle = idle GPUs + node base power + powered-off draw; JCT = end - submit; wait = start - submit;\n\
+         defer = held back before Slurm's queue (part of wait); wait top = mean wait of the tenth of jobs with the most GPU-hours;\n\
          capture = share of (slurm-default - floor) energy saved; idle-timer rows at their least-energy SuspendTime"
     );
+    if let Some(k) = r.summaries.iter().map(|s| s.killed_jobs).find(|&k| k > 0) {
+        let _ = writeln!(
+            out,
+            "{k} jobs reached their time limit and were killed (the same jobs under every policy)"
+        );
+    }
     for s in r.summaries.iter().filter(|s| s.suspend_time_s.is_some() || s.bound_violations > 0) {
         let st = s.suspend_time_s.map_or_else(String::new, |v| format!(" SuspendTime={v:.0}s"));
         let _ = writeln!(out, "{}:{st} {} jobs over their slowdown bound", s.policy, s.bound_violations);

@@ -21,7 +21,7 @@ pub fn energy_vs_jct(r: &Report) -> String {
     frame(
         &mut out,
         &a,
-        &format!("Energy vs mean JCT — {} on {}", r.trace, r.cluster),
+        &format!("Energy vs mean JCT — {} on {}, {}", r.trace, r.cluster, r.knowledge),
         "mean JCT (h)",
         "total energy (kWh)",
     );
@@ -50,7 +50,7 @@ pub fn pareto(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
-/// Energy (kWh) against mean queueing wait (h): every policy's reported point, and for the
+/// Energy (kWh) against mean wait from submission (h): every policy's reported point, and for the
 /// policies with a knob sweep (`SuspendTime`, wattson's knobs with `--sweep`) every swept
 /// point with the sweep's Pareto front as a line.
 pub fn energy_vs_wait(r: &Report) -> String {
@@ -63,7 +63,7 @@ pub fn energy_vs_wait(r: &Report) -> String {
             .filter(|p| p.policy == s.policy)
             .map(|p| (p.wait_mean_s / 3600.0, p.energy_kwh))
             .collect();
-        series.push((s.policy.as_str(), mine, (s.queue_wait_mean_s / 3600.0, s.energy_kwh)));
+        series.push((s.policy.as_str(), mine, (s.wait_mean_s / 3600.0, s.energy_kwh)));
     }
     let all = || series.iter().flat_map(|x| x.1.iter().copied().chain(std::iter::once(x.2)));
     let (x0, x1) = padded(
@@ -79,8 +79,8 @@ pub fn energy_vs_wait(r: &Report) -> String {
     frame(
         &mut out,
         &a,
-        &format!("Energy vs mean queueing wait, knob sweeps — {} on {}", r.trace, r.cluster),
-        "mean queueing wait (h)",
+        &format!("Energy vs mean wait, knob sweeps — {} on {}, {}", r.trace, r.cluster, r.knowledge),
+        "mean wait from submission (h)",
         "total energy (kWh)",
     );
     for (i, (name, sweep, (x, y))) in series.iter().enumerate() {
@@ -104,6 +104,46 @@ pub fn energy_vs_wait(r: &Report) -> String {
             );
         }
         labelled_point(&mut out, &a, (*x, *y), c, name);
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// A frontier chart: energy (kWh) against mean wait (h) for each policy's knob sweep
+/// (`series`: name, then each setting's (mean wait h, energy kWh)), every point drawn and each
+/// sweep's Pareto front as a line; `title` names the case.
+pub fn frontier(title: &str, series: &[(String, Vec<Point>)]) -> String {
+    let all = || series.iter().flat_map(|x| x.1.iter().copied());
+    let (x0, x1) = padded(
+        all().map(|p| p.0).fold(f64::INFINITY, f64::min),
+        all().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max),
+    );
+    let (y0, y1) = padded(
+        all().map(|p| p.1).fold(f64::INFINITY, f64::min),
+        all().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
+    );
+    let a = Axes { x0: x0.max(0.0), x1, y0: y0.max(0.0), y1 };
+    let mut out = String::new();
+    frame(&mut out, &a, title, "mean wait from submission (h)", "total energy (kWh)");
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let front = pareto(pts);
+        if front.len() > 1 {
+            let line: Vec<String> =
+                front.iter().map(|p| format!("{:.1},{:.1}", a.px(p.0), a.py(p.1))).collect();
+            let _ = writeln!(
+                out,
+                r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#,
+                line.join(" ")
+            );
+        }
+        for p in pts {
+            let _ =
+                writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{c}"/>"#, a.px(p.0), a.py(p.1));
+        }
+        let y = T + 16.0 * (i as f64 + 1.0);
+        let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="5" fill="{c}"/>"#, W - R + 14.0, y - 4.0);
+        let _ = writeln!(out, r#"<text x="{:.1}" y="{y:.1}">{}</text>"#, W - R + 24.0, esc(name));
     }
     out.push_str("</svg>\n");
     out

@@ -16,7 +16,7 @@ pub use wattson_engine::cluster::PolicyKind;
 use super::SimError;
 use super::cluster::{ClusterConfig, HintDistribution};
 use super::trace::TraceJob;
-use super::workloads::Catalog;
+use super::workloads::{Catalog, FloorMix};
 
 /// Every policy, in report order.
 /// `uniform-cap` runs only when the cluster file sets a budget.
@@ -66,8 +66,17 @@ pub struct SimJob {
     pub submit: f64,
     /// GPUs.
     pub gpus: u32,
-    /// Run time at the max limit (s).
+    /// Run time at the max limit (s): the trace's, or its time limit if that is shorter (Slurm
+    /// kills it there).
     pub duration: f64,
+    /// Its time limit on the trace's GPU type (s): all that the policies know of its length.
+    pub limit: f64,
+    /// Whether it reaches its limit and is killed (the trace's run time exceeds the limit).
+    pub killed: bool,
+    /// The GPU types (group indices) it accepts; empty: any.
+    pub gpu_types: Vec<u16>,
+    /// Share of one GPU it asks for (carried for shared GPUs; the simulator gives whole GPUs).
+    pub gpu_fraction: f64,
     /// Index into the catalog (the same setting on every GPU type).
     pub workload: usize,
     /// Slowdown bound the user gave (fraction).
@@ -87,8 +96,9 @@ pub struct Choice {
     pub bounded: usize,
     /// The engine's Zeus `Balanced { eta: 0.5 }` choice.
     pub zeus: usize,
-    /// The floor's level: the least *measured* energy whose measured slowdown is within the bound.
-    pub floor: usize,
+    /// The floor's run: the least *measured* energy within the bound, its work split between
+    /// two limits at most ([`super::workloads::Workload::floor_mix`]).
+    pub floor: FloorMix,
     /// The highest limit at or under the cluster's uniform power cap (the max without a budget).
     pub capped: usize,
 }
@@ -100,19 +110,25 @@ impl SimJob {
         self.work_on(ty, catalog) * catalog.get(ty, self.workload).time_ratio(level)
     }
 
-    /// Its run time on GPU type `ty` at the top limit (s).
-    fn work_on(&self, ty: usize, catalog: &Catalog) -> f64 {
+    /// Its run time on GPU type `ty` at the top limit (s): physics, never shown to a policy.
+    pub fn work_on(&self, ty: usize, catalog: &Catalog) -> f64 {
         self.duration * catalog.pace(ty, self.workload)
     }
 
+    /// Its time limit on GPU type `ty` (s), scaled by the type's pace as its run time is.
+    pub fn limit_on(&self, ty: usize, catalog: &Catalog) -> f64 {
+        self.limit * catalog.pace(ty, self.workload)
+    }
+
     /// The engine's view of this job on GPU type `ty`; `id` is its index in the prepared jobs.
+    /// Its length is its time limit: what Slurm knows.
     pub fn view(&self, id: u32, ty: usize, catalog: &Catalog) -> JobView {
         let c = &self.choices[ty];
         JobView {
             id,
             gpus: self.gpus,
             bound: self.bound,
-            work_s: self.work_on(ty, catalog),
+            work_s: self.limit_on(ty, catalog),
             model: (ty * catalog.len() + self.workload) as u32,
             bounded: c.bounded as u16,
             zeus: c.zeus as u16,
@@ -167,6 +183,7 @@ pub fn prepare(
     seed: u64,
 ) -> Result<Vec<SimJob>, SimError> {
     let hints = draw_hints(trace.len(), &cluster.hints, seed);
+    let limits = cluster.limits.limits(trace, seed);
     let models = catalog
         .types
         .iter()
@@ -177,7 +194,8 @@ pub fn prepare(
     let gpus_of = |ty: usize| u64::from(cluster.groups[ty].nodes) * u64::from(cluster.gpus_per_node);
     let cap = (0..cluster.groups.len()).map(gpus_of).max().unwrap_or(0);
     let mut out = Vec::with_capacity(trace.len());
-    for (t, (bound, window)) in trace.iter().zip(hints) {
+    for ((t, (bound, window)), limit) in trace.iter().zip(hints).zip(limits) {
+        let gpu_types = accepted_types(t, cluster)?;
         if u64::from(t.gpus) > cap {
             let of =
                 if cluster.groups.len() > 1 { "the largest group of one GPU type" } else { "the cluster" };
@@ -198,7 +216,7 @@ pub fn prepare(
                         Choice {
                             bounded: w.choose_idx(m, Objective::MinEnergy { max_slowdown: bound }),
                             zeus: w.choose_idx(m, Objective::Balanced { eta: ZEUS_ETA }),
-                            floor: w.floor_idx(bound),
+                            floor: w.floor_mix(bound),
                             capped: cluster.uniform_cap_w().map_or(w.max_idx(), |cap| w.capped_idx(cap)),
                         }
                     })
@@ -210,17 +228,22 @@ pub fn prepare(
         let floor_j = |ty: usize| {
             let w = catalog.get(ty, wi);
             let f = choices[ty].floor;
-            (w.power[f] + base_share) * w.time[f]
+            (w.mix_power(f) + base_share) * w.mix_time_ratio(f) * w.time[w.max_idx()]
         };
         let floor_type = (0..choices.len())
             .filter(|&ty| gpus_of(ty) >= u64::from(t.gpus))
+            .filter(|&ty| gpu_types.is_empty() || gpu_types.contains(&(ty as u16)))
             .min_by(|&a, &b| floor_j(a).total_cmp(&floor_j(b)))
             .unwrap_or(0);
         out.push(SimJob {
             id: t.id.clone(),
             submit: t.submit,
             gpus: t.gpus,
-            duration: t.duration,
+            duration: t.duration.min(limit),
+            limit,
+            killed: t.duration > limit,
+            gpu_types,
+            gpu_fraction: t.gpu_fraction,
             workload: wi,
             bound,
             defer_window: window,
@@ -229,6 +252,30 @@ pub fn prepare(
         });
     }
     Ok(out)
+}
+
+/// The cluster's groups whose GPU type job `t` accepts (empty: it names none, so any); an
+/// error when it names types but the cluster has none of them, or none big enough for it.
+fn accepted_types(t: &TraceJob, c: &ClusterConfig) -> Result<Vec<u16>, SimError> {
+    if t.gpu_types.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ok: Vec<u16> = (0..c.groups.len())
+        .filter(|&g| t.gpu_types.iter().any(|n| n.eq_ignore_ascii_case(&c.groups[g].gpu)))
+        .filter(|&g| u64::from(c.groups[g].nodes) * u64::from(c.gpus_per_node) >= u64::from(t.gpus))
+        .map(|g| g as u16)
+        .collect();
+    if ok.is_empty() {
+        let have: Vec<&str> = c.groups.iter().map(|g| g.gpu.as_str()).collect();
+        return Err(SimError::Input(format!(
+            "job {} accepts GPU types {} and {} GPUs: the cluster has {} (allowed: at least one of its types, with enough GPUs)",
+            t.id,
+            t.gpu_types.join(";"),
+            t.gpus,
+            have.join(", ")
+        )));
+    }
+    Ok(ok)
 }
 
 #[cfg(test)]

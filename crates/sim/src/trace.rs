@@ -3,7 +3,10 @@
 //! ITP columns: `job_id, submission_time, num_iteration, model_name, deadline, batch_size,
 //! num_gpu, duration`. Generic columns: `submit, gpus, duration[, tag]` (seconds, GPUs,
 //! seconds at full speed, a workload tag). The format is taken from the header unless forced.
-//! Errors read `file:line: what is wrong`.
+//! Either layout may add the optional columns `time_limit` (the limit the user asked Slurm for,
+//! s), `gpu_types` (the GPU types the job accepts, `;`-separated) and `gpu_fraction` (the share
+//! of one GPU a 1-GPU job asks for, on shared GPUs); an empty cell means "not given".
+//! Errors read `file:line: what is wrong, what is allowed`.
 
 use super::SimError;
 
@@ -33,6 +36,12 @@ pub struct TraceJob {
     pub tag: String,
     /// Batch size, when the trace gives one.
     pub batch: Option<u32>,
+    /// Time limit the user asked for (s), when the trace gives one.
+    pub time_limit: Option<f64>,
+    /// GPU types the job accepts (empty: any).
+    pub gpu_types: Vec<String>,
+    /// Share of one GPU the job asks for (1: whole GPUs; below 1 only for 1-GPU jobs).
+    pub gpu_fraction: f64,
 }
 
 const ITP: [&str; 8] = [
@@ -102,6 +111,7 @@ pub fn parse(text: &str, name: &str, format: TraceFormat) -> Result<Vec<TraceJob
     let (Some(i_submit), Some(i_gpus), Some(i_dur)) = (i_submit, i_gpus, i_dur) else {
         return Err(SimError::Input(format!("{name}:1: missing a required column")));
     };
+    let (i_limit, i_types, i_frac) = (col("time_limit"), col("gpu_types"), col("gpu_fraction"));
     let mut jobs = Vec::new();
     for (k, rec) in rdr.records().enumerate() {
         let line = rec.as_ref().ok().and_then(|r| r.position()).map_or(k as u64 + 2, |p| p.line());
@@ -133,13 +143,66 @@ pub fn parse(text: &str, name: &str, format: TraceFormat) -> Result<Vec<TraceJob
         let tag = i_tag.and_then(|i| rec.get(i)).unwrap_or("").to_string();
         let batch = i_batch.and_then(|i| rec.get(i)).and_then(|s| s.parse::<u32>().ok());
         let id = i_id.and_then(|i| rec.get(i)).map_or_else(|| format!("line{line}"), str::to_string);
-        jobs.push(TraceJob { id, submit, gpus: gpus_f as u32, duration, tag, batch });
+        let cell = |i: Option<usize>| i.and_then(|i| rec.get(i)).filter(|s| !s.is_empty());
+        let at = format!("{name}:{line}");
+        let time_limit = cell(i_limit).map(|s| time_limit(s, &at)).transpose()?;
+        let gpu_types = cell(i_types).map(|s| gpu_types(s, &at)).transpose()?.unwrap_or_default();
+        let gpu_fraction = cell(i_frac).map(|s| gpu_fraction(s, gpus_f, &at)).transpose()?.unwrap_or(1.0);
+        jobs.push(TraceJob {
+            id,
+            submit,
+            gpus: gpus_f as u32,
+            duration,
+            tag,
+            batch,
+            time_limit,
+            gpu_types,
+            gpu_fraction,
+        });
     }
     if jobs.is_empty() {
         return Err(SimError::Input(format!("{name}: the trace has no jobs")));
     }
     jobs.sort_by(|a, b| a.submit.total_cmp(&b.submit));
     Ok(jobs)
+}
+
+/// A `time_limit` cell: seconds, finite and above 0.
+fn time_limit(s: &str, at: &str) -> Result<f64, SimError> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(SimError::Input(format!(
+            "{at}: time_limit = {s:?}: allowed a number of seconds above 0, or an empty cell for none"
+        ))),
+    }
+}
+
+/// A `gpu_types` cell: GPU type names (letters, digits, `-`, `_`) separated by `;`.
+fn gpu_types(s: &str, at: &str) -> Result<Vec<String>, SimError> {
+    let names: Vec<String> = s.split(';').map(|n| n.trim().to_string()).collect();
+    let ok =
+        |n: &String| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if names.iter().all(ok) {
+        Ok(names)
+    } else {
+        Err(SimError::Input(format!(
+            "{at}: gpu_types = {s:?}: allowed GPU type names (letters, digits, - and _) separated by ';', \
+             or an empty cell for any type"
+        )))
+    }
+}
+
+/// A `gpu_fraction` cell: a share of one GPU in (0, 1]; below 1 only for a 1-GPU job.
+fn gpu_fraction(s: &str, gpus: f64, at: &str) -> Result<f64, SimError> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 && (v == 1.0 || gpus == 1.0) => Ok(v),
+        Ok(v) if v > 0.0 && v < 1.0 => Err(SimError::Input(format!(
+            "{at}: gpu_fraction = {s:?} on a job of {gpus} GPUs: a share below 1 is allowed only for 1-GPU jobs"
+        ))),
+        _ => Err(SimError::Input(format!(
+            "{at}: gpu_fraction = {s:?}: allowed a number above 0 and at most 1, or an empty cell for 1"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -173,5 +236,42 @@ mod tests {
         assert!(e.to_string().contains("no jobs"), "{e}");
         let e = parse("submit,gpus,duration\n1,2\n", "g.csv", TraceFormat::Auto).unwrap_err();
         assert!(e.to_string().starts_with("g.csv:2:"), "{e}");
+    }
+
+    #[test]
+    fn optional_columns_parse_and_bad_cells_name_file_line_and_what_is_allowed() {
+        let head = "submit,gpus,duration,time_limit,gpu_types,gpu_fraction\n";
+        let ok = format!("{head}0,1,60,3600,V100;A40,0.5\n5,2,60,,,\n");
+        let j = parse(&ok, "g.csv", TraceFormat::Auto).unwrap();
+        assert_eq!(
+            (j[0].time_limit, j[0].gpu_types.clone(), j[0].gpu_fraction),
+            (Some(3600.0), vec!["V100".to_string(), "A40".to_string()], 0.5)
+        );
+        assert_eq!((j[1].time_limit, j[1].gpu_types.is_empty(), j[1].gpu_fraction), (None, true, 1.0));
+        let itp = "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration,time_limit\n\
+                   a,10,1,gpt2,99,128,1,50,14400\n";
+        assert_eq!(parse(itp, "i.csv", TraceFormat::Auto).unwrap()[0].time_limit, Some(14400.0));
+        let bad = |row: &str| {
+            parse(&format!("{head}0,1,60,3600,,\n{row}\n"), "g.csv", TraceFormat::Auto)
+                .unwrap_err()
+                .to_string()
+        };
+        for (row, want) in [
+            ("1,1,60,-5,,", "g.csv:3: time_limit = \"-5\": allowed a number of seconds above 0"),
+            ("1,1,60,soon,,", "g.csv:3: time_limit = \"soon\": allowed"),
+            ("1,1,60,inf,,", "g.csv:3: time_limit = \"inf\""),
+            ("1,1,60,,V100;;A40,", "g.csv:3: gpu_types = \"V100;;A40\": allowed GPU type names"),
+            ("1,1,60,,V 100,", "g.csv:3: gpu_types = \"V 100\""),
+            ("1,1,60,,,0", "g.csv:3: gpu_fraction = \"0\": allowed a number above 0 and at most 1"),
+            ("1,1,60,,,1.5", "g.csv:3: gpu_fraction = \"1.5\""),
+            ("1,1,60,,,half", "g.csv:3: gpu_fraction = \"half\""),
+            (
+                "1,2,60,,,0.5",
+                "g.csv:3: gpu_fraction = \"0.5\" on a job of 2 GPUs: a share below 1 is allowed only for 1-GPU jobs",
+            ),
+        ] {
+            let e = bad(row);
+            assert!(e.starts_with(want), "{row}: {e}");
+        }
     }
 }

@@ -23,6 +23,17 @@ pub const STAND_INS: [(&str, &str, &str); 6] = [
     ("vgg16", "resnet50", "stand-in: the measured ImageNet CNN"),
 ];
 
+/// A run's work split between two measured limits: `share_a` of it at `a`, the rest at `b`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FloorMix {
+    /// One limit (index).
+    pub a: usize,
+    /// The other limit (index); equal to `a` for a run at one limit.
+    pub b: usize,
+    /// Share of the work at `a`, in `[0, 1]`.
+    pub share_a: f64,
+}
+
 /// Network used for a tag that is neither an ITP model nor a Zeus network.
 pub const DEFAULT_NETWORK: &str = "resnet50";
 
@@ -55,12 +66,51 @@ impl Workload {
     }
 
     /// Index of the least measured energy per epoch among limits whose measured slowdown is
-    /// within `bound` (the floor's setting); the max limit always qualifies.
+    /// within `bound` (one limit for the whole run); the max limit always qualifies.
     pub fn floor_idx(&self, bound: f64) -> usize {
         (0..self.limits.len())
             .filter(|&i| self.time_ratio(i) - 1.0 <= bound)
             .min_by(|&a, &b| (self.power[a] * self.time[a]).total_cmp(&(self.power[b] * self.time[b])))
             .unwrap_or(self.max_idx())
+    }
+
+    /// The least measured GPU energy a job can run at within `bound` over its whole run, with
+    /// its work split between two limits (a run may change limit: the lower convex hull of
+    /// the measured (time, energy) points, taken at the bound). No split of a run's work over
+    /// any limits does better, so it is a true lower bound for every bound-keeping policy.
+    pub fn floor_mix(&self, bound: f64) -> FloorMix {
+        let t_max = 1.0 + bound;
+        let e = |i: usize| self.power[i] * self.time_ratio(i);
+        let single = self.floor_idx(bound);
+        let mut best = FloorMix { a: single, b: single, share_a: 1.0 };
+        let mut best_e = e(single);
+        for a in 0..self.limits.len() {
+            for b in 0..self.limits.len() {
+                let (ra, rb) = (self.time_ratio(a), self.time_ratio(b));
+                if !(ra < t_max && rb > t_max) {
+                    continue;
+                }
+                // The share at `a` that makes the run take exactly (1 + bound) times the top's.
+                let share_a = (rb - t_max) / (rb - ra);
+                let mixed = share_a * e(a) + (1.0 - share_a) * e(b);
+                if mixed < best_e {
+                    (best, best_e) = (FloorMix { a, b, share_a }, mixed);
+                }
+            }
+        }
+        best
+    }
+
+    /// Run time of `m` / the max limit's.
+    pub fn mix_time_ratio(&self, m: FloorMix) -> f64 {
+        m.share_a * self.time_ratio(m.a) + (1.0 - m.share_a) * self.time_ratio(m.b)
+    }
+
+    /// Average GPU power over a run at `m` (W).
+    pub fn mix_power(&self, m: FloorMix) -> f64 {
+        let e = m.share_a * self.power[m.a] * self.time_ratio(m.a)
+            + (1.0 - m.share_a) * self.power[m.b] * self.time_ratio(m.b);
+        e / self.mix_time_ratio(m)
     }
 
     /// Index of the highest limit at or under `cap_w` (the lowest limit if none is).
@@ -286,6 +336,18 @@ pub(crate) mod tests {
         assert_eq!(w.floor_idx(0.05), 3);
         assert_eq!(w.floor_idx(0.0), 5);
         assert_eq!(w.floor_idx(1.0), 1);
+        // A split run is never worse than one limit and keeps the bound.
+        for b in [0.0, 0.01, 0.03, 0.05, 0.1, 0.3, 1.0] {
+            let m = w.floor_mix(b);
+            let one = w.power[w.floor_idx(b)] * w.time_ratio(w.floor_idx(b));
+            let mixed = w.mix_power(m) * w.mix_time_ratio(m);
+            assert!(mixed <= one + 1e-12 && w.mix_time_ratio(m) <= 1.0 + b + 1e-12, "{b}: {m:?}");
+        }
+        // At 3% the best single limit is 200 W (0.5% slower; 175 W is 3.1%); splitting the work
+        // between limits on either side of 3% uses less and takes exactly 3% longer.
+        let m = w.floor_mix(0.03);
+        assert!((w.mix_time_ratio(m) - 1.03).abs() < 1e-12, "{m:?}");
+        assert!(w.mix_power(m) * 1.03 < 165.0 * 19.5 / 19.4, "below the best single limit within 3%");
         assert_eq!((w.capped_idx(180.0), w.capped_idx(50.0), w.capped_idx(1e9)), (3, 0, 5));
         let m = w.fit().unwrap();
         let i = w.choose_idx(&m, Objective::Perf);

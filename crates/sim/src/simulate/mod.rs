@@ -39,10 +39,11 @@ impl JobView for View<'_> {
         self.jobs[j as usize].gpus
     }
     fn runtime(&self, j: u32, group: u16) -> f64 {
+        // Slurm's estimate: the time limit, stretched by the level the job would start at.
         let (job, g) = (&self.jobs[j as usize], usize::from(group));
-        let top = self.cat.get(g, job.workload).max_idx() as u16;
-        let level = self.policy.start_level(&job.view(j, g, self.cat), top);
-        job.time_on(g, usize::from(level), self.cat)
+        let w = self.cat.get(g, job.workload);
+        let level = self.policy.start_level(&job.view(j, g, self.cat), w.max_idx() as u16);
+        job.limit_on(g, self.cat) * w.time_ratio(usize::from(level))
     }
     fn order(&self, j: u32) -> &[u16] {
         &self.orders[j as usize]
@@ -63,7 +64,7 @@ struct Live {
     /// Energy per GPU so far (J) and limit·seconds so far.
     energy: f64,
     limit_s: f64,
-    /// Expected end (s), as in `ends`.
+    /// Expected end (s), as in `ends`: Slurm's, from the time limit.
     exp_end: f64,
     /// When its nodes are up (s).
     ready: f64,
@@ -92,6 +93,7 @@ struct Sim<'a> {
     held: Vec<u32>,
     ends: Ends,
     runs: Vec<JobRun>,
+    /// Each job's run time as Slurm expects it at its level (its time limit, stretched).
     runtime: Vec<f64>,
     live: Vec<Live>,
     running: Vec<u32>,
@@ -134,7 +136,7 @@ pub fn simulate(
         let w = catalog.get(0, j.workload);
         let level = policy.start_level(v, w.max_idx() as u16);
         let i = usize::from(level);
-        runtime.push(j.time_on(0, i, catalog));
+        runtime.push(j.limit_on(0, catalog) * w.time_ratio(i));
         runs.push(JobRun {
             eligible: f64::NAN,
             alloc: f64::NAN,
@@ -283,6 +285,20 @@ impl Sim<'_> {
         self.jobs[j].time_on(usize::from(self.ty[j]), usize::from(l), self.cat)
     }
 
+    /// Job `j`'s time limit on its GPU type at level `l` (s): its limit stretched by the level,
+    /// as wattson extends a slowed job's limit by the time its slowdown costs.
+    fn est_time(&self, j: usize, l: u16) -> f64 {
+        self.jobs[j].limit_on(usize::from(self.ty[j]), self.cat) * self.workload(j).time_ratio(usize::from(l))
+    }
+
+    /// Work left before job `j` reaches its time limit (s at the top level): what Slurm knows
+    /// of its remaining run.
+    fn limit_left(&self, j: usize) -> f64 {
+        let ty = usize::from(self.ty[j]);
+        let done = self.live[j].done * self.jobs[j].work_on(ty, self.cat);
+        (self.jobs[j].limit_on(ty, self.cat) - done).max(0.0)
+    }
+
     /// Charges job `j`'s current stretch up to `t` (work done, energy, limit·time).
     fn settle(&mut self, t: f64, j: usize) {
         let full = self.full_time(j, self.live[j].level);
@@ -345,20 +361,21 @@ impl Sim<'_> {
             let left = (1.0 - self.live[ju].done).max(0.0) * self.full_time(ju, level);
             self.live[ju].epoch += 1;
             self.q.push(t + left, Event::Finish(j, self.live[ju].epoch));
-            self.set_expected_end(j, t + left);
+            let ratio = self.workload(ju).time_ratio(usize::from(level));
+            self.set_expected_end(j, t + self.limit_left(ju) * ratio);
         } else {
             self.live[ju].level = level;
-            let end = self.live[ju].ready + self.full_time(ju, level);
+            let end = self.live[ju].ready + self.est_time(ju, level);
             self.set_expected_end(j, end);
         }
-        self.runtime[ju] = self.full_time(ju, level);
+        self.runtime[ju] = self.est_time(ju, level);
     }
 
     fn begin(&mut self, t: f64, j: u32) {
         let ju = j as usize;
         let level = self.live[ju].level;
         let end = t + self.full_time(ju, level);
-        self.set_expected_end(j, end);
+        self.set_expected_end(j, t + self.est_time(ju, level));
         self.runs[ju].start = t;
         self.live[ju].seg = t;
         self.live[ju].epoch += 1;
@@ -377,6 +394,7 @@ impl Sim<'_> {
         let (p, lim, ratio) =
             (self.workload(ju).power[i], self.workload(ju).limits[i], self.workload(ju).time_ratio(i));
         let span = t - self.runs[ju].start;
+        let work = self.full_time(ju, self.workload(ju).max_idx() as u16);
         let l = self.live[ju];
         let r = &mut self.runs[ju];
         r.end = t;
@@ -384,7 +402,7 @@ impl Sim<'_> {
             (r.gpu_w, r.limit_w, r.slowdown) = (p, lim, ratio - 1.0);
         } else {
             (r.gpu_w, r.limit_w) = (l.energy / span, l.limit_s / span);
-            r.slowdown = span / self.views[ju].work_s - 1.0;
+            r.slowdown = span / work - 1.0;
         }
         self.done += 1;
         self.ends.remove(&(l.exp_end.to_bits(), j));
@@ -538,7 +556,7 @@ impl Sim<'_> {
         let level = self.policy.start_level(&self.views[ju], self.workload(ju).max_idx() as u16);
         let i = usize::from(level);
         self.live[ju].level = level;
-        self.runtime[ju] = self.full_time(ju, level);
+        self.runtime[ju] = self.est_time(ju, level);
         let w = self.workload(ju);
         let (limit_w, gpu_w, slowdown) = (w.limits[i], w.power[i], w.time_ratio(i) - 1.0);
         let r = &mut self.runs[ju];

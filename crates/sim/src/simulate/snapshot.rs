@@ -53,10 +53,14 @@ impl Sim<'_> {
         for &j in &self.running {
             let ju = j as usize;
             let l = &self.live[ju];
+            // Progress as the daemons account it: work done at the top level, over the time
+            // limit (the engine's `work_s`), so it never reveals the true run time.
             let (elapsed_s, progress) = if self.runs[ju].start.is_finite() {
                 let full = self.full_time(ju, l.level);
                 let p = if full > 0.0 { l.done + (t - l.seg) / full } else { 1.0 };
-                (t - self.runs[ju].start, p.min(1.0))
+                let ty = usize::from(self.ty[ju]);
+                let done_s = p.min(1.0) * self.jobs[ju].work_on(ty, self.cat);
+                (t - self.runs[ju].start, (done_s / self.views[ju].work_s).min(1.0))
             } else {
                 (0.0, 0.0)
             };
@@ -101,7 +105,9 @@ impl Sim<'_> {
             && self.policy.tuning.type_aware
     }
 
-    /// Job `j`'s order of GPU types as the policy ranks them now.
+    /// Job `j`'s order of GPU types as the policy ranks them now, less the types the job does
+    /// not accept (Slurm's `--gres=gpu:TYPE`); the accepted ones in configuration order if the
+    /// policy offers none of them.
     pub(super) fn type_order(&self, j: u32) -> Vec<u16> {
         if self.c.groups.len() < 2 {
             return vec![0];
@@ -109,6 +115,13 @@ impl Sim<'_> {
         let job = &self.jobs[j as usize];
         let views: Vec<EngineJob> = (0..self.c.groups.len()).map(|g| job.view(j, g, self.cat)).collect();
         let share = self.c.node.base_w / f64::from(self.c.gpus_per_node);
-        cluster::placement::type_order(&self.policy, &self.models, &views, share)
+        let mut order = cluster::placement::type_order(&self.policy, &self.models, &views, share);
+        if !job.gpu_types.is_empty() {
+            order.retain(|g| job.gpu_types.contains(g));
+            if order.is_empty() {
+                order.clone_from(&job.gpu_types);
+            }
+        }
+        order
     }
 }
