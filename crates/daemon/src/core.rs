@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use crate::adapt::{Changes, Prober};
 use crate::clock::Clock;
 use crate::enforce;
+use crate::safedir::EngineDirs;
 use wattson_config::Config;
 use wattson_config::policy::{Decision, PolicyConfig};
 use wattson_engine::Measurements;
@@ -56,13 +57,15 @@ pub struct Core {
 
 impl Core {
     /// Builds the state, resumes the jobs the store says are running, and returns to their
-    /// defaults the GPUs that were changed for jobs that are not.
+    /// defaults the GPUs that were changed for jobs that are not. The models' files go in
+    /// `dirs`.
     pub fn new(
         backend: Arc<dyn GpuBackend>,
         clock: Arc<dyn Clock>,
         store: Store,
         node: String,
         config: &Config,
+        dirs: EngineDirs,
     ) -> Result<Core, String> {
         let resumed =
             store.running_jobs().map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
@@ -81,7 +84,7 @@ impl Core {
             last_series: None,
             restores_pending: 0,
             unrecorded_ends: BTreeMap::new(),
-            prober: Prober::new(config.engine.clone()),
+            prober: Prober::new(config.engine.clone(), dirs),
             full_pace: BTreeSet::new(),
         };
         core.restores_pending = core.restore_orphans();

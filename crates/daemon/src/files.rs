@@ -4,9 +4,10 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+pub use crate::safedir::TrustedDir;
 use wattson_store::{Store, StoreError};
 
 /// The exclusive lock on a store, held for the life of the daemon (released by the kernel
@@ -109,89 +110,34 @@ pub fn open_store(path: &Path) -> Result<Opened, String> {
 
 /// The progress file a job was given before the daemon restarted, if it is still the plain
 /// file it was (not a link, owned by the job's user when the daemon is root): the job may hold
-/// it open. Else a fresh one, as [`create_progress_file`].
-pub fn reuse_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Result<PathBuf> {
-    let path = dir.join(job_id.to_string());
-    match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.file_type().is_file() && (!nix::unistd::geteuid().is_root() || m.uid() == uid) => Ok(path),
+/// it open. Else a fresh one, as [`create_progress_file`]. Returns the file's name in `dir`.
+pub fn reuse_progress_file(dir: &TrustedDir, job_id: u32, uid: u32) -> std::io::Result<String> {
+    let name = job_id.to_string();
+    match dir.stat(&name)? {
+        Some(st)
+            if st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && (!nix::unistd::geteuid().is_root() || st.st_uid == uid) =>
+        {
+            Ok(name)
+        }
         _ => create_progress_file(dir, job_id, uid),
     }
 }
 
-/// Creates the job's progress file, owned by the job's user when the daemon is root. Never
-/// follows a link; ownership changes on the open file, so nothing can be swapped in between.
-pub fn create_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Result<PathBuf> {
-    let path = dir.join(job_id.to_string());
-    match std::fs::remove_file(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)?;
-    if nix::unistd::geteuid().is_root()
-        && let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), None)
-    {
-        // A file the job cannot write is no progress file.
-        let _ = std::fs::remove_file(&path);
-        return Err(e);
-    }
-    Ok(path)
+/// Creates the job's progress file in `dir`, readable and writable by the job's user only
+/// (its owner when the daemon is root). Never follows a link; ownership changes on the open
+/// file, so nothing can be swapped in between. Returns the file's name in `dir`.
+pub fn create_progress_file(dir: &TrustedDir, job_id: u32, uid: u32) -> std::io::Result<String> {
+    let name = job_id.to_string();
+    let owner = nix::unistd::geteuid().is_root().then_some(uid);
+    dir.create(&name, 0o600, owner)?;
+    Ok(name)
 }
 
-/// Replaces `path` with `bytes` so that a reader sees the old or the new file whole, also
-/// after a crash: a fresh temporary file (never a link), synced, renamed over, directory
-/// synced.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = dir.join(name);
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)?;
-    let written = file.write_all(bytes).and_then(|()| file.sync_all());
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    File::open(dir)?.sync_all()
-}
-
-/// Creates `dir` if missing (mode 0755) and refuses it if a user could write in it.
+/// Creates `dir` if missing and refuses it if a user could write in it or change where its
+/// path leads (see [`TrustedDir`]).
 pub fn trusted_dir(dir: &Path, what: &str) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-        .map_err(|e| format!("cannot create {what} {}: {e}", dir.display()))?;
-    check_trusted_dir(dir, what)
-}
-
-/// Refuses a directory where a user other than root (or the daemon's own user) could create,
-/// rename or replace files: the daemon would then write where a user chose.
-pub fn check_trusted_dir(dir: &Path, what: &str) -> Result<(), String> {
-    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot inspect {what} {}: {e}", dir.display()))?;
-    let euid = nix::unistd::geteuid().as_raw();
-    let trusted_owner = meta.uid() == 0 || meta.uid() == euid;
-    let writable_by_others = meta.mode() & 0o022 != 0;
-    if !trusted_owner || writable_by_others {
-        return Err(format!(
-            "{what} {} is writable by other users (owner uid {}, mode {:o}); use a directory only \
-             root can write, such as /var/lib/wattson",
-            dir.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
+    TrustedDir::open(dir, what).map(drop)
 }
 
 #[cfg(test)]
@@ -222,30 +168,12 @@ mod tests {
     }
 
     #[test]
-    fn atomic_writes_replace_whole_files_and_never_follow_links() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("models.json");
-        write_atomically(&path, b"one").unwrap();
-        write_atomically(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        // A link where the temporary file goes is removed, not followed.
-        let victim = dir.path().join("victim");
-        std::fs::write(&victim, b"keep").unwrap();
-        let tmp = dir.path().join(format!("models.json.tmp.{}", std::process::id()));
-        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
-        write_atomically(&path, b"three").unwrap();
-        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
-        assert_eq!(std::fs::read(&path).unwrap(), b"three");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary file left");
-    }
-
-    #[test]
     fn a_directory_others_can_write_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        check_trusted_dir(dir.path(), "store directory").unwrap();
+        trusted_dir(dir.path(), "store directory").unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-        let err = check_trusted_dir(dir.path(), "store directory").unwrap_err();
+        let err = trusted_dir(dir.path(), "store directory").unwrap_err();
         assert!(err.contains("writable by other users") && err.contains("1777"), "{err}");
     }
 }

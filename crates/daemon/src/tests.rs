@@ -135,7 +135,8 @@ impl Fixture {
 
     fn core(&self) -> Core {
         let store = Store::open(&self.path).unwrap();
-        Core::new(self.pool.clone(), self.clock.clone(), store, "n1".into(), &self.config).unwrap()
+        let dirs = crate::safedir::EngineDirs::open(&self.config.engine).unwrap();
+        Core::new(self.pool.clone(), self.clock.clone(), store, "n1".into(), &self.config, dirs).unwrap()
     }
 
     fn sample(&self, core: &mut Core) {
