@@ -252,3 +252,60 @@ fn a_read_only_store_stops_the_daemon_at_start_with_the_reason() {
     node.start();
     assert_eq!(node.record("1").state, wattson_types::job::JobState::Completed);
 }
+
+/// `begin_with`, returning the wall-clock interval around the call.
+fn begin_timed(node: &Node, job: &str, gpus: &str, policy: &str) -> common::Bracket {
+    let t0 = wattson_types::now_ns();
+    begin_with(node, job, gpus, policy);
+    common::Bracket(t0, wattson_types::now_ns())
+}
+
+/// NVML numbers the GPUs otherwise after a restart (a reboot, a driver reload) while jobs run
+/// on three of four GPUs, two of them capped, and the fourth was capped by hand with nothing
+/// in the journal: each job keeps metering its own GPUs (found by UUID), exact to the GPUs'
+/// truth within 0.1%; the hand-capped GPU returns to its defaults at the start, and no GPU is
+/// left with a setting once the jobs end.
+#[test]
+fn gpus_renumbered_across_a_restart_keep_their_jobs_and_every_gpu_returns_to_defaults() {
+    let mut node = Node::h100(4);
+    for (gpu, load) in [(0, 0.9), (1, 0.2), (2, 0.6), (3, 0.4)] {
+        node.sim.set_load(gpu, load).unwrap();
+    }
+    node.start();
+    let began = [
+        ("1", begin_timed(&node, "1", "0", "min-energy")),
+        ("2", begin_timed(&node, "2", "1,2", "min-energy")),
+        ("3", begin_timed(&node, "3", "3", "perf")),
+    ];
+    std::thread::sleep(Duration::from_millis(600));
+    node.end("3");
+    let capped: Vec<u32> = (0..3).map(|g| limit_mw(&node, g)).collect();
+    assert!(capped.iter().all(|&mw| mw < 700_000), "jobs 1 and 2 run capped: {capped:?}");
+    node.kill9();
+    node.sim.set_power_limit(3, 500_000).unwrap();
+    // Index 0 is now the GPU that was 3, 1 was 2, 2 was 0, 3 was 1.
+    node.sim.set_order(&[3, 2, 0, 1]).unwrap();
+    node.start();
+    assert_eq!(limit_mw(&node, 3), 700_000, "a GPU no job owns is back at its defaults at start");
+    assert_eq!(
+        (0..3).map(|g| limit_mw(&node, g)).collect::<Vec<_>>(),
+        capped,
+        "the jobs keep their settings"
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    for (job, begin) in &began[..2] {
+        let end = node.end(job);
+        let record = node.record(job);
+        assert!(record.gpus.iter().all(|g| !g.meter.lost), "{record:?}");
+        common::assert_exact(&node, &record, *begin, end, 1e-3);
+    }
+    for gpu in 0..4 {
+        let state = node.sim.gpu_state(gpu).unwrap();
+        assert_eq!(
+            (state.power_limit_mw, state.locked_clocks_mhz),
+            (700_000, None),
+            "GPU {gpu}\n{}",
+            node.log()
+        );
+    }
+}

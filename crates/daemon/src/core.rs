@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use crate::adapt::{Changes, Prober};
 use crate::clock::Clock;
 use crate::enforce;
+use crate::identity;
 use crate::safedir::EngineDirs;
 use wattson_config::Config;
 use wattson_config::policy::{Decision, PolicyConfig};
@@ -67,9 +68,11 @@ impl Core {
         config: &Config,
         dirs: EngineDirs,
     ) -> Result<Core, String> {
+        let mut store = store;
         let resumed =
             store.running_jobs().map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
-        let running: BTreeMap<JobKey, JobRecord> = resumed.into_iter().map(|r| (r.key.clone(), r)).collect();
+        // By UUID: NVML may have numbered the GPUs otherwise since the last start.
+        let running = identity::match_gpus(backend.as_ref(), &mut store, resumed, clock.wall_ns())?;
         for key in running.keys() {
             info!(job = %key, "resumed running job from the store");
         }
@@ -90,6 +93,7 @@ impl Core {
         core.restores_pending = core.restore_orphans();
         let running = &core.running;
         enforce::reapply_running(core.backend.as_ref(), &core.store, |job| running.contains_key(job));
+        identity::restore_unowned(core.backend.as_ref(), &core.running);
         core.resume_models();
         Ok(core)
     }

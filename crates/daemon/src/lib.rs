@@ -8,6 +8,7 @@ pub mod core;
 mod enforce;
 pub mod files;
 pub mod gpus;
+mod identity;
 pub mod link;
 pub mod metrics;
 pub mod owner;
