@@ -309,3 +309,76 @@ fn gpus_renumbered_across_a_restart_keep_their_jobs_and_every_gpu_returns_to_def
         );
     }
 }
+
+/// An administrator's typo: `store` naming a file that is not a wattson store (a copy of
+/// `/etc/passwd`, the configuration file itself, another program's database) or `models_file`
+/// naming an unrelated file. The daemon refuses to start, naming the key and the file, and
+/// leaves the file as it was (contents, mode, nothing renamed aside).
+#[test]
+fn a_store_or_models_file_naming_another_file_is_refused_and_left_as_it_is() {
+    let node = Node::h100(1);
+    let passwd = node.dir.path().join("passwd");
+    std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    std::fs::set_permissions(&passwd, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let other_db = node.dir.path().join("other.db");
+    let mut bytes = b"SQLite format 3\0\x10\x00".to_vec();
+    bytes.resize(3 * 4096, 7);
+    std::fs::write(&other_db, &bytes).unwrap();
+    std::fs::set_permissions(&other_db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = node.store.to_str().unwrap();
+    let models = node.dir.path().join("models.json");
+    for (key, from, victim) in [
+        ("daemon.store", store, &passwd),
+        ("daemon.store", store, &node.config),
+        ("daemon.store", store, &other_db),
+        ("engine.models_file", models.to_str().unwrap(), &passwd),
+    ] {
+        let before = std::fs::read(victim).unwrap();
+        let mode = std::fs::metadata(victim).unwrap().permissions().mode();
+        let config = node.config_with("typo.toml", from, victim.to_str().unwrap());
+        let out = node.daemon_refusing(&config);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(key) && err.contains(victim.to_str().unwrap()) && err.contains("not a wattson"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(victim).unwrap(), before, "{victim:?} was changed");
+        assert_eq!(
+            std::fs::metadata(victim).unwrap().permissions().mode(),
+            mode,
+            "{victim:?}'s mode changed"
+        );
+        let aside = std::fs::read_dir(victim.parent().unwrap())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".corrupt-"))
+            .count();
+        assert_eq!(aside, 0, "{victim:?} was put aside");
+    }
+}
+
+/// `wattsond --check-config` refuses what the start would: an empty store path, `/`, and a
+/// `/metrics` open beyond this host that the site did not say it meant.
+#[test]
+fn check_config_refuses_empty_and_root_paths_and_a_public_metrics_address() {
+    let node = Node::h100(1);
+    let store = format!("{:?}", node.store.to_str().unwrap());
+    let progress = format!("{:?}", node.dir.path().join("progress").to_str().unwrap());
+    for (from, to, key) in [
+        (store.as_str(), "\"\"", "daemon.store"),
+        (store.as_str(), "\"/\"", "daemon.store"),
+        (progress.as_str(), "\"/\"", "engine.progress_dir"),
+        ("[engine]\n", "[metrics]\nlisten = \"0.0.0.0:9400\"\n[engine]\n", "metrics.listen"),
+    ] {
+        let config = node.config_with("check.toml", from, to);
+        let out = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+            .arg("-c")
+            .arg(&config)
+            .arg("--check-config")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{to}: {err}");
+        assert!(err.contains(key), "{err}");
+    }
+}

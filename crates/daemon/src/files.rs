@@ -74,9 +74,77 @@ pub enum Opened {
     },
 }
 
+/// The text SQLite keeps of the store's first table, in the file or its WAL: it marks a
+/// wattson store even where the file's header is damaged.
+const STORE_MARK: &[u8] = b"CREATE TABLE job_gpus";
+/// How much of the file and of its WAL is searched for [`STORE_MARK`].
+const MARK_SEARCH_BYTES: u64 = 8 << 20;
+/// The first bytes of every SQLite database.
+const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+
+/// Refuses a `store` path that names something other than a wattson store (a copy of
+/// `/etc/passwd`, the configuration file, another program's database): the daemon would
+/// otherwise take it for a damaged store and put it aside. Missing, empty, a store (damaged
+/// or not) and a database not yet given its tables are fine.
+pub fn check_store_file(path: &Path) -> Result<(), String> {
+    let refuse = |what: &str| {
+        Err(format!(
+            "daemon.store {} {what}, not a wattson store; it is left as it is. Give the path of \
+             a wattson store or of a file that does not exist yet",
+            path.display()
+        ))
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot inspect daemon.store {}: {e}", path.display())),
+    };
+    if !meta.is_file() {
+        return refuse("is not a regular file");
+    }
+    if meta.len() == 0 {
+        return Ok(());
+    }
+    let head = |path: &Path| -> std::io::Result<Vec<u8>> {
+        let file =
+            OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)?;
+        let mut bytes = Vec::new();
+        file.take(MARK_SEARCH_BYTES).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    let marked = |bytes: &[u8]| bytes.windows(STORE_MARK.len()).any(|w| w == STORE_MARK);
+    let bytes = head(path).map_err(|e| format!("cannot read daemon.store {}: {e}", path.display()))?;
+    let wal = head(&with_suffix(path, "-wal")).unwrap_or_default();
+    if marked(&bytes) || marked(&wal) {
+        return Ok(());
+    }
+    if !bytes.starts_with(SQLITE_MAGIC) {
+        return refuse("holds other data");
+    }
+    // A database of one page and an empty log has no table yet: a store created by a daemon
+    // stopped before it wrote its tables.
+    let page = match bytes.get(16..18).map(|b| u16::from_be_bytes([b[0], b[1]])) {
+        Some(1) => 65536,
+        Some(n) => u32::from(n),
+        None => 0,
+    };
+    if meta.len() <= u64::from(page) && wal.len() <= 32 {
+        return Ok(());
+    }
+    refuse("is another program's SQLite database")
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// Opens the daemon's store; a corrupt one (not a database, or failing SQLite's quick check) is
 /// renamed aside with its WAL and shared memory, never deleted, and a fresh one is created.
+/// A file that is not a wattson store at all is refused ([`check_store_file`]).
 pub fn open_store(path: &Path) -> Result<Opened, String> {
+    check_store_file(path)?;
     match Store::open(path) {
         Ok(store) => match store.is_intact() {
             Ok(true) => return Ok(Opened::Intact(store)),
@@ -165,6 +233,26 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("elsewhere"), lock_path(&store)).unwrap();
         assert!(lock_store(&store).is_err());
         assert!(!dir.path().join("elsewhere").exists());
+    }
+
+    #[test]
+    fn stores_young_old_or_damaged_pass_and_other_files_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        check_store_file(&path).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        check_store_file(&path).unwrap();
+        drop(Store::open(&path).unwrap());
+        check_store_file(&path).unwrap();
+        // A header wiped, as in the fault test: still a store (its tables' text remains).
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[..100].fill(0x5a);
+        std::fs::write(&path, &bytes).unwrap();
+        check_store_file(&path).unwrap();
+        std::fs::write(&path, b"root:x:0:0:root:/root:/bin/bash\n").unwrap();
+        let err = check_store_file(&path).unwrap_err();
+        assert!(err.contains("daemon.store") && err.contains("not a wattson store"), "{err}");
+        assert!(check_store_file(dir.path()).unwrap_err().contains("not a regular file"));
     }
 
     #[test]

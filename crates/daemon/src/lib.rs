@@ -63,6 +63,18 @@ fn raise_open_files_limit() {
     }
 }
 
+/// Every check the start makes of what the configuration names, creating and changing
+/// nothing: the store's directory and file, the engine's directories and model table. For
+/// `wattsond --check-config` (the configuration's own checks run when it is parsed).
+pub fn check_config(config: &Config) -> Result<(), String> {
+    let store = &config.daemon.store;
+    if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
+        safedir::TrustedDir::check(dir, "the store's directory")?;
+    }
+    files::check_store_file(store)?;
+    safedir::EngineDirs::check(&config.engine)
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. Errors are start-up failures, worded for a person.
 pub async fn run(config: Config) -> Result<(), String> {
     server::check_free(&config.daemon.socket)?;
@@ -74,6 +86,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     // Opened once, here, and used only through their handles.
     let dirs = safedir::EngineDirs::open(&config.engine)?;
+    files::check_store_file(store_path)?;
     // Held until the process ends: one daemon per store, taken before anything is touched.
     let _lock = files::lock_store(store_path)?;
     let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;

@@ -44,8 +44,16 @@ impl TrustedDir {
     /// Opens `path` (creating what is missing of it, mode 0755), checking every directory
     /// and link on the way; `what` names it in errors (a config key).
     pub fn open(path: &Path, what: &str) -> Result<TrustedDir, String> {
-        let fd = resolve(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+        let fd = resolve(path, true)
+            .map_err(|e| format!("{what} {}: {e}", path.display()))?
+            .expect("missing directories are created");
         Ok(TrustedDir { fd, path: path.to_path_buf() })
+    }
+
+    /// Checks `path` as [`TrustedDir::open`] would, creating nothing: a missing part would be
+    /// created inside a directory that passed.
+    pub fn check(path: &Path, what: &str) -> Result<(), String> {
+        resolve(path, false).map(drop).map_err(|e| format!("{what} {}: {e}", path.display()))
     }
 
     /// The path it was opened by, for messages and for the names handed to jobs.
@@ -144,6 +152,7 @@ impl EngineDirs {
         };
         let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
         let models = TrustedDir::open(dir, "the directory of engine.models_file")?;
+        check_model_table(&models, name, file)?;
         Ok(EngineDirs {
             progress: Arc::new(progress),
             models: Arc::new(models),
@@ -152,14 +161,71 @@ impl EngineDirs {
     }
 }
 
+impl EngineDirs {
+    /// Checks both directories and the model table as [`EngineDirs::open`] would, creating
+    /// nothing.
+    pub fn check(engine: &EngineConfig) -> Result<(), String> {
+        TrustedDir::check(&engine.progress_dir, "engine.progress_dir")?;
+        let file = &engine.models_file;
+        let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        TrustedDir::check(dir, "the directory of engine.models_file")?;
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        match TrustedDir::open_existing(dir) {
+            Some(models) => check_model_table(&models, name, file),
+            None => Ok(()),
+        }
+    }
+}
+
+impl TrustedDir {
+    /// `path` opened as [`TrustedDir::open`] would if it is there and passes; creates nothing.
+    fn open_existing(path: &Path) -> Option<TrustedDir> {
+        let fd = resolve(path, false).ok()??;
+        Some(TrustedDir { fd, path: path.to_path_buf() })
+    }
+}
+
+/// Largest model table read to check it.
+const MAX_MODEL_TABLE_BYTES: u64 = 256 << 20;
+
+/// Refuses a models file that exists and is not a model table: it would be overwritten at
+/// the first model written.
+fn check_model_table(dir: &TrustedDir, name: &str, path: &Path) -> Result<(), String> {
+    let refuse = |what: String| {
+        Err(format!(
+            "engine.models_file {} {what}, not a wattson model table; it is left as it is. Give \
+             the path of a model table or of a file that does not exist yet",
+            path.display()
+        ))
+    };
+    match dir.stat(name) {
+        Ok(None) => return Ok(()),
+        Ok(Some(st)) if st.st_mode & libc::S_IFMT != libc::S_IFREG => {
+            return refuse("is not a regular file".into());
+        }
+        Ok(Some(st)) if st.st_size == 0 => return Ok(()),
+        Ok(Some(_)) => {}
+        Err(e) => return Err(format!("cannot inspect engine.models_file {}: {e}", path.display())),
+    }
+    let bytes = dir
+        .read(name, MAX_MODEL_TABLE_BYTES)
+        .map_err(|e| format!("cannot read engine.models_file {}: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&bytes);
+    match wattson_engine::ModelTable::from_json(&text) {
+        Ok(_) => Ok(()),
+        Err(e) => refuse(format!("holds other data ({e})")),
+    }
+}
+
 /// Whether `uid` may own what the daemon relies on: root, or the daemon's own user.
 fn trusted_owner(uid: u32) -> bool {
     uid == 0 || uid == nix::unistd::geteuid().as_raw()
 }
 
-/// Opens `path` one component at a time from `/`, creating missing directories, following
-/// only links that root owns, refusing anything another user could change.
-fn resolve(path: &Path) -> Result<OwnedFd, String> {
+/// Opens `path` one component at a time from `/`, creating missing directories (with
+/// `create`; else `None` at the first one missing), following only links that root owns,
+/// refusing anything another user could change.
+fn resolve(path: &Path, create: bool) -> Result<Option<OwnedFd>, String> {
     let absolute = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -182,6 +248,7 @@ fn resolve(path: &Path) -> Result<OwnedFd, String> {
         let dir = stack.last().expect("the root stays");
         let here = shown.join(&name);
         let st = match fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Err(Errno::ENOENT) if !create => return Ok(None),
             Err(Errno::ENOENT) => {
                 match mkdirat(dir, name.as_os_str(), Mode::from_bits_truncate(0o755)) {
                     Ok(()) | Err(Errno::EEXIST) => {}
@@ -229,7 +296,7 @@ fn resolve(path: &Path) -> Result<OwnedFd, String> {
             _ => return Err(format!("{} is not a directory", here.display())),
         }
     }
-    Ok(stack.pop().expect("the root stays"))
+    Ok(stack.pop())
 }
 
 fn open_root() -> Result<OwnedFd, String> {
