@@ -252,3 +252,133 @@ fn a_read_only_store_stops_the_daemon_at_start_with_the_reason() {
     node.start();
     assert_eq!(node.record("1").state, wattson_types::job::JobState::Completed);
 }
+
+/// `begin_with`, returning the wall-clock interval around the call.
+fn begin_timed(node: &Node, job: &str, gpus: &str, policy: &str) -> common::Bracket {
+    let t0 = wattson_types::now_ns();
+    begin_with(node, job, gpus, policy);
+    common::Bracket(t0, wattson_types::now_ns())
+}
+
+/// NVML numbers the GPUs otherwise after a restart (a reboot, a driver reload) while jobs run
+/// on three of four GPUs, two of them capped, and the fourth was capped by hand with nothing
+/// in the journal: each job keeps metering its own GPUs (found by UUID), exact to the GPUs'
+/// truth within 0.1%; the hand-capped GPU returns to its defaults at the start, and no GPU is
+/// left with a setting once the jobs end.
+#[test]
+fn gpus_renumbered_across_a_restart_keep_their_jobs_and_every_gpu_returns_to_defaults() {
+    let mut node = Node::h100(4);
+    for (gpu, load) in [(0, 0.9), (1, 0.2), (2, 0.6), (3, 0.4)] {
+        node.sim.set_load(gpu, load).unwrap();
+    }
+    node.start();
+    let began = [
+        ("1", begin_timed(&node, "1", "0", "min-energy")),
+        ("2", begin_timed(&node, "2", "1,2", "min-energy")),
+        ("3", begin_timed(&node, "3", "3", "perf")),
+    ];
+    std::thread::sleep(Duration::from_millis(600));
+    node.end("3");
+    let capped: Vec<u32> = (0..3).map(|g| limit_mw(&node, g)).collect();
+    assert!(capped.iter().all(|&mw| mw < 700_000), "jobs 1 and 2 run capped: {capped:?}");
+    node.kill9();
+    node.sim.set_power_limit(3, 500_000).unwrap();
+    // Index 0 is now the GPU that was 3, 1 was 2, 2 was 0, 3 was 1.
+    node.sim.set_order(&[3, 2, 0, 1]).unwrap();
+    node.start();
+    assert_eq!(limit_mw(&node, 3), 700_000, "a GPU no job owns is back at its defaults at start");
+    assert_eq!(
+        (0..3).map(|g| limit_mw(&node, g)).collect::<Vec<_>>(),
+        capped,
+        "the jobs keep their settings"
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    for (job, begin) in &began[..2] {
+        let end = node.end(job);
+        let record = node.record(job);
+        assert!(record.gpus.iter().all(|g| !g.meter.lost), "{record:?}");
+        common::assert_exact(&node, &record, *begin, end, 1e-3);
+    }
+    for gpu in 0..4 {
+        let state = node.sim.gpu_state(gpu).unwrap();
+        assert_eq!(
+            (state.power_limit_mw, state.locked_clocks_mhz),
+            (700_000, None),
+            "GPU {gpu}\n{}",
+            node.log()
+        );
+    }
+}
+
+/// An administrator's typo: `store` naming a file that is not a wattson store (a copy of
+/// `/etc/passwd`, the configuration file itself, another program's database) or `models_file`
+/// naming an unrelated file. The daemon refuses to start, naming the key and the file, and
+/// leaves the file as it was (contents, mode, nothing renamed aside).
+#[test]
+fn a_store_or_models_file_naming_another_file_is_refused_and_left_as_it_is() {
+    let node = Node::h100(1);
+    let passwd = node.dir.path().join("passwd");
+    std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    std::fs::set_permissions(&passwd, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let other_db = node.dir.path().join("other.db");
+    let mut bytes = b"SQLite format 3\0\x10\x00".to_vec();
+    bytes.resize(3 * 4096, 7);
+    std::fs::write(&other_db, &bytes).unwrap();
+    std::fs::set_permissions(&other_db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = node.store.to_str().unwrap();
+    let models = node.dir.path().join("models.json");
+    for (key, from, victim) in [
+        ("daemon.store", store, &passwd),
+        ("daemon.store", store, &node.config),
+        ("daemon.store", store, &other_db),
+        ("engine.models_file", models.to_str().unwrap(), &passwd),
+    ] {
+        let before = std::fs::read(victim).unwrap();
+        let mode = std::fs::metadata(victim).unwrap().permissions().mode();
+        let config = node.config_with("typo.toml", from, victim.to_str().unwrap());
+        let out = node.daemon_refusing(&config);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(key) && err.contains(victim.to_str().unwrap()) && err.contains("not a wattson"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(victim).unwrap(), before, "{victim:?} was changed");
+        assert_eq!(
+            std::fs::metadata(victim).unwrap().permissions().mode(),
+            mode,
+            "{victim:?}'s mode changed"
+        );
+        let aside = std::fs::read_dir(victim.parent().unwrap())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".corrupt-"))
+            .count();
+        assert_eq!(aside, 0, "{victim:?} was put aside");
+    }
+}
+
+/// `wattsond --check-config` refuses what the start would: an empty store path, `/`, and a
+/// `/metrics` open beyond this host that the site did not say it meant.
+#[test]
+fn check_config_refuses_empty_and_root_paths_and_a_public_metrics_address() {
+    let node = Node::h100(1);
+    let store = format!("{:?}", node.store.to_str().unwrap());
+    let progress = format!("{:?}", node.dir.path().join("progress").to_str().unwrap());
+    for (from, to, key) in [
+        (store.as_str(), "\"\"", "daemon.store"),
+        (store.as_str(), "\"/\"", "daemon.store"),
+        (progress.as_str(), "\"/\"", "engine.progress_dir"),
+        ("[engine]\n", "[metrics]\nlisten = \"0.0.0.0:9400\"\n[engine]\n", "metrics.listen"),
+    ] {
+        let config = node.config_with("check.toml", from, to);
+        let out = Command::new(wattson_harness::programs::program("wattsond"))
+            .arg("-c")
+            .arg(&config)
+            .arg("--check-config")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{to}: {err}");
+        assert!(err.contains(key), "{err}");
+    }
+}

@@ -213,3 +213,46 @@ fn a_jobs_series_is_shown_only_to_its_owner_and_root() {
     let none = series(0, "99");
     assert!(String::from_utf8_lossy(&none.stderr).contains("no record"), "{none:?}");
 }
+
+/// Runs `ln -s target link` as an unprivileged user.
+fn plant_link_as(uid: u32, target: &std::path::Path, link: &std::path::Path) {
+    let out = Command::new("ln").arg("-s").arg(target).arg(link).uid(uid).gid(uid).output().unwrap();
+    common::assert_ok(&out);
+}
+
+/// A user who can write in a directory on the way to `progress_dir` or to the models file
+/// (a sticky `/tmp`-like one, or their own) plants a link there to a root-only directory
+/// before the daemon starts: the daemon refuses to start, naming the key and the user's entry,
+/// and nothing is created in the root-only directory.
+#[test]
+fn a_link_a_user_planted_on_the_way_to_the_daemons_files_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::h100(1);
+    let root_only = node.dir.path().join("root-only");
+    std::fs::create_dir(&root_only).unwrap();
+    std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let shared = node.dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let users = node.dir.path().join("users");
+    std::fs::create_dir(&users).unwrap();
+    std::os::unix::fs::chown(&users, Some(NOBODY), Some(NOBODY)).unwrap();
+    plant_link_as(NOBODY, &root_only, &shared.join("progress"));
+    plant_link_as(NOBODY, &root_only, &shared.join("models"));
+
+    let progress = node.dir.path().join("progress");
+    let models = node.dir.path().join("models.json");
+    for (key, from, to) in [
+        ("engine.progress_dir", &progress, shared.join("progress")),
+        ("engine.models_file", &models, shared.join("models").join("models.json")),
+        // A directory the daemon creates inside the user's own: they could swap it later.
+        ("engine.progress_dir", &progress, users.join("progress")),
+        ("engine.models_file", &models, users.join("m").join("models.json")),
+    ] {
+        let config = node.config_with("hostile.toml", from.to_str().unwrap(), to.to_str().unwrap());
+        let out = node.daemon_refusing(&config);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(key) && err.contains("uid 65534"), "{to:?}: {err}");
+        assert_eq!(std::fs::read_dir(&root_only).unwrap().count(), 0, "a file was created through the link");
+    }
+}

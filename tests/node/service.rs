@@ -142,6 +142,7 @@ fn the_daemon_works_with_the_units_capabilities() {
         std::fs::metadata(&progress).unwrap_or_else(|e| panic!("no progress file ({e}):\n{}", node.log()));
     use std::os::unix::fs::MetadataExt;
     assert_eq!(meta.uid(), 1000, "the progress file is not the job user's");
+    assert_eq!(meta.mode() & 0o777, 0o600, "the progress file is readable by other users");
 
     let mut seen = String::new();
     let mut buf = [0u8; 256];

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod link;
+mod paths;
 pub mod policy;
 
 use std::net::SocketAddr;
@@ -307,6 +308,10 @@ pub struct MetricsConfig {
     /// anyone who can reach the port sees them (Slurm hides jobs from other users).
     #[serde(default)]
     pub jobs: bool,
+    /// `listen` is meant to be beyond this host (any address but loopback): without it such
+    /// an address is refused.
+    #[serde(default)]
+    pub public: bool,
 }
 
 /// Largest configuration file read.
@@ -416,6 +421,7 @@ impl Config {
         if config.daemon.slurm_user.is_empty() {
             return Err(ConfigError(format!("{origin}: daemon.slurm_user must not be empty")));
         }
+        paths::check(&config, origin)?;
         Ok(config)
     }
 

@@ -14,6 +14,8 @@ use tracing::{info, warn};
 use crate::adapt::{Changes, Prober};
 use crate::clock::Clock;
 use crate::enforce;
+use crate::identity;
+use crate::safedir::EngineDirs;
 use wattson_config::Config;
 use wattson_config::policy::{Decision, PolicyConfig};
 use wattson_engine::Measurements;
@@ -56,17 +58,21 @@ pub struct Core {
 
 impl Core {
     /// Builds the state, resumes the jobs the store says are running, and returns to their
-    /// defaults the GPUs that were changed for jobs that are not.
+    /// defaults the GPUs that were changed for jobs that are not. The models' files go in
+    /// `dirs`.
     pub fn new(
         backend: Arc<dyn GpuBackend>,
         clock: Arc<dyn Clock>,
         store: Store,
         node: String,
         config: &Config,
+        dirs: EngineDirs,
     ) -> Result<Core, String> {
+        let mut store = store;
         let resumed =
             store.running_jobs().map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
-        let running: BTreeMap<JobKey, JobRecord> = resumed.into_iter().map(|r| (r.key.clone(), r)).collect();
+        // By UUID: NVML may have numbered the GPUs otherwise since the last start.
+        let running = identity::match_gpus(backend.as_ref(), &mut store, resumed, clock.wall_ns())?;
         for key in running.keys() {
             info!(job = %key, "resumed running job from the store");
         }
@@ -81,12 +87,13 @@ impl Core {
             last_series: None,
             restores_pending: 0,
             unrecorded_ends: BTreeMap::new(),
-            prober: Prober::new(config.engine.clone()),
+            prober: Prober::new(config.engine.clone(), dirs),
             full_pace: BTreeSet::new(),
         };
         core.restores_pending = core.restore_orphans();
         let running = &core.running;
         enforce::reapply_running(core.backend.as_ref(), &core.store, |job| running.contains_key(job));
+        identity::restore_unowned(core.backend.as_ref(), &core.running);
         core.resume_models();
         Ok(core)
     }

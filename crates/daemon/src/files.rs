@@ -4,9 +4,10 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+pub use crate::safedir::TrustedDir;
 use wattson_store::{Store, StoreError};
 
 /// The exclusive lock on a store, held for the life of the daemon (released by the kernel
@@ -73,9 +74,77 @@ pub enum Opened {
     },
 }
 
+/// The text SQLite keeps of the store's first table, in the file or its WAL: it marks a
+/// wattson store even where the file's header is damaged.
+const STORE_MARK: &[u8] = b"CREATE TABLE job_gpus";
+/// How much of the file and of its WAL is searched for [`STORE_MARK`].
+const MARK_SEARCH_BYTES: u64 = 8 << 20;
+/// The first bytes of every SQLite database.
+const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+
+/// Refuses a `store` path that names something other than a wattson store (a copy of
+/// `/etc/passwd`, the configuration file, another program's database): the daemon would
+/// otherwise take it for a damaged store and put it aside. Missing, empty, a store (damaged
+/// or not) and a database not yet given its tables are fine.
+pub fn check_store_file(path: &Path) -> Result<(), String> {
+    let refuse = |what: &str| {
+        Err(format!(
+            "daemon.store {} {what}, not a wattson store; it is left as it is. Give the path of \
+             a wattson store or of a file that does not exist yet",
+            path.display()
+        ))
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot inspect daemon.store {}: {e}", path.display())),
+    };
+    if !meta.is_file() {
+        return refuse("is not a regular file");
+    }
+    if meta.len() == 0 {
+        return Ok(());
+    }
+    let head = |path: &Path| -> std::io::Result<Vec<u8>> {
+        let file =
+            OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)?;
+        let mut bytes = Vec::new();
+        file.take(MARK_SEARCH_BYTES).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    let marked = |bytes: &[u8]| bytes.windows(STORE_MARK.len()).any(|w| w == STORE_MARK);
+    let bytes = head(path).map_err(|e| format!("cannot read daemon.store {}: {e}", path.display()))?;
+    let wal = head(&with_suffix(path, "-wal")).unwrap_or_default();
+    if marked(&bytes) || marked(&wal) {
+        return Ok(());
+    }
+    if !bytes.starts_with(SQLITE_MAGIC) {
+        return refuse("holds other data");
+    }
+    // A database of one page and an empty log has no table yet: a store created by a daemon
+    // stopped before it wrote its tables.
+    let page = match bytes.get(16..18).map(|b| u16::from_be_bytes([b[0], b[1]])) {
+        Some(1) => 65536,
+        Some(n) => u32::from(n),
+        None => 0,
+    };
+    if meta.len() <= u64::from(page) && wal.len() <= 32 {
+        return Ok(());
+    }
+    refuse("is another program's SQLite database")
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// Opens the daemon's store; a corrupt one (not a database, or failing SQLite's quick check) is
 /// renamed aside with its WAL and shared memory, never deleted, and a fresh one is created.
+/// A file that is not a wattson store at all is refused ([`check_store_file`]).
 pub fn open_store(path: &Path) -> Result<Opened, String> {
+    check_store_file(path)?;
     match Store::open(path) {
         Ok(store) => match store.is_intact() {
             Ok(true) => return Ok(Opened::Intact(store)),
@@ -109,89 +178,34 @@ pub fn open_store(path: &Path) -> Result<Opened, String> {
 
 /// The progress file a job was given before the daemon restarted, if it is still the plain
 /// file it was (not a link, owned by the job's user when the daemon is root): the job may hold
-/// it open. Else a fresh one, as [`create_progress_file`].
-pub fn reuse_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Result<PathBuf> {
-    let path = dir.join(job_id.to_string());
-    match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.file_type().is_file() && (!nix::unistd::geteuid().is_root() || m.uid() == uid) => Ok(path),
+/// it open. Else a fresh one, as [`create_progress_file`]. Returns the file's name in `dir`.
+pub fn reuse_progress_file(dir: &TrustedDir, job_id: u32, uid: u32) -> std::io::Result<String> {
+    let name = job_id.to_string();
+    match dir.stat(&name)? {
+        Some(st)
+            if st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && (!nix::unistd::geteuid().is_root() || st.st_uid == uid) =>
+        {
+            Ok(name)
+        }
         _ => create_progress_file(dir, job_id, uid),
     }
 }
 
-/// Creates the job's progress file, owned by the job's user when the daemon is root. Never
-/// follows a link; ownership changes on the open file, so nothing can be swapped in between.
-pub fn create_progress_file(dir: &Path, job_id: u32, uid: u32) -> std::io::Result<PathBuf> {
-    let path = dir.join(job_id.to_string());
-    match std::fs::remove_file(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)?;
-    if nix::unistd::geteuid().is_root()
-        && let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), None)
-    {
-        // A file the job cannot write is no progress file.
-        let _ = std::fs::remove_file(&path);
-        return Err(e);
-    }
-    Ok(path)
+/// Creates the job's progress file in `dir`, readable and writable by the job's user only
+/// (its owner when the daemon is root). Never follows a link; ownership changes on the open
+/// file, so nothing can be swapped in between. Returns the file's name in `dir`.
+pub fn create_progress_file(dir: &TrustedDir, job_id: u32, uid: u32) -> std::io::Result<String> {
+    let name = job_id.to_string();
+    let owner = nix::unistd::geteuid().is_root().then_some(uid);
+    dir.create(&name, 0o600, owner)?;
+    Ok(name)
 }
 
-/// Replaces `path` with `bytes` so that a reader sees the old or the new file whole, also
-/// after a crash: a fresh temporary file (never a link), synced, renamed over, directory
-/// synced.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = dir.join(name);
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)?;
-    let written = file.write_all(bytes).and_then(|()| file.sync_all());
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    File::open(dir)?.sync_all()
-}
-
-/// Creates `dir` if missing (mode 0755) and refuses it if a user could write in it.
+/// Creates `dir` if missing and refuses it if a user could write in it or change where its
+/// path leads (see [`TrustedDir`]).
 pub fn trusted_dir(dir: &Path, what: &str) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-        .map_err(|e| format!("cannot create {what} {}: {e}", dir.display()))?;
-    check_trusted_dir(dir, what)
-}
-
-/// Refuses a directory where a user other than root (or the daemon's own user) could create,
-/// rename or replace files: the daemon would then write where a user chose.
-pub fn check_trusted_dir(dir: &Path, what: &str) -> Result<(), String> {
-    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot inspect {what} {}: {e}", dir.display()))?;
-    let euid = nix::unistd::geteuid().as_raw();
-    let trusted_owner = meta.uid() == 0 || meta.uid() == euid;
-    let writable_by_others = meta.mode() & 0o022 != 0;
-    if !trusted_owner || writable_by_others {
-        return Err(format!(
-            "{what} {} is writable by other users (owner uid {}, mode {:o}); use a directory only \
-             root can write, such as /var/lib/wattson",
-            dir.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
+    TrustedDir::open(dir, what).map(drop)
 }
 
 #[cfg(test)]
@@ -222,30 +236,32 @@ mod tests {
     }
 
     #[test]
-    fn atomic_writes_replace_whole_files_and_never_follow_links() {
+    fn stores_young_old_or_damaged_pass_and_other_files_do_not() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("models.json");
-        write_atomically(&path, b"one").unwrap();
-        write_atomically(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        // A link where the temporary file goes is removed, not followed.
-        let victim = dir.path().join("victim");
-        std::fs::write(&victim, b"keep").unwrap();
-        let tmp = dir.path().join(format!("models.json.tmp.{}", std::process::id()));
-        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
-        write_atomically(&path, b"three").unwrap();
-        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
-        assert_eq!(std::fs::read(&path).unwrap(), b"three");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary file left");
+        let path = dir.path().join("w.db");
+        check_store_file(&path).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        check_store_file(&path).unwrap();
+        drop(Store::open(&path).unwrap());
+        check_store_file(&path).unwrap();
+        // A header wiped, as in the fault test: still a store (its tables' text remains).
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[..100].fill(0x5a);
+        std::fs::write(&path, &bytes).unwrap();
+        check_store_file(&path).unwrap();
+        std::fs::write(&path, b"root:x:0:0:root:/root:/bin/bash\n").unwrap();
+        let err = check_store_file(&path).unwrap_err();
+        assert!(err.contains("daemon.store") && err.contains("not a wattson store"), "{err}");
+        assert!(check_store_file(dir.path()).unwrap_err().contains("not a regular file"));
     }
 
     #[test]
     fn a_directory_others_can_write_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        check_trusted_dir(dir.path(), "store directory").unwrap();
+        trusted_dir(dir.path(), "store directory").unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-        let err = check_trusted_dir(dir.path(), "store directory").unwrap_err();
+        let err = trusted_dir(dir.path(), "store directory").unwrap_err();
         assert!(err.contains("writable by other users") && err.contains("1777"), "{err}");
     }
 }

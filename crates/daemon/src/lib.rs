@@ -9,10 +9,12 @@ pub mod core;
 mod enforce;
 pub mod files;
 pub mod gpus;
+mod identity;
 pub mod link;
 pub mod metrics;
 pub mod owner;
 pub mod reader;
+pub mod safedir;
 pub mod sampler;
 pub mod server;
 #[cfg(test)]
@@ -62,6 +64,18 @@ fn raise_open_files_limit() {
     }
 }
 
+/// Every check the start makes of what the configuration names, creating and changing
+/// nothing: the store's directory and file, the engine's directories and model table. For
+/// `wattsond --check-config` (the configuration's own checks run when it is parsed).
+pub fn check_config(config: &Config) -> Result<(), String> {
+    let store = &config.daemon.store;
+    if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
+        safedir::TrustedDir::check(dir, "the store's directory")?;
+    }
+    files::check_store_file(store)?;
+    safedir::EngineDirs::check(&config.engine)
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. Errors are start-up failures, worded for a person.
 pub async fn run(config: Config) -> Result<(), String> {
     server::check_free(&config.daemon.socket)?;
@@ -71,14 +85,9 @@ pub async fn run(config: Config) -> Result<(), String> {
     if let Some(dir) = parent(store_path) {
         files::trusted_dir(&dir, "the store's directory")?;
     }
-    // Files named by job id are created and removed there: never among the system's own.
-    if config.engine.progress_dir.parent().is_none() {
-        return Err("engine.progress_dir must be a directory of its own, not /".into());
-    }
-    files::trusted_dir(&config.engine.progress_dir, "engine.progress_dir")?;
-    if let Some(dir) = parent(&config.engine.models_file) {
-        files::trusted_dir(&dir, "the directory of engine.models_file")?;
-    }
+    // Opened once, here, and used only through their handles.
+    let dirs = safedir::EngineDirs::open(&config.engine)?;
+    files::check_store_file(store_path)?;
     // Held until the process ends: one daemon per store, taken before anything is touched.
     let _lock = files::lock_store(store_path)?;
     let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
@@ -101,7 +110,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         }
     };
     let node = config.node_name();
-    let core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config)?;
+    let core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config, dirs)?;
     let owner = Owner::spawn(core);
     let reader = Reader::spawn(store_path, owner.clone(), node.clone())?;
     let (mut sampler, sampler_handle) = Sampler::new(pool.clone(), owner.clone(), node, config.metrics.jobs);

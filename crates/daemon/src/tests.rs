@@ -135,7 +135,8 @@ impl Fixture {
 
     fn core(&self) -> Core {
         let store = Store::open(&self.path).unwrap();
-        Core::new(self.pool.clone(), self.clock.clone(), store, "n1".into(), &self.config).unwrap()
+        let dirs = crate::safedir::EngineDirs::open(&self.config.engine).unwrap();
+        Core::new(self.pool.clone(), self.clock.clone(), store, "n1".into(), &self.config, dirs).unwrap()
     }
 
     fn sample(&self, core: &mut Core) {
@@ -325,4 +326,27 @@ fn concurrent_callers_never_wait_behind_each_other() {
     });
     assert!(started.elapsed() < DEADLINE, "{:?}", started.elapsed());
     assert!((0..4).all(|i| !f.pool.is_stuck(i)));
+}
+
+#[test]
+fn check_config_makes_the_starts_checks_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |store: &std::path::Path, models: &std::path::Path| {
+        let text = format!(
+            "[daemon]\nstore = {:?}\n[engine]\nprogress_dir = {:?}\nmodels_file = {:?}\n",
+            store.display().to_string(),
+            dir.path().join("run/progress").display().to_string(),
+            models.display().to_string(),
+        );
+        Config::parse(&text, "test").unwrap()
+    };
+    let (store, models) = (dir.path().join("db/w.db"), dir.path().join("lib/models.json"));
+    crate::check_config(&config(&store, &models)).unwrap();
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "check_config created something");
+    let passwd = dir.path().join("passwd");
+    std::fs::write(&passwd, "root:x:0:0::/root:/bin/sh\n").unwrap();
+    let err = crate::check_config(&config(&passwd, &models)).unwrap_err();
+    assert!(err.contains("daemon.store") && err.contains("not a wattson store"), "{err}");
+    let err = crate::check_config(&config(&store, &passwd)).unwrap_err();
+    assert!(err.contains("engine.models_file") && err.contains("not a wattson model table"), "{err}");
 }

@@ -12,6 +12,7 @@
 
 mod models;
 mod query;
+mod renumber;
 pub mod schema;
 mod settings;
 

@@ -70,9 +70,14 @@ pub struct Config {
     /// Effective uids allowed to change settings (default `[0]`, i.e. root only).
     #[serde(default = "default_privileged")]
     pub privileged_uids: Vec<u32>,
-    /// The GPUs, in NVML index order.
+    /// The GPUs. Their place in this list is their identity in the simulation (state,
+    /// history, ground truth); NVML numbers them by `order`.
     #[serde(default)]
     pub gpu: Vec<GpuConfig>,
+    /// NVML's enumeration: index `i` is the GPU at place `order[i]` of `gpu`; absent, the
+    /// listed order. Rewritten between driver loads, it renumbers the GPUs as a reboot can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Vec<u32>>,
 }
 
 fn default_privileged() -> Vec<u32> {
@@ -111,14 +116,14 @@ impl Default for GpuConfig {
 impl Default for Config {
     /// No GPUs; only root may change settings.
     fn default() -> Config {
-        Config { privileged_uids: default_privileged(), gpu: Vec::new() }
+        Config { privileged_uids: default_privileged(), gpu: Vec::new(), order: None }
     }
 }
 
 impl Config {
     /// `n` identical GPUs of preset `model` ("H100", "A100", "V100").
     pub fn uniform(model: &str, n: usize) -> Config {
-        Config { privileged_uids: default_privileged(), gpu: vec![GpuConfig::preset(model); n] }
+        Config { privileged_uids: default_privileged(), gpu: vec![GpuConfig::preset(model); n], order: None }
     }
 
     /// Parses and validates TOML text.
@@ -127,7 +132,31 @@ impl Config {
         for i in 0..cfg.gpu.len() {
             cfg.spec(i).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         }
+        if let Some(order) = &cfg.order {
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            if !sorted.iter().copied().eq(0..cfg.gpu.len() as u32) {
+                let msg = format!("order {order:?} is not a permutation of the {} GPUs", cfg.gpu.len());
+                return Err(io::Error::new(io::ErrorKind::InvalidData, msg));
+            }
+        }
         Ok(cfg)
+    }
+
+    /// The GPU (its place in `gpu`) that NVML index `index` names.
+    pub fn gpu_at(&self, index: usize) -> usize {
+        match &self.order {
+            Some(order) => order.get(index).map_or(usize::MAX, |&g| g as usize),
+            None => index,
+        }
+    }
+
+    /// The NVML index of the GPU at place `gpu` of `gpu`.
+    pub fn index_of(&self, gpu: usize) -> usize {
+        match &self.order {
+            Some(order) => order.iter().position(|&g| g as usize == gpu).unwrap_or(usize::MAX),
+            None => gpu,
+        }
     }
 
     /// Serialises to TOML text.

@@ -299,7 +299,12 @@ pub extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut nvml
         if device.is_null() {
             return Err(INVALID);
         }
-        let h = handle_for(index as usize);
+        // Handles name GPUs by their place in the configuration, whatever NVML's numbering.
+        let gpu = locked(|cfg, _| Ok(cfg.gpu_at(index as usize)))?;
+        if gpu >= MAX_GPUS {
+            return Err(INVALID);
+        }
+        let h = handle_for(gpu);
         with_device(h, |_, _, _| Ok(()))?;
         out(device, h)
     })
@@ -350,8 +355,9 @@ pub extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, uuid: *mut c_char, len
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, index: *mut c_uint) -> nvmlReturn_t {
     run(|| {
-        with_device(device, |_, _, _| Ok(()))?;
-        out(index, handle_index(device)? as c_uint)
+        let gpu = handle_index(device)?;
+        let index_now = with_device(device, |cfg, _, _| Ok(cfg.index_of(gpu)))?;
+        out(index, index_now as c_uint)
     })
 }
 

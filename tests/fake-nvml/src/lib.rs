@@ -61,6 +61,20 @@ impl Sim {
         Ok(sim)
     }
 
+    /// Renumbers the GPUs for the next driver load: NVML index `i` names the GPU at place
+    /// `order[i]` of the configuration (every other call of this type keeps naming GPUs by
+    /// that place). Load it with the daemon stopped, as a reboot would.
+    pub fn set_order(&self, order: &[u32]) -> io::Result<()> {
+        let _lock = state::lock_dir(&self.dir)?;
+        let mut config = Config::load(&self.dir)?;
+        config.order = Some(order.to_vec());
+        let text = config.to_toml();
+        Config::from_toml(&text)?;
+        let tmp = self.dir.join(format!("{CONFIG_FILE}.tmp.{}", std::process::id()));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, self.dir.join(CONFIG_FILE))
+    }
+
     /// A handle on an existing directory (nothing is checked until the first call).
     pub fn open(dir: &Path) -> Sim {
         Sim { dir: dir.to_path_buf() }
@@ -96,6 +110,23 @@ impl Sim {
             return Err(bad_input("workload times must be finite, >= 0 and not both 0"));
         }
         self.with_gpu(gpu, |g| g.workload = workload)
+    }
+
+    /// Sets GPU `gpu`'s power limit (mW) now, as an administrator's `nvidia-smi -pl` would.
+    pub fn set_power_limit(&self, gpu: u32, mw: u32) -> io::Result<()> {
+        let config = Config::load(&self.dir)?;
+        let spec = config.spec(gpu as usize).map_err(|e| bad_input(&e))?;
+        self.with_gpu(gpu, |g| state::set_power_limit(&spec, g, mw))?
+            .map_err(|_| bad_input("power limit outside the GPU's range"))
+    }
+
+    /// The place in the configuration of the GPU with this UUID.
+    pub fn place_of(&self, uuid: &str) -> io::Result<u32> {
+        let config = Config::load(&self.dir)?;
+        (0..config.gpu.len())
+            .find(|&i| config.spec(i).is_ok_and(|s| s.uuid == uuid))
+            .map(|i| i as u32)
+            .ok_or_else(|| bad_input("no GPU has this UUID"))
     }
 
     /// Units of work GPU `gpu`'s workloads have completed up to now.

@@ -248,6 +248,12 @@ impl Node {
         }
     }
 
+    /// The simulated GPU (its place in the fake driver's configuration) that `gpu` of a
+    /// record is, found by its UUID: NVML may have numbered it otherwise since.
+    pub fn sim_gpu(&self, gpu: &wattson_types::job::JobGpu) -> u32 {
+        self.sim.place_of(&gpu.uuid).unwrap_or(gpu.index)
+    }
+
     /// The exact interval (ns) between the first and last readings of each GPU of `record`:
     /// the instants at which the simulated GPU served the counter values the meter recorded
     /// (the daemon's own timestamps only where the GPU has no counter).
@@ -257,14 +263,15 @@ impl Node {
             .iter()
             .map(|g| {
                 let m = &g.meter;
+                let place = self.sim_gpu(g);
                 let instant = |counter: Option<u64>, near: i64| match counter {
                     Some(c) => self
                         .sim
-                        .counter_read_instants(g.index, c)
+                        .counter_read_instants(place, c)
                         .unwrap()
                         .into_iter()
                         .min_by_key(|t| (t - near).abs())
-                        .unwrap_or_else(|| panic!("GPU {} never served counter value {c}", g.index)),
+                        .unwrap_or_else(|| panic!("GPU {place} never served counter value {c}")),
                     None => near,
                 };
                 (instant(m.begin_counter_mj, m.begin_ns), instant(m.last.energy_mj, m.last.t_ns))
@@ -277,7 +284,7 @@ impl Node {
         self.read_intervals(record)
             .into_iter()
             .zip(&record.gpus)
-            .map(|((from, to), g)| self.sim.truth_energy_mj(g.index, from, to).unwrap())
+            .map(|((from, to), g)| self.sim.truth_energy_mj(self.sim_gpu(g), from, to).unwrap())
             .collect()
     }
 }

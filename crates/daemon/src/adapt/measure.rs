@@ -2,14 +2,14 @@
 //! with its own spread.
 
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::sync::Arc;
 
 use wattson_engine::{Sample, Window};
 use wattson_types::energy::GpuReading;
 use wattson_types::job::{JobRecord, Progress};
 
 use super::Adaptive;
+use crate::safedir::TrustedDir;
 
 /// A point in a job's run: energy so far, and work so far by either count.
 #[derive(Debug, Clone, Copy)]
@@ -113,12 +113,8 @@ fn per_unit(progress: Progress, a: &Mark, b: &Mark) -> Option<f64> {
 
 /// Reads a progress file: its first number and its modification time (ns). Never follows a
 /// link; reads at most 64 bytes.
-fn read_progress(path: &Path) -> Option<(i64, f64)> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
+fn read_progress((dir, name): &(Arc<TrustedDir>, String)) -> Option<(i64, f64)> {
+    let file = dir.open_file(name).ok()?;
     let mtime = file.metadata().ok()?.modified().ok()?;
     let t_ns = mtime.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos() as i64;
     let mut text = String::new();
@@ -129,7 +125,7 @@ fn read_progress(path: &Path) -> Option<(i64, f64)> {
 
 /// Where a job's run stands now.
 pub(super) fn mark(record: &JobRecord, job: &mut Adaptive) -> Mark {
-    if let Some(read) = job.progress_file.as_deref().and_then(read_progress) {
+    if let Some(read) = job.progress_file.as_ref().and_then(read_progress) {
         job.last_work = Some(read);
     }
     Mark {

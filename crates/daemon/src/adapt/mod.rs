@@ -19,10 +19,11 @@
 mod measure;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use crate::safedir::{EngineDirs, TrustedDir};
 use wattson_config::EngineConfig;
 use wattson_config::policy::Decision;
 use wattson_engine::{Knob, Measurements, ModelTable, Sample, Step};
@@ -61,7 +62,8 @@ pub(super) struct Adaptive {
     /// the measurement's own error.
     marks: Vec<Mark>,
     settled: bool,
-    progress_file: Option<PathBuf>,
+    /// The job's progress file: its directory and name.
+    progress_file: Option<(Arc<TrustedDir>, String)>,
     /// The last progress read that parsed (a read can meet the file mid-rewrite).
     last_work: Option<(i64, f64)>,
     activity: f64,
@@ -103,13 +105,14 @@ fn tag_of(record: &JobRecord) -> Option<String> {
 /// The jobs whose setting the DVFS models choose, by job id.
 pub(crate) struct Prober {
     engine: EngineConfig,
+    dirs: EngineDirs,
     jobs: BTreeMap<u32, Adaptive>,
 }
 
 impl Prober {
-    /// A prober with no jobs.
-    pub(crate) fn new(engine: EngineConfig) -> Prober {
-        Prober { engine, jobs: BTreeMap::new() }
+    /// A prober with no jobs, keeping its files in `dirs`.
+    pub(crate) fn new(engine: EngineConfig, dirs: EngineDirs) -> Prober {
+        Prober { engine, dirs, jobs: BTreeMap::new() }
     }
 
     /// Whether no job is being probed.
@@ -187,9 +190,10 @@ impl Prober {
         }
         let open =
             if resumed { crate::files::reuse_progress_file } else { crate::files::create_progress_file };
-        let progress_file = open(&self.engine.progress_dir, record.key.job_id, record.uid)
+        let progress_file = open(&self.dirs.progress, record.key.job_id, record.uid)
             .map_err(|e| warn!(job = %record.key, error = %e, "cannot create the progress file; SM activity stands in"))
-            .ok();
+            .ok()
+            .map(|name| (self.dirs.progress.clone(), name));
         let mut job = Adaptive {
             owner: owner.clone(),
             policy: decision.engine,
@@ -349,8 +353,8 @@ impl Prober {
             judge(&mut job, sample, work);
             job.measured.push(sample);
         }
-        if let Some(path) = &job.progress_file {
-            let _ = std::fs::remove_file(path);
+        if let Some((dir, name)) = &job.progress_file {
+            let _ = dir.remove(name);
         }
         if job.learn && job.reverted {
             // The model led the job past its bound: it is dropped (every unit), and what this
@@ -391,10 +395,9 @@ impl Prober {
             Err(e) => return warn!(error = %e, "cannot read the stored models"),
         };
         let path = &self.engine.models_file;
-        let result = table
-            .to_json()
-            .map_err(std::io::Error::other)
-            .and_then(|json| crate::files::write_atomically(path, json.as_bytes()));
+        let result = table.to_json().map_err(std::io::Error::other).and_then(|json| {
+            self.dirs.models.write_atomically(&self.dirs.models_name, json.as_bytes(), 0o644)
+        });
         if let Err(e) = result {
             warn!(path = %path.display(), error = %e, "cannot write the model table");
         }
