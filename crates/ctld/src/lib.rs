@@ -11,6 +11,7 @@
 
 pub mod accounting;
 pub mod command;
+pub mod comment;
 pub mod hostlist;
 pub mod ledger;
 pub mod metrics;

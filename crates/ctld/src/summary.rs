@@ -2,8 +2,9 @@
 //! node's wattsond knew of the job, written once after it ends, read back by `wattson acct`
 //! from any host with Slurm's client.
 //!
-//! Format: the job_submit plugin's note (`wattson:policy=...`) if there was one, then `;`,
-//! then [`MARK`] and the summary as JSON, deflated, in unpadded lower-case base32 (RFC 4648's
+//! Format: what the field held before (the job_submit plugin's note `wattson:policy=...`,
+//! another tool's text; [`crate::comment`] picks the field) if anything, then `;`, then
+//! [`MARK`] and the summary as JSON, deflated, in unpadded lower-case base32 (RFC 4648's
 //! alphabet): `sacctmgr` lower-cases the values it sets, so the text must survive that; it is
 //! read back in either case.
 
@@ -75,7 +76,7 @@ pub fn read(comment: &str) -> Option<Result<JobSummary, SummaryError>> {
 }
 
 /// The job_submit note and the encoded summary (after its mark) of an `AdminComment`.
-fn split(comment: &str) -> (&str, Option<&str>) {
+pub fn split(comment: &str) -> (&str, Option<&str>) {
     let comment = comment.trim();
     let lower = comment.to_ascii_lowercase();
     if lower.starts_with(MARK) {
