@@ -301,7 +301,7 @@ pub enum Backend {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// Address for Prometheus' `/metrics` (e.g. `127.0.0.1:9400`); absent = no endpoint.
+    /// Address for Prometheus' `/metrics` (e.g. `127.0.0.1:9829`); absent = no endpoint.
     #[serde(default)]
     pub listen: Option<SocketAddr>,
     /// Also serve each running job's GPU energy, labelled with its job id. Off by default:
@@ -489,13 +489,13 @@ mod tests {
     #[test]
     fn values_are_read() {
         let c = Config::parse(
-            "[daemon]\nsample_interval = \"250ms\"\nadmins = [\"ops\"]\n[metrics]\nlisten = \"127.0.0.1:9400\"\n",
+            "[daemon]\nsample_interval = \"250ms\"\nadmins = [\"ops\"]\n[metrics]\nlisten = \"127.0.0.1:9829\"\n",
             "x.toml",
         )
         .unwrap();
         assert_eq!(c.daemon.sample_interval, Duration::from_millis(250));
         assert_eq!(c.daemon.admins, vec!["ops".to_string()]);
-        assert_eq!(c.metrics.listen.unwrap().port(), 9400);
+        assert_eq!(c.metrics.listen.unwrap().port(), 9829);
     }
 
     #[test]

@@ -14,9 +14,10 @@ use crate::nodes::Nodes;
 use crate::slurm::{Node, Power};
 use wattson_protocol::{Reply, Request};
 use wattson_sacct::AccountingError;
+use wattson_sacct::comment;
 use wattson_sacct::deadline;
 use wattson_sacct::hostlist;
-use wattson_sacct::summary::{self, JobSummary, Missing};
+use wattson_sacct::summary::{JobSummary, Missing};
 use wattson_types::job::JobState;
 use wattson_types::summary::NodeSummary;
 
@@ -73,11 +74,11 @@ pub fn ended_without_summary(settings: &Settings) -> Result<Vec<Ended>, Accounti
         .args(["-X", "-n", "-P", "-a", "-s", ENDED, "-E", "now"])
         .arg("-S")
         .arg(format!("now-{}", settings.lookback.as_secs().max(1)))
-        .args(["-o", "JobIDRaw,Cluster,NodeList,End,AdminComment"]);
+        .args(["-o", &format!("JobIDRaw,Cluster,NodeList,End,{}", comment::FIELDS)]);
     Ok(parse_ended(&wattson_sacct::sacct_run(&mut sacct, settings.timeout)?))
 }
 
-/// Parses `sacct -X -n -P -o JobIDRaw,Cluster,NodeList,End,AdminComment` (End in Unix s),
+/// Parses `sacct -X -n -P -o JobIDRaw,Cluster,NodeList,End,AdminComment,SystemComment` (End in Unix s),
 /// keeping jobs that ran on nodes and hold no summary.
 pub fn parse_ended(text: &str) -> Vec<Ended> {
     text.lines()
@@ -91,8 +92,9 @@ pub fn parse_ended(text: &str) -> Vec<Ended> {
                 list => hostlist::expand(list).ok()?,
             };
             let end = fields.next()?.trim().parse().ok()?;
-            let comment = fields.next().unwrap_or("").to_string();
-            (summary::read(&comment).is_none() && !nodes.is_empty()).then_some(Ended {
+            let (admin, system) = comment::split(fields.next().unwrap_or(""));
+            let comment = admin.to_string();
+            (comment::read(admin, system).is_none() && !nodes.is_empty()).then_some(Ended {
                 job,
                 cluster,
                 nodes,
@@ -179,28 +181,27 @@ fn gather(
     (parts, gone)
 }
 
-/// Writes `summary` into `job`'s `AdminComment`.
+/// Writes `summary` into `job`'s record beside what other tools keep there ([`comment`]),
+/// read again just before.
 fn store(summary: &JobSummary, job: &Ended, timeout: Duration) -> Result<(), String> {
-    let text = summary::admin_comment(&job.comment, summary).map_err(|e| e.to_string())?;
+    let (admin, system) = comment::current(job.job, &job.cluster, timeout).map_err(|e| e.to_string())?;
+    let placement = comment::place(&admin, &system, summary).map_err(|e| e.to_string())?;
     let mut sacctmgr = Command::new("sacctmgr");
-    sacctmgr.args(["-i", "modify", "job", "where", &format!("jobid={}", job.job)]);
-    if !job.cluster.is_empty() {
-        sacctmgr.arg(format!("cluster={}", job.cluster));
-    }
-    sacctmgr.args(["set", &format!("AdminComment={text}")]);
+    sacctmgr.args(comment::sacctmgr_args(job.job, &job.cluster, &placement));
     deadline::run(&mut sacctmgr, timeout).map(drop).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wattson_sacct::summary;
 
     #[test]
     fn ended_jobs_without_a_summary_are_listed_with_their_nodes() {
         let summarized = summary::admin_comment("wattson:policy=balanced", &JobSummary::default()).unwrap();
         let text = format!(
             "7|lab|n[1-2]|1700000100|wattson:policy=balanced\n8|lab|n1|1700000200|{summarized}\n\
-             9|lab|None assigned|1700000300|\n10|lab|n2|1700000400|a|b\nbad\n"
+             9|lab|None assigned|1700000300|\n10|lab|n2|1700000400|a|b|\nbad\n"
         );
         let ended = parse_ended(&text);
         assert_eq!(ended.len(), 2, "{ended:?}");

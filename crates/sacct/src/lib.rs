@@ -3,6 +3,7 @@
 //! hostlists and node names these commands take. Shared by the `wattson` command and the
 //! controller; no configuration, no async runtime.
 
+pub mod comment;
 pub mod deadline;
 pub mod hostlist;
 pub mod state;

@@ -2,8 +2,9 @@
 //! node's wattsond knew of the job, written once after it ends, read back by `wattson acct`
 //! from any host with Slurm's client.
 //!
-//! Format: the job_submit plugin's note (`wattson:policy=...`) if there was one, then `;`,
-//! then [`MARK`] and the summary as JSON, deflated, in unpadded lower-case base32 (RFC 4648's
+//! Format: what the field held before (the job_submit plugin's note `wattson:policy=...`,
+//! another tool's text; [`crate::comment`] picks the field) if anything, then `;`, then
+//! [`MARK`] and the summary as JSON, deflated, in unpadded lower-case base32 (RFC 4648's
 //! alphabet): `sacctmgr` lower-cases the values it sets, so the text must survive that; it is
 //! read back in either case.
 
@@ -77,7 +78,7 @@ pub fn read(comment: &str) -> Option<Result<JobSummary, SummaryError>> {
 }
 
 /// The job_submit note and the encoded summary (after its mark) of an `AdminComment`.
-fn split(comment: &str) -> (&str, Option<&str>) {
+pub fn split(comment: &str) -> (&str, Option<&str>) {
     let comment = comment.trim();
     let lower = comment.to_ascii_lowercase();
     if lower.starts_with(MARK) {
@@ -141,10 +142,13 @@ fn halve(trace: &wattson_types::summary::PowerTrace) -> wattson_types::summary::
 /// site's `PrivateData`); `None` when it has none (yet).
 pub fn from_accounting(job: u32, timeout: Duration) -> Result<Option<JobSummary>, String> {
     let mut sacct = Command::new("sacct");
-    sacct.args(["-X", "-n", "-P", "-j", &job.to_string(), "-o", "AdminComment"]);
+    sacct.args(["-X", "-n", "-P", "-j", &job.to_string(), "-o", crate::comment::FIELDS]);
     let text = crate::sacct_run(&mut sacct, timeout).map_err(|e| e.to_string())?;
     // One line per record with that id (ids restart when slurmctld loses its state): the last.
-    match text.lines().rev().find_map(read) {
+    match text.lines().rev().find_map(|line| {
+        let (admin, system) = crate::comment::split(line);
+        crate::comment::read(admin, system)
+    }) {
         Some(read) => read.map(Some).map_err(|e| e.to_string()),
         None => Ok(None),
     }

@@ -13,7 +13,7 @@ use chrono::TimeZone;
 use crate::report::{Source, Sources};
 use wattson_protocol::AcctFilter;
 use wattson_sacct::AccountingError;
-use wattson_sacct::summary;
+use wattson_sacct::comment;
 use wattson_types::job::{Hints, JobKey, JobRecord, JobState};
 
 /// Records and where each one's figures come from, by (node, job or step id).
@@ -40,9 +40,10 @@ pub struct SlurmJob {
     pub gpus: Option<u32>,
 }
 
-/// The fields asked of `sacct`, in order (`AdminComment` last: it may hold `|`).
-const FIELDS: &str =
-    "JobIDRaw,UID,User,JobName,NodeList,Start,End,ConsumedEnergyRaw,AllocTRES,Account,Partition,AdminComment";
+/// The fields asked of `sacct`, in order (the comments, which may hold a summary, last:
+/// `AdminComment` may hold `|`).
+const FIELDS: &str = "JobIDRaw,UID,User,JobName,NodeList,Start,End,ConsumedEnergyRaw,AllocTRES,Account,Partition,\
+                      AdminComment,SystemComment";
 
 /// One job as `sacct -X` shows it (times in Unix s).
 #[derive(Debug, PartialEq)]
@@ -123,7 +124,8 @@ fn records_of(rows: impl Iterator<Item = Row>) -> Cluster {
         // A GPU job: one with a summary, GPUs in its TRES (where the site tracks gres/gpu), or
         // energy from acct_gather_energy/wattson, which counts GPUs only.
         let mut gpu_job = row.slurm.gpus.is_some_and(|n| n > 0) || row.energy_j.is_some_and(|e| e > 0.0);
-        match summary::read(&row.comment) {
+        let (admin, system) = comment::split(&row.comment);
+        match comment::read(admin, system) {
             Some(Ok(summary)) => {
                 for record in summary.nodes.into_iter().flat_map(|n| n.records) {
                     if record.key.step.is_empty() {
@@ -193,12 +195,12 @@ mod tests {
             }],
             missing: vec![Missing { node: "n2".into(), why: "timed out".into() }],
         };
-        let comment = summary::admin_comment("wattson:policy=balanced", &summary).unwrap();
+        let comment = wattson_sacct::summary::admin_comment("wattson:policy=balanced", &summary).unwrap();
         let text = format!(
-            "7|1000|alice|train|n[1-2]|100|200|5000|cpu=2,gres/gpu=2|physics|gpu|{comment}\n\
-             8|1000|alice|prep|n3|100|Unknown|40|cpu=2,gres/gpu=1|physics|gpu|\n\
-             9|1000|alice|cpu-only|n3|100|200|0|cpu=2|physics|cpu|\n\
-             10|1000|alice|untracked-gres|n4|100|200|70|cpu=2|chem|gpu|\n"
+            "7|1000|alice|train|n[1-2]|100|200|5000|cpu=2,gres/gpu=2|physics|gpu|{comment}|\n\
+             8|1000|alice|prep|n3|100|Unknown|40|cpu=2,gres/gpu=1|physics|gpu||\n\
+             9|1000|alice|cpu-only|n3|100|200|0|cpu=2|physics|cpu||\n\
+             10|1000|alice|untracked-gres|n4|100|200|70|cpu=2|chem|gpu||\n"
         );
         let cluster = records_of(text.lines().filter_map(parse_row));
         let nodes: Vec<(&str, u32)> =
@@ -222,5 +224,12 @@ mod tests {
         };
         assert_eq!(job(7), physics);
         assert_eq!((job(10).account.as_str(), job(10).gpus), ("chem", None));
+
+        // Beside another tool's mixed-case AdminComment, the summary is in SystemComment.
+        let system = wattson_sacct::summary::admin_comment("", &summary).unwrap();
+        let line =
+            format!("7|1000|alice|train|n[1-2]|100|200|5000|cpu=2,gres/gpu=2|physics|gpu|JS1:Ab|c|{system}");
+        let cluster = records_of(std::iter::once(line.as_str()).filter_map(parse_row));
+        assert_eq!(cluster.sources[&("n1".to_string(), "7".to_string())], Source::Summary);
     }
 }
