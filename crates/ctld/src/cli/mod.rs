@@ -17,7 +17,7 @@ use wattson_config::Config;
 /// wattson's controller service: powers idle nodes down and up through Slurm's power saving,
 /// as the cluster policy decides (run on the Slurm controller, as root or SlurmUser).
 #[derive(Debug, Parser)]
-#[command(name = "wattson-ctld", version = wattson_program::version(), args_conflicts_with_subcommands = true)]
+#[command(name = "wattson-ctld", version = wattson_program::version())]
 pub struct Cli {
     /// Configuration file [default: /etc/wattson/wattson.toml if it exists]
     #[arg(short = 'c', long, global = true, env = "WATTSON_CONFIG")]
@@ -45,6 +45,9 @@ pub enum Command {
 /// Runs `wattson-ctld`; returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.service.once && cli.command.is_some() {
+        return fail("--once is for the service (no subcommand)");
+    }
     let config = match Config::load_or_default(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return fail(&e.to_string()),
