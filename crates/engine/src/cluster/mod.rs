@@ -165,7 +165,7 @@ pub struct Running {
     pub job: JobView,
     /// Time it has run so far (s).
     pub elapsed_s: f64,
-    /// Fraction of its work done, in `[0, 1]`.
+    /// Work done at the top level over `job.work_s` (its time limit), in `[0, 1]`.
     pub progress: f64,
     /// Its current level.
     pub level: u16,
