@@ -29,7 +29,7 @@ pub struct ShowArgs {
 /// Prints one job's summary from Slurm's accounting.
 pub fn show(config: &Config, args: ShowArgs) -> Result<(), String> {
     let job = args.job;
-    match wattson_sacct::summary::from_accounting(job, config.ctld.command_timeout)? {
+    match wattson_sacct::comment::from_accounting(job, config.ctld.command_timeout)? {
         Some(summary) => {
             println!("{}", serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?);
             Ok(())

@@ -106,6 +106,22 @@ pub fn sacctmgr_args(job: u32, cluster: &str, placement: &Placement) -> Vec<Stri
     args
 }
 
+/// The summary of `job` in Slurm's accounting, as the caller may see it (`sacct` applies the
+/// site's `PrivateData`); `None` when it has none (yet).
+pub fn from_accounting(job: u32, timeout: Duration) -> Result<Option<JobSummary>, String> {
+    let mut sacct = Command::new("sacct");
+    sacct.args(["-X", "-n", "-P", "-j", &job.to_string(), "-o", FIELDS]);
+    let text = crate::sacct_run(&mut sacct, timeout).map_err(|e| e.to_string())?;
+    // One line per record with that id (ids restart when slurmctld loses its state): the last.
+    match text.lines().rev().find_map(|line| {
+        let (admin, system) = split(line);
+        read(admin, system)
+    }) {
+        Some(read) => read.map(Some).map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,6 @@
 //! read back in either case.
 
 use std::io::{Read, Write};
-use std::process::Command;
-use std::time::Duration;
 
 use data_encoding::{Encoding, Specification};
 use serde::{Deserialize, Serialize};
@@ -136,22 +134,6 @@ fn halve(trace: &wattson_types::summary::PowerTrace) -> wattson_types::summary::
         start = end;
     }
     out
-}
-
-/// The summary of `job` in Slurm's accounting, as the caller may see it (`sacct` applies the
-/// site's `PrivateData`); `None` when it has none (yet).
-pub fn from_accounting(job: u32, timeout: Duration) -> Result<Option<JobSummary>, String> {
-    let mut sacct = Command::new("sacct");
-    sacct.args(["-X", "-n", "-P", "-j", &job.to_string(), "-o", crate::comment::FIELDS]);
-    let text = crate::sacct_run(&mut sacct, timeout).map_err(|e| e.to_string())?;
-    // One line per record with that id (ids restart when slurmctld loses its state): the last.
-    match text.lines().rev().find_map(|line| {
-        let (admin, system) = crate::comment::split(line);
-        crate::comment::read(admin, system)
-    }) {
-        Some(read) => read.map(Some).map_err(|e| e.to_string()),
-        None => Ok(None),
-    }
 }
 
 #[cfg(test)]

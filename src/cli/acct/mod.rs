@@ -223,7 +223,7 @@ fn plot_job(config: &Config, args: &AcctArgs, path: &std::path::Path) -> Result<
     let summary = match args.local {
         true => None,
         false => {
-            wattson_sacct::summary::from_accounting(job.job_id, config.ctld.command_timeout).unwrap_or(None)
+            wattson_sacct::comment::from_accounting(job.job_id, config.ctld.command_timeout).unwrap_or(None)
         }
     };
     let (traces, marks) = match summary {
