@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng as _, SeedableRng};
 
-use wattson_engine::gpus::sm_clock_grid;
+use wattson_engine::priors::sm_clock_grid;
 use wattson_engine::probe::{reference_probes, spread};
 use wattson_engine::{
     ChooserConfig, Knob, Objective, ProbeConfig, Sample, Step, choose, first_probes, fit, next_step,

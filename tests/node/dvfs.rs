@@ -47,7 +47,7 @@ fn true_slowdown(limit_w: f64) -> f64 {
 
 /// The least true energy per unit among the limits whose true slowdown meets the bound.
 fn oracle() -> f64 {
-    wattson_engine::gpus::power_limit_grid(200.0, 700.0, GRID_STEP_W)
+    wattson_engine::priors::power_limit_grid(200.0, 700.0, GRID_STEP_W)
         .into_iter()
         .filter(|&l| true_slowdown(l) <= BOUND)
         .map(true_energy)

@@ -4,7 +4,7 @@
 //! error that names the file and line, what was wrong, and what is allowed; the daemon refuses
 //! to start on it rather than guess.
 
-pub mod cluster;
+pub mod ctld;
 pub mod link;
 mod paths;
 pub mod policy;
@@ -49,10 +49,10 @@ pub struct Config {
     pub engine: EngineConfig,
     /// `[ctld]`: the controller service (`wattson ctld`).
     #[serde(default)]
-    pub ctld: cluster::CtldConfig,
+    pub ctld: ctld::CtldConfig,
     /// `[power]`: the node power actions of `wattson power`.
     #[serde(default)]
-    pub power: cluster::PowerConfig,
+    pub power: ctld::PowerConfig,
     /// `[link]`: the controller's requests to each node's wattsond.
     #[serde(default)]
     pub link: link::LinkConfig,
@@ -213,14 +213,14 @@ impl EngineConfig {
         let knob = self.knob_for(&gpu.name);
         let settings = match knob {
             Knob::PowerLimit => match (gpu.power_limit_min_mw, gpu.power_limit_max_mw) {
-                (Some(min), Some(max)) => wattson_engine::gpus::power_limit_grid(
+                (Some(min), Some(max)) => wattson_engine::priors::power_limit_grid(
                     f64::from(min) / 1000.0,
                     f64::from(max) / 1000.0,
                     self.power_limit_step_w,
                 ),
                 _ => Vec::new(),
             },
-            Knob::SmClock => wattson_engine::gpus::sm_clock_grid(
+            Knob::SmClock => wattson_engine::priors::sm_clock_grid(
                 &gpu.sm_clocks_mhz,
                 self.sm_clock_floor,
                 self.sm_clock_step_mhz,

@@ -15,7 +15,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Command, ExitCode};
 
 use wattson_config::Config;
-use wattson_config::cluster::PowerConfig;
+use wattson_config::ctld::PowerConfig;
 
 use crate::program::{self, PATH};
 use crate::slurm;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use wattson_config::cluster::CtldConfig;
+use wattson_config::ctld::CtldConfig;
 use wattson_engine::cluster::{GpuType, JobView, Level, NodeCosts, NodePower, NodeView, Queued, Running};
 
 use crate::slurm::{Job, Node, Power};

@@ -2,7 +2,7 @@
 //! sample, hold GPU settings and the prober.
 //!
 //! One owner ([`crate::owner`]) holds it on its own thread and feeds it commands; nobody else
-//! touches it. Blocking by design (SQLite is; GPU calls go through [`crate::gpus::GpuPool`],
+//! touches it. Blocking by design (SQLite is; GPU calls go through [`crate::gpu_pool::GpuPool`],
 //! each with a deadline). Every job-boundary change is committed to the store before the caller
 //! is answered; every sample persists the running meters, so a restart resumes them.
 

@@ -8,7 +8,7 @@ pub mod clock;
 pub mod core;
 mod enforce;
 pub mod files;
-pub mod gpus;
+pub mod gpu_pool;
 mod identity;
 pub mod link;
 pub mod metrics;
@@ -28,7 +28,7 @@ use tracing::{error, info, warn};
 
 use self::clock::SystemClock;
 use self::core::Core;
-use self::gpus::GpuPool;
+use self::gpu_pool::GpuPool;
 use self::owner::Owner;
 use self::reader::Reader;
 use self::sampler::Sampler;

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
 use tracing::warn;
 
-use crate::gpus::GpuPool;
+use crate::gpu_pool::GpuPool;
 use crate::metrics::Metrics;
 use crate::owner::Owner;
 use wattson_gpu::GpuBackend;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, ManualClock};
 use crate::core::Core;
-use crate::gpus::GpuPool;
+use crate::gpu_pool::GpuPool;
 use wattson_config::Config;
 use wattson_gpu::{GpuBackend, GpuError, GpuInfo, GpuSettings};
 use wattson_protocol::{ErrorCode, JobBegin, Reply};

@@ -5,7 +5,7 @@
 //! actions (node power, placement, DVFS levels, releases), shared by simulator and controller.
 //! [`model`] holds the model family (for the SM clock or the power limit), [`fit`] fits it from a
 //! few (setting, time, power) samples, [`choose`] picks a setting under a [`choose::Objective`],
-//! [`gpus`] holds per-GPU priors, [`probe`] decides what to measure next for a job whose
+//! [`priors`] holds per-GPU priors, [`probe`] decides what to measure next for a job whose
 //! workload is not known yet, and [`table`] is the tag → model table read by job_submit.
 //! Nothing here does I/O, reads a clock, spawns threads or panics on bad input.
 
@@ -13,16 +13,16 @@ pub mod choose;
 pub mod cluster;
 pub mod decision;
 pub mod fit;
-pub mod gpus;
 pub mod measurements;
 pub mod model;
+pub mod priors;
 pub mod probe;
 pub mod table;
 
 pub use choose::{Choice, ChooserConfig, Objective, choose};
 pub use fit::{FitError, Sample, fit};
-pub use gpus::{GpuPrior, prior};
 pub use measurements::{Measurements, newest};
 pub use model::{DvfsModel, Knob, Prediction};
+pub use priors::{GpuPrior, prior};
 pub use probe::{ProbeConfig, Step, Window, first_probes, next_step};
 pub use table::{ModelEntry, ModelTable};

@@ -291,7 +291,7 @@ mod tests {
     use super::*;
 
     fn h100() -> Vec<f64> {
-        crate::gpus::power_limit_grid(200.0, 700.0, 5.0)
+        crate::priors::power_limit_grid(200.0, 700.0, 5.0)
     }
 
     /// A GPU whose power saturates at 650 W and whose time follows `t = 0.02 + 158.4/f` at the

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::choose::{Choice, ChooserConfig, Objective, choose};
-use super::gpus;
 use super::model::{DvfsModel, Knob};
+use super::priors;
 use wattson_types::owner::ModelOwner;
 
 /// One fitted workload on one GPU type.
@@ -23,7 +23,7 @@ pub struct ModelEntry {
 }
 
 /// GPU type, owner and tag (e.g. `user:jobname` or an `--energy-tag`) → model. Lookups
-/// borrow the strings (no allocation); GPU types are keyed by [`gpus::prior`]'s canonical name
+/// borrow the strings (no allocation); GPU types are keyed by [`priors::prior`]'s canonical name
 /// when known.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelTable {
@@ -35,7 +35,7 @@ pub struct ModelTable {
 }
 
 fn gpu_key(gpu_type: &str) -> &str {
-    gpus::prior(gpu_type).map_or(gpu_type, |p| p.name)
+    priors::prior(gpu_type).map_or(gpu_type, |p| p.name)
 }
 
 impl ModelTable {
@@ -88,7 +88,7 @@ impl ModelTable {
         knob: Knob,
         objective: Objective,
     ) -> Choice {
-        match (self.get(owner, tag, gpu_type).filter(|e| e.model.knob == knob), gpus::prior(gpu_type)) {
+        match (self.get(owner, tag, gpu_type).filter(|e| e.model.knob == knob), priors::prior(gpu_type)) {
             (Some(e), _) => choose(&e.model, &e.settings, objective, &self.config),
             (None, Some(p)) => match knob {
                 Knob::PowerLimit => {
@@ -126,7 +126,7 @@ mod tests {
             .map(|&(setting, time, power)| Sample::new(setting, time, power, 1.0))
             .collect();
         let model = fit(Knob::PowerLimit, &s).unwrap();
-        ModelEntry { model, settings: gpus::prior("A40").unwrap().power_limits() }
+        ModelEntry { model, settings: priors::prior("A40").unwrap().power_limits() }
     }
 
     #[test]

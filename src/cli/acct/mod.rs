@@ -6,9 +6,9 @@
 //! not running, reads the store directly and applies the same rule (then the file's
 //! permissions decide who can read at all).
 
-mod cluster;
+mod from_slurm;
 
-pub(super) use cluster::Cluster;
+pub(super) use from_slurm::Cluster;
 
 use std::collections::BTreeMap;
 
@@ -326,7 +326,7 @@ pub(super) fn gather(config: &Config, filter: AcctFilter, local_only: bool) -> R
     if local_only {
         return local.map(only_local);
     }
-    let cluster = match cluster::fetch(&filter, config.ctld.command_timeout) {
+    let cluster = match from_slurm::fetch(&filter, config.ctld.command_timeout) {
         Ok(cluster) => cluster,
         Err(AccountingError::Absent) => return local.map(only_local),
         Err(e) => {
