@@ -275,7 +275,7 @@ fn zeus_power_limit_validation() {
         assert!(mean(&s.ape_time) < limit, "{gpu}: time MAPE {}", mean(&s.ape_time));
         assert!(mean(&s.ape_energy) < limit, "{gpu}: energy MAPE {}", mean(&s.ape_energy));
     }
-    // Within 3% of the oracle: issue 15's target, 75% of the three-probe decisions (not every
+    // Within 3% of the oracle: the engine's target (docs/engine.md), 75% of the three-probe decisions (not every
     // workload: on noisy, flat ones the oracle's pick is a measurement fluke).
     assert!(within * 100 >= 75 * 3 * total, "only {within}/{} decisions within 3% of the oracle", 3 * total);
     // The node's plan: never beyond the bound, closer to the oracle than three probes, and

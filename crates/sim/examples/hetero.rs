@@ -1,4 +1,4 @@
-//! The heterogeneous-cluster check (issue 12, GPU types): wattson placing each job on the GPU
+//! The heterogeneous-cluster check (GPU types): wattson placing each job on the GPU
 //! type where its predicted energy under its bound is least, against the same policy placing
 //! in configuration order (`type_aware = false`, as Slurm's node order would), on
 //! `etc/sim/cluster-hetero.toml` (V100, A40 and P100 nodes), with the references beside them.

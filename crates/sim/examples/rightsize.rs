@@ -1,4 +1,4 @@
-//! Right-sizing against Slurm's idle timer (issue 12, item 2), with DVFS, deferral and the
+//! Right-sizing against Slurm's idle timer, with DVFS, deferral and the
 //! queue order off so that only node power differs: wattson's warm set against `slurm-powersave` at its
 //! least-energy `SuspendTime` (300/600/1800/3600 s, chosen per case with hindsight), on
 //! cluster04 at 80 and 123 nodes and each other ITP trace at ~77% and ~50% of its mean load.
