@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{NOBODY, Node, job_begin};
-use wattson_protocol::{AcctFilter, Request};
+use wattson_protocol::{AcctQuery, Request};
 use wattson_types::job::JobKey;
 
 const FLOODERS: usize = 64;
@@ -82,7 +82,7 @@ fn time_pairs(socket: &Path, first: u32) -> (Duration, Duration) {
 
 /// 64 threads sending `acct` for 900 job ids each, back to back, until killed.
 fn flood(socket: &Path) {
-    let filter = AcctFilter { jobs: (1..=IDS).map(JobKey::job).collect(), ..AcctFilter::default() };
+    let filter = AcctQuery { jobs: (1..=IDS).map(JobKey::job).collect(), ..AcctQuery::default() };
     let request = Request::Acct(filter);
     let threads: Vec<_> = (0..FLOODERS)
         .map(|_| {

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{NOBODY, Node, job_begin};
-use wattson_protocol::{AcctFilter, Reply, Request};
+use wattson_protocol::{AcctQuery, Reply, Request};
 use wattson_types::job::{JobKey, JobState};
 
 const PAIRS_PER_S: u64 = 100;
@@ -136,7 +136,7 @@ fn stored_completed(socket: &Path, n: u32) -> u64 {
     let mut count = 0;
     for chunk in (1..=n).collect::<Vec<_>>().chunks(1_000) {
         let filter =
-            AcctFilter { jobs: chunk.iter().map(|&j| JobKey::job(j)).collect(), ..AcctFilter::default() };
+            AcctQuery { jobs: chunk.iter().map(|&j| JobKey::job(j)).collect(), ..AcctQuery::default() };
         match wattson_protocol::call(socket, &Request::Acct(filter), Duration::from_secs(60)) {
             Ok(Reply::Acct { records }) => {
                 count += records.iter().filter(|r| r.state == JobState::Completed).count() as u64;

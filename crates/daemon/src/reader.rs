@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::owner::Owner;
-use wattson_protocol::{AcctFilter, Error, ErrorCode, MAX_SUMMARY_BINS, Reply};
+use wattson_protocol::{AcctQuery, Error, ErrorCode, MAX_SUMMARY_BINS, Reply};
 use wattson_store::Store;
 use wattson_types::job::{JobKey, JobState};
 use wattson_types::summary::{MAX_STEPS, NodeSummary, power_traces};
@@ -22,7 +22,7 @@ const NICE: i32 = 10;
 
 /// What the reader is asked: recorded jobs, one job's series, or a job's summary here.
 enum Ask {
-    Acct(AcctFilter),
+    Acct(AcctQuery),
     Series(JobKey),
     Summary { job: u32, bins: u32 },
 }
@@ -49,7 +49,7 @@ impl Reader {
     }
 
     /// Recorded jobs matching `filter` (already narrowed to what the caller may see).
-    pub async fn acct(&self, filter: AcctFilter) -> Result<Reply, Error> {
+    pub async fn acct(&self, filter: AcctQuery) -> Result<Reply, Error> {
         self.ask(Ask::Acct(filter)).await
     }
 
@@ -98,7 +98,7 @@ fn serve(store: Store, owner: Owner, node: &str, inbox: Receiver<Query>) {
 
 fn series(store: &Store, job: JobKey) -> Result<Reply, Error> {
     let store_error = |e: wattson_store::StoreError| Error::new(ErrorCode::Store, e.to_string());
-    let query = AcctFilter { jobs: vec![job.clone()], ..AcctFilter::default() }.query();
+    let query = AcctQuery { jobs: vec![job.clone()], ..AcctQuery::default() };
     let records = store.query(&query).map_err(store_error)?;
     let Some(record) = records.iter().rev().find(|r| r.key == job) else {
         return Err(Error::new(ErrorCode::NotRunning, format!("job {job} has no record on this node")));
@@ -110,7 +110,7 @@ fn series(store: &Store, job: JobKey) -> Result<Reply, Error> {
 fn summary(store: &Store, owner: &Owner, node: &str, job: u32, bins: u32) -> Result<Reply, Error> {
     let key = JobKey::job(job);
     let Reply::Acct { records } =
-        query(store, owner, &AcctFilter { jobs: vec![key.clone()], ..AcctFilter::default() })?
+        query(store, owner, &AcctQuery { jobs: vec![key.clone()], ..AcctQuery::default() })?
     else {
         unreachable!("query answers with records")
     };
@@ -135,9 +135,8 @@ fn summary(store: &Store, owner: &Owner, node: &str, job: u32, bins: u32) -> Res
     Ok(Reply::JobSummary { summary })
 }
 
-fn query(store: &Store, owner: &Owner, filter: &AcctFilter) -> Result<Reply, Error> {
-    let mut records =
-        store.query(&filter.query()).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
+fn query(store: &Store, owner: &Owner, filter: &AcctQuery) -> Result<Reply, Error> {
+    let mut records = store.query(&filter).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
     if records.iter().any(|r| r.state == JobState::Running) {
         let running = owner.running();
         for record in records.iter_mut().filter(|r| r.state == JobState::Running) {

@@ -96,7 +96,7 @@ fn denied(message: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::AcctFilter;
+    use crate::AcctQuery;
     use wattson_types::job::JobKey;
 
     fn policy() -> Access {
@@ -123,14 +123,14 @@ mod tests {
 
     #[test]
     fn users_see_only_their_own_jobs_admins_see_all() {
-        let any = Request::Acct(AcctFilter::default());
+        let any = Request::Acct(AcctQuery::default());
         assert_eq!(
             policy().authorize(1000, any.clone()).unwrap(),
-            Request::Acct(AcctFilter { uid: Some(1000), ..AcctFilter::default() })
+            Request::Acct(AcctQuery { uid: Some(1000), ..AcctQuery::default() })
         );
         assert_eq!(policy().authorize(500, any.clone()).unwrap(), any);
         assert_eq!(policy().authorize(0, any.clone()).unwrap(), any);
-        let other = Request::Acct(AcctFilter { uid: Some(1001), ..AcctFilter::default() });
+        let other = Request::Acct(AcctQuery { uid: Some(1001), ..AcctQuery::default() });
         assert!(policy().authorize(1000, other.clone()).is_err());
         assert_eq!(policy().authorize(500, other.clone()).unwrap(), other);
     }

@@ -19,7 +19,7 @@ use wattson_engine::decision::Decision;
 use wattson_types::energy::{GpuReading, SeriesPoint};
 use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings};
 use wattson_types::job::{GpuRef, Hints, JobKey, JobRecord};
-use wattson_types::query::AcctQuery;
+pub use wattson_types::query::AcctQuery;
 use wattson_types::summary::NodeSummary;
 
 /// Largest request the daemon reads, in bytes.
@@ -45,7 +45,7 @@ pub enum Request {
         job: JobKey,
     },
     /// Recorded jobs matching a filter.
-    Acct(AcctFilter),
+    Acct(AcctQuery),
     /// A recorded job's power series on this node (the running record, else the newest):
     /// root, SlurmUser and admins may ask for any job, others for their own.
     JobSeries {
@@ -127,37 +127,6 @@ pub struct JobBegin {
     /// The user's energy hints.
     #[serde(default)]
     pub hints: Hints,
-}
-
-/// Which recorded jobs to return, as `sacct`'s `-j`, `-u`, `-S`, `-E`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AcctFilter {
-    /// Jobs or steps; empty means any. A job key without step also matches its steps.
-    #[serde(default)]
-    pub jobs: Vec<JobKey>,
-    /// Only this user's jobs.
-    #[serde(default)]
-    pub uid: Option<u32>,
-    /// Jobs running at or after this time (ns since the epoch).
-    #[serde(default)]
-    pub start_ns: Option<i64>,
-    /// Jobs running at or before this time (ns since the epoch).
-    #[serde(default)]
-    pub end_ns: Option<i64>,
-}
-
-impl AcctFilter {
-    /// The store query this filter asks for.
-    pub fn query(&self) -> AcctQuery {
-        AcctQuery {
-            jobs: self.jobs.clone(),
-            uid: self.uid,
-            start_ns: self.start_ns,
-            end_ns: self.end_ns,
-            limit: None,
-        }
-    }
 }
 
 /// One GPU in a status reply.
@@ -402,7 +371,7 @@ mod tests {
     #[test]
     fn an_oversized_request_is_refused_before_it_is_sent() {
         let jobs = (0..10_000).map(JobKey::job).collect();
-        let request = Request::Acct(AcctFilter { jobs, ..AcctFilter::default() });
+        let request = Request::Acct(AcctQuery { jobs, ..AcctQuery::default() });
         let err =
             call(Path::new("/nonexistent/wattsond.sock"), &request, Duration::from_secs(1)).unwrap_err();
         assert!(matches!(err, ClientError::TooLong(n) if n > MAX_REQUEST_BYTES), "{err}");

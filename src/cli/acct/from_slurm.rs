@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::TimeZone;
 
 use crate::report::{Source, Sources};
-use wattson_protocol::AcctFilter;
+use wattson_protocol::AcctQuery;
 use wattson_sacct::AccountingError;
 use wattson_sacct::comment;
 use wattson_types::job::{Hints, JobKey, JobRecord, JobState};
@@ -61,7 +61,7 @@ struct Row {
 }
 
 /// The cluster's records matching `filter`, as the caller may see them.
-pub fn fetch(filter: &AcctFilter, timeout: Duration) -> Result<Cluster, AccountingError> {
+pub fn fetch(filter: &AcctQuery, timeout: Duration) -> Result<Cluster, AccountingError> {
     let mut sacct = Command::new("sacct");
     sacct.env("SLURM_TIME_FORMAT", "%s").args(["-X", "-n", "-P", "-o", FIELDS]);
     let mut jobs: Vec<u32> = filter.jobs.iter().map(|k| k.job_id).collect();

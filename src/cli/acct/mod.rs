@@ -19,7 +19,7 @@ use super::caller_uid;
 use crate::report::{self, Column, Format, Style, units};
 use wattson_config::Config;
 use wattson_protocol::access::Access;
-use wattson_protocol::{AcctFilter, ClientError, Reply, Request};
+use wattson_protocol::{AcctQuery, ClientError, Reply, Request};
 use wattson_sacct::{AccountingError, SlurmState};
 use wattson_store::Store;
 use wattson_types::job::{JobKey, JobRecord};
@@ -171,7 +171,7 @@ impl Keep {
     }
 }
 
-fn filter(args: &AcctArgs) -> Result<AcctFilter, String> {
+fn filter(args: &AcctArgs) -> Result<AcctQuery, String> {
     let window =
         Window { start: args.start.as_deref(), end: args.end.as_deref(), states: !args.states.is_empty() };
     filter_for(&args.jobs, &args.users, args.all_users, window)
@@ -190,7 +190,7 @@ pub(super) fn filter_for(
     users: &[String],
     all_users: bool,
     window: Window,
-) -> Result<AcctFilter, String> {
+) -> Result<AcctQuery, String> {
     let now = chrono::Local::now();
     let uid = match users {
         [user] => Some(resolve_user(user)?),
@@ -214,7 +214,7 @@ pub(super) fn filter_for(
         None if window.start.is_none() && jobs.is_empty() && window.states => start_ns,
         None => None,
     };
-    Ok(AcctFilter { jobs: jobs.to_vec(), uid, start_ns, end_ns })
+    Ok(AcctQuery { jobs: jobs.to_vec(), uid, start_ns, end_ns, limit: None })
 }
 
 /// `--plot`: the job's power chart, from its summary or from this node.
@@ -230,7 +230,7 @@ fn plot_job(config: &Config, args: &AcctArgs, path: &std::path::Path) -> Result<
         Some(summary) => report::plot::from_summary(&summary.nodes),
         None => {
             let points = series(config, job)?;
-            let records = fetch(config, AcctFilter { jobs: vec![job.clone()], ..AcctFilter::default() })?;
+            let records = fetch(config, AcctQuery { jobs: vec![job.clone()], ..AcctQuery::default() })?;
             let record = records
                 .iter()
                 .rev()
@@ -320,7 +320,7 @@ pub(super) fn resolve_user(user: &str) -> Result<u32, String> {
 
 /// The cluster's records from Slurm's accounting, with this node's own in place of their
 /// summary's; this node's alone with `local_only`, or where Slurm keeps no accounting.
-pub(super) fn gather(config: &Config, filter: AcctFilter, local_only: bool) -> Result<Cluster, String> {
+pub(super) fn gather(config: &Config, filter: AcctQuery, local_only: bool) -> Result<Cluster, String> {
     let local = fetch(config, filter.clone());
     let only_local = |records| Cluster { records, ..Cluster::default() };
     if local_only {
@@ -350,7 +350,7 @@ pub(super) fn gather(config: &Config, filter: AcctFilter, local_only: bool) -> R
 }
 
 /// Asks the daemon; if none runs, reads the store with the same visibility rule.
-fn fetch(config: &Config, filter: AcctFilter) -> Result<Vec<JobRecord>, String> {
+fn fetch(config: &Config, filter: AcctQuery) -> Result<Vec<JobRecord>, String> {
     let request = Request::Acct(filter);
     match wattson_protocol::call(&config.daemon.socket, &request, config.daemon.request_timeout) {
         Ok(Reply::Acct { records }) => Ok(records),
@@ -363,7 +363,7 @@ fn fetch(config: &Config, filter: AcctFilter) -> Result<Vec<JobRecord>, String> 
             };
             let store = Store::open_read_only(&config.daemon.store)
                 .map_err(|e| format!("wattsond is not running and the store cannot be read: {e}"))?;
-            store.query(&filter.query()).map_err(|e| e.to_string())
+            store.query(&filter).map_err(|e| e.to_string())
         }
         Err(e) => Err(e.to_string()),
     }

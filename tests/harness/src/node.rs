@@ -229,7 +229,7 @@ impl Node {
     /// The one record of `job`, read through the daemon's socket.
     pub fn record(&self, job: &str) -> JobRecord {
         let key = JobKey::parse(job).unwrap();
-        let filter = wattson_protocol::AcctFilter { jobs: vec![key.clone()], ..Default::default() };
+        let filter = wattson_protocol::AcctQuery { jobs: vec![key.clone()], ..Default::default() };
         match wattson_protocol::call(&self.socket, &Request::Acct(filter), Duration::from_secs(5)).unwrap() {
             Reply::Acct { records } => {
                 let mut mine: Vec<JobRecord> = records.into_iter().filter(|r| r.key == key).collect();
