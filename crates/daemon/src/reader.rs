@@ -136,7 +136,7 @@ fn summary(store: &Store, owner: &Owner, node: &str, job: u32, bins: u32) -> Res
 }
 
 fn query(store: &Store, owner: &Owner, filter: &AcctQuery) -> Result<Reply, Error> {
-    let mut records = store.query(&filter).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
+    let mut records = store.query(filter).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
     if records.iter().any(|r| r.state == JobState::Running) {
         let running = owner.running();
         for record in records.iter_mut().filter(|r| r.state == JobState::Running) {
