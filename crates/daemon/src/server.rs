@@ -214,17 +214,15 @@ async fn job_energy(services: &Services, job: u32, uid: u32) -> Response {
     let Some(Reply::Status { gpus, .. }) = services.sampler.status().await else {
         return Err(Error::new(ErrorCode::Busy, "too many status requests waiting; retry"));
     };
-    let (mut energy_mj, mut power_mw) = (0.0, 0u64);
-    for used in &record.gpus {
-        let mut meter = used.meter.clone();
-        let now = gpus.iter().find(|g| g.info.index == used.index).and_then(|g| g.reading);
-        if let Some(reading) = now {
+    let mut now = record.clone();
+    let mut power_mw = 0u64;
+    for used in &mut now.gpus {
+        if let Some(reading) = gpus.iter().find(|g| g.info.index == used.index).and_then(|g| g.reading) {
             power_mw += u64::from(reading.power_mw.unwrap_or(0));
-            meter.advance(reading);
+            used.meter.advance(reading);
         }
-        energy_mj += meter.energy_mj;
     }
-    Ok(Reply::JobEnergy { job, energy_mj: energy_mj.round() as u64, power_mw })
+    Ok(Reply::JobEnergy { job, energy_mj: now.energy_mj().round() as u64, power_mw })
 }
 
 /// What a user may see of the node's status, as Slurm shows other users' jobs to nobody: the

@@ -298,9 +298,14 @@ pub struct JobDvfs {
 }
 
 impl JobRecord {
+    /// Total GPU energy in millijoules: the one sum of a job's meters.
+    pub fn energy_mj(&self) -> f64 {
+        self.gpus.iter().map(|g| g.meter.energy_mj).sum()
+    }
+
     /// Total GPU energy in joules.
     pub fn energy_j(&self) -> f64 {
-        self.gpus.iter().map(|g| g.meter.energy_mj).sum::<f64>() / 1000.0
+        self.energy_mj() / 1000.0
     }
 
     /// The method that measured the job: `counter` only if every GPU was metered by its counter.

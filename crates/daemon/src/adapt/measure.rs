@@ -130,7 +130,7 @@ pub(super) fn mark(record: &JobRecord, job: &mut Adaptive) -> Mark {
     }
     Mark {
         t_ns: record.gpus.iter().map(|g| g.meter.last.t_ns).max().unwrap_or(0),
-        energy_mj: record.gpus.iter().map(|g| g.meter.energy_mj).sum(),
+        energy_mj: record.energy_mj(),
         // Each count carries the instant it was written, so an older one is still exact.
         work: job.last_work,
         activity: job.activity,
