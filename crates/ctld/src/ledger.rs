@@ -105,14 +105,17 @@ pub fn save(ledger: &Ledger, path: &Path) -> std::io::Result<()> {
     write_whole(path, &serde_json::to_vec_pretty(ledger).map_err(std::io::Error::other)?)
 }
 
-/// Writes `bytes` to `path` (mode 0644) through a new file renamed over the old.
+/// Writes `bytes` to `path` (mode 0644) through a new file renamed over the old, as durably
+/// as the daemon writes its own files: the new file synced before the rename, the directory
+/// after it, so a crash leaves the old file or the new one, never an empty one.
 pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
     std::io::Write::write_all(&mut file, bytes)?;
     file.as_file().set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    file.as_file().sync_all()?;
     file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Reads the ledger the controller saved at `path`.
