@@ -382,3 +382,39 @@ fn check_config_refuses_empty_and_root_paths_and_a_public_metrics_address() {
         assert!(err.contains(key), "{err}");
     }
 }
+
+/// A running job's record damaged on disk (its JSON no longer parses) while the daemon was
+/// down: the daemon starts (no crash loop), logs the job, moves the record aside, and the
+/// other running job resumes, exact.
+#[test]
+fn a_running_record_that_cannot_be_read_is_quarantined_and_the_daemon_starts() {
+    let mut node = Node::h100(2);
+    node.start();
+    let args = ["job", "begin", "--job", "1", "--uid", "1000", "--gpus", "0", "--energy-tag", "damaged"];
+    assert_ok(&node.wattson(&args));
+    let t0 = wattson_types::now_ns();
+    begin_with(&node, "2", "1", "perf");
+    let begin2 = common::Bracket(t0, wattson_types::now_ns());
+    std::thread::sleep(Duration::from_millis(300));
+    node.stop();
+    // The last connection closing writes the log into the file itself.
+    drop(wattson_store::Store::open(&node.store).unwrap());
+    let mut bytes = std::fs::read(&node.store).unwrap();
+    let (from, to) = (b"\"damaged\"", b"[damaged]");
+    let mut hits = 0;
+    for i in 0..bytes.len() - from.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            hits += 1;
+        }
+    }
+    assert!(hits > 0, "the tag is in the store file");
+    std::fs::write(&node.store, &bytes).unwrap();
+
+    node.start();
+    assert!(node.log().contains("cannot be read") && node.log().contains("job=1"), "{}", node.log());
+    let end2 = node.end("2");
+    common::assert_exact(&node, &node.record("2"), begin2, end2, 1e-3);
+    assert!(node.acct_json(&["-j", "1"]).is_empty(), "the damaged record is out of the job tables");
+    assert_eq!(node.acct_json(&["-j", "2"]).len(), 1, "acct works");
+}

@@ -11,6 +11,7 @@
 //! can still open the file while the daemon is stopped.
 
 mod models;
+mod quarantine;
 mod query;
 mod renumber;
 pub mod schema;
