@@ -12,6 +12,7 @@
 
 mod models;
 mod quarantine;
+pub use quarantine::Quarantined;
 mod query;
 mod renumber;
 pub mod schema;

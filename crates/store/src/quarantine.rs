@@ -7,13 +7,16 @@ use rusqlite::params;
 use super::{Store, StoreError, query};
 use wattson_types::job::{JobKey, JobRecord};
 
+/// Records moved to quarantine: which, and why.
+pub type Quarantined = Vec<(JobKey, String)>;
+
 impl Store {
     /// The RUNNING records; each that cannot be read is moved to `quarantine` at `now` (in one
     /// commit each) and returned with the reason instead.
     pub fn running_jobs_or_quarantine(
         &mut self,
         now: i64,
-    ) -> Result<(Vec<JobRecord>, Vec<(JobKey, String)>), StoreError> {
+    ) -> Result<(Vec<JobRecord>, Quarantined), StoreError> {
         let ids: Vec<(i64, JobKey)> = self
             .conn
             .prepare(
