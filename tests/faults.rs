@@ -418,3 +418,35 @@ fn a_running_record_that_cannot_be_read_is_quarantined_and_the_daemon_starts() {
     assert!(node.acct_json(&["-j", "1"]).is_empty(), "the damaged record is out of the job tables");
     assert_eq!(node.acct_json(&["-j", "2"]).len(), 1, "acct works");
 }
+
+/// A daemon whose socket file was removed while it ran (say by hand), and a second daemon with
+/// its own store that took the socket's path since: when the first one stops, it leaves the
+/// second one's socket alone.
+#[test]
+fn a_stopping_daemon_leaves_another_daemons_socket_alone() {
+    let mut node = Node::h100(1);
+    node.start();
+    std::fs::remove_file(&node.socket).unwrap();
+    let other_store = node.dir.path().join("other").join("wattson.db");
+    let config = node.config_with("second.toml", node.store.to_str().unwrap(), other_store.to_str().unwrap());
+    let mut second = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+        .arg("-c")
+        .arg(&config)
+        .env(fake_nvml::DIR_ENV, node.sim.dir())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = node.socket.clone();
+    let status =
+        || wattson_protocol::call(&socket, &wattson_protocol::Request::Status {}, Duration::from_secs(1));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while status().is_err() {
+        assert!(std::time::Instant::now() < deadline, "the second daemon did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    node.stop();
+    let answered = status().is_ok();
+    let _ = second.kill();
+    let _ = second.wait();
+    assert!(answered, "the first daemon removed the second one's socket");
+}

@@ -489,7 +489,8 @@ impl Core {
     }
 }
 
-fn not_running(key: &JobKey) -> Error {
+/// The answer about a job that does not run here (also to a user asking about another's).
+pub(crate) fn not_running(key: &JobKey) -> Error {
     Error::new(ErrorCode::NotRunning, format!("job {key} is not running on this node"))
 }
 
