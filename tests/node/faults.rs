@@ -382,3 +382,71 @@ fn check_config_refuses_empty_and_root_paths_and_a_public_metrics_address() {
         assert!(err.contains(key), "{err}");
     }
 }
+
+/// A running job's record damaged on disk (its JSON no longer parses) while the daemon was
+/// down: the daemon starts (no crash loop), logs the job, moves the record aside, and the
+/// other running job resumes, exact.
+#[test]
+fn a_running_record_that_cannot_be_read_is_quarantined_and_the_daemon_starts() {
+    let mut node = Node::h100(2);
+    node.start();
+    let args = ["job", "begin", "--job", "1", "--uid", "1000", "--gpus", "0", "--energy-tag", "damaged"];
+    assert_ok(&node.wattson(&args));
+    let t0 = wattson_types::now_ns();
+    begin_with(&node, "2", "1", "perf");
+    let begin2 = common::Bracket(t0, wattson_types::now_ns());
+    std::thread::sleep(Duration::from_millis(300));
+    node.stop();
+    // The last connection closing writes the log into the file itself.
+    drop(wattson_store::Store::open(&node.store).unwrap());
+    let mut bytes = std::fs::read(&node.store).unwrap();
+    let (from, to) = (b"\"damaged\"", b"[damaged]");
+    let mut hits = 0;
+    for i in 0..bytes.len() - from.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            hits += 1;
+        }
+    }
+    assert!(hits > 0, "the tag is in the store file");
+    std::fs::write(&node.store, &bytes).unwrap();
+
+    node.start();
+    assert!(node.log().contains("cannot be read") && node.log().contains("job=1"), "{}", node.log());
+    let end2 = node.end("2");
+    common::assert_exact(&node, &node.record("2"), begin2, end2, 1e-3);
+    assert!(node.acct_json(&["-j", "1"]).is_empty(), "the damaged record is out of the job tables");
+    assert_eq!(node.acct_json(&["-j", "2"]).len(), 1, "acct works");
+}
+
+/// A daemon whose socket file was removed while it ran (say by hand), and a second daemon with
+/// its own store that took the socket's path since: when the first one stops, it leaves the
+/// second one's socket alone.
+#[test]
+fn a_stopping_daemon_leaves_another_daemons_socket_alone() {
+    let mut node = Node::h100(1);
+    node.start();
+    std::fs::remove_file(&node.socket).unwrap();
+    let other_store = node.dir.path().join("other").join("wattson.db");
+    let config = node.config_with("second.toml", node.store.to_str().unwrap(), other_store.to_str().unwrap());
+    let mut second = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+        .arg("-c")
+        .arg(&config)
+        .env(fake_nvml::DIR_ENV, node.sim.dir())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = node.socket.clone();
+    let status =
+        || wattson_protocol::call(&socket, &wattson_protocol::Request::Status {}, Duration::from_secs(1));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while status().is_err() {
+        assert!(std::time::Instant::now() < deadline, "the second daemon did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    node.stop();
+    let answered = status().is_ok();
+    let _ = second.kill();
+    let _ = second.wait();
+    assert!(answered, "the first daemon removed the second one's socket");
+}

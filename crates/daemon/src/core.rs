@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::adapt::{Changes, Prober};
 use crate::clock::Clock;
@@ -69,8 +69,12 @@ impl Core {
         dirs: EngineDirs,
     ) -> Result<Core, String> {
         let mut store = store;
-        let resumed =
-            store.running_jobs().map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
+        let (resumed, quarantined) = store
+            .running_jobs_or_quarantine(clock.wall_ns())
+            .map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
+        for (key, reason) in quarantined {
+            error!(job = %key, reason = %reason, "a running job's record cannot be read: moved to the store's quarantine table; the job is no longer metered");
+        }
         // By UUID: NVML may have numbered the GPUs otherwise since the last start.
         let running = identity::match_gpus(backend.as_ref(), &mut store, resumed, clock.wall_ns())?;
         for key in running.keys() {
@@ -485,7 +489,8 @@ impl Core {
     }
 }
 
-fn not_running(key: &JobKey) -> Error {
+/// The answer about a job that does not run here (also to a user asking about another's).
+pub(crate) fn not_running(key: &JobKey) -> Error {
     Error::new(ErrorCode::NotRunning, format!("job {key} is not running on this node"))
 }
 

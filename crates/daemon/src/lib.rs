@@ -119,6 +119,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         warn!(user = %name, "configured user does not exist on this node; ignored");
     }
     let listener = server::bind(&config.daemon.socket)?;
+    let bound = server::identity(&config.daemon.socket);
 
     // One sample before serving, so resumed jobs catch up and metrics are never empty.
     sampler.sample_once().await;
@@ -161,7 +162,10 @@ pub async fn run(config: Config) -> Result<(), String> {
     // return to defaults any GPU still changed for a job that is not running.
     let readings = tokio::task::spawn_blocking(move || pool.read_all()).await.unwrap_or_default();
     owner.shutdown(readings).await;
-    let _ = std::fs::remove_file(&config.daemon.socket);
+    // Only the socket this daemon made: another daemon may have taken the path since.
+    if bound.is_some() && server::identity(&config.daemon.socket) == bound {
+        let _ = std::fs::remove_file(&config.daemon.socket);
+    }
     info!("wattsond stopped");
     Ok(())
 }

@@ -96,12 +96,17 @@ fn serve(store: Store, owner: Owner, node: &str, inbox: Receiver<Query>) {
     }
 }
 
+/// The answer about a job with no record here (also to a user asking about another's).
+pub(crate) fn no_record(job: &JobKey) -> Error {
+    Error::new(ErrorCode::NotRunning, format!("job {job} has no record on this node"))
+}
+
 fn series(store: &Store, job: JobKey) -> Result<Reply, Error> {
     let store_error = |e: wattson_store::StoreError| Error::new(ErrorCode::Store, e.to_string());
     let query = AcctQuery { jobs: vec![job.clone()], ..AcctQuery::default() };
     let records = store.query(&query).map_err(store_error)?;
     let Some(record) = records.iter().rev().find(|r| r.key == job) else {
-        return Err(Error::new(ErrorCode::NotRunning, format!("job {job} has no record on this node")));
+        return Err(no_record(&job));
     };
     let points = store.samples(&job).map_err(store_error)?;
     Ok(Reply::Series { uid: record.uid, job, points })

@@ -42,6 +42,12 @@ pub fn check_free(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Which file `path` is now (device and inode), without following a link.
+pub fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// Binds the socket at `path`, refusing if another daemon answers there.
 pub fn bind(path: &Path) -> Result<UnixListener, String> {
     check_free(path)?;
@@ -206,10 +212,8 @@ async fn job_energy(services: &Services, job: u32, uid: u32) -> Response {
         return Err(Error::new(ErrorCode::NotRunning, format!("job {job} has no record running here")));
     };
     if !(services.access.sees_all(uid) || record.uid == uid) {
-        return Err(Error::new(
-            ErrorCode::PermissionDenied,
-            format!("permission denied: job {job} belongs to another user"),
-        ));
+        // As for a job that is not here: a user learns nothing of another user's jobs.
+        return Err(Error::new(ErrorCode::NotRunning, format!("job {job} has no record running here")));
     }
     let Some(Reply::Status { gpus, .. }) = services.sampler.status().await else {
         return Err(Error::new(ErrorCode::Busy, "too many status requests waiting; retry"));
@@ -241,6 +245,7 @@ fn seen_by(reply: Reply, uid: u32, services: &Services) -> Reply {
 
 /// Answers an authorised request from `uid` (over the socket or the controller link).
 pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) -> Response {
+    request.validate()?;
     match request {
         Request::JobBegin(begin) => services.owner.begin(begin).await,
         Request::JobEnd { job } => services.owner.end(job).await,
@@ -257,11 +262,9 @@ pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) ->
         Request::JobSeries { job } => {
             let reply = services.reader.series(job.clone()).await?;
             match &reply {
+                // As for a job with no record: a user learns nothing of another user's jobs.
                 Reply::Series { uid: owner, .. } if !(services.access.sees_all(uid) || *owner == uid) => {
-                    Err(Error::new(
-                        ErrorCode::PermissionDenied,
-                        format!("permission denied: job {job} belongs to another user"),
-                    ))
+                    Err(crate::reader::no_record(&job))
                 }
                 _ => Ok(reply),
             }
@@ -277,10 +280,7 @@ pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) ->
                 Reply::Settings { uid: owner, .. }
                     if !(services.access.is_privileged(uid) || *owner == uid) =>
                 {
-                    Err(Error::new(
-                        ErrorCode::PermissionDenied,
-                        format!("permission denied: job {job} belongs to another user"),
-                    ))
+                    Err(crate::core::not_running(&job))
                 }
                 _ => Ok(reply),
             }

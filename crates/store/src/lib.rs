@@ -11,6 +11,8 @@
 //! can still open the file while the daemon is stopped.
 
 mod models;
+mod quarantine;
+pub use quarantine::Quarantined;
 mod query;
 mod renumber;
 pub mod schema;

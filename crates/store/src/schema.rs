@@ -137,6 +137,19 @@ pub const MIGRATIONS: &[&str] = &[
     DROP TABLE models;
     ALTER TABLE models_v7 RENAME TO models;
     ",
+    // v8: records that could not be read (their JSON damaged) are moved out of `jobs`, kept
+    // as they were found (the row and its GPUs' rows as JSON text), with why and when.
+    "
+    CREATE TABLE quarantine (
+        job_id         INTEGER NOT NULL,
+        step           TEXT    NOT NULL,
+        uid            INTEGER,
+        begin_ns       INTEGER,
+        quarantined_ns INTEGER NOT NULL,
+        reason         TEXT    NOT NULL,
+        record         TEXT    NOT NULL
+    );
+    ",
 ];
 
 /// The schema version this binary writes and understands.

@@ -9,6 +9,7 @@ use crate::energy::{GpuMeter, Method};
 /// A job or one of its steps, as `sacct` names them: `42` (the whole allocation), `42.0`,
 /// `42.batch`, `42.extern`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct JobKey {
     /// Slurm job id.
     pub job_id: u32,

@@ -1,0 +1,136 @@
+//! Running records that cannot be read (their JSON damaged on disk, or by hand) are moved out
+//! of `jobs` into `quarantine`, as they were found, so that the daemon starts and every query
+//! keeps working; the daemon logs each.
+
+use rusqlite::params;
+
+use super::{Store, StoreError, query};
+use wattson_types::job::{JobKey, JobRecord};
+
+/// Records moved to quarantine: which, and why.
+pub type Quarantined = Vec<(JobKey, String)>;
+
+impl Store {
+    /// The RUNNING records; each that cannot be read is moved to `quarantine` at `now` (in one
+    /// commit each) and returned with the reason instead.
+    pub fn running_jobs_or_quarantine(
+        &mut self,
+        now: i64,
+    ) -> Result<(Vec<JobRecord>, Quarantined), StoreError> {
+        let ids: Vec<(i64, JobKey)> = self
+            .conn
+            .prepare(
+                "SELECT id, job_id, step FROM jobs WHERE state = 'RUNNING' ORDER BY begin_ns, job_id, step",
+            )?
+            .query_map([], |r| Ok((r.get(0)?, JobKey { job_id: r.get(1)?, step: r.get(2)? })))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut records = Vec::with_capacity(ids.len());
+        let mut quarantined = Vec::new();
+        for (id, key) in ids {
+            match query::load_by_id(&self.conn, id) {
+                Ok(record) => records.push(record),
+                Err(StoreError::Corrupt(reason)) => {
+                    self.quarantine(id, &reason, now)?;
+                    quarantined.push((key, reason));
+                }
+                Err(StoreError::Sqlite(e)) if is_bad_value(&e) => {
+                    let reason = format!("job {key}: {e}");
+                    self.quarantine(id, &reason, now)?;
+                    quarantined.push((key, reason));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((records, quarantined))
+    }
+
+    /// Moves the record of row `id` (with its GPUs and series) to `quarantine`.
+    fn quarantine(&mut self, id: i64, reason: &str, now: i64) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO quarantine (job_id, step, uid, begin_ns, quarantined_ns, reason, record)
+             SELECT job_id, step, uid, begin_ns, ?2, ?3, json_object(
+                 'user', user, 'name', name, 'node', node, 'end_ns', end_ns, 'state', state,
+                 'hints', hints, 'policy', policy, 'dvfs', dvfs,
+                 'gpus', (SELECT json_group_array(json_object('gpu_index', gpu_index, 'uuid', uuid,
+                              'name', name, 'energy_mj', energy_mj, 'meter', meter))
+                          FROM job_gpus WHERE job = jobs.id))
+             FROM jobs WHERE id = ?1",
+            params![id, now, reason],
+        )?;
+        tx.execute("DELETE FROM samples WHERE job = ?1", [id])?;
+        tx.execute("DELETE FROM job_gpus WHERE job = ?1", [id])?;
+        tx.execute("DELETE FROM jobs WHERE id = ?1", [id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// How many records are in quarantine.
+    pub fn quarantined(&self) -> Result<usize, StoreError> {
+        Ok(self.conn.query_row("SELECT count(*) FROM quarantine", [], |r| r.get::<_, i64>(0))? as usize)
+    }
+}
+
+/// Whether SQLite's error is a value of the wrong type or range in a row (a damaged row),
+/// not a failure of the store itself.
+fn is_bad_value(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_record_with_damaged_json_is_moved_aside_and_the_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+        store
+            .conn
+            .execute_batch(
+                "INSERT INTO jobs (id, job_id, step, uid, node, begin_ns, state, hints)
+                     VALUES (1, 7, '', 1000, 'n1', 1, 'RUNNING', '{}'),
+                            (2, 8, '', 1000, 'n1', 2, 'RUNNING', '{\"tag\":[oops'),
+                            (3, 9, '', 1000, 'n1', 3, 'RUNNING', '{}');
+                 INSERT INTO job_gpus (job, gpu_index, uuid, name, energy_mj, meter)
+                     VALUES (3, 0, 'GPU-0', 'H100', 5.0, 'not json');",
+            )
+            .unwrap();
+        let (records, quarantined) = store.running_jobs_or_quarantine(42).unwrap();
+        assert_eq!(records.iter().map(|r| r.key.job_id).collect::<Vec<_>>(), [7]);
+        let keys: Vec<u32> = quarantined.iter().map(|(k, _)| k.job_id).collect();
+        assert_eq!(keys, [8, 9]);
+        assert!(quarantined[1].1.contains("meter"), "{quarantined:?}");
+        assert_eq!(store.quarantined().unwrap(), 2);
+        let kept: String =
+            store.conn.query_row("SELECT record FROM quarantine WHERE job_id = 9", [], |r| r.get(0)).unwrap();
+        assert!(kept.contains("not json") && kept.contains("GPU-0"), "{kept}");
+        // Every query works again; nothing is left in the job tables of the moved records.
+        assert_eq!(store.query(&crate::AcctQuery::default()).unwrap().len(), 1);
+        assert_eq!(store.running_jobs().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_version_7_file_migrates_to_an_empty_quarantine_and_keeps_its_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        crate::schema::migrate_with(&mut conn, &crate::schema::MIGRATIONS[..7]).unwrap();
+        conn.execute(
+            "INSERT INTO jobs (job_id, step, uid, node, begin_ns, state) VALUES (7, '', 1000, 'n1', 1, 'RUNNING')",
+            [],
+        )
+        .unwrap();
+        drop(conn);
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(crate::schema::version(&store.conn).unwrap(), 8);
+        assert_eq!(store.quarantined().unwrap(), 0);
+        let (records, quarantined) = store.running_jobs_or_quarantine(1).unwrap();
+        assert_eq!((records.len(), quarantined.len()), (1, 0));
+    }
+}
