@@ -6,6 +6,7 @@ mod acct;
 mod ctld;
 pub mod docs;
 mod job;
+mod job_summary;
 mod models;
 mod power;
 mod report;
@@ -56,6 +57,9 @@ enum Command {
     /// Jobs' summaries in Slurm's accounting (`wattson summary write|show`).
     #[command(subcommand)]
     Summary(summary::SummaryCommand),
+    /// One job's GPU energy at a glance, like seff: energy, kWh per GPU-hour, power, the
+    /// setting and why, what it saved, cost and CO2.
+    JobSummary(job_summary::JobSummaryArgs),
 }
 
 /// The wattson node daemon: exact per-job GPU energy accounting into a local SQLite store.
@@ -109,6 +113,7 @@ pub fn main() -> ExitCode {
         Command::Power(command) => power::run(&config, command),
         Command::Models(command) => models::run(&config, command),
         Command::Summary(command) => summary::run(&config, command),
+        Command::JobSummary(args) => job_summary::run(&config, args),
         Command::Sim(_) => Ok(()),
     };
     match result {
