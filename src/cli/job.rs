@@ -46,6 +46,9 @@ pub struct BeginArgs {
     /// Workload signature that lets models learn across runs
     #[arg(long)]
     energy_tag: Option<String>,
+    /// The GPU clocks the job asked Slurm for (its --gpu-freq): wattson stands aside
+    #[arg(long)]
+    gpu_freq: Option<String>,
 }
 
 /// `wattson job end` options.
@@ -71,8 +74,12 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
                 println!("job {} has no GPUs on this node: nothing to account", args.job);
                 return Ok(());
             }
-            let hints =
-                Hints { policy: args.energy, slowdown_pct: args.energy_slowdown, tag: args.energy_tag };
+            let hints = Hints {
+                policy: args.energy,
+                slowdown_pct: args.energy_slowdown,
+                tag: args.energy_tag,
+                gpu_freq: args.gpu_freq,
+            };
             hints.validate()?;
             Request::JobBegin(JobBegin {
                 job: args.job,

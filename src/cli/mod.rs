@@ -6,6 +6,7 @@
 mod acct;
 mod forward;
 mod job;
+mod job_summary;
 mod report;
 mod status;
 mod summary;
@@ -55,6 +56,9 @@ enum Command {
     /// wattson-ctld).
     #[command(subcommand)]
     Summary(summary::SummaryCommand),
+    /// One job's GPU energy at a glance, like seff: energy, kWh per GPU-hour, power, the
+    /// setting and why, what it saved, cost and CO2.
+    JobSummary(job_summary::JobSummaryArgs),
 }
 
 /// `--version`: wattson's own with the commit it was built from, and the Slurm release its
@@ -75,6 +79,7 @@ pub fn main() -> ExitCode {
         Command::Report(args) => with_config(file, |c| report::run(c, args)),
         Command::Job(cmd) => with_config(file, |c| job::run(c, cmd)),
         Command::Status(args) => with_config(file, |c| status::run(c, args)),
+        Command::JobSummary(args) => with_config(file, |c| job_summary::run(c, args)),
         Command::Summary(summary::SummaryCommand::Show(args)) => {
             with_config(file, |c| summary::show(c, args))
         }

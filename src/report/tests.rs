@@ -28,7 +28,12 @@ fn job(id: &str, name: &str, energy_j: f64) -> JobRecord {
         begin_ns: 0,
         end_ns: Some(3600 * S),
         state: JobState::Completed,
-        hints: Hints { policy: Some(EnergyPolicy::MinEnergy), slowdown_pct: None, tag: Some("bert".into()) },
+        hints: Hints {
+            policy: Some(EnergyPolicy::MinEnergy),
+            slowdown_pct: None,
+            tag: Some("bert".into()),
+            gpu_freq: None,
+        },
         policy: Some(EnergyPolicy::MinEnergy),
         gpus: vec![gpu(0, energy_j, 300, Method::Counter)],
         dvfs: None,

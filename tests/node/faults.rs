@@ -429,7 +429,7 @@ fn a_stopping_daemon_leaves_another_daemons_socket_alone() {
     std::fs::remove_file(&node.socket).unwrap();
     let other_store = node.dir.path().join("other").join("wattson.db");
     let config = node.config_with("second.toml", node.store.to_str().unwrap(), other_store.to_str().unwrap());
-    let mut second = Command::new(env!("CARGO_BIN_EXE_wattsond"))
+    let mut second = Command::new(wattson_harness::programs::program("wattsond"))
         .arg("-c")
         .arg(&config)
         .env(fake_nvml::DIR_ENV, node.sim.dir())

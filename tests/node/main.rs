@@ -2,10 +2,12 @@
 //! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
 
 mod accounting;
+mod dashboard;
 mod dvfs;
 mod faults;
 mod fuzz;
 mod hostile;
+mod job_summary;
 mod plot;
 mod robustness;
 mod service;

@@ -96,6 +96,20 @@ fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 impl PolicyConfig {
     /// Decides the policy of a job of `user` with `hints` (already validated).
     pub fn decide(&self, hints: &Hints, user: &str) -> Decision {
+        if let Some(freq) = &hints.gpu_freq {
+            // The job set its own GPU clocks through Slurm: wattson leaves its GPUs alone.
+            let note = format!(
+                "the job asked for --gpu-freq={freq}: wattson stands aside (GPUs at the job's clocks)"
+            );
+            let engine = Objective::for_policy(EnergyPolicy::Perf, 0.0, self.balanced_eta);
+            return Decision {
+                policy: EnergyPolicy::Perf,
+                enact: self.enact,
+                power_pct: 100,
+                engine,
+                note: Some(note),
+            };
+        }
         let asked = hints.policy.unwrap_or(self.default);
         let reserved = !self.perf_users.is_empty() && !self.perf_users.iter().any(|u| u == user);
         let (policy, note) = if asked == EnergyPolicy::Perf && reserved {
@@ -151,6 +165,17 @@ mod tests {
         assert_eq!(d.policy, EnergyPolicy::Balanced);
         assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 595_000 }));
         assert_eq!(cfg.decide(&hints("perf"), "alice").setting_for(&h100()), None);
+    }
+
+    #[test]
+    fn a_job_with_its_own_gpu_clocks_is_left_alone() {
+        for enact in [Enact::Share, Enact::Model] {
+            let cfg = PolicyConfig { enact, ..PolicyConfig::default() };
+            let asked = Hints { gpu_freq: Some("high".into()), ..hints("min-energy") };
+            let d = cfg.decide(&asked, "alice");
+            assert_eq!((d.policy, d.setting_for(&h100()), d.by_model()), (EnergyPolicy::Perf, None, false));
+            assert!(d.note.unwrap().contains("--gpu-freq=high"));
+        }
     }
 
     #[test]

@@ -38,6 +38,7 @@ fn rec(job_id: u32, step: &str, uid: u32, begin_s: i64, gpus: &[u32]) -> JobReco
             policy: Some(EnergyPolicy::Balanced),
             slowdown_pct: Some(5.0),
             tag: Some("bert".into()),
+            gpu_freq: None,
         },
         policy: Some(EnergyPolicy::Balanced),
         gpus: gpus.iter().map(|&i| gpu(i, begin_s * S, 1000)).collect(),

@@ -113,6 +113,10 @@ pub struct Hints {
     /// Workload signature that lets models learn across runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
+    /// The GPU clocks the job asked Slurm for (`--gpu-freq`, e.g. `high` or `1500,memory=1000`):
+    /// wattson then stands aside and leaves the job's GPUs to them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_freq: Option<String>,
 }
 
 /// Checks a slowdown bound given in percent (`--energy-slowdown`, `[policy] slowdown_pct`):
@@ -138,6 +142,11 @@ impl Hints {
             // ',' and '=' separate the fields Slurm records (`AdminComment`).
             return Err("energy tag must be 1 to 128 bytes of printable characters other than ',' and '='"
                 .to_string());
+        }
+        if let Some(f) = &self.gpu_freq
+            && (f.is_empty() || f.len() > 128 || f.chars().any(char::is_control))
+        {
+            return Err("--gpu-freq must be 1 to 128 bytes of printable characters".to_string());
         }
         Ok(())
     }
@@ -362,8 +371,10 @@ mod tests {
             policy: Some(EnergyPolicy::MinEnergy),
             slowdown_pct: Some(10.0),
             tag: Some("bert".into()),
+            gpu_freq: Some("1500,memory=1000".into()),
         };
         assert!(ok.validate().is_ok());
+        assert!(Hints { gpu_freq: Some("hi\ngh".into()), ..Hints::default() }.validate().is_err());
         // A policy outside the enum is refused where it is read, with what is allowed.
         let bad = serde_json::from_str::<Hints>(r#"{"policy":"fast"}"#).unwrap_err().to_string();
         assert!(bad.contains("min-energy, balanced, perf"), "{bad}");

@@ -11,6 +11,7 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use wattson_slurm::gpu_freq;
 use wattson_slurm::submit::{self, CachedConfig};
 use wattson_slurm::sys::{self, job_desc_msg_t};
 use wattson_slurm_ffi::{error, guard};
@@ -119,6 +120,13 @@ pub unsafe extern "C" fn job_submit(
     guard("job_submit", SLURM_SUCCESS, || {
         // SAFETY: slurmctld passes a valid, exclusively borrowed job description.
         let Some(job) = (unsafe { job_desc.as_mut() }) else { return SLURM_SUCCESS };
+        // The job's --gpu-freq for its nodes (cleared when it set none: the variable is ours).
+        // SAFETY: Slurm's NUL-terminated tres_freq, or NULL.
+        let tres_freq = (!job.tres_freq.is_null())
+            .then(|| unsafe { CStr::from_ptr(job.tres_freq) }.to_string_lossy().into_owned());
+        let gpu_freq = tres_freq.as_deref().and_then(gpu_freq::from_tres_freq).unwrap_or_default();
+        // SAFETY: Slurm's own array and count, grown by Slurm's allocator.
+        unsafe { set_spank_env(job, gpu_freq::GPU_FREQ_VAR, &gpu_freq) };
         // SAFETY: Slurm's arrays with their element counts.
         let spank_env = unsafe { strings(job.spank_job_env, job.spank_job_env_size) };
         let job_env = unsafe { strings(job.environment, job.env_size) };

@@ -91,16 +91,20 @@ impl SubmitHints {
     /// (`_SLURM_SPANK_OPTION_wattson_<option>`), taken from the job's SPANK environment only
     /// (an exported look-alike in the job's environment is not an option the nodes see), else
     /// `WATTSON_ENERGY`, `WATTSON_ENERGY_SLOWDOWN`, `WATTSON_ENERGY_TAG`, `WATTSON_ENERGY_DEFER`
-    /// from the job's environment. Also says whether the hints came from the environment.
+    /// from the job's environment; the job's `--gpu-freq` from the SPANK environment
+    /// ([`crate::gpu_freq`]). Also says whether the hints came from the environment.
     pub fn from_env<'a>(
         spank_env: impl IntoIterator<Item = &'a str>,
         job_env: impl IntoIterator<Item = &'a str>,
     ) -> Result<(SubmitHints, bool), String> {
         let mut spank = SubmitHints::default();
         let mut any_spank = false;
+        let mut gpu_freq = None;
         for entry in spank_env {
             let Some((name, value)) = entry.split_once('=') else { continue };
-            if let Some(option) = name.strip_prefix(SPANK_PREFIX) {
+            if name == crate::gpu_freq::GPU_FREQ_VAR {
+                gpu_freq = crate::gpu_freq::from_prolog_env(Some(value));
+            } else if let Some(option) = name.strip_prefix(SPANK_PREFIX) {
                 spank.set(&option.replace('_', "-"), value)?;
                 any_spank = true;
             }
@@ -118,7 +122,9 @@ impl SubmitHints {
             }
         }
         // Options given to sbatch win over the environment.
-        Ok(if any_spank || !any_plain { (spank, false) } else { (plain, true) })
+        let (mut chosen, from_env) = if any_spank || !any_plain { (spank, false) } else { (plain, true) };
+        chosen.hints.gpu_freq = gpu_freq;
+        Ok((chosen, from_env))
     }
 
     /// The hints as the SPANK options the nodes read (`_SLURM_SPANK_OPTION_wattson_<option>`,

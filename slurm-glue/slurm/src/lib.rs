@@ -3,6 +3,7 @@
 //! glue itself stays a thin, panic-proof FFI layer.
 
 pub mod energy;
+pub mod gpu_freq;
 pub mod hints;
 pub mod node;
 pub mod submit;

@@ -115,9 +115,10 @@ pub fn begin(args: &PluginArgs, job: NodeJob) -> Result<String, String> {
     });
     match args.call(&request)? {
         Reply::Begun { job, decision, settings, .. } => Ok(format!(
-            "wattson: job {job} began: policy {}{}",
+            "wattson: job {job} began: policy {}{}{}",
             decision.policy,
-            wattson_protocol::describe_settings(&settings)
+            wattson_protocol::describe_settings(&settings),
+            decision.note.map(|n| format!(" ({n})")).unwrap_or_default()
         )),
         other => Err(format!("unexpected reply {other:?}")),
     }

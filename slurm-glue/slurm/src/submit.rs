@@ -52,6 +52,9 @@ pub fn decide<'a>(
     let (hints, from_job_env) = SubmitHints::from_env(spank_env, job_env)?;
     let decision = config.policy.decide(&hints.hints, user);
     let mut admin_comment = format!("wattson:policy={}", decision.policy);
+    if hints.hints.gpu_freq.is_some() {
+        admin_comment.push_str(",stands-aside=gpu-freq");
+    }
     match decision.engine {
         _ if !decision.by_model() => admin_comment.push_str(&format!(",power={}%", decision.power_pct)),
         Objective::MinEnergy { max_slowdown } => {

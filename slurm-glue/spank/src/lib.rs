@@ -12,6 +12,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use wattson_slurm::gpu_freq;
 use wattson_slurm::hints::{OPTIONS, SubmitHints};
 use wattson_slurm::node::{self, NodeJob, PluginArgs};
 use wattson_slurm::sys::{self, spank_option, spank_t};
@@ -125,6 +126,9 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut
             panic!("test panic in job_prolog (plugin argument test_panic)");
         }
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let mut hints = job_hints(sp).hints;
+        // Set by job_submit from the job's --gpu-freq: wattson then stands aside.
+        hints.gpu_freq = gpu_freq::from_prolog_env(env(gpu_freq::GPU_FREQ_VAR).as_deref());
         let job = NodeJob {
             job_id: item_u32(sp, sys::S_JOB_ID).unwrap_or(0),
             uid: item_u32(sp, sys::S_JOB_UID).unwrap_or(u32::MAX),
@@ -132,7 +136,7 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut
             name: env("SLURM_JOB_NAME").or_else(|| env(wattson_slurm::submit::JOB_NAME_VAR)),
             account: env("SLURM_JOB_ACCOUNT"),
             gpus: env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).unwrap_or_default(),
-            hints: job_hints(sp).hints,
+            hints,
         };
         let id = job.job_id;
         match node::begin(&args, job) {
