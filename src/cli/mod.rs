@@ -25,7 +25,8 @@ use wattson_config::Config;
 #[derive(Debug, Parser)]
 #[command(name = "wattson", version = version(), about, long_about = None)]
 pub struct Cli {
-    /// Configuration file [default: /etc/wattson/wattson.toml if it exists]
+    /// Configuration file [default: wattson.toml beside $SLURM_CONF's slurm.conf, else
+    /// /etc/wattson/wattson.toml, else /etc/slurm/wattson.toml, the first that exists]
     #[arg(short = 'c', long, global = true, env = "WATTSON_CONFIG")]
     config: Option<PathBuf>,
     #[command(subcommand)]
@@ -69,7 +70,8 @@ enum Command {
 #[derive(Debug, Parser)]
 #[command(name = "wattsond", version = version())]
 pub struct DaemonArgs {
-    /// Configuration file [default: /etc/wattson/wattson.toml if it exists, else built-in defaults]
+    /// Configuration file [default: wattson.toml beside $SLURM_CONF's slurm.conf, else
+    /// /etc/wattson/wattson.toml, else /etc/slurm/wattson.toml, else built-in defaults]
     #[arg(short = 'c', long, env = "WATTSON_CONFIG")]
     pub config: Option<PathBuf>,
     /// Check the configuration file and exit
