@@ -22,7 +22,8 @@ use wattson_config::Config;
 #[derive(Debug, Parser)]
 #[command(name = "wattson", version = version(), about, long_about = None)]
 pub struct Cli {
-    /// Configuration file [default: /etc/wattson/wattson.toml if it exists]
+    /// Configuration file [default: wattson.toml beside $SLURM_CONF's slurm.conf, else
+    /// /etc/wattson/wattson.toml, else /etc/slurm/wattson.toml, the first that exists]
     #[arg(short = 'c', long, global = true, env = "WATTSON_CONFIG")]
     config: Option<PathBuf>,
     #[command(subcommand)]

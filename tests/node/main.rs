@@ -2,6 +2,7 @@
 //! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
 
 mod accounting;
+mod config_lookup;
 mod dashboard;
 mod dvfs;
 mod faults;

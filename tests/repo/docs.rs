@@ -37,6 +37,15 @@ fn man_pages_render_and_completions_load() {
     for option in wattson_slurm::hints::OPTIONS {
         assert!(slurm.contains(&format!("--{}=", option.name)), "wattson-slurm(8) misses --{}", option.name);
     }
+    // It covers all three plugins, and where the configuration is found.
+    for plugin in common_plugin_names() {
+        assert!(slurm.contains(plugin), "wattson-slurm(8) misses {plugin}:\n{slurm}");
+    }
+    for place in
+        wattson_config::locate::candidates(Some(std::ffi::OsStr::new("/x/slurm.conf"))).iter().skip(1)
+    {
+        assert!(slurm.contains(&place.display().to_string()), "wattson-slurm(8) misses {}", place.display());
+    }
 
     for name in ["wattson", "wattsond"] {
         let script = page(&format!("completions/{name}.bash"));
@@ -68,4 +77,9 @@ fn version_names_the_slurm_the_plugins_are_built_for() {
             program.display()
         );
     }
+}
+
+/// The plugins' file names as Slurm loads them.
+fn common_plugin_names() -> [&'static str; 3] {
+    ["spank_wattson.so", "job_submit_wattson.so", "acct_gather_energy_wattson.so"]
 }

@@ -13,9 +13,6 @@ use std::time::Duration;
 
 use unit_sandbox::{Sandbox, Unit};
 
-/// The unit's configuration file argument, replaced by the test's.
-const UNIT_CONFIG: &str = "/etc/wattson/wattson.toml";
-
 /// A fresh directory for one test, outside /tmp (which the units make private) and readable
 /// by the units' users.
 fn work(name: &str) -> tempfile::TempDir {
@@ -34,8 +31,9 @@ fn sandbox<'a>(unit: &'a Unit, program: &str, dir: &Path) -> Sandbox<'a> {
         unit,
         program: PathBuf::from(program),
         command: None,
-        replace_args: vec![(UNIT_CONFIG.into(), dir.join("wattson.toml").to_string_lossy().into_owned())],
-        env: Vec::new(),
+        replace_args: Vec::new(),
+        // The test's configuration (stands for /etc/wattson/wattson.toml).
+        env: vec![("WATTSON_CONFIG".into(), dir.join("wattson.toml").to_string_lossy().into_owned())],
         fixtures: vec![dir.to_path_buf(), build_tree()],
         devices: Vec::new(),
         work: dir.join("sandbox"),
@@ -114,7 +112,7 @@ fn wattsond_runs_under_its_units_sandbox() {
     .unwrap();
     let mut daemon =
         sandbox(&unit, &wattson_harness::programs::program("wattsond").display().to_string(), dir.path());
-    daemon.env = vec![(fake_nvml::DIR_ENV.into(), sim.dir().to_string_lossy().into_owned())];
+    daemon.env.push((fake_nvml::DIR_ENV.into(), sim.dir().to_string_lossy().into_owned()));
     daemon.devices = vec![sim.dir().to_path_buf()];
     let mut running = daemon.start();
 
@@ -190,10 +188,10 @@ fn ctld_runs_under_its_units_sandbox() {
     .unwrap();
     let mut ctld =
         sandbox(&unit, &wattson_harness::programs::program("wattson-ctld").display().to_string(), dir.path());
-    ctld.env = vec![
+    ctld.env.extend([
         ("SLURM_CONF".into(), lab.conf().to_string_lossy().into_owned()),
         ("WATTSON_LOG".into(), "debug".into()),
-    ];
+    ]);
     // The lab's slurm.conf and munged stand for /etc/slurm and /run/munge.
     ctld.fixtures.push(lab.dir().to_path_buf());
     let mut running = ctld.start();

@@ -6,6 +6,7 @@
 
 pub mod ctld;
 pub mod link;
+pub mod locate;
 mod paths;
 pub mod policy;
 
@@ -432,11 +433,10 @@ impl Config {
         Config::parse(&text, &path.display().to_string())
     }
 
-    /// Loads `path` if given; else the default file if it exists; else the defaults.
+    /// Loads `path` if given; else the file [`locate::find`] finds; else the defaults.
     pub fn load_or_default(path: Option<&Path>) -> Result<Config, ConfigError> {
-        match path {
-            Some(p) => Config::load(p),
-            None if Path::new(DEFAULT_PATH).exists() => Config::load(Path::new(DEFAULT_PATH)),
+        match path.map(Path::to_path_buf).or_else(locate::find) {
+            Some(p) => Config::load(&p),
             None => Ok(Config::default()),
         }
     }

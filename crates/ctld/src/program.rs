@@ -2,26 +2,18 @@
 //! (Slurm closes the standard streams and blocks most signals) and find its configuration
 //! (Slurm passes no environment but `SLURM_CONF`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A fixed PATH for the programs and the commands they run.
 pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// The configuration the programs read: `$WATTSON_CONFIG`, else `wattson.toml` beside
-/// Slurm's `slurm.conf` (`$SLURM_CONF`), else `/etc/wattson/wattson.toml`.
+/// The configuration the programs read: `$WATTSON_CONFIG`, else the file
+/// [`wattson_config::locate`] finds (beside Slurm's `slurm.conf` through `$SLURM_CONF` first).
 pub fn config_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("WATTSON_CONFIG") {
-        return PathBuf::from(path);
+    match std::env::var_os("WATTSON_CONFIG") {
+        Some(path) => PathBuf::from(path),
+        None => wattson_config::locate::path(),
     }
-    if let Some(dir) =
-        std::env::var_os("SLURM_CONF").map(PathBuf::from).and_then(|p| p.parent().map(Path::to_path_buf))
-    {
-        let beside = dir.join("wattson.toml");
-        if beside.is_file() {
-            return beside;
-        }
-    }
-    PathBuf::from(wattson_config::DEFAULT_PATH)
 }
 
 /// Makes the process an ordinary one again: standard streams open (on /dev/null where Slurm

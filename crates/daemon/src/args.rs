@@ -11,7 +11,8 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "wattsond", version = wattson_program::version())]
 pub struct DaemonArgs {
-    /// Configuration file [default: /etc/wattson/wattson.toml if it exists, else built-in defaults]
+    /// Configuration file [default: wattson.toml beside $SLURM_CONF's slurm.conf, else
+    /// /etc/wattson/wattson.toml, else /etc/slurm/wattson.toml, else built-in defaults]
     #[arg(short = 'c', long, env = "WATTSON_CONFIG")]
     pub config: Option<PathBuf>,
     /// Check the configuration file and exit

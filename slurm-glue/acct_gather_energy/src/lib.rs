@@ -46,7 +46,7 @@ fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
         };
         let config = std::env::var_os("WATTSON_CONFIG")
             .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(wattson_config::DEFAULT_PATH));
+            .unwrap_or_else(wattson_config::locate::path);
         State { process, args: PluginArgs::new(config, Some(POLL_TIMEOUT)), meter: Meter::new(start) }
     });
     f(state)

@@ -34,9 +34,7 @@ unsafe extern "C" {
 static CONFIG: Mutex<Option<CachedConfig>> = Mutex::new(None);
 
 fn config_path() -> PathBuf {
-    std::env::var_os("WATTSON_CONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(wattson_config::DEFAULT_PATH))
+    std::env::var_os("WATTSON_CONFIG").map(PathBuf::from).unwrap_or_else(wattson_config::locate::path)
 }
 
 /// Called when slurmctld loads the plugin.

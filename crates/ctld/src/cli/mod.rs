@@ -19,7 +19,8 @@ use wattson_config::Config;
 #[derive(Debug, Parser)]
 #[command(name = "wattson-ctld", version = wattson_program::version())]
 pub struct Cli {
-    /// Configuration file [default: /etc/wattson/wattson.toml if it exists]
+    /// Configuration file [default: wattson.toml beside $SLURM_CONF's slurm.conf, else
+    /// /etc/wattson/wattson.toml, else /etc/slurm/wattson.toml, the first that exists]
     #[arg(short = 'c', long, global = true, env = "WATTSON_CONFIG")]
     pub config: Option<PathBuf>,
     #[command(flatten)]
