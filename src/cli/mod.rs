@@ -85,12 +85,12 @@ pub fn main() -> ExitCode {
             with_config(file, |c| summary::show(c, args))
         }
         // The simulator needs no site configuration: it reads only the files it is given.
-        Command::Sim(passed) => Err(forward::exec(forward::SIM, None, &[], passed)),
-        Command::Ctld(passed) => Err(forward::exec(forward::CTLD, file, &[], passed)),
-        Command::Power(passed) => Err(forward::exec(forward::CTLD, file, &["power"], passed)),
-        Command::Models(passed) => Err(forward::exec(forward::CTLD, file, &["models"], passed)),
+        Command::Sim(passed) => Err(forward::exec(forward::SIM, None, &[], passed, "sim")),
+        Command::Ctld(passed) => Err(forward::exec(forward::CTLD, file, &[], passed, "ctld")),
+        Command::Power(passed) => Err(forward::exec(forward::CTLD, file, &["power"], passed, "power")),
+        Command::Models(passed) => Err(forward::exec(forward::CTLD, file, &["models"], passed, "models")),
         Command::Summary(summary::SummaryCommand::Write(passed)) => {
-            Err(forward::exec(forward::CTLD, file, &["summary", "write"], passed))
+            Err(forward::exec(forward::CTLD, file, &["summary", "write"], passed, "summary"))
         }
     };
     match result {

@@ -19,6 +19,18 @@ pub fn version() -> &'static str {
     VERSION.as_str()
 }
 
+/// The name to sign messages with: the first word of the name this program was started under
+/// (`wattson` when the `wattson` command runs it as `wattson sim`), else `default`.
+pub fn invoked_as(default: &str) -> String {
+    std::env::args_os()
+        .next()
+        .and_then(|arg0| {
+            let name = std::path::Path::new(&arg0).file_name()?.to_string_lossy().into_owned();
+            name.split_whitespace().next().map(str::to_string)
+        })
+        .unwrap_or_else(|| default.to_string())
+}
+
 /// Logs to journald when started by systemd, else to stderr (coloured only on a terminal);
 /// `WATTSON_LOG` sets the level (default `info`).
 pub fn init_logging() {

@@ -21,7 +21,7 @@ pub enum FormatArg {
 
 /// Replay a job trace on a simulated cluster under several scheduling/energy policies.
 #[derive(Debug, Parser)]
-#[command(name = "wattson-sim", version = env!("CARGO_PKG_VERSION"))]
+#[command(name = "wattson-sim", version = wattson_program::version())]
 pub struct SimArgs {
     /// Job trace (CSV): ITP layout or submit,gpus,duration[,tag]
     #[arg(long)]

@@ -66,6 +66,6 @@ pub fn main() -> ExitCode {
 }
 
 fn fail(message: &str) -> ExitCode {
-    eprintln!("wattson-ctld: error: {message}");
+    eprintln!("{}: error: {message}", wattson_program::invoked_as("wattson-ctld"));
     ExitCode::FAILURE
 }
