@@ -43,6 +43,11 @@ pub struct CtldConfig {
     /// priority/multifactor's for those jobs).
     #[serde(default = "default_queue_order")]
     pub queue_order: QueueOrder,
+    /// A pending job makes the running jobs it waits for run at full speed only once it has
+    /// waited this many times its own time limit (0 to 100; 0: at once), as the simulator's
+    /// `[wattson] raise_after_runs`.
+    #[serde(default = "default_raise_after_runs", deserialize_with = "raise_after_runs")]
+    pub raise_after_runs: f64,
     /// Draw of a powered-on node without its GPUs, W.
     #[serde(default = "default_node_base_w", deserialize_with = "watts")]
     pub node_base_w: f64,
@@ -103,6 +108,7 @@ impl Default for CtldConfig {
             forecast_window: default_forecast_window(),
             warm_shortfall: default_warm_shortfall(),
             queue_order: default_queue_order(),
+            raise_after_runs: default_raise_after_runs(),
             node_base_w: default_node_base_w(),
             node_off_w: default_node_off_w(),
             gpu_idle_w: default_gpu_idle_w(),
@@ -202,6 +208,12 @@ fn default_queue_order() -> QueueOrder {
     QueueOrder::Fifo
 }
 
+fn default_raise_after_runs() -> f64 {
+    wattson_engine::cluster::Tuning::default().raise_after_runs
+}
+fn raise_after_runs<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    crate::number_in(d, 0.0, 100.0, "")
+}
 fn default_warm_shortfall() -> f64 {
     wattson_engine::cluster::Tuning::default().warm_shortfall
 }

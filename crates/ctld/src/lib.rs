@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tracing::{error, info, warn};
 
 use wattson_config::Config;
-use wattson_engine::cluster::{self, Policy, PolicyKind, Snapshot, Tuning};
+use wattson_engine::cluster::{self, Snapshot};
 use wattson_protocol::Pace;
 
 use crate::ledger::Ledger;
@@ -59,10 +59,9 @@ pub struct Plan {
     pub idle: usize,
     /// Jobs waiting for resources.
     pub queued: usize,
-    /// The pace running jobs should have (the engine's congestion test).
-    pub pace: Pace,
-    /// Running jobs and their nodes' addresses, to pace.
-    pub running: Vec<(u32, Vec<String>)>,
+    /// Running jobs, the pace each should have (full speed for those queued work waits for,
+    /// the engine's [`cluster::Actions::raised`]) and their nodes' addresses.
+    pub running: Vec<(u32, Pace, Vec<String>)>,
     /// Where each node of `power_down` is reached, to confirm it idle first.
     pub addrs: std::collections::BTreeMap<String, String>,
 }
@@ -85,8 +84,8 @@ impl Planner {
     /// What to ask of Slurm, given its nodes and jobs at `now` (Unix s).
     pub fn plan(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> Plan {
         let c = &self.config.ctld;
-        let window_s = c.forecast_window.as_secs_f64();
-        let view = self.memory.view(now, window_s, c.gpu_idle_w, nodes, jobs);
+        let policy = view::policy(c);
+        let view = self.memory.view(now, policy.tuning.forecast_window_s, c.gpu_idle_w, nodes, jobs);
         let snapshot = Snapshot {
             now,
             utc_offset_s: 0,
@@ -101,15 +100,7 @@ impl Planner {
             tariff: &self.config.prices,
             budget_w: None,
             node: view::node_costs(c),
-        };
-        let policy = Policy {
-            kind: PolicyKind::Wattson,
-            tuning: Tuning {
-                forecast_window_s: window_s,
-                warm_shortfall: c.warm_shortfall,
-                queue_order: c.queue_order,
-                ..Tuning::default()
-            },
+            job_nodes: &view.job_nodes,
         };
         let actions = cluster::decide(&policy, &snapshot);
         // The engine picks only idle powered nodes to power down and sleeping ones to boot;
@@ -131,11 +122,13 @@ impl Planner {
             warm_target: cluster::power::warm_target(&policy, &snapshot),
             idle: view.nodes.iter().filter(|n| n.idle_since.is_finite()).count(),
             queued: view.queued.len(),
-            pace: if cluster::levels::roomy(&policy, &snapshot) { Pace::Saving } else { Pace::Full },
             running: jobs
                 .iter()
                 .filter(|j| j.is_running())
-                .map(|j| (j.id, j.nodes.iter().filter_map(addr).collect()))
+                .map(|j| {
+                    let pace = if actions.raised.binary_search(&j.id).is_ok() { Pace::Full } else { Pace::Saving };
+                    (j.id, pace, j.nodes.iter().filter_map(addr).collect())
+                })
                 .collect(),
             ..Plan::default()
         };
@@ -284,9 +277,9 @@ impl Ctld {
         let mut plan = self.planner.plan(nodes, &jobs, now);
         self.confirm_idle(&mut plan, now);
         if self.nodes.paces() {
-            let paced = self.nodes.pace(plan.pace, &plan.running);
-            let action = if plan.pace == Pace::Full { Action::PaceFull } else { Action::PaceSaving };
-            self.metrics.decided(action, paced);
+            let (full, saving) = self.nodes.pace(&plan.running);
+            self.metrics.decided(Action::PaceFull, full);
+            self.metrics.decided(Action::PaceSaving, saving);
         }
         let acted = self.act(&plan);
         self.sync_models_if_due(nodes);

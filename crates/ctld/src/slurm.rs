@@ -11,8 +11,8 @@ use wattson_sacct::deadline::{self, CommandError};
 use wattson_sacct::{SlurmState, hostlist};
 
 /// `squeue`'s format: job id, state, reason, nodes, TRES per node, submit time, time used,
-/// time limit, priority, node list.
-pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l|%Q|%N";
+/// time limit, priority, node list, partitions, requested nodes.
+pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l|%Q|%N|%P|%n";
 
 /// The reason wattson's resume program gives a node whose power action failed.
 pub const RESUME_FAILED: &str = "wattson: resume action failed";
@@ -56,6 +56,8 @@ pub struct Node {
     pub reason: String,
     /// `NodeAddr`: where its wattsond is reached.
     pub addr: String,
+    /// The partitions it belongs to.
+    pub partitions: Vec<String>,
 }
 
 impl Node {
@@ -125,14 +127,19 @@ pub struct Job {
     pub priority: u32,
     /// The nodes it holds (none while pending).
     pub nodes: Vec<String>,
+    /// The partitions it may run in (one while running).
+    pub partitions: Vec<String>,
+    /// The nodes it asked for (`--nodelist`); empty: any of its partitions'.
+    pub requested: Vec<String>,
 }
 
 impl Job {
-    /// Whether it waits for resources now (not held, not waiting for its begin time or a
-    /// dependency).
+    /// Whether it waits for resources now: pending for `Resources`, for `Priority` (behind
+    /// jobs that do) or with no reason yet. A job pending for anything else (held, a begin
+    /// time, a dependency, a QOS or association limit, a reservation, nodes down or drained)
+    /// would not start if GPUs were freed, so the policy does not count it.
     pub fn is_queued(&self) -> bool {
-        let waiting = ["JobHeldUser", "JobHeldAdmin", "BeginTime", "Dependency", "DependencyNeverSatisfied"];
-        self.state == Some(SlurmState::Pending) && !waiting.contains(&self.reason.as_str())
+        self.state == Some(SlurmState::Pending) && matches!(self.reason.as_str(), "Resources" | "Priority" | "None")
     }
 
     /// Whether it holds nodes.
@@ -233,6 +240,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
             alloc_cpus: f.get("CPUAlloc").and_then(|c| c.parse().ok()).unwrap_or(0),
             weight: f.get("Weight").and_then(|w| w.parse().ok()).unwrap_or(1),
             addr: f.get("NodeAddr").cloned().unwrap_or_else(|| name.clone()),
+            partitions: f.get("Partitions").map_or_else(Vec::new, |p| list(p)),
             name,
             base,
             flags,
@@ -241,6 +249,14 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
         });
     }
     Ok(nodes)
+}
+
+/// The entries of a comma-separated list (`(null)` and empty: none).
+fn list(text: &str) -> Vec<String> {
+    match text.trim() {
+        "" | "(null)" | "N/A" => Vec::new(),
+        t => t.split(',').map(str::to_string).collect(),
+    }
 }
 
 /// Seconds of a Slurm duration: `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS`; `None` for `UNLIMITED`.
@@ -278,7 +294,9 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
     let mut jobs = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split('|').collect();
-        let [id, state, reason, nodes, tres, submit, used, limit, priority, nodelist] = f[..] else {
+        let [id, state, reason, nodes, tres, submit, used, limit, priority, nodelist, partition, requested] =
+            f[..]
+        else {
             return Err(format!("unexpected squeue line {line:?}"));
         };
         let id = id.parse().map_err(|_| format!("bad job id in {line:?}"))?;
@@ -295,6 +313,12 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
             nodes: match nodelist.trim() {
                 "" | "(null)" => Vec::new(),
                 list => hostlist::expand(list).map_err(|e| format!("job {id}: node list {list:?}: {e}"))?,
+            },
+            partitions: list(partition),
+            requested: match requested.trim() {
+                "" | "(null)" => Vec::new(),
+                list => hostlist::expand(list)
+                    .map_err(|e| format!("job {id}: requested nodes {list:?}: {e}"))?,
             },
         });
     }

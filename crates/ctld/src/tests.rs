@@ -3,13 +3,14 @@
 use super::*;
 use crate::slurm::{parse_jobs, parse_nodes};
 use wattson_engine::cluster::QueueOrder;
+use wattson_protocol::Pace;
 
 const NOW: f64 = 1_795_500_000.0;
 
 fn node(name: &str, state: &str, used: u32, extra: &str) -> String {
     let cpus = if used > 0 { 1 } else { 0 };
     format!(
-        "NodeName={name} CPUAlloc={cpus} Gres=gpu:h100:4 GresUsed=gpu:h100:{used}(IDX:N/A) State={state} {extra}\n"
+        "NodeName={name} CPUAlloc={cpus} Gres=gpu:h100:4 GresUsed=gpu:h100:{used}(IDX:N/A) State={state} Partitions=lab,wattson {extra}\n"
     )
 }
 
@@ -22,7 +23,7 @@ fn idle_nodes_sleep_busy_and_admin_held_ones_never() {
         + &node("down", "DOWN", 0, "Reason=bad [root@2026-11-23T10:00:00]")
         + &node("asleep", "IDLE+POWERED_DOWN", 0, "");
     let nodes = parse_nodes(&text).unwrap();
-    let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00|1|n1\n").unwrap();
+    let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00|1|n1|lab|\n").unwrap();
     let plan = Planner::new(Config::default()).plan(&nodes, &jobs, NOW);
     assert_eq!(plan.power_down, ["idle"], "{plan:?}");
     // Weights for the nodes wattson manages only (all at Slurm's default 1 so far).
@@ -42,7 +43,7 @@ fn a_queue_boots_a_sleeping_node_and_a_failed_resume_is_retried_then_given_up() 
         parse_nodes(&(node("n1", "IDLE+POWERED_DOWN", 0, "") + &node("n2", "IDLE+POWERED_DOWN", 0, "")))
             .unwrap();
     let queued =
-        parse_jobs("9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|1|\n").unwrap();
+        parse_jobs("9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|1||lab|\n").unwrap();
     let plan = planner.plan(&nodes, &queued, NOW);
     assert_eq!(plan.power_up.len(), 1, "{plan:?}");
     assert!(plan.power_down.is_empty());
@@ -76,8 +77,8 @@ fn the_warm_set_follows_the_configured_shortfall() {
     )
     .unwrap();
     let jobs = parse_jobs(
-        "5|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full\n\
-         6|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full\n",
+        "5|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full|lab|\n\
+         6|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full|lab|\n",
     )
     .unwrap();
     let submitted = jobs[0].submit as f64;
@@ -98,9 +99,9 @@ fn with_the_response_ratio_order_pending_jobs_get_priorities_in_the_engines_orde
     // square root of GPU-seconds is some 15 times 10's, so 11 goes first.
     let nodes = parse_nodes(&node("full", "ALLOCATED", 4, "")).unwrap();
     let jobs = parse_jobs(
-        "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|1:00:00|2:00:00|4294901760|full\n\
-         10|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901759|\n\
-         11|PENDING|Priority|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901758|\n",
+        "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|1:00:00|2:00:00|4294901760|full|lab|\n\
+         10|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901759||lab|\n\
+         11|PENDING|Priority|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901758||lab|\n",
     )
     .unwrap();
     let now = jobs[0].submit as f64 + 3600.0;
@@ -111,10 +112,50 @@ fn with_the_response_ratio_order_pending_jobs_get_priorities_in_the_engines_orde
     assert_eq!(plan.priorities, [(11, 4_294_901_759), (10, 4_294_901_758)], "{plan:?}");
     // Once Slurm holds them, nothing more is asked; a held job (priority 0) is not touched.
     let set = parse_jobs(
-        "10|PENDING|Priority|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901758|\n\
-         11|PENDING|Resources|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901759|\n\
-         12|PENDING|JobHeldUser|1|gres:gpu:1|2026-11-23T10:00:00|0:00|1:00|0|\n",
+        "10|PENDING|Priority|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901758||lab|\n\
+         11|PENDING|Resources|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901759||lab|\n\
+         12|PENDING|JobHeldUser|1|gres:gpu:1|2026-11-23T10:00:00|0:00|1:00|0||lab|\n",
     )
     .unwrap();
     assert!(Planner::new(config).plan(&nodes, &set, now).priorities.is_empty());
+}
+
+#[test]
+fn a_queued_job_paces_only_the_running_job_it_waits_for_and_other_pending_reasons_none() {
+    // n1 and n2 full, each with a 4-GPU job (5 ends in 10 min, 6 in 50 min), n3 asleep. Job 9
+    // asks for n2 (`-w n2`) and has waited longer than its 10-minute limit: job 6 goes to full
+    // speed, job 5 keeps saving though it ends first.
+    let nodes = parse_nodes(
+        &(node("n1", "ALLOCATED", 4, "") + &node("n2", "ALLOCATED", 4, "") + &node("n3", "IDLE+POWERED_DOWN", 0, "")),
+    )
+    .unwrap();
+    let running = "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|50:00|1:00:00|1|n1|lab|\n\
+                   6|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|10:00|1:00:00|1|n2|lab|\n";
+    let pending = |reason: &str, requested: &str| {
+        parse_jobs(&format!(
+            "{running}9|PENDING|{reason}|1|gres:gpu:4|2026-11-23T10:00:00|0:00|10:00|1||lab|{requested}\n"
+        ))
+        .unwrap()
+    };
+    let now = pending("Resources", "").first().unwrap().submit as f64 + 3600.0;
+    let paces = |jobs: &[Job]| -> Vec<(u32, Pace)> {
+        Planner::new(Config::default()).plan(&nodes, jobs, now).running.into_iter().map(|(j, p, _)| (j, p)).collect()
+    };
+    assert_eq!(paces(&pending("Resources", "n2")), [(5, Pace::Saving), (6, Pace::Full)]);
+    // Free to run anywhere in its partition: n3's GPUs are free (asleep), so it waits for no
+    // running job.
+    assert_eq!(paces(&pending("Resources", "")), [(5, Pace::Saving), (6, Pace::Saving)]);
+    // Asking for n1 (pending behind a job that waits): job 5 is the one it waits for.
+    assert_eq!(paces(&pending("Priority", "n1")), [(5, Pace::Full), (6, Pace::Saving)]);
+    // Pending for a QOS limit, a dependency, a begin time, a reservation or a hold: nothing
+    // would start if GPUs were freed, so no running job is raised.
+    for reason in ["QOSMaxGRESPerUser", "Dependency", "BeginTime", "Reservation", "JobHeldUser", "AssocGrpGRES"] {
+        assert_eq!(paces(&pending(reason, "n2")), [(5, Pace::Saving), (6, Pace::Saving)], "{reason}");
+    }
+    // A queued job in a partition with none of n1-n3 raises nothing either.
+    let elsewhere = parse_jobs(&format!(
+        "{running}9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|10:00|1||other|\n"
+    ))
+    .unwrap();
+    assert_eq!(paces(&elsewhere), [(5, Pace::Saving), (6, Pace::Saving)]);
 }

@@ -5,7 +5,10 @@
 use std::collections::BTreeMap;
 
 use wattson_config::cluster::CtldConfig;
-use wattson_engine::cluster::{GpuType, JobView, Level, NodeCosts, NodePower, NodeView, Queued, Running};
+use wattson_engine::cluster::{
+    GpuType, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Policy, PolicyKind, Queued, Running,
+    Tuning,
+};
 
 use crate::slurm::{Job, Node, Power};
 
@@ -15,8 +18,9 @@ const UNLIMITED_WORK_S: f64 = 86_400.0;
 /// What the controller remembers between loops.
 #[derive(Debug, Default)]
 pub struct Memory {
-    /// Since when each node has been seen idle (Unix s).
-    idle_since: BTreeMap<String, f64>,
+    /// Since when each node has been seen idle (Unix s), and in which power state: a node
+    /// that comes up from a boot is idle from then, as the simulator counts it.
+    idle_since: BTreeMap<String, (f64, Power)>,
     /// Jobs seen: (submission, GPUs), by id.
     arrivals: BTreeMap<u32, (f64, u32)>,
 }
@@ -38,8 +42,25 @@ pub struct View {
     pub arrivals: Vec<(f64, u32)>,
     /// One GPU type (heterogeneous clusters are not modelled by the controller yet).
     pub gpu_types: Vec<GpuType>,
-    /// One level table: the controller decides node power, not DVFS levels.
+    /// One level table: the controller does not know jobs' level tables (their nodes do).
     pub models: Vec<Vec<Level>>,
+    /// Where each queued job may run and each running job runs (node indices).
+    pub job_nodes: JobNodes,
+}
+
+/// The cluster policy the controller runs: wattson's, with the `[ctld]` settings over the
+/// engine's defaults (the simulator's `[wattson]` table sets the same tunables).
+pub fn policy(c: &CtldConfig) -> Policy {
+    Policy {
+        kind: PolicyKind::Wattson,
+        tuning: Tuning {
+            forecast_window_s: c.forecast_window.as_secs_f64(),
+            warm_shortfall: c.warm_shortfall,
+            queue_order: c.queue_order,
+            raise_after_runs: c.raise_after_runs,
+            ..Tuning::default()
+        },
+    }
 }
 
 /// The node power model of `[ctld]`.
@@ -70,9 +91,14 @@ impl Memory {
         };
         for node in nodes {
             let managed = !node.is_held_by_admin();
-            let idle = managed && node.power == Power::On && node.is_idle();
+            let up = matches!(node.power, Power::On | Power::PoweringUp);
+            let idle = managed && up && node.is_idle();
             let idle_since = if idle {
-                *self.idle_since.entry(node.name.clone()).or_insert(now)
+                let seen = self.idle_since.entry(node.name.clone()).or_insert((now, node.power));
+                if seen.1 != node.power {
+                    *seen = (now, node.power);
+                }
+                seen.0
             } else {
                 self.idle_since.remove(&node.name);
                 f64::INFINITY
@@ -88,6 +114,8 @@ impl Memory {
             view.nodes.push(NodeView { power, idle_since, gpu_type: 0, free_gpus, gpus: node.gpus });
             view.managed.push(managed);
         }
+        let index_of: BTreeMap<&str, u32> =
+            nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i as u32)).collect();
         for job in jobs {
             self.arrivals.entry(job.id).or_insert((job.submit as f64, job.gpus));
             let work_s = job.limit_s.unwrap_or(UNLIMITED_WORK_S).max(1.0);
@@ -103,7 +131,14 @@ impl Memory {
             };
             if job.is_queued() {
                 view.queued.push(Queued { job: view_of(job), eligible: job.submit as f64 });
+                if let Some(usable) = usable_nodes(job, nodes) {
+                    view.job_nodes.insert(job.id, usable);
+                }
             } else if job.is_running() {
+                let mut held: Vec<u32> =
+                    job.nodes.iter().filter_map(|n| index_of.get(n.as_str()).copied()).collect();
+                held.sort_unstable();
+                view.job_nodes.insert(job.id, held);
                 let progress = (job.elapsed_s / work_s).clamp(0.0, 1.0);
                 view.running.push(Running {
                     job: view_of(job),
@@ -119,4 +154,20 @@ impl Memory {
         view.arrivals = arrivals;
         view
     }
+}
+
+/// The nodes (indices into `nodes`) pending `job` may run on: those of its partitions, narrowed
+/// to the ones it asked for; `None` when Slurm names no partition for it (any node).
+fn usable_nodes(job: &Job, nodes: &[Node]) -> Option<Vec<u32>> {
+    if job.partitions.is_empty() {
+        return None;
+    }
+    let usable = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.partitions.iter().any(|p| job.partitions.contains(p)))
+        .filter(|(_, n)| job.requested.is_empty() || job.requested.contains(&n.name))
+        .map(|(i, _)| i as u32)
+        .collect();
+    Some(usable)
 }

@@ -43,9 +43,9 @@ fn powered_down_and_resuming_nodes() {
 
 #[test]
 fn jobs_gpus_times_and_queue_state() {
-    let text = "7|PENDING|Priority|3|gres:gpu:2|2026-11-23T23:36:19|0:00|UNLIMITED|4294901759|\n\
-                8|RUNNING|None|1|gres/gpu:h100:1|2026-11-23T23:36:19|1-01:02:03|2-00:00:00|1|gpu[01-02]\n\
-                9|PENDING|BeginTime|1|N/A|2026-11-23T23:36:19|0:00|30:00|0|\n";
+    let text = "7|PENDING|Priority|3|gres:gpu:2|2026-11-23T23:36:19|0:00|UNLIMITED|4294901759||lab|\n\
+                8|RUNNING|None|1|gres/gpu:h100:1|2026-11-23T23:36:19|1-01:02:03|2-00:00:00|1|gpu[01-02]|lab|\n\
+                9|PENDING|BeginTime|1|N/A|2026-11-23T23:36:19|0:00|30:00|0||lab|\n";
     let jobs = parse_jobs(text).unwrap();
     assert_eq!((jobs[0].gpus, jobs[0].limit_s, jobs[0].is_queued()), (6, None, true));
     assert_eq!(jobs[1].gpus, 1);
@@ -60,5 +60,5 @@ fn jobs_gpus_times_and_queue_state() {
     assert_eq!(jobs[2].limit_s, Some(1800.0));
     assert!(jobs[0].submit > 1_700_000_000);
     assert!(parse_jobs("1|PENDING|None").is_err());
-    assert!(parse_jobs("1|RUNNING|None|1|N/A|2026-11-23T23:36:19|0:00|30:00|1|n[1-;rm]\n").is_err());
+    assert!(parse_jobs("1|RUNNING|None|1|N/A|2026-11-23T23:36:19|0:00|30:00|1|n[1-;rm]|lab|\n").is_err());
 }

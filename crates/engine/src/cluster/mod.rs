@@ -317,7 +317,18 @@ pub struct Snapshot<'a> {
     pub budget_w: Option<f64>,
     /// Node power model.
     pub node: NodeCosts,
+    /// Where jobs may or do run, by job id, as indices into `nodes` (sorted): a queued job's
+    /// usable nodes (its partitions' nodes, narrowed to those it asked for), a running job's
+    /// nodes. A queued job not listed may run on any node; a running job not listed frees GPUs
+    /// any queued job can use. Empty when every job may run anywhere (the simulator).
+    pub job_nodes: &'a JobNodes,
 }
+
+/// Nodes of each job, by job id ([`Snapshot::job_nodes`]).
+pub type JobNodes = std::collections::BTreeMap<u32, Vec<u32>>;
+
+/// No job restricted to any node: every job may run anywhere.
+pub static ANYWHERE: JobNodes = JobNodes::new();
 
 /// What the policy asks for at one instant.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -328,6 +339,10 @@ pub struct Actions {
     pub power_up: Vec<u32>,
     /// Level changes `(job id, level)` for running jobs.
     pub levels: Vec<(u32, u16)>,
+    /// Running jobs raised toward full speed now, by id (sorted): those late queued work waits
+    /// for ([`levels::waited_for`]), or all of them while the capacity gates are closed. The
+    /// others run at their own saving level. The controller paces jobs by it.
+    pub raised: Vec<u32>,
     /// Held jobs to put in Slurm's queue now.
     pub release: Vec<u32>,
     /// When to be asked again even if nothing happens (an idle timer or a release).

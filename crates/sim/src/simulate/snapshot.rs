@@ -92,6 +92,7 @@ impl Sim<'_> {
             tariff: &self.c.prices,
             budget_w: self.c.budget.map(|x| x.power_w),
             node: self.c.node,
+            job_nodes: &cluster::ANYWHERE,
         };
         let acts = cluster::decide(&self.policy, &snap);
         self.bufs = b;
