@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tracing::{error, info, warn};
 
 use wattson_config::Config;
-use wattson_engine::cluster::{self, Snapshot};
+use wattson_engine::cluster;
 use wattson_protocol::Pace;
 
 use crate::ledger::Ledger;
@@ -81,28 +81,22 @@ impl Planner {
         Planner { config, memory: Memory::default(), retries, ledger: Ledger::default() }
     }
 
-    /// What to ask of Slurm, given its nodes and jobs at `now` (Unix s).
-    pub fn plan(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> Plan {
+    /// The engine's view of Slurm's `nodes` and `jobs` at `now` (Unix s) and the cluster
+    /// policy's actions on it: the decision path the simulator runs on its own view.
+    pub fn decide(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> (view::View, cluster::Actions) {
         let c = &self.config.ctld;
         let policy = view::policy(c);
         let view = self.memory.view(now, policy.tuning.forecast_window_s, c.gpu_idle_w, nodes, jobs);
-        let snapshot = Snapshot {
-            now,
-            utc_offset_s: 0,
-            nodes: &view.nodes,
-            gpu_types: &view.gpu_types,
-            models: &view.models,
-            queued: &view.queued,
-            held: &[],
-            running: &view.running,
-            arrivals: &view.arrivals,
-            arrival_types: &[],
-            tariff: &self.config.prices,
-            budget_w: None,
-            node: view::node_costs(c),
-            job_nodes: &view.job_nodes,
-        };
-        let actions = cluster::decide(&policy, &snapshot);
+        let actions = cluster::decide(&policy, &view.snapshot(now, &self.config));
+        (view, actions)
+    }
+
+    /// What to ask of Slurm, given its nodes and jobs at `now` (Unix s).
+    pub fn plan(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> Plan {
+        let (view, actions) = self.decide(nodes, jobs, now);
+        let c = &self.config.ctld;
+        let policy = view::policy(c);
+        let snapshot = view.snapshot(now, &self.config);
         // The engine picks only idle powered nodes to power down and sleeping ones to boot;
         // nodes an administrator holds were shown to it as busy.
         let names = |indices: &[u32]| -> Vec<String> {

@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use wattson_config::Config;
 use wattson_config::cluster::CtldConfig;
 use wattson_engine::cluster::{
     GpuType, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Policy, PolicyKind, Queued, Running,
-    Tuning,
+    Snapshot, Tuning,
 };
 
 use crate::slurm::{Job, Node, Power};
@@ -46,6 +47,28 @@ pub struct View {
     pub models: Vec<Vec<Level>>,
     /// Where each queued job may run and each running job runs (node indices).
     pub job_nodes: JobNodes,
+}
+
+impl View {
+    /// The engine's snapshot of this view at `now` (Unix s), under `config`.
+    pub fn snapshot<'a>(&'a self, now: f64, config: &'a Config) -> Snapshot<'a> {
+        Snapshot {
+            now,
+            utc_offset_s: 0,
+            nodes: &self.nodes,
+            gpu_types: &self.gpu_types,
+            models: &self.models,
+            queued: &self.queued,
+            held: &[],
+            running: &self.running,
+            arrivals: &self.arrivals,
+            arrival_types: &[],
+            tariff: &config.prices,
+            budget_w: None,
+            node: node_costs(&config.ctld),
+            job_nodes: &self.job_nodes,
+        }
+    }
 }
 
 /// The cluster policy the controller runs: wattson's, with the `[ctld]` settings over the

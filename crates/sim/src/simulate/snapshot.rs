@@ -95,6 +95,8 @@ impl Sim<'_> {
             job_nodes: &cluster::ANYWHERE,
         };
         let acts = cluster::decide(&self.policy, &snap);
+        let runs = &self.runs;
+        (self.observe)(&snap, &acts, &|j| runs[j as usize].shares.iter().map(|s| s.0).collect());
         self.bufs = b;
         acts
     }
