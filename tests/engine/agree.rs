@@ -64,7 +64,11 @@ fn job_text(s: &Snapshot, gpn: u32, nodes_of: &dyn Fn(u32) -> Vec<u32>) -> Strin
     assert_eq!(SQUEUE_FORMAT.matches('%').count(), 12, "the rendering follows the controller's format");
     let shape = |gpus: u32| if gpus > gpn { (gpus.div_ceil(gpn), gpn) } else { (1, gpus) };
     let mut out = String::new();
-    let pending = s.queued.iter().map(|q| (q.job, q.eligible, "Resources")).chain(s.held.iter().map(|h| (h.job, h.submit, "None")));
+    let pending = s
+        .queued
+        .iter()
+        .map(|q| (q.job, q.eligible, "Resources"))
+        .chain(s.held.iter().map(|h| (h.job, h.submit, "None")));
     for (job, submit, reason) in pending {
         let (n, per) = shape(job.gpus);
         out += &format!(
@@ -143,10 +147,8 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
         }
         compared += 1;
         let cs = view.snapshot(EPOCH + s.now, &config);
-        let weights = (
-            cluster::placement::node_weights(&policy, s),
-            cluster::placement::node_weights(&policy, &cs),
-        );
+        let weights =
+            (cluster::placement::node_weights(&policy, s), cluster::placement::node_weights(&policy, &cs));
         let mut ctld_wake = ctld.wake_at.map(|w| w - EPOCH);
         if let (Some(w), Some(sw)) = (ctld_wake, sim.wake_at) {
             // Unix seconds and back: equal to a rounding.
@@ -154,7 +156,13 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
                 ctld_wake = Some(sw);
             }
         }
-        let ctld_key = (ctld.power_down.clone(), ctld.power_up.clone(), ctld.queue_order.clone(), ctld.raised.clone(), ctld_wake);
+        let ctld_key = (
+            ctld.power_down.clone(),
+            ctld.power_up.clone(),
+            ctld.queue_order.clone(),
+            ctld.raised.clone(),
+            ctld_wake,
+        );
         let (a, b) = (key(sim), ctld_key);
         for (i, k) in [&a.0, &a.1, &a.2, &a.3].iter().enumerate() {
             seen[i] += usize::from(!k.is_empty());
@@ -169,7 +177,12 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
     };
     let run = wattson_sim::simulate::simulate_observed(&c, &cat, &models, &jobs, policy, &mut observe);
     assert_eq!(run.jobs.len(), 195);
-    assert!(differ.is_empty(), "{} of {compared} states differ; first: {:#?}", differ.len(), &differ[..differ.len().min(5)]);
+    assert!(
+        differ.is_empty(),
+        "{} of {compared} states differ; first: {:#?}",
+        differ.len(),
+        &differ[..differ.len().min(5)]
+    );
     // Not vacuous: every kind of decision was taken, and compared, many times.
     eprintln!("compared {compared} states; power_down/power_up/queue_order/raised/queue>1: {seen:?}");
     assert!(compared > 400, "{compared}");

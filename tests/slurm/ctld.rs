@@ -481,7 +481,8 @@ fn slurm_starts_pending_jobs_in_the_order_ctld_gives_them() {
 /// and the queue clearing gives the job back its energy-saving setting.
 #[test]
 fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs() {
-    let (mut lab, power, daemons) = lab("");
+    // A queued job raises the jobs it waits for at once (not only after waiting its own run).
+    let (mut lab, power, daemons) = lab("raise_after_runs = 0");
     let metrics = lab.dir().join("ctld.prom");
     let toml = lab.dir().join("etc/wattson.toml");
     let text = std::fs::read_to_string(&toml).unwrap();
@@ -553,6 +554,66 @@ fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs()
     let _ = ctld.kill();
     let _ = ctld.wait();
     lab.run_ok("scancel", &[&id]);
+    lab.stop();
+}
+
+/// Per-job pace: with a 2-GPU job at its saving share on each of n1 and n2, a job pending on a
+/// dependency (and asking for n1) raises nothing; a job waiting for n2's GPUs puts n2's job
+/// at full speed within a loop while n1's keeps saving, and its cancellation gives n2's job
+/// back its share.
+#[test]
+fn a_queued_job_raises_only_the_running_job_it_waits_for_and_a_dependent_one_none() {
+    let (mut lab, power, daemons) = lab("raise_after_runs = 0\nmanage_power = false");
+    let mut ctld = start_ctld(&lab);
+    let limits = |d: usize| {
+        let l = |g: u32| daemons[d].sim.gpu_state(g).unwrap().power_limit_mw;
+        (l(0), l(1))
+    };
+    let mut ids = Vec::new();
+    for (d, node) in [(0, "n1"), (1, "n2")] {
+        let job = lab.sbatch(&["--gres=gpu:2", "-w", node], "sleep 300\n").unwrap();
+        wait_for(&mut lab, &power, "the job running", Duration::from_secs(60), |lab| {
+            lab.job_info(job).is_some_and(|j| j.state == "RUNNING")
+        });
+        let id = job.to_string();
+        let begin = ["job", "begin", "--job", &id, "--uid", "0", "--gpus", "0,1", "--energy", "min-energy"];
+        common::assert_ok(&daemons[d].wattson(&begin));
+        assert_eq!(limits(d), (420_000, 420_000));
+        ids.push(id);
+    }
+    // Pending on a dependency: freeing n1's GPUs would not start it.
+    let dependent = lab
+        .sbatch(&["--gres=gpu:1", "-w", "n1", &format!("--dependency=afterok:{}", ids[0])], "true\n")
+        .unwrap();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        assert_eq!((limits(0), limits(1)), ((420_000, 420_000), (420_000, 420_000)), "{}", ctld_log(&lab));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let reason = lab.job_info(dependent).unwrap().get("Reason").to_string();
+    assert_eq!(reason, "Dependency");
+    // Waiting for n2's GPUs: n2's job goes to full speed, n1's keeps saving.
+    let waiting = lab.sbatch(&["--gres=gpu:1", "-w", "n2"], "true\n").unwrap();
+    wait_for(&mut lab, &power, "n2's job at full speed", Duration::from_secs(10), |_| {
+        limits(1) == (700_000, 700_000)
+    });
+    assert_eq!(limits(0), (420_000, 420_000), "{}", ctld_log(&lab));
+    assert_eq!(lab.job_info(waiting).unwrap().state, "PENDING");
+    let log = ctld_log(&lab);
+    let full = |id: &str| {
+        log.lines().any(|l| l.contains("pace set") && l.contains(&format!("job={id}")) && l.contains("Full"))
+    };
+    assert!(full(&ids[1]) && !full(&ids[0]), "{log}");
+    lab.run_ok("scancel", &[&waiting.to_string()]);
+    wait_for(&mut lab, &power, "n2's job saving again", Duration::from_secs(10), |_| {
+        limits(1) == (420_000, 420_000)
+    });
+    for (d, id) in ids.iter().enumerate() {
+        daemons[d].end(id);
+    }
+    let _ = ctld.kill();
+    let _ = ctld.wait();
+    lab.run_ok("scancel", &[&dependent.to_string(), &ids[0], &ids[1]]);
     lab.stop();
 }
 

@@ -120,7 +120,8 @@ impl Planner {
                 .iter()
                 .filter(|j| j.is_running())
                 .map(|j| {
-                    let pace = if actions.raised.binary_search(&j.id).is_ok() { Pace::Full } else { Pace::Saving };
+                    let pace =
+                        if actions.raised.binary_search(&j.id).is_ok() { Pace::Full } else { Pace::Saving };
                     (j.id, pace, j.nodes.iter().filter_map(addr).collect())
                 })
                 .collect(),

@@ -139,7 +139,8 @@ impl Job {
     /// time, a dependency, a QOS or association limit, a reservation, nodes down or drained)
     /// would not start if GPUs were freed, so the policy does not count it.
     pub fn is_queued(&self) -> bool {
-        self.state == Some(SlurmState::Pending) && matches!(self.reason.as_str(), "Resources" | "Priority" | "None")
+        self.state == Some(SlurmState::Pending)
+            && matches!(self.reason.as_str(), "Resources" | "Priority" | "None")
     }
 
     /// Whether it holds nodes.
@@ -317,8 +318,9 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
             partitions: list(partition),
             requested: match requested.trim() {
                 "" | "(null)" => Vec::new(),
-                list => hostlist::expand(list)
-                    .map_err(|e| format!("job {id}: requested nodes {list:?}: {e}"))?,
+                list => {
+                    hostlist::expand(list).map_err(|e| format!("job {id}: requested nodes {list:?}: {e}"))?
+                }
             },
         });
     }

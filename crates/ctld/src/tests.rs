@@ -23,7 +23,8 @@ fn idle_nodes_sleep_busy_and_admin_held_ones_never() {
         + &node("down", "DOWN", 0, "Reason=bad [root@2026-11-23T10:00:00]")
         + &node("asleep", "IDLE+POWERED_DOWN", 0, "");
     let nodes = parse_nodes(&text).unwrap();
-    let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00|1|n1|lab|\n").unwrap();
+    let jobs =
+        parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00|1|n1|lab|\n").unwrap();
     let plan = Planner::new(Config::default()).plan(&nodes, &jobs, NOW);
     assert_eq!(plan.power_down, ["idle"], "{plan:?}");
     // Weights for the nodes wattson manages only (all at Slurm's default 1 so far).
@@ -126,7 +127,9 @@ fn a_queued_job_paces_only_the_running_job_it_waits_for_and_other_pending_reason
     // asks for n2 (`-w n2`) and has waited longer than its 10-minute limit: job 6 goes to full
     // speed, job 5 keeps saving though it ends first.
     let nodes = parse_nodes(
-        &(node("n1", "ALLOCATED", 4, "") + &node("n2", "ALLOCATED", 4, "") + &node("n3", "IDLE+POWERED_DOWN", 0, "")),
+        &(node("n1", "ALLOCATED", 4, "")
+            + &node("n2", "ALLOCATED", 4, "")
+            + &node("n3", "IDLE+POWERED_DOWN", 0, "")),
     )
     .unwrap();
     let running = "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|50:00|1:00:00|1|n1|lab|\n\
@@ -139,7 +142,12 @@ fn a_queued_job_paces_only_the_running_job_it_waits_for_and_other_pending_reason
     };
     let now = pending("Resources", "").first().unwrap().submit as f64 + 3600.0;
     let paces = |jobs: &[Job]| -> Vec<(u32, Pace)> {
-        Planner::new(Config::default()).plan(&nodes, jobs, now).running.into_iter().map(|(j, p, _)| (j, p)).collect()
+        Planner::new(Config::default())
+            .plan(&nodes, jobs, now)
+            .running
+            .into_iter()
+            .map(|(j, p, _)| (j, p))
+            .collect()
     };
     assert_eq!(paces(&pending("Resources", "n2")), [(5, Pace::Saving), (6, Pace::Full)]);
     // Free to run anywhere in its partition: n3's GPUs are free (asleep), so it waits for no
@@ -149,7 +157,9 @@ fn a_queued_job_paces_only_the_running_job_it_waits_for_and_other_pending_reason
     assert_eq!(paces(&pending("Priority", "n1")), [(5, Pace::Full), (6, Pace::Saving)]);
     // Pending for a QOS limit, a dependency, a begin time, a reservation or a hold: nothing
     // would start if GPUs were freed, so no running job is raised.
-    for reason in ["QOSMaxGRESPerUser", "Dependency", "BeginTime", "Reservation", "JobHeldUser", "AssocGrpGRES"] {
+    for reason in
+        ["QOSMaxGRESPerUser", "Dependency", "BeginTime", "Reservation", "JobHeldUser", "AssocGrpGRES"]
+    {
         assert_eq!(paces(&pending(reason, "n2")), [(5, Pace::Saving), (6, Pace::Saving)], "{reason}");
     }
     // A queued job in a partition with none of n1-n3 raises nothing either.

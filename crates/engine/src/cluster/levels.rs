@@ -169,7 +169,8 @@ fn by_node(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bo
         let usable = s.job_nodes.get(&q.job.id);
         let may_use = |n: u32| usable.is_none_or(|u| u.binary_search(&n).is_ok());
         let need = u64::from(q.job.gpus);
-        let mut have = loose + (0..free.len() as u32).filter(|&n| may_use(n)).map(|n| free[n as usize]).sum::<u64>();
+        let mut have =
+            loose + (0..free.len() as u32).filter(|&n| may_use(n)).map(|n| free[n as usize]).sum::<u64>();
         while have < need {
             // The next running job to end that holds a node this job may use.
             let next = ends.iter().enumerate().position(|(k, &(_, id, _))| {
@@ -184,7 +185,8 @@ fn by_node(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bo
                     // Spread over its nodes; the remainder on the first.
                     let each = u64::from(gpus) / held.len() as u64;
                     for (i, &n) in held.iter().enumerate() {
-                        let add = if i == 0 { u64::from(gpus) - each * (held.len() as u64 - 1) } else { each };
+                        let add =
+                            if i == 0 { u64::from(gpus) - each * (held.len() as u64 - 1) } else { each };
                         free[n as usize] += add;
                         if may_use(n) {
                             have += add;
