@@ -118,13 +118,8 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
     // The controller configured as the simulated cluster: its node model, the same tunables.
     let mut config = wattson_config::Config::default();
     let ctld = &mut config.ctld;
-    ctld.node_base_w = c.node.base_w;
-    ctld.node_off_w = c.node.off_w;
-    ctld.gpu_idle_w = c.groups[0].gpu_idle_w();
-    ctld.boot_time = std::time::Duration::from_secs_f64(c.node.boot_s);
-    ctld.boot_w = c.node.boot_w;
-    ctld.shutdown_time = std::time::Duration::from_secs_f64(c.node.shutdown_s);
-    ctld.shutdown_w = c.node.shutdown_w;
+    ctld.node = c.node;
+    ctld.gpu_idle_w = Some(c.groups[0].gpu_idle_w());
     ctld.forecast_window = std::time::Duration::from_secs_f64(c.wattson.forecast_window_s);
     ctld.warm_shortfall = c.wattson.warm_shortfall;
     ctld.queue_order = c.wattson.queue_order;

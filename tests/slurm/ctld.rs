@@ -71,7 +71,8 @@ fn lab(ctld: &str) -> (SlurmLab, PathBuf, Vec<common::Node>) {
     let power = lab.dir().join("power");
     std::fs::create_dir(&power).unwrap();
     let toml = format!(
-        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nboot_time = \"2s\"\nshutdown_time = \"1s\"\nstate_file = \"{state}\"\n{ctld}\n\
+        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nstate_file = \"{state}\"\n{ctld}\n\
+         [ctld.node]\nboot_s = 2\nshutdown_s = 1\n\
          [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
          timeout = \"10s\"\nlog = \"{log}\"\n[link]\nport = {port}\nmunge_socket = {munge:?}\n",
         p = power.display(),

@@ -86,7 +86,8 @@ impl Planner {
     pub fn decide(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> (view::View, cluster::Actions) {
         let c = &self.config.ctld;
         let policy = view::policy(c);
-        let view = self.memory.view(now, policy.tuning.forecast_window_s, c.gpu_idle_w, nodes, jobs);
+        let idle_w = view::gpu_idle_w(c, nodes);
+        let view = self.memory.view(now, policy.tuning.forecast_window_s, idle_w, nodes, jobs);
         let actions = cluster::decide(&policy, &view.snapshot(now, &self.config));
         (view, actions)
     }
@@ -150,7 +151,7 @@ impl Planner {
                 Verdict::GiveUp(n) => plan.give_up.push((node.name.clone(), n)),
             }
         }
-        self.ledger.observe(nodes, now, &view::node_costs(c), c.gpu_idle_w);
+        self.ledger.observe(nodes, now, &view::node_costs(c), view::gpu_idle_w(c, nodes));
         let why = |what: &str| {
             format!("{what} (warm target {}, idle {}, queued {})", plan.warm_target, plan.idle, plan.queued)
         };

@@ -46,6 +46,8 @@ pub struct Node {
     pub power: Power,
     /// GPUs (`Gres=gpu:...`).
     pub gpus: u32,
+    /// The first GPU type `Gres` names (`gpu:h100:4`: `h100`), if any.
+    pub gpu_type: Option<String>,
     /// GPUs allocated to jobs (`GresUsed`); `None` when Slurm does not say.
     pub alloc_gpus: Option<u32>,
     /// CPUs allocated to jobs.
@@ -202,6 +204,17 @@ fn gres_gpus(gres: &str) -> u32 {
         .sum()
 }
 
+/// The GPU type of the first typed GPU entry of a `Gres=` value (`gpu:h100:4(S:0-1)`: `h100`).
+fn gres_type(gres: &str) -> Option<String> {
+    entries(gres).into_iter().find_map(|e| {
+        let fields: Vec<&str> = e.split('(').next()?.split(':').collect();
+        match fields[..] {
+            ["gpu", ty, _] => Some(ty.to_string()),
+            _ => None,
+        }
+    })
+}
+
 /// The `gres/gpu=N` entry of a TRES list.
 fn tres_gpus(tres: &str) -> Option<u32> {
     tres.split(',').find_map(|e| e.strip_prefix("gres/gpu=")?.parse().ok())
@@ -237,6 +250,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
             f.get("Reason").map(|r| r.split(" [").next().unwrap_or("").to_string()).unwrap_or_default();
         nodes.push(Node {
             gpus: f.get("Gres").map_or(0, |g| gres_gpus(g)),
+            gpu_type: f.get("Gres").and_then(|g| gres_type(g)),
             alloc_gpus,
             alloc_cpus: f.get("CPUAlloc").and_then(|c| c.parse().ok()).unwrap_or(0),
             weight: f.get("Weight").and_then(|w| w.parse().ok()).unwrap_or(1),

@@ -70,9 +70,10 @@ fn a_queue_boots_a_sleeping_node_and_a_failed_resume_is_retried_then_given_up() 
 #[test]
 fn the_warm_set_follows_the_configured_shortfall() {
     // One full node, two idle; two 2-GPU jobs submitted in the last hour. With the default
-    // node model the horizon is 300 s of boot plus a 253.6 s break-even, so a further job
-    // within it has probability 1 - exp(-2 * 553.6 / 3600) = 0.265: above a shortfall of
-    // 0.25, one idle node stays warm; under 0.5, both sleep.
+    // node model (400 W base, four H100s idle at 72 W by the engine's prior) the break-even
+    // time is (500*60 + 700*300 - 15*360) / (688 - 15) = 348.6 s and the horizon 300 s of boot
+    // plus that, so a further job within it has probability 1 - exp(-2 * 648.6 / 3600) =
+    // 0.303: above a shortfall of 0.25, one idle node stays warm; under 0.5, both sleep.
     let nodes = parse_nodes(
         &(node("full", "ALLOCATED", 4, "") + &node("a", "IDLE", 0, "") + &node("b", "IDLE", 0, "")),
     )

@@ -86,16 +86,18 @@ pub fn policy(c: &CtldConfig) -> Policy {
     }
 }
 
-/// The node power model of `[ctld]`.
+/// The node power model of `[ctld.node]`.
 pub fn node_costs(c: &CtldConfig) -> NodeCosts {
-    NodeCosts {
-        base_w: c.node_base_w,
-        off_w: c.node_off_w,
-        shutdown_s: c.shutdown_time.as_secs_f64(),
-        shutdown_w: c.shutdown_w,
-        boot_s: c.boot_time.as_secs_f64(),
-        boot_w: c.boot_w,
-    }
+    c.node
+}
+
+/// Idle draw of one GPU (W): `[ctld] gpu_idle_w`, else the engine's prior for the GPU type the
+/// first GPU node's `Gres` names (the simulator's default too).
+pub fn gpu_idle_w(c: &CtldConfig, nodes: &[Node]) -> f64 {
+    c.gpu_idle_w.unwrap_or_else(|| {
+        let named = nodes.iter().find(|n| n.gpus > 0).and_then(|n| n.gpu_type.as_deref());
+        wattson_engine::idle_w_of(named.unwrap_or(""))
+    })
 }
 
 impl Memory {

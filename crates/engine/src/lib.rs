@@ -21,7 +21,7 @@ pub mod table;
 
 pub use choose::{Choice, ChooserConfig, Objective, choose};
 pub use fit::{FitError, Sample, fit};
-pub use gpus::{GpuPrior, prior};
+pub use gpus::{GpuPrior, idle_w_of, prior};
 pub use measurements::{Measurements, newest};
 pub use model::{DvfsModel, Knob, Prediction};
 pub use probe::{ProbeConfig, Step, Window, first_probes, next_step};

@@ -14,6 +14,7 @@ fn nodes_power_gpus_and_reasons() {
     let nodes = parse_nodes(&text).unwrap();
     let [idle, mixed, draining, admin] = &nodes[..] else { panic!("{nodes:?}") };
     assert_eq!((idle.power, idle.gpus, idle.alloc_gpus, idle.free_gpus()), (Power::On, 2, Some(0), 2));
+    assert_eq!(idle.gpu_type.as_deref(), Some("h100"));
     assert!(idle.is_idle() && !idle.is_held_by_admin());
     // Without gres/gpu in the TRES, a node with a job counts as full.
     assert_eq!((mixed.alloc_gpus, mixed.free_gpus(), mixed.is_idle()), (None, 0, false));
