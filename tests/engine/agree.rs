@@ -61,7 +61,7 @@ fn node_text(s: &Snapshot) -> String {
 /// What `squeue -h -t PD,CF,R -o SQUEUE_FORMAT` prints for the snapshot's jobs: queued and held
 /// ones pending (held ones just submitted, no reason yet), running ones with their nodes.
 fn job_text(s: &Snapshot, gpn: u32, nodes_of: &dyn Fn(u32) -> Vec<u32>) -> String {
-    assert_eq!(SQUEUE_FORMAT.matches('%').count(), 12, "the rendering follows the controller's format");
+    assert_eq!(SQUEUE_FORMAT.matches('%').count(), 13, "the rendering follows the controller's format");
     let shape = |gpus: u32| if gpus > gpn { (gpus.div_ceil(gpn), gpn) } else { (1, gpus) };
     let mut out = String::new();
     let pending = s
@@ -72,7 +72,7 @@ fn job_text(s: &Snapshot, gpn: u32, nodes_of: &dyn Fn(u32) -> Vec<u32>) -> Strin
     for (job, submit, reason) in pending {
         let (n, per) = shape(job.gpus);
         out += &format!(
-            "{}|PENDING|{reason}|{n}|gres:gpu:{per}|{}|0:00|{}|1||lab|\n",
+            "{}|PENDING|{reason}|{n}|gres:gpu:{per}|{}|0:00|{}|1||lab||0\n",
             job.id,
             stamp(submit),
             duration(job.work_s)
@@ -84,7 +84,7 @@ fn job_text(s: &Snapshot, gpn: u32, nodes_of: &dyn Fn(u32) -> Vec<u32>) -> Strin
         let nodes: Vec<String> = nodes_of(r.job.id).iter().map(|i| format!("n{i}")).collect();
         // Submitted `elapsed` before the start at the latest; the arrival forecast reads it.
         out += &format!(
-            "{}|{state}|None|{n}|gres:gpu:{per}|{}|{}|{}|1|{}|lab|\n",
+            "{}|{state}|None|{n}|gres:gpu:{per}|{}|{}|{}|1|{}|lab||0\n",
             r.job.id,
             stamp(0.0),
             duration(r.elapsed_s),

@@ -428,9 +428,10 @@ fn slurm_places_jobs_by_the_weights_ctld_sets_again_after_a_reconfigure() {
     lab.stop();
 }
 
-/// With `queue_order = "response-ratio"`, ctld sets the pending jobs' priorities in the
-/// engine's order and Slurm starts them so: a 1-GPU, 1-minute job queued behind a 2-GPU, 1-hour
-/// one gets the GPU that frees first, where Slurm's own order would start the large job.
+/// With `queue_order = "response-ratio"`, ctld gives the pending jobs nice values in the
+/// engine's order, an offset on the priority Slurm computes (not a replacement), and Slurm
+/// starts them so: a 1-GPU, 1-minute job queued behind a 2-GPU, 1-hour one gets the GPU that
+/// frees first, where Slurm's own order would start the large job.
 #[test]
 fn slurm_starts_pending_jobs_in_the_order_ctld_gives_them() {
     let nodes = NODES.iter().map(|n| LabNode::new(n, 2, "h100")).collect();
@@ -459,15 +460,24 @@ fn slurm_starts_pending_jobs_in_the_order_ctld_gives_them() {
     let large = lab.sbatch(&["--gres=gpu:2", "-w", "n1", "-t", "60"], "sleep 1\n").unwrap();
     let small = lab.sbatch(&["--gres=gpu:1", "-w", "n1", "-t", "1"], "sleep 5\n").unwrap();
     assert!(priority(large) > priority(small), "Slurm's own order is FIFO");
+    let (large_before, small_before) = (priority(large), priority(small));
 
     let mut ctld = start_ctld(&lab);
     until("the small job ranked first", &|| priority(small) > priority(large));
+    // Nice -10000 (the default order_weight) for the first of two, -5000 for the second, each
+    // taken off the priority Slurm had given the job.
+    assert_eq!((info(small).get("Nice"), info(large).get("Nice")), ("-10000", "-5000"));
+    assert_eq!((priority(small) - small_before, priority(large) - large_before), (10_000, 5_000));
     assert_eq!((info(large).state.as_str(), info(small).state.as_str()), ("PENDING", "PENDING"));
     lab.run_ok("scancel", &[&blocker.to_string()]);
     until("a pending job started", &|| info(small).state != "PENDING" || info(large).state != "PENDING");
     assert_eq!(info(small).state, "RUNNING", "{}", ctld_log(&lab));
     assert_eq!(info(large).state, "PENDING");
-    assert!(ctld_log(&lab).contains("pending jobs start in the policy's order"), "{}", ctld_log(&lab));
+    assert!(
+        ctld_log(&lab).contains("pending jobs' priorities carry the policy's order"),
+        "{}",
+        ctld_log(&lab)
+    );
     // The large job starts once the small one has freed its GPU.
     let done = lab.wait_job(large, Duration::from_secs(60));
     assert_eq!(done.state, "COMPLETED", "{done:?}");

@@ -38,11 +38,15 @@ pub struct CtldConfig {
     #[serde(default = "default_warm_shortfall", deserialize_with = "warm_shortfall")]
     pub warm_shortfall: f64,
     /// The order pending jobs start in: `fifo` leaves Slurm's priorities alone;
-    /// `response-ratio` sets each pending job's priority so that Slurm tries them by wait per
-    /// unit of size, as the engine ranks them (explicit priorities replace
-    /// priority/multifactor's for those jobs).
+    /// `response-ratio` gives each pending job a nice by its rank in the engine's order (wait
+    /// per unit of size), so that the order is one term of the priority Slurm computes.
     #[serde(default = "default_queue_order")]
     pub queue_order: QueueOrder,
+    /// With `response-ratio`, the most priority the engine's order adds to a pending job, as
+    /// a negative nice (1 to 1,000,000,000): weigh it against priority/multifactor's
+    /// `PriorityWeight*`.
+    #[serde(default = "default_order_weight", deserialize_with = "order_weight")]
+    pub order_weight: u32,
     /// A pending job makes the running jobs it waits for run at full speed only once it has
     /// waited this many times its own time limit (0 to 100; 0: at once), as the simulator's
     /// `[wattson] raise_after_runs`.
@@ -96,6 +100,7 @@ impl Default for CtldConfig {
             warm_shortfall: default_warm_shortfall(),
             queue_order: default_queue_order(),
             raise_after_runs: default_raise_after_runs(),
+            order_weight: default_order_weight(),
             node: NodeCosts::default(),
             gpu_idle_w: None,
             resume_retries: default_resume_retries(),
@@ -190,6 +195,17 @@ fn default_queue_order() -> QueueOrder {
     QueueOrder::Fifo
 }
 
+fn default_order_weight() -> u32 {
+    10_000
+}
+fn order_weight<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if (1..=1_000_000_000).contains(&n) {
+        Ok(n)
+    } else {
+        Err(serde::de::Error::custom(format!("{n}: allowed 1 to 1000000000")))
+    }
+}
 fn default_raise_after_runs() -> f64 {
     wattson_engine::cluster::Tuning::default().raise_after_runs
 }

@@ -50,9 +50,9 @@ pub struct Plan {
     pub give_up: Vec<(String, u32)>,
     /// New node weights, for the nodes whose weight differs: (weight, nodes).
     pub weights: Vec<(u32, Vec<String>)>,
-    /// New priorities of pending jobs, for the jobs whose priority differs: (job, priority),
-    /// so that Slurm tries them in the engine's queue order.
-    pub priorities: Vec<(u32, u32)>,
+    /// New nice values of pending jobs, for the jobs whose nice differs: (job, nice), the
+    /// engine's queue order as an offset on the priority Slurm computes.
+    pub nice: Vec<(u32, i64)>,
     /// Idle nodes the arrival forecast wants kept on.
     pub warm_target: usize,
     /// Idle powered-on nodes seen.
@@ -128,7 +128,7 @@ impl Planner {
                 .collect(),
             ..Plan::default()
         };
-        plan.priorities = priorities(&actions.queue_order, jobs);
+        plan.nice = nice_offsets(&actions.queue_order, jobs, c.order_weight);
         if let Some(weights) = cluster::placement::node_weights(&policy, &snapshot).filter(|_| c.weights) {
             let mut changed: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
             for (i, node) in nodes.iter().enumerate() {
@@ -176,18 +176,19 @@ impl Planner {
     }
 }
 
-/// The priorities that make Slurm try the jobs of `order` (ids, first first) in that order:
-/// one apart, downward from the highest any of them has now (at least their count, so none
-/// reaches 0, which holds a job); only the jobs whose priority changes.
-fn priorities(order: &[u32], jobs: &[Job]) -> Vec<(u32, u32)> {
-    let current: std::collections::HashMap<u32, u32> = jobs.iter().map(|j| (j.id, j.priority)).collect();
-    let now = |id: u32| current.get(&id).copied().unwrap_or(0);
-    let top = order.iter().map(|&id| now(id)).max().unwrap_or(0).max(order.len() as u32);
+/// The nice values that carry the engine's queue `order` (ids, first first) to Slurm as one
+/// term of each pending job's priority: the first gets `-weight`, each next one `weight / n`
+/// less (n jobs ranked), the last `-weight / n`. Slurm subtracts a job's nice from the priority
+/// it computes (priority/multifactor's fair share, QOS, age... or priority/basic's submission
+/// order), so the order weighs in without replacing them. Only the jobs whose nice changes.
+fn nice_offsets(order: &[u32], jobs: &[Job], weight: u32) -> Vec<(u32, i64)> {
+    let current: std::collections::HashMap<u32, i64> = jobs.iter().map(|j| (j.id, j.nice)).collect();
+    let n = order.len() as i64;
     order
         .iter()
         .enumerate()
-        .map(|(i, &id)| (id, top - i as u32))
-        .filter(|&(id, priority)| now(id) != priority)
+        .map(|(i, &id)| (id, -(i64::from(weight) * (n - i as i64) / n)))
+        .filter(|&(id, nice)| current.get(&id).is_some_and(|&now| now != nice))
         .collect()
 }
 
@@ -361,16 +362,16 @@ impl Ctld {
             info!(nodes = ?nodes, weight, "weight: placement follows the policy's ranking (best fit on powered nodes)");
             self.slurm.update_nodes(nodes, &[&format!("weight={weight}")])?;
         }
-        if !plan.priorities.is_empty() {
+        if !plan.nice.is_empty() {
             info!(
-                jobs = plan.priorities.len(),
-                queued, "priority: pending jobs start in the policy's order (wait per unit of size)"
+                jobs = plan.nice.len(),
+                queued, "nice: pending jobs' priorities carry the policy's order (wait per unit of size)"
             );
         }
-        for &(job, priority) in &plan.priorities {
+        for &(job, nice) in &plan.nice {
             // A job that started or ended meanwhile refuses the update: the next loop sees it.
-            if let Err(e) = self.slurm.set_priority(job, priority) {
-                warn!(job, priority, error = %e, "cannot set the job's priority");
+            if let Err(e) = self.slurm.set_nice(job, nice) {
+                warn!(job, nice, error = %e, "cannot set the job's nice");
             }
         }
         if !plan.power_down.is_empty() {

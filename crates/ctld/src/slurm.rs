@@ -11,8 +11,8 @@ use wattson_sacct::deadline::{self, CommandError};
 use wattson_sacct::{SlurmState, hostlist};
 
 /// `squeue`'s format: job id, state, reason, nodes, TRES per node, submit time, time used,
-/// time limit, priority, node list, partitions, requested nodes.
-pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l|%Q|%N|%P|%n";
+/// time limit, priority, node list, partitions, requested nodes, nice.
+pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l|%Q|%N|%P|%n|%y";
 
 /// The reason wattson's resume program gives a node whose power action failed.
 pub const RESUME_FAILED: &str = "wattson: resume action failed";
@@ -133,16 +133,21 @@ pub struct Job {
     pub partitions: Vec<String>,
     /// The nodes it asked for (`--nodelist`); empty: any of its partitions'.
     pub requested: Vec<String>,
+    /// Its nice (subtracted from the priority Slurm computes).
+    pub nice: i64,
 }
 
 impl Job {
     /// Whether it waits for resources now: pending for `Resources`, for `Priority` (behind
-    /// jobs that do) or with no reason yet. A job pending for anything else (held, a begin
-    /// time, a dependency, a QOS or association limit, a reservation, nodes down or drained)
-    /// would not start if GPUs were freed, so the policy does not count it.
+    /// jobs that do), with no reason yet, or for `ReqNodeNotAvail` (Slurm's reason for a job
+    /// behind another on the nodes it asked for, busy or not; the view keeps only the nodes
+    /// wattson manages as usable). A job pending for anything else (held, a begin time, a
+    /// dependency, a QOS or association limit, a reservation) would not start if GPUs were
+    /// freed, so the policy does not count it.
     pub fn is_queued(&self) -> bool {
         self.state == Some(SlurmState::Pending)
-            && matches!(self.reason.as_str(), "Resources" | "Priority" | "None")
+            && (matches!(self.reason.as_str(), "Resources" | "Priority" | "None")
+                || self.reason.starts_with("ReqNodeNotAvail"))
     }
 
     /// Whether it holds nodes.
@@ -309,8 +314,21 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
     let mut jobs = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split('|').collect();
-        let [id, state, reason, nodes, tres, submit, used, limit, priority, nodelist, partition, requested] =
-            f[..]
+        let [
+            id,
+            state,
+            reason,
+            nodes,
+            tres,
+            submit,
+            used,
+            limit,
+            priority,
+            nodelist,
+            partition,
+            requested,
+            nice,
+        ] = f[..]
         else {
             return Err(format!("unexpected squeue line {line:?}"));
         };
@@ -330,6 +348,7 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
                 list => hostlist::expand(list).map_err(|e| format!("job {id}: node list {list:?}: {e}"))?,
             },
             partitions: list(partition),
+            nice: nice.trim().parse().map_err(|_| format!("bad nice in {line:?}"))?,
             requested: match requested.trim() {
                 "" | "(null)" => Vec::new(),
                 list => {
@@ -369,12 +388,11 @@ impl Slurm {
         parse_jobs(&text)
     }
 
-    /// `scontrol update jobid=<id> priority=<priority>`: Slurm tries pending jobs in order of
-    /// priority; an explicit one stays until changed (priority/multifactor no longer
-    /// recomputes it).
-    pub fn set_priority(&self, job: u32, priority: u32) -> Result<(), String> {
-        let (job, priority) = (format!("jobid={job}"), format!("priority={}", priority.max(1)));
-        self.run("scontrol", &["update", &job, &priority]).map(|_| ()).map_err(|e| e.to_string())
+    /// `scontrol update jobid=<id> nice=<nice>`: Slurm subtracts it from the priority it
+    /// computes for the job (negative values need an operator, as SlurmUser is).
+    pub fn set_nice(&self, job: u32, nice: i64) -> Result<(), String> {
+        let (job, nice) = (format!("jobid={job}"), format!("nice={nice}"));
+        self.run("scontrol", &["update", &job, &nice]).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// `scontrol update nodename=<names> <what>`, names checked first.

@@ -156,7 +156,7 @@ impl Memory {
             };
             if job.is_queued() {
                 view.queued.push(Queued { job: view_of(job), eligible: job.submit as f64 });
-                if let Some(usable) = usable_nodes(job, nodes) {
+                if let Some(usable) = usable_nodes(job, nodes, &view.managed) {
                     view.job_nodes.insert(job.id, usable);
                 }
             } else if job.is_running() {
@@ -181,16 +181,17 @@ impl Memory {
     }
 }
 
-/// The nodes (indices into `nodes`) pending `job` may run on: those of its partitions, narrowed
-/// to the ones it asked for; `None` when Slurm names no partition for it (any node).
-fn usable_nodes(job: &Job, nodes: &[Node]) -> Option<Vec<u32>> {
+/// The nodes (indices into `nodes`) pending `job` may run on: those of its partitions that
+/// wattson manages (not drained, down or reserved), narrowed to the ones it asked for; `None`
+/// when Slurm names no partition for it (any node).
+fn usable_nodes(job: &Job, nodes: &[Node], managed: &[bool]) -> Option<Vec<u32>> {
     if job.partitions.is_empty() {
         return None;
     }
     let usable = nodes
         .iter()
         .enumerate()
-        .filter(|(_, n)| n.partitions.iter().any(|p| job.partitions.contains(p)))
+        .filter(|(i, n)| managed[*i] && n.partitions.iter().any(|p| job.partitions.contains(p)))
         .filter(|(_, n)| job.requested.is_empty() || job.requested.contains(&n.name))
         .map(|(i, _)| i as u32)
         .collect();
