@@ -86,8 +86,7 @@ impl Planner {
     pub fn decide(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> (view::View, cluster::Actions) {
         let c = &self.config.ctld;
         let policy = view::policy(c);
-        let idle_w = view::gpu_idle_w(c, nodes);
-        let view = self.memory.view(now, policy.tuning.forecast_window_s, idle_w, nodes, jobs);
+        let view = self.memory.view(now, policy.tuning.forecast_window_s, c.gpu_idle_w, nodes, jobs);
         let actions = cluster::decide(&policy, &view.snapshot(now, &self.config));
         (view, actions)
     }

@@ -41,7 +41,8 @@ pub struct View {
     pub running: Vec<Running>,
     /// Recent submissions `(time, GPUs)`, oldest first.
     pub arrivals: Vec<(f64, u32)>,
-    /// One GPU type (heterogeneous clusters are not modelled by the controller yet).
+    /// The GPU types the nodes' `Gres` name, in order of first appearance (one, untyped,
+    /// when none names a type).
     pub gpu_types: Vec<GpuType>,
     /// One level table: the controller does not know jobs' level tables (their nodes do).
     pub models: Vec<Vec<Level>>,
@@ -102,9 +103,35 @@ pub fn gpu_idle_w(c: &CtldConfig, nodes: &[Node]) -> f64 {
 
 impl Memory {
     /// The view of `nodes` and `jobs` at `now` (Unix s), remembering what it needs.
-    pub fn view(&mut self, now: f64, window_s: f64, gpu_idle_w: f64, nodes: &[Node], jobs: &[Job]) -> View {
+    pub fn view(
+        &mut self,
+        now: f64,
+        window_s: f64,
+        gpu_idle_w: Option<f64>,
+        nodes: &[Node],
+        jobs: &[Job],
+    ) -> View {
+        // Each GPU type Slurm names, in order of first appearance, at `[ctld] gpu_idle_w` or
+        // its prior's idle draw.
+        let mut names: Vec<&str> = Vec::new();
+        for n in nodes.iter().filter(|n| n.gpus > 0) {
+            let name = n.gpu_type.as_deref().unwrap_or("");
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        if names.is_empty() {
+            names.push("");
+        }
+        let type_of = |n: &Node| -> u16 {
+            let name = n.gpu_type.as_deref().unwrap_or("");
+            names.iter().position(|t| *t == name).unwrap_or(0) as u16
+        };
         let mut view = View {
-            gpu_types: vec![GpuType { idle_w: gpu_idle_w }],
+            gpu_types: names
+                .iter()
+                .map(|t| GpuType { idle_w: gpu_idle_w.unwrap_or_else(|| wattson_engine::idle_w_of(t)) })
+                .collect(),
             models: vec![vec![Level {
                 setting: 1.0,
                 slowdown_hi: 0.0,
@@ -136,7 +163,13 @@ impl Memory {
                 Power::Off => NodePower::Off,
             };
             let free_gpus = if managed { node.free_gpus() } else { 0 };
-            view.nodes.push(NodeView { power, idle_since, gpu_type: 0, free_gpus, gpus: node.gpus });
+            view.nodes.push(NodeView {
+                power,
+                idle_since,
+                gpu_type: type_of(node),
+                free_gpus,
+                gpus: node.gpus,
+            });
             view.managed.push(managed);
         }
         let index_of: BTreeMap<&str, u32> =
