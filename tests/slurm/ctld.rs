@@ -43,13 +43,22 @@ fn power_conf() -> String {
 /// controller's requests at the node's own loopback address), and the wattson.toml beside
 /// its slurm.conf (with `ctld` added to its `[ctld]` table).
 fn lab(ctld: &str) -> (SlurmLab, PathBuf, Vec<common::Node>) {
+    lab_with(ctld, "", false)
+}
+
+/// [`lab`] with `conf` added to slurm.conf, and Slurm's accounting when `accounting`.
+fn lab_with(ctld: &str, conf: &str, accounting: bool) -> (SlurmLab, PathBuf, Vec<common::Node>) {
     let nodes = NODES
         .iter()
         .enumerate()
         .map(|(i, n)| LabNode { addr: format!("127.0.0.{}", i + 2), ..LabNode::new(n, 2, "h100") })
         .collect::<Vec<_>>();
-    let lab =
-        SlurmLab::start(LabOptions { nodes: nodes.clone(), extra_conf: power_conf(), ..Default::default() });
+    let lab = SlurmLab::start(LabOptions {
+        nodes: nodes.clone(),
+        extra_conf: power_conf() + conf,
+        accounting,
+        ..Default::default()
+    });
     let munge = lab.dir().join("run/munge.sock");
     let port = slurm_lab::free_port();
     let daemons = nodes
@@ -625,6 +634,53 @@ fn a_queued_job_raises_only_the_running_job_it_waits_for_and_a_dependent_one_non
     let _ = ctld.kill();
     let _ = ctld.wait();
     lab.run_ok("scancel", &[&dependent.to_string(), &ids[0], &ids[1]]);
+    lab.stop();
+}
+
+/// A job pending on a QOS limit (more GPUs per job than its QOS allows) would not start if
+/// GPUs were freed: with it asking for n1, n1's running job keeps its saving share.
+#[test]
+fn a_job_pending_on_a_qos_limit_raises_nothing() {
+    let (mut lab, power, daemons) = lab_with(
+        "raise_after_runs = 0\nmanage_power = false",
+        "AccountingStorageEnforce=limits,qos\nAccountingStorageTRES=gres/gpu\n",
+        true,
+    );
+    lab.run_ok("sacctmgr", &["-i", "add", "qos", "onegpu", "MaxTRESPerJob=gres/gpu=1"]);
+    lab.run_ok("sacctmgr", &["-i", "modify", "user", "root", "set", "qos+=onegpu"]);
+    let mut ctld = start_ctld(&lab);
+    let limits = || {
+        let l = |g: u32| daemons[0].sim.gpu_state(g).unwrap().power_limit_mw;
+        (l(0), l(1))
+    };
+    let job = lab.sbatch(&["--gres=gpu:2", "-w", "n1"], "sleep 300\n").unwrap();
+    wait_for(&mut lab, &power, "the job running", Duration::from_secs(60), |lab| {
+        lab.job_info(job).is_some_and(|j| j.state == "RUNNING")
+    });
+    let id = job.to_string();
+    let begin = ["job", "begin", "--job", &id, "--uid", "0", "--gpus", "0,1", "--energy", "min-energy"];
+    common::assert_ok(&daemons[0].wattson(&begin));
+    assert_eq!(limits(), (420_000, 420_000));
+    let limited = lab.sbatch(&["--gres=gpu:2", "-w", "n1", "--qos=onegpu"], "true\n").unwrap();
+    let started = Instant::now();
+    let mut reason = String::new();
+    while started.elapsed() < Duration::from_secs(6) {
+        reason = lab.job_info(limited).unwrap().get("Reason").to_string();
+        let squeue = lab.run_ok("squeue", &["-h", "-o", wattson_ctld::slurm::SQUEUE_FORMAT]);
+        assert_eq!(limits(), (420_000, 420_000), "{reason}\n{squeue}\n{}", ctld_log(&lab));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(reason.starts_with("QOSMax"), "{reason}");
+    // The same job without the QOS waits for n1's GPUs: n1's job goes to full speed.
+    lab.run_ok("scancel", &[&limited.to_string()]);
+    let waiting = lab.sbatch(&["--gres=gpu:2", "-w", "n1"], "true\n").unwrap();
+    wait_for(&mut lab, &power, "n1's job at full speed", Duration::from_secs(10), |_| {
+        limits() == (700_000, 700_000)
+    });
+    daemons[0].end(&id);
+    let _ = ctld.kill();
+    let _ = ctld.wait();
+    lab.run_ok("scancel", &[&waiting.to_string(), &id]);
     lab.stop();
 }
 

@@ -139,14 +139,15 @@ pub struct Job {
 
 impl Job {
     /// Whether it waits for resources now: pending for `Resources`, for `Priority` (behind
-    /// jobs that do), with no reason yet, or for `ReqNodeNotAvail` (Slurm's reason for a job
-    /// behind another on the nodes it asked for, busy or not; the view keeps only the nodes
-    /// wattson manages as usable). A job pending for anything else (held, a begin time, a
-    /// dependency, a QOS or association limit, a reservation) would not start if GPUs were
-    /// freed, so the policy does not count it.
+    /// jobs that do), or for `ReqNodeNotAvail` (Slurm's reason for a job behind another on the
+    /// nodes it asked for, busy or not; the view keeps only the nodes wattson manages as
+    /// usable). A job pending for anything else (held, a begin time, a dependency, a QOS or
+    /// association limit, a reservation) would not start if GPUs were freed, so the policy
+    /// does not count it; nor a job with no reason yet (`None`: Slurm's scheduler has not
+    /// looked at it, and a QOS limit may hold it).
     pub fn is_queued(&self) -> bool {
         self.state == Some(SlurmState::Pending)
-            && (matches!(self.reason.as_str(), "Resources" | "Priority" | "None")
+            && (matches!(self.reason.as_str(), "Resources" | "Priority")
                 || self.reason.starts_with("ReqNodeNotAvail"))
     }
 

@@ -162,7 +162,8 @@ fn a_queued_job_paces_only_the_running_job_it_waits_for_and_other_pending_reason
     // Asking for n1 (pending behind a job that waits): job 5 is the one it waits for.
     assert_eq!(paces(&pending("Priority", "n1")), [(5, Pace::Full), (6, Pace::Saving)]);
     // Pending for a QOS limit, a dependency, a begin time, a reservation or a hold: nothing
-    // would start if GPUs were freed, so no running job is raised.
+    // would start if GPUs were freed, so no running job is raised; nor before Slurm's
+    // scheduler has given a reason (a QOS limit may hold the job: seen on real Slurm).
     for reason in
         ["QOSMaxGRESPerUser", "Dependency", "BeginTime", "Reservation", "JobHeldUser", "AssocGrpGRES"]
     {
