@@ -3,6 +3,7 @@
 
 mod acct_flags;
 mod ctld;
+mod ctld_pace;
 mod jobstats;
 mod models_sync;
 mod plugins;
