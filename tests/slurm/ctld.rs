@@ -42,14 +42,23 @@ fn power_conf() -> String {
 /// A lab, its power-request directory, each node's wattsond (on 2 simulated GPUs, taking the
 /// controller's requests at the node's own loopback address), and the wattson.toml beside
 /// its slurm.conf (with `ctld` added to its `[ctld]` table).
-fn lab(ctld: &str) -> (SlurmLab, PathBuf, Vec<common::Node>) {
+pub(super) fn lab(ctld: &str) -> (SlurmLab, PathBuf, Vec<common::Node>) {
+    lab_with(ctld, "", false)
+}
+
+/// [`lab`] with `conf` added to slurm.conf, and Slurm's accounting when `accounting`.
+pub(super) fn lab_with(ctld: &str, conf: &str, accounting: bool) -> (SlurmLab, PathBuf, Vec<common::Node>) {
     let nodes = NODES
         .iter()
         .enumerate()
         .map(|(i, n)| LabNode { addr: format!("127.0.0.{}", i + 2), ..LabNode::new(n, 2, "h100") })
         .collect::<Vec<_>>();
-    let lab =
-        SlurmLab::start(LabOptions { nodes: nodes.clone(), extra_conf: power_conf(), ..Default::default() });
+    let lab = SlurmLab::start(LabOptions {
+        nodes: nodes.clone(),
+        extra_conf: power_conf() + conf,
+        accounting,
+        ..Default::default()
+    });
     let munge = lab.dir().join("run/munge.sock");
     let port = slurm_lab::free_port();
     let daemons = nodes
@@ -71,7 +80,8 @@ fn lab(ctld: &str) -> (SlurmLab, PathBuf, Vec<common::Node>) {
     let power = lab.dir().join("power");
     std::fs::create_dir(&power).unwrap();
     let toml = format!(
-        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nboot_time = \"2s\"\nshutdown_time = \"1s\"\nstate_file = \"{state}\"\n{ctld}\n\
+        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nstate_file = \"{state}\"\n{ctld}\n\
+         [ctld.node]\nboot_s = 2\nshutdown_s = 1\n\
          [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
          timeout = \"10s\"\nlog = \"{log}\"\n[link]\nport = {port}\nmunge_socket = {munge:?}\n",
         p = power.display(),
@@ -108,7 +118,7 @@ fn pump_some(lab: &mut SlurmLab, power: &Path, honor: &mut dyn FnMut(&str) -> bo
 }
 
 /// A node's State as `scontrol show node` gives it (`IDLE+POWERED_DOWN`...).
-fn state(lab: &SlurmLab, node: &str) -> String {
+pub(super) fn state(lab: &SlurmLab, node: &str) -> String {
     let line = lab.run_ok("scontrol", &["-o", "show", "node", node]);
     parse_record(line.trim()).get("State").cloned().unwrap_or_default()
 }
@@ -118,7 +128,7 @@ fn states(lab: &SlurmLab) -> Vec<String> {
 }
 
 /// Pumps power requests until `done` holds; panics with the logs after `timeout`.
-fn wait_for(
+pub(super) fn wait_for(
     lab: &mut SlurmLab,
     power: &Path,
     what: &str,
@@ -140,11 +150,11 @@ fn wait_for(
     }
 }
 
-fn ctld_log(lab: &SlurmLab) -> String {
+pub(super) fn ctld_log(lab: &SlurmLab) -> String {
     std::fs::read_to_string(lab.dir().join("log/ctld.log")).unwrap_or_default()
 }
 
-fn start_ctld(lab: &SlurmLab) -> Child {
+pub(super) fn start_ctld(lab: &SlurmLab) -> Child {
     let log = std::fs::File::create(lab.dir().join("log/ctld.log")).unwrap();
     Command::new(&*WATTSON)
         .args(["ctld", "-c"])
@@ -158,7 +168,7 @@ fn start_ctld(lab: &SlurmLab) -> Child {
         .unwrap()
 }
 
-fn powered_down(state: &str) -> bool {
+pub(super) fn powered_down(state: &str) -> bool {
     state.contains("POWERED_DOWN")
 }
 
@@ -427,9 +437,10 @@ fn slurm_places_jobs_by_the_weights_ctld_sets_again_after_a_reconfigure() {
     lab.stop();
 }
 
-/// With `queue_order = "response-ratio"`, ctld sets the pending jobs' priorities in the
-/// engine's order and Slurm starts them so: a 1-GPU, 1-minute job queued behind a 2-GPU, 1-hour
-/// one gets the GPU that frees first, where Slurm's own order would start the large job.
+/// With `queue_order = "response-ratio"`, ctld gives the pending jobs nice values in the
+/// engine's order, an offset on the priority Slurm computes (not a replacement), and Slurm
+/// starts them so: a 1-GPU, 1-minute job queued behind a 2-GPU, 1-hour one gets the GPU that
+/// frees first, where Slurm's own order would start the large job.
 #[test]
 fn slurm_starts_pending_jobs_in_the_order_ctld_gives_them() {
     let nodes = NODES.iter().map(|n| LabNode::new(n, 2, "h100")).collect();
@@ -458,101 +469,29 @@ fn slurm_starts_pending_jobs_in_the_order_ctld_gives_them() {
     let large = lab.sbatch(&["--gres=gpu:2", "-w", "n1", "-t", "60"], "sleep 1\n").unwrap();
     let small = lab.sbatch(&["--gres=gpu:1", "-w", "n1", "-t", "1"], "sleep 5\n").unwrap();
     assert!(priority(large) > priority(small), "Slurm's own order is FIFO");
+    let (large_before, small_before) = (priority(large), priority(small));
 
     let mut ctld = start_ctld(&lab);
     until("the small job ranked first", &|| priority(small) > priority(large));
+    // Nice -10000 (the default order_weight) for the first of two, -5000 for the second, each
+    // taken off the priority Slurm had given the job.
+    assert_eq!((info(small).get("Nice"), info(large).get("Nice")), ("-10000", "-5000"));
+    assert_eq!((priority(small) - small_before, priority(large) - large_before), (10_000, 5_000));
     assert_eq!((info(large).state.as_str(), info(small).state.as_str()), ("PENDING", "PENDING"));
     lab.run_ok("scancel", &[&blocker.to_string()]);
     until("a pending job started", &|| info(small).state != "PENDING" || info(large).state != "PENDING");
     assert_eq!(info(small).state, "RUNNING", "{}", ctld_log(&lab));
     assert_eq!(info(large).state, "PENDING");
-    assert!(ctld_log(&lab).contains("pending jobs start in the policy's order"), "{}", ctld_log(&lab));
+    assert!(
+        ctld_log(&lab).contains("pending jobs' priorities carry the policy's order"),
+        "{}",
+        ctld_log(&lab)
+    );
     // The large job starts once the small one has freed its GPU.
     let done = lab.wait_job(large, Duration::from_secs(60));
     assert_eq!(done.state, "COMPLETED", "{done:?}");
     let _ = ctld.kill();
     let _ = ctld.wait();
-    lab.stop();
-}
-
-/// Before powering a node down ctld asks its wattsond, which refuses while a job holds its GPUs
-/// (here one Slurm does not know of): that node stays up, with the reason logged, until the
-/// job ends. Then a queue forming puts a running job's GPUs back to full speed within a loop,
-/// and the queue clearing gives the job back its energy-saving setting.
-#[test]
-fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs() {
-    let (mut lab, power, daemons) = lab("");
-    let metrics = lab.dir().join("ctld.prom");
-    let toml = lab.dir().join("etc/wattson.toml");
-    let text = std::fs::read_to_string(&toml).unwrap();
-    std::fs::write(&toml, text.replacen("[ctld]\n", &format!("[ctld]\nmetrics_file = {metrics:?}\n"), 1))
-        .unwrap();
-    daemons[1].begin("4242", 0, "0");
-    let mut ctld = start_ctld(&lab);
-    wait_for(&mut lab, &power, "n1 and n3 powered down", Duration::from_secs(40), |lab| {
-        powered_down(&state(lab, "n1")) && powered_down(&state(lab, "n3"))
-    });
-    let kept = |lab: &SlurmLab| ctld_log(lab).contains("job 4242 runs here");
-    wait_for(&mut lab, &power, "n2 kept up with the reason", Duration::from_secs(10), kept);
-    assert!(!state(&lab, "n2").contains("POWER"), "{}", state(&lab, "n2"));
-    daemons[1].end("4242");
-    wait_for(&mut lab, &power, "n2 powered down once idle", Duration::from_secs(20), |lab| {
-        powered_down(&state(lab, "n2"))
-    });
-
-    // A job on both GPUs of n1, running at its min-energy share (60% of 700 W).
-    let limit = |g: u32| daemons[0].sim.gpu_state(g).unwrap().power_limit_mw;
-    let job = lab.sbatch(&["--gres=gpu:2", "-w", "n1"], "sleep 300\n").unwrap();
-    wait_for(&mut lab, &power, "the job running", Duration::from_secs(60), |lab| {
-        lab.job_info(job).is_some_and(|j| j.state == "RUNNING")
-    });
-    let id = job.to_string();
-    common::assert_ok(&daemons[0].wattson(&[
-        "job",
-        "begin",
-        "--job",
-        &id,
-        "--uid",
-        "0",
-        "--gpus",
-        "0,1",
-        "--energy",
-        "min-energy",
-    ]));
-    assert_eq!((limit(0), limit(1)), (420_000, 420_000));
-    // A job waits for n1's GPUs: within a loop the running job goes to full speed.
-    let waiting = lab.sbatch(&["--gres=gpu:1", "-w", "n1"], "true\n").unwrap();
-    let queued_at = Instant::now();
-    wait_for(&mut lab, &power, "full speed while a job waits", Duration::from_secs(10), |_| {
-        limit(0) == 700_000 && limit(1) == 700_000
-    });
-    let took = queued_at.elapsed();
-    assert!(took < Duration::from_secs(4), "paced after {took:?} (loop 1 s)\n{}", ctld_log(&lab));
-    assert_eq!(lab.job_info(waiting).unwrap().state, "PENDING");
-    // The queue clears: back to the saving share.
-    lab.run_ok("scancel", &[&waiting.to_string()]);
-    wait_for(&mut lab, &power, "saving again once the queue cleared", Duration::from_secs(10), |_| {
-        limit(0) == 420_000 && limit(1) == 420_000
-    });
-    // The node applies a pace before it answers, ctld logs it once answered: wait for the line.
-    let logged = |lab: &SlurmLab| {
-        let log = ctld_log(lab);
-        log.contains("pace set") && log.contains("Full") && log.contains("Saving")
-    };
-    wait_for(&mut lab, &power, "both paces logged", Duration::from_secs(10), logged);
-    // Every decision is counted, in the file node_exporter's textfile collector serves (written
-    // at the end of each loop).
-    let counted = |_: &SlurmLab| {
-        let text = std::fs::read_to_string(&metrics).unwrap_or_default();
-        ["power_down", "kept_up", "pace_full", "pace_saving"]
-            .iter()
-            .all(|action| text.contains(&format!("wattson_ctld_decisions_total{{action=\"{action}\"}}")))
-    };
-    wait_for(&mut lab, &power, "every decision counted", Duration::from_secs(10), counted);
-    daemons[0].end(&id);
-    let _ = ctld.kill();
-    let _ = ctld.wait();
-    lab.run_ok("scancel", &[&id]);
     lab.stop();
 }
 

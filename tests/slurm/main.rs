@@ -3,6 +3,7 @@
 
 mod acct_flags;
 mod ctld;
+mod ctld_pace;
 mod gpu_freq;
 mod jobstats;
 mod models_sync;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use wattson_engine::cluster::QueueOrder;
+use wattson_engine::cluster::{NodeCosts, QueueOrder};
 
 use crate::duration_in;
 
@@ -38,32 +38,28 @@ pub struct CtldConfig {
     #[serde(default = "default_warm_shortfall", deserialize_with = "warm_shortfall")]
     pub warm_shortfall: f64,
     /// The order pending jobs start in: `fifo` leaves Slurm's priorities alone;
-    /// `response-ratio` sets each pending job's priority so that Slurm tries them by wait per
-    /// unit of size, as the engine ranks them (explicit priorities replace
-    /// priority/multifactor's for those jobs).
+    /// `response-ratio` gives each pending job a nice by its rank in the engine's order (wait
+    /// per unit of size), so that the order is one term of the priority Slurm computes.
     #[serde(default = "default_queue_order")]
     pub queue_order: QueueOrder,
-    /// Draw of a powered-on node without its GPUs, W.
-    #[serde(default = "default_node_base_w", deserialize_with = "watts")]
-    pub node_base_w: f64,
-    /// Draw of a powered-off node (its BMC), W.
-    #[serde(default = "default_node_off_w", deserialize_with = "watts")]
-    pub node_off_w: f64,
-    /// Idle draw of one GPU, W.
-    #[serde(default = "default_gpu_idle_w", deserialize_with = "watts")]
-    pub gpu_idle_w: f64,
-    /// Time from power-up until Slurm can start jobs on the node (1s to 1h).
-    #[serde(default = "default_boot_time", deserialize_with = "transition")]
-    pub boot_time: Duration,
-    /// Average draw while booting, W.
-    #[serde(default = "default_boot_w", deserialize_with = "watts")]
-    pub boot_w: f64,
-    /// Time to shut down (1s to 1h).
-    #[serde(default = "default_shutdown_time", deserialize_with = "transition")]
-    pub shutdown_time: Duration,
-    /// Average draw while shutting down, W.
-    #[serde(default = "default_shutdown_w", deserialize_with = "watts")]
-    pub shutdown_w: f64,
+    /// With `response-ratio`, the most priority the engine's order adds to a pending job, as
+    /// a negative nice (1 to 1,000,000,000): weigh it against priority/multifactor's
+    /// `PriorityWeight*`.
+    #[serde(default = "default_order_weight", deserialize_with = "order_weight")]
+    pub order_weight: u32,
+    /// A pending job makes the running jobs it waits for run at full speed only once it has
+    /// waited this many times its own time limit (0 to 100; 0: at once), as the simulator's
+    /// `[wattson] raise_after_runs`.
+    #[serde(default = "default_raise_after_runs", deserialize_with = "raise_after_runs")]
+    pub raise_after_runs: f64,
+    /// The node power model (`[ctld.node]`, the simulator's `[node]`: one type, one set of
+    /// defaults).
+    #[serde(default, deserialize_with = "node_costs")]
+    pub node: NodeCosts,
+    /// Idle draw of one GPU, W; unset: the engine's prior for the GPU type Slurm's `Gres`
+    /// names (as the simulator's default).
+    #[serde(default, deserialize_with = "gpu_idle_w")]
+    pub gpu_idle_w: Option<f64>,
     /// How many times a node whose resume failed is powered up again before it is left down
     /// for an administrator (0 to 20).
     #[serde(default = "default_resume_retries", deserialize_with = "resume_retries")]
@@ -103,13 +99,10 @@ impl Default for CtldConfig {
             forecast_window: default_forecast_window(),
             warm_shortfall: default_warm_shortfall(),
             queue_order: default_queue_order(),
-            node_base_w: default_node_base_w(),
-            node_off_w: default_node_off_w(),
-            gpu_idle_w: default_gpu_idle_w(),
-            boot_time: default_boot_time(),
-            boot_w: default_boot_w(),
-            shutdown_time: default_shutdown_time(),
-            shutdown_w: default_shutdown_w(),
+            raise_after_runs: default_raise_after_runs(),
+            order_weight: default_order_weight(),
+            node: NodeCosts::default(),
+            gpu_idle_w: None,
             resume_retries: default_resume_retries(),
             metrics_file: None,
             resume_retry_pause: default_resume_retry_pause(),
@@ -202,29 +195,25 @@ fn default_queue_order() -> QueueOrder {
     QueueOrder::Fifo
 }
 
+fn default_order_weight() -> u32 {
+    10_000
+}
+fn order_weight<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if (1..=1_000_000_000).contains(&n) {
+        Ok(n)
+    } else {
+        Err(serde::de::Error::custom(format!("{n}: allowed 1 to 1000000000")))
+    }
+}
+fn default_raise_after_runs() -> f64 {
+    wattson_engine::cluster::Tuning::default().raise_after_runs
+}
+fn raise_after_runs<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    crate::number_in(d, 0.0, 100.0, "")
+}
 fn default_warm_shortfall() -> f64 {
     wattson_engine::cluster::Tuning::default().warm_shortfall
-}
-fn default_node_base_w() -> f64 {
-    300.0
-}
-fn default_node_off_w() -> f64 {
-    10.0
-}
-fn default_gpu_idle_w() -> f64 {
-    60.0
-}
-fn default_boot_time() -> Duration {
-    Duration::from_secs(300)
-}
-fn default_boot_w() -> f64 {
-    400.0
-}
-fn default_shutdown_time() -> Duration {
-    Duration::from_secs(60)
-}
-fn default_shutdown_w() -> f64 {
-    300.0
 }
 fn default_resume_retries() -> u32 {
     3
@@ -250,6 +239,14 @@ fn warm_shortfall<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 }
 fn transition<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::from_secs(1), Duration::from_secs(3600))
+}
+fn node_costs<'de, D: Deserializer<'de>>(d: D) -> Result<NodeCosts, D::Error> {
+    let node = NodeCosts::deserialize(d)?;
+    node.check().map_err(serde::de::Error::custom)?;
+    Ok(node)
+}
+fn gpu_idle_w<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    watts(d).map(Some)
 }
 
 fn resume_retries<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
@@ -312,11 +309,16 @@ mod tests {
 
     #[test]
     fn the_loop_and_the_node_model_have_bounded_values() {
-        let c = Config::parse("[ctld]\ninterval = \"2s\"\nboot_time = \"90s\"\n", "w.toml").unwrap();
-        assert_eq!((c.ctld.interval, c.ctld.boot_time), (Duration::from_secs(2), Duration::from_secs(90)));
+        let c = Config::parse("[ctld]\ninterval = \"2s\"\n[ctld.node]\nboot_s = 90\n", "w.toml").unwrap();
+        assert_eq!((c.ctld.interval, c.ctld.node.boot_s), (Duration::from_secs(2), 90.0));
+        assert_eq!(
+            c.ctld.node.base_w,
+            wattson_engine::cluster::NodeCosts::default().base_w,
+            "the rest from the one set of defaults"
+        );
         let e = Config::parse("[ctld]\ninterval = \"10ms\"\n", "w.toml").unwrap_err().0;
         assert!(e.contains("allowed 1s to 1h"), "{e}");
-        let e = Config::parse("[ctld]\nnode_base_w = -5.0\n", "w.toml").unwrap_err().0;
+        let e = Config::parse("[ctld.node]\nbase_w = -5.0\n", "w.toml").unwrap_err().0;
         assert!(e.contains("allowed 0 to 100000"), "{e}");
     }
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tracing::{error, info, warn};
 
 use wattson_config::Config;
-use wattson_engine::cluster::{self, Policy, PolicyKind, Snapshot, Tuning};
+use wattson_engine::cluster;
 use wattson_protocol::Pace;
 
 use crate::ledger::Ledger;
@@ -50,19 +50,18 @@ pub struct Plan {
     pub give_up: Vec<(String, u32)>,
     /// New node weights, for the nodes whose weight differs: (weight, nodes).
     pub weights: Vec<(u32, Vec<String>)>,
-    /// New priorities of pending jobs, for the jobs whose priority differs: (job, priority),
-    /// so that Slurm tries them in the engine's queue order.
-    pub priorities: Vec<(u32, u32)>,
+    /// New nice values of pending jobs, for the jobs whose nice differs: (job, nice), the
+    /// engine's queue order as an offset on the priority Slurm computes.
+    pub nice: Vec<(u32, i64)>,
     /// Idle nodes the arrival forecast wants kept on.
     pub warm_target: usize,
     /// Idle powered-on nodes seen.
     pub idle: usize,
     /// Jobs waiting for resources.
     pub queued: usize,
-    /// The pace running jobs should have (the engine's congestion test).
-    pub pace: Pace,
-    /// Running jobs and their nodes' addresses, to pace.
-    pub running: Vec<(u32, Vec<String>)>,
+    /// Running jobs, the pace each should have (full speed for those queued work waits for,
+    /// the engine's [`cluster::Actions::raised`]) and their nodes' addresses.
+    pub running: Vec<(u32, Pace, Vec<String>)>,
     /// Where each node of `power_down` is reached, to confirm it idle first.
     pub addrs: std::collections::BTreeMap<String, String>,
 }
@@ -82,36 +81,22 @@ impl Planner {
         Planner { config, memory: Memory::default(), retries, ledger: Ledger::default() }
     }
 
+    /// The engine's view of Slurm's `nodes` and `jobs` at `now` (Unix s) and the cluster
+    /// policy's actions on it: the decision path the simulator runs on its own view.
+    pub fn decide(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> (view::View, cluster::Actions) {
+        let c = &self.config.ctld;
+        let policy = view::policy(c);
+        let view = self.memory.view(now, policy.tuning.forecast_window_s, c.gpu_idle_w, nodes, jobs);
+        let actions = cluster::decide(&policy, &view.snapshot(now, &self.config));
+        (view, actions)
+    }
+
     /// What to ask of Slurm, given its nodes and jobs at `now` (Unix s).
     pub fn plan(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> Plan {
+        let (view, actions) = self.decide(nodes, jobs, now);
         let c = &self.config.ctld;
-        let window_s = c.forecast_window.as_secs_f64();
-        let view = self.memory.view(now, window_s, c.gpu_idle_w, nodes, jobs);
-        let snapshot = Snapshot {
-            now,
-            utc_offset_s: 0,
-            nodes: &view.nodes,
-            gpu_types: &view.gpu_types,
-            models: &view.models,
-            queued: &view.queued,
-            held: &[],
-            running: &view.running,
-            arrivals: &view.arrivals,
-            arrival_types: &[],
-            tariff: &self.config.prices,
-            budget_w: None,
-            node: view::node_costs(c),
-        };
-        let policy = Policy {
-            kind: PolicyKind::Wattson,
-            tuning: Tuning {
-                forecast_window_s: window_s,
-                warm_shortfall: c.warm_shortfall,
-                queue_order: c.queue_order,
-                ..Tuning::default()
-            },
-        };
-        let actions = cluster::decide(&policy, &snapshot);
+        let policy = view::policy(c);
+        let snapshot = view.snapshot(now, &self.config);
         // The engine picks only idle powered nodes to power down and sleeping ones to boot;
         // nodes an administrator holds were shown to it as busy.
         let names = |indices: &[u32]| -> Vec<String> {
@@ -131,15 +116,18 @@ impl Planner {
             warm_target: cluster::power::warm_target(&policy, &snapshot),
             idle: view.nodes.iter().filter(|n| n.idle_since.is_finite()).count(),
             queued: view.queued.len(),
-            pace: if cluster::levels::roomy(&policy, &snapshot) { Pace::Saving } else { Pace::Full },
             running: jobs
                 .iter()
                 .filter(|j| j.is_running())
-                .map(|j| (j.id, j.nodes.iter().filter_map(addr).collect()))
+                .map(|j| {
+                    let pace =
+                        if actions.raised.binary_search(&j.id).is_ok() { Pace::Full } else { Pace::Saving };
+                    (j.id, pace, j.nodes.iter().filter_map(addr).collect())
+                })
                 .collect(),
             ..Plan::default()
         };
-        plan.priorities = priorities(&actions.queue_order, jobs);
+        plan.nice = nice_offsets(&actions.queue_order, jobs, c.order_weight);
         if let Some(weights) = cluster::placement::node_weights(&policy, &snapshot).filter(|_| c.weights) {
             let mut changed: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
             for (i, node) in nodes.iter().enumerate() {
@@ -162,7 +150,7 @@ impl Planner {
                 Verdict::GiveUp(n) => plan.give_up.push((node.name.clone(), n)),
             }
         }
-        self.ledger.observe(nodes, now, &view::node_costs(c), c.gpu_idle_w);
+        self.ledger.observe(nodes, now, &view::node_costs(c), view::gpu_idle_w(c, nodes));
         let why = |what: &str| {
             format!("{what} (warm target {}, idle {}, queued {})", plan.warm_target, plan.idle, plan.queued)
         };
@@ -187,18 +175,19 @@ impl Planner {
     }
 }
 
-/// The priorities that make Slurm try the jobs of `order` (ids, first first) in that order:
-/// one apart, downward from the highest any of them has now (at least their count, so none
-/// reaches 0, which holds a job); only the jobs whose priority changes.
-fn priorities(order: &[u32], jobs: &[Job]) -> Vec<(u32, u32)> {
-    let current: std::collections::HashMap<u32, u32> = jobs.iter().map(|j| (j.id, j.priority)).collect();
-    let now = |id: u32| current.get(&id).copied().unwrap_or(0);
-    let top = order.iter().map(|&id| now(id)).max().unwrap_or(0).max(order.len() as u32);
+/// The nice values that carry the engine's queue `order` (ids, first first) to Slurm as one
+/// term of each pending job's priority: the first gets `-weight`, each next one `weight / n`
+/// less (n jobs ranked), the last `-weight / n`. Slurm subtracts a job's nice from the priority
+/// it computes (priority/multifactor's fair share, QOS, age... or priority/basic's submission
+/// order), so the order weighs in without replacing them. Only the jobs whose nice changes.
+fn nice_offsets(order: &[u32], jobs: &[Job], weight: u32) -> Vec<(u32, i64)> {
+    let current: std::collections::HashMap<u32, i64> = jobs.iter().map(|j| (j.id, j.nice)).collect();
+    let n = order.len() as i64;
     order
         .iter()
         .enumerate()
-        .map(|(i, &id)| (id, top - i as u32))
-        .filter(|&(id, priority)| now(id) != priority)
+        .map(|(i, &id)| (id, -(i64::from(weight) * (n - i as i64) / n)))
+        .filter(|&(id, nice)| current.get(&id).is_some_and(|&now| now != nice))
         .collect()
 }
 
@@ -284,9 +273,9 @@ impl Ctld {
         let mut plan = self.planner.plan(nodes, &jobs, now);
         self.confirm_idle(&mut plan, now);
         if self.nodes.paces() {
-            let paced = self.nodes.pace(plan.pace, &plan.running);
-            let action = if plan.pace == Pace::Full { Action::PaceFull } else { Action::PaceSaving };
-            self.metrics.decided(action, paced);
+            let (full, saving) = self.nodes.pace(&plan.running);
+            self.metrics.decided(Action::PaceFull, full);
+            self.metrics.decided(Action::PaceSaving, saving);
         }
         let acted = self.act(&plan);
         self.sync_models_if_due(nodes);
@@ -372,16 +361,16 @@ impl Ctld {
             info!(nodes = ?nodes, weight, "weight: placement follows the policy's ranking (best fit on powered nodes)");
             self.slurm.update_nodes(nodes, &[&format!("weight={weight}")])?;
         }
-        if !plan.priorities.is_empty() {
+        if !plan.nice.is_empty() {
             info!(
-                jobs = plan.priorities.len(),
-                queued, "priority: pending jobs start in the policy's order (wait per unit of size)"
+                jobs = plan.nice.len(),
+                queued, "nice: pending jobs' priorities carry the policy's order (wait per unit of size)"
             );
         }
-        for &(job, priority) in &plan.priorities {
+        for &(job, nice) in &plan.nice {
             // A job that started or ended meanwhile refuses the update: the next loop sees it.
-            if let Err(e) = self.slurm.set_priority(job, priority) {
-                warn!(job, priority, error = %e, "cannot set the job's priority");
+            if let Err(e) = self.slurm.set_nice(job, nice) {
+                warn!(job, nice, error = %e, "cannot set the job's nice");
             }
         }
         if !plan.power_down.is_empty() {

@@ -33,8 +33,8 @@ pub enum Action {
     KeptUp,
     /// A node weight set.
     Weight,
-    /// A pending job's priority set (the queue order).
-    Priority,
+    /// A pending job's nice set (the queue order).
+    Nice,
     /// A running job set to full speed (jobs wait).
     PaceFull,
     /// A running job given back its saving setting (the queue cleared).
@@ -57,7 +57,7 @@ impl Default for Metrics {
         let decisions = Family::<Labels, Counter>::default();
         registry.register(
             "wattson_ctld_decisions",
-            "Decisions carried out, by action (power_down, power_up, retry, give_up, kept_up, weight, pace_full, pace_saving)",
+            "Decisions carried out, by action (power_down, power_up, retry, give_up, kept_up, weight, nice, pace_full, pace_saving)",
             decisions.clone(),
         );
         let loops = Counter::default();
@@ -105,7 +105,7 @@ impl Metrics {
         self.decided(Action::Retry, plan.retry.len());
         self.decided(Action::GiveUp, plan.give_up.len());
         self.decided(Action::Weight, plan.weights.iter().map(|(_, n)| n.len()).sum());
-        self.decided(Action::Priority, plan.priorities.len());
+        self.decided(Action::Nice, plan.nice.len());
     }
 
     /// The metrics in Prometheus' text format.

@@ -87,20 +87,22 @@ impl Nodes {
         (confirmed, kept)
     }
 
-    /// Gives each running job (id, its nodes' addresses) `pace` where it differs from what it
-    /// was last given; forgets jobs that are no longer running. A node that cannot be reached
-    /// is tried again next loop. Returns how many jobs changed pace.
-    pub fn pace(&mut self, pace: Pace, running: &[(u32, Vec<String>)]) -> usize {
-        self.paced.retain(|job, _| running.iter().any(|(id, _)| id == job));
-        let due: Vec<(u32, &str)> = running
+    /// Gives each running job (id, pace, its nodes' addresses) its pace where it differs from
+    /// what it was last given; forgets jobs that are no longer running. A node that cannot be
+    /// reached is tried again next loop. Returns how many jobs went to full speed and how many
+    /// back to saving.
+    pub fn pace(&mut self, running: &[(u32, Pace, Vec<String>)]) -> (usize, usize) {
+        self.paced.retain(|job, _| running.iter().any(|(id, _, _)| id == job));
+        let last = |paced: &BTreeMap<u32, Pace>, job: u32| paced.get(&job).copied().unwrap_or(Pace::Saving);
+        let due: Vec<(u32, Pace, &str)> = running
             .iter()
-            .filter(|(job, _)| self.paced.get(job).copied().unwrap_or(Pace::Saving) != pace)
-            .flat_map(|(job, addrs)| addrs.iter().map(move |addr| (*job, addr.as_str())))
+            .filter(|(job, pace, _)| last(&self.paced, *job) != *pace)
+            .flat_map(|(job, pace, addrs)| addrs.iter().map(move |addr| (*job, *pace, addr.as_str())))
             .collect();
         let asks: Vec<(&str, Request)> =
-            due.iter().map(|&(job, addr)| (addr, Request::JobPace { job, pace })).collect();
+            due.iter().map(|&(job, pace, addr)| (addr, Request::JobPace { job, pace })).collect();
         let mut failed: Vec<u32> = Vec::new();
-        for (&(job, addr), answer) in due.iter().zip(self.call_all(&asks)) {
+        for (&(job, pace, addr), answer) in due.iter().zip(self.call_all(&asks)) {
             match answer {
                 Ok(Ok(_)) => info!(job, node = %addr, ?pace, "pace set"),
                 // A job with nothing of wattson's on that node (no GPU there).
@@ -114,15 +116,17 @@ impl Nodes {
                 }
             }
         }
-        let mut changed = 0;
-        for (job, _) in running {
-            let due = self.paced.get(job).copied().unwrap_or(Pace::Saving) != pace;
-            if due && !failed.contains(job) {
-                self.paced.insert(*job, pace);
-                changed += 1;
+        let (mut full, mut saving) = (0, 0);
+        for &(job, pace, _) in running {
+            if last(&self.paced, job) != pace && !failed.contains(&job) {
+                self.paced.insert(job, pace);
+                match pace {
+                    Pace::Full => full += 1,
+                    Pace::Saving => saving += 1,
+                }
             }
         }
-        changed
+        (full, saving)
     }
 
     /// Whether running jobs are paced at all.
@@ -163,8 +167,8 @@ mod tests {
         // Without confirmation, Slurm's word is enough.
         assert_eq!(nodes(false).confirm_idle(&candidates).0, ["n1"]);
         let mut n = nodes(true);
-        let running = vec![(7, vec!["127.0.0.1".to_string()])];
-        assert_eq!(n.pace(Pace::Full, &running), 0, "not reached: not counted");
+        let running = vec![(7, Pace::Full, vec!["127.0.0.1".to_string()])];
+        assert_eq!(n.pace(&running), (0, 0), "not reached: not counted");
         assert!(n.paced.is_empty(), "not remembered as paced: asked again next loop");
     }
 }

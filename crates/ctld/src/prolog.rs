@@ -19,14 +19,14 @@ const POLL: Duration = Duration::from_millis(250);
 /// Node flags that mean "not up yet".
 const NOT_UP: [&str; 3] = ["POWERING_UP", "POWERED_DOWN", "NOT_RESPONDING"];
 
-/// Waits for the job's nodes (`SLURM_JOB_NODELIST`) to be up, at most twice `[ctld] boot_time`.
+/// Waits for the job's nodes (`SLURM_JOB_NODELIST`) to be up, at most twice `[ctld.node] boot_s`.
 pub fn main() -> ExitCode {
     program::reset_process();
     let config = Config::load(&program::config_path()).unwrap_or_default();
     let Some(nodes) = std::env::var("SLURM_JOB_NODELIST").ok().and_then(|l| hostlist::expand(&l).ok()) else {
         return ExitCode::SUCCESS;
     };
-    let deadline = Instant::now() + config.ctld.boot_time * 2;
+    let deadline = Instant::now() + std::time::Duration::from_secs_f64(config.ctld.node.boot_s * 2.0);
     let ask = || {
         let mut scontrol = Command::new("scontrol");
         scontrol.args(["-o", "show", "node", &hostlist::join(&nodes)]);

@@ -11,8 +11,8 @@ use wattson_sacct::deadline::{self, CommandError};
 use wattson_sacct::{SlurmState, hostlist};
 
 /// `squeue`'s format: job id, state, reason, nodes, TRES per node, submit time, time used,
-/// time limit, priority, node list.
-pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l|%Q|%N";
+/// time limit, priority, node list, partitions, requested nodes, nice.
+pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%D|%b|%V|%M|%l|%Q|%N|%P|%n|%y";
 
 /// The reason wattson's resume program gives a node whose power action failed.
 pub const RESUME_FAILED: &str = "wattson: resume action failed";
@@ -46,6 +46,8 @@ pub struct Node {
     pub power: Power,
     /// GPUs (`Gres=gpu:...`).
     pub gpus: u32,
+    /// The first GPU type `Gres` names (`gpu:h100:4`: `h100`), if any.
+    pub gpu_type: Option<String>,
     /// GPUs allocated to jobs (`GresUsed`); `None` when Slurm does not say.
     pub alloc_gpus: Option<u32>,
     /// CPUs allocated to jobs.
@@ -56,6 +58,8 @@ pub struct Node {
     pub reason: String,
     /// `NodeAddr`: where its wattsond is reached.
     pub addr: String,
+    /// The partitions it belongs to.
+    pub partitions: Vec<String>,
 }
 
 impl Node {
@@ -125,14 +129,26 @@ pub struct Job {
     pub priority: u32,
     /// The nodes it holds (none while pending).
     pub nodes: Vec<String>,
+    /// The partitions it may run in (one while running).
+    pub partitions: Vec<String>,
+    /// The nodes it asked for (`--nodelist`); empty: any of its partitions'.
+    pub requested: Vec<String>,
+    /// Its nice (subtracted from the priority Slurm computes).
+    pub nice: i64,
 }
 
 impl Job {
-    /// Whether it waits for resources now (not held, not waiting for its begin time or a
-    /// dependency).
+    /// Whether it waits for resources now: pending for `Resources`, for `Priority` (behind
+    /// jobs that do), or for `ReqNodeNotAvail` (Slurm's reason for a job behind another on the
+    /// nodes it asked for, busy or not; the view keeps only the nodes wattson manages as
+    /// usable). A job pending for anything else (held, a begin time, a dependency, a QOS or
+    /// association limit, a reservation) would not start if GPUs were freed, so the policy
+    /// does not count it; nor a job with no reason yet (`None`: Slurm's scheduler has not
+    /// looked at it, and a QOS limit may hold it).
     pub fn is_queued(&self) -> bool {
-        let waiting = ["JobHeldUser", "JobHeldAdmin", "BeginTime", "Dependency", "DependencyNeverSatisfied"];
-        self.state == Some(SlurmState::Pending) && !waiting.contains(&self.reason.as_str())
+        self.state == Some(SlurmState::Pending)
+            && (matches!(self.reason.as_str(), "Resources" | "Priority")
+                || self.reason.starts_with("ReqNodeNotAvail"))
     }
 
     /// Whether it holds nodes.
@@ -194,6 +210,17 @@ fn gres_gpus(gres: &str) -> u32 {
         .sum()
 }
 
+/// The GPU type of the first typed GPU entry of a `Gres=` value (`gpu:h100:4(S:0-1)`: `h100`).
+fn gres_type(gres: &str) -> Option<String> {
+    entries(gres).into_iter().find_map(|e| {
+        let fields: Vec<&str> = e.split('(').next()?.split(':').collect();
+        match fields[..] {
+            ["gpu", ty, _] => Some(ty.to_string()),
+            _ => None,
+        }
+    })
+}
+
 /// The `gres/gpu=N` entry of a TRES list.
 fn tres_gpus(tres: &str) -> Option<u32> {
     tres.split(',').find_map(|e| e.strip_prefix("gres/gpu=")?.parse().ok())
@@ -229,10 +256,12 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
             f.get("Reason").map(|r| r.split(" [").next().unwrap_or("").to_string()).unwrap_or_default();
         nodes.push(Node {
             gpus: f.get("Gres").map_or(0, |g| gres_gpus(g)),
+            gpu_type: f.get("Gres").and_then(|g| gres_type(g)),
             alloc_gpus,
             alloc_cpus: f.get("CPUAlloc").and_then(|c| c.parse().ok()).unwrap_or(0),
             weight: f.get("Weight").and_then(|w| w.parse().ok()).unwrap_or(1),
             addr: f.get("NodeAddr").cloned().unwrap_or_else(|| name.clone()),
+            partitions: f.get("Partitions").map_or_else(Vec::new, |p| list(p)),
             name,
             base,
             flags,
@@ -241,6 +270,14 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
         });
     }
     Ok(nodes)
+}
+
+/// The entries of a comma-separated list (`(null)` and empty: none).
+fn list(text: &str) -> Vec<String> {
+    match text.trim() {
+        "" | "(null)" | "N/A" => Vec::new(),
+        t => t.split(',').map(str::to_string).collect(),
+    }
 }
 
 /// Seconds of a Slurm duration: `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS`; `None` for `UNLIMITED`.
@@ -278,7 +315,22 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
     let mut jobs = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split('|').collect();
-        let [id, state, reason, nodes, tres, submit, used, limit, priority, nodelist] = f[..] else {
+        let [
+            id,
+            state,
+            reason,
+            nodes,
+            tres,
+            submit,
+            used,
+            limit,
+            priority,
+            nodelist,
+            partition,
+            requested,
+            nice,
+        ] = f[..]
+        else {
             return Err(format!("unexpected squeue line {line:?}"));
         };
         let id = id.parse().map_err(|_| format!("bad job id in {line:?}"))?;
@@ -295,6 +347,14 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
             nodes: match nodelist.trim() {
                 "" | "(null)" => Vec::new(),
                 list => hostlist::expand(list).map_err(|e| format!("job {id}: node list {list:?}: {e}"))?,
+            },
+            partitions: list(partition),
+            nice: nice.trim().parse().map_err(|_| format!("bad nice in {line:?}"))?,
+            requested: match requested.trim() {
+                "" | "(null)" => Vec::new(),
+                list => {
+                    hostlist::expand(list).map_err(|e| format!("job {id}: requested nodes {list:?}: {e}"))?
+                }
             },
         });
     }
@@ -329,12 +389,11 @@ impl Slurm {
         parse_jobs(&text)
     }
 
-    /// `scontrol update jobid=<id> priority=<priority>`: Slurm tries pending jobs in order of
-    /// priority; an explicit one stays until changed (priority/multifactor no longer
-    /// recomputes it).
-    pub fn set_priority(&self, job: u32, priority: u32) -> Result<(), String> {
-        let (job, priority) = (format!("jobid={job}"), format!("priority={}", priority.max(1)));
-        self.run("scontrol", &["update", &job, &priority]).map(|_| ()).map_err(|e| e.to_string())
+    /// `scontrol update jobid=<id> nice=<nice>`: Slurm subtracts it from the priority it
+    /// computes for the job (negative values need an operator, as SlurmUser is).
+    pub fn set_nice(&self, job: u32, nice: i64) -> Result<(), String> {
+        let (job, nice) = (format!("jobid={job}"), format!("nice={nice}"));
+        self.run("scontrol", &["update", &job, &nice]).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// `scontrol update nodename=<names> <what>`, names checked first.

@@ -3,13 +3,14 @@
 use super::*;
 use crate::slurm::{parse_jobs, parse_nodes};
 use wattson_engine::cluster::QueueOrder;
+use wattson_protocol::Pace;
 
 const NOW: f64 = 1_795_500_000.0;
 
 fn node(name: &str, state: &str, used: u32, extra: &str) -> String {
     let cpus = if used > 0 { 1 } else { 0 };
     format!(
-        "NodeName={name} CPUAlloc={cpus} Gres=gpu:h100:4 GresUsed=gpu:h100:{used}(IDX:N/A) State={state} {extra}\n"
+        "NodeName={name} CPUAlloc={cpus} Gres=gpu:h100:4 GresUsed=gpu:h100:{used}(IDX:N/A) State={state} Partitions=lab,wattson {extra}\n"
     )
 }
 
@@ -22,7 +23,8 @@ fn idle_nodes_sleep_busy_and_admin_held_ones_never() {
         + &node("down", "DOWN", 0, "Reason=bad [root@2026-11-23T10:00:00]")
         + &node("asleep", "IDLE+POWERED_DOWN", 0, "");
     let nodes = parse_nodes(&text).unwrap();
-    let jobs = parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00|1|n1\n").unwrap();
+    let jobs =
+        parse_jobs("5|RUNNING|None|1|gres:gpu:2|2026-11-22T10:00:00|1:00:00|2:00:00|1|n1|lab||0\n").unwrap();
     let plan = Planner::new(Config::default()).plan(&nodes, &jobs, NOW);
     assert_eq!(plan.power_down, ["idle"], "{plan:?}");
     // Weights for the nodes wattson manages only (all at Slurm's default 1 so far).
@@ -42,7 +44,7 @@ fn a_queue_boots_a_sleeping_node_and_a_failed_resume_is_retried_then_given_up() 
         parse_nodes(&(node("n1", "IDLE+POWERED_DOWN", 0, "") + &node("n2", "IDLE+POWERED_DOWN", 0, "")))
             .unwrap();
     let queued =
-        parse_jobs("9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|1|\n").unwrap();
+        parse_jobs("9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|1||lab||0\n").unwrap();
     let plan = planner.plan(&nodes, &queued, NOW);
     assert_eq!(plan.power_up.len(), 1, "{plan:?}");
     assert!(plan.power_down.is_empty());
@@ -68,16 +70,17 @@ fn a_queue_boots_a_sleeping_node_and_a_failed_resume_is_retried_then_given_up() 
 #[test]
 fn the_warm_set_follows_the_configured_shortfall() {
     // One full node, two idle; two 2-GPU jobs submitted in the last hour. With the default
-    // node model the horizon is 300 s of boot plus a 253.6 s break-even, so a further job
-    // within it has probability 1 - exp(-2 * 553.6 / 3600) = 0.265: above a shortfall of
-    // 0.25, one idle node stays warm; under 0.5, both sleep.
+    // node model (400 W base, four H100s idle at 72 W by the engine's prior) the break-even
+    // time is (500*60 + 700*300 - 15*360) / (688 - 15) = 348.6 s and the horizon 300 s of boot
+    // plus that, so a further job within it has probability 1 - exp(-2 * 648.6 / 3600) =
+    // 0.303: above a shortfall of 0.25, one idle node stays warm; under 0.5, both sleep.
     let nodes = parse_nodes(
         &(node("full", "ALLOCATED", 4, "") + &node("a", "IDLE", 0, "") + &node("b", "IDLE", 0, "")),
     )
     .unwrap();
     let jobs = parse_jobs(
-        "5|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full\n\
-         6|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full\n",
+        "5|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full|lab||0\n\
+         6|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|1:00:00|2:00:00|1|full|lab||0\n",
     )
     .unwrap();
     let submitted = jobs[0].submit as f64;
@@ -92,29 +95,114 @@ fn the_warm_set_follows_the_configured_shortfall() {
 }
 
 #[test]
-fn with_the_response_ratio_order_pending_jobs_get_priorities_in_the_engines_order() {
+fn with_the_response_ratio_order_pending_jobs_get_nice_offsets_in_the_engines_order() {
     // A full node; job 10 (4 GPUs, 1 h limit) queued before job 11 (1 GPU, 1 min limit), each
-    // with the priority Slurm's priority/basic gave it. Waits of about an hour: 11's wait per
-    // square root of GPU-seconds is some 15 times 10's, so 11 goes first.
+    // with the priority Slurm gave it. Waits of about an hour: 11's wait per square root of
+    // GPU-seconds is some 15 times 10's, so 11 goes first: the most negative nice (-weight),
+    // 10 half of it. Slurm subtracts them from the priorities it computes.
     let nodes = parse_nodes(&node("full", "ALLOCATED", 4, "")).unwrap();
     let jobs = parse_jobs(
-        "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|1:00:00|2:00:00|4294901760|full\n\
-         10|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901759|\n\
-         11|PENDING|Priority|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901758|\n",
+        "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|1:00:00|2:00:00|4294901760|full|lab||0\n\
+         10|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901759||lab||0\n\
+         11|PENDING|Priority|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901758||lab||0\n",
     )
     .unwrap();
     let now = jobs[0].submit as f64 + 3600.0;
     let mut config = Config::default();
-    assert!(Planner::new(config.clone()).plan(&nodes, &jobs, now).priorities.is_empty(), "fifo: Slurm's own");
+    assert!(Planner::new(config.clone()).plan(&nodes, &jobs, now).nice.is_empty(), "fifo: Slurm's own");
     config.ctld.queue_order = QueueOrder::ResponseRatio;
+    config.ctld.order_weight = 1000;
     let plan = Planner::new(config.clone()).plan(&nodes, &jobs, now);
-    assert_eq!(plan.priorities, [(11, 4_294_901_759), (10, 4_294_901_758)], "{plan:?}");
-    // Once Slurm holds them, nothing more is asked; a held job (priority 0) is not touched.
+    assert_eq!(plan.nice, [(11, -1000), (10, -500)], "{plan:?}");
+    // Once Slurm has them, nothing more is asked; a held job is not ranked.
     let set = parse_jobs(
-        "10|PENDING|Priority|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901758|\n\
-         11|PENDING|Resources|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901759|\n\
-         12|PENDING|JobHeldUser|1|gres:gpu:1|2026-11-23T10:00:00|0:00|1:00|0|\n",
+        "10|PENDING|Priority|1|gres:gpu:4|2026-11-23T10:00:00|0:00|1:00:00|4294901758||lab||-500\n\
+         11|PENDING|Resources|1|gres:gpu:1|2026-11-23T10:00:30|0:00|1:00|4294901759||lab||-1000\n\
+         12|PENDING|JobHeldUser|1|gres:gpu:1|2026-11-23T10:00:00|0:00|1:00|0||lab||0\n",
     )
     .unwrap();
-    assert!(Planner::new(config).plan(&nodes, &set, now).priorities.is_empty());
+    assert!(Planner::new(config).plan(&nodes, &set, now).nice.is_empty());
+}
+
+#[test]
+fn a_queued_job_paces_only_the_running_job_it_waits_for_and_other_pending_reasons_none() {
+    // n1 and n2 full, each with a 4-GPU job (5 ends in 10 min, 6 in 50 min), n3 asleep. Job 9
+    // asks for n2 (`-w n2`) and has waited longer than its 10-minute limit: job 6 goes to full
+    // speed, job 5 keeps saving though it ends first.
+    let nodes = parse_nodes(
+        &(node("n1", "ALLOCATED", 4, "")
+            + &node("n2", "ALLOCATED", 4, "")
+            + &node("n3", "IDLE+POWERED_DOWN", 0, "")),
+    )
+    .unwrap();
+    let running = "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|50:00|1:00:00|1|n1|lab||0\n\
+                   6|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|10:00|1:00:00|1|n2|lab||0\n";
+    let pending = |reason: &str, requested: &str| {
+        parse_jobs(&format!(
+            "{running}9|PENDING|{reason}|1|gres:gpu:4|2026-11-23T10:00:00|0:00|10:00|1||lab|{requested}|0\n"
+        ))
+        .unwrap()
+    };
+    let now = pending("Resources", "").first().unwrap().submit as f64 + 3600.0;
+    let paces = |jobs: &[Job]| -> Vec<(u32, Pace)> {
+        Planner::new(Config::default())
+            .plan(&nodes, jobs, now)
+            .running
+            .into_iter()
+            .map(|(j, p, _)| (j, p))
+            .collect()
+    };
+    assert_eq!(paces(&pending("Resources", "n2")), [(5, Pace::Saving), (6, Pace::Full)]);
+    // Slurm's reason for a job behind another on the nodes it asked for (22.05, measured).
+    let behind = pending("ReqNodeNotAvail, UnavailableNodes:n2", "n2");
+    assert_eq!(paces(&behind), [(5, Pace::Saving), (6, Pace::Full)]);
+    // Free to run anywhere in its partition: n3's GPUs are free (asleep), so it waits for no
+    // running job.
+    assert_eq!(paces(&pending("Resources", "")), [(5, Pace::Saving), (6, Pace::Saving)]);
+    // Asking for n1 (pending behind a job that waits): job 5 is the one it waits for.
+    assert_eq!(paces(&pending("Priority", "n1")), [(5, Pace::Full), (6, Pace::Saving)]);
+    // Pending for a QOS limit, a dependency, a begin time, a reservation or a hold: nothing
+    // would start if GPUs were freed, so no running job is raised; nor before Slurm's
+    // scheduler has given a reason (a QOS limit may hold the job: seen on real Slurm).
+    for reason in
+        ["QOSMaxGRESPerUser", "Dependency", "BeginTime", "Reservation", "JobHeldUser", "AssocGrpGRES"]
+    {
+        assert_eq!(paces(&pending(reason, "n2")), [(5, Pace::Saving), (6, Pace::Saving)], "{reason}");
+    }
+    // Asking only for a node an administrator drained: nothing it waits for can be freed.
+    let drained = parse_nodes(
+        &(node("n1", "ALLOCATED", 4, "")
+            + &node("n2", "ALLOCATED+DRAIN", 4, "Reason=fan [root@2026-11-23T10:00:00]")
+            + &node("n3", "IDLE+POWERED_DOWN", 0, "")),
+    )
+    .unwrap();
+    let plan = Planner::new(Config::default()).plan(
+        &drained,
+        &pending("ReqNodeNotAvail, UnavailableNodes:n2", "n2"),
+        now,
+    );
+    assert!(plan.running.iter().all(|(_, p, _)| *p == Pace::Saving), "{plan:?}");
+    // A queued job in a partition with none of n1-n3 raises nothing either.
+    let elsewhere = parse_jobs(&format!(
+        "{running}9|PENDING|Resources|1|gres:gpu:4|2026-11-23T10:00:00|0:00|10:00|1||other||0\n"
+    ))
+    .unwrap();
+    assert_eq!(paces(&elsewhere), [(5, Pace::Saving), (6, Pace::Saving)]);
+}
+
+#[test]
+fn the_gpu_types_slurm_names_reach_the_engine_with_their_idle_draw() {
+    let text = "NodeName=a CPUAlloc=0 Gres=gpu:a100:4 State=IDLE\n\
+                NodeName=h CPUAlloc=0 Gres=gpu:h100:4 State=IDLE\n\
+                NodeName=a2 CPUAlloc=0 Gres=gpu:a100:4 State=IDLE\n";
+    let nodes = parse_nodes(text).unwrap();
+    let view = view::Memory::default().view(NOW, 3600.0, None, &nodes, &[]);
+    let types: Vec<u16> = view.nodes.iter().map(|n| n.gpu_type).collect();
+    assert_eq!(types, [0, 1, 0]);
+    let idle: Vec<f64> = view.gpu_types.iter().map(|t| t.idle_w).collect();
+    let prior = |name: &str| wattson_engine::prior(name).unwrap().idle_w;
+    assert_eq!(idle, [prior("A100"), prior("H100")]);
+    // [ctld] gpu_idle_w holds for every type.
+    let view = view::Memory::default().view(NOW, 3600.0, Some(40.0), &nodes, &[]);
+    assert!(view.gpu_types.iter().all(|t| t.idle_w == 40.0));
 }

@@ -4,8 +4,12 @@
 
 use std::collections::BTreeMap;
 
+use wattson_config::Config;
 use wattson_config::ctld::CtldConfig;
-use wattson_engine::cluster::{GpuType, JobView, Level, NodeCosts, NodePower, NodeView, Queued, Running};
+use wattson_engine::cluster::{
+    GpuType, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Policy, PolicyKind, Queued, Running,
+    Snapshot, Tuning,
+};
 
 use crate::slurm::{Job, Node, Power};
 
@@ -15,8 +19,9 @@ const UNLIMITED_WORK_S: f64 = 86_400.0;
 /// What the controller remembers between loops.
 #[derive(Debug, Default)]
 pub struct Memory {
-    /// Since when each node has been seen idle (Unix s).
-    idle_since: BTreeMap<String, f64>,
+    /// Since when each node has been seen idle (Unix s), and in which power state: a node
+    /// that comes up from a boot is idle from then, as the simulator counts it.
+    idle_since: BTreeMap<String, (f64, Power)>,
     /// Jobs seen: (submission, GPUs), by id.
     arrivals: BTreeMap<u32, (f64, u32)>,
 }
@@ -36,29 +41,97 @@ pub struct View {
     pub running: Vec<Running>,
     /// Recent submissions `(time, GPUs)`, oldest first.
     pub arrivals: Vec<(f64, u32)>,
-    /// One GPU type (heterogeneous clusters are not modelled by the controller yet).
+    /// The GPU types the nodes' `Gres` name, in order of first appearance (one, untyped,
+    /// when none names a type).
     pub gpu_types: Vec<GpuType>,
-    /// One level table: the controller decides node power, not DVFS levels.
+    /// One level table: the controller does not know jobs' level tables (their nodes do).
     pub models: Vec<Vec<Level>>,
+    /// Where each queued job may run and each running job runs (node indices).
+    pub job_nodes: JobNodes,
 }
 
-/// The node power model of `[ctld]`.
-pub fn node_costs(c: &CtldConfig) -> NodeCosts {
-    NodeCosts {
-        base_w: c.node_base_w,
-        off_w: c.node_off_w,
-        shutdown_s: c.shutdown_time.as_secs_f64(),
-        shutdown_w: c.shutdown_w,
-        boot_s: c.boot_time.as_secs_f64(),
-        boot_w: c.boot_w,
+impl View {
+    /// The engine's snapshot of this view at `now` (Unix s), under `config`.
+    pub fn snapshot<'a>(&'a self, now: f64, config: &'a Config) -> Snapshot<'a> {
+        Snapshot {
+            now,
+            utc_offset_s: 0,
+            nodes: &self.nodes,
+            gpu_types: &self.gpu_types,
+            models: &self.models,
+            queued: &self.queued,
+            held: &[],
+            running: &self.running,
+            arrivals: &self.arrivals,
+            arrival_types: &[],
+            tariff: &config.prices,
+            budget_w: None,
+            node: node_costs(&config.ctld),
+            job_nodes: &self.job_nodes,
+        }
     }
+}
+
+/// The cluster policy the controller runs: wattson's, with the `[ctld]` settings over the
+/// engine's defaults (the simulator's `[wattson]` table sets the same tunables).
+pub fn policy(c: &CtldConfig) -> Policy {
+    Policy {
+        kind: PolicyKind::Wattson,
+        tuning: Tuning {
+            forecast_window_s: c.forecast_window.as_secs_f64(),
+            warm_shortfall: c.warm_shortfall,
+            queue_order: c.queue_order,
+            raise_after_runs: c.raise_after_runs,
+            ..Tuning::default()
+        },
+    }
+}
+
+/// The node power model of `[ctld.node]`.
+pub fn node_costs(c: &CtldConfig) -> NodeCosts {
+    c.node
+}
+
+/// Idle draw of one GPU (W): `[ctld] gpu_idle_w`, else the engine's prior for the GPU type the
+/// first GPU node's `Gres` names (the simulator's default too).
+pub fn gpu_idle_w(c: &CtldConfig, nodes: &[Node]) -> f64 {
+    c.gpu_idle_w.unwrap_or_else(|| {
+        let named = nodes.iter().find(|n| n.gpus > 0).and_then(|n| n.gpu_type.as_deref());
+        wattson_engine::idle_w_of(named.unwrap_or(""))
+    })
 }
 
 impl Memory {
     /// The view of `nodes` and `jobs` at `now` (Unix s), remembering what it needs.
-    pub fn view(&mut self, now: f64, window_s: f64, gpu_idle_w: f64, nodes: &[Node], jobs: &[Job]) -> View {
+    pub fn view(
+        &mut self,
+        now: f64,
+        window_s: f64,
+        gpu_idle_w: Option<f64>,
+        nodes: &[Node],
+        jobs: &[Job],
+    ) -> View {
+        // Each GPU type Slurm names, in order of first appearance, at `[ctld] gpu_idle_w` or
+        // its prior's idle draw.
+        let mut names: Vec<&str> = Vec::new();
+        for n in nodes.iter().filter(|n| n.gpus > 0) {
+            let name = n.gpu_type.as_deref().unwrap_or("");
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        if names.is_empty() {
+            names.push("");
+        }
+        let type_of = |n: &Node| -> u16 {
+            let name = n.gpu_type.as_deref().unwrap_or("");
+            names.iter().position(|t| *t == name).unwrap_or(0) as u16
+        };
         let mut view = View {
-            gpu_types: vec![GpuType { idle_w: gpu_idle_w }],
+            gpu_types: names
+                .iter()
+                .map(|t| GpuType { idle_w: gpu_idle_w.unwrap_or_else(|| wattson_engine::idle_w_of(t)) })
+                .collect(),
             models: vec![vec![Level {
                 setting: 1.0,
                 slowdown_hi: 0.0,
@@ -70,9 +143,14 @@ impl Memory {
         };
         for node in nodes {
             let managed = !node.is_held_by_admin();
-            let idle = managed && node.power == Power::On && node.is_idle();
+            let up = matches!(node.power, Power::On | Power::PoweringUp);
+            let idle = managed && up && node.is_idle();
             let idle_since = if idle {
-                *self.idle_since.entry(node.name.clone()).or_insert(now)
+                let seen = self.idle_since.entry(node.name.clone()).or_insert((now, node.power));
+                if seen.1 != node.power {
+                    *seen = (now, node.power);
+                }
+                seen.0
             } else {
                 self.idle_since.remove(&node.name);
                 f64::INFINITY
@@ -85,9 +163,17 @@ impl Memory {
                 Power::Off => NodePower::Off,
             };
             let free_gpus = if managed { node.free_gpus() } else { 0 };
-            view.nodes.push(NodeView { power, idle_since, gpu_type: 0, free_gpus, gpus: node.gpus });
+            view.nodes.push(NodeView {
+                power,
+                idle_since,
+                gpu_type: type_of(node),
+                free_gpus,
+                gpus: node.gpus,
+            });
             view.managed.push(managed);
         }
+        let index_of: BTreeMap<&str, u32> =
+            nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i as u32)).collect();
         for job in jobs {
             self.arrivals.entry(job.id).or_insert((job.submit as f64, job.gpus));
             let work_s = job.limit_s.unwrap_or(UNLIMITED_WORK_S).max(1.0);
@@ -103,7 +189,14 @@ impl Memory {
             };
             if job.is_queued() {
                 view.queued.push(Queued { job: view_of(job), eligible: job.submit as f64 });
+                if let Some(usable) = usable_nodes(job, nodes, &view.managed) {
+                    view.job_nodes.insert(job.id, usable);
+                }
             } else if job.is_running() {
+                let mut held: Vec<u32> =
+                    job.nodes.iter().filter_map(|n| index_of.get(n.as_str()).copied()).collect();
+                held.sort_unstable();
+                view.job_nodes.insert(job.id, held);
                 let progress = (job.elapsed_s / work_s).clamp(0.0, 1.0);
                 view.running.push(Running {
                     job: view_of(job),
@@ -119,4 +212,21 @@ impl Memory {
         view.arrivals = arrivals;
         view
     }
+}
+
+/// The nodes (indices into `nodes`) pending `job` may run on: those of its partitions that
+/// wattson manages (not drained, down or reserved), narrowed to the ones it asked for; `None`
+/// when Slurm names no partition for it (any node).
+fn usable_nodes(job: &Job, nodes: &[Node], managed: &[bool]) -> Option<Vec<u32>> {
+    if job.partitions.is_empty() {
+        return None;
+    }
+    let usable = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, n)| managed[*i] && n.partitions.iter().any(|p| job.partitions.contains(p)))
+        .filter(|(_, n)| job.requested.is_empty() || job.requested.contains(&n.name))
+        .map(|(i, _)| i as u32)
+        .collect();
+    Some(usable)
 }

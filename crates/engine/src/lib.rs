@@ -23,6 +23,6 @@ pub use choose::{Choice, ChooserConfig, Objective, choose};
 pub use fit::{FitError, Sample, fit};
 pub use measurements::{Measurements, newest};
 pub use model::{DvfsModel, Knob, Prediction};
-pub use priors::{GpuPrior, prior};
+pub use priors::{GpuPrior, idle_w_of, prior};
 pub use probe::{ProbeConfig, Step, Window, first_probes, next_step};
 pub use table::{ModelEntry, ModelTable};

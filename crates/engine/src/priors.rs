@@ -26,6 +26,15 @@ pub struct GpuPrior {
     pub idle_public: bool,
 }
 
+/// Idle draw assumed for a GPU type without a prior (W).
+pub const UNKNOWN_IDLE_W: f64 = 50.0;
+
+/// Idle draw of GPU type `gpu_type` (W): its prior's, else [`UNKNOWN_IDLE_W`]. The simulator
+/// and the controller both default to it.
+pub fn idle_w_of(gpu_type: &str) -> f64 {
+    prior(gpu_type).map_or(UNKNOWN_IDLE_W, |p| p.idle_w)
+}
+
 /// Step between candidate power limits (W), as in the Zeus measurements.
 pub const POWER_LIMIT_STEP_W: f64 = 25.0;
 

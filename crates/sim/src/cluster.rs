@@ -64,7 +64,7 @@ pub struct Group {
 impl Group {
     /// Idle draw of one of its GPUs (W).
     pub fn gpu_idle_w(&self) -> f64 {
-        self.gpu_idle_w.or_else(|| wattson_engine::prior(&self.gpu).map(|p| p.idle_w)).unwrap_or(0.0)
+        self.gpu_idle_w.unwrap_or_else(|| wattson_engine::idle_w_of(&self.gpu))
     }
 }
 

@@ -26,7 +26,13 @@ pub fn run(config: Config, args: CtldArgs) -> Result<(), String> {
         println!("power_up: {}", plan.power_up.join(","));
         println!("resume retried: {}", names(&plan.retry));
         println!("resume given up: {}", names(&plan.give_up));
-        println!("pace: {:?}", plan.pace);
+        let full: Vec<String> = plan
+            .running
+            .iter()
+            .filter(|(_, pace, _)| *pace == wattson_protocol::Pace::Full)
+            .map(|(job, _, _)| job.to_string())
+            .collect();
+        println!("full speed (queued work waits for them): {}", full.join(","));
         return Ok(());
     }
     ctld.run();

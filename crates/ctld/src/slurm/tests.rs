@@ -14,6 +14,7 @@ fn nodes_power_gpus_and_reasons() {
     let nodes = parse_nodes(&text).unwrap();
     let [idle, mixed, draining, admin] = &nodes[..] else { panic!("{nodes:?}") };
     assert_eq!((idle.power, idle.gpus, idle.alloc_gpus, idle.free_gpus()), (Power::On, 2, Some(0), 2));
+    assert_eq!(idle.gpu_type.as_deref(), Some("h100"));
     assert!(idle.is_idle() && !idle.is_held_by_admin());
     // Without gres/gpu in the TRES, a node with a job counts as full.
     assert_eq!((mixed.alloc_gpus, mixed.free_gpus(), mixed.is_idle()), (None, 0, false));
@@ -43,12 +44,16 @@ fn powered_down_and_resuming_nodes() {
 
 #[test]
 fn jobs_gpus_times_and_queue_state() {
-    let text = "7|PENDING|Priority|3|gres:gpu:2|2026-11-23T23:36:19|0:00|UNLIMITED|4294901759|\n\
-                8|RUNNING|None|1|gres/gpu:h100:1|2026-11-23T23:36:19|1-01:02:03|2-00:00:00|1|gpu[01-02]\n\
-                9|PENDING|BeginTime|1|N/A|2026-11-23T23:36:19|0:00|30:00|0|\n";
+    let text = "7|PENDING|Priority|3|gres:gpu:2|2026-11-23T23:36:19|0:00|UNLIMITED|4294901759||lab||0\n\
+                8|RUNNING|None|1|gres/gpu:h100:1|2026-11-23T23:36:19|1-01:02:03|2-00:00:00|1|gpu[01-02]|lab|gpu01|-250\n\
+                9|PENDING|BeginTime|1|N/A|2026-11-23T23:36:19|0:00|30:00|0||lab||0\n";
     let jobs = parse_jobs(text).unwrap();
     assert_eq!((jobs[0].gpus, jobs[0].limit_s, jobs[0].is_queued()), (6, None, true));
     assert_eq!(jobs[1].gpus, 1);
+    assert_eq!(
+        (jobs[1].nice, &jobs[1].partitions[..], &jobs[1].requested[..]),
+        (-250, &["lab".to_string()][..], &["gpu01".to_string()][..])
+    );
     assert_eq!(jobs[1].elapsed_s, 86400.0 + 3723.0);
     assert_eq!(jobs[1].limit_s, Some(2.0 * 86400.0));
     assert!(jobs[1].is_running() && !jobs[1].is_queued());
@@ -60,5 +65,5 @@ fn jobs_gpus_times_and_queue_state() {
     assert_eq!(jobs[2].limit_s, Some(1800.0));
     assert!(jobs[0].submit > 1_700_000_000);
     assert!(parse_jobs("1|PENDING|None").is_err());
-    assert!(parse_jobs("1|RUNNING|None|1|N/A|2026-11-23T23:36:19|0:00|30:00|1|n[1-;rm]\n").is_err());
+    assert!(parse_jobs("1|RUNNING|None|1|N/A|2026-11-23T23:36:19|0:00|30:00|1|n[1-;rm]|lab||0\n").is_err());
 }

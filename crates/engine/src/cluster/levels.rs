@@ -106,17 +106,9 @@ pub fn projected_free(p: &Policy, s: &Snapshot, free: f64) -> f64 {
     free + f64::from(frees) - (small + whole) * h
 }
 
-/// Whether wattson's policy lets every running job save energy now: no job waits and the
-/// capacity gates pass ([`capacity_gates_pass`]). The controller paces real jobs by it: on a
-/// real Slurm, node lists and partitions the engine does not see decide which running job a
-/// pending one waits for.
-pub fn roomy(p: &Policy, s: &Snapshot) -> bool {
-    s.queued.is_empty() && capacity_gates_pass(p, s)
-}
-
 /// Whether enough GPUs are free (`dvfs_min_free`) and stay free over the DVFS horizon
 /// (`dvfs_horizon_s`) for running jobs to be slowed at all.
-fn capacity_gates_pass(p: &Policy, s: &Snapshot) -> bool {
+pub fn capacity_gates_pass(p: &Policy, s: &Snapshot) -> bool {
     let free = f64::from(unallocated(s));
     let total: u32 = s.nodes.iter().map(|n| n.gpus).sum();
     free >= p.tuning.dvfs_min_free * f64::from(total) && projected_free(p, s, free) >= 0.0
@@ -134,6 +126,9 @@ fn unallocated(s: &Snapshot) -> u32 {
 /// before every late queued job (in queue order) has enough GPUs to start. A job that ends
 /// after that frees GPUs no late job is waiting for, so slowing it delays no one who is late.
 /// A queued job is late once it has waited `raise_after_runs` times its own run at full speed.
+/// With [`Snapshot::job_nodes`], a queued job counts only the free GPUs of the nodes it may
+/// use and waits only for the running jobs that hold one of them (another partition's jobs,
+/// or those of nodes it did not ask for, are not raised for it).
 pub fn waited_for(p: &Policy, s: &Snapshot) -> Vec<u32> {
     let late = |q: &&Queued| s.now - q.eligible >= p.tuning.raise_after_runs * q.job.work_s;
     if !s.queued.iter().any(|q| late(&q)) {
@@ -142,18 +137,85 @@ pub fn waited_for(p: &Policy, s: &Snapshot) -> Vec<u32> {
     let mut ends: Vec<(f64, u32, u32)> =
         s.running.iter().map(|r| ((1.0 - r.progress) * r.job.work_s, r.job.id, r.job.gpus)).collect();
     ends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let mut ends = ends.into_iter();
+    let mut out = if s.job_nodes.is_empty() { anywhere(s, &ends, late) } else { by_node(s, &ends, late) };
+    out.sort_unstable();
+    out
+}
+
+/// [`waited_for`] when every job may run anywhere: one count of free GPUs.
+fn anywhere(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bool) -> Vec<u32> {
+    let mut ends = ends.iter();
     let mut free = u64::from(unallocated(s));
     let mut out = Vec::new();
     'queue: for q in s.queued.iter().filter(late) {
         while free < u64::from(q.job.gpus) {
-            let Some((_, id, gpus)) = ends.next() else { break 'queue };
+            let Some(&(_, id, gpus)) = ends.next() else { break 'queue };
             out.push(id);
             free += u64::from(gpus);
         }
         free -= u64::from(q.job.gpus);
     }
-    out.sort_unstable();
+    out
+}
+
+/// [`waited_for`] with jobs' nodes known: free GPUs counted per node.
+fn by_node(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bool) -> Vec<u32> {
+    let mut free: Vec<u64> = s.nodes.iter().map(|n| u64::from(n.free_gpus)).collect();
+    // GPUs freed by running jobs whose nodes are unknown: any queued job may use them.
+    let mut loose = 0u64;
+    let mut taken = vec![false; ends.len()];
+    let mut out = Vec::new();
+    for q in s.queued.iter().filter(late) {
+        let usable = s.job_nodes.get(&q.job.id);
+        let may_use = |n: u32| usable.is_none_or(|u| u.binary_search(&n).is_ok());
+        let need = u64::from(q.job.gpus);
+        let mut have =
+            loose + (0..free.len() as u32).filter(|&n| may_use(n)).map(|n| free[n as usize]).sum::<u64>();
+        while have < need {
+            // The next running job to end that holds a node this job may use.
+            let next = ends.iter().enumerate().position(|(k, &(_, id, _))| {
+                !taken[k] && s.job_nodes.get(&id).is_none_or(|held| held.iter().any(|&n| may_use(n)))
+            });
+            let Some(k) = next else { break };
+            taken[k] = true;
+            let (_, id, gpus) = ends[k];
+            out.push(id);
+            match s.job_nodes.get(&id).filter(|held| !held.is_empty()) {
+                Some(held) => {
+                    // Spread over its nodes; the remainder on the first.
+                    let each = u64::from(gpus) / held.len() as u64;
+                    for (i, &n) in held.iter().enumerate() {
+                        let add =
+                            if i == 0 { u64::from(gpus) - each * (held.len() as u64 - 1) } else { each };
+                        free[n as usize] += add;
+                        if may_use(n) {
+                            have += add;
+                        }
+                    }
+                }
+                None => {
+                    loose += u64::from(gpus);
+                    have += u64::from(gpus);
+                }
+            }
+        }
+        if have < need {
+            continue;
+        }
+        // It starts: its GPUs are taken from its usable nodes, then from the loose ones.
+        let mut left = need;
+        for n in 0..free.len() as u32 {
+            if left == 0 {
+                break;
+            }
+            if may_use(n) {
+                let t = free[n as usize].min(left);
+                free[n as usize] -= t;
+                left -= t;
+            }
+        }
+        loose -= left;
+    }
     out
 }
 
@@ -162,6 +224,15 @@ pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
     let gated = p.kind == PolicyKind::Wattson && !capacity_gates_pass(p, s);
     // With the gates closed every job is raised anyway.
     let waited = if p.kind == PolicyKind::Wattson && !gated { waited_for(p, s) } else { Vec::new() };
+    if p.kind == PolicyKind::Wattson {
+        a.raised = if gated {
+            let mut all: Vec<u32> = s.running.iter().map(|r| r.job.id).collect();
+            all.sort_unstable();
+            all
+        } else {
+            waited.clone()
+        };
+    }
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
     let overhead_w = if p.tuning.count_node_base { s.node.base_w / f64::from(gpn) } else { 0.0 };
     for r in s.running {

@@ -171,10 +171,10 @@ pub struct Running {
     pub level: u16,
 }
 
-/// Power model of one node (everything but the GPUs) and its transitions; also the
-/// simulator's `[node]` table.
+/// Power model of one node (everything but the GPUs) and its transitions: the simulator's
+/// `[node]` table and the controller's `[ctld.node]`, one set of defaults ([`Default`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct NodeCosts {
     /// Draw of a powered-on node without its GPUs (CPUs, memory, fans, NICs, PSU losses) (W).
     pub base_w: f64,
@@ -190,7 +190,43 @@ pub struct NodeCosts {
     pub boot_w: f64,
 }
 
+impl Default for NodeCosts {
+    /// A GPU server of the DGX-1 class (estimates; docs/sim.md gives the reasoning): 400 W
+    /// without its GPUs, 15 W off, 60 s shutdown at 500 W, 300 s boot at 700 W.
+    fn default() -> Self {
+        NodeCosts {
+            base_w: 400.0,
+            off_w: 15.0,
+            shutdown_s: 60.0,
+            shutdown_w: 500.0,
+            boot_s: 300.0,
+            boot_w: 700.0,
+        }
+    }
+}
+
 impl NodeCosts {
+    /// Checks every draw is 0 to 100,000 W and each transition 1 s to 1 h.
+    pub fn check(&self) -> Result<(), String> {
+        let watts = [
+            ("base_w", self.base_w),
+            ("off_w", self.off_w),
+            ("shutdown_w", self.shutdown_w),
+            ("boot_w", self.boot_w),
+        ];
+        for (k, w) in watts {
+            if !(0.0..=100_000.0).contains(&w) {
+                return Err(format!("node {k} = {w} W: allowed 0 to 100000"));
+            }
+        }
+        for (k, t) in [("shutdown_s", self.shutdown_s), ("boot_s", self.boot_s)] {
+            if !(1.0..=3600.0).contains(&t) {
+                return Err(format!("node {k} = {t} s: allowed 1 to 3600"));
+            }
+        }
+        Ok(())
+    }
+
     /// Break-even idle time (s) of a node drawing `idle_w` when idle: an idle gap longer than
     /// this makes power-down pay off,
     /// `(P_down·t_down + P_up·t_up − P_off·(t_down + t_up)) / (P_idle − P_off)`.
@@ -317,7 +353,18 @@ pub struct Snapshot<'a> {
     pub budget_w: Option<f64>,
     /// Node power model.
     pub node: NodeCosts,
+    /// Where jobs may or do run, by job id, as indices into `nodes` (sorted): a queued job's
+    /// usable nodes (its partitions' nodes, narrowed to those it asked for), a running job's
+    /// nodes. A queued job not listed may run on any node; a running job not listed frees GPUs
+    /// any queued job can use. Empty when every job may run anywhere (the simulator).
+    pub job_nodes: &'a JobNodes,
 }
+
+/// Nodes of each job, by job id ([`Snapshot::job_nodes`]).
+pub type JobNodes = std::collections::BTreeMap<u32, Vec<u32>>;
+
+/// No job restricted to any node: every job may run anywhere.
+pub static ANYWHERE: JobNodes = JobNodes::new();
 
 /// What the policy asks for at one instant.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -328,6 +375,10 @@ pub struct Actions {
     pub power_up: Vec<u32>,
     /// Level changes `(job id, level)` for running jobs.
     pub levels: Vec<(u32, u16)>,
+    /// Running jobs raised toward full speed now, by id (sorted): those late queued work waits
+    /// for ([`levels::waited_for`]), or all of them while the capacity gates are closed. The
+    /// others run at their own saving level. The controller paces jobs by it.
+    pub raised: Vec<u32>,
     /// Held jobs to put in Slurm's queue now.
     pub release: Vec<u32>,
     /// When to be asked again even if nothing happens (an idle timer or a release).

@@ -56,6 +56,7 @@ fn snap<'a>(
         tariff,
         budget_w: None,
         node: costs(),
+        job_nodes: &ANYWHERE,
     }
 }
 
@@ -428,6 +429,52 @@ fn only_the_jobs_the_queue_waits_for_are_raised() {
     // DVFS gated off (dvfs_min_free above all): every job is raised, waited for or not.
     let gated = Policy { tuning: Tuning { dvfs_min_free: 2.0, ..p.tuning }, ..p };
     assert_eq!(decide(&gated, &s).levels, vec![(3, 3), (1, 3), (2, 3)]);
+}
+
+#[test]
+fn a_queued_job_raises_only_the_running_jobs_on_nodes_it_may_use() {
+    // Jobs 1, 2 and 3 hold nodes 0, 1 and 2 (8 GPUs each), ending in 100, 500 and 900 s; node 3
+    // is off with 8 free GPUs. A late 8-GPU job that may use only node 2 (its partition) waits
+    // for job 3 alone, though job 1 ends first and node 3 is free.
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let nodes = [
+        node(NodePower::On, 0, f64::INFINITY),
+        node(NodePower::On, 0, f64::INFINITY),
+        node(NodePower::On, 0, f64::INFINITY),
+        node(NodePower::Off, 8, 0.0),
+    ];
+    let run = |id: u32, left_s: f64| Running {
+        job: job(id, 0.10),
+        elapsed_s: 1000.0 - left_s,
+        progress: 1.0 - left_s / 1000.0,
+        level: 1,
+    };
+    let r = [run(1, 100.0), run(2, 500.0), run(3, 900.0)];
+    let q = [Queued { job: job(10, 0.0), eligible: -1000.0 }];
+    let p =
+        Policy { kind: PolicyKind::Wattson, tuning: Tuning { congestion_raise: 1.0, ..Tuning::default() } };
+    let mut where_: JobNodes = [(1, vec![0]), (2, vec![1]), (3, vec![2]), (10, vec![2])].into();
+    let s = Snapshot { job_nodes: &where_, ..snap(0.0, &nodes, &m, &q, &r, &[], &tariff) };
+    assert_eq!(levels::waited_for(&p, &s), vec![3]);
+    let a = decide(&p, &s);
+    assert_eq!((a.raised.clone(), a.levels), (vec![3], vec![(3, 3)]));
+    // May use nodes 0 and 2: job 1 ends first there.
+    where_.insert(10, vec![0, 2]);
+    let s = Snapshot { job_nodes: &where_, ..snap(0.0, &nodes, &m, &q, &r, &[], &tariff) };
+    assert_eq!(decide(&p, &s).raised, vec![1]);
+    // May use node 3 (free): waits for no one. Any node (not listed): node 3's GPUs serve it.
+    where_.insert(10, vec![3]);
+    let s = Snapshot { job_nodes: &where_, ..snap(0.0, &nodes, &m, &q, &r, &[], &tariff) };
+    assert!(decide(&p, &s).raised.is_empty());
+    where_.remove(&10);
+    let s = Snapshot { job_nodes: &where_, ..snap(0.0, &nodes, &m, &q, &r, &[], &tariff) };
+    assert!(decide(&p, &s).raised.is_empty());
+    // With node 3 held by an administrator (no free GPUs shown), the unrestricted job waits for
+    // the first to end, as it would with no nodes known.
+    let held = [nodes[0], nodes[1], nodes[2], NodeView { free_gpus: 0, ..nodes[3] }];
+    let s = Snapshot { job_nodes: &where_, ..snap(0.0, &held, &m, &q, &r, &[], &tariff) };
+    assert_eq!(decide(&p, &s).raised, vec![1]);
 }
 
 #[test]

@@ -115,6 +115,8 @@ struct Sim<'a> {
     done: usize,
     gpu_types: Vec<GpuType>,
     bufs: Bufs,
+    /// Sees every snapshot the policy decides on and its actions.
+    observe: &'a mut Observer<'a>,
 }
 
 /// Simulates `policy` over prepared `jobs` (sorted by submission); `models` are the engine's
@@ -125,6 +127,23 @@ pub fn simulate(
     models: &[Vec<Level>],
     jobs: &[SimJob],
     policy: Policy,
+) -> RunResult {
+    simulate_observed(c, catalog, models, jobs, policy, &mut |_, _, _| {})
+}
+
+/// Sees each snapshot the policy decides on, its actions, and the nodes (indices) a running
+/// job of the snapshot holds.
+pub type Observer<'a> = dyn FnMut(&cluster::Snapshot, &cluster::Actions, &dyn Fn(u32) -> Vec<u32>) + 'a;
+
+/// [`simulate`], handing `observe` every snapshot the policy decides on and the actions it
+/// took (to replay the same states through another view builder, as `wattson-ctld`'s).
+pub fn simulate_observed(
+    c: &ClusterConfig,
+    catalog: &Catalog,
+    models: &[Vec<Level>],
+    jobs: &[SimJob],
+    policy: Policy,
+    observe: &mut Observer,
 ) -> RunResult {
     let t0 = jobs.first().map_or(0.0, |j| j.submit);
     let n = c.nodes() as usize;
@@ -199,6 +218,7 @@ pub fn simulate(
         done: 0,
         gpu_types: c.groups.iter().map(|g| GpuType { idle_w: g.gpu_idle_w() }).collect(),
         bufs: Bufs::default(),
+        observe,
     };
     if c.wattson.clairvoyant && s.types_matter() {
         s.future_types = (0..jobs.len() as u32).map(|j| s.type_order(j)[0]).collect();

@@ -92,8 +92,11 @@ impl Sim<'_> {
             tariff: &self.c.prices,
             budget_w: self.c.budget.map(|x| x.power_w),
             node: self.c.node,
+            job_nodes: &cluster::ANYWHERE,
         };
         let acts = cluster::decide(&self.policy, &snap);
+        let runs = &self.runs;
+        (self.observe)(&snap, &acts, &|j| runs[j as usize].shares.iter().map(|s| s.0).collect());
         self.bufs = b;
         acts
     }
