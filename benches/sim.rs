@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const REPS: usize = 5;
@@ -41,14 +41,14 @@ fn main() {
     let all: Vec<(String, String)> =
         (1..=10).map(|i| (format!("cluster{i:02}.csv"), read(&format!("{dir}/cluster{i:02}.csv")))).collect();
     let parse = |t: &str| wattson_sim::trace::parse(t, "t", TraceFormat::Auto).unwrap();
-    let run = |t: &str, p: &[PolicyKind]| {
+    let run = |t: &str, p: &[ClusterPolicy]| {
         let jobs = parse(t);
         wattson_sim::run(&cluster, &catalog, &jobs, "t", p, 1).unwrap().jobs.len()
     };
     let rows = [
         ("parse cluster04 (baseline)", time(|| parse(&c04).len())),
-        ("cluster04, slurm-default only", time(|| run(&c04, &[PolicyKind::SlurmDefault]))),
-        ("cluster04, wattson only", time(|| run(&c04, &[PolicyKind::Wattson]))),
+        ("cluster04, slurm-default only", time(|| run(&c04, &[ClusterPolicy::SlurmDefault]))),
+        ("cluster04, wattson only", time(|| run(&c04, &[ClusterPolicy::Wattson]))),
         ("cluster04, all policies", time(|| run(&c04, &wattson_sim::policies::ALL))),
         (
             "10 ITP clusters, all policies",

@@ -15,7 +15,7 @@ use std::path::Path;
 use chrono::{Local, TimeZone};
 use wattson_ctld::Planner;
 use wattson_ctld::slurm::{SQUEUE_FORMAT, parse_jobs, parse_nodes};
-use wattson_engine::cluster::{self, Actions, NodePower, Policy, PolicyKind, Snapshot};
+use wattson_engine::cluster::{self, Actions, ClusterPolicy, NodePower, Snapshot, TunedPolicy};
 use wattson_sim::{Catalog, ClusterConfig, TraceFormat};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -108,7 +108,7 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
     let trace = wattson_sim::trace::parse(&trace_text, "195job.csv", TraceFormat::Auto).unwrap();
     let jobs = wattson_sim::policies::prepare(&trace, &cat, &c, 1).unwrap();
     let models = wattson_sim::policies::level_tables(&cat).unwrap();
-    let policy = Policy { kind: PolicyKind::Wattson, tuning: c.tuning(1800.0) };
+    let policy = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: c.tuning(1800.0) };
 
     // The controller configured as the simulated cluster: its node model, the same tunables.
     let mut config = wattson_config::Config::default();

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use wattson_sim::power::NodeState;
-use wattson_sim::{Catalog, ClusterConfig, Outcome, PolicyKind, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, Outcome, TraceFormat};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -148,16 +148,19 @@ fn check_no_double_booking(c: &ClusterConfig, o: &Outcome) {
 }
 
 fn check_sanity(o: &Outcome) {
-    let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
-    let floor = by(PolicyKind::Floor);
+    let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    let floor = by(ClusterPolicy::Floor);
     for s in &o.report.summaries {
         assert!(floor.energy_kwh <= s.energy_kwh * (1.0 + 1e-12), "floor above {}", s.policy);
     }
     // Every policy that keeps each job within its bound spends at least the floor's GPU energy,
     // wattson (which changes a job's level mid-run) included.
-    for p in
-        [PolicyKind::SlurmDefault, PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs, PolicyKind::Wattson]
-    {
+    for p in [
+        ClusterPolicy::SlurmDefault,
+        ClusterPolicy::SlurmPowersave,
+        ClusterPolicy::PowersaveDvfs,
+        ClusterPolicy::Wattson,
+    ] {
         assert!(
             floor.gpu_busy_kwh <= by(p).gpu_busy_kwh * (1.0 + 1e-12),
             "floor GPU energy {} above {p:?}'s {}",
@@ -165,11 +168,11 @@ fn check_sanity(o: &Outcome) {
             by(p).gpu_busy_kwh
         );
     }
-    assert_eq!(by(PolicyKind::SlurmDefault).power_state_changes, 0);
-    assert_eq!(by(PolicyKind::ZeusPerJob).power_state_changes, 0);
-    assert!(by(PolicyKind::SlurmPowersave).power_state_changes > 0);
-    assert!(by(PolicyKind::PowersaveDvfs).power_state_changes > 0);
-    for p in [PolicyKind::Wattson, PolicyKind::PowersaveDvfs] {
+    assert_eq!(by(ClusterPolicy::SlurmDefault).power_state_changes, 0);
+    assert_eq!(by(ClusterPolicy::ZeusPerJob).power_state_changes, 0);
+    assert!(by(ClusterPolicy::SlurmPowersave).power_state_changes > 0);
+    assert!(by(ClusterPolicy::PowersaveDvfs).power_state_changes > 0);
+    for p in [ClusterPolicy::Wattson, ClusterPolicy::PowersaveDvfs] {
         let w = o.runs.iter().find(|r| r.policy == p).unwrap();
         for (j, x) in o.jobs.iter().zip(&w.jobs) {
             assert!(
@@ -182,7 +185,7 @@ fn check_sanity(o: &Outcome) {
             );
         }
     }
-    for p in [PolicyKind::SlurmDefault, PolicyKind::SlurmPowersave] {
+    for p in [ClusterPolicy::SlurmDefault, ClusterPolicy::SlurmPowersave] {
         let d = o.runs.iter().find(|r| r.policy == p).unwrap();
         assert!(
             d.jobs.iter().all(|x| x.slowdown == 0.0 && x.level_changes == 0),
@@ -190,7 +193,7 @@ fn check_sanity(o: &Outcome) {
         );
     }
     // The idle-timer rows report their least-energy SuspendTime among the swept values.
-    for p in [PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs] {
+    for p in [ClusterPolicy::SlurmPowersave, ClusterPolicy::PowersaveDvfs] {
         let pts: Vec<_> = o.report.sweep.iter().filter(|x| x.policy == p.name()).collect();
         assert_eq!(pts.len(), 4, "{p:?} sweeps SuspendTime 300/600/1800/3600");
         let least = pts.iter().map(|x| x.energy_kwh).fold(f64::INFINITY, f64::min);
@@ -252,14 +255,14 @@ fn hetero_cluster_placement_by_energy_beats_type_oblivious() {
                 &cat,
                 &t,
                 trace,
-                &[PolicyKind::SlurmPowersave, PolicyKind::Wattson],
+                &[ClusterPolicy::SlurmPowersave, ClusterPolicy::Wattson],
                 seed,
             )
             .unwrap();
             check_conservation(&c, &o);
             check_no_double_booking(&c, &o);
             let groups = c.node_groups();
-            let run = o.runs.iter().find(|r| r.policy == PolicyKind::Wattson).unwrap();
+            let run = o.runs.iter().find(|r| r.policy == ClusterPolicy::Wattson).unwrap();
             for (j, x) in o.jobs.iter().zip(&run.jobs) {
                 let g = groups[x.shares[0].0 as usize];
                 assert!(
@@ -335,7 +338,7 @@ fn cli_writes_identical_files_twice() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         for p in wattson_sim::policies::ALL {
             // The shipped cluster file sets no budget, so the budget reference does not run.
-            let want = p != PolicyKind::UniformCap;
+            let want = p != ClusterPolicy::UniformCap;
             assert_eq!(stdout.contains(p.name()), want, "table and {}", p.name());
         }
     }
@@ -433,7 +436,7 @@ fn backfill_sees_limits_and_a_job_past_its_limit_is_killed() {
     let starts = |perfect: bool| {
         let mut c = c.clone();
         c.limits.perfect = perfect;
-        let o = wattson_sim::run(&c, &cat, &t, "g.csv", &[PolicyKind::SlurmDefault], 1).unwrap();
+        let o = wattson_sim::run(&c, &cat, &t, "g.csv", &[ClusterPolicy::SlurmDefault], 1).unwrap();
         check_conservation(&c, &o);
         check_no_double_booking(&c, &o);
         (o.runs[0].jobs.clone(), o.report.summaries[0].killed_jobs, o.report.knowledge.clone())
@@ -458,7 +461,8 @@ fn gpu_types_column_restricts_placement() {
                 0,8,600,resnet50,\n";
     let t = wattson_sim::trace::parse(text, "g.csv", TraceFormat::Auto).unwrap();
     let o =
-        wattson_sim::run(&c, &cat, &t, "g.csv", &[PolicyKind::SlurmDefault, PolicyKind::Wattson], 1).unwrap();
+        wattson_sim::run(&c, &cat, &t, "g.csv", &[ClusterPolicy::SlurmDefault, ClusterPolicy::Wattson], 1)
+            .unwrap();
     let groups = c.node_groups();
     let name = |n: u32| c.groups[usize::from(groups[n as usize])].gpu.as_str();
     for r in &o.runs {
@@ -472,7 +476,7 @@ fn gpu_types_column_restricts_placement() {
     )
     .unwrap();
     let e =
-        wattson_sim::run(&c, &cat, &bad, "b.csv", &[PolicyKind::SlurmDefault], 1).unwrap_err().to_string();
+        wattson_sim::run(&c, &cat, &bad, "b.csv", &[ClusterPolicy::SlurmDefault], 1).unwrap_err().to_string();
     assert!(e.contains("accepts GPU types H100") && e.contains("V100, A40, P100"), "{e}");
 }
 
@@ -484,7 +488,7 @@ fn generic_trace_replays() {
     let o = wattson_sim::run(&c, &cat, &t, "g.csv", &wattson_sim::policies::ALL, 1).unwrap();
     check_conservation(&c, &o);
     check_no_double_booking(&c, &o);
-    let d = o.runs.iter().find(|r| r.policy == PolicyKind::SlurmDefault).unwrap();
+    let d = o.runs.iter().find(|r| r.policy == ClusterPolicy::SlurmDefault).unwrap();
     // An empty cluster starts every job at submission and runs it for its trace duration.
     for (j, x) in o.jobs.iter().zip(&d.jobs) {
         assert_eq!(x.start, j.submit);
@@ -513,10 +517,10 @@ fn cluster04_wattson_beats_every_reference_but_the_floor() {
         let mut c = base.clone();
         c.groups[0].nodes = nodes;
         let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &wattson_sim::policies::ALL, 1).unwrap();
-        let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
-        let w = by(PolicyKind::Wattson);
+        let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+        let w = by(ClusterPolicy::Wattson);
         // Measured bound violations, recomputed from the job records.
-        let run = o.runs.iter().find(|r| r.policy == PolicyKind::Wattson).unwrap();
+        let run = o.runs.iter().find(|r| r.policy == ClusterPolicy::Wattson).unwrap();
         let over = o
             .jobs
             .iter()
@@ -524,7 +528,7 @@ fn cluster04_wattson_beats_every_reference_but_the_floor() {
             .filter(|(j, x)| (x.end - x.start) / j.duration - 1.0 > j.bound + 1e-9);
         assert_eq!(over.count(), 0, "{nodes} nodes: wattson broke a slowdown bound");
         for s in &o.report.summaries {
-            if s.policy != w.policy && s.policy != PolicyKind::Floor.name() {
+            if s.policy != w.policy && s.policy != ClusterPolicy::Floor.name() {
                 assert!(
                     w.energy_kwh < s.energy_kwh,
                     "{nodes} nodes: {} {} <= wattson {}",
@@ -534,10 +538,10 @@ fn cluster04_wattson_beats_every_reference_but_the_floor() {
                 );
             }
         }
-        let (d, f) = (by(PolicyKind::SlurmDefault).energy_kwh, by(PolicyKind::Floor).energy_kwh);
+        let (d, f) = (by(ClusterPolicy::SlurmDefault).energy_kwh, by(ClusterPolicy::Floor).energy_kwh);
         let capture = (d - w.energy_kwh) / (d - f);
         assert!(capture >= 0.90, "{nodes} nodes: capture {capture}");
-        let ps = by(PolicyKind::SlurmPowersave);
+        let ps = by(ClusterPolicy::SlurmPowersave);
         for (what, ours, theirs) in [
             ("mean", w.queue_wait_mean_s, ps.queue_wait_mean_s),
             ("p99", w.queue_wait_p99_s, ps.queue_wait_p99_s),
@@ -569,19 +573,23 @@ fn cluster04_under_time_limits_and_one_order() {
         TraceFormat::Auto,
     )
     .expect("trace parses");
-    let refs =
-        [PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs, PolicyKind::Wattson, PolicyKind::Floor];
+    let refs = [
+        ClusterPolicy::SlurmPowersave,
+        ClusterPolicy::PowersaveDvfs,
+        ClusterPolicy::Wattson,
+        ClusterPolicy::Floor,
+    ];
     for nodes in [123, 80] {
         let mut c = base.clone();
         c.groups[0].nodes = nodes;
         let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &refs, 1).unwrap();
         assert_eq!(o.report.knowledge, "time limits");
-        let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+        let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
         let (w, ps, pd, f) = (
-            by(PolicyKind::Wattson),
-            by(PolicyKind::SlurmPowersave),
-            by(PolicyKind::PowersaveDvfs),
-            by(PolicyKind::Floor),
+            by(ClusterPolicy::Wattson),
+            by(ClusterPolicy::SlurmPowersave),
+            by(ClusterPolicy::PowersaveDvfs),
+            by(ClusterPolicy::Floor),
         );
         assert_eq!(w.bound_violations, 0, "{nodes} nodes");
         for s in [w, ps, pd] {
@@ -593,7 +601,7 @@ fn cluster04_under_time_limits_and_one_order() {
         for kv in ["dvfs_min_free=0.3", "congestion_raise=1", "raise_after_runs=0", "min_price_drop=100"] {
             wattson_sim::overrides::apply(&mut tuned, kv).unwrap();
         }
-        let o = wattson_sim::run(&tuned, &cat, &t, "cluster04.csv", &[PolicyKind::Wattson], 1).unwrap();
+        let o = wattson_sim::run(&tuned, &cat, &t, "cluster04.csv", &[ClusterPolicy::Wattson], 1).unwrap();
         let tw = &o.report.summaries[0];
         assert_eq!(tw.bound_violations, 0);
         assert!(
@@ -632,11 +640,11 @@ fn budget_is_never_exceeded_and_beats_the_uniform_cap() {
         TraceFormat::Auto,
     )
     .expect("trace parses");
-    let policies = [PolicyKind::Wattson, PolicyKind::UniformCap];
+    let policies = [ClusterPolicy::Wattson, ClusterPolicy::UniformCap];
     let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &policies, 1).unwrap();
     check_conservation(&c, &o);
-    let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
-    let (w, u) = (by(PolicyKind::Wattson), by(PolicyKind::UniformCap));
+    let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    let (w, u) = (by(ClusterPolicy::Wattson), by(ClusterPolicy::UniformCap));
     for s in [w, u] {
         assert_eq!(s.over_budget_s, 0.0, "{} went above the budget", s.policy);
         assert!(s.peak_kw <= 140.0, "{} peak {}", s.policy, s.peak_kw);
@@ -667,9 +675,9 @@ fn budget_runs_are_deterministic_and_conserve() {
     assert_eq!(wattson_sim::plot::power_over_time(&a.report), wattson_sim::plot::power_over_time(&b.report));
     check_conservation(&c, &a);
     check_no_double_booking(&c, &a);
-    let by = |p: PolicyKind| a.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
-    assert_eq!(by(PolicyKind::Wattson).over_budget_s, 0.0);
-    assert_eq!(by(PolicyKind::UniformCap).over_budget_s, 0.0);
-    assert!(by(PolicyKind::SlurmDefault).over_budget_s > 0.0, "the budget binds on this prefix");
+    let by = |p: ClusterPolicy| a.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    assert_eq!(by(ClusterPolicy::Wattson).over_budget_s, 0.0);
+    assert_eq!(by(ClusterPolicy::UniformCap).over_budget_s, 0.0);
+    assert!(by(ClusterPolicy::SlurmDefault).over_budget_s > 0.0, "the budget binds on this prefix");
     assert!(wattson_sim::plot::power_over_time(&a.report).contains("budget 100"));
 }

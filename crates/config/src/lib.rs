@@ -38,7 +38,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// `[policy]`: which energy policy jobs get and how it is enacted.
     #[serde(default)]
-    pub policy: policy::PolicyConfig,
+    pub policy: policy::SitePolicy,
     /// `[prices]`: the electricity tariff that `--energy-defer` follows.
     #[serde(default)]
     pub prices: wattson_types::prices::PriceSchedule,

@@ -15,7 +15,7 @@ use wattson_types::job::{EnergyPolicy, Hints, check_slowdown_pct};
 /// `[policy]` in `wattson.toml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PolicyConfig {
+pub struct SitePolicy {
     /// Policy of jobs that give none.
     #[serde(default = "default_policy")]
     pub default: EnergyPolicy,
@@ -39,9 +39,9 @@ pub struct PolicyConfig {
     pub balanced_eta: f64,
 }
 
-impl Default for PolicyConfig {
+impl Default for SitePolicy {
     fn default() -> Self {
-        PolicyConfig {
+        SitePolicy {
             default: default_policy(),
             perf_users: Vec::new(),
             min_energy_power_pct: default_min_energy_pct(),
@@ -93,7 +93,7 @@ fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     }
 }
 
-impl PolicyConfig {
+impl SitePolicy {
     /// Decides the policy of a job of `user` with `hints` (already validated).
     pub fn decide(&self, hints: &Hints, user: &str) -> Decision {
         if let Some(freq) = &hints.gpu_freq {
@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn policies_map_to_power_limits() {
-        let cfg = PolicyConfig { enact: Enact::Share, ..PolicyConfig::default() };
+        let cfg = SitePolicy { enact: Enact::Share, ..SitePolicy::default() };
         let d = cfg.decide(&hints("min-energy"), "alice");
         assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 420_000 }));
         let d = cfg.decide(&Hints::default(), "alice");
@@ -170,7 +170,7 @@ mod tests {
     #[test]
     fn a_job_with_its_own_gpu_clocks_is_left_alone() {
         for enact in [Enact::Share, Enact::Model] {
-            let cfg = PolicyConfig { enact, ..PolicyConfig::default() };
+            let cfg = SitePolicy { enact, ..SitePolicy::default() };
             let asked = Hints { gpu_freq: Some("high".into()), ..hints("min-energy") };
             let d = cfg.decide(&asked, "alice");
             assert_eq!((d.policy, d.setting_for(&h100()), d.by_model()), (EnergyPolicy::Perf, None, false));
@@ -180,14 +180,14 @@ mod tests {
 
     #[test]
     fn limits_are_clamped_to_the_gpu_range() {
-        let cfg = PolicyConfig { min_energy_power_pct: 10, enact: Enact::Share, ..PolicyConfig::default() };
+        let cfg = SitePolicy { min_energy_power_pct: 10, enact: Enact::Share, ..SitePolicy::default() };
         let d = cfg.decide(&hints("min-energy"), "bob");
         assert_eq!(d.setting_for(&h100()), Some(GpuSetting::PowerLimit { mw: 200_000 }));
     }
 
     #[test]
     fn the_models_get_the_bound_or_the_weight() {
-        let cfg = PolicyConfig::default();
+        let cfg = SitePolicy::default();
         let d = cfg.decide(&hints("min-energy"), "alice");
         assert!(d.by_model() && d.setting_for(&h100()).is_none());
         assert_eq!(d.engine, Objective::MinEnergy { max_slowdown: 0.1 });
@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn perf_is_reserved_when_the_site_says_so() {
-        let cfg = PolicyConfig { perf_users: vec!["alice".into()], ..PolicyConfig::default() };
+        let cfg = SitePolicy { perf_users: vec!["alice".into()], ..SitePolicy::default() };
         assert_eq!(cfg.decide(&hints("perf"), "alice").policy, EnergyPolicy::Perf);
         let d = cfg.decide(&hints("perf"), "bob");
         assert_eq!(d.policy, EnergyPolicy::Balanced);

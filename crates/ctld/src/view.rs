@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use wattson_config::Config;
 use wattson_config::ctld::CtldConfig;
 use wattson_engine::cluster::{
-    GpuType, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Policy, PolicyKind, Queued, Running,
-    Snapshot, Tuning,
+    ClusterPolicy, GpuType, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Queued, Running,
+    Snapshot, TunedPolicy, Tuning,
 };
 
 use crate::slurm::{Job, Node, Power};
@@ -74,9 +74,9 @@ impl View {
 
 /// The cluster policy the controller runs: wattson's, with the `[ctld]` settings over the
 /// engine's defaults (the simulator's `[wattson]` table sets the same tunables).
-pub fn policy(c: &CtldConfig) -> Policy {
-    Policy {
-        kind: PolicyKind::Wattson,
+pub fn policy(c: &CtldConfig) -> TunedPolicy {
+    TunedPolicy {
+        kind: ClusterPolicy::Wattson,
         tuning: Tuning {
             forecast_window_s: c.forecast_window.as_secs_f64(),
             warm_shortfall: c.warm_shortfall,

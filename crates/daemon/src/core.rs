@@ -17,7 +17,7 @@ use crate::enforce;
 use crate::identity;
 use crate::safedir::EngineDirs;
 use wattson_config::Config;
-use wattson_config::policy::{Decision, PolicyConfig};
+use wattson_config::policy::{Decision, SitePolicy};
 use wattson_engine::Measurements;
 use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
@@ -40,7 +40,7 @@ pub struct Core {
     clock: Arc<dyn Clock>,
     store: Store,
     node: String,
-    policy: PolicyConfig,
+    policy: SitePolicy,
     running: BTreeMap<JobKey, JobRecord>,
     series_interval: std::time::Duration,
     /// When the last power series point was stored (monotonic).

@@ -20,9 +20,9 @@
 
 use std::path::Path;
 
-use wattson_engine::cluster::{Policy, QueueOrder, Tuning};
+use wattson_engine::cluster::{QueueOrder, TunedPolicy, Tuning};
 use wattson_sim::metrics::{Summary, summarize};
-use wattson_sim::{Catalog, ClusterConfig, PolicyKind, RunResult, SimJob, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, RunResult, SimJob, TraceFormat};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 /// Rounds of cutting before giving up on a fixed point (cluster04 settles in 2 to 4).
@@ -128,18 +128,19 @@ fn main() {
         let mut c = base.clone();
         c.groups[0].nodes = nodes;
         let tuning = c.tuning(f64::NAN);
-        let dvfs_off = Policy {
-            kind: PolicyKind::Wattson,
+        let dvfs_off = TunedPolicy {
+            kind: ClusterPolicy::Wattson,
             tuning: Tuning { dvfs_min_free: 2.0, congestion_raise: 1.0, ..tuning },
         };
-        let told = Policy { kind: PolicyKind::Wattson, tuning: Tuning { congestion_raise: 1.0, ..tuning } };
+        let told =
+            TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning { congestion_raise: 1.0, ..tuning } };
         println!("== {trace_name} on {nodes} nodes x {} GPUs", c.gpus_per_node);
         println!(
             "{:<5} {:<24} {:>11} {:>9} {:>9} {:>6}",
             "seed", "policy", "energy kWh", "wait h", "p99 w h", "viol"
         );
         for seed in 1..=seeds {
-            let refs = [PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs];
+            let refs = [ClusterPolicy::SlurmPowersave, ClusterPolicy::PowersaveDvfs];
             let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &refs, seed).unwrap();
             for s in &o.report.summaries {
                 row(seed, &s.policy, s, s.bound_violations);
@@ -166,8 +167,8 @@ fn main() {
             let s = summarize(&last, &o.jobs, &c).0;
             let cuts = o.jobs.iter().zip(&cut).filter(|(j, b)| **b < j.bound).count();
             row(seed, "wattson, told the future", &s, over(&last));
-            let by = |p: PolicyKind| o.report.summaries.iter().find(|x| x.policy == p.name()).unwrap();
-            let (ps, pd) = (by(PolicyKind::SlurmPowersave), by(PolicyKind::PowersaveDvfs));
+            let by = |p: ClusterPolicy| o.report.summaries.iter().find(|x| x.policy == p.name()).unwrap();
+            let (ps, pd) = (by(ClusterPolicy::SlurmPowersave), by(ClusterPolicy::PowersaveDvfs));
             let yes = |b: bool| if b { "met" } else { "MISSED" };
             println!(
                 "seed {seed}: told the future ({cuts} bounds cut, {rounds} rounds{}): energy below powersave-dvfs {}; mean wait {}; p99 wait {}",

@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
@@ -102,12 +102,12 @@ fn main() {
                     s.transition_kwh,
                 );
             }
-            let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+            let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
             let (w, ps, pd, f) = (
-                by(PolicyKind::Wattson),
-                by(PolicyKind::SlurmPowersave),
-                by(PolicyKind::PowersaveDvfs),
-                by(PolicyKind::Floor),
+                by(ClusterPolicy::Wattson),
+                by(ClusterPolicy::SlurmPowersave),
+                by(ClusterPolicy::PowersaveDvfs),
+                by(ClusterPolicy::Floor),
             );
             let checks = [
                 ("no bound violation", w.bound_violations == 0),

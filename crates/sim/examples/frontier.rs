@@ -13,7 +13,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat, TraceJob};
+use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat, TraceJob};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
@@ -47,7 +47,7 @@ fn measure(
     cat: &Catalog,
     trace: &[TraceJob],
     seed: u64,
-    policies: &[PolicyKind],
+    policies: &[ClusterPolicy],
     label: &str,
     acc: &mut Vec<Point>,
 ) {
@@ -62,7 +62,7 @@ fn measure(
     for s in &o.report.sweep {
         add(&s.policy, format!("{label}{}", s.knob), s.energy_kwh, s.wait_mean_s, s.wait_p99_s);
     }
-    for s in o.report.summaries.iter().filter(|s| s.policy == PolicyKind::Wattson.name()) {
+    for s in o.report.summaries.iter().filter(|s| s.policy == ClusterPolicy::Wattson.name()) {
         add(&s.policy, label.trim().to_string(), s.energy_kwh, s.wait_mean_s, s.wait_p99_s);
     }
 }
@@ -90,12 +90,12 @@ fn main() {
         c.groups[0].nodes = nodes;
         let mut pts: Vec<Point> = Vec::new();
         for seed in 1..=seeds {
-            measure(&c, &cat, &trace, seed, &[PolicyKind::SlurmPowersave], "", &mut pts);
+            measure(&c, &cat, &trace, seed, &[ClusterPolicy::SlurmPowersave], "", &mut pts);
             for cap in [0.05, 0.1, 0.2] {
                 let mut d = c.clone();
                 wattson_sim::overrides::apply(&mut d, &format!("max_bound={cap}")).unwrap();
                 let label = format!("max_bound={cap} ");
-                measure(&d, &cat, &trace, seed, &[PolicyKind::PowersaveDvfs], &label, &mut pts);
+                measure(&d, &cat, &trace, seed, &[ClusterPolicy::PowersaveDvfs], &label, &mut pts);
             }
             for knobs in WATTSON {
                 let mut w = c.clone();
@@ -108,7 +108,7 @@ fn main() {
                         wattson_sim::overrides::apply(&mut v, defer.trim()).unwrap();
                     }
                     let label = format!("{knobs}{defer}");
-                    measure(&v, &cat, &trace, seed, &[PolicyKind::Wattson], &label, &mut pts);
+                    measure(&v, &cat, &trace, seed, &[ClusterPolicy::Wattson], &label, &mut pts);
                 }
             }
         }
@@ -123,16 +123,16 @@ fn main() {
         );
         let mut csv = String::from("policy,knob,energy_kwh,wait_mean_h,wait_p99_h,beaten_by_wattson\n");
         println!("== {case}");
-        let ours: Vec<&Point> = pts.iter().filter(|p| p.0 == PolicyKind::Wattson.name()).collect();
+        let ours: Vec<&Point> = pts.iter().filter(|p| p.0 == ClusterPolicy::Wattson.name()).collect();
         for p in &pts {
             let beats = |w: &&&Point| w.2 < p.2 && w.3 <= p.3 && w.4 <= p.4;
-            let by: Vec<&str> = if p.0 == PolicyKind::Wattson.name() {
+            let by: Vec<&str> = if p.0 == ClusterPolicy::Wattson.name() {
                 Vec::new()
             } else {
                 ours.iter().filter(beats).map(|w| w.1.as_str()).collect()
             };
             let _ = writeln!(csv, "{},{},{:.1},{:.4},{:.3},{}", p.0, p.1, p.2, p.3, p.4, by.join("; "));
-            let verdict = match (p.0 == PolicyKind::Wattson.name(), by.first()) {
+            let verdict = match (p.0 == ClusterPolicy::Wattson.name(), by.first()) {
                 (true, _) => String::new(),
                 (false, Some(w)) => format!("  beaten by {} wattson setting(s), e.g. {w}", by.len()),
                 (false, None) => "  NOT BEATEN by any wattson setting".to_string(),
@@ -140,7 +140,7 @@ fn main() {
             println!("{:<16} {:<58} {:>10.0} kWh {:>7.3} h {:>7.2} h{verdict}", p.0, p.1, p.2, p.3, p.4);
         }
         let series: Vec<(String, Vec<(f64, f64)>)> =
-            [PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs, PolicyKind::Wattson]
+            [ClusterPolicy::SlurmPowersave, ClusterPolicy::PowersaveDvfs, ClusterPolicy::Wattson]
                 .iter()
                 .map(|k| {
                     (

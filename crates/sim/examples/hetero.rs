@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
@@ -39,15 +39,19 @@ fn main() {
         "{:<5} {:<22} {:>11} {:>9} {:>9} {:>9} {:>6} {:>7} {:>7}",
         "seed", "policy", "energy kWh", "wait h", "p99 w h", "jct h", "viol", "boots", "boot s"
     );
-    let policies =
-        [PolicyKind::SlurmPowersave, PolicyKind::PowersaveDvfs, PolicyKind::Wattson, PolicyKind::Floor];
+    let policies = [
+        ClusterPolicy::SlurmPowersave,
+        ClusterPolicy::PowersaveDvfs,
+        ClusterPolicy::Wattson,
+        ClusterPolicy::Floor,
+    ];
     let mut all_ok = true;
     for seed in 1..=seeds {
         let mut rows = Vec::new();
         for aware in [true, false] {
             let mut c = base.clone();
             c.wattson.type_aware = aware;
-            let list: &[PolicyKind] = if aware { &policies } else { &[PolicyKind::Wattson] };
+            let list: &[ClusterPolicy] = if aware { &policies } else { &[ClusterPolicy::Wattson] };
             let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, list, seed).unwrap();
             for s in &o.report.summaries {
                 let run = o.runs.iter().find(|r| r.policy.name() == s.policy);

@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use wattson_sim::{Catalog, ClusterConfig, PolicyKind, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
@@ -77,10 +77,10 @@ fn main() {
         // Every SuspendTime's (energy, wait) summed over the seeds, in sweep order.
         let mut sweep: Vec<(String, f64, f64)> = Vec::new();
         for seed in 1..=seeds {
-            let list = [PolicyKind::SlurmPowersave, PolicyKind::Wattson];
+            let list = [ClusterPolicy::SlurmPowersave, ClusterPolicy::Wattson];
             let o = wattson_sim::run(&c, &catalog, &trace, trace_name, &list, seed).unwrap();
-            let by = |p: PolicyKind| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
-            let (t, w) = (by(PolicyKind::SlurmPowersave), by(PolicyKind::Wattson));
+            let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+            let (t, w) = (by(ClusterPolicy::SlurmPowersave), by(ClusterPolicy::Wattson));
             for (i, p) in o.report.sweep.iter().enumerate() {
                 match sweep.get_mut(i) {
                     Some(x) => {

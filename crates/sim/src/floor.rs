@@ -9,7 +9,7 @@ use std::collections::BinaryHeap;
 
 use super::cluster::ClusterConfig;
 use super::metrics::{PowerSeries, Summary, Totals, cost_of, series, summary, times};
-use super::policies::{PolicyKind, SimJob};
+use super::policies::{ClusterPolicy, SimJob};
 use super::power::{BIN_S, EnergyParts};
 use super::workloads::Catalog;
 
@@ -111,7 +111,7 @@ pub fn floor(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> (Summary,
         level_changes: 0,
         suspend_time_s: None,
     };
-    (summary(PolicyKind::Floor, c, tt, x), series(PolicyKind::Floor, origin, &bins))
+    (summary(ClusterPolicy::Floor, c, tt, x), series(ClusterPolicy::Floor, origin, &bins))
 }
 
 #[cfg(test)]

@@ -28,12 +28,12 @@ pub mod workloads;
 
 pub use cluster::ClusterConfig;
 pub use metrics::Report;
-pub use policies::{PolicyKind, SimJob};
+pub use policies::{ClusterPolicy, SimJob};
 pub use simulate::RunResult;
 pub use trace::{TraceFormat, TraceJob};
 pub use workloads::Catalog;
 
-use wattson_engine::cluster::{Policy, QueueOrder};
+use wattson_engine::cluster::{QueueOrder, TunedPolicy};
 
 /// Why a simulation could not run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -63,7 +63,7 @@ pub fn run(
     catalog: &Catalog,
     trace: &[TraceJob],
     trace_name: &str,
-    policies: &[PolicyKind],
+    policies: &[ClusterPolicy],
     seed: u64,
 ) -> Result<Outcome, SimError> {
     let jobs = policies::prepare(trace, catalog, cluster, seed)?;
@@ -73,10 +73,10 @@ pub fn run(
     let mut runs = Vec::new();
     let mut sweep = Vec::new();
     for &p in policies {
-        if p == PolicyKind::UniformCap && cluster.budget.is_none() {
+        if p == ClusterPolicy::UniformCap && cluster.budget.is_none() {
             continue;
         }
-        if p == PolicyKind::Floor {
+        if p == ClusterPolicy::Floor {
             let (s, ps) = floor::floor(&jobs, catalog, cluster);
             summaries.push(s);
             power.push(ps);
@@ -86,7 +86,7 @@ pub fn run(
             if p.uses_idle_timer() { cluster.slurm.suspend_times_s.clone() } else { vec![f64::NAN] };
         let mut best: Option<(RunResult, metrics::Summary, metrics::PowerSeries)> = None;
         for st in knobs {
-            let policy = Policy { kind: p, tuning: cluster.tuning(st) };
+            let policy = TunedPolicy { kind: p, tuning: cluster.tuning(st) };
             let r = simulate::simulate(cluster, catalog, &models, &jobs, policy);
             let (s, ps) = metrics::summarize(&r, &jobs, cluster);
             if p.uses_idle_timer() {
@@ -146,10 +146,10 @@ pub fn sweep_wattson(
             catalog,
             &models,
             &jobs,
-            Policy { kind: PolicyKind::Wattson, tuning },
+            TunedPolicy { kind: ClusterPolicy::Wattson, tuning },
         );
         let (s, _) = metrics::summarize(&r, &jobs, cluster);
-        out.push(metrics::SweepPoint::of(PolicyKind::Wattson.name(), knob.to_string(), &s));
+        out.push(metrics::SweepPoint::of(ClusterPolicy::Wattson.name(), knob.to_string(), &s));
     }
     Ok(out)
 }

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::cluster::ClusterConfig;
-use super::policies::{PolicyKind, SimJob};
+use super::policies::{ClusterPolicy, SimJob};
 use super::power::{BIN_S, EnergyParts};
 use super::simulate::RunResult;
 
@@ -248,7 +248,7 @@ pub(crate) struct Totals {
     pub(crate) suspend_time_s: Option<f64>,
 }
 
-pub(crate) fn summary(policy: PolicyKind, c: &ClusterConfig, t: Times, x: Totals) -> Summary {
+pub(crate) fn summary(policy: ClusterPolicy, c: &ClusterConfig, t: Times, x: Totals) -> Summary {
     let Totals {
         parts,
         timeline_j,
@@ -319,7 +319,7 @@ pub fn summarize(r: &RunResult, jobs: &[SimJob], c: &ClusterConfig) -> (Summary,
     (summary(r.policy, c, t, x), series(r.policy, m.bin_origin, &m.bins))
 }
 
-pub(crate) fn series(p: PolicyKind, origin: f64, bins: &[f64]) -> PowerSeries {
+pub(crate) fn series(p: ClusterPolicy, origin: f64, bins: &[f64]) -> PowerSeries {
     PowerSeries {
         policy: p.name().to_string(),
         origin_s: origin,
@@ -330,8 +330,8 @@ pub(crate) fn series(p: PolicyKind, origin: f64, bins: &[f64]) -> PowerSeries {
 /// Fills the ratio columns from the slurm-default and floor rows, where present.
 pub fn add_ratios(summaries: &mut [Summary]) {
     let find = |name: &str| summaries.iter().find(|s| s.policy == name).map(|s| (s.energy_kwh, s.jct_mean_s));
-    let base = find(PolicyKind::SlurmDefault.name());
-    let floor = find(PolicyKind::Floor.name()).map(|f| f.0);
+    let base = find(ClusterPolicy::SlurmDefault.name());
+    let floor = find(ClusterPolicy::Floor.name()).map(|f| f.0);
     for s in summaries.iter_mut() {
         if let Some((e, j)) = base {
             s.energy_vs_default = Some(s.energy_kwh / e);

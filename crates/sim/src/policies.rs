@@ -1,4 +1,4 @@
-//! The policies the simulator compares (the one [`PolicyKind`], from the engine), the per-job
+//! The policies the simulator compares (the one [`ClusterPolicy`], from the engine), the per-job
 //! hints they read, and each job's engine decisions: its level table and its bounded and Zeus
 //! levels, from a model fitted on three probes; the floor's measured least-energy level.
 
@@ -11,7 +11,7 @@ use strum::VariantNames;
 use wattson_engine::cluster::{JobView, Level, levels};
 use wattson_engine::{ChooserConfig, Objective};
 
-pub use wattson_engine::cluster::PolicyKind;
+pub use wattson_engine::cluster::ClusterPolicy;
 
 use super::SimError;
 use super::cluster::{ClusterConfig, HintDistribution};
@@ -20,30 +20,30 @@ use super::workloads::{Catalog, FloorMix};
 
 /// Every policy, in report order.
 /// `uniform-cap` runs only when the cluster file sets a budget.
-pub const ALL: [PolicyKind; 7] = [
-    PolicyKind::SlurmDefault,
-    PolicyKind::SlurmPowersave,
-    PolicyKind::ZeusPerJob,
-    PolicyKind::PowersaveDvfs,
-    PolicyKind::Wattson,
-    PolicyKind::UniformCap,
-    PolicyKind::Floor,
+pub const ALL: [ClusterPolicy; 7] = [
+    ClusterPolicy::SlurmDefault,
+    ClusterPolicy::SlurmPowersave,
+    ClusterPolicy::ZeusPerJob,
+    ClusterPolicy::PowersaveDvfs,
+    ClusterPolicy::Wattson,
+    ClusterPolicy::UniformCap,
+    ClusterPolicy::Floor,
 ];
 
 /// The `eta` of the Zeus baseline's balanced cost.
 pub const ZEUS_ETA: f64 = 0.5;
 
 /// Parses `all` or a comma-separated list of policy names; keeps report order, no duplicates.
-pub fn parse_list(s: &str) -> Result<Vec<PolicyKind>, SimError> {
+pub fn parse_list(s: &str) -> Result<Vec<ClusterPolicy>, SimError> {
     if s.trim() == "all" {
         return Ok(ALL.to_vec());
     }
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let Ok(p) = part.parse::<PolicyKind>() else {
+        let Ok(p) = part.parse::<ClusterPolicy>() else {
             return Err(SimError::Input(format!(
                 "unknown policy {part:?}: allowed all or a comma list of {}",
-                PolicyKind::VARIANTS.join(", ")
+                ClusterPolicy::VARIANTS.join(", ")
             )));
         };
         if !out.contains(&p) {
@@ -285,7 +285,10 @@ mod tests {
     #[test]
     fn policy_lists_parse_in_report_order() {
         assert_eq!(parse_list("all").unwrap(), ALL.to_vec());
-        assert_eq!(parse_list("floor, wattson,floor").unwrap(), vec![PolicyKind::Wattson, PolicyKind::Floor]);
+        assert_eq!(
+            parse_list("floor, wattson,floor").unwrap(),
+            vec![ClusterPolicy::Wattson, ClusterPolicy::Floor]
+        );
         let e = parse_list("fast").unwrap_err().to_string();
         assert!(e.contains("unknown policy \"fast\""), "{e}");
         assert!(parse_list(" , ").is_err());

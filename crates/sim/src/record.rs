@@ -1,7 +1,7 @@
 //! What a simulated run records: per job (when, where, at what average power and slowdown)
 //! and per run (the meter, the span). Tests recompute everything from these records.
 
-use wattson_engine::cluster::PolicyKind;
+use wattson_engine::cluster::ClusterPolicy;
 
 use super::power::Meter;
 use super::scheduler::Share;
@@ -34,7 +34,7 @@ pub struct JobRun {
 #[derive(Debug, Clone)]
 pub struct RunResult {
     /// The policy.
-    pub policy: PolicyKind,
+    pub policy: ClusterPolicy,
     /// Slurm's `SuspendTime` it ran with, for the idle-timer policies (s).
     pub suspend_time_s: Option<f64>,
     /// Per job, in prepared-job order.

@@ -11,7 +11,7 @@
 //! nothing runs or waits, so the cluster never stalls.
 
 use super::levels::allowance;
-use super::{Actions, Level, NodePower, Policy, PolicyKind, Running, Snapshot};
+use super::{Actions, ClusterPolicy, Level, NodePower, Running, Snapshot, TunedPolicy};
 
 /// Share of the budget kept in reserve for prediction error.
 pub const MARGIN: f64 = 0.04;
@@ -33,9 +33,9 @@ pub fn least_power_within(levels: &[Level], allowed: f64) -> u16 {
 }
 
 /// Applies the budget to `a` (already holding the release, power and level decisions).
-pub fn enforce(p: &Policy, s: &Snapshot, a: &mut Actions) {
+pub fn enforce(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     let Some(budget) = s.budget_w else { return };
-    if p.kind != PolicyKind::Wattson {
+    if p.kind != ClusterPolicy::Wattson {
         return;
     }
     let cap = budget * (1.0 - MARGIN);

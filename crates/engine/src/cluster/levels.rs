@@ -12,18 +12,19 @@
 use crate::choose::{ChooserConfig, sigma_at};
 use crate::model::{DvfsModel, Knob};
 
-use super::{Actions, JobView, Level, Policy, PolicyKind, Queued, Running, Snapshot};
+use super::{Actions, ClusterPolicy, JobView, Level, Queued, Running, Snapshot, TunedPolicy};
 
 /// The level a reference policy holds a job at for its whole run; `None`: the top level
 /// (Slurm), or decided over the run (wattson).
-pub fn fixed_level(kind: PolicyKind, job: &JobView) -> Option<u16> {
+pub fn fixed_level(kind: ClusterPolicy, job: &JobView) -> Option<u16> {
     match kind {
-        PolicyKind::ZeusPerJob => Some(job.zeus),
-        PolicyKind::PowersaveDvfs => Some(job.bounded),
-        PolicyKind::UniformCap => Some(job.capped),
-        PolicyKind::SlurmDefault | PolicyKind::SlurmPowersave | PolicyKind::Wattson | PolicyKind::Floor => {
-            None
-        }
+        ClusterPolicy::ZeusPerJob => Some(job.zeus),
+        ClusterPolicy::PowersaveDvfs => Some(job.bounded),
+        ClusterPolicy::UniformCap => Some(job.capped),
+        ClusterPolicy::SlurmDefault
+        | ClusterPolicy::SlurmPowersave
+        | ClusterPolicy::Wattson
+        | ClusterPolicy::Floor => None,
     }
 }
 
@@ -94,7 +95,7 @@ pub fn allowance(r: &Running) -> f64 {
 
 /// Unallocated GPUs expected `dvfs_horizon_s` from now: free now, plus what running jobs
 /// release by then (at their top-level pace), minus the forecast arrivals.
-pub fn projected_free(p: &Policy, s: &Snapshot, free: f64) -> f64 {
+pub fn projected_free(p: &TunedPolicy, s: &Snapshot, free: f64) -> f64 {
     let h = p.tuning.dvfs_horizon_s;
     if h <= 0.0 {
         return free;
@@ -108,7 +109,7 @@ pub fn projected_free(p: &Policy, s: &Snapshot, free: f64) -> f64 {
 
 /// Whether enough GPUs are free (`dvfs_min_free`) and stay free over the DVFS horizon
 /// (`dvfs_horizon_s`) for running jobs to be slowed at all.
-pub fn capacity_gates_pass(p: &Policy, s: &Snapshot) -> bool {
+pub fn capacity_gates_pass(p: &TunedPolicy, s: &Snapshot) -> bool {
     let free = f64::from(unallocated(s));
     let total: u32 = s.nodes.iter().map(|n| n.gpus).sum();
     free >= p.tuning.dvfs_min_free * f64::from(total) && projected_free(p, s, free) >= 0.0
@@ -129,7 +130,7 @@ fn unallocated(s: &Snapshot) -> u32 {
 /// With [`Snapshot::job_nodes`], a queued job counts only the free GPUs of the nodes it may
 /// use and waits only for the running jobs that hold one of them (another partition's jobs,
 /// or those of nodes it did not ask for, are not raised for it).
-pub fn waited_for(p: &Policy, s: &Snapshot) -> Vec<u32> {
+pub fn waited_for(p: &TunedPolicy, s: &Snapshot) -> Vec<u32> {
     let late = |q: &&Queued| s.now - q.eligible >= p.tuning.raise_after_runs * q.job.work_s;
     if !s.queued.iter().any(|q| late(&q)) {
         return Vec::new();
@@ -220,11 +221,11 @@ fn by_node(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bo
 }
 
 /// Level actions of `p` for `s`.
-pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
-    let gated = p.kind == PolicyKind::Wattson && !capacity_gates_pass(p, s);
+pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
+    let gated = p.kind == ClusterPolicy::Wattson && !capacity_gates_pass(p, s);
     // With the gates closed every job is raised anyway.
-    let waited = if p.kind == PolicyKind::Wattson && !gated { waited_for(p, s) } else { Vec::new() };
-    if p.kind == PolicyKind::Wattson {
+    let waited = if p.kind == ClusterPolicy::Wattson && !gated { waited_for(p, s) } else { Vec::new() };
+    if p.kind == ClusterPolicy::Wattson {
         a.raised = if gated {
             let mut all: Vec<u32> = s.running.iter().map(|r| r.job.id).collect();
             all.sort_unstable();
@@ -239,7 +240,7 @@ pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
         let levels = &s.models[r.job.model as usize];
         let top = levels.len().saturating_sub(1) as u16;
         let want = match p.kind {
-            PolicyKind::Wattson => {
+            ClusterPolicy::Wattson => {
                 let allowed = allowance(r);
                 if !gated && waited.binary_search(&r.job.id).is_err() {
                     least_energy_within(levels, allowed, overhead_w)

@@ -5,7 +5,7 @@
 //! events; `wattson ctld` calls it each loop. No I/O, no clock: `now` is an input, and equal
 //! snapshots give equal actions.
 //!
-//! [`PolicyKind`] names every policy, the references included, so the simulator holds no
+//! [`ClusterPolicy`] names every policy, the references included, so the simulator holds no
 //! policy logic: [`power`] decides node power (Slurm's idle timer or wattson's right-sizing),
 //! [`levels`] each job's DVFS level (fixed per job, or wattson's queue-aware lifetime choice
 //! under the job's slowdown bound), [`order`] the order queued jobs start in (FIFO, or
@@ -30,7 +30,7 @@ pub use order::QueueOrder;
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, EnumString, IntoStaticStr, VariantNames,
 )]
 #[strum(serialize_all = "kebab-case")]
-pub enum PolicyKind {
+pub enum ClusterPolicy {
     /// Slurm as shipped: max power limit, every node always on, first fit.
     SlurmDefault,
     /// Slurm's idle timer (`SuspendTime`), max power limit.
@@ -49,7 +49,7 @@ pub enum PolicyKind {
     Floor,
 }
 
-impl PolicyKind {
+impl ClusterPolicy {
     /// Command-line and report name.
     pub fn name(self) -> &'static str {
         self.into()
@@ -57,7 +57,7 @@ impl PolicyKind {
 
     /// Whether the policy runs Slurm's idle timer (and so is swept over `SuspendTime`).
     pub fn uses_idle_timer(self) -> bool {
-        matches!(self, PolicyKind::SlurmPowersave | PolicyKind::PowersaveDvfs)
+        matches!(self, ClusterPolicy::SlurmPowersave | ClusterPolicy::PowersaveDvfs)
     }
 }
 
@@ -389,17 +389,17 @@ pub struct Actions {
 
 /// The policy's settings for one run.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Policy {
+pub struct TunedPolicy {
     /// Which policy.
-    pub kind: PolicyKind,
+    pub kind: ClusterPolicy,
     /// Its tunables.
     pub tuning: Tuning,
 }
 
-impl Policy {
+impl TunedPolicy {
     /// How this policy places jobs.
     pub fn placement(&self) -> Placement {
-        if self.kind == PolicyKind::Wattson && self.tuning.pack {
+        if self.kind == ClusterPolicy::Wattson && self.tuning.pack {
             Placement::Pack
         } else {
             Placement::FirstFit
@@ -413,7 +413,7 @@ impl Policy {
 }
 
 /// The cluster policy: actions for `s` under `p`. Pure and deterministic.
-pub fn decide(p: &Policy, s: &Snapshot) -> Actions {
+pub fn decide(p: &TunedPolicy, s: &Snapshot) -> Actions {
     let mut a = Actions::default();
     // Every later decision sees the queue in the order Slurm will try it.
     let ranked = order::rank(p, s.now, s.queued);
@@ -435,7 +435,7 @@ pub fn decide(p: &Policy, s: &Snapshot) -> Actions {
 
 /// Held jobs: released at once, except wattson's deferrable ones, held until the cheapest
 /// hour within their window when it is at least `min_price_drop` cheaper than now.
-fn release(p: &Policy, s: &Snapshot, a: &mut Actions) {
+fn release(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     for h in s.held {
         let at = release_time(p, s, h);
         if at <= s.now {
@@ -447,8 +447,8 @@ fn release(p: &Policy, s: &Snapshot, a: &mut Actions) {
 }
 
 /// When a held job should enter the queue (s); `submit` when it is not deferred.
-pub fn release_time(p: &Policy, s: &Snapshot, h: &Held) -> f64 {
-    if p.kind != PolicyKind::Wattson || h.defer_window_s <= 0.0 {
+pub fn release_time(p: &TunedPolicy, s: &Snapshot, h: &Held) -> f64 {
+    if p.kind != ClusterPolicy::Wattson || h.defer_window_s <= 0.0 {
         return h.submit;
     }
     let now = h.submit.floor() as i64 + s.utc_offset_s;

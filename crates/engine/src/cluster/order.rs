@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use strum::{EnumString, VariantNames};
 
-use super::{Policy, PolicyKind, Queued};
+use super::{ClusterPolicy, Queued, TunedPolicy};
 
 /// How the queue is ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, VariantNames)]
@@ -24,16 +24,16 @@ pub enum QueueOrder {
 
 /// The order `p` keeps the queue in: wattson's own, or for the references the Slurm order
 /// the run models (`slurm_order`, FIFO unless a what-if asks otherwise).
-pub fn of(p: &Policy) -> QueueOrder {
+pub fn of(p: &TunedPolicy) -> QueueOrder {
     match p.kind {
-        PolicyKind::Wattson => p.tuning.queue_order,
+        ClusterPolicy::Wattson => p.tuning.queue_order,
         _ => p.tuning.slurm_order,
     }
 }
 
 /// `queued` in the order `p` wants Slurm to try them at `now`, or `None` when that is the
 /// order they are in. Ties keep the queue's order.
-pub fn rank(p: &Policy, now: f64, queued: &[Queued]) -> Option<Vec<Queued>> {
+pub fn rank(p: &TunedPolicy, now: f64, queued: &[Queued]) -> Option<Vec<Queued>> {
     if of(p) == QueueOrder::Fifo || queued.len() < 2 {
         return None;
     }

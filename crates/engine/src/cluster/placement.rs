@@ -4,7 +4,7 @@
 //! node with the fewest free GPUs that still fits (best fit). On a cluster of several GPU
 //! types, [`type_order`] says which type a job should try first (a job runs on one type).
 
-use super::{JobView, Level, NodePower, Placement, Policy, PolicyKind, Snapshot};
+use super::{ClusterPolicy, JobView, Level, NodePower, Placement, Snapshot, TunedPolicy};
 
 /// The GPU types a job should try, best first, given its view on each type (`views[t]`: its
 /// level table, bounded level and work on type `t`). wattson (with `type_aware`) ranks them by
@@ -13,9 +13,9 @@ use super::{JobView, Level, NodePower, Placement, Policy, PolicyKind, Snapshot};
 /// time; ties keep configuration order; a type predicted to cost more than `type_max_cost`
 /// times the best is left out (the job waits for a better one). Every other policy, and
 /// wattson without `type_aware`, tries them all in configuration order, as Slurm would.
-pub fn type_order(p: &Policy, models: &[Vec<Level>], views: &[JobView], base_share_w: f64) -> Vec<u16> {
+pub fn type_order(p: &TunedPolicy, models: &[Vec<Level>], views: &[JobView], base_share_w: f64) -> Vec<u16> {
     let mut order: Vec<u16> = (0..views.len() as u16).collect();
-    if p.kind != PolicyKind::Wattson || !p.tuning.type_aware || views.len() < 2 {
+    if p.kind != ClusterPolicy::Wattson || !p.tuning.type_aware || views.len() < 2 {
         return order;
     }
     let base = if p.tuning.count_node_base { base_share_w } else { 0.0 };
@@ -38,7 +38,7 @@ pub fn type_order(p: &Policy, models: &[Vec<Level>], views: &[JobView], base_sha
 
 /// A weight per node of `s` (1 and up), or `None` when `p` places first fit (Slurm's default
 /// order, no weights to set).
-pub fn node_weights(p: &Policy, s: &Snapshot) -> Option<Vec<u32>> {
+pub fn node_weights(p: &TunedPolicy, s: &Snapshot) -> Option<Vec<u32>> {
     if p.placement() != Placement::Pack {
         return None;
     }

@@ -10,14 +10,19 @@
 //! jobs that can start within it (the others wait for busy GPUs, not for a boot). On several
 //! GPU types, each type's own arrivals also get a warm count, so jobs find their best type warm.
 
-use super::{Actions, NodePower, Policy, PolicyKind, Snapshot, release_time};
+use super::{Actions, ClusterPolicy, NodePower, Snapshot, TunedPolicy, release_time};
 
 /// Power actions of `p` for `s`.
-pub fn decide(p: &Policy, s: &Snapshot, a: &mut Actions) {
+pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     match p.kind {
-        PolicyKind::SlurmPowersave | PolicyKind::PowersaveDvfs => idle_timer(p.tuning.suspend_time_s, s, a),
-        PolicyKind::Wattson => right_size(p, s, a),
-        PolicyKind::SlurmDefault | PolicyKind::ZeusPerJob | PolicyKind::UniformCap | PolicyKind::Floor => {}
+        ClusterPolicy::SlurmPowersave | ClusterPolicy::PowersaveDvfs => {
+            idle_timer(p.tuning.suspend_time_s, s, a)
+        }
+        ClusterPolicy::Wattson => right_size(p, s, a),
+        ClusterPolicy::SlurmDefault
+        | ClusterPolicy::ZeusPerJob
+        | ClusterPolicy::UniformCap
+        | ClusterPolicy::Floor => {}
     }
 }
 
@@ -89,7 +94,7 @@ fn startable<'a>(s: &Snapshot<'a>, horizon: f64) -> impl Iterator<Item = u32> + 
 /// How many idle nodes to keep warm (powered on or booting) now: the fewest that the node
 /// demand within the horizon exceeds with probability below `warm_shortfall`, and on several
 /// GPU types at least the sum of each type's own such count ([`warm_set`]).
-pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
+pub fn warm_target(p: &TunedPolicy, s: &Snapshot) -> usize {
     warm_set(p, s).0
 }
 
@@ -98,7 +103,7 @@ pub fn warm_target(p: &Policy, s: &Snapshot) -> usize {
 /// when a node of it is warm; on another type it costs more energy, or waits for a boot past
 /// `type_max_cost`. So each type's demand gets its own quantile, and the target is the larger
 /// of their sum and the cluster-wide count.
-fn warm_set(p: &Policy, s: &Snapshot) -> (usize, Vec<usize>) {
+fn warm_set(p: &TunedPolicy, s: &Snapshot) -> (usize, Vec<usize>) {
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
     let horizon = s.node.boot_s + p.tuning.warm_break_evens * break_even_s(s);
     let until = s.now + horizon;
@@ -141,7 +146,7 @@ fn warm_set(p: &Policy, s: &Snapshot) -> (usize, Vec<usize>) {
 /// free GPUs outnumber the known demand). Each class arrives as a Poisson stream at the
 /// forecast window's rate of jobs, each of that window's mean size. Counting jobs rather than
 /// GPUs keeps a node warm when a job is likely to come, not merely possible.
-fn nodes_needed(p: &Policy, s: &Snapshot, of: Option<u16>, horizon: f64, certain: [f64; 2]) -> usize {
+fn nodes_needed(p: &TunedPolicy, s: &Snapshot, of: Option<u16>, horizon: f64, certain: [f64; 2]) -> usize {
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
     let window = p.tuning.forecast_window_s;
     let mut small = Demand { certain: certain[0], ..Demand::default() };
@@ -217,7 +222,7 @@ fn convolve(a: &[f64], b: &[f64]) -> Vec<f64> {
 /// target. On several GPU types with known arrival types, the idle nodes kept are chosen first
 /// up to each type's own warm count ([`warm_set`]); boots stay in node order (booting the
 /// wanted types instead lengthened waits: jobs that accept any type found none warm).
-fn right_size(p: &Policy, s: &Snapshot, a: &mut Actions) {
+fn right_size(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     let (target, mut quota) = warm_set(p, s);
     let keep_s = p.tuning.keep_break_evens * break_even_s(s);
     // Takes one of a type's quota: the node is wanted first.

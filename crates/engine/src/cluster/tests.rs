@@ -66,7 +66,7 @@ fn idle_timer_fires_at_suspend_time_and_asks_to_be_woken_then() {
         [node(NodePower::On, 8, 100.0), node(NodePower::On, 8, 900.0), node(NodePower::On, 3, f64::INFINITY)];
     let m = levels();
     let tariff = PriceSchedule::default();
-    let mut p = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
+    let mut p = TunedPolicy { kind: ClusterPolicy::SlurmPowersave, tuning: Tuning::default() };
     p.tuning.suspend_time_s = 600.0;
     let a = decide(&p, &snap(700.0, &nodes, &m, &[], &[], &[], &tariff));
     assert_eq!(a.power_down, vec![0]);
@@ -74,7 +74,7 @@ fn idle_timer_fires_at_suspend_time_and_asks_to_be_woken_then() {
     let a = decide(&p, &snap(699.0, &nodes, &m, &[], &[], &[], &tariff));
     assert!(a.power_down.is_empty());
     assert_eq!(a.wake_at, Some(700.0));
-    p.kind = PolicyKind::SlurmDefault;
+    p.kind = ClusterPolicy::SlurmDefault;
     assert_eq!(decide(&p, &snap(5000.0, &nodes, &m, &[], &[], &[], &tariff)), Actions::default());
 }
 
@@ -83,7 +83,7 @@ fn right_sizing_sleeps_idle_nodes_without_forecast_demand_and_keeps_a_forecast_w
     let nodes: Vec<NodeView> = (0..6).map(|_| node(NodePower::On, 8, 0.0)).collect();
     let m = levels();
     let tariff = PriceSchedule::default();
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     // No arrivals: every idle node sleeps at once (no floor of warm nodes).
     let a = decide(&p, &snap(10.0, &nodes, &m, &[], &[], &[], &tariff));
     assert_eq!(a.power_down, vec![0, 1, 2, 3, 4, 5]);
@@ -109,7 +109,7 @@ fn queued_jobs_keep_nodes_warm_only_if_they_can_start_within_the_horizon() {
     nodes.extend((0..2).map(|_| node(NodePower::On, 8, 0.0)));
     let m = levels();
     let tariff = PriceSchedule::default();
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     let q = [Queued { job: JobView { gpus: 48, ..job(9, 0.0) }, eligible: 0.0 }];
     let running = |progress: f64| -> Vec<Running> {
         (0..4).map(|i| Running { job: job(i, 0.0), elapsed_s: 0.0, progress, level: 3 }).collect()
@@ -127,8 +127,8 @@ fn the_warm_set_keeps_a_node_when_a_job_is_likely_not_merely_possible() {
     let nodes: Vec<NodeView> = (0..6).map(|_| node(NodePower::On, 8, 0.0)).collect();
     let m = levels();
     let tariff = PriceSchedule::default();
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
-    let warm = |p: &Policy, arrivals: &[(f64, u32)]| {
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+    let warm = |p: &TunedPolicy, arrivals: &[(f64, u32)]| {
         6 - decide(p, &snap(3000.0, &nodes, &m, &[], &[], arrivals, &tariff)).power_down.len()
     };
     // The horizon is 578.95 s of a 3600 s window. One 1-GPU job in the hour: a job within the
@@ -144,7 +144,7 @@ fn the_warm_set_keeps_a_node_when_a_job_is_likely_not_merely_possible() {
     // Twelve 8-GPU jobs: P(more than 2 nodes) = 0.304, P(more than 3) = 0.130. A shortfall of
     // 0.5 keeps two nodes, 0.3 three, 0.1 four (P(more than 4) = 0.047).
     let twelve: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
-    let with = |q: f64| Policy { tuning: Tuning { warm_shortfall: q, ..p.tuning }, ..p };
+    let with = |q: f64| TunedPolicy { tuning: Tuning { warm_shortfall: q, ..p.tuning }, ..p };
     assert_eq!(warm(&with(0.5), &twelve), 2);
     assert_eq!(warm(&p, &twelve), 3);
     assert_eq!(warm(&with(0.1), &twelve), 4);
@@ -155,7 +155,7 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let m = levels();
     let tariff = PriceSchedule::default();
     let nodes = [node(NodePower::On, 0, f64::INFINITY)];
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     // Fresh job, bound 10%: the least energy within 0.10 is level 1 (0.85).
     let fresh = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &fresh, &[], &tariff));
@@ -206,13 +206,13 @@ fn references_hold_their_fixed_levels() {
     let nodes = [node(NodePower::On, 0, f64::INFINITY)];
     let r = [Running { job: job(3, 0.05), elapsed_s: 0.0, progress: 0.0, level: 3 }];
     for (kind, want) in [
-        (PolicyKind::ZeusPerJob, vec![(3, 0)]),
-        (PolicyKind::PowersaveDvfs, vec![(3, 1)]),
-        (PolicyKind::UniformCap, vec![(3, 2)]),
-        (PolicyKind::SlurmDefault, vec![]),
-        (PolicyKind::SlurmPowersave, vec![]),
+        (ClusterPolicy::ZeusPerJob, vec![(3, 0)]),
+        (ClusterPolicy::PowersaveDvfs, vec![(3, 1)]),
+        (ClusterPolicy::UniformCap, vec![(3, 2)]),
+        (ClusterPolicy::SlurmDefault, vec![]),
+        (ClusterPolicy::SlurmPowersave, vec![]),
     ] {
-        let p = Policy { kind, tuning: Tuning::default() };
+        let p = TunedPolicy { kind, tuning: Tuning::default() };
         assert_eq!(decide(&p, &snap(0.0, &nodes, &m, &[], &r, &[], &tariff)).levels, want, "{kind:?}");
     }
 }
@@ -228,11 +228,11 @@ fn deferrable_jobs_wait_for_a_cheaper_hour_only_under_wattson() {
     ];
     let mut s = snap(23.0 * 3600.0 + 10.0, &nodes, &m, &[], &[], &[], &tariff);
     s.held = &held;
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     let a = decide(&p, &s);
     assert_eq!(a.release, vec![2]);
     assert_eq!(a.wake_at, Some(24.0 * 3600.0));
-    let p = Policy { kind: PolicyKind::PowersaveDvfs, tuning: Tuning::default() };
+    let p = TunedPolicy { kind: ClusterPolicy::PowersaveDvfs, tuning: Tuning::default() };
     assert_eq!(decide(&p, &s).release, vec![1, 2]);
 }
 
@@ -255,7 +255,7 @@ fn the_budget_sheds_power_within_bounds_and_gates_starts() {
     let held = [Held { job: job(5, 0.0), submit: 0.0, defer_window_s: 0.0 }];
     let mut s = snap(0.0, &nodes, &m, &[], &r, &[], &tariff);
     s.held = &held;
-    let mut p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let mut p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     p.tuning.congestion_raise = 1.0;
     // No budget: job 1 goes to its least-energy level (1), job 5 is released.
     let a = decide(&p, &s);
@@ -276,7 +276,7 @@ fn the_budget_sheds_power_within_bounds_and_gates_starts() {
     s.budget_w = Some(1e6);
     assert_eq!(decide(&p, &s).release, vec![5]);
     // References ignore the budget.
-    let p = Policy { kind: PolicyKind::PowersaveDvfs, tuning: Tuning::default() };
+    let p = TunedPolicy { kind: ClusterPolicy::PowersaveDvfs, tuning: Tuning::default() };
     s.budget_w = Some(1000.0);
     assert_eq!(decide(&p, &s).release, vec![5]);
 }
@@ -296,8 +296,9 @@ fn node_weights_make_slurm_pick_the_packed_node() {
     let m = levels();
     let tariff = PriceSchedule::default();
     let s = snap(100.0, &nodes, &m, &[], &[], &[], &tariff);
-    let w = placement::node_weights(&Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() }, &s)
-        .unwrap();
+    let w =
+        placement::node_weights(&TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() }, &s)
+            .unwrap();
     let pick = |need: u32| {
         (0..nodes.len()).filter(|&i| nodes[i].free_gpus >= need).min_by_key(|&i| (w[i], i)).unwrap()
     };
@@ -305,7 +306,7 @@ fn node_weights_make_slurm_pick_the_packed_node() {
     assert!(w[4] < w[0] && w[1] < w[4], "on, then booting, then sleeping: {w:?}");
     assert!(w.iter().all(|&x| x >= 1));
     // Slurm's own order for the references.
-    let first_fit = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
+    let first_fit = TunedPolicy { kind: ClusterPolicy::SlurmPowersave, tuning: Tuning::default() };
     assert_eq!(placement::node_weights(&first_fit, &s), None);
 }
 
@@ -318,19 +319,19 @@ fn type_order_ranks_gpu_types_by_predicted_energy_under_the_bound() {
     let m = levels();
     let on = |work_s: f64| JobView { work_s, ..job(0, 0.1) };
     let views = [on(1000.0), on(500.0), on(1100.0)];
-    let wattson = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let wattson = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     assert_eq!(placement::type_order(&wattson, &m, &views, 50.0), vec![1, 0]);
-    let loose = Policy { tuning: Tuning { type_max_cost: 3.0, ..Tuning::default() }, ..wattson };
+    let loose = TunedPolicy { tuning: Tuning { type_max_cost: 3.0, ..Tuning::default() }, ..wattson };
     assert_eq!(placement::type_order(&loose, &m, &views, 50.0), vec![1, 0, 2]);
-    let blind = Policy { tuning: Tuning { type_aware: false, ..Tuning::default() }, ..wattson };
+    let blind = TunedPolicy { tuning: Tuning { type_aware: false, ..Tuning::default() }, ..wattson };
     assert_eq!(placement::type_order(&blind, &m, &views, 50.0), vec![0, 1, 2]);
-    let slurm = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
+    let slurm = TunedPolicy { kind: ClusterPolicy::SlurmPowersave, tuning: Tuning::default() };
     assert_eq!(placement::type_order(&slurm, &m, &views, 50.0), vec![0, 1, 2]);
 }
 
 /// On six idle nodes, 0-3 of GPU type 0 and 4-5 of type 1: the warm target and the nodes
 /// powered down under `p`, given recent `arrivals` and the type each wants (`types`).
-fn two_types_warm(p: &Policy, arrivals: &[(f64, u32)], types: &[u16]) -> (usize, Vec<u32>) {
+fn two_types_warm(p: &TunedPolicy, arrivals: &[(f64, u32)], types: &[u16]) -> (usize, Vec<u32>) {
     let two = [GpuType { idle_w: 57.0 }, GpuType { idle_w: 40.0 }];
     let nodes: Vec<NodeView> =
         (0..6).map(|i| NodeView { gpu_type: u16::from(i >= 4), ..node(NodePower::On, 8, 0.0) }).collect();
@@ -349,7 +350,10 @@ fn the_warm_set_keeps_the_gpu_types_recent_jobs_want() {
     // Twelve 8-GPU jobs: the forecast keeps two nodes warm at a shortfall of 0.5 (see the
     // shortfall test). Untyped arrivals keep the first two nodes; arrivals that want type 1
     // keep its two; half and half keep one of each.
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning { warm_shortfall: 0.5, ..Tuning::default() } };
+    let p = TunedPolicy {
+        kind: ClusterPolicy::Wattson,
+        tuning: Tuning { warm_shortfall: 0.5, ..Tuning::default() },
+    };
     let arrivals: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
     let at = |types: &[u16]| two_types_warm(&p, &arrivals, types).1;
     assert_eq!(at(&[]), vec![2, 3, 4, 5]);
@@ -365,7 +369,7 @@ fn each_gpu_type_gets_its_own_warm_count() {
     // probability 1 - exp(-0.4824) = 0.383, over the default 0.3 shortfall: one node of each
     // type stays warm. Cluster-wide the six jobs fit one node (nine would be needed for a
     // second), which is all untyped arrivals keep.
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     let arrivals = [(100.0, 1), (200.0, 1), (300.0, 1), (400.0, 1), (500.0, 1), (600.0, 1)];
     let at = |types: &[u16]| two_types_warm(&p, &arrivals, types);
     assert_eq!(at(&[0, 1, 0, 1, 0, 1]), (2, vec![1, 2, 3, 5]));
@@ -388,8 +392,10 @@ fn only_the_jobs_the_queue_waits_for_are_raised() {
         level: 1,
     };
     let r = [run(3, 900.0), run(1, 100.0), run(2, 500.0)];
-    let p =
-        Policy { kind: PolicyKind::Wattson, tuning: Tuning { congestion_raise: 1.0, ..Tuning::default() } };
+    let p = TunedPolicy {
+        kind: ClusterPolicy::Wattson,
+        tuning: Tuning { congestion_raise: 1.0, ..Tuning::default() },
+    };
     let queued = |gpus: &[u32]| -> Vec<Queued> {
         gpus.iter()
             .enumerate()
@@ -417,7 +423,7 @@ fn only_the_jobs_the_queue_waits_for_are_raised() {
     young[1].eligible = -500.0;
     let s_young = snap(0.0, &nodes, &m, &young, &r, &[], &tariff);
     assert_eq!(levels::waited_for(&p, &s_young), vec![1]);
-    let at_once = Policy { tuning: Tuning { raise_after_runs: 0.0, ..p.tuning }, ..p };
+    let at_once = TunedPolicy { tuning: Tuning { raise_after_runs: 0.0, ..p.tuning }, ..p };
     assert_eq!(levels::waited_for(&at_once, &s_young), vec![1, 2, 3]);
     assert_eq!(decide(&p, &s).levels, vec![(3, 3), (1, 3), (2, 3)]);
     // 8 GPUs unallocated (a fourth node): the 8-GPU job waits for no one.
@@ -427,7 +433,7 @@ fn only_the_jobs_the_queue_waits_for_are_raised() {
     assert_eq!(levels::waited_for(&p, &s), Vec::<u32>::new());
     assert_eq!(decide(&p, &s).levels, Vec::new());
     // DVFS gated off (dvfs_min_free above all): every job is raised, waited for or not.
-    let gated = Policy { tuning: Tuning { dvfs_min_free: 2.0, ..p.tuning }, ..p };
+    let gated = TunedPolicy { tuning: Tuning { dvfs_min_free: 2.0, ..p.tuning }, ..p };
     assert_eq!(decide(&gated, &s).levels, vec![(3, 3), (1, 3), (2, 3)]);
 }
 
@@ -452,8 +458,10 @@ fn a_queued_job_raises_only_the_running_jobs_on_nodes_it_may_use() {
     };
     let r = [run(1, 100.0), run(2, 500.0), run(3, 900.0)];
     let q = [Queued { job: job(10, 0.0), eligible: -1000.0 }];
-    let p =
-        Policy { kind: PolicyKind::Wattson, tuning: Tuning { congestion_raise: 1.0, ..Tuning::default() } };
+    let p = TunedPolicy {
+        kind: ClusterPolicy::Wattson,
+        tuning: Tuning { congestion_raise: 1.0, ..Tuning::default() },
+    };
     let mut where_: JobNodes = [(1, vec![0]), (2, vec![1]), (3, vec![2]), (10, vec![2])].into();
     let s = Snapshot { job_nodes: &where_, ..snap(0.0, &nodes, &m, &q, &r, &[], &tariff) };
     assert_eq!(levels::waited_for(&p, &s), vec![3]);
@@ -488,7 +496,7 @@ fn wattson_orders_the_queue_by_wait_per_unit_of_size_and_references_keep_fifo() 
     // (8 GPUs) 150 s. Keys wait / sqrt(GPUs·1000): 200/89.44 = 2.24, 100/31.62 = 3.16,
     // 150/89.44 = 1.68: the small job first, then the two large ones in FIFO order.
     let q = [sized(1, 8, 0.0), sized(2, 1, 100.0), sized(3, 8, 50.0)];
-    let p = Policy { kind: PolicyKind::Wattson, tuning: Tuning::default() };
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     assert_eq!(decide(&p, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order, vec![2, 1, 3]);
     // Nobody starves: a job √8 times larger has only to have waited √8 times as long. At
     // 1000 s job 1 (1000/89.44 = 11.18) goes before a 1-GPU job queued at 800 s (200/31.62 =
@@ -498,15 +506,15 @@ fn wattson_orders_the_queue_by_wait_per_unit_of_size_and_references_keep_fifo() 
     let q2 = [sized(4, 1, 800.0), sized(1, 8, 0.0)];
     assert_eq!(decide(&p, &snap(1000.0, &nodes, &m, &q2, &[], &[], &tariff)).queue_order, vec![1, 4]);
     // size_exponent 0: by wait alone, which is FIFO by the time each entered the queue.
-    let by_wait = Policy { tuning: Tuning { size_exponent: 0.0, ..p.tuning }, ..p };
+    let by_wait = TunedPolicy { tuning: Tuning { size_exponent: 0.0, ..p.tuning }, ..p };
     assert_eq!(decide(&by_wait, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order, vec![1, 3, 2]);
     // FIFO for wattson, and the references' Slurm: the queue is left as it is.
-    let fifo = Policy { tuning: Tuning { queue_order: QueueOrder::Fifo, ..p.tuning }, ..p };
+    let fifo = TunedPolicy { tuning: Tuning { queue_order: QueueOrder::Fifo, ..p.tuning }, ..p };
     assert!(decide(&fifo, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order.is_empty());
-    let slurm = Policy { kind: PolicyKind::SlurmPowersave, tuning: Tuning::default() };
+    let slurm = TunedPolicy { kind: ClusterPolicy::SlurmPowersave, tuning: Tuning::default() };
     assert!(decide(&slurm, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order.is_empty());
     // The what-if: the references' Slurm given wattson's order.
     let what_if =
-        Policy { tuning: Tuning { slurm_order: QueueOrder::ResponseRatio, ..slurm.tuning }, ..slurm };
+        TunedPolicy { tuning: Tuning { slurm_order: QueueOrder::ResponseRatio, ..slurm.tuning }, ..slurm };
     assert_eq!(decide(&what_if, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order, vec![2, 1, 3]);
 }

@@ -11,7 +11,7 @@
 //! engine ([`cluster::placement::type_order`]) when it enters the queue, and its view, level
 //! table and times become that type's when the scheduler places it.
 
-use wattson_engine::cluster::{self, GpuType, JobView as EngineJob, Level, Policy};
+use wattson_engine::cluster::{self, GpuType, JobView as EngineJob, Level, TunedPolicy};
 
 use super::cluster::ClusterConfig;
 use super::events::{Event, Queue};
@@ -29,7 +29,7 @@ use snapshot::Bufs;
 struct View<'a> {
     jobs: &'a [SimJob],
     cat: &'a Catalog,
-    policy: Policy,
+    policy: TunedPolicy,
     orders: &'a [Vec<u16>],
     runs: &'a [JobRun],
 }
@@ -85,7 +85,7 @@ struct Sim<'a> {
     ty: Vec<u16>,
     /// Each job's order of GPU types, set when it enters the queue.
     orders: Vec<Vec<u16>>,
-    policy: Policy,
+    policy: TunedPolicy,
     pool: Pool,
     meter: Meter,
     q: Queue,
@@ -126,7 +126,7 @@ pub fn simulate(
     catalog: &Catalog,
     models: &[Vec<Level>],
     jobs: &[SimJob],
-    policy: Policy,
+    policy: TunedPolicy,
 ) -> RunResult {
     simulate_observed(c, catalog, models, jobs, policy, &mut |_, _, _| {})
 }
@@ -142,7 +142,7 @@ pub fn simulate_observed(
     catalog: &Catalog,
     models: &[Vec<Level>],
     jobs: &[SimJob],
-    policy: Policy,
+    policy: TunedPolicy,
     observe: &mut Observer,
 ) -> RunResult {
     let t0 = jobs.first().map_or(0.0, |j| j.submit);

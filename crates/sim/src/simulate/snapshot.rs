@@ -104,7 +104,7 @@ impl Sim<'_> {
     /// Whether the policy places by GPU type (and so forecasts demand per type).
     pub(super) fn types_matter(&self) -> bool {
         self.c.groups.len() > 1
-            && self.policy.kind == cluster::PolicyKind::Wattson
+            && self.policy.kind == cluster::ClusterPolicy::Wattson
             && self.policy.tuning.type_aware
     }
 
