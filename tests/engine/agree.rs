@@ -119,7 +119,11 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
     ctld.warm_shortfall = c.wattson.warm_shortfall;
     ctld.queue_order = c.wattson.queue_order;
     ctld.raise_after_runs = c.wattson.raise_after_runs;
-    assert_eq!(wattson_ctld::view::policy(&config.ctld), policy, "one policy, as each side configures it");
+    assert_eq!(
+        wattson_ctld::snapshot::policy(&config.ctld),
+        policy,
+        "one policy, as each side configures it"
+    );
     let mut planner = Planner::new(config.clone());
 
     let gpn = c.gpus_per_node;

@@ -10,17 +10,17 @@
 //! commands. Also the programs Slurm runs: [`power`], [`prolog`].
 
 pub mod cli;
-pub mod ledger;
 pub mod metrics;
 pub mod models;
 pub mod nodes;
 pub mod power;
-pub mod program;
+pub mod power_status;
 pub mod prolog;
 pub mod retry;
 pub mod slurm;
+pub mod slurm_program;
+pub mod snapshot;
 pub mod summarize;
-pub mod view;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -30,11 +30,11 @@ use wattson_config::Config;
 use wattson_engine::cluster;
 use wattson_protocol::Pace;
 
-use crate::ledger::Ledger;
 use crate::metrics::Action;
+use crate::power_status::Ledger;
 use crate::retry::{Retries, Verdict};
 use crate::slurm::{Job, Node, Power, Slurm};
-use crate::view::Memory;
+use crate::snapshot::Memory;
 use wattson_sacct::AccountingError;
 
 /// What one loop asks of Slurm, and why.
@@ -83,9 +83,9 @@ impl Planner {
 
     /// The engine's view of Slurm's `nodes` and `jobs` at `now` (Unix s) and the cluster
     /// policy's actions on it: the decision path the simulator runs on its own view.
-    pub fn decide(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> (view::View, cluster::Actions) {
+    pub fn decide(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> (snapshot::View, cluster::Actions) {
         let c = &self.config.ctld;
-        let policy = view::policy(c);
+        let policy = snapshot::policy(c);
         let view = self.memory.view(now, policy.tuning.forecast_window_s, c.gpu_idle_w, nodes, jobs);
         let actions = cluster::decide(&policy, &view.snapshot(now, &self.config));
         (view, actions)
@@ -95,7 +95,7 @@ impl Planner {
     pub fn plan(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> Plan {
         let (view, actions) = self.decide(nodes, jobs, now);
         let c = &self.config.ctld;
-        let policy = view::policy(c);
+        let policy = snapshot::policy(c);
         let snapshot = view.snapshot(now, &self.config);
         // The engine picks only idle powered nodes to power down and sleeping ones to boot;
         // nodes an administrator holds were shown to it as busy.
@@ -150,7 +150,7 @@ impl Planner {
                 Verdict::GiveUp(n) => plan.give_up.push((node.name.clone(), n)),
             }
         }
-        self.ledger.observe(nodes, now, &view::node_costs(c), view::gpu_idle_w(c, nodes));
+        self.ledger.observe(nodes, now, &snapshot::node_costs(c), snapshot::gpu_idle_w(c, nodes));
         let why = |what: &str| {
             format!("{what} (warm target {}, idle {}, queued {})", plan.warm_target, plan.idle, plan.queued)
         };
@@ -280,7 +280,7 @@ impl Ctld {
         let acted = self.act(&plan);
         self.sync_models_if_due(nodes);
         self.write_summaries(nodes, now);
-        if let Err(e) = ledger::save(self.planner.ledger(), &self.state_file) {
+        if let Err(e) = power_status::save(self.planner.ledger(), &self.state_file) {
             warn!(file = %self.state_file.display(), error = %e, "cannot save the power status");
         }
         acted.map(|()| plan)

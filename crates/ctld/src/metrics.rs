@@ -117,7 +117,7 @@ impl Metrics {
 
     /// Rewrites `path` whole with the metrics (mode 0644).
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        crate::ledger::write_whole(path, self.encode().as_bytes())
+        crate::power_status::write_whole(path, self.encode().as_bytes())
     }
 }
 

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use tracing::{info, warn};
 
-use crate::ledger::write_whole;
 use crate::nodes::Nodes;
+use crate::power_status::write_whole;
 use crate::slurm::{Node, Power};
 use wattson_config::EngineConfig;
 use wattson_engine::{Measurements, ModelTable, newest};

@@ -17,8 +17,8 @@ use std::process::{Command, ExitCode};
 use wattson_config::Config;
 use wattson_config::ctld::PowerConfig;
 
-use crate::program::{self, PATH};
 use crate::slurm;
+use crate::slurm_program::{self, PATH};
 use wattson_sacct::deadline;
 use wattson_sacct::hostlist;
 
@@ -73,8 +73,8 @@ fn argv(template: &[String], node: &str) -> Vec<String> {
 /// Runs `program` for `hostlist`; the exit status Slurm ignores, so failures are logged (and a
 /// failed resume marks its node down).
 pub fn main(program: Program, hostlist: Option<String>) -> ExitCode {
-    program::reset_process();
-    let path = program::config_path();
+    slurm_program::reset_process();
+    let path = slurm_program::config_path();
     let (config, config_error) = match Config::load(&path) {
         Ok(c) => (c.power, None),
         Err(e) => (PowerConfig::default(), Some(e.to_string())),

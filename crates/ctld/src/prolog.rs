@@ -11,7 +11,7 @@ use wattson_config::Config;
 
 use wattson_sacct::{deadline, hostlist};
 
-use crate::{program, slurm};
+use crate::{slurm, slurm_program};
 
 /// How often the nodes are looked at.
 const POLL: Duration = Duration::from_millis(250);
@@ -21,8 +21,8 @@ const NOT_UP: [&str; 3] = ["POWERING_UP", "POWERED_DOWN", "NOT_RESPONDING"];
 
 /// Waits for the job's nodes (`SLURM_JOB_NODELIST`) to be up, at most twice `[ctld.node] boot_s`.
 pub fn main() -> ExitCode {
-    program::reset_process();
-    let config = Config::load(&program::config_path()).unwrap_or_default();
+    slurm_program::reset_process();
+    let config = Config::load(&slurm_program::config_path()).unwrap_or_default();
     let Some(nodes) = std::env::var("SLURM_JOB_NODELIST").ok().and_then(|l| hostlist::expand(&l).ok()) else {
         return ExitCode::SUCCESS;
     };

@@ -196,13 +196,13 @@ fn the_gpu_types_slurm_names_reach_the_engine_with_their_idle_draw() {
                 NodeName=h CPUAlloc=0 Gres=gpu:h100:4 State=IDLE\n\
                 NodeName=a2 CPUAlloc=0 Gres=gpu:a100:4 State=IDLE\n";
     let nodes = parse_nodes(text).unwrap();
-    let view = view::Memory::default().view(NOW, 3600.0, None, &nodes, &[]);
+    let view = snapshot::Memory::default().view(NOW, 3600.0, None, &nodes, &[]);
     let types: Vec<u16> = view.nodes.iter().map(|n| n.gpu_type).collect();
     assert_eq!(types, [0, 1, 0]);
     let idle: Vec<f64> = view.gpu_types.iter().map(|t| t.idle_w).collect();
     let prior = |name: &str| wattson_engine::prior(name).unwrap().idle_w;
     assert_eq!(idle, [prior("A100"), prior("H100")]);
     // [ctld] gpu_idle_w holds for every type.
-    let view = view::Memory::default().view(NOW, 3600.0, Some(40.0), &nodes, &[]);
+    let view = snapshot::Memory::default().view(NOW, 3600.0, Some(40.0), &nodes, &[]);
     assert!(view.gpu_types.iter().all(|t| t.idle_w == 40.0));
 }

@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 
-use crate::ledger;
+use crate::power_status;
 use wattson_config::Config;
 
 /// Node power as the controller manages it.
@@ -25,7 +25,7 @@ pub struct StatusArgs {
 /// Runs a `wattson power` command.
 pub fn run(config: &Config, command: PowerCommand) -> Result<(), String> {
     let PowerCommand::Status(args) = command;
-    let ledger = ledger::load(&config.ctld.state_file)?;
+    let ledger = power_status::load(&config.ctld.state_file)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&ledger).map_err(|e| e.to_string())?);
         return Ok(());
