@@ -4,6 +4,7 @@
 mod adapt;
 pub mod admission;
 pub mod args;
+pub mod asks;
 pub mod clock;
 pub mod core;
 mod enforce;

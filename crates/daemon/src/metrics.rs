@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use crate::sampler::SamplerHandle;
+use crate::asks::SamplerHandle;
 
 use crate::core::Tick;
 use wattson_gpu::GpuInfo;

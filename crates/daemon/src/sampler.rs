@@ -7,10 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tracing::warn;
 
+use crate::asks::{Ask, SamplerHandle};
 use crate::gpu_pool::GpuPool;
 use crate::metrics::Metrics;
 use crate::owner::Owner;
@@ -19,35 +20,6 @@ use wattson_protocol::{GpuStatus, Reply};
 
 /// Requests waiting beyond this are refused as busy.
 const QUEUE: usize = 256;
-
-/// What the sampler is asked for.
-enum Ask {
-    Status(oneshot::Sender<Reply>),
-    Metrics(oneshot::Sender<String>),
-}
-
-/// A handle for asking the sampler for the node's status or its metrics.
-#[derive(Clone)]
-pub struct SamplerHandle {
-    requests: mpsc::Sender<Ask>,
-}
-
-impl SamplerHandle {
-    /// The node's GPUs as read now (or by a read that started after this call), with their
-    /// jobs; `None` when too many requests are waiting.
-    pub async fn status(&self) -> Option<Reply> {
-        let (tx, rx) = oneshot::channel();
-        self.requests.try_send(Ask::Status(tx)).ok()?;
-        rx.await.ok()
-    }
-
-    /// The metrics in Prometheus' text format, as of the last sample.
-    pub async fn metrics(&self) -> Option<String> {
-        let (tx, rx) = oneshot::channel();
-        self.requests.try_send(Ask::Metrics(tx)).ok()?;
-        rx.await.ok()
-    }
-}
 
 /// The sampler's parts, before it starts.
 pub struct Sampler {

@@ -15,9 +15,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
 use crate::admission::{Admission, Admit};
+use crate::asks::SamplerHandle;
 use crate::owner::Owner;
 use crate::reader::Reader;
-use crate::sampler::SamplerHandle;
 use wattson_protocol::access::Access;
 use wattson_protocol::{Error, ErrorCode, Reply, Request, Response};
 use wattson_types::job::JobKey;
