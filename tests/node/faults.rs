@@ -450,3 +450,32 @@ fn a_stopping_daemon_leaves_another_daemons_socket_alone() {
     let _ = second.wait();
     assert!(answered, "the first daemon removed the second one's socket");
 }
+
+/// `wattsond --check-config` makes every check the start makes, not only the configuration's
+/// own: a store path naming a file that is not a store, or a progress directory a user's link
+/// leads to, is reported (exit non-zero, naming the key and the file), and nothing is touched.
+#[test]
+fn check_config_makes_the_starts_file_checks() {
+    let node = Node::h100(1);
+    let passwd = node.dir.path().join("passwd");
+    std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let config = node.config_with("typo.toml", node.store.to_str().unwrap(), passwd.to_str().unwrap());
+    let out = Command::new(wattson_harness::programs::program("wattsond"))
+        .arg("-c")
+        .arg(&config)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "--check-config accepted a store that is another file: {err}");
+    assert!(err.contains("daemon.store") && err.contains(passwd.to_str().unwrap()), "{err}");
+    assert_eq!(std::fs::read_to_string(&passwd).unwrap(), "root:x:0:0:root:/root:/bin/bash\n");
+    // The file the test's node uses passes.
+    let ok = Command::new(wattson_harness::programs::program("wattsond"))
+        .arg("-c")
+        .arg(&node.config)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+}

@@ -6,6 +6,7 @@ mod config_lookup;
 mod dashboard;
 mod dvfs;
 mod faults;
+mod flood;
 mod fuzz;
 mod hostile;
 mod job_summary;

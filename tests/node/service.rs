@@ -82,6 +82,8 @@ fn the_units_settings_match_what_the_daemon_does() {
     assert!(unit_values("ExecReload").is_empty(), "wattsond has no reload");
     assert_eq!(unit_values("RestartPreventExitStatus"), ["2"], "wattsond exits 2 on a bad configuration");
     assert_eq!(unit_values("WatchdogSec").len(), 1, "no watchdog");
+    // The daemon fits users' connections to its open-files limit: the unit sets one.
+    assert_eq!(unit_values("LimitNOFILE"), ["65536"], "no open-files limit for the daemon");
 
     // Exit status 2 for a bad configuration, as the unit expects.
     let dir = tempfile::tempdir().unwrap();

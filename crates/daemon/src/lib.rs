@@ -53,8 +53,8 @@ pub fn run_blocking(config: Config) -> Result<(), String> {
     runtime.block_on(run(config))
 }
 
-/// Raises the soft limit on open files to the hard one: connections are capped per user
-/// ([`admission`]), and the rest of the limit is headroom for Slurm's calls.
+/// Raises the soft limit on open files to the hard one: users' connections are fitted to it
+/// ([`admission::Limits::for_open_files`]), the rest is the daemon's own and Slurm's.
 fn raise_open_files_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
@@ -63,6 +63,24 @@ fn raise_open_files_limit() {
     {
         warn!(error = %e, soft, hard, "cannot raise the open files limit");
     }
+}
+
+/// The admission totals for the open-files limit the daemon has now.
+fn admission_limits() -> admission::Limits {
+    use nix::sys::resource::{Resource, getrlimit};
+    let open_files = getrlimit(Resource::RLIMIT_NOFILE).map(|(soft, _)| soft).unwrap_or(1024);
+    let limits = admission::Limits::for_open_files(open_files);
+    info!(
+        open_files,
+        users_total = limits.total,
+        shared = limits.shared,
+        waiting = limits.waiting,
+        "connection admission fitted to the open-files limit"
+    );
+    if limits.total < 64 * admission::RESERVED_PER_USER {
+        warn!(open_files, "the open-files limit leaves room for few users' connections; raise LimitNOFILE");
+    }
+    limits
 }
 
 /// Every check the start makes of what the configuration names, creating and changing
@@ -127,7 +145,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let services =
         Arc::new(Services { owner: owner.clone(), reader, sampler: sampler_handle.clone(), access });
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(server::serve(listener, services.clone(), config.daemon.request_timeout));
+    tasks.spawn(server::serve(listener, services.clone(), config.daemon.request_timeout, admission_limits()));
     tasks.spawn(sampler.run(config.daemon.sample_interval));
     if let Some(addr) = config.link.listen {
         let munge =

@@ -61,8 +61,12 @@ impl EncodeMetric for ReadCounter {
 /// How long one scrape connection may last, request and answer together.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Most scrape connections open at once.
-pub const SCRAPE_CONNECTIONS: usize = 32;
+/// Most scrape connections open at once (counted in the daemon's own open files).
+pub const SCRAPE_CONNECTIONS: usize = 256;
+
+/// How long a scrape connection may take to send its request's headers: a scraper sends
+/// them at once, so half-sent requests give their place back within this.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The daemon's metrics.
 pub struct Metrics {
@@ -172,8 +176,8 @@ fn job_labels(key: &JobKey, gpu: u32) -> Labels {
 
 /// Serves `/metrics` on a bound listener until the task is dropped; each scrape asks the
 /// sampler, which owns the metrics, to encode them. One request per connection, each within
-/// [`SCRAPE_TIMEOUT`], at most [`SCRAPE_CONNECTIONS`] at once: a half-sent request cannot
-/// hold a connection.
+/// [`SCRAPE_TIMEOUT`] (its headers within [`HEADER_TIMEOUT`]), at most
+/// [`SCRAPE_CONNECTIONS`] at once: half-sent requests cannot hold the scrapers off.
 pub async fn serve(listener: TcpListener, sampler: SamplerHandle) {
     let app = Router::new().route(
         "/metrics",
@@ -210,7 +214,7 @@ pub async fn serve(listener: TcpListener, sampler: SamplerHandle) {
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(SCRAPE_TIMEOUT)
+                .header_read_timeout(HEADER_TIMEOUT)
                 .keep_alive(false)
                 .serve_connection(TokioIo::new(stream), service);
             if tokio::time::timeout(SCRAPE_TIMEOUT, connection).await.is_err() {

@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
-use crate::admission::{Admission, Admit};
+use crate::admission::{Admission, Admit, Limits};
 use crate::asks::SamplerHandle;
 use crate::owner::Owner;
 use crate::reader::Reader;
@@ -73,8 +73,8 @@ pub fn bind(path: &Path) -> Result<UnixListener, String> {
 /// until one of the user's connections ends (backpressure, not a refusal to spin on), or
 /// refused when even the waiting room is full. No user can take the file descriptors or the
 /// tasks that Slurm's calls need.
-pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Duration) {
-    let mut admission = Admission::default();
+pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Duration, limits: Limits) {
+    let mut admission = Admission::new(limits);
     let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
     let start = |stream: UnixStream, uid: u32, counted: bool| {
         let services = services.clone();
@@ -110,6 +110,10 @@ pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Dur
                         refuse(&stream, why);
                     }
                 }
+                for (stream, why) in admission.take_evicted() {
+                    debug!("waiting connection refused: {why}");
+                    refuse(&stream, why);
+                }
             }
             Some(uid) = closed_rx.recv() => {
                 if let Some((uid, stream)) = admission.release(uid) {
@@ -134,7 +138,8 @@ impl Drop for Slot {
 
 /// Tells a refused client why, if its socket takes the line at once, and closes.
 fn refuse(stream: &UnixStream, why: String) {
-    let response: Response = Err(Error::new(ErrorCode::Busy, why));
+    let response: Response =
+        Err(Error::new(ErrorCode::Busy, format!("wattsond refused the connection: {why}")));
     if let Ok(mut line) = serde_json::to_vec(&response) {
         line.push(b'\n');
         let _ = stream.try_write(&line);

@@ -327,10 +327,14 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Reply
     };
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    stream.write_all(&line).map_err(io)?;
+    // A daemon refusing the connection answers at once and closes: the request then meets a
+    // closed socket, and the refusal waits to be read.
+    let written = stream.write_all(&line);
     let mut text = String::new();
-    BufReader::new(stream).read_line(&mut text).map_err(io)?;
+    let read = BufReader::new(stream).read_line(&mut text);
     if text.is_empty() {
+        written.map_err(io)?;
+        read.map_err(io)?;
         return Err(ClientError::Io("wattsond closed the connection without answering".into()));
     }
     let response: Response =
@@ -377,6 +381,34 @@ mod tests {
             call(Path::new("/nonexistent/wattsond.sock"), &request, Duration::from_secs(1)).unwrap_err();
         assert!(matches!(err, ClientError::TooLong(n) if n > MAX_REQUEST_BYTES), "{err}");
         assert!(err.to_string().contains("ask for fewer jobs"), "{err}");
+    }
+
+    /// The daemon refuses a connection by answering at once and closing, unread: whether the
+    /// request then lands in the socket's buffer or meets a closed socket (EPIPE, which the
+    /// CLI used to print as "Broken pipe"), the caller gets the refusal. Repeated, since which
+    /// of the two happens depends on timing.
+    #[test]
+    fn a_refusal_sent_before_the_request_is_read_is_what_the_caller_sees() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let rounds = 200;
+        let server = std::thread::spawn(move || {
+            for _ in 0..rounds {
+                let (mut stream, _) = listener.accept().unwrap();
+                let refusal: Response = Err(Error::new(ErrorCode::Busy, "wattsond refused the connection"));
+                let mut line = serde_json::to_vec(&refusal).unwrap();
+                line.push(b'\n');
+                stream.write_all(&line).unwrap();
+            }
+        });
+        let jobs = (0..2000).map(JobKey::job).collect();
+        let request = Request::Acct(AcctQuery { jobs, ..AcctQuery::default() });
+        for _ in 0..rounds {
+            let err = call(&path, &request, Duration::from_secs(2)).unwrap_err();
+            assert!(matches!(&err, ClientError::Refused(e) if e.code == ErrorCode::Busy), "{err}");
+        }
+        server.join().unwrap();
     }
 
     #[test]

@@ -17,6 +17,11 @@ fn main() -> ExitCode {
         }
     };
     if args.check_config {
+        // Every check the start makes of what the file names, creating and changing nothing.
+        if let Err(e) = wattson_daemon::check_config(&config) {
+            eprintln!("wattsond: {e}");
+            return ExitCode::from(2);
+        }
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
