@@ -371,12 +371,7 @@ fn check_config_refuses_empty_and_root_paths_and_a_public_metrics_address() {
         ("[engine]\n", "[metrics]\nlisten = \"0.0.0.0:9400\"\n[engine]\n", "metrics.listen"),
     ] {
         let config = node.config_with("check.toml", from, to);
-        let out = Command::new(wattson_harness::programs::program("wattsond"))
-            .arg("-c")
-            .arg(&config)
-            .arg("--check-config")
-            .output()
-            .unwrap();
+        let out = wattson_harness::node::check_config(&config);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{to}: {err}");
         assert!(err.contains(key), "{err}");
@@ -460,22 +455,12 @@ fn check_config_makes_the_starts_file_checks() {
     let passwd = node.dir.path().join("passwd");
     std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
     let config = node.config_with("typo.toml", node.store.to_str().unwrap(), passwd.to_str().unwrap());
-    let out = Command::new(wattson_harness::programs::program("wattsond"))
-        .arg("-c")
-        .arg(&config)
-        .arg("--check-config")
-        .output()
-        .unwrap();
+    let out = wattson_harness::node::check_config(&config);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "--check-config accepted a store that is another file: {err}");
     assert!(err.contains("daemon.store") && err.contains(passwd.to_str().unwrap()), "{err}");
     assert_eq!(std::fs::read_to_string(&passwd).unwrap(), "root:x:0:0:root:/root:/bin/bash\n");
     // The file the test's node uses passes.
-    let ok = Command::new(wattson_harness::programs::program("wattsond"))
-        .arg("-c")
-        .arg(&node.config)
-        .arg("--check-config")
-        .output()
-        .unwrap();
+    let ok = wattson_harness::node::check_config(&node.config);
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
 }

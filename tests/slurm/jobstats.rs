@@ -70,16 +70,7 @@ fn a_jobstats_summary_survives_wattsons_and_both_read_their_own_part_back() {
         std::thread::sleep(Duration::from_millis(300));
     }
 
-    let controller = lab.dir().join("etc/wattson.toml");
-    std::fs::write(
-        &controller,
-        format!(
-            "[ctld]\nmanage_power = false\nweights = false\nstate_file = {:?}\n[link]\nport = {port}\n\
-             munge_socket = {munge:?}\nconfirm_idle = false\npace = false\nsync_models = false\n",
-            lab.dir().join("ctld.json")
-        ),
-    )
-    .unwrap();
+    let controller = lab.summaries_only_controller(port);
     assert_ok(&lab.command(&*WATTSON).arg("-c").arg(&controller).args(["ctld", "--once"]).output().unwrap());
 
     let line = fields();

@@ -92,16 +92,7 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     assert!(common::rel_err(slurm_j, wattson_j) < 0.005, "sacct {slurm_j} J vs wattson {wattson_j} J");
 
     // The controller's loop writes the job's summary (power and placement left alone here).
-    let controller = lab.dir().join("etc/wattson.toml");
-    std::fs::write(
-        &controller,
-        format!(
-            "[ctld]\nmanage_power = false\nweights = false\nstate_file = {:?}\n[link]\nport = {port}\n\
-             munge_socket = {munge:?}\nconfirm_idle = false\npace = false\nsync_models = false\n",
-            lab.dir().join("ctld.json")
-        ),
-    )
-    .unwrap();
+    let controller = lab.summaries_only_controller(port);
     assert_ok(&lab.command(&*WATTSON).arg("-c").arg(&controller).args(["ctld", "--once"]).output().unwrap());
     let comment = lab.run_ok("sacct", &["-n", "-P", "-X", "-j", &id.to_string(), "-o", "AdminComment"]);
     assert!(comment.trim().starts_with("wattson:policy=balanced;ws1:"), "the note stays first: {comment}");

@@ -85,16 +85,7 @@ pub fn energy_vs_wait(r: &Report) -> String {
     );
     for (i, (name, sweep, (x, y))) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
-        let front = pareto(sweep);
-        if front.len() > 1 {
-            let pts: Vec<String> =
-                front.iter().map(|p| format!("{:.1},{:.1}", a.px(p.0), a.py(p.1))).collect();
-            let _ = writeln!(
-                out,
-                r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#,
-                pts.join(" ")
-            );
-        }
+        front_line(&mut out, &a, sweep, c);
         for p in sweep {
             let _ = writeln!(
                 out,
@@ -107,6 +98,19 @@ pub fn energy_vs_wait(r: &Report) -> String {
     }
     out.push_str("</svg>\n");
     out
+}
+
+/// The Pareto front of `pts` (wait, energy) as a line in `colour`, when it has two points or more.
+fn front_line(out: &mut String, a: &Axes, pts: &[Point], colour: &str) {
+    let front = pareto(pts);
+    if front.len() > 1 {
+        let line: Vec<String> = front.iter().map(|p| format!("{:.1},{:.1}", a.px(p.0), a.py(p.1))).collect();
+        let _ = writeln!(
+            out,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/>"#,
+            line.join(" ")
+        );
+    }
 }
 
 /// A frontier chart: energy (kWh) against mean wait (h) for each policy's knob sweep
@@ -127,16 +131,7 @@ pub fn frontier(title: &str, series: &[(String, Vec<Point>)]) -> String {
     frame(&mut out, &a, title, "mean wait from submission (h)", "total energy (kWh)");
     for (i, (name, pts)) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
-        let front = pareto(pts);
-        if front.len() > 1 {
-            let line: Vec<String> =
-                front.iter().map(|p| format!("{:.1},{:.1}", a.px(p.0), a.py(p.1))).collect();
-            let _ = writeln!(
-                out,
-                r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#,
-                line.join(" ")
-            );
-        }
+        front_line(&mut out, &a, pts, c);
         for p in pts {
             let _ =
                 writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{c}"/>"#, a.px(p.0), a.py(p.1));

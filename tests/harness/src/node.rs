@@ -354,6 +354,16 @@ pub fn assert_ok(out: &Output) {
     );
 }
 
+/// `wattsond -c config --check-config`, run to its end.
+pub fn check_config(config: &Path) -> Output {
+    Command::new(crate::programs::program("wattsond"))
+        .arg("-c")
+        .arg(config)
+        .arg("--check-config")
+        .output()
+        .expect("run wattsond --check-config")
+}
+
 /// The fake NVML library built next to the test binaries.
 pub fn fake_library() -> PathBuf {
     fake_nvml::library_path_next_to(&crate::programs::profile_dir().join("wattsond"))

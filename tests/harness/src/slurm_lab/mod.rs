@@ -301,6 +301,24 @@ impl SlurmLab {
         (0..n.gpus).map(|i| self.path.join(format!("dev/{node}/nvidia{i}"))).collect()
     }
 
+    /// Writes a controller configuration for this lab that only writes jobs' summaries (power,
+    /// weights, pacing and the models' sync off), reaching the nodes' wattsond on `port` through
+    /// the lab's munged; returns its path.
+    pub fn summaries_only_controller(&self, port: u16) -> PathBuf {
+        let controller = self.path.join("etc/wattson.toml");
+        fs::write(
+            &controller,
+            format!(
+                "[ctld]\nmanage_power = false\nweights = false\nstate_file = {:?}\n[link]\nport = {port}\n\
+                 munge_socket = {:?}\nconfirm_idle = false\npace = false\nsync_models = false\n",
+                self.path.join("ctld.json"),
+                self.path.join("run/munge.sock"),
+            ),
+        )
+        .expect("write the controller's configuration");
+        controller
+    }
+
     /// A `Command` for a Slurm client (`sbatch`, `scontrol`, `srun`...) with `SLURM_CONF` set and inherited
     /// `SLURM_*`/`SBATCH_*`/`SRUN_*`/`SALLOC_*` variables removed. Bound its run time yourself.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
