@@ -28,7 +28,11 @@ fn without_headers_the_build_refuses_and_names_what_to_install() {
     let out = build_without_headers(None);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "built without Slurm's headers:\n{said}");
-    for needed in ["no Slurm headers in", "apt-get install libslurm-dev libclang-dev", "WATTSON_SLURM_BINDINGS=committed-22.05.8"] {
+    for needed in [
+        "no Slurm headers in",
+        "apt-get install libslurm-dev libclang-dev",
+        "WATTSON_SLURM_BINDINGS=committed-22.05.8",
+    ] {
         assert!(said.contains(needed), "the refusal does not say {needed:?}:\n{said}");
     }
 }
