@@ -17,16 +17,28 @@ fn lab_version(lab: &SlurmLab) -> String {
 }
 
 #[test]
-fn the_lab_runs_the_release_asked_for() {
-    let lab = SlurmLab::start(LabOptions::default());
+fn the_lab_runs_the_release_asked_for_and_loads_the_plugins_built_for_it() {
+    let built = common::build_plugins(false);
+    let plugins = tempfile::tempdir().unwrap();
+    slurm_lab::install_plugin(&built.join(common::PLUGIN_LIBS[0]), plugins.path(), "spank_wattson.so");
+    let lab = SlurmLab::start(LabOptions {
+        plugstack: Some(format!("optional {}\n", plugins.path().join("spank_wattson.so").display())),
+        ..LabOptions::default()
+    });
     let version = lab_version(&lab);
     match &slurm_lab::release().name {
         Some(release) => assert_eq!(wattson_slurm::release_of(&version), Some(release.as_str()), "{version}"),
         // The machine's own Slurm is the one whose headers the workspace is built against.
         None => assert_eq!(version, wattson_slurm::slurm_version()),
     }
-    let id = lab.sbatch(&[], "true").unwrap();
+    // The plugin loads: sbatch offers its options, and it has nothing to say about releases.
+    let help = lab.run_ok("sbatch", &["--help"]);
+    assert!(help.contains("--energy"), "{help}");
+    let (id, said) = lab.sbatch_verbose(&[], "true").unwrap();
+    assert!(!said.contains("was built for Slurm"), "{said}");
     assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    let slurmd = lab.log("slurmd-n1");
+    assert!(!slurmd.contains("Incompatible") && !slurmd.contains("was built for Slurm"), "{slurmd}");
 }
 
 #[test]
