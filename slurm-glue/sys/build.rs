@@ -1,38 +1,63 @@
 //! Slurm bindings for the plugins in `slurm-glue/`.
 //!
-//! With Slurm's headers (`libslurm-dev`) and libclang installed, bindgen generates the
-//! bindings from the headers of the Slurm that is installed, so the plugins match it exactly.
-//! Without them, the committed bindings of the version named in their file are used, so a
-//! plain `cargo build` needs neither. `src/lib.rs` tests that the two agree when both
-//! exist.
+//! bindgen generates the bindings from the headers of the Slurm the plugins are for: the
+//! installed ones (`/usr/include/slurm`, Debian's `libslurm-dev`), or another release's
+//! (`WATTSON_SLURM_INCLUDE=<root>/usr/include/slurm`). A plugin built for one release does not
+//! load into another, so the build refuses, naming what to install, when it cannot generate
+//! them. The committed bindings are used only when asked for by name
+//! (`WATTSON_SLURM_BINDINGS=committed-22.05.8`).
 
 use std::path::{Path, PathBuf};
 
-/// The Slurm version whose bindings are committed.
-const COMMITTED: &str = "bindings/slurm-22.05.8.rs";
+/// The committed bindings, by the name that asks for them, and their file.
+const COMMITTED: &[(&str, &str)] = &[("committed-22.05.8", "bindings/slurm-22.05.8.rs")];
 const HEADERS: &str = "/usr/include/slurm";
 
 fn main() {
-    println!("cargo:rerun-if-changed={COMMITTED}");
-    println!("cargo:rerun-if-changed={HEADERS}/slurm_version.h");
+    for (_, file) in COMMITTED {
+        println!("cargo:rerun-if-changed={file}");
+    }
     println!("cargo:rerun-if-env-changed=WATTSON_SLURM_INCLUDE");
+    println!("cargo:rerun-if-env-changed=WATTSON_SLURM_BINDINGS");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR")).join("slurm_sys.rs");
     let include = std::env::var("WATTSON_SLURM_INCLUDE").unwrap_or_else(|_| HEADERS.to_string());
-    let source = match generate(Path::new(&include)) {
-        Ok(text) => {
-            std::fs::write(&out, text).expect("write bindings");
-            "generated"
+    println!("cargo:rerun-if-changed={include}/slurm_version.h");
+    let source = match std::env::var("WATTSON_SLURM_BINDINGS").ok().filter(|v| !v.is_empty()) {
+        Some(name) => {
+            let Some((name, file)) = COMMITTED.iter().find(|(n, _)| *n == name) else {
+                let known: Vec<&str> = COMMITTED.iter().map(|(n, _)| *n).collect();
+                panic!(
+                    "\n\nWATTSON_SLURM_BINDINGS={name} names no committed bindings; known: {}\n\
+                     (unset it to generate the bindings from Slurm's headers)\n\n",
+                    known.join(", ")
+                );
+            };
+            std::fs::copy(file, &out).expect("copy committed bindings");
+            println!("cargo:warning=using the committed bindings {name}, as WATTSON_SLURM_BINDINGS asks");
+            name.to_string()
         }
-        Err(why) => {
-            println!("cargo:warning=using the committed Slurm 22.05.8 bindings: {why}");
-            std::fs::copy(COMMITTED, &out).expect("copy committed bindings");
-            "committed"
-        }
+        None => match generate(Path::new(&include)) {
+            Ok(text) => {
+                std::fs::write(&out, text).expect("write bindings");
+                "generated".to_string()
+            }
+            Err(why) => panic!(
+                "\n\nwattson's Slurm plugins are built for one Slurm release, from its headers, \
+                 and these cannot be generated: {why}.\n\
+                 Install Slurm's headers and libclang (Debian: apt-get install libslurm-dev \
+                 libclang-dev; ./scripts/install-deps does),\n\
+                 or point WATTSON_SLURM_INCLUDE at another release's include/slurm directory \
+                 (./scripts/slurm-root builds one),\n\
+                 or ask for the committed bindings of Slurm 22.05.8 by name: \
+                 WATTSON_SLURM_BINDINGS=committed-22.05.8.\n\n"
+            ),
+        },
     };
-    println!("cargo:rustc-env=WATTSON_SLURM_BINDINGS={source}");
+    println!("cargo:rustc-env=WATTSON_SLURM_BINDINGS_SOURCE={source}");
+    println!("cargo:rustc-env=WATTSON_SLURM_HEADERS={include}");
 }
 
-/// Runs bindgen over the installed headers, if it can.
+/// Runs bindgen over the headers in `include` (a `.../include/slurm` directory).
 fn generate(include: &Path) -> Result<String, String> {
     if !include.join("spank.h").is_file() {
         return Err(format!("no Slurm headers in {} (Debian: libslurm-dev)", include.display()));
@@ -59,7 +84,7 @@ fn generate(include: &Path) -> Result<String, String> {
         .layout_tests(false)
         .generate_comments(false)
         .formatter(bindgen::Formatter::Prettyplease);
-    // bindgen panics when libclang cannot be loaded: that, too, means "use the committed file".
+    // bindgen panics when libclang cannot be loaded.
     let generated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()))
         .map_err(|_| "libclang is not installed (Debian: libclang-dev)".to_string())?
         .map_err(|e| format!("bindgen failed: {e}"))?;

@@ -156,7 +156,10 @@ pub(super) fn ctld_log(lab: &SlurmLab) -> String {
 
 pub(super) fn start_ctld(lab: &SlurmLab) -> Child {
     let log = std::fs::File::create(lab.dir().join("log/ctld.log")).unwrap();
-    Command::new(&*WATTSON)
+    // Beside the lab's Slurm (another release's root, when the lab runs one), so that it
+    // reads that release's scontrol and squeue.
+    slurm_lab::release()
+        .command(&*WATTSON)
         .args(["ctld", "-c"])
         .arg(lab.dir().join("etc/wattson.toml"))
         .env("SLURM_CONF", lab.conf())

@@ -8,6 +8,7 @@ mod gpu_freq;
 mod jobstats;
 mod models_sync;
 mod plugins;
+mod releases;
 mod slurm;
 mod slurm_energy;
 mod slurm_lab_selftest;

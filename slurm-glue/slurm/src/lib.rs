@@ -6,6 +6,7 @@ pub mod energy;
 pub mod gpu_freq;
 pub mod hints;
 pub mod node;
+pub mod release;
 pub mod submit;
 
-pub use wattson_slurm_sys::{BINDINGS_SOURCE, slurm_version, sys};
+pub use wattson_slurm_sys::{BINDINGS_SOURCE, release_of, slurm_version, sys, version_string};

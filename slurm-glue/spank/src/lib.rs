@@ -5,16 +5,21 @@
 //! - slurmd (job prolog/epilog, as root): tells the node's wattsond that the job began or ended.
 //! - slurmstepd (user init): puts the decision in the job's environment.
 //!
+//! - loaded by a Slurm of another release series than the one it was built for: Slurm
+//!   refuses it (jobs run without it where plugstack.conf says `optional`); as it is mapped
+//!   it logs one line naming both releases.
+//!
 //! Every entry point catches panics and fails open: if wattson is down or confused, the job
 //! runs as it would without it, and a log line says why.
 
-use std::ffi::{CStr, CString, c_char, c_int};
+use std::ffi::{CStr, CString, c_char, c_int, c_long, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use wattson_slurm::gpu_freq;
 use wattson_slurm::hints::{OPTIONS, SubmitHints};
 use wattson_slurm::node::{self, NodeJob, PluginArgs};
+use wattson_slurm::release;
 use wattson_slurm::sys::{self, spank_option, spank_t};
 use wattson_slurm_ffi::{error, guard, info};
 
@@ -68,6 +73,42 @@ fn option_table() -> *mut spank_option {
     let table = Box::leak(table.into_boxed_slice()).as_mut_ptr();
     TABLE.store(table, Ordering::Release);
     table
+}
+
+/// Runs when the dynamic loader maps the plugin, before Slurm reads its `plugin_version`:
+/// Slurm refuses a SPANK plugin of another release series with a line naming only the
+/// plugin's version, so this says which Slurm runs and what to install, in one line.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CHECK_RELEASE_AT_LOAD: extern "C" fn() = check_release_at_load;
+
+extern "C" fn check_release_at_load() {
+    // Never unwinds into the loader; outside a Slurm process (no libslurm) it does nothing.
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: dlsym in the global scope with NUL-terminated names.
+        let (version, log) = unsafe {
+            (
+                libc::dlsym(libc::RTLD_DEFAULT, c"slurm_api_version".as_ptr()),
+                libc::dlsym(libc::RTLD_DEFAULT, c"slurm_error".as_ptr()),
+            )
+        };
+        if version.is_null() || log.is_null() {
+            return;
+        }
+        // SAFETY: libslurm's `long slurm_api_version(void)` and `void slurm_error(const char *, ...)`.
+        let (version, log) = unsafe {
+            (
+                std::mem::transmute::<*mut c_void, extern "C" fn() -> c_long>(version),
+                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_char, ...)>(log),
+            )
+        };
+        let running_api = release::api_of(version() as u32);
+        if let Err(mismatch) = release::check(&wattson_slurm::slurm_version(), running_api) {
+            let line = CString::new(mismatch.to_string()).unwrap_or_default();
+            // SAFETY: a constant "%s" format with one NUL-terminated string.
+            unsafe { log(c"%s".as_ptr(), line.as_ptr()) };
+        }
+    });
 }
 
 /// Called by Slurm in every context: parses the arguments and registers the options.

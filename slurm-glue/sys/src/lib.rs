@@ -9,33 +9,64 @@ pub mod sys {
     include!(concat!(env!("OUT_DIR"), "/slurm_sys.rs"));
 }
 
-/// Whether the bindings in use were `generated` from installed headers or the `committed` ones.
-pub const BINDINGS_SOURCE: &str = env!("WATTSON_SLURM_BINDINGS");
+/// Where the bindings in use come from: `generated` from Slurm's headers, or the committed
+/// ones by name (`committed-22.05.8`, only when `WATTSON_SLURM_BINDINGS` asked for them).
+pub const BINDINGS_SOURCE: &str = env!("WATTSON_SLURM_BINDINGS_SOURCE");
+
+/// The headers' directory the build read (or would have read), `.../include/slurm`.
+pub const HEADERS: &str = env!("WATTSON_SLURM_HEADERS");
 
 /// The Slurm version the bindings (and so the plugins) are built for, as Slurm writes it
 /// (`22.05.8`): slurmctld loads a job_submit plugin of exactly its own version only.
 pub fn slurm_version() -> String {
-    let v = sys::SLURM_VERSION_NUMBER;
-    format!("{}.{:02}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff)
+    version_string(sys::SLURM_VERSION_NUMBER)
+}
+
+/// `SLURM_VERSION_NUMBER` written as Slurm writes it (`0x160508` is `22.05.8`).
+pub fn version_string(number: u32) -> String {
+    format!("{}.{:02}.{}", number >> 16, (number >> 8) & 0xff, number & 0xff)
+}
+
+/// The release series (`22.05`) of a version as Slurm writes it (`22.05.8`), or None when
+/// `version` does not start with `major.minor`.
+pub fn release_of(version: &str) -> Option<&str> {
+    let mut dots = version.match_indices('.').map(|(i, _)| i);
+    let (_, second) = (dots.next()?, dots.next().unwrap_or(version.len()));
+    let release = &version[..second];
+    let (major, minor) = release.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(major) && digits(minor)).then_some(release)
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_version_is_written_as_slurm_writes_it() {
+    fn the_version_is_the_one_of_the_headers_read() {
         let v = super::slurm_version();
-        if super::BINDINGS_SOURCE == "committed" {
-            assert_eq!(v, "22.05.8");
-        } else {
-            // The package whose headers were read (Slurm's clients need a cluster to say it).
-            let out = std::process::Command::new("dpkg-query")
-                .args(["-W", "-f=${Version}", "libslurm-dev"])
-                .output()
-                .expect("dpkg-query");
-            let package = String::from_utf8_lossy(&out.stdout);
-            assert!(package.starts_with(&format!("{v}-")), "libslurm-dev {package} vs {v}");
-        }
         assert_eq!(v.split('.').count(), 3, "{v}");
+        if super::BINDINGS_SOURCE == "committed-22.05.8" {
+            assert_eq!(v, "22.05.8");
+            return;
+        }
+        assert_eq!(super::BINDINGS_SOURCE, "generated");
+        // The headers' own number, read as text (not through bindgen).
+        let header = std::fs::read_to_string(format!("{}/slurm_version.h", super::HEADERS)).unwrap();
+        let hex = header
+            .lines()
+            .find_map(|l| l.strip_prefix("#define SLURM_VERSION_NUMBER 0x"))
+            .expect("slurm_version.h defines SLURM_VERSION_NUMBER");
+        assert_eq!(super::version_string(u32::from_str_radix(hex.trim(), 16).unwrap()), v);
+    }
+
+    #[test]
+    fn versions_are_written_and_split_as_slurm_does() {
+        assert_eq!(super::version_string(0x160508), "22.05.8");
+        assert_eq!(super::version_string(0x180b05), "24.11.5");
+        assert_eq!(super::release_of("24.11.5"), Some("24.11"));
+        assert_eq!(super::release_of("26.05.0-0rc1"), Some("26.05"));
+        assert_eq!(super::release_of("24.11"), Some("24.11"));
+        assert_eq!(super::release_of("garbage"), None);
+        assert_eq!(super::release_of("1.x.2"), None);
     }
 
     #[test]

@@ -377,12 +377,31 @@ pub const PLUGIN_LIBS: [&str; 3] =
 /// Builds the three Slurm plugins (dev profile) and returns the directory holding
 /// [`PLUGIN_LIBS`]. With `test_hooks`, they carry the test-only hooks (feature `test-hooks`)
 /// and are built in a target directory of their own (`<target>/test-hooks`), so that
-/// `target/debug` only ever holds plugins as production builds them.
+/// `target/debug` only ever holds plugins as production builds them. For the lab's release
+/// (`WATTSON_SLURM_RELEASE`) they are built against its headers, in `<target>/slurm-<release>`.
 pub fn build_plugins(test_hooks: bool) -> PathBuf {
+    let release = crate::slurm_lab::release();
+    match (&release.name, release.include_dir()) {
+        (Some(name), Some(include)) => build_plugins_in(test_hooks, Some((name, &include))),
+        _ => build_plugins_in(test_hooks, None),
+    }
+}
+
+/// [`build_plugins`] against the machine's own Slurm headers, whatever the lab's release.
+pub fn build_plugins_for_installed_slurm() -> PathBuf {
+    build_plugins_in(false, None)
+}
+
+fn build_plugins_in(test_hooks: bool, release: Option<(&str, &Path)>) -> PathBuf {
     let profile = crate::programs::profile_dir();
-    let target = profile.parent().expect("a target folder");
-    let target = if test_hooks { target.join("test-hooks") } else { target.to_path_buf() };
+    let mut target = profile.parent().expect("a target folder").to_path_buf();
     let mut build = Command::new(env!("CARGO"));
+    build.env_remove("WATTSON_SLURM_INCLUDE").env_remove("WATTSON_SLURM_BINDINGS");
+    if let Some((name, include)) = release {
+        target = target.join(format!("slurm-{name}"));
+        build.env("WATTSON_SLURM_INCLUDE", include);
+    }
+    let target = if test_hooks { target.join("test-hooks") } else { target };
     build.args([
         "build",
         "-p",

@@ -137,7 +137,8 @@ impl SlurmLab {
         let log = self.path.join("log");
         let out = fs::File::create(log.join(format!("{name}.stderr"))).expect("create daemon stderr log");
         let err = out.try_clone().expect("dup log fd");
-        let child = Command::new(&program)
+        let child = release()
+            .command(&program)
             .args(args)
             .env("SLURM_CONF", &self.conf)
             .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
@@ -356,8 +357,12 @@ pub(super) fn terminate(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Runs `scripts/install-slurm` once per process; panics with its output on failure.
+/// Runs `scripts/install-slurm` once per process (or builds the release's root, see
+/// [`release`]); panics with its output on failure.
 pub fn ensure_slurm_installed() {
+    if release().root.is_some() {
+        return;
+    }
     let res = INSTALL.get_or_init(|| {
         let script = crate::programs::workspace().join("scripts/install-slurm");
         let mut cmd = Command::new(&script);
@@ -430,27 +435,28 @@ pub fn free_port() -> u16 {
     panic!("slurm_lab: no free port found");
 }
 
-/// Slurm's own plugin directory (Debian multiarch path), or `SLURM_LAB_PLUGIN_DIR`.
+/// Slurm's own plugin directory (Debian multiarch path) as its daemons see it, or
+/// `SLURM_LAB_PLUGIN_DIR`.
 pub fn system_plugin_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("SLURM_LAB_PLUGIN_DIR") {
         return PathBuf::from(d);
     }
     let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Ok(rd) = fs::read_dir("/usr/lib") {
+    if let Ok(rd) = fs::read_dir(release().host_path(Path::new("/usr/lib"))) {
         for e in rd.flatten() {
-            candidates.push(e.path().join("slurm-wlm"));
+            candidates.push(Path::new("/usr/lib").join(e.file_name()).join("slurm-wlm"));
         }
     }
     candidates.extend(["/usr/lib/slurm-wlm", "/usr/lib64/slurm", "/usr/lib/slurm"].map(PathBuf::from));
     candidates
         .into_iter()
-        .find(|d| d.join("select_cons_tres.so").exists())
+        .find(|d| release().host_path(d).join("select_cons_tres.so").exists())
         .unwrap_or_else(|| PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"))
 }
 
 pub(super) fn daemon_bin(name: &str) -> PathBuf {
     let sbin = Path::new("/usr/sbin").join(name);
-    if sbin.exists() { sbin } else { PathBuf::from(name) }
+    if release().host_path(&sbin).exists() { sbin } else { PathBuf::from(name) }
 }
 
 pub(super) fn tail(text: &str, lines: usize) -> String {

@@ -1,4 +1,6 @@
 //! `SlurmLab`: a private, real Slurm cluster (Debian's slurmctld/slurmd 22.05) per test, on loopback.
+//! `WATTSON_SLURM_RELEASE=24.11` (or `26.05`) runs another release's daemons and clients from a
+//! Debian root instead (see `release`); such labs have no accounting (slurmdbd).
 //!
 //! Each lab has its own directory, a private `munged`, free TCP ports, one `slurmctld` and one `slurmd`
 //! per node (all children of the test process), and fake GPUs (character devices, major 195) as GRES.
@@ -21,9 +23,11 @@
 
 mod accounting;
 mod daemons;
+mod release;
 
 pub use daemons::{ensure_slurm_installed, free_port, install_plugin, run_with_timeout, system_plugin_dir};
 use daemons::{set_mode, tail};
+pub use release::{Release, release};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -204,6 +208,10 @@ impl SlurmLab {
     pub fn start(opts: LabOptions) -> SlurmLab {
         ensure_slurm_installed();
         assert!(!opts.nodes.is_empty(), "slurm_lab: a lab needs at least one node");
+        assert!(
+            !(opts.accounting && release().root.is_some()),
+            "slurm_lab: accounting (slurmdbd, MariaDB) runs only on the machine's own Slurm, not in a release root"
+        );
         let dir = tempfile::Builder::new().prefix("slurm-lab-").tempdir().expect("create lab tempdir");
         let path = dir.path().to_path_buf();
         set_mode(&path, 0o755);
@@ -322,7 +330,7 @@ impl SlurmLab {
     /// A `Command` for a Slurm client (`sbatch`, `scontrol`, `srun`...) with `SLURM_CONF` set and inherited
     /// `SLURM_*`/`SBATCH_*`/`SRUN_*`/`SALLOC_*` variables removed. Bound its run time yourself.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut cmd = Command::new(program);
+        let mut cmd = release().command(program);
         for (k, _) in std::env::vars_os() {
             let k = k.to_string_lossy().into_owned();
             if ["SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_"].iter().any(|p| k.starts_with(p))

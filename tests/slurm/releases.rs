@@ -1,0 +1,80 @@
+//! The lab's Slurm release (`WATTSON_SLURM_RELEASE`, see the harness's `slurm_lab::release`)
+//! and a SPANK plugin loaded into a Slurm of another release than the one it was built for:
+//! Slurm refuses it, the plugin says why in one line naming both releases, and with
+//! `optional` in plugstack.conf jobs run without it.
+//! `scripts/test-releases` runs these, and the Slurm-facing subset of `slurm::`, on 24.11 and
+//! 26.05.
+
+use std::time::Duration;
+
+use wattson_harness::node as common;
+use wattson_harness::slurm_lab::{self, LabOptions, SlurmLab};
+
+/// The version the lab's own `scontrol -V` prints (`slurm-wlm 24.11.5` gives `24.11.5`).
+fn lab_version(lab: &SlurmLab) -> String {
+    let said = lab.run_ok("scontrol", &["-V"]);
+    said.split_whitespace().last().unwrap_or_default().to_string()
+}
+
+#[test]
+fn the_lab_runs_the_release_asked_for_and_loads_the_plugins_built_for_it() {
+    let built = common::build_plugins(false);
+    let plugins = tempfile::tempdir().unwrap();
+    slurm_lab::install_plugin(&built.join(common::PLUGIN_LIBS[0]), plugins.path(), "spank_wattson.so");
+    let lab = SlurmLab::start(LabOptions {
+        plugstack: Some(format!("optional {}\n", plugins.path().join("spank_wattson.so").display())),
+        ..LabOptions::default()
+    });
+    let version = lab_version(&lab);
+    match &slurm_lab::release().name {
+        Some(release) => assert_eq!(wattson_slurm::release_of(&version), Some(release.as_str()), "{version}"),
+        // The machine's own Slurm is the one whose headers the workspace is built against.
+        None => assert_eq!(version, wattson_slurm::slurm_version()),
+    }
+    // The plugin loads: sbatch offers its options, and it has nothing to say about releases.
+    let help = lab.run_ok("sbatch", &["--help"]);
+    assert!(help.contains("--energy"), "{help}");
+    let (id, said) = lab.sbatch_verbose(&[], "true").unwrap();
+    assert!(!said.contains("was built for Slurm"), "{said}");
+    assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    let slurmd = lab.log("slurmd-n1");
+    assert!(!slurmd.contains("Incompatible") && !slurmd.contains("was built for Slurm"), "{slurmd}");
+}
+
+#[test]
+#[ignore = "needs a lab of another release than the machine's: WATTSON_SLURM_RELEASE=24.11 (scripts/test-releases)"]
+fn a_spank_plugin_of_another_release_is_refused_with_both_named_and_jobs_run() {
+    assert!(slurm_lab::release().root.is_some(), "set WATTSON_SLURM_RELEASE to 24.11 or 26.05");
+    // Built against the machine's own headers (22.05), loaded into the lab's release.
+    let built = common::build_plugins_for_installed_slurm();
+    let plugins = tempfile::tempdir().unwrap();
+    slurm_lab::install_plugin(&built.join(common::PLUGIN_LIBS[0]), plugins.path(), "spank_wattson.so");
+    let lab = SlurmLab::start(LabOptions {
+        plugstack: Some(format!("optional {}\n", plugins.path().join("spank_wattson.so").display())),
+        ..LabOptions::default()
+    });
+    let running = lab_version(&lab);
+    let built_for = wattson_slurm::slurm_version();
+    assert_ne!(wattson_slurm::release_of(&running), wattson_slurm::release_of(&built_for));
+    let series = wattson_slurm::release_of(&running).unwrap();
+    let line = format!(
+        "spank_wattson.so was built for Slurm {built_for} but runs in Slurm {series}, which does not load it"
+    );
+
+    // Slurm refuses the plugin (its own line names only the plugin's version) and the
+    // plugin's line names both. sbatch: no --energy options, and a job without them runs.
+    let refused = lab.sbatch(&["--energy=eco"], "true").unwrap_err();
+    assert!(refused.contains("energy"), "--energy was accepted: {refused}");
+    let (id, said) = lab.sbatch_verbose(&[], "echo ran").unwrap();
+    assert_eq!(said.matches(&line).count(), 1, "sbatch said: {said}");
+    let info = lab.wait_job(id, Duration::from_secs(60));
+    assert_eq!(info.state, "COMPLETED", "{}", lab.all_logs());
+    assert_eq!(lab.job_output(id).trim(), "ran");
+
+    // On the node: the same line, and the plugin did nothing (loaded, with no wattsond, its
+    // prolog would log that the job is not accounted).
+    let slurmd = lab.log("slurmd-n1");
+    assert!(slurmd.contains(&line), "{slurmd}");
+    assert!(slurmd.contains("Incompatible Slurm plugin"), "{slurmd}");
+    assert!(!slurmd.contains("not accounted"), "{slurmd}");
+}
