@@ -34,15 +34,22 @@ pub const CTLD: Program = Program { name: "wattson-ctld", package: "wattson-cont
 pub const SIM: Program = Program { name: "wattson-sim", package: "wattson-client" };
 
 /// Replaces this process with `program`, given `config` (if any), then `lead` (the
-/// subcommand words it takes), then `passed`. The program runs under the name the user typed
-/// (`wattson sim`, or `wattson` before its own subcommand words), so its usage lines and
-/// errors read as this command's. Returns only when it cannot be run.
-pub fn exec(program: Program, config: Option<&Path>, lead: &[&str], passed: Passed, typed: &str) -> String {
+/// subcommand words it takes for `wattson`'s `subcommand`), then `passed`. The program runs
+/// under the name the user typed (`wattson sim` when `lead` is empty, else `wattson`, which
+/// its own subcommand words follow), so its usage lines and errors read as this command's.
+/// Returns only when it cannot be run.
+pub fn exec(
+    program: Program,
+    config: Option<&Path>,
+    lead: &[&str],
+    passed: Passed,
+    subcommand: &str,
+) -> String {
     let Some(path) = locate(program.name) else {
         return format!("{} is not installed (package {})", program.name, program.package);
     };
     let mut command = Command::new(&path);
-    command.arg0(if lead.is_empty() { format!("wattson {typed}") } else { "wattson".to_string() });
+    command.arg0(if lead.is_empty() { format!("wattson {subcommand}") } else { "wattson".to_string() });
     if let Some(config) = config {
         command.arg("--config").arg(config);
     }
