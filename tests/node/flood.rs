@@ -82,7 +82,13 @@ impl Drop for Children {
 
 fn child(test: &str, uid: u32, socket: &std::path::Path, calls: usize) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &wattson_harness::test_name(module_path!(), test),
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_SOCKET, socket)
         .env(CHILD_CALLS, calls.to_string())
         .uid(uid)

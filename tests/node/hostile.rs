@@ -45,7 +45,13 @@ fn a_users_connections_are_capped_and_slurms_calls_still_served() {
     let mut node = Node::h100(2);
     node.start();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_holds_idle_connections", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &wattson_harness::test_name(module_path!(), "child_holds_idle_connections"),
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_SOCKET, &node.socket)
         .uid(NOBODY)
         .gid(NOBODY)
@@ -299,7 +305,13 @@ fn another_users_running_job_is_answered_as_a_missing_one() {
     };
     let requests: Vec<Request> = [asks(1), asks(99)].concat();
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_asks", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &wattson_harness::test_name(module_path!(), "child_asks"),
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_SOCKET, &node.socket)
         .env(CHILD_REQUESTS, serde_json::to_string(&requests).unwrap())
         .uid(NOBODY)

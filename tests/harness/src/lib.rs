@@ -6,3 +6,13 @@ pub mod node;
 pub mod programs;
 pub mod slurm_lab;
 pub mod stats;
+
+/// The name libtest knows a test by inside a test binary that holds several modules:
+/// `module_path` (the caller's `module_path!()`, `node::flood`) without the binary's own name,
+/// then `test`: `flood::child_floods`. For tests that run a helper test of their own binary.
+pub fn test_name(module_path: &str, test: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_string(),
+    }
+}
