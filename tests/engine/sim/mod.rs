@@ -13,6 +13,9 @@ use std::process::Command;
 use wattson_sim::power::NodeState;
 use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, Outcome, TraceFormat};
 
+mod budget;
+mod limits;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn data(rel: &str) -> PathBuf {
@@ -422,64 +425,6 @@ fn cli_bad_input_is_a_clear_error_not_a_panic() {
     }
 }
 
-/// Slurm's backfill sees time limits, not run times: a short job with a long limit cannot slip
-/// in before a blocked head, though its true run would have ended in time; with perfect
-/// knowledge (the what-if) it does. A job that runs past its limit is killed there.
-#[test]
-fn backfill_sees_limits_and_a_job_past_its_limit_is_killed() {
-    let (c, cat) = inputs();
-    // 79 of 80 nodes busy until 1000 s (limit 1000 s); a whole-cluster job blocks the queue;
-    // an 8-GPU job of 500 s asks for 1 h; a last job runs 2 h on a 1 h limit.
-    let text = "submit,gpus,duration,tag,time_limit\n0,632,1000,bert,1000\n1,640,100,bert,3600\n\
-                2,8,500,bert,3600\n3000,8,7200,bert,3600\n";
-    let t = wattson_sim::trace::parse(text, "g.csv", TraceFormat::Auto).unwrap();
-    let starts = |perfect: bool| {
-        let mut c = c.clone();
-        c.limits.perfect = perfect;
-        let o = wattson_sim::run(&c, &cat, &t, "g.csv", &[ClusterPolicy::SlurmDefault], 1).unwrap();
-        check_conservation(&c, &o);
-        check_no_double_booking(&c, &o);
-        (o.runs[0].jobs.clone(), o.report.summaries[0].killed_jobs, o.report.knowledge.clone())
-    };
-    let (limits, killed, label) = starts(false);
-    assert_eq!(label, "time limits");
-    assert_eq!(limits[2].start, 1100.0, "no backfill on a 1 h limit: it starts after the head");
-    assert_eq!(limits[3].end - limits[3].start, 3600.0, "killed at its limit");
-    assert_eq!(killed, 1);
-    let (perfect, killed, label) = starts(true);
-    assert_eq!(label, "perfect knowledge (what-if)");
-    assert_eq!(perfect[2].start, 2.0, "knowing it ends by 502 s, backfill starts it at once");
-    assert_eq!(perfect[3].end - perfect[3].start, 7200.0);
-    assert_eq!(killed, 0);
-}
-
-/// A job's `gpu_types` keeps it on those types; a type the cluster lacks is an error.
-#[test]
-fn gpu_types_column_restricts_placement() {
-    let (c, cat) = hetero_inputs();
-    let text = "submit,gpus,duration,tag,gpu_types\n0,8,600,resnet50,P100\n0,8,600,resnet50,p100;A40\n\
-                0,8,600,resnet50,\n";
-    let t = wattson_sim::trace::parse(text, "g.csv", TraceFormat::Auto).unwrap();
-    let o =
-        wattson_sim::run(&c, &cat, &t, "g.csv", &[ClusterPolicy::SlurmDefault, ClusterPolicy::Wattson], 1)
-            .unwrap();
-    let groups = c.node_groups();
-    let name = |n: u32| c.groups[usize::from(groups[n as usize])].gpu.as_str();
-    for r in &o.runs {
-        assert_eq!(name(r.jobs[0].shares[0].0), "P100", "{:?}", r.policy);
-        assert!(["P100", "A40"].contains(&name(r.jobs[1].shares[0].0)), "{:?}", r.policy);
-    }
-    let bad = wattson_sim::trace::parse(
-        "submit,gpus,duration,gpu_types\n0,1,60,H100\n",
-        "b.csv",
-        TraceFormat::Auto,
-    )
-    .unwrap();
-    let e =
-        wattson_sim::run(&c, &cat, &bad, "b.csv", &[ClusterPolicy::SlurmDefault], 1).unwrap_err().to_string();
-    assert!(e.contains("accepts GPU types H100") && e.contains("V100, A40, P100"), "{e}");
-}
-
 #[test]
 fn generic_trace_replays() {
     let (c, cat) = inputs();
@@ -552,132 +497,4 @@ fn cluster04_wattson_beats_every_reference_but_the_floor() {
             );
         }
     }
-}
-
-/// The honest comparison (full cluster04, seed 1, both sizes): every policy sees time limits
-/// only (drawn by `[limits]`), keeps FIFO order, and waits count from submission. With the
-/// shipped settings wattson keeps every bound, uses less energy than slurm-powersave and
-/// powersave-dvfs, and no bound-keeping policy spends less GPU energy than the floor. With
-/// deferral off and DVFS only while 30% of GPUs are unallocated (`dvfs_min_free=0.3
-/// congestion_raise=1 raise_after_runs=0 min_price_drop=100`), its mean and p99 waits are
-/// within 5% of slurm-powersave's at both sizes, and at 123 nodes its energy is below
-/// powersave-dvfs's. Seeds 1-5: `brain -- cluster04.csv 80,123 5 order=fifo [...]`.
-#[test]
-fn cluster04_under_time_limits_and_one_order() {
-    let (mut base, cat) = inputs();
-    wattson_sim::overrides::apply(&mut base, "order=fifo").unwrap();
-    assert!(!base.limits.perfect);
-    let t = wattson_sim::trace::parse(
-        &read(&data("traces/itp-elasticflow/cluster04.csv")),
-        "cluster04.csv",
-        TraceFormat::Auto,
-    )
-    .expect("trace parses");
-    let refs = [
-        ClusterPolicy::SlurmPowersave,
-        ClusterPolicy::PowersaveDvfs,
-        ClusterPolicy::Wattson,
-        ClusterPolicy::Floor,
-    ];
-    for nodes in [123, 80] {
-        let mut c = base.clone();
-        c.groups[0].nodes = nodes;
-        let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &refs, 1).unwrap();
-        assert_eq!(o.report.knowledge, "time limits");
-        let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
-        let (w, ps, pd, f) = (
-            by(ClusterPolicy::Wattson),
-            by(ClusterPolicy::SlurmPowersave),
-            by(ClusterPolicy::PowersaveDvfs),
-            by(ClusterPolicy::Floor),
-        );
-        assert_eq!(w.bound_violations, 0, "{nodes} nodes");
-        for s in [w, ps, pd] {
-            assert!(f.gpu_busy_kwh <= s.gpu_busy_kwh, "{nodes} nodes: floor GPU energy above {}", s.policy);
-        }
-        assert!(w.energy_kwh < pd.energy_kwh && w.energy_kwh < ps.energy_kwh, "{nodes} nodes: energy");
-        assert!(w.defer_mean_s > 0.0 && w.wait_mean_s > w.queue_wait_mean_s, "deferral counts in the wait");
-        let mut tuned = c.clone();
-        for kv in ["dvfs_min_free=0.3", "congestion_raise=1", "raise_after_runs=0", "min_price_drop=100"] {
-            wattson_sim::overrides::apply(&mut tuned, kv).unwrap();
-        }
-        let o = wattson_sim::run(&tuned, &cat, &t, "cluster04.csv", &[ClusterPolicy::Wattson], 1).unwrap();
-        let tw = &o.report.summaries[0];
-        assert_eq!(tw.bound_violations, 0);
-        assert!(
-            tw.wait_mean_s <= 1.05 * ps.wait_mean_s,
-            "{nodes} nodes: mean wait {} vs {}",
-            tw.wait_mean_s,
-            ps.wait_mean_s
-        );
-        assert!(
-            tw.wait_p99_s <= 1.05 * ps.wait_p99_s,
-            "{nodes} nodes: p99 wait {} vs {}",
-            tw.wait_p99_s,
-            ps.wait_p99_s
-        );
-        if nodes == 123 {
-            assert!(
-                tw.energy_kwh < pd.energy_kwh,
-                "123 nodes: {} vs powersave-dvfs {}",
-                tw.energy_kwh,
-                pd.energy_kwh
-            );
-        }
-    }
-}
-
-/// `[budget] power_w`: wattson never draws above it (measured by the meter at every change)
-/// and finishes jobs sooner on average than the static uniform cap that fits the same budget,
-/// within every job's bound; the uniform cap breaks bounds. Full cluster04, 80 nodes, 140 kW.
-#[test]
-fn budget_is_never_exceeded_and_beats_the_uniform_cap() {
-    let (mut c, cat) = inputs();
-    c.budget = Some(wattson_sim::cluster::Budget { power_w: 140_000.0 });
-    let t = wattson_sim::trace::parse(
-        &read(&data("traces/itp-elasticflow/cluster04.csv")),
-        "cluster04.csv",
-        TraceFormat::Auto,
-    )
-    .expect("trace parses");
-    let policies = [ClusterPolicy::Wattson, ClusterPolicy::UniformCap];
-    let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &policies, 1).unwrap();
-    check_conservation(&c, &o);
-    let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
-    let (w, u) = (by(ClusterPolicy::Wattson), by(ClusterPolicy::UniformCap));
-    for s in [w, u] {
-        assert_eq!(s.over_budget_s, 0.0, "{} went above the budget", s.policy);
-        assert!(s.peak_kw <= 140.0, "{} peak {}", s.policy, s.peak_kw);
-    }
-    assert!(w.jct_mean_s < u.jct_mean_s, "wattson {} vs uniform cap {}", w.jct_mean_s, u.jct_mean_s);
-    assert_eq!(w.bound_violations, 0);
-    assert!(u.bound_violations > 0, "a 168.75 W cap slows the jobs that asked for no slowdown");
-    // The cap itself: (140 kW / 80 nodes - 400 W) / 8 GPUs = 168.75 W.
-    assert_eq!(c.uniform_cap_w(), Some(168.75));
-}
-
-/// With a budget, wattson's gating and shedding and the uniform cap are deterministic,
-/// conserve energy and GPUs, and stay under the budget (1,500-job prefix of cluster04, 100 kW).
-#[test]
-fn budget_runs_are_deterministic_and_conserve() {
-    let (mut c, cat) = inputs();
-    c.budget = Some(wattson_sim::cluster::Budget { power_w: 100_000.0 });
-    let mut t = wattson_sim::trace::parse(
-        &read(&data("traces/itp-elasticflow/cluster04.csv")),
-        "cluster04.csv",
-        TraceFormat::Auto,
-    )
-    .expect("trace parses");
-    t.truncate(1500);
-    let go = || wattson_sim::run(&c, &cat, &t, "c04", &wattson_sim::policies::ALL, 4).unwrap();
-    let (a, b) = (go(), go());
-    assert_eq!(wattson_sim::metrics::to_csv(&a.report), wattson_sim::metrics::to_csv(&b.report));
-    assert_eq!(wattson_sim::plot::power_over_time(&a.report), wattson_sim::plot::power_over_time(&b.report));
-    check_conservation(&c, &a);
-    check_no_double_booking(&c, &a);
-    let by = |p: ClusterPolicy| a.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
-    assert_eq!(by(ClusterPolicy::Wattson).over_budget_s, 0.0);
-    assert_eq!(by(ClusterPolicy::UniformCap).over_budget_s, 0.0);
-    assert!(by(ClusterPolicy::SlurmDefault).over_budget_s > 0.0, "the budget binds on this prefix");
-    assert!(wattson_sim::plot::power_over_time(&a.report).contains("budget 100"));
 }
