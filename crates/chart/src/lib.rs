@@ -68,6 +68,22 @@ impl Axes {
     }
 }
 
+impl Axes {
+    /// The ranges that show every point of `points` with a margin ([`padded`]), neither
+    /// below zero.
+    pub fn around_nonnegative(points: impl Iterator<Item = (f64, f64)> + Clone) -> Axes {
+        let (x0, x1) = padded(
+            points.clone().map(|p| p.0).fold(f64::INFINITY, f64::min),
+            points.clone().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max),
+        );
+        let (y0, y1) = padded(
+            points.clone().map(|p| p.1).fold(f64::INFINITY, f64::min),
+            points.map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
+        );
+        Axes { x0: x0.max(0.0), x1, y0: y0.max(0.0), y1 }
+    }
+}
+
 /// Opens the SVG document in `out` and draws the title, grid, ticks, frame and axis labels.
 pub fn frame(out: &mut String, a: &Axes, title: &str, xlabel: &str, ylabel: &str) {
     let _ = writeln!(
@@ -145,6 +161,14 @@ pub fn padded(lo: f64, hi: f64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn axes_around_points_show_them_all_and_never_go_below_zero() {
+        let a = Axes::around_nonnegative([(1.0, 10.0), (3.0, 30.0)].into_iter());
+        assert!(a.x0 < 1.0 && a.x1 > 3.0 && a.y0 < 10.0 && a.y1 > 30.0);
+        let b = Axes::around_nonnegative([(0.0, 0.0), (2.0, 5.0)].into_iter());
+        assert_eq!((b.x0, b.y0), (0.0, 0.0));
+    }
 
     #[test]
     fn steps_are_one_two_five() {

@@ -65,16 +65,8 @@ pub fn energy_vs_wait(r: &Report) -> String {
             .collect();
         series.push((s.policy.as_str(), mine, (s.wait_mean_s / 3600.0, s.energy_kwh)));
     }
-    let all = || series.iter().flat_map(|x| x.1.iter().copied().chain(std::iter::once(x.2)));
-    let (x0, x1) = padded(
-        all().map(|p| p.0).fold(f64::INFINITY, f64::min),
-        all().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max),
-    );
-    let (y0, y1) = padded(
-        all().map(|p| p.1).fold(f64::INFINITY, f64::min),
-        all().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
-    );
-    let a = Axes { x0: x0.max(0.0), x1, y0: y0.max(0.0), y1 };
+    let a =
+        Axes::around_nonnegative(series.iter().flat_map(|x| x.1.iter().copied().chain(std::iter::once(x.2))));
     let mut out = String::new();
     frame(
         &mut out,
@@ -117,16 +109,7 @@ fn front_line(out: &mut String, a: &Axes, pts: &[Point], colour: &str) {
 /// (`series`: name, then each setting's (mean wait h, energy kWh)), every point drawn and each
 /// sweep's Pareto front as a line; `title` names the case.
 pub fn frontier(title: &str, series: &[(String, Vec<Point>)]) -> String {
-    let all = || series.iter().flat_map(|x| x.1.iter().copied());
-    let (x0, x1) = padded(
-        all().map(|p| p.0).fold(f64::INFINITY, f64::min),
-        all().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max),
-    );
-    let (y0, y1) = padded(
-        all().map(|p| p.1).fold(f64::INFINITY, f64::min),
-        all().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
-    );
-    let a = Axes { x0: x0.max(0.0), x1, y0: y0.max(0.0), y1 };
+    let a = Axes::around_nonnegative(series.iter().flat_map(|x| x.1.iter().copied()));
     let mut out = String::new();
     frame(&mut out, &a, title, "mean wait from submission (h)", "total energy (kWh)");
     for (i, (name, pts)) in series.iter().enumerate() {
