@@ -41,7 +41,7 @@ fn sandbox<'a>(unit: &'a Unit, program: &str, dir: &Path) -> Sandbox<'a> {
 }
 
 /// Each unit points only to documentation that ships with wattson: man pages that
-/// `cargo run --example gen-docs` writes.
+/// `cargo run -p wattson-docs` writes.
 #[test]
 fn the_units_point_to_the_man_pages() {
     let dir = tempfile::tempdir().unwrap();

@@ -167,7 +167,7 @@ fn main() {
             let s = summarize(&last, &o.jobs, &c).0;
             let cuts = o.jobs.iter().zip(&cut).filter(|(j, b)| **b < j.bound).count();
             row(seed, "wattson, told the future", &s, over(&last));
-            let by = |p: ClusterPolicy| o.report.summaries.iter().find(|x| x.policy == p.name()).unwrap();
+            let by = |p: ClusterPolicy| o.report.summary(p).unwrap();
             let (ps, pd) = (by(ClusterPolicy::SlurmPowersave), by(ClusterPolicy::PowersaveDvfs));
             let yes = |b: bool| if b { "met" } else { "MISSED" };
             println!(

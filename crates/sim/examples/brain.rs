@@ -102,7 +102,7 @@ fn main() {
                     s.transition_kwh,
                 );
             }
-            let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+            let by = |p: ClusterPolicy| o.report.summary(p).unwrap();
             let (w, ps, pd, f) = (
                 by(ClusterPolicy::Wattson),
                 by(ClusterPolicy::SlurmPowersave),

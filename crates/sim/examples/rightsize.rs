@@ -79,7 +79,7 @@ fn main() {
         for seed in 1..=seeds {
             let list = [ClusterPolicy::SlurmPowersave, ClusterPolicy::Wattson];
             let o = wattson_sim::run(&c, &catalog, &trace, trace_name, &list, seed).unwrap();
-            let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+            let by = |p: ClusterPolicy| o.report.summary(p).unwrap();
             let (t, w) = (by(ClusterPolicy::SlurmPowersave), by(ClusterPolicy::Wattson));
             for (i, p) in o.report.sweep.iter().enumerate() {
                 match sweep.get_mut(i) {

@@ -158,6 +158,13 @@ pub struct Report {
     pub knowledge: String,
 }
 
+impl Report {
+    /// The summary of `policy`'s run, if it ran.
+    pub fn summary(&self, policy: ClusterPolicy) -> Option<&Summary> {
+        self.summaries.iter().find(|s| s.policy == policy.name())
+    }
+}
+
 fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

@@ -18,7 +18,7 @@ fn budget_is_never_exceeded_and_beats_the_uniform_cap() {
     let policies = [ClusterPolicy::Wattson, ClusterPolicy::UniformCap];
     let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &policies, 1).unwrap();
     check_conservation(&c, &o);
-    let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    let by = |p: ClusterPolicy| o.report.summary(p).unwrap();
     let (w, u) = (by(ClusterPolicy::Wattson), by(ClusterPolicy::UniformCap));
     for s in [w, u] {
         assert_eq!(s.over_budget_s, 0.0, "{} went above the budget", s.policy);
@@ -50,7 +50,7 @@ fn budget_runs_are_deterministic_and_conserve() {
     assert_eq!(wattson_sim::plot::power_over_time(&a.report), wattson_sim::plot::power_over_time(&b.report));
     check_conservation(&c, &a);
     check_no_double_booking(&c, &a);
-    let by = |p: ClusterPolicy| a.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    let by = |p: ClusterPolicy| a.report.summary(p).unwrap();
     assert_eq!(by(ClusterPolicy::Wattson).over_budget_s, 0.0);
     assert_eq!(by(ClusterPolicy::UniformCap).over_budget_s, 0.0);
     assert!(by(ClusterPolicy::SlurmDefault).over_budget_s > 0.0, "the budget binds on this prefix");

@@ -91,7 +91,7 @@ fn cluster04_under_time_limits_and_one_order() {
         c.groups[0].nodes = nodes;
         let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &refs, 1).unwrap();
         assert_eq!(o.report.knowledge, "time limits");
-        let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+        let by = |p: ClusterPolicy| o.report.summary(p).unwrap();
         let (w, ps, pd, f) = (
             by(ClusterPolicy::Wattson),
             by(ClusterPolicy::SlurmPowersave),

@@ -151,7 +151,7 @@ fn check_no_double_booking(c: &ClusterConfig, o: &Outcome) {
 }
 
 fn check_sanity(o: &Outcome) {
-    let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+    let by = |p: ClusterPolicy| o.report.summary(p).unwrap();
     let floor = by(ClusterPolicy::Floor);
     for s in &o.report.summaries {
         assert!(floor.energy_kwh <= s.energy_kwh * (1.0 + 1e-12), "floor above {}", s.policy);
@@ -462,7 +462,7 @@ fn cluster04_wattson_beats_every_reference_but_the_floor() {
         let mut c = base.clone();
         c.groups[0].nodes = nodes;
         let o = wattson_sim::run(&c, &cat, &t, "cluster04.csv", &wattson_sim::policies::ALL, 1).unwrap();
-        let by = |p: ClusterPolicy| o.report.summaries.iter().find(|s| s.policy == p.name()).unwrap();
+        let by = |p: ClusterPolicy| o.report.summary(p).unwrap();
         let w = by(ClusterPolicy::Wattson);
         // Measured bound violations, recomputed from the job records.
         let run = o.runs.iter().find(|r| r.policy == ClusterPolicy::Wattson).unwrap();
