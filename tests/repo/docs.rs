@@ -32,6 +32,20 @@ fn man_pages_render_and_completions_load() {
     assert!(daemon.contains("--check-config") && daemon.contains("WATTSON_CONFIG"), "{daemon}");
     assert!(render("man1/wattson-power-status.1").contains("--json"));
 
+    // The configuration's page names every table and key, with its default.
+    let config = render("man5/wattson.toml.5");
+    for table in wattson_config::reference::tables() {
+        assert!(config.contains(&format!("[{}]", table.name)), "wattson.toml(5) misses [{}]", table.name);
+        for key in &table.keys {
+            let head = match &key.default {
+                Some(default) => format!("{} = {default}", key.name),
+                None => key.name.clone(),
+            };
+            assert!(config.contains(&head), "wattson.toml(5) misses {head} in [{}]", table.name);
+        }
+    }
+    assert!(config.contains("allowed: 100ms to 1h") && config.contains("one of power-limit, sm-clock"));
+
     // The plugins' page lists every option the SPANK plugin registers.
     let slurm = render("man8/wattson-slurm.8");
     for option in wattson_slurm::hints::OPTIONS {

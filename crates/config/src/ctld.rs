@@ -11,7 +11,7 @@ use wattson_engine::cluster::{NodeCosts, QueueOrder};
 use crate::duration_in;
 
 /// `[ctld]` section: `wattson ctld`'s loop and the node power model it decides with.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CtldConfig {
     /// Power nodes down and up (`false`: leave node power to Slurm and the administrator).
@@ -26,16 +26,20 @@ pub struct CtldConfig {
     pub state_file: PathBuf,
     /// How often Slurm's state is read and the policy asked (1s to 1h).
     #[serde(default = "default_interval", deserialize_with = "interval")]
+    #[schemars(with = "String", extend("x-allowed" = "1s to 1h"))]
     pub interval: Duration,
     /// Longest a Slurm command may take before it is killed (1s to 5m).
     #[serde(default = "default_command_timeout", deserialize_with = "command_timeout")]
+    #[schemars(with = "String", extend("x-allowed" = "1s to 5m"))]
     pub command_timeout: Duration,
     /// Window of the arrival forecast that sizes the warm set (1m to 1d).
     #[serde(default = "default_forecast_window", deserialize_with = "forecast_window")]
+    #[schemars(with = "String", extend("x-allowed" = "1m to 1d"))]
     pub forecast_window: Duration,
     /// The warm set is the fewest idle nodes that the forecast demand within its horizon
     /// outgrows with at most this probability (0.01 to 0.99; lower keeps more nodes on).
     #[serde(default = "default_warm_shortfall", deserialize_with = "warm_shortfall")]
+    #[schemars(extend("x-allowed" = "0.01 to 0.99"))]
     pub warm_shortfall: f64,
     /// The order pending jobs start in: `fifo` leaves Slurm's priorities alone;
     /// `response-ratio` gives each pending job a nice by its rank in the engine's order (wait
@@ -46,11 +50,13 @@ pub struct CtldConfig {
     /// a negative nice (1 to 1,000,000,000): weigh it against priority/multifactor's
     /// `PriorityWeight*`.
     #[serde(default = "default_order_weight", deserialize_with = "order_weight")]
+    #[schemars(extend("x-allowed" = "1 to 1000000000"))]
     pub order_weight: u32,
     /// A pending job makes the running jobs it waits for run at full speed only once it has
     /// waited this many times its own time limit (0 to 100; 0: at once), as the simulator's
     /// `[wattson] raise_after_runs`.
     #[serde(default = "default_raise_after_runs", deserialize_with = "raise_after_runs")]
+    #[schemars(extend("x-allowed" = "0 to 100"))]
     pub raise_after_runs: f64,
     /// The node power model (`[ctld.node]`, the simulator's `[node]`: one type, one set of
     /// defaults).
@@ -59,10 +65,12 @@ pub struct CtldConfig {
     /// Idle draw of one GPU, W; unset: the engine's prior for the GPU type Slurm's `Gres`
     /// names (as the simulator's default).
     #[serde(default, deserialize_with = "gpu_idle_w")]
+    #[schemars(extend("x-allowed" = "0 to 100000"))]
     pub gpu_idle_w: Option<f64>,
     /// How many times a node whose resume failed is powered up again before it is left down
     /// for an administrator (0 to 20).
     #[serde(default = "default_resume_retries", deserialize_with = "resume_retries")]
+    #[schemars(extend("x-allowed" = "0 to 20"))]
     pub resume_retries: u32,
     /// Where the controller's counters are written after every loop, in Prometheus' text
     /// format (for node_exporter's textfile collector); unset: nowhere.
@@ -70,10 +78,12 @@ pub struct CtldConfig {
     pub metrics_file: Option<PathBuf>,
     /// Pause before the first retry; each further one waits twice as long (1s to 1h).
     #[serde(default = "default_resume_retry_pause", deserialize_with = "transition")]
+    #[schemars(with = "String", extend("x-allowed" = "1s to 1h"))]
     pub resume_retry_pause: Duration,
     /// How often the nodes' DVFS measurements are merged (with `[link] sync_models`; 1s to
     /// 1d). The model table is written to `[engine] models_file`, where job_submit reads it.
     #[serde(default = "default_models_sync", deserialize_with = "models_sync")]
+    #[schemars(with = "String", extend("x-allowed" = "1s to 1d"))]
     pub models_sync: Duration,
     /// Where the controller keeps its merge of every node's measurements (so the models of
     /// nodes that are powered down are not lost).
@@ -82,9 +92,11 @@ pub struct CtldConfig {
     /// How long after a job ends its summary waits for a node that does not answer (or has not
     /// closed its record) before it is written without that node (0s to 1d).
     #[serde(default = "default_summary_wait", deserialize_with = "summary_wait")]
+    #[schemars(with = "String", extend("x-allowed" = "0s to 1d"))]
     pub summary_wait: Duration,
     /// Bins of each GPU's power trace in a job's summary (1 to 2000).
     #[serde(default = "default_summary_bins", deserialize_with = "summary_bins")]
+    #[schemars(extend("x-allowed" = "1 to 2000"))]
     pub summary_bins: u32,
 }
 
@@ -115,7 +127,7 @@ impl Default for CtldConfig {
 }
 
 /// `[power]` section: what `wattson power suspend|resume` run for each node.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PowerConfig {
     /// Program and arguments that power a node off; `{node}` is replaced by the node's name.
@@ -127,6 +139,7 @@ pub struct PowerConfig {
     pub resume: Vec<String>,
     /// Longest one action may run before it is killed and counted as failed (1s to 1h).
     #[serde(default = "default_action_timeout", deserialize_with = "transition")]
+    #[schemars(with = "String", extend("x-allowed" = "1s to 1h"))]
     pub timeout: Duration,
     /// File the power programs append a line to for every action (besides the journal).
     #[serde(default)]
@@ -137,8 +150,20 @@ pub struct PowerConfig {
     pub group: Vec<PowerGroup>,
 }
 
+impl Default for PowerConfig {
+    fn default() -> Self {
+        PowerConfig {
+            suspend: Vec::new(),
+            resume: Vec::new(),
+            timeout: default_action_timeout(),
+            log: None,
+            group: Vec::new(),
+        }
+    }
+}
+
 /// `[[power.group]]`: the power actions of a group of nodes.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PowerGroup {
     /// The group's nodes, a Slurm hostlist (`gpu[01-16]`).

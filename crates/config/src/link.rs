@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer};
 use crate::duration_in;
 
 /// `[link]` section, read by wattsond (`listen`) and by `wattson ctld` (the rest).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LinkConfig {
     /// Where wattsond takes the controller's requests, e.g. `"0.0.0.0:6828"`; unset: it takes
@@ -43,6 +43,7 @@ pub struct LinkConfig {
     pub summaries: bool,
     /// Longest the controller waits for one node's answer (100ms to 1m).
     #[serde(default = "default_timeout", deserialize_with = "timeout")]
+    #[schemars(with = "String", extend("x-allowed" = "100ms to 1m"))]
     pub timeout: Duration,
 }
 

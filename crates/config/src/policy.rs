@@ -13,7 +13,7 @@ pub use wattson_engine::decision::{Decision, Enact};
 use wattson_types::job::{EnergyPolicy, Hints, check_slowdown_pct};
 
 /// `[policy]` in `wattson.toml`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SitePolicy {
     /// Policy of jobs that give none.
@@ -24,18 +24,22 @@ pub struct SitePolicy {
     pub perf_users: Vec<String>,
     /// Power limit of `min-energy` jobs, percent of the GPU's maximum (clamped to its minimum).
     #[serde(default = "default_min_energy_pct", deserialize_with = "percent")]
+    #[schemars(extend("x-allowed" = "1 to 100"))]
     pub min_energy_power_pct: u32,
     /// Power limit of `balanced` jobs, percent of the GPU's maximum.
     #[serde(default = "default_balanced_pct", deserialize_with = "percent")]
+    #[schemars(extend("x-allowed" = "1 to 100"))]
     pub balanced_power_pct: u32,
     /// How policies become GPU settings.
     #[serde(default)]
     pub enact: Enact,
     /// Slowdown bound of `min-energy` jobs that give no `--energy-slowdown`, in percent.
     #[serde(default = "default_slowdown_pct", deserialize_with = "slowdown")]
+    #[schemars(extend("x-allowed" = "0 to 1000"))]
     pub slowdown_pct: f64,
     /// Weight of energy in the `balanced` cost `η·E + (1−η)·P_max·T`, in [0, 1].
     #[serde(default = "default_eta", deserialize_with = "eta")]
+    #[schemars(extend("x-allowed" = "0 to 1"))]
     pub balanced_eta: f64,
 }
 

@@ -3,7 +3,8 @@
 //! `man8/` and `completions/` there. `wattson ctld|power|models|sim|summary write` run other
 //! programs, so their pages are those programs' own definitions under `wattson`'s names. The
 //! page for the Slurm plugins (`wattson-slurm(8)`) is written by hand in `docs/man/`, since
-//! Slurm, not clap, parses those options.
+//! Slurm, not clap, parses those options; `wattson.toml(5)` is written from the configuration's
+//! definitions.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,8 @@ use wattson::cli::Cli;
 use wattson_ctld::cli::Cli as CtldCli;
 use wattson_daemon::args::DaemonArgs;
 use wattson_sim::cli::SimArgs;
+
+mod toml_page;
 
 /// The hand-written page for the SPANK options and the job_submit plugin.
 const SLURM_PAGE: &str = include_str!("../../../docs/man/wattson-slurm.8");
@@ -39,6 +42,7 @@ pub fn write_all(dir: &Path) -> io::Result<Vec<PathBuf>> {
         write(&format!("man{section}"), format!("{}.{section}", page.get_name()), &text)?;
     }
     write("man8", "wattson-slurm.8".into(), SLURM_PAGE.as_bytes())?;
+    write("man5", "wattson.toml.5".into(), toml_page::render().as_bytes())?;
     for (mut command, name) in [(wattson, "wattson"), (wattsond, "wattsond")] {
         for (shell, file) in [
             (Shell::Bash, format!("{name}.bash")),

@@ -1,5 +1,5 @@
 //! Writes wattson's man pages and shell completions: `cargo run -p wattson-docs -- <dir>`
-//! (`man1/`, `man8/`, `completions/` under `<dir>`; default `target/docs`).
+//! (`man1/`, `man5/`, `man8/`, `completions/` under `<dir>`; default `target/docs`).
 
 fn main() -> std::process::ExitCode {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "target/docs".to_string());

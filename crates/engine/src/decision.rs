@@ -10,7 +10,7 @@ use wattson_types::job::EnergyPolicy;
 use crate::Objective;
 
 /// How a policy becomes a GPU setting.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Enact {
     /// The DVFS models choose per workload, probing workloads they do not know.

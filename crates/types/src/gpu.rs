@@ -78,6 +78,7 @@ pub enum GpuSetting {
     Ord,
     Serialize,
     Deserialize,
+    schemars::JsonSchema,
     strum::EnumString,
     strum::IntoStaticStr,
 )]

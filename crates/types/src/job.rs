@@ -64,6 +64,7 @@ impl std::fmt::Display for JobKey {
     Hash,
     Serialize,
     Deserialize,
+    schemars::JsonSchema,
     Display,
     EnumString,
     IntoStaticStr,

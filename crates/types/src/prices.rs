@@ -4,22 +4,24 @@
 use serde::Deserialize;
 
 /// `[prices]` in `wattson.toml`: a time-of-use tariff.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PriceSchedule {
     /// Price per kWh for each hour of the day, in UTC, from 00:00 to 23:00 (24 values);
     /// empty means no tariff, so nothing is deferred.
     #[serde(default, deserialize_with = "hourly")]
+    #[schemars(extend("x-allowed" = HOURLY))]
     pub hourly_utc: Vec<f64>,
 }
 
 /// `[carbon]` in `wattson.toml`: the grid's carbon intensity by hour of day.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CarbonIntensity {
     /// Grams of CO2 per kWh for each hour of the day, in UTC, from 00:00 to 23:00 (24 values);
     /// empty means unknown, so reports show no CO2.
     #[serde(default, deserialize_with = "hourly")]
+    #[schemars(extend("x-allowed" = HOURLY))]
     pub hourly_utc: Vec<f64>,
 }
 
@@ -34,11 +36,14 @@ fn hour_of(hourly_utc: &[f64], t_s: i64) -> Option<f64> {
     hourly_utc.get((t_s.rem_euclid(86_400) / 3600) as usize).copied()
 }
 
+/// What `hourly_utc` accepts.
+const HOURLY: &str = "24 values each >= 0, or none";
+
 fn hourly<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
     let values = Vec::<f64>::deserialize(d)?;
-    if values.len() != 24 || values.iter().any(|p| !p.is_finite() || *p < 0.0) {
+    if (!values.is_empty() && values.len() != 24) || values.iter().any(|p| !p.is_finite() || *p < 0.0) {
         return Err(serde::de::Error::custom(format!(
-            "hourly_utc needs 24 values (one per UTC hour, each >= 0), got {}",
+            "hourly_utc needs {HOURLY} (one per UTC hour), got {}",
             values.len()
         )));
     }

@@ -173,20 +173,26 @@ pub struct Running {
 
 /// Power model of one node (everything but the GPUs) and its transitions: the simulator's
 /// `[node]` table and the controller's `[ctld.node]`, one set of defaults ([`Default`]).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeCosts {
     /// Draw of a powered-on node without its GPUs (CPUs, memory, fans, NICs, PSU losses) (W).
+    #[schemars(extend("x-allowed" = "0 to 100000"))]
     pub base_w: f64,
     /// Draw of a powered-off node (BMC) (W).
+    #[schemars(extend("x-allowed" = "0 to 100000"))]
     pub off_w: f64,
     /// Time to shut down (s).
+    #[schemars(extend("x-allowed" = "1 to 3600"))]
     pub shutdown_s: f64,
     /// Average draw while shutting down, GPUs included (W).
+    #[schemars(extend("x-allowed" = "0 to 100000"))]
     pub shutdown_w: f64,
     /// Time to boot until Slurm can start jobs on it (s).
+    #[schemars(extend("x-allowed" = "1 to 3600"))]
     pub boot_s: f64,
     /// Average draw while booting, GPUs included (W).
+    #[schemars(extend("x-allowed" = "0 to 100000"))]
     pub boot_w: f64,
 }
 

@@ -12,7 +12,9 @@ use strum::{EnumString, VariantNames};
 use super::{ClusterPolicy, Queued, TunedPolicy};
 
 /// How the queue is ordered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, VariantNames)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, EnumString, VariantNames,
+)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum QueueOrder {
