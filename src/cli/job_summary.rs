@@ -184,6 +184,14 @@ pub fn render(f: &JobFigures) -> String {
 
 /// Runs `wattson job-summary`.
 pub fn run(config: &Config, args: JobSummaryArgs) -> Result<(), String> {
+    print!("{}", text(config, args.job, args.local)?);
+    Ok(())
+}
+
+/// The summary of `job` as `wattson job-summary` prints it: from Slurm's accounting and this
+/// node, or only this node (`local`).
+pub fn text(config: &Config, job: u32, local: bool) -> Result<String, String> {
+    let args = JobSummaryArgs { job, local };
     let key = JobKey::job(args.job);
     let window = acct::Window { start: None, end: None, states: false };
     let filter = acct::filter_for(std::slice::from_ref(&key), &[], false, window)?;
@@ -204,8 +212,7 @@ pub fn run(config: &Config, args: JobSummaryArgs) -> Result<(), String> {
             .flat_map(|p| p.watts.iter().map(|&w| f64::from(w)))
             .reduce(f64::max)
     });
-    print!("{}", render(&figures(args.job, &cluster.records, peak, config, wattson_types::now_ns())));
-    Ok(())
+    Ok(render(&figures(args.job, &cluster.records, peak, config, wattson_types::now_ns())))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ mod acct;
 mod forward;
 mod job;
 mod job_summary;
+pub mod mail;
 mod report;
 mod status;
 mod summary;

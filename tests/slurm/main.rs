@@ -6,6 +6,7 @@ mod ctld;
 mod ctld_pace;
 mod gpu_freq;
 mod jobstats;
+mod mail;
 mod models_sync;
 mod plugins;
 mod releases;

@@ -8,6 +8,7 @@ pub mod ctld;
 mod engine;
 pub mod link;
 pub mod locate;
+pub mod mail;
 mod paths;
 pub mod policy;
 pub mod reference;
@@ -57,6 +58,9 @@ pub struct Config {
     /// `[link]`: the controller's requests to each node's wattsond.
     #[serde(default)]
     pub link: link::LinkConfig,
+    /// `[mail]`: the energy summary in the mail Slurm sends after a job.
+    #[serde(default)]
+    pub mail: mail::MailConfig,
 }
 
 /// `[daemon]` section.

@@ -1,0 +1,193 @@
+//! `wattson-mail`: Slurm's `MailProg`, which adds the job's energy summary to the mail Slurm
+//! sends when a job ends or fails, and hands every mail on to the site's mailer
+//! (`[mail] program`).
+//!
+//! Slurm runs `MailProg -s SUBJECT RECIPIENT` on the controller for each `--mail-type` event.
+//! The job's summary reaches Slurm's accounting only after the job, when `wattson ctld` has
+//! gathered every node's part, so an end-of-job mail is sent from a detached process that waits
+//! for it (`[mail] wait`) and goes without it when it does not come: Slurm is never held up,
+//! and no mail is lost. Other mails go to the mailer at once, untouched.
+
+use std::io::{Read, Write};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use wattson_config::Config;
+
+/// How often an end-of-job mail looks for the job's summary.
+const POLL: Duration = Duration::from_secs(3);
+/// The most of a mail's body read from Slurm.
+const MAX_BODY: u64 = 64 << 10;
+/// The longest the mailer may take.
+const MAILER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What Slurm said a mail is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailEvent {
+    /// The job.
+    pub job: u32,
+    /// The job has ended (Slurm's `Ended` and `Failed` mails).
+    pub ended: bool,
+}
+
+/// The job and the kind of mail, from Slurm's environment (`SLURM_JOB_ID`,
+/// `SLURM_JOB_MAIL_TYPE`) where it sets them, else from the subject it writes
+/// (`Slurm Job_id=12 Name=x Ended, Run time 00:00:03, COMPLETED, ExitCode 0`).
+pub fn event(args: &[String], job_id: Option<&str>, mail_type: Option<&str>) -> Option<MailEvent> {
+    let subject = args.iter().position(|a| a == "-s").and_then(|i| args.get(i + 1)).map(String::as_str);
+    let from_subject = || {
+        let rest = subject?.split("Job_id=").nth(1)?;
+        rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    };
+    let job = job_id.and_then(|j| j.parse().ok()).or_else(from_subject)?;
+    let ended = match mail_type {
+        Some(kind) => matches!(kind, "Ended" | "Failed"),
+        None => subject.is_some_and(|s| s.contains(" Ended,") || s.contains(" Failed,")),
+    };
+    Some(MailEvent { job, ended })
+}
+
+/// Runs `wattson-mail` with Slurm's arguments.
+pub fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let config = match std::env::var_os("WATTSON_CONFIG") {
+        Some(path) => Config::load(std::path::Path::new(&path)),
+        None => Config::load_or_default(None),
+    };
+    // A bad configuration must not cost the user their mail: the defaults send it.
+    let config = config.unwrap_or_else(|e| {
+        eprintln!("wattson-mail: {e}; mailing with the defaults");
+        Config::default()
+    });
+    let event = event(
+        &args,
+        std::env::var("SLURM_JOB_ID").ok().as_deref(),
+        std::env::var("SLURM_JOB_MAIL_TYPE").ok().as_deref(),
+    );
+    let mut body = Vec::new();
+    let _ = std::io::stdin().take(MAX_BODY).read_to_end(&mut body);
+    if let Some(MailEvent { job, ended: true }) = event {
+        if detach() {
+            return ExitCode::SUCCESS;
+        }
+        body.extend_from_slice(summary_part(&config, job).as_bytes());
+    }
+    match send(&config.mail.program, &args, &body) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wattson-mail: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Forks a detached child that goes on; `true` in the parent, which returns to Slurm at once.
+/// Without a fork the mail is sent from this process.
+fn detach() -> bool {
+    use nix::unistd::{ForkResult, fork, setsid};
+    // SAFETY: no thread has been started yet; the child only goes on with this program.
+    match unsafe { fork() } {
+        Ok(ForkResult::Parent { .. }) => true,
+        Ok(ForkResult::Child) => {
+            let _ = setsid();
+            false
+        }
+        Err(_) => false,
+    }
+}
+
+/// The text added to an end-of-job mail: the job's summary once Slurm's accounting has it, else
+/// why there is none.
+fn summary_part(config: &Config, job: u32) -> String {
+    let deadline = Instant::now() + config.mail.wait;
+    loop {
+        let written = wattson_sacct::comment::from_accounting(job, config.ctld.command_timeout);
+        if let Ok(Some(_)) = written {
+            return match super::job_summary::text(config, job, false) {
+                Ok(text) => format!("\nGPU energy (wattson):\n{text}"),
+                Err(e) => format!("\nwattson: no energy summary: {e}\n"),
+            };
+        }
+        if Instant::now() >= deadline {
+            return format!(
+                "\nwattson: the job's energy summary was not in Slurm's accounting within {}; \
+                 later, `wattson job-summary {job}` shows it.\n",
+                humantime::format_duration(config.mail.wait)
+            );
+        }
+        std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// Hands `body` to the mailer with Slurm's `args`, waiting at most [`MAILER_TIMEOUT`].
+fn send(program: &[String], args: &[String], body: &[u8]) -> Result<(), String> {
+    let (mailer, fixed) = program.split_first().ok_or("no mailer configured")?;
+    let mut child = Command::new(mailer)
+        .args(fixed)
+        .args(args)
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{mailer}: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(body);
+    }
+    let deadline = Instant::now() + MAILER_TIMEOUT;
+    loop {
+        match child.try_wait().map_err(|e| format!("{mailer}: {e}"))? {
+            Some(status) if status.success() => return Ok(()),
+            Some(status) => return Err(format!("{mailer}: {status}")),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{mailer}: still running after {MAILER_TIMEOUT:?}, killed"));
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(subject: &str) -> Vec<String> {
+        vec!["-s".into(), subject.into(), "alice".into()]
+    }
+
+    #[test]
+    fn the_job_and_the_kind_of_mail_from_slurms_environment_or_subject() {
+        let ended = args("Slurm Job_id=12 Name=train Ended, Run time 00:00:03, COMPLETED, ExitCode 0");
+        assert_eq!(event(&ended, None, None), Some(MailEvent { job: 12, ended: true }));
+        let failed = args("Slurm Job_id=7 Name=x Failed, Run time 00:01:00, FAILED, ExitCode 1");
+        assert_eq!(event(&failed, None, None), Some(MailEvent { job: 7, ended: true }));
+        let began = args("Slurm Job_id=12 Name=train Began, Queued time 00:00:01");
+        assert_eq!(event(&began, None, None), Some(MailEvent { job: 12, ended: false }));
+        // The environment wins over the subject.
+        assert_eq!(event(&began, Some("40"), Some("Ended")), Some(MailEvent { job: 40, ended: true }));
+        assert_eq!(event(&ended, Some("40"), Some("Began")), Some(MailEvent { job: 40, ended: false }));
+        // A job named to look like an ended mail does not fool the environment.
+        let tricky = args("Slurm Job_id=5 Name=x Ended, Began, Queued time 00:00:01");
+        assert_eq!(event(&tricky, None, Some("Began")), Some(MailEvent { job: 5, ended: false }));
+        assert_eq!(event(&args("hello"), None, None), None);
+        assert_eq!(event(&[], None, None), None);
+    }
+
+    #[test]
+    fn the_mailer_gets_slurms_arguments_and_the_body_and_its_failure_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("mail.txt");
+        let argv = vec![
+            "/bin/sh".to_string(),
+            "-c".into(),
+            format!("{{ echo \"$@\"; cat; }} > {}", out.display()),
+            "sh".into(),
+        ];
+        send(&argv, &args("subject"), b"body\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "-s subject alice\nbody\n");
+        let e = send(&["/bin/false".to_string()], &args("s"), b"").unwrap_err();
+        assert!(e.contains("/bin/false") && e.contains("exit status: 1"), "{e}");
+        assert!(
+            send(&["/nonexistent/mail".to_string()], &[], b"").unwrap_err().contains("/nonexistent/mail")
+        );
+    }
+}
