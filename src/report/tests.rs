@@ -37,6 +37,7 @@ fn job(id: &str, name: &str, energy_j: f64) -> JobRecord {
         policy: Some(EnergyPolicy::MinEnergy),
         gpus: vec![gpu(0, energy_j, 300, Method::Counter)],
         dvfs: None,
+        node_share: None,
     }
 }
 
