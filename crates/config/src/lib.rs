@@ -5,6 +5,7 @@
 //! to start on it rather than guess.
 
 pub mod ctld;
+pub mod energy;
 pub mod link;
 pub mod locate;
 mod paths;
@@ -57,6 +58,9 @@ pub struct Config {
     /// `[link]`: the controller's requests to each node's wattsond.
     #[serde(default)]
     pub link: link::LinkConfig,
+    /// `[energy]`: what a job's energy in Slurm covers (GPU, GPU+CPU, the node).
+    #[serde(default)]
+    pub energy: energy::EnergyConfig,
 }
 
 /// `[engine]` section: how wattsond measures workloads it does not know, and where it keeps
