@@ -208,7 +208,9 @@ impl Column {
             Column::EnergySaved => (14, false),
             Column::Source => (7, false),
             Column::Scope => (7, false),
-            Column::EnergyRaw | Column::CpuEnergyRaw | Column::DramEnergyRaw | Column::NodeEnergyRaw => (13, false),
+            Column::EnergyRaw | Column::CpuEnergyRaw | Column::DramEnergyRaw | Column::NodeEnergyRaw => {
+                (13, false)
+            }
         }
     }
 

@@ -184,7 +184,12 @@ fn state_is_slurms_where_known_else_the_records() {
 #[test]
 fn each_part_of_the_energy_and_the_scope_are_shown_and_a_part_not_measured_says_so() {
     use wattson_types::scope::{EnergyScope, NodeShare};
-    let share = NodeShare { scope: EnergyScope::GpuCpu, cpu_mj: Some(400_400.0), dram_mj: Some(49_600.0), node_mj: None };
+    let share = NodeShare {
+        scope: EnergyScope::GpuCpu,
+        cpu_mj: Some(400_400.0),
+        dram_mj: Some(49_600.0),
+        node_mj: None,
+    };
     let measured = JobRecord { node_share: Some(share), ..job("7", "train", 1500.0) };
     let node = JobRecord {
         node_share: Some(NodeShare { scope: EnergyScope::Node, ..share }),

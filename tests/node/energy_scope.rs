@@ -35,10 +35,17 @@ fn a_scope_the_node_cannot_measure_is_refused_and_a_part_it_lacks_is_not_availab
     let mut node = Node::h100(1);
     let empty = node.dir.path().join("no-powercap");
     std::fs::create_dir_all(&empty).unwrap();
-    let cpu = node.config_with("cpu.toml", "[policy]", &format!("[energy]\nscope = \"gpu+cpu\"\npowercap = {empty:?}\n[policy]"));
+    let cpu = node.config_with(
+        "cpu.toml",
+        "[policy]",
+        &format!("[energy]\nscope = \"gpu+cpu\"\npowercap = {empty:?}\n[policy]"),
+    );
     let out = node.daemon_refusing(&cpu);
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && said.contains("no RAPL package zone") && said.contains("not available"), "{said}");
+    assert!(
+        !out.status.success() && said.contains("no RAPL package zone") && said.contains("not available"),
+        "{said}"
+    );
     let bmc = node.config_with(
         "node.toml",
         "[policy]",
@@ -97,12 +104,18 @@ fn the_node_scope_integrates_the_bmcs_readings_and_shares_them_between_the_jobs_
     node.end("1");
     let (one, two) = (node.record("1"), node.record("2"));
     let s = |ns: i64| ns as f64 / 1e9;
-    let (solo, together) =
-        (s(two.begin_ns - one.begin_ns) + s(one.end_ns.unwrap() - two.end_ns.unwrap()), s(two.end_ns.unwrap() - two.begin_ns));
+    let (solo, together) = (
+        s(two.begin_ns - one.begin_ns) + s(one.end_ns.unwrap() - two.end_ns.unwrap()),
+        s(two.end_ns.unwrap() - two.begin_ns),
+    );
     let expected = [600.0 * (solo + together / 2.0), 600.0 * together / 2.0];
     for (job, expected) in ["1", "2"].iter().zip(expected) {
         let cells = parts(&node, job);
-        assert_eq!((cells[0].as_str(), cells[2].as_str(), cells[3].as_str()), ("node", "n/a", "n/a"), "{cells:?}");
+        assert_eq!(
+            (cells[0].as_str(), cells[2].as_str(), cells[3].as_str()),
+            ("node", "n/a", "n/a"),
+            "{cells:?}"
+        );
         assert_eq!(cells[4], cells[5], "the scope's energy is the node's share (GPUs in it): {cells:?}");
         let got: f64 = cells[4].parse().unwrap();
         println!("job {job}: node share {got} J, expected {expected:.0} J");

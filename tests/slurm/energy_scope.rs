@@ -97,7 +97,9 @@ fn sacct_and_wattson_acct_give_gpu_plus_cpu_energy_within_a_thousandth_of_the_fa
     d.sim.set_load(0, 0.9).unwrap();
     d.sim.set_load(1, 0.4).unwrap();
     let dir = d.dir.path().display().to_string();
-    let id = lab.sbatch(&["--gres=gpu:1"], &format!("#!/bin/sh\nsleep 10\ntouch {dir}/done-$SLURM_JOB_ID\nsleep 2\n")).unwrap();
+    let id = lab
+        .sbatch(&["--gres=gpu:1"], &format!("#!/bin/sh\nsleep 10\ntouch {dir}/done-$SLURM_JOB_ID\nsleep 2\n"))
+        .unwrap();
     let done = d.dir.path().join(format!("done-{id}"));
     lab.wait_running(id, Duration::from_secs(60));
     // What the SPANK prolog does, by hand: the job's GPU 0 begins on wattsond.
@@ -124,9 +126,8 @@ fn sacct_and_wattson_acct_give_gpu_plus_cpu_energy_within_a_thousandth_of_the_fa
     let dram_j = zones[1].truth_uj as f64 / 1e6;
     let truth_j = gpu_j + cpu_j + dram_j;
 
-    let sacct = || {
-        lab.run_ok("sacct", &["-n", "-P", "-X", "-j", &id.to_string(), "-o", "JobID,ConsumedEnergyRaw"])
-    };
+    let sacct =
+        || lab.run_ok("sacct", &["-n", "-P", "-X", "-j", &id.to_string(), "-o", "JobID,ConsumedEnergyRaw"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let slurm_j: f64 = loop {
         let out = sacct();

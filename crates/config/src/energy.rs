@@ -85,7 +85,9 @@ mod tests {
         assert_eq!(c.energy.scope, EnergyScope::Gpu);
         assert_eq!(c.energy.powercap, PathBuf::from("/sys/class/powercap"));
         assert_eq!(c.energy.ipmi_command[0], "/usr/bin/ipmitool");
-        for (text, scope) in [("gpu", EnergyScope::Gpu), ("gpu+cpu", EnergyScope::GpuCpu), ("node", EnergyScope::Node)] {
+        for (text, scope) in
+            [("gpu", EnergyScope::Gpu), ("gpu+cpu", EnergyScope::GpuCpu), ("node", EnergyScope::Node)]
+        {
             let c = Config::parse(&format!("[energy]\nscope = \"{text}\"\n"), "w.toml").unwrap();
             assert_eq!(c.energy.scope, scope);
         }

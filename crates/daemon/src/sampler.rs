@@ -43,7 +43,10 @@ impl Sampler {
     ) -> (Sampler, SamplerHandle) {
         let metrics = Metrics::new(&node, pool.devices(), job_metrics);
         let (tx, requests) = mpsc::channel(QUEUE);
-        (Sampler { pool, node: None, owner, node_name: node, metrics, requests }, SamplerHandle { requests: tx })
+        (
+            Sampler { pool, node: None, owner, node_name: node, metrics, requests },
+            SamplerHandle { requests: tx },
+        )
     }
 
     /// Also reads the node's meters besides the GPUs at every sample.

@@ -234,7 +234,8 @@ async fn job_energy(services: &Services, job: u32, uid: u32) -> Response {
     }
     // The configured scope's: the GPUs' up to this reading, the rest of the node's up to the
     // last sample.
-    let energy_mj = now.scoped_energy_mj().map_err(|e| Error::new(ErrorCode::Internal, format!("job {job}: {e}")))?;
+    let energy_mj =
+        now.scoped_energy_mj().map_err(|e| Error::new(ErrorCode::Internal, format!("job {job}: {e}")))?;
     Ok(Reply::JobEnergy { job, energy_mj: energy_mj.round() as u64, power_mw })
 }
 

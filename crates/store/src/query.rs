@@ -78,7 +78,21 @@ fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
             .map_err(|e| StoreError::Corrupt(format!("job {key} GPU {index}: meter: {e}")))?;
         gpus.push(JobGpu { index, uuid, name: gname, meter });
     }
-    Ok(JobRecord { key, uid, user, name, node, begin_ns, end_ns, state, hints, policy, gpus, dvfs, node_share })
+    Ok(JobRecord {
+        key,
+        uid,
+        user,
+        name,
+        node,
+        begin_ns,
+        end_ns,
+        state,
+        hints,
+        policy,
+        gpus,
+        dvfs,
+        node_share,
+    })
 }
 
 fn collect(conn: &Connection, sql: &str, params: Vec<Value>) -> Result<Vec<JobRecord>, StoreError> {

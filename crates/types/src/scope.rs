@@ -5,7 +5,16 @@ use serde::{Deserialize, Serialize};
 
 /// `[energy] scope`: which energy wattson gives Slurm as a job's `ConsumedEnergy`.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, strum::EnumString, strum::IntoStaticStr,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
 )]
 pub enum EnergyScope {
     /// The job's GPUs, from their NVML energy counters.
@@ -80,7 +89,8 @@ mod tests {
 
     #[test]
     fn each_scope_sums_its_parts_and_a_missing_part_is_said() {
-        let share = NodeShare { scope: EnergyScope::Gpu, cpu_mj: Some(30.0), dram_mj: Some(5.0), node_mj: None };
+        let share =
+            NodeShare { scope: EnergyScope::Gpu, cpu_mj: Some(30.0), dram_mj: Some(5.0), node_mj: None };
         assert_eq!(share.scoped_mj(100.0), Ok(100.0));
         assert_eq!(NodeShare { scope: EnergyScope::GpuCpu, ..share }.scoped_mj(100.0), Ok(135.0));
         let node = NodeShare { scope: EnergyScope::Node, ..share }.scoped_mj(100.0).unwrap_err();

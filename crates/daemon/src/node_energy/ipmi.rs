@@ -165,6 +165,10 @@ mod tests {
         let started = Instant::now();
         let slow = run(&argv(&["/bin/sleep", "30"]), Duration::from_millis(200)).unwrap_err();
         assert!(slow.contains("killed") && started.elapsed() < Duration::from_secs(5), "{slow}");
-        assert!(run(&argv(&["/nonexistent/ipmitool"]), Duration::from_secs(1)).unwrap_err().contains("cannot run"));
+        assert!(
+            run(&argv(&["/nonexistent/ipmitool"]), Duration::from_secs(1))
+                .unwrap_err()
+                .contains("cannot run")
+        );
     }
 }

@@ -55,7 +55,9 @@ impl NodeMeters {
                     config.powercap.display()
                 ));
             }
-            None => info!(powercap = %config.powercap.display(), "no RAPL zones: CPU and DRAM energy not available"),
+            None => {
+                info!(powercap = %config.powercap.display(), "no RAPL zones: CPU and DRAM energy not available")
+            }
         }
         let ipmi = if config.scope == EnergyScope::Node {
             let meter = ipmi::Ipmi::open(config.ipmi_command.clone(), config.ipmi_timeout, t_ns).map_err(|e| {

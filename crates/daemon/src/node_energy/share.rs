@@ -31,7 +31,9 @@ pub fn charge(prev: &NodeTotals, now: &NodeTotals, running: &mut BTreeMap<JobKey
     for record in running.values_mut() {
         let fraction = ran(record) as f64 / weight;
         let Some(share) = record.node_share.as_mut() else { continue };
-        for (part, delta) in [(&mut share.cpu_mj, cpu), (&mut share.dram_mj, dram), (&mut share.node_mj, node)] {
+        for (part, delta) in
+            [(&mut share.cpu_mj, cpu), (&mut share.dram_mj, dram), (&mut share.node_mj, node)]
+        {
             if let (Some(part), Some(delta)) = (part.as_mut(), delta) {
                 *part += delta * fraction;
             }
