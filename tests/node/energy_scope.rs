@@ -40,6 +40,9 @@ fn a_scope_the_node_cannot_measure_is_refused_and_a_part_it_lacks_is_not_availab
         "[policy]",
         &format!("[energy]\nscope = \"gpu+cpu\"\npowercap = {empty:?}\n[policy]"),
     );
+    let checked = common::check_config(&cpu);
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(!checked.status.success() && said.contains("no RAPL package zone"), "--check-config: {said}");
     let out = node.daemon_refusing(&cpu);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(

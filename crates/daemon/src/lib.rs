@@ -85,15 +85,17 @@ fn admission_limits() -> admission::Limits {
 }
 
 /// Every check the start makes of what the configuration names, creating and changing
-/// nothing: the store's directory and file, the engine's directories and model table. For
-/// `wattsond --check-config` (the configuration's own checks run when it is parsed).
+/// nothing: the store's directory and file, the engine's directories and model table, the
+/// energy scope's meters. For `wattsond --check-config` (the configuration's own checks run
+/// when it is parsed).
 pub fn check_config(config: &Config) -> Result<(), String> {
     let store = &config.daemon.store;
     if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
         safedir::TrustedDir::check(dir, "the store's directory")?;
     }
     files::check_store_file(store)?;
-    safedir::EngineDirs::check(&config.engine)
+    safedir::EngineDirs::check(&config.engine)?;
+    node_energy::NodeMeters::open(&config.energy, wattson_types::now_ns()).map(drop)
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Errors are start-up failures, worded for a person.

@@ -32,7 +32,10 @@ impl Core {
             .iter()
             .filter_map(|k| {
                 let record = self.running.get(k).or_else(|| self.unrecorded_ends.get(k))?;
-                Some((k.clone(), record.node_share?))
+                // A share with no part measured holds nothing to keep but its scope, written
+                // at the begin.
+                let share = record.node_share.filter(|s| s.cpu_mj.or(s.dram_mj).or(s.node_mj).is_some())?;
+                Some((k.clone(), share))
             })
             .collect();
         if shares.is_empty() {
