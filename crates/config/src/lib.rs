@@ -11,11 +11,10 @@ pub mod locate;
 mod paths;
 pub mod policy;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 use wattson_types::gpu::Knob;
