@@ -99,6 +99,7 @@ fn job(i: u64, n: u64, rng: &mut Rng) -> JobRecord {
         policy: Some(policy),
         gpus,
         dvfs: None,
+        node_share: None,
     }
 }
 

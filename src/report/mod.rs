@@ -7,6 +7,7 @@
 //! column keeps its first `width - 1` characters and ends in `+`. (sacct does not truncate
 //! its integer columns; wattson truncates every column the same way.) Empty values print blank.
 
+pub mod parts;
 pub mod plot;
 pub mod time;
 pub mod totals;
@@ -97,6 +98,18 @@ pub enum Column {
     /// wattson summary in Slurm's accounting) or `slurm` (Slurm's own energy figure, for nodes
     /// that gave no summary).
     Source,
+    /// What the job's figure in Slurm covers: `gpu`, `gpu+cpu` or `node` (`[energy] scope`).
+    Scope,
+    /// The energy of that scope, whole J (`n/a` where a part it needs was not measured).
+    EnergyRaw,
+    /// The job's share of the CPU packages' RAPL energy, whole J (`n/a`: not measured).
+    #[strum(serialize = "CPUEnergyRaw")]
+    CpuEnergyRaw,
+    /// The job's share of the DRAM's RAPL energy, whole J (`n/a`: not measured).
+    #[strum(serialize = "DRAMEnergyRaw")]
+    DramEnergyRaw,
+    /// The job's share of the node's energy from its BMC, whole J (`n/a`: not measured).
+    NodeEnergyRaw,
 }
 
 /// Where a row's figures come from.
@@ -194,6 +207,10 @@ impl Column {
             Column::Slowdown => (8, false),
             Column::EnergySaved => (14, false),
             Column::Source => (7, false),
+            Column::Scope => (7, false),
+            Column::EnergyRaw | Column::CpuEnergyRaw | Column::DramEnergyRaw | Column::NodeEnergyRaw => {
+                (13, false)
+            }
         }
     }
 
@@ -503,6 +520,11 @@ where
             })
             .unwrap_or_default(),
         Column::Source => style.source(r).as_str().to_string(),
+        Column::Scope => parts::scope(r).to_string(),
+        Column::EnergyRaw => parts::cell(r, parts::Part::Scoped),
+        Column::CpuEnergyRaw => parts::cell(r, parts::Part::Cpu),
+        Column::DramEnergyRaw => parts::cell(r, parts::Part::Dram),
+        Column::NodeEnergyRaw => parts::cell(r, parts::Part::Node),
     }
 }
 
@@ -565,6 +587,7 @@ fn job_json(r: &JobRecord, style: &Style, now_ns: i64) -> Value {
         "hints": r.hints,
         "dvfs": r.dvfs,
         "gpus": gpus,
+        "energy_parts": parts::json_fields(r),
     })
 }
 

@@ -37,6 +37,7 @@ fn job(id: &str, name: &str, energy_j: f64) -> JobRecord {
         policy: Some(EnergyPolicy::MinEnergy),
         gpus: vec![gpu(0, energy_j, 300, Method::Counter)],
         dvfs: None,
+        node_share: None,
     }
 }
 
@@ -132,7 +133,8 @@ fn bad_column_list_names_the_field_and_lists_all() {
         err,
         "unknown field \"Bogus\"; allowed fields: JobID, JobName, User, UID, NodeList, NGPUs, GPUs, Start, End, \
          Elapsed, State, GPUEnergy, GPUEnergyRaw, AvgGPUPower, PeakGPUPower, AvgSMClock, GPUUtil, Method, Events, \
-         Policy, Tag, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source"
+         Policy, Tag, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source, Scope, EnergyRaw, \
+         CPUEnergyRaw, DRAMEnergyRaw, NodeEnergyRaw"
     );
     assert!(Column::parse_list("").is_err());
     assert_eq!(cols(" jobid , gpuutil "), [Column::JobId, Column::GpuUtil]);
@@ -177,4 +179,35 @@ fn state_is_slurms_where_known_else_the_records() {
         json.contains("\"state\": \"TIMEOUT\"") && json.contains("\"record_state\": \"COMPLETED\""),
         "{json}"
     );
+}
+
+#[test]
+fn each_part_of_the_energy_and_the_scope_are_shown_and_a_part_not_measured_says_so() {
+    use wattson_types::scope::{EnergyScope, NodeShare};
+    let share = NodeShare {
+        scope: EnergyScope::GpuCpu,
+        cpu_mj: Some(400_400.0),
+        dram_mj: Some(49_600.0),
+        node_mj: None,
+    };
+    let measured = JobRecord { node_share: Some(share), ..job("7", "train", 1500.0) };
+    let node = JobRecord {
+        node_share: Some(NodeShare { scope: EnergyScope::Node, ..share }),
+        ..job("8", "train", 1500.0)
+    };
+    let old = job("9", "train", 1500.0);
+    let c = cols("JobID,Scope,GPUEnergyRaw,CPUEnergyRaw,DRAMEnergyRaw,NodeEnergyRaw,EnergyRaw");
+    assert_eq!(
+        render_in(&[measured.clone(), node, old], &c, Format::Parsable2, 0, &Utc),
+        "JobID|Scope|GPUEnergyRaw|CPUEnergyRaw|DRAMEnergyRaw|NodeEnergyRaw|EnergyRaw\n\
+         7|gpu+cpu|1500|400|50|n/a|1950\n\
+         8|node|1500|400|50|n/a|n/a\n\
+         9|gpu|1500|n/a|n/a|n/a|1500\n"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&render_in(&[measured], &c, Format::Json, 0, &Utc)).unwrap();
+    let parts = &json["jobs"][0]["energy_parts"];
+    assert_eq!(parts["scope"], "gpu+cpu");
+    assert_eq!((parts["cpu_energy_j"].as_f64(), parts["node_energy_j"].as_f64()), (Some(400.4), None));
+    assert!((parts["scope_energy_j"].as_f64().unwrap() - 1950.0).abs() < 1e-6, "{parts}");
 }

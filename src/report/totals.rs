@@ -160,6 +160,7 @@ mod tests {
             policy: None,
             gpus: Vec::new(),
             dvfs: None,
+            node_share: None,
         }
     }
 

@@ -5,6 +5,7 @@ mod accounting;
 mod config_lookup;
 mod dashboard;
 mod dvfs;
+mod energy_scope;
 mod faults;
 mod flood;
 mod fuzz;

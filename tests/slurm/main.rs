@@ -4,6 +4,7 @@
 mod acct_flags;
 mod ctld;
 mod ctld_pace;
+mod energy_scope;
 mod gpu_freq;
 mod jobstats;
 mod mail;

@@ -5,6 +5,7 @@
 //! to start on it rather than guess.
 
 pub mod ctld;
+pub mod energy;
 mod engine;
 pub mod link;
 pub mod locate;
@@ -58,6 +59,9 @@ pub struct Config {
     /// `[link]`: the controller's requests to each node's wattsond.
     #[serde(default)]
     pub link: link::LinkConfig,
+    /// `[energy]`: what a job's energy in Slurm covers (GPU, GPU+CPU, the node).
+    #[serde(default)]
+    pub energy: energy::EnergyConfig,
     /// `[mail]`: the energy summary in the mail Slurm sends after a job.
     #[serde(default)]
     pub mail: mail::MailConfig,

@@ -6,6 +6,8 @@
 //! each with a deadline). Every job-boundary change is committed to the store before the caller
 //! is answered; every sample persists the running meters, so a restart resumes them.
 
+mod node;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -54,6 +56,10 @@ pub struct Core {
     prober: Prober,
     /// Jobs the controller holds at full speed while a queue waits (by job id).
     full_pace: BTreeSet<u32>,
+    /// A new job's share of the node's energy (`None`: the node's energy is not measured).
+    node_share: Option<wattson_types::scope::NodeShare>,
+    /// The node's meters at the last sample.
+    last_node: Option<crate::node_energy::NodeTotals>,
 }
 
 impl Core {
@@ -93,6 +99,8 @@ impl Core {
             unrecorded_ends: BTreeMap::new(),
             prober: Prober::new(config.engine.clone(), dirs),
             full_pace: BTreeSet::new(),
+            node_share: None,
+            last_node: None,
         };
         core.restores_pending = core.restore_orphans();
         let running = &core.running;
@@ -224,6 +232,7 @@ impl Core {
             policy: None,
             gpus,
             dvfs: None,
+            node_share: self.node_share,
         };
         // Recorded with the start: the policy that runs, which may differ from the one asked.
         let decision = self.decision_of(&record);
@@ -233,6 +242,10 @@ impl Core {
         })?;
         info!(job = %record.key, uid = record.uid, account = account.as_deref().unwrap_or(""), gpus = ?indices, "job began");
         let already_running = matches!(outcome, BeginOutcome::AlreadyRunning);
+        if !already_running && let Some(share) = record.node_share {
+            // Until the first sample writes it again; a failure here is retried there.
+            let _ = self.store.save_node_shares(&[(record.key.clone(), share)]);
+        }
         // Settings belong to the whole job; its steps run on them.
         let settings = if !record.key.step.is_empty() || (decision.by_model() && already_running) {
             enforce::journaled(&self.store, &JobKey::job(record.key.job_id))
@@ -401,6 +414,7 @@ impl Core {
     /// Writes the end of `key` (an entry of `unrecorded_ends`) to the store. On failure the
     /// entry stays, to be written at the next sample.
     fn record_end(&mut self, key: &JobKey) -> Result<Reply, Error> {
+        self.save_node_shares(std::slice::from_ref(key));
         let record = &self.unrecorded_ends[key];
         let end_ns = record.end_ns.unwrap_or_default();
         match self.store.end_job(key, end_ns, &record.gpus) {

@@ -13,6 +13,7 @@ pub mod gpu_pool;
 mod identity;
 pub mod link;
 pub mod metrics;
+pub mod node_energy;
 pub mod owner;
 pub mod reader;
 pub mod safedir;
@@ -84,15 +85,17 @@ fn admission_limits() -> admission::Limits {
 }
 
 /// Every check the start makes of what the configuration names, creating and changing
-/// nothing: the store's directory and file, the engine's directories and model table. For
-/// `wattsond --check-config` (the configuration's own checks run when it is parsed).
+/// nothing: the store's directory and file, the engine's directories and model table, the
+/// energy scope's meters. For `wattsond --check-config` (the configuration's own checks run
+/// when it is parsed).
 pub fn check_config(config: &Config) -> Result<(), String> {
     let store = &config.daemon.store;
     if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
         safedir::TrustedDir::check(dir, "the store's directory")?;
     }
     files::check_store_file(store)?;
-    safedir::EngineDirs::check(&config.engine)
+    safedir::EngineDirs::check(&config.engine)?;
+    node_energy::NodeMeters::open(&config.energy, wattson_types::now_ns()).map(drop)
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Errors are start-up failures, worded for a person.
@@ -109,6 +112,12 @@ pub async fn run(config: Config) -> Result<(), String> {
     files::check_store_file(store_path)?;
     // Held until the process ends: one daemon per store, taken before anything is touched.
     let _lock = files::lock_store(store_path)?;
+    // A scope whose part this node lacks is refused before anything is touched.
+    let energy = config.energy.clone();
+    let node_meters =
+        tokio::task::spawn_blocking(move || node_energy::NodeMeters::open(&energy, wattson_types::now_ns()))
+            .await
+            .map_err(|e| e.to_string())??;
     let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
     info!(gpus = backend.devices().len(), driver = ?backend.driver_version(), "GPUs found");
     let pool = Arc::new(GpuPool::new(Arc::new(backend), GPU_DEADLINE));
@@ -129,10 +138,12 @@ pub async fn run(config: Config) -> Result<(), String> {
         }
     };
     let node = config.node_name();
-    let core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config, dirs)?;
+    let mut core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config, dirs)?;
+    core.measure_node(node_meters.empty_share());
     let owner = Owner::spawn(core);
     let reader = Reader::spawn(store_path, owner.clone(), node.clone())?;
-    let (mut sampler, sampler_handle) = Sampler::new(pool.clone(), owner.clone(), node, config.metrics.jobs);
+    let (sampler, sampler_handle) = Sampler::new(pool.clone(), owner.clone(), node, config.metrics.jobs);
+    let mut sampler = sampler.with_node_meters(node_meters);
     let (access, unknown) = Access::resolve(&config.daemon.slurm_user, &config.daemon.admins);
     for name in unknown {
         warn!(user = %name, "configured user does not exist on this node; ignored");

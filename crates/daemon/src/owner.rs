@@ -28,6 +28,7 @@ enum Command {
     Models(oneshot::Sender<Result<Reply, Error>>),
     MergeModels(Vec<Measurements>, oneshot::Sender<Result<Reply, Error>>),
     Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
+    NodeEnergy(crate::node_energy::NodeTotals, oneshot::Sender<()>),
     Shutdown(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<()>),
 }
 
@@ -93,6 +94,11 @@ impl Owner {
         self.ask(|tx| Command::Sample(readings, tx)).await
     }
 
+    /// Shares one reading of the node's meters besides the GPUs among the running jobs.
+    pub async fn node_energy(&self, totals: crate::node_energy::NodeTotals) -> Result<(), Error> {
+        self.ask(|tx| Command::NodeEnergy(totals, tx)).await
+    }
+
     /// Persists the meters one last time, restores orphaned GPUs, and stops the owner.
     pub async fn shutdown(&self, readings: Vec<Result<GpuReading, GpuError>>) {
         let _ = self.ask(|tx| Command::Shutdown(readings, tx)).await;
@@ -146,6 +152,11 @@ fn run(mut core: Core, inbox: Receiver<Command>, publish: watch::Sender<Running>
             }
             Command::Sample(readings, reply) => {
                 let _ = reply.send(core.sample(readings));
+                false
+            }
+            Command::NodeEnergy(totals, reply) => {
+                core.charge_node(totals);
+                let _ = reply.send(());
                 false
             }
             Command::Shutdown(readings, reply) => {

@@ -208,8 +208,9 @@ async fn confirm_idle(services: &Services) -> Response {
     Ok(Reply::Idle { node })
 }
 
-/// A running job's GPU energy up to a reading taken for this request (Slurm's energy plugin
-/// asks at each of its polls): the job's meters advanced on a copy, so the record is untouched.
+/// A running job's energy in its scope (`[energy] scope`) up to a reading taken for this
+/// request (Slurm's energy plugin asks at each of its polls): the job's meters advanced on a
+/// copy, so the record is untouched.
 async fn job_energy(services: &Services, job: u32, uid: u32) -> Response {
     let key = JobKey::job(job);
     let running = services.owner.running();
@@ -231,7 +232,11 @@ async fn job_energy(services: &Services, job: u32, uid: u32) -> Response {
             used.meter.advance(reading);
         }
     }
-    Ok(Reply::JobEnergy { job, energy_mj: now.energy_mj().round() as u64, power_mw })
+    // The configured scope's: the GPUs' up to this reading, the rest of the node's up to the
+    // last sample.
+    let energy_mj =
+        now.scoped_energy_mj().map_err(|e| Error::new(ErrorCode::Internal, format!("job {job}: {e}")))?;
+    Ok(Reply::JobEnergy { job, energy_mj: energy_mj.round() as u64, power_mw })
 }
 
 /// What a user may see of the node's status, as Slurm shows other users' jobs to nobody: the

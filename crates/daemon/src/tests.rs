@@ -350,3 +350,35 @@ fn check_config_makes_the_starts_checks_and_creates_nothing() {
     let err = crate::check_config(&config(&store, &passwd)).unwrap_err();
     assert!(err.contains("engine.models_file") && err.contains("not a wattson model table"), "{err}");
 }
+
+#[test]
+fn a_jobs_node_share_survives_a_restart_and_is_in_its_final_record() {
+    use crate::node_energy::NodeTotals;
+    use wattson_types::scope::{EnergyScope, NodeShare};
+    let f = Fixture::new("share", 1);
+    let empty = NodeShare { scope: EnergyScope::GpuCpu, cpu_mj: Some(0.0), dram_mj: None, node_mj: None };
+    let totals =
+        |cpu_mj: f64| NodeTotals { t_ns: f.clock.wall_ns(), cpu_mj: Some(cpu_mj), ..NodeTotals::default() };
+    {
+        let mut core = f.core();
+        core.measure_node(empty);
+        core.begin(begin(8, &[0])).unwrap();
+        core.charge_node(totals(0.0));
+        f.clock.advance(Duration::from_secs(2));
+        core.charge_node(totals(1000.0));
+    } // The daemon dies here: no end, no clean shutdown.
+    f.clock.advance(Duration::from_secs(4));
+    let mut core = f.core();
+    core.measure_node(empty);
+    // A new daemon's meters count from zero again: its first reading only marks the start.
+    core.charge_node(totals(0.0));
+    f.clock.advance(Duration::from_secs(1));
+    core.charge_node(totals(600.0));
+    let record = ended(core.end(&JobKey::job(8)).unwrap());
+    assert_eq!(
+        record.node_share,
+        Some(NodeShare { cpu_mj: Some(1600.0), ..empty }),
+        "kept through the restart"
+    );
+    assert_eq!(record.scoped_energy_mj(), Ok(record.energy_mj() + 1600.0));
+}

@@ -11,6 +11,7 @@
 //! can still open the file while the daemon is stopped.
 
 mod models;
+mod node_share;
 mod quarantine;
 pub use quarantine::Quarantined;
 mod query;
@@ -420,6 +421,9 @@ impl Store {
                 rec.policy.map(<&str>::from)
             ])?;
             let id = tx.last_insert_rowid();
+            if let Some(share) = &rec.node_share {
+                node_share::write(&tx, id, share)?;
+            }
             for gpu in &rec.gpus {
                 upsert_gpu(&tx, id, gpu)?;
             }

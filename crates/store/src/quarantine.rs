@@ -128,7 +128,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let mut store = Store::open(&path).unwrap();
-        assert_eq!(crate::schema::version(&store.conn).unwrap(), 8);
+        assert_eq!(crate::schema::version(&store.conn).unwrap(), crate::schema::SCHEMA_VERSION);
         assert_eq!(store.quarantined().unwrap(), 0);
         let (records, quarantined) = store.running_jobs_or_quarantine(1).unwrap();
         assert_eq!((records.len(), quarantined.len()), (1, 0));

@@ -10,7 +10,7 @@ use wattson_types::job::{EnergyPolicy, Hints, JobDvfs, JobGpu, JobKey, JobRecord
 pub use wattson_types::query::AcctQuery;
 
 const JOB_COLS: &str =
-    "id, job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs, policy";
+    "id, job_id, step, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs, policy, node_share";
 
 /// Result order: begin time, job id, the job before its steps, numeric steps by number.
 const ORDER: &str = " ORDER BY begin_ns, job_id, step <> '', \
@@ -30,6 +30,7 @@ type RawJob = (
     String,
     Option<String>,
     Option<String>,
+    Option<String>,
 );
 
 fn raw_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
@@ -46,11 +47,12 @@ fn raw_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
         r.get(10)?,
         r.get(11)?,
         r.get(12)?,
+        r.get(13)?,
     ))
 }
 
 fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
-    let (id, key, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs, policy) = raw;
+    let (id, key, uid, user, name, node, begin_ns, end_ns, state, hints, dvfs, policy, node_share) = raw;
     let state: JobState =
         state.parse().map_err(|_| StoreError::Corrupt(format!("job {key}: unknown state {state:?}")))?;
     let hints: Hints =
@@ -62,6 +64,7 @@ fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
         .map(|text| serde_json::from_str(&text))
         .transpose()
         .map_err(|e| StoreError::Corrupt(format!("job {key}: dvfs: {e}")))?;
+    let node_share = crate::node_share::decode(&key, node_share)?;
     let mut stmt = conn.prepare_cached(
         "SELECT gpu_index, uuid, name, meter FROM job_gpus WHERE job = ?1 ORDER BY gpu_index",
     )?;
@@ -75,7 +78,21 @@ fn finish(conn: &Connection, raw: RawJob) -> Result<JobRecord, StoreError> {
             .map_err(|e| StoreError::Corrupt(format!("job {key} GPU {index}: meter: {e}")))?;
         gpus.push(JobGpu { index, uuid, name: gname, meter });
     }
-    Ok(JobRecord { key, uid, user, name, node, begin_ns, end_ns, state, hints, policy, gpus, dvfs })
+    Ok(JobRecord {
+        key,
+        uid,
+        user,
+        name,
+        node,
+        begin_ns,
+        end_ns,
+        state,
+        hints,
+        policy,
+        gpus,
+        dvfs,
+        node_share,
+    })
 }
 
 fn collect(conn: &Connection, sql: &str, params: Vec<Value>) -> Result<Vec<JobRecord>, StoreError> {

@@ -71,6 +71,7 @@ mod tests {
             policy: None,
             gpus: vec![gpu(0), gpu(1), gpu(2)],
             dvfs: None,
+            node_share: None,
         };
         store.begin_job(&record).unwrap();
         store.move_running_gpus(&record.key, &[(0, 1), (1, 0)]).unwrap();

@@ -150,6 +150,11 @@ pub const MIGRATIONS: &[&str] = &[
         record         TEXT    NOT NULL
     );
     ",
+    // v9: each job's share of the node's CPU, DRAM and whole-node energy, with the scope of
+    // its figure in Slurm (JSON; NULL in earlier records and where nothing was measured).
+    "
+    ALTER TABLE jobs ADD COLUMN node_share TEXT;
+    ",
 ];
 
 /// The schema version this binary writes and understands.

@@ -43,6 +43,7 @@ fn rec(job_id: u32, step: &str, uid: u32, begin_s: i64, gpus: &[u32]) -> JobReco
         policy: Some(EnergyPolicy::Balanced),
         gpus: gpus.iter().map(|&i| gpu(i, begin_s * S, 1000)).collect(),
         dvfs: None,
+        node_share: None,
     }
 }
 
@@ -516,4 +517,25 @@ fn a_merge_takes_only_newer_workloads_and_a_drop_travels_as_a_mark() {
     let b_clocks = store.model(&owner, "NVIDIA H100 80GB HBM3", "b", Progress::File, Knob::SmClock).unwrap();
     assert_eq!(b_clocks, Some(clocks));
     assert_eq!(get(&store, "b").updated_ns, 10);
+}
+
+#[test]
+fn a_jobs_node_share_is_kept_while_it_runs_after_it_ends_and_in_imports() {
+    use wattson_types::scope::{EnergyScope, NodeShare};
+    let dir = tempfile::tempdir().unwrap();
+    let mut st = Store::open(&dir.path().join("w.db")).unwrap();
+    let r = rec(42, "", 1000, 100, &[0]);
+    st.begin_job(&r).unwrap();
+    assert_eq!(st.running_jobs().unwrap()[0].node_share, None, "nothing measured yet");
+    let share = NodeShare { scope: EnergyScope::GpuCpu, cpu_mj: Some(1500.5), dram_mj: None, node_mj: None };
+    let stale = JobKey::job(7);
+    st.save_node_shares(&[(r.key.clone(), share), (stale, share)]).unwrap();
+    assert_eq!(st.running_jobs().unwrap()[0].node_share, Some(share));
+    let done = st.end_job(&r.key, 200 * S, &r.gpus).unwrap();
+    assert_eq!(done.node_share, Some(share));
+    assert_eq!(done.scoped_energy_mj(), Ok(done.energy_mj() + 1500.5));
+    let copy = JobRecord { key: JobKey::job(43), ..done.clone() };
+    st.import([copy]).unwrap();
+    let got = st.query(&AcctQuery { jobs: vec![JobKey::job(43)], ..AcctQuery::default() }).unwrap();
+    assert_eq!(got[0].node_share, Some(share));
 }

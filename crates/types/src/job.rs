@@ -243,6 +243,10 @@ pub struct JobRecord {
     /// What the DVFS models did for the job, when they chose its setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dvfs: Option<Box<JobDvfs>>,
+    /// The job's share of the node's CPU, DRAM and whole-node energy, and the scope of its
+    /// figure in Slurm; `None` in records written before they were measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_share: Option<crate::scope::NodeShare>,
 }
 
 /// How a job's throughput was measured while the models chose its setting.
@@ -317,6 +321,15 @@ impl JobRecord {
     /// Total GPU energy in joules.
     pub fn energy_j(&self) -> f64 {
         self.energy_mj() / 1000.0
+    }
+
+    /// The energy of the scope the job was metered under, mJ ([`crate::scope::NodeShare::scoped_mj`];
+    /// the GPUs' for a record without a share).
+    pub fn scoped_energy_mj(&self) -> Result<f64, crate::scope::Unavailable> {
+        match &self.node_share {
+            Some(share) => share.scoped_mj(self.energy_mj()),
+            None => Ok(self.energy_mj()),
+        }
     }
 
     /// The method that measured the job: `counter` only if every GPU was metered by its counter.

@@ -3,7 +3,8 @@
 //! `wattson_slurm::energy`.
 //!
 //! In slurmd it reports the node's GPU energy and power (`scontrol show node`: CurrentWatts,
-//! AveWatts); in each slurmstepd its job's GPU energy on the node as wattsond meters it, so
+//! AveWatts); in each slurmstepd its job's energy on the node as wattsond meters it, in the
+//! scope `[energy] scope` sets (GPU; GPU plus its share of CPU and DRAM; its share of the node), so
 //! `sstat` shows it growing and `sacct` shows the job's total (the extern step's, with
 //! `PrologFlags=Contain`). Loaded in slurmctld too, where it does nothing. wattsond's config
 //! path comes from `WATTSON_CONFIG` in slurmd's environment, else `/etc/wattson/wattson.toml`.

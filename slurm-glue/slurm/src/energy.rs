@@ -1,8 +1,8 @@
 //! What the `acct_gather_energy/wattson` plugin does, apart from the FFI: in slurmd, the node's
-//! GPU energy (its GPUs' counters, summed); in each slurmstepd, the job's GPU energy as wattsond
-//! meters it, counted from the job's begin for the extern step (which spans the allocation, so
-//! Slurm's job row gets the job's whole GPU energy) and from the step's first poll for the
-//! others. Every call is bounded by [`POLL_TIMEOUT`]; a wattsond that lets a poll time out is
+//! GPU energy (its GPUs' counters, summed); in each slurmstepd, the job's energy as wattsond
+//! meters it in the configured scope (`[energy] scope`: wattsond answers in it), counted from
+//! the job's begin for the extern step (which spans the allocation, so Slurm's job row gets the
+//! job's whole energy) and from the step's first poll for the others. Every call is bounded by [`POLL_TIMEOUT`]; a wattsond that lets a poll time out is
 //! left alone for [`RETRY_AFTER`] (one that is simply down fails at once and is asked again at
 //! the next poll, so a restart loses no step's final figures). Figures never go backwards and
 //! stay where they were while wattsond cannot answer.
@@ -61,7 +61,8 @@ impl Process {
     }
 }
 
-/// What wattsond says at one poll: energy (mJ, cumulative) and power now (mW).
+/// What wattsond says at one poll: energy (mJ, cumulative; a job's in its scope) and its GPUs'
+/// power now (mW).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reading {
     /// Cumulative energy: a job's since its begin, or the node's GPU counters summed.

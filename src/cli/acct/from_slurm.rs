@@ -155,6 +155,7 @@ fn records_of(rows: impl Iterator<Item = Row>) -> Cluster {
             policy: None,
             gpus: Vec::new(),
             dvfs: None,
+            node_share: None,
         };
         let energy = row.energy_j.map(|e| (e - covered_j).max(0.0));
         cluster.sources.insert((record.node.clone(), record.key.to_string()), Source::Slurm(energy));
@@ -184,6 +185,7 @@ mod tests {
             policy: None,
             gpus: Vec::new(),
             dvfs: None,
+            node_share: None,
         };
         let summary = JobSummary {
             job: 7,

@@ -36,6 +36,7 @@ fn record(key: &str) -> JobRecord {
             energy_saved_j: Some(360_000.0),
             ..JobDvfs::default()
         })),
+        node_share: None,
     }
 }
 

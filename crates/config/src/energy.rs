@@ -1,0 +1,104 @@
+//! `[energy]`: what a job's energy figure in Slurm covers, and where the node's CPU, DRAM and
+//! whole-node energy are read.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+pub use wattson_types::scope::EnergyScope;
+
+use crate::duration_in;
+
+/// `[energy]` section, read by wattsond.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnergyConfig {
+    /// The energy Slurm gets as a job's `ConsumedEnergy`: `gpu`, `gpu+cpu` or `node`.
+    #[serde(default, deserialize_with = "scope")]
+    pub scope: EnergyScope,
+    /// Linux powercap's directory, where the RAPL zones (`intel-rapl:N`) are read.
+    #[serde(default = "default_powercap")]
+    pub powercap: PathBuf,
+    /// The command that prints the BMC's DCMI power reading (an argv, the program an absolute
+    /// path; never a shell), run at every sample with `scope = "node"`.
+    #[serde(default = "default_ipmi_command", deserialize_with = "ipmi_command")]
+    pub ipmi_command: Vec<String>,
+    /// Longest one run of `ipmi_command` may take before it is killed (100ms to 30s).
+    #[serde(default = "default_ipmi_timeout", deserialize_with = "ipmi_timeout")]
+    #[schemars(with = "String", extend("x-allowed" = "100ms to 30s"))]
+    pub ipmi_timeout: Duration,
+}
+
+impl Default for EnergyConfig {
+    fn default() -> EnergyConfig {
+        EnergyConfig {
+            scope: EnergyScope::default(),
+            powercap: default_powercap(),
+            ipmi_command: default_ipmi_command(),
+            ipmi_timeout: default_ipmi_timeout(),
+        }
+    }
+}
+
+fn default_powercap() -> PathBuf {
+    PathBuf::from("/sys/class/powercap")
+}
+fn default_ipmi_command() -> Vec<String> {
+    ["/usr/bin/ipmitool", "dcmi", "power", "reading"].map(String::from).to_vec()
+}
+fn default_ipmi_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+
+fn scope<'de, D: Deserializer<'de>>(d: D) -> Result<EnergyScope, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "energy scope {text:?} is not one of \"gpu\", \"gpu+cpu\", \"node\""
+        ))
+    })
+}
+
+fn ipmi_command<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let argv = Vec::<String>::deserialize(d)?;
+    match argv.first() {
+        Some(program) if program.starts_with('/') => Ok(argv),
+        Some(program) => Err(serde::de::Error::custom(format!(
+            "ipmi_command: the program {program:?} must be an absolute path"
+        ))),
+        None => Err(serde::de::Error::custom("ipmi_command must name a program")),
+    }
+}
+
+fn ipmi_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::from_millis(100), Duration::from_secs(30))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Config;
+
+    use super::*;
+
+    #[test]
+    fn the_scope_is_gpu_unless_set_and_a_bad_one_says_what_is_allowed() {
+        let c = Config::parse("", "w.toml").unwrap();
+        assert_eq!(c.energy.scope, EnergyScope::Gpu);
+        assert_eq!(c.energy.powercap, PathBuf::from("/sys/class/powercap"));
+        assert_eq!(c.energy.ipmi_command[0], "/usr/bin/ipmitool");
+        for (text, scope) in
+            [("gpu", EnergyScope::Gpu), ("gpu+cpu", EnergyScope::GpuCpu), ("node", EnergyScope::Node)]
+        {
+            let c = Config::parse(&format!("[energy]\nscope = \"{text}\"\n"), "w.toml").unwrap();
+            assert_eq!(c.energy.scope, scope);
+        }
+        let e = Config::parse("[energy]\nscope = \"cpu\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: ") && e.contains("\"gpu\", \"gpu+cpu\", \"node\""), "{e}");
+        let e = Config::parse("[energy]\nipmi_command = [\"ipmitool\"]\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: ") && e.contains("absolute path"), "{e}");
+        let e = Config::parse("[energy]\nipmi_timeout = \"1m\"\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("allowed 100ms to 30s"), "{e}");
+        let e = Config::parse("[energy]\nscop = \"gpu\"\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("scope"), "{e}");
+    }
+}

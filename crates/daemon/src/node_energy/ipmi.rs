@@ -1,0 +1,174 @@
+//! The whole node's power from the BMC: `ipmitool dcmi power reading` (or the configured
+//! command), run with a deadline at each sample, its instantaneous reading integrated over
+//! the daemon's sampling.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Most output read from one run of the command.
+const MAX_OUTPUT: u64 = 64 * 1024;
+
+/// The instantaneous power in a DCMI power reading, W. A reading whose state is not
+/// `activated` (the BMC measures nothing) is an error, as is one without the line.
+pub fn parse(text: &str) -> Result<f64, String> {
+    let field = |label: &str| {
+        text.lines().find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            (key.trim().eq_ignore_ascii_case(label)).then(|| value.trim().to_string())
+        })
+    };
+    if let Some(state) = field("Power reading state is")
+        && !state.eq_ignore_ascii_case("activated")
+    {
+        return Err(format!("the BMC's power reading is {state}"));
+    }
+    let value = field("Instantaneous power reading").ok_or("no instantaneous power reading in the output")?;
+    let watts = value
+        .strip_suffix("Watts")
+        .map(str::trim)
+        .and_then(|n| n.parse::<f64>().ok())
+        .filter(|w| w.is_finite() && *w >= 0.0)
+        .ok_or_else(|| format!("unreadable power reading {value:?}"))?;
+    Ok(watts)
+}
+
+/// Runs `argv` with nothing on its input; its output if it exits with 0 within `timeout`,
+/// else why not (a command past its deadline is killed).
+pub fn run(argv: &[String], timeout: Duration) -> Result<String, String> {
+    let (program, args) = argv.split_first().ok_or("no command")?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    let stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        if let Some(out) = stdout {
+            let _ = out.take(MAX_OUTPUT).read_to_end(&mut text);
+        }
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < timeout => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{program} did not answer within {timeout:?} and was killed"));
+            }
+        }
+    };
+    let text = reader.join().unwrap_or_default();
+    if status.success() { Ok(text) } else { Err(format!("{program} failed ({status})")) }
+}
+
+/// The node's energy, integrated from its power readings.
+#[derive(Debug)]
+pub struct Ipmi {
+    argv: Vec<String>,
+    timeout: Duration,
+    last: Option<(i64, f64)>,
+    total_mj: f64,
+    failing: bool,
+}
+
+impl Ipmi {
+    /// A meter reading with `argv`; fails when the first reading does (no DCMI here).
+    pub fn open(argv: Vec<String>, timeout: Duration, t_ns: i64) -> Result<Ipmi, String> {
+        let watts = parse(&run(&argv, timeout)?)?;
+        Ok(Ipmi { argv, timeout, last: Some((t_ns, watts)), total_mj: 0.0, failing: false })
+    }
+
+    /// Takes a reading at `t_ns` and returns the energy since the meter began, mJ. A failed
+    /// reading adds nothing now (it is logged once per outage); the next good one bridges the
+    /// gap from the last.
+    pub fn read(&mut self, t_ns: i64) -> f64 {
+        match run(&self.argv, self.timeout).and_then(|text| parse(&text)) {
+            Ok(watts) => {
+                self.failing = false;
+                self.add(t_ns, watts);
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    tracing::warn!(error = %e, "no DCMI power reading; the next one bridges the gap");
+                }
+            }
+        }
+        self.total_mj
+    }
+
+    /// Adds the energy from the last reading to one of `watts` at `t_ns` (the mean of the
+    /// two readings over the time between them).
+    fn add(&mut self, t_ns: i64, watts: f64) {
+        if let Some((t0, w0)) = self.last
+            && t_ns > t0
+        {
+            self.total_mj += (w0 + watts) / 2.0 * (t_ns - t0) as f64 / 1e6;
+        }
+        self.last = Some((t_ns, watts));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const READING: &str = "
+    Instantaneous power reading:                   412 Watts
+    Minimum during sampling period:                 90 Watts
+    Maximum during sampling period:                640 Watts
+    Average power reading over sample period:      400 Watts
+    IPM timestamp:                           Thu Nov 26 10:00:00 2026
+    Sampling period:                         00000001 Seconds.
+    Power reading state is:                  activated
+";
+
+    #[test]
+    fn a_dcmi_reading_is_parsed_and_a_deactivated_or_odd_one_refused() {
+        assert_eq!(parse(READING), Ok(412.0));
+        let off = READING.replace("state is:                  activated", "state is: deactivated");
+        assert!(parse(&off).unwrap_err().contains("deactivated"));
+        assert!(parse("Get DCMI power reading failed\n").unwrap_err().contains("no instantaneous"));
+        let odd = READING.replace("412 Watts", "-3 Watts");
+        assert!(parse(&odd).unwrap_err().contains("unreadable"));
+        let odd = READING.replace("412 Watts", "lots");
+        assert!(parse(&odd).unwrap_err().contains("unreadable"));
+    }
+
+    #[test]
+    fn readings_are_integrated_between_samples() {
+        let mut m = Ipmi {
+            argv: Vec::new(),
+            timeout: Duration::from_secs(1),
+            last: Some((0, 400.0)),
+            total_mj: 0.0,
+            failing: false,
+        };
+        m.add(1_000_000_000, 600.0);
+        assert_eq!(m.total_mj, 500_000.0, "500 W for 1 s");
+        m.add(1_000_000_000, 900.0);
+        m.add(3_000_000_000, 900.0);
+        assert_eq!(m.total_mj, 2_300_000.0);
+    }
+
+    #[test]
+    fn the_command_runs_within_its_deadline() {
+        let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(run(&argv(&["/bin/echo", "x"]), Duration::from_secs(5)), Ok("x\n".to_string()));
+        assert!(run(&argv(&["/bin/false"]), Duration::from_secs(5)).unwrap_err().contains("failed"));
+        let started = Instant::now();
+        let slow = run(&argv(&["/bin/sleep", "30"]), Duration::from_millis(200)).unwrap_err();
+        assert!(slow.contains("killed") && started.elapsed() < Duration::from_secs(5), "{slow}");
+        assert!(
+            run(&argv(&["/nonexistent/ipmitool"]), Duration::from_secs(1))
+                .unwrap_err()
+                .contains("cannot run")
+        );
+    }
+}
