@@ -207,8 +207,10 @@ const ROLES: [(&str, &[&str]); 6] = [
 ];
 
 /// The only members that may read the site configuration (`wattson-config`): the programs
-/// (the command, the daemon, the controller) and the plugins Slurm loads, with their logic.
-const CONFIG_READERS: [&str; 7] = [
+/// (the command, the daemon, the controller) and the plugins Slurm loads, with their logic; and
+/// the man-page generator, which writes `wattson.toml(5)` from its definitions.
+const CONFIG_READERS: [&str; 8] = [
+    "wattson-docs",
     "wattson",
     "wattson-daemon",
     "wattson-ctld",
