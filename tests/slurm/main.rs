@@ -2,6 +2,7 @@
 //! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
 
 mod acct_flags;
+mod capture;
 mod ctld;
 mod ctld_pace;
 mod gpu_freq;
