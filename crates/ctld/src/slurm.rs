@@ -89,11 +89,16 @@ impl Node {
 
     /// Whether the node is down because its resume failed (Slurm's `ResumeTimeout`, or
     /// wattson's resume program saw the power action fail): the controller's to retry.
-    /// A node being powered up again is not failed (yet): its retry is under way.
+    /// A node being powered up again is not failed (yet): its retry is under way. Slurm 24.11
+    /// appends a new reason to the one the node had (`POWER_DOWN_ASAP : ResumeTimeout
+    /// reached`), so each ` : `-separated part is looked at.
     pub fn resume_failed(&self) -> bool {
         self.base == "DOWN"
             && self.power != Power::PoweringUp
-            && (self.reason.starts_with("ResumeTimeout reached") || self.reason.starts_with(RESUME_FAILED))
+            && self
+                .reason
+                .split(" : ")
+                .any(|part| part.starts_with("ResumeTimeout reached") || part.starts_with(RESUME_FAILED))
     }
 
     /// Whether no job holds any of the node.

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use wattson_sacct::{SlurmState, hostlist};
 
-use super::{Job, Node, Power, gpus_per_node, gres_gpus, gres_type};
+use super::{Job, Node, gpus_per_node, gres_gpus, gres_type};
 
 /// Why a command's JSON could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -108,3 +108,20 @@ fn the_text_of_22_05s_daemons() {
             && waiting.priority > queued.priority
     );
 }
+
+/// 24.11 appends the timeout to the reason a node already had (its `power_down_asap` drain),
+/// as captured from the lab: still a failed resume, the controller's to retry.
+#[test]
+fn a_resume_timeout_appended_to_an_earlier_reason_is_a_failed_resume() {
+    let line = "NodeName=n2 CPUAlloc=0 Gres=gpu:h100:2 NodeAddr=127.0.0.3 State=DOWN+POWERED_DOWN Weight=6 \
+                Partitions=lab,wattson CfgTRES=cpu=2,mem=2000M,billing=2 AllocTRES= \
+                Reason=POWER_DOWN_ASAP : ResumeTimeout reached [root@2026-11-26T10:18:06]";
+    let node = &parse_nodes(line).unwrap()[0];
+    assert_eq!(node.reason, "POWER_DOWN_ASAP : ResumeTimeout reached");
+    assert!(node.resume_failed());
+    let own = parse_nodes(&format!("NodeName=n2 State=DOWN+POWERED_DOWN Reason=POWER_DOWN_ASAP : {RESUME_FAILED}"))
+        .unwrap();
+    assert!(own[0].resume_failed());
+    let other = parse_nodes("NodeName=n2 Gres=gpu:2 State=DOWN+POWERED_DOWN Reason=bad fan : not ResumeTimeout reached").unwrap();
+    assert!(!other[0].resume_failed());
+}

@@ -4,7 +4,7 @@
 //! a dependency. The expected values are read off the captures.
 
 use super::*;
-use crate::slurm::{Form, form_of};
+use crate::slurm::{Form, Power, form_of};
 
 const NODES_24_11: &str = include_str!("../../../fixtures/slurm/24.11/nodes.json");
 const JOBS_24_11: &str = include_str!("../../../fixtures/slurm/24.11/squeue.json");
