@@ -467,7 +467,8 @@ fn slurm_starts_pending_jobs_in_the_order_ctld_gives_them() {
         while !done() {
             assert!(
                 started.elapsed() < Duration::from_secs(30),
-                "{what}\n{}\n{}",
+                "{what}\n{}\n{}\n{}",
+                lab.run_ok("squeue", &["-o", wattson_ctld::slurm::SQUEUE_FORMAT]),
                 ctld_log(&lab),
                 lab.all_logs()
             );
@@ -498,6 +499,11 @@ fn slurm_starts_pending_jobs_in_the_order_ctld_gives_them() {
         "{}",
         ctld_log(&lab)
     );
+    // The form ctld reads follows the lab's release: JSON from 23.02 on, text on 22.05.
+    let form =
+        if slurm_lab::release().name.is_some() { "reading Slurm's JSON" } else { "reading Slurm's text" };
+    assert!(ctld_log(&lab).contains(form), "{}", ctld_log(&lab));
+    assert!(!ctld_log(&lab).contains("Slurm ignores nice"), "{}", ctld_log(&lab));
     // The large job starts once the small one has freed its GPU.
     let done = lab.wait_job(large, Duration::from_secs(60));
     assert_eq!(done.state, "COMPLETED", "{done:?}");

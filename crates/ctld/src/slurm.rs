@@ -398,6 +398,13 @@ pub fn form_of(version: &str) -> Form {
     }
 }
 
+/// Puts `jobs` in the order Slurm's scheduler tries them: highest priority first, ties by job
+/// id. squeue lists equal priorities in no set order (22.05's text) or by id (the JSON), and
+/// the engine takes the list's order as Slurm's own.
+pub fn in_slurms_order(jobs: &mut [Job]) {
+    jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.id));
+}
+
 /// Slurm's commands, each with a deadline (found on `PATH`; `SLURM_CONF` from the environment).
 pub struct Slurm {
     timeout: Duration,
@@ -428,7 +435,7 @@ impl Slurm {
             }
             Form::Text => tracing::info!(
                 %version,
-                "reading Slurm's text (scontrol -o, squeue -o): this release has no JSON form of scontrol"
+                "reading Slurm's text (scontrol -o, squeue -o): a release before 23.02, or one it cannot name"
             ),
         }
         Ok(*self.form.get_or_init(|| form))
@@ -448,20 +455,22 @@ impl Slurm {
         }
     }
 
-    /// Pending and running jobs.
+    /// Pending and running jobs, in the order Slurm tries them ([`in_slurms_order`]).
     pub fn jobs(&self) -> Result<Vec<Job>, String> {
-        match self.form()? {
+        let mut jobs = match self.form()? {
             Form::Json => {
                 let text = self.run("squeue", &["--json"]).map_err(|e| e.to_string())?;
-                json::parse_jobs(&text, chrono::Utc::now().timestamp()).map_err(|e| e.to_string())
+                json::parse_jobs(&text, chrono::Utc::now().timestamp()).map_err(|e| e.to_string())?
             }
             Form::Text => {
                 let text = self
                     .run("squeue", &["-h", "-t", "PD,CF,R", "-o", SQUEUE_FORMAT])
                     .map_err(|e| e.to_string())?;
-                parse_jobs(&text)
+                parse_jobs(&text)?
             }
-        }
+        };
+        in_slurms_order(&mut jobs);
+        Ok(jobs)
     }
 
     /// `scontrol update jobid=<id> nice=<nice>`: Slurm subtracts it from the priority it

@@ -106,7 +106,8 @@ impl List {
     }
 }
 
-/// Slurm's reply: the data, and errors instead of data.
+/// Slurm's reply: the records (`nodes` of scontrol's, `jobs` of squeue's), and errors
+/// instead of data.
 #[derive(Debug, Deserialize)]
 struct Reply<T> {
     #[serde(default = "Vec::new")]
@@ -187,17 +188,13 @@ struct JsonJob {
     #[serde(default)]
     state_reason: String,
     node_count: Option<Number>,
-    #[serde(default)]
     tres_per_node: Option<String>,
     submit_time: Option<Number>,
     start_time: Option<Number>,
     time_limit: Option<Number>,
     priority: Option<Number>,
-    #[serde(default)]
     nodes: Option<String>,
-    #[serde(default)]
     partition: Option<String>,
-    #[serde(default)]
     required_nodes: Option<String>,
     nice: Option<Number>,
 }

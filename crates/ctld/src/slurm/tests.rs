@@ -119,9 +119,30 @@ fn a_resume_timeout_appended_to_an_earlier_reason_is_a_failed_resume() {
     let node = &parse_nodes(line).unwrap()[0];
     assert_eq!(node.reason, "POWER_DOWN_ASAP : ResumeTimeout reached");
     assert!(node.resume_failed());
-    let own = parse_nodes(&format!("NodeName=n2 State=DOWN+POWERED_DOWN Reason=POWER_DOWN_ASAP : {RESUME_FAILED}"))
-        .unwrap();
+    let own =
+        parse_nodes(&format!("NodeName=n2 State=DOWN+POWERED_DOWN Reason=POWER_DOWN_ASAP : {RESUME_FAILED}"))
+            .unwrap();
     assert!(own[0].resume_failed());
-    let other = parse_nodes("NodeName=n2 Gres=gpu:2 State=DOWN+POWERED_DOWN Reason=bad fan : not ResumeTimeout reached").unwrap();
+    let other = parse_nodes(
+        "NodeName=n2 Gres=gpu:2 State=DOWN+POWERED_DOWN Reason=bad fan : not ResumeTimeout reached",
+    )
+    .unwrap();
     assert!(!other[0].resume_failed());
+}
+
+#[test]
+fn jobs_are_put_in_the_order_slurm_tries_them() {
+    // 22.05's squeue lists 5, 4, 2, 3; its priorities put 2, 3, 5, then 4 (nice 100).
+    let mut jobs = parse_jobs(include_str!("../../fixtures/slurm/22.05/squeue.txt")).unwrap();
+    in_slurms_order(&mut jobs);
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [2, 3, 5, 4]);
+    // Equal priorities (multifactor with the partition's factor only), listed newest first
+    // as squeue did in the lab: the older job first.
+    let mut equal = parse_jobs(
+        "3|PENDING|ReqNodeNotAvail, UnavailableNodes:n1|1|gres:gpu:1|2026-11-26T10:29:16|0:00|1:00|1000||lab|n1|0\n\
+         2|PENDING|Resources|1|gres:gpu:2|2026-11-26T10:29:16|0:00|1:00:00|1000||lab|n1|0\n",
+    )
+    .unwrap();
+    in_slurms_order(&mut equal);
+    assert_eq!(equal.iter().map(|j| j.id).collect::<Vec<_>>(), [2, 3]);
 }
