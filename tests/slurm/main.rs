@@ -4,6 +4,7 @@
 mod acct_flags;
 mod capture;
 mod ctld;
+mod ctld_basic;
 mod ctld_pace;
 mod gpu_freq;
 mod jobstats;

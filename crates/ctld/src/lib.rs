@@ -191,13 +191,6 @@ fn nice_offsets(order: &[u32], jobs: &[Job], weight: u32) -> Vec<(u32, i64)> {
         .collect()
 }
 
-/// A pending job whose negative nice Slurm left out of its priority, if any: priority 1 (the
-/// floor) though its nice asks for more. Slurm 24.11's and 26.05's `priority/basic` give every
-/// job priority 1 and ignore nice, so the queue order needs `priority/multifactor` there.
-fn nice_ignored(jobs: &[Job]) -> Option<&Job> {
-    jobs.iter().find(|j| j.state == Some(wattson_sacct::SlurmState::Pending) && j.nice < 0 && j.priority == 1)
-}
-
 /// The controller: its planner and Slurm.
 pub struct Ctld {
     planner: Planner,
@@ -212,8 +205,6 @@ pub struct Ctld {
     /// Whether a loop has looked for jobs to summarize since the start (the first looks back
     /// [`CATCH_UP`]).
     summarized_once: bool,
-    /// Whether the log has said that Slurm ignores nice (once per start).
-    said_nice_ignored: bool,
 }
 
 /// How far back the first loop looks for ended jobs without a summary.
@@ -249,7 +240,6 @@ impl Ctld {
         Ctld {
             summaries,
             summarized_once: false,
-            said_nice_ignored: false,
             planner: Planner::new(config),
             slurm,
             nodes,
@@ -279,16 +269,6 @@ impl Ctld {
         *seen = self.slurm.nodes()?;
         let nodes = &seen[..];
         let jobs = self.slurm.jobs()?;
-        if let Some(job) = nice_ignored(&jobs).filter(|_| !self.said_nice_ignored) {
-            self.said_nice_ignored = true;
-            warn!(
-                job = job.id,
-                nice = job.nice,
-                priority = job.priority,
-                "Slurm ignores nice here (priority/basic from 24.11 on gives every job priority 1): \
-                 the queue order has no effect without PriorityType=priority/multifactor"
-            );
-        }
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
         let mut plan = self.planner.plan(nodes, &jobs, now);
         self.confirm_idle(&mut plan, now);

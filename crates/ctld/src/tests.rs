@@ -206,24 +206,3 @@ fn the_gpu_types_slurm_names_reach_the_engine_with_their_idle_draw() {
     let view = snapshot::Memory::default().view(NOW, 3600.0, Some(40.0), &nodes, &[]);
     assert!(view.gpu_types.iter().all(|t| t.idle_w == 40.0));
 }
-
-#[test]
-fn a_negative_nice_left_at_priority_one_means_slurm_ignores_nice() {
-    // 24.11's priority/basic: every job at 1, nice or not.
-    let basic = parse_jobs(
-        "3|PENDING|Resources|1|gres/gpu:2|2026-11-26T10:10:50|0:00|5:00|1||lab|n1|-5000\n\
-         4|PENDING|Priority|1|gres/gpu:1|2026-11-26T10:10:50|0:00|1:00|1||lab|n1|-10000\n",
-    )
-    .unwrap();
-    assert_eq!(nice_ignored(&basic).map(|j| j.id), Some(3));
-    // 22.05's priority/basic and multifactor take nice into the priority; a user's positive
-    // nice may floor a job at 1; a held job has priority 0.
-    let honoured = parse_jobs(
-        "3|PENDING|Resources|1|gres:gpu:2|2026-11-26T10:10:50|0:00|5:00|4294906656||lab|n1|-5000\n\
-         5|PENDING|Resources|1|gres:gpu:2|2026-11-26T10:10:50|0:00|5:00|1||lab|n1|100\n\
-         6|PENDING|JobHeldAdmin|1|gres:gpu:2|2026-11-26T10:10:50|0:00|5:00|0||lab|n1|-100\n\
-         7|RUNNING|None|1|gres:gpu:2|2026-11-26T10:10:50|0:00|5:00|1|n1|lab|n1|-100\n",
-    )
-    .unwrap();
-    assert_eq!(nice_ignored(&honoured).map(|j| j.id), None);
-}
