@@ -385,8 +385,9 @@ pub enum Form {
 }
 
 /// The form to read from the release `scontrol --version` names (`slurm-wlm 24.11.5`,
-/// `slurm 23.02.7`): JSON from 23.02 on (Slurm's JSON forms of both commands are stable from
-/// there), text before (22.05's `scontrol` has no `--json`) and for a version it cannot read.
+/// `slurm 23.02.7`): JSON from 23.02 on (read as 24.11 and 26.05 print it; the readers take
+/// 23.02's plain numbers and one-word states too), text before (Debian 12's 22.05 `scontrol`
+/// has no `--json`) and for a version it cannot read.
 pub fn form_of(version: &str) -> Form {
     let release = version.split_whitespace().last().and_then(|v| {
         let mut parts = v.split('.');
