@@ -124,3 +124,28 @@ fn the_form_follows_the_release_scontrol_names() {
     assert_eq!(form_of("slurm 22.05.11"), Form::Text);
     assert_eq!(form_of("something else"), Form::Text);
 }
+
+/// 22.05's `squeue --json` (OpenAPI v0.0.38: one-word states, plain numbers, a null nice for
+/// 0), which the controller does not use (it reads 22.05's text), read as a check that the
+/// reader takes the older shapes: the same jobs as 22.05's text gives.
+#[test]
+fn the_older_shapes_of_22_05s_squeue() {
+    let jobs =
+        parse_jobs(include_str!("../../../fixtures/slurm/22.05/squeue.json"), 1795687821 + 30).unwrap();
+    let ids: Vec<u32> = jobs.iter().map(|j| j.id).collect();
+    assert_eq!(ids, [2, 3, 4, 5], "job 1 had completed");
+    let [busy, _, queued, waiting] = &jobs[..] else { panic!("{jobs:?}") };
+    assert_eq!(
+        (busy.state, busy.gpus, busy.elapsed_s, busy.limit_s),
+        (Some(SlurmState::Running), 2, 30.0, Some(600.0))
+    );
+    assert_eq!(
+        (busy.priority, busy.submit, busy.nodes.clone()),
+        (4294901758, 1795687821, vec!["n1".to_string()])
+    );
+    assert_eq!(
+        (queued.reason.as_str(), queued.gpus, queued.nice, queued.priority),
+        ("Resources", 2, 100, 4294901656)
+    );
+    assert_eq!((waiting.reason.as_str(), waiting.nice, waiting.limit_s), ("Dependency", 0, Some(60.0)));
+}
