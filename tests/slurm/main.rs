@@ -2,7 +2,9 @@
 //! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
 
 mod acct_flags;
+mod capture;
 mod ctld;
+mod ctld_basic;
 mod ctld_pace;
 mod energy_scope;
 mod gpu_freq;

@@ -1,8 +1,12 @@
-//! Slurm's state as its public commands show it (`scontrol -o show node`, `squeue`), and the
-//! node updates wattson asks of it. Parsing is pure, for tests; [`Slurm`] runs the commands.
+//! Slurm's state as its public commands show it (`scontrol show node`, `squeue`), and the
+//! node updates wattson asks of it. Parsing is pure, for tests; [`Slurm`] runs the commands,
+//! reading their JSON where the running release has it ([`Form`]) and their text elsewhere.
+
+pub mod json;
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
@@ -85,11 +89,16 @@ impl Node {
 
     /// Whether the node is down because its resume failed (Slurm's `ResumeTimeout`, or
     /// wattson's resume program saw the power action fail): the controller's to retry.
-    /// A node being powered up again is not failed (yet): its retry is under way.
+    /// A node being powered up again is not failed (yet): its retry is under way. Slurm 24.11
+    /// appends a new reason to the one the node had (`POWER_DOWN_ASAP : ResumeTimeout
+    /// reached`), so each ` : `-separated part is looked at.
     pub fn resume_failed(&self) -> bool {
         self.base == "DOWN"
             && self.power != Power::PoweringUp
-            && (self.reason.starts_with("ResumeTimeout reached") || self.reason.starts_with(RESUME_FAILED))
+            && self
+                .reason
+                .split(" : ")
+                .any(|part| part.starts_with("ResumeTimeout reached") || part.starts_with(RESUME_FAILED))
     }
 
     /// Whether no job holds any of the node.
@@ -226,6 +235,20 @@ fn tres_gpus(tres: &str) -> Option<u32> {
     tres.split(',').find_map(|e| e.strip_prefix("gres/gpu=")?.parse().ok())
 }
 
+/// A node's power from its state's flags.
+fn power_of(flags: &[String]) -> Power {
+    let has = |flag: &str| flags.iter().any(|f| f == flag);
+    if has("POWERING_UP") {
+        Power::PoweringUp
+    } else if has("POWERED_DOWN") {
+        Power::Off
+    } else if has("POWERING_DOWN") || has("POWER_DOWN") {
+        Power::PoweringDown
+    } else {
+        Power::On
+    }
+}
+
 /// Parses `scontrol -d -o show node`, one node per line.
 pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
     let mut nodes = Vec::new();
@@ -236,16 +259,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
         let mut words = state.split('+').map(|w| w.trim_end_matches('*').to_string());
         let base = words.next().unwrap_or_default();
         let flags: Vec<String> = words.collect();
-        let has = |flag: &str| flags.iter().any(|f| f == flag);
-        let power = if has("POWERING_UP") {
-            Power::PoweringUp
-        } else if has("POWERED_DOWN") {
-            Power::Off
-        } else if has("POWERING_DOWN") || has("POWER_DOWN") {
-            Power::PoweringDown
-        } else {
-            Power::On
-        };
+        let power = power_of(&flags);
         // `GresUsed` (shown with `-d`), else the TRES when Slurm counts gres/gpu there.
         let counted = f.get("CfgTRES").and_then(|t| tres_gpus(t)).is_some();
         let alloc_gpus = match f.get("GresUsed") {
@@ -361,32 +375,103 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
     Ok(jobs)
 }
 
+/// Which form of `scontrol show node` and `squeue` the controller reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// `scontrol -d -o show node` and `squeue -o` [`SQUEUE_FORMAT`].
+    Text,
+    /// `scontrol show node --json` and `squeue --json`.
+    Json,
+}
+
+/// The form to read from the release `scontrol --version` names (`slurm-wlm 24.11.5`,
+/// `slurm 23.02.7`): JSON from 23.02 on (read as 24.11 and 26.05 print it; the readers take
+/// 23.02's plain numbers and one-word states too), text before (Debian 12's 22.05 `scontrol`
+/// has no `--json`) and for a version it cannot read.
+pub fn form_of(version: &str) -> Form {
+    let release = version.split_whitespace().last().and_then(|v| {
+        let mut parts = v.split('.');
+        Some((parts.next()?.parse::<u32>().ok()?, parts.next()?.parse::<u32>().ok()?))
+    });
+    match release {
+        Some(release) if release >= (23, 2) => Form::Json,
+        _ => Form::Text,
+    }
+}
+
+/// Puts `jobs` in the order Slurm's scheduler tries them: highest priority first, ties by job
+/// id. squeue lists equal priorities in no set order (22.05's text) or by id (the JSON), and
+/// the engine takes the list's order as Slurm's own.
+pub fn in_slurms_order(jobs: &mut [Job]) {
+    jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.id));
+}
+
 /// Slurm's commands, each with a deadline (found on `PATH`; `SLURM_CONF` from the environment).
 pub struct Slurm {
     timeout: Duration,
+    form: OnceLock<Form>,
 }
 
 impl Slurm {
     /// Commands that are killed after `timeout`.
     pub fn new(timeout: Duration) -> Slurm {
-        Slurm { timeout }
+        Slurm { timeout, form: OnceLock::new() }
     }
 
     fn run(&self, program: &str, args: &[&str]) -> Result<String, CommandError> {
         deadline::run(Command::new(program).args(args), self.timeout)
     }
 
-    /// Every node.
-    pub fn nodes(&self) -> Result<Vec<Node>, String> {
-        let text = self.run("scontrol", &["-d", "-o", "show", "node"]).map_err(|e| e.to_string())?;
-        parse_nodes(&text)
+    /// The form this Slurm's commands are read in, from `scontrol --version` (asked once).
+    pub fn form(&self) -> Result<Form, String> {
+        if let Some(form) = self.form.get() {
+            return Ok(*form);
+        }
+        let version = self.run("scontrol", &["--version"]).map_err(|e| e.to_string())?;
+        let version = version.trim();
+        let form = form_of(version);
+        match form {
+            Form::Json => {
+                tracing::info!(%version, "reading Slurm's JSON (scontrol show node --json, squeue --json)")
+            }
+            Form::Text => tracing::info!(
+                %version,
+                "reading Slurm's text (scontrol -o, squeue -o): a release before 23.02, or one it cannot name"
+            ),
+        }
+        Ok(*self.form.get_or_init(|| form))
     }
 
-    /// Pending and running jobs.
+    /// Every node.
+    pub fn nodes(&self) -> Result<Vec<Node>, String> {
+        match self.form()? {
+            Form::Json => {
+                let text = self.run("scontrol", &["show", "node", "--json"]).map_err(|e| e.to_string())?;
+                json::parse_nodes(&text).map_err(|e| e.to_string())
+            }
+            Form::Text => {
+                let text = self.run("scontrol", &["-d", "-o", "show", "node"]).map_err(|e| e.to_string())?;
+                parse_nodes(&text)
+            }
+        }
+    }
+
+    /// Pending and running jobs, in the order Slurm tries them ([`in_slurms_order`]).
     pub fn jobs(&self) -> Result<Vec<Job>, String> {
-        let text =
-            self.run("squeue", &["-h", "-t", "PD,CF,R", "-o", SQUEUE_FORMAT]).map_err(|e| e.to_string())?;
-        parse_jobs(&text)
+        let mut jobs = match self.form()? {
+            Form::Json => {
+                let text = self.run("squeue", &["--json"]).map_err(|e| e.to_string())?;
+                json::parse_jobs(&text, chrono::Utc::now().timestamp()).map_err(|e| e.to_string())?
+            }
+            Form::Text => {
+                let text = self
+                    .run("squeue", &["-h", "-t", "PD,CF,R", "-o", SQUEUE_FORMAT])
+                    .map_err(|e| e.to_string())?;
+                parse_jobs(&text)?
+            }
+        };
+        in_slurms_order(&mut jobs);
+        Ok(jobs)
     }
 
     /// `scontrol update jobid=<id> nice=<nice>`: Slurm subtracts it from the priority it

@@ -210,4 +210,14 @@ mod tests {
         assert_eq!((ended[0].end, ended[0].cluster.as_str()), (1_700_000_100, "lab"));
         assert_eq!((ended[1].job, ended[1].comment.as_str()), (10, "a|b"));
     }
+
+    /// 22.05's sacct (captured by scripts/capture-slurm-outputs): one job ended on n2. The
+    /// other releases' lab roots carry no slurmdbd, so there is no capture of theirs.
+    #[test]
+    fn the_text_of_22_05s_sacct() {
+        let ended = parse_ended(include_str!("../fixtures/slurm/22.05/sacct.txt"));
+        let [one] = &ended[..] else { panic!("{ended:?}") };
+        assert_eq!((one.job, one.nodes.clone(), one.end), (1, vec!["n2".to_string()], 1_795_687_816));
+        assert_eq!((one.cluster.as_str(), one.comment.as_str()), ("lab6011x0", ""));
+    }
 }

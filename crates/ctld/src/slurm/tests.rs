@@ -67,3 +67,82 @@ fn jobs_gpus_times_and_queue_state() {
     assert!(parse_jobs("1|PENDING|None").is_err());
     assert!(parse_jobs("1|RUNNING|None|1|N/A|2026-11-23T23:36:19|0:00|30:00|1|n[1-;rm]|lab||0\n").is_err());
 }
+
+/// Debian 12's 22.05.8, read as text (its `scontrol` has no `--json`), captured by
+/// scripts/capture-slurm-outputs: n1 busy (a 2-GPU job), n2 half busy (a 1-GPU job, weight
+/// 7), n3 drained, n4 powered down; a job pending on resources (nice 100), one on a dependency.
+#[test]
+fn the_text_of_22_05s_daemons() {
+    let nodes = parse_nodes(include_str!("../../fixtures/slurm/22.05/nodes.txt")).unwrap();
+    let [n1, n2, n3, n4] = &nodes[..] else { panic!("{nodes:?}") };
+    assert_eq!(
+        (n1.name.as_str(), n1.base.as_str(), n1.alloc_gpus, n1.free_gpus()),
+        ("n1", "MIXED", Some(2), 0)
+    );
+    assert_eq!((n2.weight, n2.alloc_gpus, n2.free_gpus(), n2.alloc_cpus), (7, Some(1), 1, 1));
+    assert_eq!((n3.reason.as_str(), n3.flags.clone()), ("capture drain", vec!["DRAIN".to_string()]));
+    assert!(n3.is_held_by_admin() && !n2.is_held_by_admin());
+    assert_eq!((n4.power, n4.is_idle(), n4.addr.as_str()), (Power::Off, true, "127.0.0.1"));
+    assert_eq!(n4.partitions, ["lab", "wattson"]);
+
+    let jobs = parse_jobs(include_str!("../../fixtures/slurm/22.05/squeue.txt")).unwrap();
+    let ids: Vec<u32> = jobs.iter().map(|j| j.id).collect();
+    assert_eq!(ids, [5, 4, 2, 3]);
+    let [waiting, queued, busy, half] = &jobs[..] else { panic!("{jobs:?}") };
+    assert_eq!((waiting.reason.as_str(), waiting.gpus, waiting.is_queued()), ("Dependency", 0, false));
+    assert_eq!(
+        (queued.reason.as_str(), queued.gpus, queued.nice, queued.priority),
+        ("Resources", 2, 100, 4294901656)
+    );
+    assert!(queued.is_queued());
+    assert_eq!((queued.requested.clone(), queued.limit_s), (vec!["n1".to_string()], Some(300.0)));
+    assert_eq!(
+        (busy.priority, busy.nodes.clone(), busy.elapsed_s, busy.limit_s),
+        (4294901758, vec!["n1".to_string()], 2.0, Some(600.0))
+    );
+    assert_eq!((half.gpus, half.nodes.clone()), (1, vec!["n2".to_string()]));
+    // 22.05's own priorities fall with each submission and with nice.
+    assert!(
+        busy.priority > half.priority
+            && half.priority > waiting.priority
+            && waiting.priority > queued.priority
+    );
+}
+
+/// 24.11 appends the timeout to the reason a node already had (its `power_down_asap` drain),
+/// as captured from the lab: still a failed resume, the controller's to retry.
+#[test]
+fn a_resume_timeout_appended_to_an_earlier_reason_is_a_failed_resume() {
+    let line = "NodeName=n2 CPUAlloc=0 Gres=gpu:h100:2 NodeAddr=127.0.0.3 State=DOWN+POWERED_DOWN Weight=6 \
+                Partitions=lab,wattson CfgTRES=cpu=2,mem=2000M,billing=2 AllocTRES= \
+                Reason=POWER_DOWN_ASAP : ResumeTimeout reached [root@2026-11-26T10:18:06]";
+    let node = &parse_nodes(line).unwrap()[0];
+    assert_eq!(node.reason, "POWER_DOWN_ASAP : ResumeTimeout reached");
+    assert!(node.resume_failed());
+    let own =
+        parse_nodes(&format!("NodeName=n2 State=DOWN+POWERED_DOWN Reason=POWER_DOWN_ASAP : {RESUME_FAILED}"))
+            .unwrap();
+    assert!(own[0].resume_failed());
+    let other = parse_nodes(
+        "NodeName=n2 Gres=gpu:2 State=DOWN+POWERED_DOWN Reason=bad fan : not ResumeTimeout reached",
+    )
+    .unwrap();
+    assert!(!other[0].resume_failed());
+}
+
+#[test]
+fn jobs_are_put_in_the_order_slurm_tries_them() {
+    // 22.05's squeue lists 5, 4, 2, 3; its priorities put 2, 3, 5, then 4 (nice 100).
+    let mut jobs = parse_jobs(include_str!("../../fixtures/slurm/22.05/squeue.txt")).unwrap();
+    in_slurms_order(&mut jobs);
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [2, 3, 5, 4]);
+    // Equal priorities (multifactor with the partition's factor only), listed newest first
+    // as squeue did in the lab: the older job first.
+    let mut equal = parse_jobs(
+        "3|PENDING|ReqNodeNotAvail, UnavailableNodes:n1|1|gres:gpu:1|2026-11-26T10:29:16|0:00|1:00|1000||lab|n1|0\n\
+         2|PENDING|Resources|1|gres:gpu:2|2026-11-26T10:29:16|0:00|1:00:00|1000||lab|n1|0\n",
+    )
+    .unwrap();
+    in_slurms_order(&mut equal);
+    assert_eq!(equal.iter().map(|j| j.id).collect::<Vec<_>>(), [2, 3]);
+}
