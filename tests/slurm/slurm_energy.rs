@@ -213,9 +213,9 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     );
     // The report sums both jobs, marks the part that is Slurm's, and prices it.
     let report = |uid: u32, which: &[&str]| {
-        let mut command = lab.command(&*WATTSON);
+        let mut command = lab.command_as(&*WATTSON, uid, uid);
         command.arg("-c").arg(&login).args(["report", "-S", "now-1hours", "--json"]).args(which);
-        let out = std::os::unix::process::CommandExt::uid(&mut command, uid).output().unwrap();
+        let out = command.output().unwrap();
         assert_ok(&out);
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
@@ -266,14 +266,14 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
     let acct_as = |uid: u32, which: &[&str]| {
-        let mut command = lab.command(&*WATTSON);
+        let mut command = lab.command_as(&*WATTSON, uid, uid);
         command.arg("-c").arg(&login).arg("acct").args(which).args([
             "-n",
             "-P",
             "-o",
             "JobID,NodeList,Source",
         ]);
-        let out = std::os::unix::process::CommandExt::uid(&mut command, uid).output().unwrap();
+        let out = command.output().unwrap();
         assert_ok(&out);
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

@@ -1,7 +1,8 @@
 //! Slurm accounting for a lab: a private MariaDB (`mariadbd` as a child, its own datadir,
-//! socket and loopback port) and `slurmdbd` on it, so `sacct` shows what Slurm stored.
+//! socket and loopback port) and the lab release's `slurmdbd` on it, so `sacct` shows what
+//! Slurm stored.
 
-use super::daemons::{free_port, run_with_timeout, set_mode, terminate};
+use super::daemons::{daemon_bin, free_port, run_with_timeout, set_mode, terminate};
 use super::*;
 
 /// The accounting daemons of a lab and their ports.
@@ -81,7 +82,7 @@ impl SlurmLab {
             }
             Err(e) => self.fail(&format!("mariadb-install-db: {e}")),
         }
-        let db = self.spawn_daemon(
+        let db = self.spawn_machine_daemon(
             "mariadbd",
             PathBuf::from("/usr/sbin/mariadbd"),
             &[format!("--defaults-file={}", cnf.display())],
@@ -112,11 +113,9 @@ impl SlurmLab {
         )
         .expect("write slurmdbd.conf");
         set_mode(&dbd_conf, 0o600);
-        let dbd = self.spawn_daemon(
-            "slurmdbd",
-            PathBuf::from("/usr/sbin/slurmdbd"),
-            &["-D".to_string(), "-s".to_string()],
-        );
+        // The release's own slurmdbd (a root's, under chroot) on the machine's MariaDB.
+        let dbd =
+            self.spawn_daemon("slurmdbd", daemon_bin("slurmdbd"), &["-D".to_string(), "-s".to_string()]);
         self.accounting.as_mut().expect("accounting").slurmdbd = Some(dbd);
         self.poll("slurmdbd to answer sacctmgr", || {
             let mut cmd = self.command("sacctmgr");

@@ -122,6 +122,7 @@ impl SlurmLab {
         }
     }
 
+    /// Starts one of the lab release's daemons (in its root, if it has one).
     pub(super) fn spawn_daemon(&mut self, name: &str, program: PathBuf, args: &[String]) -> Child {
         self.spawn_daemon_with(name, program, args, &[])
     }
@@ -134,11 +135,26 @@ impl SlurmLab {
         args: &[String],
         env: &[(String, String)],
     ) -> Child {
+        self.spawn(name, release().command(&program), &program, args, env)
+    }
+
+    /// Starts a daemon of this machine's own (MariaDB), whatever the lab's release.
+    pub(super) fn spawn_machine_daemon(&mut self, name: &str, program: PathBuf, args: &[String]) -> Child {
+        self.spawn(name, Command::new(&program), &program, args, &[])
+    }
+
+    fn spawn(
+        &mut self,
+        name: &str,
+        mut command: Command,
+        program: &Path,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Child {
         let log = self.path.join("log");
         let out = fs::File::create(log.join(format!("{name}.stderr"))).expect("create daemon stderr log");
         let err = out.try_clone().expect("dup log fd");
-        let child = release()
-            .command(&program)
+        let child = command
             .args(args)
             .env("SLURM_CONF", &self.conf)
             .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))

@@ -208,10 +208,6 @@ impl SlurmLab {
     pub fn start(opts: LabOptions) -> SlurmLab {
         ensure_slurm_installed();
         assert!(!opts.nodes.is_empty(), "slurm_lab: a lab needs at least one node");
-        assert!(
-            !(opts.accounting && release().root.is_some()),
-            "slurm_lab: accounting (slurmdbd, MariaDB) runs only on the machine's own Slurm, not in a release root"
-        );
         let dir = tempfile::Builder::new().prefix("slurm-lab-").tempdir().expect("create lab tempdir");
         let path = dir.path().to_path_buf();
         set_mode(&path, 0o755);
@@ -330,7 +326,15 @@ impl SlurmLab {
     /// A `Command` for a Slurm client (`sbatch`, `scontrol`, `srun`...) with `SLURM_CONF` set and inherited
     /// `SLURM_*`/`SBATCH_*`/`SRUN_*`/`SALLOC_*` variables removed. Bound its run time yourself.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut cmd = release().command(program);
+        self.client(release().command(program))
+    }
+
+    /// [`SlurmLab::command`] run as user `uid` and group `gid`.
+    pub fn command_as(&self, program: impl AsRef<std::ffi::OsStr>, uid: u32, gid: u32) -> Command {
+        self.client(release().command_as(program, uid, gid))
+    }
+
+    fn client(&self, mut cmd: Command) -> Command {
         for (k, _) in std::env::vars_os() {
             let k = k.to_string_lossy().into_owned();
             if ["SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_"].iter().any(|p| k.starts_with(p))

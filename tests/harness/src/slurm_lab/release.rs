@@ -61,6 +61,26 @@ impl Release {
         }
     }
 
+    /// [`Release::command`] run as user `uid` and group `gid` (in a root, the chroot is entered
+    /// as root and the user taken on inside it, with `setpriv`).
+    pub fn command_as(&self, program: impl AsRef<std::ffi::OsStr>, uid: u32, gid: u32) -> Command {
+        match &self.name {
+            None => {
+                let mut cmd = Command::new(program);
+                std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+                std::os::unix::process::CommandExt::gid(&mut cmd, gid);
+                cmd
+            }
+            Some(name) => {
+                let mut cmd = Command::new(script());
+                cmd.arg(name).args(["run", "setpriv"]);
+                cmd.args([format!("--reuid={uid}"), format!("--regid={gid}"), "--clear-groups".into()]);
+                cmd.arg(program);
+                cmd
+            }
+        }
+    }
+
     /// Where `inside` (an absolute path as the release's programs see it) is on this machine.
     pub fn host_path(&self, inside: &Path) -> PathBuf {
         match &self.root {
