@@ -9,6 +9,7 @@ pub mod job;
 pub mod owner;
 pub mod prices;
 pub mod query;
+pub mod share;
 pub mod summary;
 
 pub use gpu::now_ns;
