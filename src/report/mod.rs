@@ -74,6 +74,9 @@ pub enum Column {
     GpuUtil,
     /// `counter`, `power` or `counter+power`.
     Method,
+    /// How a GPU shared with other jobs was divided: `sm-share`, `equal` or
+    /// `sm-share+equal`; empty where the job had its GPUs to itself.
+    Split,
     /// Meter events, e.g. `gpu1:counter-reset,gpu0:lost`.
     Events,
     /// Energy policy that ran (the site's decision, which may differ from the hint).
@@ -184,6 +187,7 @@ impl Column {
             Column::AvgSmClock => (10, false),
             Column::GpuUtil => (7, false),
             Column::Method => (13, false),
+            Column::Split => (14, false),
             Column::Events => (24, false),
             Column::Policy => (10, false),
             Column::Tag => (12, false),
@@ -477,6 +481,7 @@ where
         Column::AvgSmClock => opt(avg_sm_clock(r), "MHz"),
         Column::GpuUtil => opt(avg_util(r), "%"),
         Column::Method => r.method().map(|m| m.as_str().to_string()).unwrap_or_default(),
+        Column::Split => r.split().map(|s| s.as_str().to_string()).unwrap_or_default(),
         Column::Events => events_text(r),
         // What ran; records from before decisions were recorded show what was asked.
         Column::Policy => r.policy.or(r.hints.policy).map(|p| p.to_string()).unwrap_or_default(),

@@ -14,3 +14,4 @@ mod plot;
 mod robustness;
 mod service;
 mod settings;
+mod sharing;
