@@ -9,6 +9,7 @@ mod jobstats;
 mod models_sync;
 mod plugins;
 mod releases;
+mod shared_gpus;
 mod slurm;
 mod slurm_energy;
 mod slurm_lab_selftest;
