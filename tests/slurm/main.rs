@@ -13,3 +13,4 @@ mod shared_gpus;
 mod slurm;
 mod slurm_energy;
 mod slurm_lab_selftest;
+mod steps;

@@ -14,7 +14,17 @@ use wattson_types::share::Split;
 
 /// wattsond on one simulated H100, and a one-node Slurm whose GPU has 4 shards.
 fn shared_cluster() -> (Node, SlurmLab) {
-    let mut node = Node::h100(1);
+    lab_on(Node::h100(1), LabNode { shards: 4, cpus: 4, ..LabNode::new("n1", 1, "h100") }, false, "")
+}
+
+/// Starts wattsond on `node` and a one-node Slurm (`lab_node`) whose plugins talk to it,
+/// optionally with Slurm's accounting (slurmdbd) and `extra_conf` lines in slurm.conf.
+pub(crate) fn lab_on(
+    mut node: Node,
+    lab_node: LabNode,
+    accounting: bool,
+    extra_conf: &str,
+) -> (Node, SlurmLab) {
     node.start();
     let plugins = node.dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
@@ -24,7 +34,7 @@ fn shared_cluster() -> (Node, SlurmLab) {
         slurm_lab::install_plugin(&built.join(lib), &plugins, plugin);
     }
     let lab = SlurmLab::start(LabOptions {
-        nodes: vec![LabNode { shards: 4, cpus: 4, ..LabNode::new("n1", 1, "h100") }],
+        nodes: vec![lab_node],
         plugstack: Some(format!(
             "required {} config={}\n",
             plugins.join("spank_wattson.so").display(),
@@ -33,8 +43,8 @@ fn shared_cluster() -> (Node, SlurmLab) {
         job_submit_plugins: Some("wattson".into()),
         plugin_dir: Some(plugins.clone()),
         daemon_env: vec![("WATTSON_CONFIG".into(), node.config.display().to_string())],
-        accounting: false,
-        extra_conf: String::new(),
+        accounting,
+        extra_conf: extra_conf.to_string(),
     });
     (node, lab)
 }

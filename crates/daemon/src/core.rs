@@ -24,7 +24,7 @@ use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
 use wattson_store::{AcctQuery, BeginOutcome, Store};
 use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, SeriesPoint};
-use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
+use wattson_types::job::{Hints, JobGpu, JobKey, JobRecord, JobState};
 
 /// One sampling tick's outcome, for metrics and logs.
 #[derive(Debug, Default)]
@@ -173,13 +173,33 @@ impl Core {
     pub fn begin(&mut self, mut req: JobBegin) -> Result<Reply, Error> {
         req.hints.validate().map_err(|e| Error::new(ErrorCode::BadRequest, e))?;
         req.hints.normalize();
-        if req.gpus.is_empty() {
-            return Err(Error::new(
-                ErrorCode::BadRequest,
-                format!("job {} names no GPUs: nothing to account on this node", req.job),
-            ));
-        }
+        let job_here = self.running.get(&JobKey::job(req.job.job_id)).filter(|_| !req.job.step.is_empty());
         let mut indices = Vec::with_capacity(req.gpus.len());
+        if req.gpus.is_empty() {
+            // A step naming no GPUs (the SPANK plugin's) runs on its job's GPUs here, with
+            // its job's owner, names and hints.
+            let Some(job) = job_here else {
+                if !req.job.step.is_empty() {
+                    return Err(not_running(&JobKey::job(req.job.job_id)));
+                }
+                return Err(Error::new(
+                    ErrorCode::BadRequest,
+                    format!("job {} names no GPUs: nothing to account on this node", req.job),
+                ));
+            };
+            if job.uid != req.uid {
+                return Err(Error::new(
+                    ErrorCode::Conflict,
+                    format!("step {}: another owner than its job", req.job),
+                ));
+            }
+            indices.extend(job.gpus.iter().map(|g| g.index));
+            req.user = req.user.or_else(|| job.user.clone());
+            req.name = req.name.or_else(|| job.name.clone());
+            if req.hints == Hints::default() {
+                req.hints = job.hints.clone();
+            }
+        }
         for gpu in &req.gpus {
             let index = self
                 .backend

@@ -1,0 +1,84 @@
+//! Job steps in real Slurm (Debian's 22.05 with slurmdbd): the SPANK plugin registers each step
+//! with wattsond, `wattson acct` shows a row per step as sacct does (`-X` hides them), Slurm's
+//! per-step energy is the step's, and the steps add up to the job.
+
+use wattson_harness::node as common;
+
+use std::time::{Duration, Instant};
+
+use super::shared_gpus::lab_on;
+use common::{Node, rel_err};
+use wattson_harness::slurm_lab::LabNode;
+use wattson_types::job::JobRecord;
+
+const ENERGY_CONF: &str = "AcctGatherEnergyType=acct_gather_energy/wattson\n\
+    JobAcctGatherType=jobacct_gather/linux\nJobAcctGatherFrequency=task=1\n\
+    PrologFlags=Alloc,Contain\nAcctGatherNodeFreq=1";
+
+fn lines(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn a_jobs_two_steps_have_their_own_rows_and_energy_in_wattson_and_sacct() {
+    let (node, lab) = lab_on(Node::h100(1), LabNode::new("n1", 1, "h100"), true, ENERGY_CONF);
+    node.sim.set_load(0, 0.5).unwrap();
+    let script =
+        "#!/bin/sh\nsleep 1\nsrun --gres=gpu:1 sleep 3\nsleep 1\nsrun --gres=gpu:1 sleep 2\nsleep 1\n";
+    let id = lab.sbatch(&["--gres=gpu:1", "--job-name=two-steps"], script).unwrap();
+    let info = lab.wait_job(id, Duration::from_secs(60));
+    assert_eq!(info.state, "COMPLETED", "{}", lab.all_logs());
+    let job = id.to_string();
+    let rows = lines(&node.wattson(&["acct", "-j", &job, "-o", "JobID", "-P", "-n"]));
+    let want: Vec<String> = ["", ".batch", ".0", ".1"].iter().map(|s| format!("{id}{s}")).collect();
+    assert_eq!(rows, want, "{}\n{}", lab.log("slurmd-n1"), node.log());
+    assert_eq!(
+        lines(&node.wattson(&["acct", "-j", &job, "-o", "JobID", "-P", "-n", "-X"])),
+        vec![job.clone()]
+    );
+
+    let record = |suffix: &str| node.record(&format!("{id}{suffix}"));
+    let (whole, batch, s0, s1) = (record(""), record(".batch"), record(".0"), record(".1"));
+    let truth = |r: &JobRecord| node.truth_mj(r)[0];
+    for r in [&whole, &batch, &s0, &s1] {
+        assert!(rel_err(r.energy_mj(), truth(r)) < 0.001, "{}: {} vs {}", r.key, r.energy_mj(), truth(r));
+    }
+    // The steps add up to the job: the two srun steps and the time outside them.
+    let interval = |r: &JobRecord| node.read_intervals(r)[0];
+    let ((j0, j1), (a0, a1), (b0, b1)) = (interval(&whole), interval(&s0), interval(&s1));
+    assert!(j0 < a0 && a1 < b0 && b1 < j1, "steps within their job, one after the other");
+    let outside: f64 =
+        [(j0, a0), (a1, b0), (b1, j1)].iter().map(|&(f, t)| node.sim.truth_energy_mj(0, f, t).unwrap()).sum();
+    let sum = s0.energy_mj() + s1.energy_mj() + outside;
+    assert!(rel_err(sum, whole.energy_mj()) < 0.001, "steps {sum} mJ vs job {} mJ", whole.energy_mj());
+
+    // Slurm's per-step energy is the step's, and its job row the job's: Slurm keeps its last
+    // poll before the step's end, a few ms before wattsond's final reading of the step.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let sacct = loop {
+        let out = lab.run_ok("sacct", &["-n", "-P", "-j", &job, "-o", "JobID,ConsumedEnergyRaw"]);
+        let energy: Vec<(String, f64)> = out
+            .lines()
+            .filter_map(|l| l.split_once('|'))
+            .filter_map(|(j, e)| Some((j.to_string(), e.trim().parse::<f64>().ok()?)))
+            .collect();
+        if [".0", ".1", ".batch", ""]
+            .iter()
+            .all(|s| energy.iter().any(|(j, e)| *j == format!("{id}{s}") && *e > 0.0))
+        {
+            break energy;
+        }
+        assert!(Instant::now() < deadline, "sacct shows no energy per step: {out}\n{}", lab.log("slurmdbd"));
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    println!("sacct: {sacct:?}");
+    for (suffix, r) in [(".0", &s0), (".1", &s1), (".batch", &batch), ("", &whole)] {
+        let slurm_j = sacct.iter().find(|(j, _)| *j == format!("{id}{suffix}")).unwrap().1;
+        let wattson_j = r.energy_j();
+        assert!(
+            (slurm_j - wattson_j).abs() <= 1.0 + 0.01 * wattson_j,
+            "sacct {id}{suffix}: {slurm_j} J vs wattson {wattson_j:.1} J\n{}",
+            lab.log("slurmd-n1")
+        );
+    }
+}
