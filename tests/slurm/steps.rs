@@ -52,6 +52,20 @@ fn a_jobs_two_steps_have_their_own_rows_and_energy_in_wattson_and_sacct() {
     let sum = s0.energy_mj() + s1.energy_mj() + outside;
     assert!(rel_err(sum, whole.energy_mj()) < 0.001, "steps {sum} mJ vs job {} mJ", whole.energy_mj());
 
+    // Reports count the job once: its steps are parts of it.
+    let out = node.wattson(&["report", "-S", "now-1hours", "--json"]);
+    common::assert_ok(&out);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let total = report.as_array().unwrap().iter().find(|t| t["group"] == "TOTAL").expect("a TOTAL row");
+    assert_eq!(total["jobs"], 1, "{report}");
+    let kwh = total["energy_kwh"].as_f64().unwrap();
+    assert!(
+        (kwh * 3.6e6 - whole.energy_j()).abs() < 1.0,
+        "report {} J vs the job's {} J",
+        kwh * 3.6e6,
+        whole.energy_j()
+    );
+
     // Slurm's per-step energy is the step's, and its job row the job's: Slurm keeps its last
     // poll before the step's end, a few ms before wattsond's final reading of the step.
     let deadline = Instant::now() + Duration::from_secs(30);
