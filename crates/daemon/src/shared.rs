@@ -153,4 +153,19 @@ mod tests {
         assert_eq!(environ_job("SLURM_JOB_IDX=5"), None);
         assert_eq!(real_uid("Name:\tx\nUid:\t1000\t1000\t1000\t1000\n"), Some(1000));
     }
+
+    #[test]
+    fn a_process_claims_a_job_by_its_environment_only_as_the_jobs_owner() {
+        let mut child =
+            std::process::Command::new("sleep").arg("30").env("SLURM_JOB_ID", "77").spawn().unwrap();
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        let pid = child.id();
+        assert_eq!(job_of_process(pid, &[(76, me), (77, me)]), Some(1));
+        assert_eq!(job_of_process(pid, &[(77, me.wrapping_add(1))]), None, "another user's job");
+        assert_eq!(job_of_process(pid, &[(78, me)]), None);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(job_of_process(pid, &[(77, me)]), None, "a process that is gone");
+    }
 }
