@@ -109,7 +109,9 @@ fn a_jobs_two_steps_have_their_own_rows_and_energy_in_wattson_and_sacct() {
         assert!(Instant::now() < deadline, "sacct shows no energy per step: {out}\n{}", lab.log("slurmdbd"));
         std::thread::sleep(Duration::from_millis(300));
     };
-    println!("sacct: {sacct:?}");
+    let wattson: Vec<(String, f64)> =
+        [&whole, &batch, &s0, &s1].iter().map(|r| (r.key.to_string(), r.energy_j())).collect();
+    println!("sacct: {sacct:?}\nwattson: {wattson:?}");
     for (suffix, r) in [(".0", &s0), (".1", &s1), (".batch", &batch), ("", &whole)] {
         let slurm_j = sacct.iter().find(|(j, _)| *j == format!("{id}{suffix}")).unwrap().1;
         let wattson_j = r.energy_j();
