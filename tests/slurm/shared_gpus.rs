@@ -58,7 +58,8 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
     let b = lab.sbatch(&["--gres=shard:1", "--job-name=b"], long).unwrap();
     let wait_running = |id: u32| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while node.wattson(&["acct", "-j", &id.to_string(), "-P", "-n", "-o", "State"]).stdout != b"RUNNING\n"
+        while node.wattson(&["acct", "-j", &id.to_string(), "-X", "-P", "-n", "-o", "State"]).stdout
+            != b"RUNNING\n"
         {
             assert!(
                 std::time::Instant::now() < deadline,
@@ -125,6 +126,8 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
     let (first, last) = (instants[0], instants[instants.len() - 1]);
     let sum: f64 = records.iter().map(|r| r.energy_mj()).sum();
     let truth = node.sim.truth_energy_mj(0, first, last).unwrap();
+    let parts: Vec<(String, f64)> = records.iter().map(|r| (r.key.to_string(), r.energy_mj())).collect();
+    println!("parts (mJ): {parts:?}, sum {sum}, the GPU's truth {truth}");
     assert!(common::rel_err(sum, truth) < 0.001, "parts {sum} mJ vs the GPU's {truth} mJ");
     let counter = records.iter().map(|r| r.gpus[0].meter.last.energy_mj.unwrap()).max().unwrap()
         - records.iter().map(|r| r.gpus[0].meter.begin_counter_mj.unwrap()).min().unwrap();
