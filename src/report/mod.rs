@@ -75,6 +75,9 @@ pub enum Column {
     GpuUtil,
     /// `counter`, `power` or `counter+power`.
     Method,
+    /// How a GPU shared with other jobs was divided: `sm-share`, `equal` or
+    /// `sm-share+equal`; empty where the job had its GPUs to itself.
+    Split,
     /// Meter events, e.g. `gpu1:counter-reset,gpu0:lost`.
     Events,
     /// Energy policy that ran (the site's decision, which may differ from the hint).
@@ -197,6 +200,7 @@ impl Column {
             Column::AvgSmClock => (10, false),
             Column::GpuUtil => (7, false),
             Column::Method => (13, false),
+            Column::Split => (14, false),
             Column::Events => (24, false),
             Column::Policy => (10, false),
             Column::Tag => (12, false),
@@ -494,6 +498,7 @@ where
         Column::AvgSmClock => opt(avg_sm_clock(r), "MHz"),
         Column::GpuUtil => opt(avg_util(r), "%"),
         Column::Method => r.method().map(|m| m.as_str().to_string()).unwrap_or_default(),
+        Column::Split => r.split().map(|s| s.as_str().to_string()).unwrap_or_default(),
         Column::Events => events_text(r),
         // What ran; records from before decisions were recorded show what was asked.
         Column::Policy => r.policy.or(r.hints.policy).map(|p| p.to_string()).unwrap_or_default(),
@@ -553,6 +558,7 @@ fn job_json(r: &JobRecord, style: &Style, now_ns: i64) -> Value {
                 "first_reading_ns": m.begin_ns,
                 "last_reading_ns": m.last.t_ns,
                 "method": m.method.as_str(),
+                "split": m.split.map(|s| s.as_str()),
                 "peak_power_w": f64::from(m.peak_power_mw) / 1000.0,
                 "avg_sm_clock_mhz": m.avg_sm_clock_mhz(),
                 "avg_util_pct": m.avg_util_pct(),
@@ -583,6 +589,7 @@ fn job_json(r: &JobRecord, style: &Style, now_ns: i64) -> Value {
         "avg_sm_clock_mhz": avg_sm_clock(r),
         "gpu_util_pct": avg_util(r),
         "method": r.method().map(|m| m.as_str()),
+        "split": r.split().map(|s| s.as_str()),
         "events": events_text(r),
         "hints": r.hints,
         "dvfs": r.dvfs,

@@ -132,7 +132,7 @@ fn bad_column_list_names_the_field_and_lists_all() {
     assert_eq!(
         err,
         "unknown field \"Bogus\"; allowed fields: JobID, JobName, User, UID, NodeList, NGPUs, GPUs, Start, End, \
-         Elapsed, State, GPUEnergy, GPUEnergyRaw, AvgGPUPower, PeakGPUPower, AvgSMClock, GPUUtil, Method, Events, \
+         Elapsed, State, GPUEnergy, GPUEnergyRaw, AvgGPUPower, PeakGPUPower, AvgSMClock, GPUUtil, Method, Split, Events, \
          Policy, Tag, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source, Scope, EnergyRaw, \
          CPUEnergyRaw, DRAMEnergyRaw, NodeEnergyRaw"
     );

@@ -298,7 +298,7 @@ fn another_users_running_job_is_answered_as_a_missing_one() {
     node.begin("1", 1000, "0");
     let asks = |job: u32| {
         vec![
-            Request::JobEnergy { job },
+            Request::JobEnergy { job, step: String::new() },
             Request::JobSettings { job: JobKey::job(job) },
             Request::JobSeries { job: JobKey::job(job) },
         ]

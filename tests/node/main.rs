@@ -15,3 +15,4 @@ mod plot;
 mod robustness;
 mod service;
 mod settings;
+mod sharing;

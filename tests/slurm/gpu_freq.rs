@@ -52,7 +52,7 @@ fn a_job_with_gpu_freq_runs_at_its_own_clocks_and_its_record_says_wattson_stood_
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let limits = power_limits(&node);
-        let began = |id: u32| node.acct_json(&["-j", &id.to_string()]).len() == 1;
+        let began = |id: u32| node.acct_json(&["-X", "-j", &id.to_string()]).len() == 1;
         if began(own) && began(capped) {
             assert_eq!(limits.iter().filter(|&&l| l == 420_000).count(), 2, "{limits:?}");
             assert_eq!(limits.iter().filter(|&&l| l == MAX_W).count(), 2, "{limits:?}");

@@ -13,6 +13,8 @@ mod mail;
 mod models_sync;
 mod plugins;
 mod releases;
+mod shared_gpus;
 mod slurm;
 mod slurm_energy;
 mod slurm_lab_selftest;
+mod steps;

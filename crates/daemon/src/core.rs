@@ -18,6 +18,7 @@ use crate::clock::Clock;
 use crate::enforce;
 use crate::identity;
 use crate::safedir::EngineDirs;
+use crate::shared;
 use wattson_config::Config;
 use wattson_config::policy::{Decision, SitePolicy};
 use wattson_engine::Measurements;
@@ -25,7 +26,7 @@ use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
 use wattson_store::{AcctQuery, BeginOutcome, Store};
 use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, SeriesPoint};
-use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
+use wattson_types::job::{Hints, JobGpu, JobKey, JobRecord, JobState};
 
 /// One sampling tick's outcome, for metrics and logs.
 #[derive(Debug, Default)]
@@ -60,6 +61,8 @@ pub struct Core {
     node_share: Option<wattson_types::scope::NodeShare>,
     /// The node's meters at the last sample.
     last_node: Option<crate::node_energy::NodeTotals>,
+    /// Jobs that share a GPU with another job: held at their GPUs' defaults (by job id).
+    sharing: BTreeSet<u32>,
 }
 
 impl Core {
@@ -101,7 +104,17 @@ impl Core {
             full_pace: BTreeSet::new(),
             node_share: None,
             last_node: None,
+            sharing: BTreeSet::new(),
         };
+        // Jobs that shared a GPU when the daemon stopped stay at their defaults.
+        let indices: BTreeSet<u32> =
+            core.running.values().flat_map(|r| r.gpus.iter().map(|g| g.index)).collect();
+        for index in indices {
+            let jobs = shared::jobs_on(&core.running, index);
+            if jobs.len() > 1 {
+                core.sharing.extend(jobs.into_iter().map(|(job, _)| job));
+            }
+        }
         core.restores_pending = core.restore_orphans();
         let running = &core.running;
         enforce::reapply_running(core.backend.as_ref(), &core.store, |job| running.contains_key(job));
@@ -117,6 +130,7 @@ impl Core {
             .running
             .values()
             .filter(|r| r.key.step.is_empty() && !r.gpus.is_empty() && self.decision_of(r).by_model())
+            .filter(|r| !self.sharing.contains(&r.key.job_id))
             .cloned()
             .collect();
         for record in jobs {
@@ -167,13 +181,33 @@ impl Core {
     pub fn begin(&mut self, mut req: JobBegin) -> Result<Reply, Error> {
         req.hints.validate().map_err(|e| Error::new(ErrorCode::BadRequest, e))?;
         req.hints.normalize();
-        if req.gpus.is_empty() {
-            return Err(Error::new(
-                ErrorCode::BadRequest,
-                format!("job {} names no GPUs: nothing to account on this node", req.job),
-            ));
-        }
+        let job_here = self.running.get(&JobKey::job(req.job.job_id)).filter(|_| !req.job.step.is_empty());
         let mut indices = Vec::with_capacity(req.gpus.len());
+        if req.gpus.is_empty() {
+            // A step naming no GPUs (the SPANK plugin's) runs on its job's GPUs here, with
+            // its job's owner, names and hints.
+            let Some(job) = job_here else {
+                if !req.job.step.is_empty() {
+                    return Err(not_running(&JobKey::job(req.job.job_id)));
+                }
+                return Err(Error::new(
+                    ErrorCode::BadRequest,
+                    format!("job {} names no GPUs: nothing to account on this node", req.job),
+                ));
+            };
+            if job.uid != req.uid {
+                return Err(Error::new(
+                    ErrorCode::Conflict,
+                    format!("step {}: another owner than its job", req.job),
+                ));
+            }
+            indices.extend(job.gpus.iter().map(|g| g.index));
+            req.user = req.user.or_else(|| job.user.clone());
+            req.name = req.name.or_else(|| job.name.clone());
+            if req.hints == Hints::default() {
+                req.hints = job.hints.clone();
+            }
+        }
         for gpu in &req.gpus {
             let index = self
                 .backend
@@ -202,21 +236,24 @@ impl Core {
                 format!("job {} is already running with other GPUs or another owner", req.job),
             ));
         }
-        // Slurm gives a GPU to one job at a time: a running record of another job on these
-        // GPUs means that job's end was never reported. It ended; close it now.
-        let stale: Vec<JobKey> = self
-            .running
-            .values()
-            .filter(|r| r.key.job_id != req.job.job_id && r.gpus.iter().any(|g| indices.contains(&g.index)))
-            .map(|r| r.key.clone())
+        // Slurm may give a GPU to several jobs (shards, MPS, oversubscription): each keeps
+        // its own record. The records already on these GPUs are advanced to the new job's
+        // first reading, so that from then on the GPU's energy is divided among them all.
+        let partners: BTreeSet<u32> = indices
+            .iter()
+            .flat_map(|&i| shared::jobs_on(&self.running, i))
+            .map(|(job, _)| job)
+            .filter(|&job| job != req.job.job_id)
             .collect();
-        for key in stale {
-            warn!(job = %key, new_job = %req.job, "GPUs given to another job: ending the job whose end was never reported");
-            self.end(&key)?;
-        }
         let t = self.now();
         let account = req.account.clone();
         let readings = self.backend.read_many(&indices);
+        for (&index, reading) in indices.iter().zip(&readings) {
+            shared::advance_gpu(&mut self.running, self.backend.as_ref(), index, reading, t);
+        }
+        for &job in &partners {
+            self.hold_for_sharing(job);
+        }
         let gpus: Vec<JobGpu> =
             indices.iter().zip(readings).map(|(&index, reading)| self.begin_gpu(index, reading, t)).collect();
         let mut record = JobRecord {
@@ -246,8 +283,15 @@ impl Core {
             // Until the first sample writes it again; a failure here is retried there.
             let _ = self.store.save_node_shares(&[(record.key.clone(), share)]);
         }
-        // Settings belong to the whole job; its steps run on them.
-        let settings = if !record.key.step.is_empty() || (decision.by_model() && already_running) {
+        if !partners.is_empty() {
+            info!(job = %record.key, with = ?partners, "job shares its GPUs: their energy is divided, and they run at their defaults");
+            self.sharing.insert(record.key.job_id);
+        }
+        // Settings belong to the whole job; its steps run on them. A job that shares a GPU
+        // gets none: one job's setting never applies to a GPU another job holds.
+        let settings = if self.sharing.contains(&record.key.job_id) {
+            Changes::default()
+        } else if !record.key.step.is_empty() || (decision.by_model() && already_running) {
             enforce::journaled(&self.store, &JobKey::job(record.key.job_id))
         } else if decision.by_model() {
             let info = &self.backend.devices()[record.gpus[0].index as usize];
@@ -320,6 +364,10 @@ impl Core {
                 }
                 info!(job = %key, "pace: full speed while jobs wait");
             }
+            Pace::Saving if full && self.sharing.contains(&job_id) => {
+                self.full_pace.remove(&job_id);
+                info!(job = %key, "pace: the job shares a GPU and stays at its defaults");
+            }
             Pace::Saving if full => {
                 self.full_pace.remove(&job_id);
                 let now = self.now();
@@ -334,6 +382,25 @@ impl Core {
         }
         let settings = enforce::journaled(&self.store, &key);
         Ok(Reply::Paced { job: job_id, pace, settings })
+    }
+
+    /// Holds a job that comes to share a GPU with another at its GPUs' defaults from now on:
+    /// its models stop and its settings are released (defaults never slow a job down).
+    fn hold_for_sharing(&mut self, job_id: u32) {
+        if !self.sharing.insert(job_id) {
+            return;
+        }
+        self.prober.pause(job_id);
+        let key = JobKey::job(job_id);
+        let stuck = enforce::release(self.backend.as_ref(), &mut self.store, &key);
+        if stuck > 0 {
+            warn!(job = %key, gpus = stuck, "sharing: GPUs could not go back to their defaults");
+        }
+        let now = self.now();
+        if let Some(running) = self.running.get_mut(&key) {
+            let gpus: Vec<u32> = running.gpus.iter().map(|g| g.index).collect();
+            note_settings(running, gpus.into_iter().map(|gpu| (gpu, None)), now);
+        }
     }
 
     fn begin_gpu(&self, index: u32, reading: Result<GpuReading, GpuError>, t: i64) -> JobGpu {
@@ -378,17 +445,17 @@ impl Core {
         };
         let mut end_ns = self.now();
         let indices: Vec<u32> = record.gpus.iter().map(|g| g.index).collect();
-        for (gpu, reading) in record.gpus.iter_mut().zip(self.backend.read_many(&indices)) {
-            match reading {
-                Ok(reading) => {
-                    gpu.meter.advance(reading);
-                    end_ns = end_ns.max(reading.t_ns);
-                }
-                Err(e) => {
-                    warn!(job = %key, gpu = gpu.index, error = %e, "GPU did not answer at job end");
-                    gpu.meter.mark_lost(end_ns);
-                }
+        // Every record on these GPUs is advanced with the final reading: the GPU's energy up
+        // to now is divided among all the jobs on it, this one included.
+        for (&index, reading) in indices.iter().zip(self.backend.read_many(&indices)) {
+            match &reading {
+                Ok(reading) => end_ns = end_ns.max(reading.t_ns),
+                Err(e) => warn!(job = %key, gpu = index, error = %e, "GPU did not answer at job end"),
             }
+            shared::advance_gpu(&mut self.running, self.backend.as_ref(), index, &reading, end_ns);
+        }
+        if let Some(advanced) = self.running.get(key) {
+            record.gpus.clone_from(&advanced.gpus);
         }
         // A wall clock stepped back during the job gives no negative duration.
         end_ns = end_ns.max(record.begin_ns);
@@ -406,6 +473,7 @@ impl Core {
         let reply = self.record_end(key);
         if key.step.is_empty() {
             self.full_pace.remove(&key.job_id);
+            self.sharing.remove(&key.job_id);
             self.restores_pending = self.restore_orphans();
         }
         reply
@@ -453,12 +521,14 @@ impl Core {
         let mut updates = Vec::with_capacity(self.running.len());
         let mut series = Vec::new();
         let mut job_energy = Vec::new();
+        let held: BTreeSet<u32> =
+            self.running.values().flat_map(|r| r.gpus.iter().map(|g| g.index)).collect();
+        for index in held {
+            let reading = readings.get(index as usize).cloned().unwrap_or(Err(GpuError::Lost));
+            shared::advance_gpu(&mut self.running, self.backend.as_ref(), index, &reading, now);
+        }
         for record in self.running.values_mut() {
             for gpu in &mut record.gpus {
-                match readings.get(gpu.index as usize) {
-                    Some(Ok(reading)) => gpu.meter.advance(*reading),
-                    _ => gpu.meter.mark_lost(now),
-                }
                 job_energy.push((record.key.clone(), gpu.index, gpu.meter.energy_mj));
                 if with_series && !gpu.meter.lost {
                     let r = gpu.meter.last;
@@ -494,7 +564,7 @@ impl Core {
             let changes: Vec<(JobKey, Changes)> =
                 self.prober.tick(&self.running, &readings, &mut self.store, now);
             for (job, wanted) in changes {
-                if !self.full_pace.contains(&job.job_id) {
+                if !self.full_pace.contains(&job.job_id) && !self.sharing.contains(&job.job_id) {
                     self.apply_settings(&job, &wanted);
                 }
             }

@@ -267,6 +267,10 @@ impl GpuBackend for GpuPool {
         self.call(index, |b, i| b.compute_processes(i))
     }
 
+    fn process_utilization(&self, index: u32, since_us: u64) -> Result<Vec<(u32, u32)>, GpuError> {
+        self.call(index, move |b, i| b.process_utilization(i, since_us))
+    }
+
     fn set_power_limit(&self, index: u32, mw: u32) -> Result<(), GpuError> {
         self.call(index, move |b, i| b.set_power_limit(i, mw))
     }

@@ -19,6 +19,7 @@ pub mod reader;
 pub mod safedir;
 pub mod sampler;
 pub mod server;
+mod shared;
 #[cfg(test)]
 mod tests;
 

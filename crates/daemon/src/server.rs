@@ -208,19 +208,22 @@ async fn confirm_idle(services: &Services) -> Response {
     Ok(Reply::Idle { node })
 }
 
-/// A running job's energy in its scope (`[energy] scope`) up to a reading taken for this
-/// request (Slurm's energy plugin asks at each of its polls): the job's meters advanced on a
-/// copy, so the record is untouched.
-async fn job_energy(services: &Services, job: u32, uid: u32) -> Response {
-    let key = JobKey::job(job);
+/// A running job's (or step's) energy in its scope (`[energy] scope`) up to a reading taken for
+/// this request (Slurm's energy plugin asks at each of its polls): the meters advanced on a copy,
+/// so the record is untouched. A GPU the job shares with another is not advanced: its part of
+/// the interval is known only at the next sample.
+async fn job_energy(services: &Services, key: JobKey, uid: u32) -> Response {
+    let job = key.job_id;
     let running = services.owner.running();
     let Some(record) = running.iter().find(|r| r.key == key) else {
-        return Err(Error::new(ErrorCode::NotRunning, format!("job {job} has no record running here")));
+        return Err(Error::new(ErrorCode::NotRunning, format!("job {key} has no record running here")));
     };
     if !(services.access.sees_all(uid) || record.uid == uid) {
         // As for a job that is not here: a user learns nothing of another user's jobs.
-        return Err(Error::new(ErrorCode::NotRunning, format!("job {job} has no record running here")));
+        return Err(Error::new(ErrorCode::NotRunning, format!("job {key} has no record running here")));
     }
+    let shared =
+        |index: u32| running.iter().any(|r| r.key.job_id != job && r.gpus.iter().any(|g| g.index == index));
     let Some(Reply::Status { gpus, .. }) = services.sampler.status().await else {
         return Err(Error::new(ErrorCode::Busy, "too many status requests waiting; retry"));
     };
@@ -229,7 +232,9 @@ async fn job_energy(services: &Services, job: u32, uid: u32) -> Response {
     for used in &mut now.gpus {
         if let Some(reading) = gpus.iter().find(|g| g.info.index == used.index).and_then(|g| g.reading) {
             power_mw += u64::from(reading.power_mw.unwrap_or(0));
-            used.meter.advance(reading);
+            if !shared(used.index) {
+                used.meter.advance(reading);
+            }
         }
     }
     // The configured scope's: the GPUs' up to this reading, the rest of the node's up to the
@@ -280,7 +285,7 @@ pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) ->
             }
         }
         Request::ConfirmIdle {} => confirm_idle(services).await,
-        Request::JobEnergy { job } => job_energy(services, job, uid).await,
+        Request::JobEnergy { job, step } => job_energy(services, JobKey { job_id: job, step }, uid).await,
         Request::Models {} => services.owner.models().await,
         Request::MergeModels { models } => services.owner.merge_models(models).await,
         Request::JobSummary { job, bins } => services.reader.summary(job, bins).await,

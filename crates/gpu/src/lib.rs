@@ -50,6 +50,13 @@ pub trait GpuBackend: Send + Sync {
     fn settings(&self, index: u32) -> Result<GpuSettings, GpuError>;
     /// Process ids of the compute processes running on the GPU.
     fn compute_processes(&self, index: u32) -> Result<Vec<u32>, GpuError>;
+    /// Each process's SM utilisation on the GPU (percent) in the driver's samples since
+    /// `since_us` (µs since the Unix epoch): (pid, SM %) per sample. `NotSupported` where the
+    /// driver gives no per-process figures.
+    fn process_utilization(&self, index: u32, since_us: u64) -> Result<Vec<(u32, u32)>, GpuError> {
+        let _ = (index, since_us);
+        Err(GpuError::NotSupported)
+    }
     /// Sets the power limit, in mW.
     fn set_power_limit(&self, index: u32, mw: u32) -> Result<(), GpuError>;
     /// Locks the SM clock into `[min, max]` MHz.

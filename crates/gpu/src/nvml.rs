@@ -128,6 +128,15 @@ impl GpuBackend for NvmlBackend {
         Ok(processes.into_iter().map(|p| p.pid).collect())
     }
 
+    fn process_utilization(&self, index: u32, since_us: u64) -> Result<Vec<(u32, u32)>, GpuError> {
+        match self.device(index)?.process_utilization_stats(since_us) {
+            Ok(samples) => Ok(samples.into_iter().map(|s| (s.pid, s.sm_util)).collect()),
+            // The driver's answer when it holds no sample since `since_us`.
+            Err(NvmlError::NotFound) => Ok(Vec::new()),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
     fn set_power_limit(&self, index: u32, mw: u32) -> Result<(), GpuError> {
         let info =
             self.devices.get(index as usize).ok_or_else(|| GpuError::NotFound(format!("index {index}")))?;

@@ -69,6 +69,9 @@ pub enum Request {
     JobEnergy {
         /// The job.
         job: u32,
+        /// One of its steps (`0`, `batch`); empty for the whole job.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        step: String,
     },
     /// From the controller: every workload's DVFS measurements stored on this node (root and
     /// SlurmUser only).

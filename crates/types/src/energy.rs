@@ -117,6 +117,24 @@ pub struct GpuMeter {
     pub lost: bool,
     /// What happened, in order.
     pub events: Vec<MeterEvent>,
+    /// How the GPU's energy was divided with other jobs on it; `None` while the job had the
+    /// GPU to itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<crate::share::Split>,
+}
+
+/// The GPU's energy over one interval between two readings, before it is divided among the
+/// jobs on the GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interval {
+    /// Energy over the interval, mJ.
+    pub mj: f64,
+    /// The same, when it is a whole difference of the counter (then exactly divisible).
+    pub counter_mj: Option<u64>,
+    /// The method that measured it.
+    pub method: Method,
+    /// A counter reset seen in the interval.
+    pub reset: Option<MeterEvent>,
 }
 
 impl GpuMeter {
@@ -135,6 +153,7 @@ impl GpuMeter {
             util_samples: 0,
             lost: false,
             events: Vec::new(),
+            split: None,
         };
         meter.observe_gauges(&first);
         meter
@@ -150,40 +169,67 @@ impl GpuMeter {
 
     /// Advances the meter with a new reading. Readings older than the last one are ignored.
     pub fn advance(&mut self, now: GpuReading) {
+        if let Some(interval) = self.interval_to(&now) {
+            let mj = interval.mj;
+            self.advance_by(now, &interval, mj);
+        }
+    }
+
+    /// The GPU's energy from the last reading to `now`; `None` for a reading to ignore (older
+    /// than the last one).
+    pub fn interval_to(&self, now: &GpuReading) -> Option<Interval> {
         if now.t_ns < self.last.t_ns {
             // An older reading delivered late carries an older counter: ignored. A counter that
             // moved on under an earlier time means the wall clock was stepped back: the
             // counter, which runs on the GPU's own time, still counts.
             let counter_moved = matches!((self.last.energy_mj, now.energy_mj), (Some(p), Some(c)) if c > p);
             if !counter_moved {
-                return;
+                return None;
             }
-        }
-        if self.lost {
-            self.lost = false;
-            self.events.push(MeterEvent::GpuBack { t_ns: now.t_ns });
         }
         let dt_s = (now.t_ns - self.last.t_ns).max(0) as f64 / 1e9;
-        match (self.last.energy_mj, now.energy_mj) {
-            (Some(prev), Some(cur)) if cur >= prev => {
-                self.energy_mj += (cur - prev) as f64;
-            }
+        Some(match (self.last.energy_mj, now.energy_mj) {
+            (Some(prev), Some(cur)) if cur >= prev => Interval {
+                mj: (cur - prev) as f64,
+                counter_mj: Some(cur - prev),
+                method: Method::Counter,
+                reset: None,
+            },
             (Some(_), Some(cur)) => {
                 // The counter restarted from zero somewhere in the gap: `cur` was consumed
                 // since then; the part before the reset is estimated from power.
                 let mean_w = mean_power_w(self.last.power_mw, now.power_mw);
                 let gap_mj = (mean_w * dt_s * 1000.0 - cur as f64).max(0.0);
-                self.energy_mj += cur as f64 + gap_mj;
-                self.method = Method::CounterAndPower;
-                self.events.push(MeterEvent::CounterReset { t_ns: now.t_ns, estimated_gap_mj: gap_mj });
-            }
-            _ => {
-                // No counter on one side: integrate power over the interval.
-                self.energy_mj += mean_power_w(self.last.power_mw, now.power_mw) * dt_s * 1000.0;
-                if self.method == Method::Counter {
-                    self.method = Method::CounterAndPower;
+                Interval {
+                    mj: cur as f64 + gap_mj,
+                    counter_mj: None,
+                    method: Method::CounterAndPower,
+                    reset: Some(MeterEvent::CounterReset { t_ns: now.t_ns, estimated_gap_mj: gap_mj }),
                 }
             }
+            // No counter on one side: integrate power over the interval.
+            _ => Interval {
+                mj: mean_power_w(self.last.power_mw, now.power_mw) * dt_s * 1000.0,
+                counter_mj: None,
+                method: if self.method == Method::Power { Method::Power } else { Method::CounterAndPower },
+                reset: None,
+            },
+        })
+    }
+
+    /// Advances the meter to `now` over `interval` (from [`GpuMeter::interval_to`]), counting
+    /// `part_mj` of it: the whole, or this job's part of a GPU it shares.
+    pub fn advance_by(&mut self, now: GpuReading, interval: &Interval, part_mj: f64) {
+        if self.lost {
+            self.lost = false;
+            self.events.push(MeterEvent::GpuBack { t_ns: now.t_ns });
+        }
+        self.energy_mj += part_mj;
+        if interval.method != Method::Counter && self.method == Method::Counter {
+            self.method = Method::CounterAndPower;
+        }
+        if let Some(event) = &interval.reset {
+            self.events.push(event.clone());
         }
         self.observe_gauges(&now);
         self.last = now;

@@ -337,6 +337,11 @@ impl JobRecord {
         self.gpus.iter().map(|g| g.meter.method).reduce(Method::combine)
     }
 
+    /// How the job's shared GPUs were divided with other jobs; `None` if it shared none.
+    pub fn split(&self) -> Option<crate::share::Split> {
+        self.gpus.iter().filter_map(|g| g.meter.split).reduce(crate::share::Split::combine)
+    }
+
     /// Elapsed seconds up to the end, or up to `now_ns` while running.
     pub fn elapsed_s(&self, now_ns: i64) -> f64 {
         (self.end_ns.unwrap_or(now_ns) - self.begin_ns).max(0) as f64 / 1e9

@@ -10,6 +10,7 @@ pub mod owner;
 pub mod prices;
 pub mod query;
 pub mod scope;
+pub mod share;
 pub mod summary;
 
 pub use gpu::now_ns;

@@ -33,6 +33,8 @@ struct State {
     process: Process,
     args: PluginArgs,
     meter: Meter,
+    /// Whether the step's own record has answered (then only it is read).
+    step_seen: bool,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -48,7 +50,8 @@ fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
         let config = std::env::var_os("WATTSON_CONFIG")
             .map(PathBuf::from)
             .unwrap_or_else(wattson_config::locate::path);
-        State { process, args: PluginArgs::new(config, Some(POLL_TIMEOUT)), meter: Meter::new(start) }
+        let args = PluginArgs::new(config, Some(POLL_TIMEOUT));
+        State { process, args, meter: Meter::new(start), step_seen: false }
     });
     f(state)
 }
@@ -60,12 +63,33 @@ fn poll(state: &mut State) {
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
     let (process, args) = (&state.process, &state.args);
+    let step_seen = state.step_seen;
+    let mut step_appeared = false;
     let read = || match process {
         Process::Slurmd => energy::node_energy(args),
-        Process::Step { job, .. } => energy::job_energy(args, *job),
+        Process::Step { job, is_extern: true, .. } => energy::job_energy(args, *job, ""),
+        // The step's own record once it has one; until then the job's, from this first poll.
+        Process::Step { job, step, .. } => match energy::job_energy(args, *job, step)? {
+            // The first answer of the step's record: counted from zero, read again below.
+            Some(_) if !step_seen => {
+                step_appeared = true;
+                Ok(None)
+            }
+            Some(reading) => Ok(Some(reading)),
+            None if step_seen => Ok(None),
+            None => energy::job_energy(args, *job, ""),
+        },
         Process::Other => Ok(None),
     };
-    if let Some(why) = state.meter.poll(Instant::now(), unix_s, read) {
+    let mut why = state.meter.poll(Instant::now(), unix_s, read);
+    if step_appeared {
+        state.step_seen = true;
+        state.meter.restart(Start::Zero);
+        let Process::Step { job, step, .. } = &state.process else { return };
+        let args = &state.args;
+        why = state.meter.poll(Instant::now(), unix_s, || energy::job_energy(args, *job, step));
+    }
+    if let Some(why) = why {
         error(&format!("acct_gather_energy/wattson: {why}"));
     }
 }

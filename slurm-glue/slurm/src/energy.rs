@@ -1,8 +1,10 @@
 //! What the `acct_gather_energy/wattson` plugin does, apart from the FFI: in slurmd, the node's
-//! GPU energy (its GPUs' counters, summed); in each slurmstepd, the job's energy as wattsond
-//! meters it in the configured scope (`[energy] scope`: wattsond answers in it), counted from
-//! the job's begin for the extern step (which spans the allocation, so Slurm's job row gets the
-//! job's whole energy) and from the step's first poll for the others. Every call is bounded by [`POLL_TIMEOUT`]; a wattsond that lets a poll time out is
+//! GPU energy (its GPUs' counters, summed); in each slurmstepd, the energy wattsond meters in
+//! the configured scope (`[energy] scope`: wattsond answers in it): the job's, counted from the
+//! job's begin, for the extern step (which spans the allocation, so Slurm's job row gets the
+//! job's whole energy), and the step's own record for the others (the SPANK plugin registers
+//! each step), or, until the step has a record, the job's from the step's first poll. Every call
+//! is bounded by [`POLL_TIMEOUT`]; a wattsond that lets a poll time out is
 //! left alone for [`RETRY_AFTER`] (one that is simply down fails at once and is asked again at
 //! the next poll, so a restart loses no step's final figures). Figures never go backwards and
 //! stay where they were while wattsond cannot answer.
@@ -23,10 +25,12 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(30);
 pub enum Process {
     /// slurmd: reports the node's GPU energy.
     Slurmd,
-    /// A slurmstepd (`slurmstepd: [<job>.<step>]`): reports the job's GPU energy.
+    /// A slurmstepd (`slurmstepd: [<job>.<step>]`): reports the step's GPU energy.
     Step {
         /// Slurm job id.
         job: u32,
+        /// The step as sacct names it (`0`, `batch`, `extern`).
+        step: String,
         /// The extern step, which spans the job's whole allocation.
         is_extern: bool,
     },
@@ -43,7 +47,7 @@ impl Process {
             let inner = rest.split(']').next().unwrap_or("");
             return match inner.split_once('.') {
                 Some((job, step)) => match job.parse() {
-                    Ok(job) => Process::Step { job, is_extern: step == "extern" },
+                    Ok(job) => Process::Step { job, step: step.to_string(), is_extern: step == "extern" },
                     Err(_) => Process::Other,
                 },
                 None => Process::Other,
@@ -130,6 +134,13 @@ pub struct Meter {
 }
 
 impl Meter {
+    /// Counts from `start` of the next reading on, never going below the figures so far (a
+    /// step's meter moving from its job's energy to the step's own record).
+    pub fn restart(&mut self, start: Start) {
+        self.start = start;
+        self.baseline_mj = None;
+    }
+
     /// A meter counting from `start`.
     pub fn new(start: Start) -> Meter {
         Meter {
@@ -202,9 +213,10 @@ impl Meter {
     }
 }
 
-/// The job's GPU energy on this node from wattsond; `None` when it has no record running here.
-pub fn job_energy(args: &PluginArgs, job: u32) -> Result<Option<Reading>, PollError> {
-    match args.call_with(&args.load()?, &Request::JobEnergy { job }) {
+/// The GPU energy of a job (`step` empty) or step on this node from wattsond; `None` when it
+/// has no record running here.
+pub fn job_energy(args: &PluginArgs, job: u32, step: &str) -> Result<Option<Reading>, PollError> {
+    match args.call_with(&args.load()?, &Request::JobEnergy { job, step: step.to_string() }) {
         Ok(Reply::JobEnergy { energy_mj, power_mw, .. }) => Ok(Some(Reading { energy_mj, power_mw })),
         Ok(other) => Err(format!("unexpected reply {other:?}").into()),
         Err(ClientError::Refused(e)) if e.code == ErrorCode::NotRunning => Ok(None),
@@ -235,13 +247,16 @@ mod tests {
     fn the_process_is_read_from_its_command_line() {
         assert_eq!(
             Process::from_cmdline(b"slurmstepd: [61.extern]\0\0\0"),
-            Process::Step { job: 61, is_extern: true }
+            Process::Step { job: 61, step: "extern".into(), is_extern: true }
         );
         assert_eq!(
             Process::from_cmdline(b"slurmstepd: [7.batch]"),
-            Process::Step { job: 7, is_extern: false }
+            Process::Step { job: 7, step: "batch".into(), is_extern: false }
         );
-        assert_eq!(Process::from_cmdline(b"slurmstepd: [7.0]"), Process::Step { job: 7, is_extern: false });
+        assert_eq!(
+            Process::from_cmdline(b"slurmstepd: [7.0]"),
+            Process::Step { job: 7, step: "0".into(), is_extern: false }
+        );
         assert_eq!(Process::from_cmdline(b"/usr/sbin/slurmd\0-D\0-N\0n1\0"), Process::Slurmd);
         assert_eq!(Process::from_cmdline(b"slurmd"), Process::Slurmd);
         for other in [&b"/usr/sbin/slurmctld\0-D"[..], b"slurmstepd: [x.0]", b"slurmstepd: [12]", b""] {

@@ -7,6 +7,7 @@ pub mod gpu_freq;
 pub mod hints;
 pub mod node;
 pub mod release;
+pub mod steps;
 pub mod submit;
 
 pub use wattson_slurm_sys::{BINDINGS_SOURCE, release_of, slurm_version, sys, version_string};

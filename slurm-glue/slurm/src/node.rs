@@ -74,7 +74,7 @@ impl PluginArgs {
         wattson_protocol::call(&config.daemon.socket, request, timeout)
     }
 
-    fn call(&self, request: &Request) -> Result<Reply, String> {
+    pub(crate) fn call(&self, request: &Request) -> Result<Reply, String> {
         self.call_with(&self.load()?, request).map_err(|e| e.to_string())
     }
 }

@@ -3,6 +3,8 @@
 //! - sbatch/srun/salloc: registers `--energy`, `--energy-slowdown`, `--energy-tag`,
 //!   `--energy-defer` and refuses bad values with one line (the job is not queued).
 //! - slurmd (job prolog/epilog, as root): tells the node's wattsond that the job began or ended.
+//! - slurmstepd (as root, at each step's start and exit): tells wattsond that the step began or
+//!   ended, so each step (`42.batch`, `42.0`) has its own record.
 //! - slurmstepd (user init): puts the decision in the job's environment.
 //!
 //! - loaded by a Slurm of another release series than the one it was built for: Slurm
@@ -20,6 +22,7 @@ use wattson_slurm::gpu_freq;
 use wattson_slurm::hints::{OPTIONS, SubmitHints};
 use wattson_slurm::node::{self, NodeJob, PluginArgs};
 use wattson_slurm::release;
+use wattson_slurm::steps;
 use wattson_slurm::sys::{self, spank_option, spank_t};
 use wattson_slurm_ffi::{error, guard, info};
 
@@ -229,6 +232,74 @@ pub unsafe extern "C" fn slurm_spank_user_init(sp: spank_t, ac: c_int, av: *mut 
             // A job without GPUs on this node is not known to wattsond: nothing to say.
             Ok(None) => {}
             Err(e) => error(&format!("wattson: job {id}: no energy decision in the environment: {e}")),
+        }
+        0
+    })
+}
+
+/// The step this slurmstepd runs, where the plugin runs in a step (remote context) of a job
+/// with GPUs on this node; `None` elsewhere, and for the extern step (the job's own record).
+fn gpu_step(sp: spank_t) -> Option<steps::JobKey> {
+    // SAFETY: no arguments; valid in every context.
+    if unsafe { sys::spank_context() } != sys::S_CTX_REMOTE {
+        return None;
+    }
+    let has_gpus = ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"]
+        .iter()
+        .any(|v| step_env(sp, v).is_some());
+    if !has_gpus {
+        return None;
+    }
+    steps::step_key(item_u32(sp, sys::S_JOB_ID)?, item_u32(sp, sys::S_JOB_STEPID)?)
+}
+
+/// A variable of the step's environment, `None` when unset or empty.
+fn step_env(sp: spank_t, name: &str) -> Option<String> {
+    let name = CString::new(name).ok()?;
+    let mut buf = vec![0 as c_char; 4096];
+    // SAFETY: valid handle, NUL-terminated name, and a buffer of the length given.
+    let rc = unsafe { sys::spank_getenv(sp, name.as_ptr(), buf.as_mut_ptr(), buf.len() as c_int) };
+    if rc != sys::ESPANK_SUCCESS {
+        return None;
+    }
+    // SAFETY: on success Slurm wrote a NUL-terminated string into `buf`.
+    let value = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+    (!value.is_empty()).then_some(value)
+}
+
+/// slurmstepd, as root, as a step starts (before its tasks): register the step.
+///
+/// # Safety
+/// Called by Slurm with its own valid handle and arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_init_post_opt(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    guard("slurm_spank_init_post_opt", 0, || {
+        let Some(step) = gpu_step(sp) else { return 0 };
+        let uid = item_u32(sp, sys::S_JOB_UID).unwrap_or(u32::MAX);
+        // Slurm's numbers of the step's GPUs; none given: the job's GPUs here.
+        let gpus =
+            step_env(sp, "SLURM_STEP_GPUS").or_else(|| step_env(sp, "SLURM_JOB_GPUS")).unwrap_or_default();
+        match steps::begin(&args(ac, av), step.clone(), uid, &gpus) {
+            Ok(Some(line)) => info(&line),
+            Ok(None) => {}
+            Err(e) => error(&format!("wattson: step {step}: not accounted: {e}")),
+        }
+        0
+    })
+}
+
+/// slurmstepd, as root, as a step exits: close the step's record.
+///
+/// # Safety
+/// Called by Slurm with its own valid handle and arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_exit(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    guard("slurm_spank_exit", 0, || {
+        let Some(step) = gpu_step(sp) else { return 0 };
+        match steps::end(&args(ac, av), step.clone()) {
+            Ok(Some(line)) => info(&line),
+            Ok(None) => {}
+            Err(e) => error(&format!("wattson: step {step}: end not recorded: {e}")),
         }
         0
     })

@@ -15,6 +15,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+mod processes;
+
 /// Environment variable naming the fake driver directory, read by `nvmlInit_v2`.
 pub const DIR_ENV: &str = "WATTSON_FAKE_NVML_DIR";
 
@@ -605,18 +607,5 @@ pub extern "C" fn nvmlDeviceGetUtilizationRates(
                 memory: (load * 60.0).round() as c_uint,
             },
         )
-    })
-}
-
-/// Running compute processes: always none (count 0, SUCCESS).
-#[unsafe(no_mangle)]
-pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
-    device: nvmlDevice_t,
-    count: *mut c_uint,
-    _infos: *mut nvmlProcessInfo_t,
-) -> nvmlReturn_t {
-    run(|| {
-        with_device(device, |_, _, _| Ok(()))?;
-        out(count, 0)
     })
 }

@@ -20,7 +20,8 @@ mod tests;
 pub use config::{CONFIG_FILE, Config, GpuConfig, GpuSpec};
 pub use ffi::DIR_ENV;
 pub use state::{
-    Fault, GpuState, LOCK_FILE, STATE_FILE, Workload, check_privilege, history_path, now_ns, operating_point,
+    Fault, GpuState, LOCK_FILE, ProcessLoad, STATE_FILE, Workload, check_privilege, history_path, now_ns,
+    operating_point,
 };
 
 use std::io;
@@ -96,6 +97,21 @@ impl Sim {
             return Err(bad_input("load must be within 0.0..=1.0"));
         }
         self.with_gpu(gpu, |g| g.load = load)
+    }
+
+    /// Sets the processes on GPU `gpu` and each one's SM utilisation (percent, at most 100),
+    /// as the driver reports them per process from now on.
+    pub fn set_processes(&self, gpu: u32, processes: &[ProcessLoad]) -> io::Result<()> {
+        if processes.iter().any(|p| p.sm_pct > 100) {
+            return Err(bad_input("SM utilisation must be within 0..=100"));
+        }
+        self.with_gpu(gpu, |g| g.processes = processes.to_vec())
+    }
+
+    /// Whether GPU `gpu`'s driver gives per-process utilisation (false: the call answers
+    /// `NVML_ERROR_NOT_SUPPORTED`, as on drivers and GPUs without it).
+    pub fn set_process_utilization(&self, gpu: u32, supported: bool) -> io::Result<()> {
+        self.with_gpu(gpu, |g| g.process_utilization = supported)
     }
 
     /// Starts (or, with `None`, removes) the workload on GPU `gpu` now; its progress then

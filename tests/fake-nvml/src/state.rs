@@ -72,6 +72,26 @@ pub struct GpuState {
     /// Units of work the workload has completed (exact integral of its rate).
     #[serde(default)]
     pub work_units: f64,
+    /// The processes using the GPU and each one's SM utilisation, as the driver reports it per
+    /// process (`nvmlDeviceGetProcessUtilization`).
+    #[serde(default)]
+    pub processes: Vec<ProcessLoad>,
+    /// Whether the driver gives per-process utilisation (false: the call is not supported).
+    #[serde(default = "yes")]
+    pub process_utilization: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One process on a simulated GPU and its SM utilisation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessLoad {
+    /// Process id.
+    pub pid: u32,
+    /// SM utilisation of the process, percent.
+    pub sm_pct: u32,
 }
 
 /// A workload's hidden speed law: one unit of work takes `t0_s + d_s_mhz / f` seconds at
@@ -165,6 +185,8 @@ impl GpuState {
             sm_clock_mhz: 0,
             workload: None,
             work_units: 0.0,
+            processes: Vec::new(),
+            process_utilization: true,
         };
         gs.refresh(spec);
         gs

@@ -4,7 +4,7 @@
 //! The library reads `WATTSON_FAKE_NVML_DIR` at init and lives once per process, so all
 //! in-process checks are in one test function.
 
-use fake_nvml::{Config, DIR_ENV, Fault, GpuConfig, Sim, library_path_next_to, now_ns};
+use fake_nvml::{Config, DIR_ENV, Fault, GpuConfig, ProcessLoad, Sim, library_path_next_to, now_ns};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::Clock;
 use nvml_wrapper::enums::device::GpuLockedClocksSetting;
@@ -207,6 +207,24 @@ fn fake_driver_through_nvml_wrapper() {
     let after = dev0.total_energy_consumption().unwrap();
     assert!(after < 1_000_000, "counter did not reset: {before} -> {after}");
     check_counter_matches_truth(&sim, &dev0, 0, || sleep(Duration::from_millis(100)));
+
+    // Per-process utilisation: none without processes (NVML's NOT_FOUND: no samples), the
+    // processes set, or NOT_SUPPORTED where the driver gives none; running processes likewise.
+    is(dev0.process_utilization_stats(0), |e| matches!(e, NvmlError::NotFound));
+    assert!(dev0.running_compute_processes().unwrap().is_empty());
+    let processes = [ProcessLoad { pid: 4242, sm_pct: 70 }, ProcessLoad { pid: 4343, sm_pct: 20 }];
+    sim.set_processes(0, &processes).unwrap();
+    assert!(sim.set_processes(0, &[ProcessLoad { pid: 1, sm_pct: 101 }]).is_err());
+    let samples = dev0.process_utilization_stats(0).unwrap();
+    let seen: Vec<(u32, u32)> = samples.iter().map(|s| (s.pid, s.sm_util)).collect();
+    assert_eq!(seen, vec![(4242, 70), (4343, 20)]);
+    assert!(samples.iter().all(|s| s.timestamp > 0));
+    let pids: Vec<u32> = dev0.running_compute_processes().unwrap().iter().map(|p| p.pid).collect();
+    assert_eq!(pids, vec![4242, 4343]);
+    sim.set_process_utilization(0, false).unwrap();
+    is(dev0.process_utilization_stats(0), |e| matches!(e, NvmlError::NotSupported));
+    sim.set_process_utilization(0, true).unwrap();
+    sim.set_processes(0, &[]).unwrap();
 
     // Shutdown and re-init (a daemon restart): the counter continues from the shared state.
     let last = dev0.total_energy_consumption().unwrap();

@@ -75,21 +75,22 @@ impl SlurmLab {
              KillWait=5\n\
              MailProg=/bin/true\n\
              SlurmdParameters=config_overrides\n\
-             PrologFlags=Alloc\n\
-             GresTypes=gpu\n",
+             PrologFlags=Alloc\n",
             cluster = self.cluster,
             accounting = self.accounting_conf(),
             ctld_port = self.ctld_port,
         );
+        let shards = self.nodes.iter().any(|n| n.shards > 0);
+        let _ = writeln!(c, "GresTypes={}", if shards { "gpu,shard" } else { "gpu" });
         if let Some(js) = &opts.job_submit_plugins {
             let _ = writeln!(c, "JobSubmitPlugins={js}");
         }
         let mut gres = String::from("AutoDetect=off\n");
         for (node, port) in self.nodes.iter().zip(&self.node_ports) {
-            let gres_spec = if node.gpus > 0 {
-                format!(" Gres=gpu:{}:{}", node.gpu_type, node.gpus)
-            } else {
-                String::new()
+            let gres_spec = match (node.gpus, node.shards) {
+                (0, _) => String::new(),
+                (gpus, 0) => format!(" Gres=gpu:{}:{gpus}", node.gpu_type),
+                (gpus, shards) => format!(" Gres=gpu:{}:{gpus},shard:{shards}", node.gpu_type),
             };
             let _ = writeln!(
                 c,
@@ -104,6 +105,9 @@ impl SlurmLab {
                     t = node.gpu_type,
                     last = node.gpus - 1
                 );
+                if node.shards > 0 {
+                    let _ = writeln!(gres, "NodeName={} Name=shard Count={}", node.name, node.shards);
+                }
             }
         }
         let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();

@@ -68,6 +68,8 @@ pub struct LabNode {
     pub gpus: u32,
     /// GRES type, e.g. "h100" (`Gres=gpu:<type>:<gpus>`).
     pub gpu_type: String,
+    /// Shards of the node's GPUs (`gres/shard`, spread evenly over them); 0: none.
+    pub shards: u32,
     /// CPUs= in slurm.conf (SlurmdParameters=config_overrides lets it exceed the real count).
     pub cpus: u32,
     /// NodeAddr= (any of 127.0.0.0/8 reaches this host; distinct ones let each node's
@@ -85,6 +87,7 @@ impl LabNode {
             name: name.to_string(),
             gpus,
             gpu_type: gpu_type.to_string(),
+            shards: 0,
             cpus: 2,
             addr: "127.0.0.1".into(),
             env: Vec::new(),

@@ -1,0 +1,171 @@
+//! GPUs that several jobs hold at once (Slurm's `gres/shard`, `gres/mps`, oversubscribed
+//! partitions): every record on a GPU is advanced with the same reading, and the GPU's energy
+//! over the interval is divided among the jobs on it (a job's steps get their job's part).
+//!
+//! The weights are each job's processes' SM utilisation from the driver's per-process figures,
+//! else equal ([`wattson_types::share`]). A process belongs to the job named by its Slurm cgroup
+//! (`.../job_<id>/...`); without one (`proctrack/linuxproc`), to the job in its environment's
+//! `SLURM_JOB_ID` if the process runs as that job's owner, so a user can move energy only
+//! among their own jobs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+
+use wattson_gpu::{GpuBackend, GpuError};
+use wattson_types::energy::GpuReading;
+use wattson_types::job::{JobKey, JobRecord};
+use wattson_types::share::{self, Split};
+
+/// Most bytes read of a process's `environ` or `cgroup` file.
+const PROC_READ_LIMIT: u64 = 256 * 1024;
+
+/// Advances every record on GPU `index` with one reading of it (`Err`: the GPU did not
+/// answer), dividing the GPU's energy among the jobs on it when there are several.
+pub(crate) fn advance_gpu(
+    running: &mut BTreeMap<JobKey, JobRecord>,
+    backend: &dyn GpuBackend,
+    index: u32,
+    reading: &Result<GpuReading, GpuError>,
+    now: i64,
+) {
+    let reading = match reading {
+        Ok(reading) => *reading,
+        Err(_) => {
+            for gpu in running.values_mut().flat_map(|r| r.gpus.iter_mut()).filter(|g| g.index == index) {
+                gpu.meter.mark_lost(now);
+            }
+            return;
+        }
+    };
+    let jobs = jobs_on(running, index);
+    if jobs.len() < 2 {
+        for gpu in running.values_mut().flat_map(|r| r.gpus.iter_mut()).filter(|g| g.index == index) {
+            gpu.meter.advance(reading);
+        }
+        return;
+    }
+    let jobs: Vec<(u32, u32)> = jobs.into_iter().collect();
+    // The interval every record on the GPU shares (they are advanced together): the first's.
+    let Some(reference) = running
+        .values()
+        .flat_map(|r| r.gpus.iter())
+        .find(|g| g.index == index)
+        .and_then(|g| g.meter.interval_to(&reading).map(|i| (i, g.meter.last.t_ns)))
+    else {
+        return;
+    };
+    let (interval, since_ns) = reference;
+    let since_us = u64::try_from(since_ns / 1000).unwrap_or(0);
+    let sm = sm_by_job(backend, index, since_us, &jobs);
+    let (weights, split) = share::weights(&sm);
+    let exact = interval.counter_mj.map(|mj| share::divide_exact(mj, &weights));
+    let approx = share::divide(interval.mj, &weights);
+    for record in running.values_mut() {
+        let Some(k) = jobs.iter().position(|&(job, _)| job == record.key.job_id) else { continue };
+        for gpu in record.gpus.iter_mut().filter(|g| g.index == index) {
+            let Some(own) = gpu.meter.interval_to(&reading) else { continue };
+            // A record whose last reading differs from the others' (resumed after a restart)
+            // takes its job's weight of its own interval.
+            let part = if own == interval {
+                exact.as_ref().map_or(approx[k], |parts| parts[k] as f64)
+            } else {
+                share::divide(own.mj, &weights)[k]
+            };
+            gpu.meter.advance_by(reading, &own, part);
+            gpu.meter.split = Some(gpu.meter.split.map_or(split, |s| Split::combine(s, split)));
+        }
+    }
+}
+
+/// The jobs (id, owner uid) with a record on GPU `index`.
+pub(crate) fn jobs_on(running: &BTreeMap<JobKey, JobRecord>, index: u32) -> BTreeSet<(u32, u32)> {
+    running
+        .values()
+        .filter(|r| r.gpus.iter().any(|g| g.index == index))
+        .map(|r| (r.key.job_id, r.uid))
+        .collect()
+}
+
+/// Each job's SM utilisation on the GPU (summed over its processes' samples), `None` for
+/// every job where the driver gives no per-process figures.
+fn sm_by_job(backend: &dyn GpuBackend, index: u32, since_us: u64, jobs: &[(u32, u32)]) -> Vec<Option<u64>> {
+    let Ok(samples) = backend.process_utilization(index, since_us) else {
+        return vec![None; jobs.len()];
+    };
+    let mut sums = vec![0u64; jobs.len()];
+    let mut owners: BTreeMap<u32, Option<usize>> = BTreeMap::new();
+    for (pid, sm) in samples {
+        let owner = *owners.entry(pid).or_insert_with(|| job_of_process(pid, jobs));
+        if let Some(k) = owner {
+            sums[k] += u64::from(sm.min(100));
+        }
+    }
+    sums.into_iter().map(Some).collect()
+}
+
+/// Which of `jobs` process `pid` belongs to (its place in `jobs`).
+fn job_of_process(pid: u32, jobs: &[(u32, u32)]) -> Option<usize> {
+    let proc_dir = std::path::Path::new("/proc").join(pid.to_string());
+    if let Some(job) = read_limited(&proc_dir.join("cgroup")).and_then(|text| cgroup_job(&text)) {
+        return jobs.iter().position(|&(id, _)| id == job);
+    }
+    let uid = read_limited(&proc_dir.join("status")).and_then(|text| real_uid(&text))?;
+    let job = read_limited(&proc_dir.join("environ")).and_then(|text| environ_job(&text))?;
+    jobs.iter().position(|&(id, owner)| id == job && owner == uid)
+}
+
+fn read_limited(path: &std::path::Path) -> Option<String> {
+    let mut text = Vec::new();
+    std::fs::File::open(path).ok()?.take(PROC_READ_LIMIT).read_to_end(&mut text).ok()?;
+    Some(String::from_utf8_lossy(&text).into_owned())
+}
+
+/// The job of a Slurm cgroup path in `/proc/<pid>/cgroup` (`.../job_42/step_0/...`).
+fn cgroup_job(text: &str) -> Option<u32> {
+    text.lines()
+        .filter_map(|line| line.rsplit(':').next())
+        .flat_map(|path| path.split('/'))
+        .find_map(|part| part.strip_prefix("job_")?.parse().ok())
+}
+
+/// `SLURM_JOB_ID` in a NUL-separated environment.
+fn environ_job(text: &str) -> Option<u32> {
+    text.split('\0').find_map(|var| var.strip_prefix("SLURM_JOB_ID=")?.parse().ok())
+}
+
+/// The real uid in `/proc/<pid>/status`.
+fn real_uid(text: &str) -> Option<u32> {
+    text.lines().find_map(|line| line.strip_prefix("Uid:")?.split_whitespace().next()?.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_placed_by_their_slurm_cgroup_or_environment() {
+        let v2 = "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n";
+        assert_eq!(cgroup_job(v2), Some(4242));
+        let v1 = "12:devices:/slurm/uid_1000/job_17/step_batch\n4:cpu:/\n";
+        assert_eq!(cgroup_job(v1), Some(17));
+        assert_eq!(cgroup_job("0::/user.slice/job_x\n"), None);
+        assert_eq!(environ_job("A=1\0SLURM_JOB_ID=99\0B=2"), Some(99));
+        assert_eq!(environ_job("SLURM_JOB_IDX=5"), None);
+        assert_eq!(real_uid("Name:\tx\nUid:\t1000\t1000\t1000\t1000\n"), Some(1000));
+    }
+
+    #[test]
+    fn a_process_claims_a_job_by_its_environment_only_as_the_jobs_owner() {
+        let mut child =
+            std::process::Command::new("sleep").arg("30").env("SLURM_JOB_ID", "77").spawn().unwrap();
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        let pid = child.id();
+        assert_eq!(job_of_process(pid, &[(76, me), (77, me)]), Some(1));
+        assert_eq!(job_of_process(pid, &[(77, me.wrapping_add(1))]), None, "another user's job");
+        assert_eq!(job_of_process(pid, &[(78, me)]), None);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(job_of_process(pid, &[(77, me)]), None, "a process that is gone");
+    }
+}

@@ -1,0 +1,144 @@
+//! Dividing a shared GPU's energy among the jobs on it. Pure: no I/O, no clock.
+//!
+//! Over each interval between two readings, the GPU's energy is divided among the jobs that
+//! hold it by weights: each job's processes' SM utilisation as the driver reports it per
+//! process ([`Split::SmShare`]), or, where the driver gives none (or all of it is zero),
+//! equal weights ([`Split::Equal`]). A counter difference is divided in whole millijoules by
+//! largest remainders (ties to the first job in order), so the parts add up to the
+//! difference exactly.
+
+use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
+
+/// How a shared GPU's energy was divided among its jobs. Reports, the store and
+/// [`std::str::FromStr`] say `sm-share`, `equal` or `sm-share+equal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Split {
+    /// By each job's share of the GPU's SM utilisation, from the driver's per-process figures.
+    SmShare,
+    /// In equal parts: the driver gave no per-process utilisation.
+    Equal,
+    /// Some intervals by SM share, others in equal parts.
+    #[strum(serialize = "sm-share+equal")]
+    #[serde(rename = "sm-share-and-equal")]
+    Mixed,
+}
+
+impl Split {
+    /// `sm-share`, `equal` or `sm-share+equal`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// The split of a meter divided by `a` at some times and by `b` at others.
+    pub fn combine(a: Split, b: Split) -> Split {
+        if a == b { a } else { Split::Mixed }
+    }
+}
+
+/// The weights a GPU's energy is divided by, and the rule they come from: `sm` is each job's
+/// SM utilisation (percent, summed over its processes; `None` where the driver says nothing).
+pub fn weights(sm: &[Option<u64>]) -> (Vec<u64>, Split) {
+    if sm.iter().all(Option::is_some) && sm.iter().flatten().sum::<u64>() > 0 {
+        (sm.iter().map(|w| w.unwrap_or(0)).collect(), Split::SmShare)
+    } else {
+        (vec![1; sm.len()], Split::Equal)
+    }
+}
+
+/// Divides `total` mJ by `weights` in whole mJ: the parts add up to `total` exactly. Each part
+/// is its weight's share rounded down; the mJ left over go one each to the largest remainders,
+/// ties to the earlier part. All weights zero divides equally.
+pub fn divide_exact(total: u64, weights: &[u64]) -> Vec<u64> {
+    if weights.is_empty() {
+        return Vec::new();
+    }
+    let equal = vec![1u64; weights.len()];
+    let weights = if weights.iter().all(|&w| w == 0) { &equal[..] } else { weights };
+    let sum: u128 = weights.iter().map(|&w| u128::from(w)).sum();
+    let mut parts: Vec<u64> = Vec::with_capacity(weights.len());
+    let mut remainders: Vec<(u128, usize)> = Vec::with_capacity(weights.len());
+    for (i, &w) in weights.iter().enumerate() {
+        let scaled = u128::from(total) * u128::from(w);
+        parts.push((scaled / sum) as u64);
+        remainders.push((scaled % sum, i));
+    }
+    let left = total - parts.iter().sum::<u64>();
+    // Largest remainder first; equal remainders in the parts' order.
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in remainders.iter().take(left as usize) {
+        parts[i] += 1;
+    }
+    parts
+}
+
+/// Divides `total` mJ (not a whole counter difference: estimated from power) by `weights`;
+/// the last part takes what rounding leaves, so the parts add up to `total`.
+pub fn divide(total: f64, weights: &[u64]) -> Vec<f64> {
+    let equal = vec![1u64; weights.len()];
+    let weights = if weights.iter().all(|&w| w == 0) { &equal[..] } else { weights };
+    let sum: f64 = weights.iter().map(|&w| w as f64).sum();
+    let mut parts: Vec<f64> = weights.iter().map(|&w| total * w as f64 / sum).collect();
+    if let Some((last, rest)) = parts.split_last_mut() {
+        *last = total - rest.iter().sum::<f64>();
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_millijoules_add_up_exactly_and_remainders_go_deterministically() {
+        assert_eq!(divide_exact(10, &[1, 1, 1]), vec![4, 3, 3]);
+        assert_eq!(divide_exact(11, &[1, 1, 1]), vec![4, 4, 3]);
+        assert_eq!(divide_exact(100, &[30, 70]), vec![30, 70]);
+        assert_eq!(divide_exact(7, &[1, 2]), vec![2, 5]); // 2.33, 4.67: the larger remainder wins
+        assert_eq!(divide_exact(5, &[0, 0]), vec![3, 2]);
+        assert_eq!(divide_exact(5, &[0, 3]), vec![0, 5]);
+        assert_eq!(divide_exact(0, &[4, 5]), vec![0, 0]);
+        assert!(divide_exact(9, &[]).is_empty());
+        assert_eq!(
+            divide_exact(u64::MAX, &[u64::MAX, 1]).iter().map(|&p| u128::from(p)).sum::<u128>(),
+            u128::from(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn parts_always_sum_to_the_total() {
+        let mut seed = 12345u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        for _ in 0..2000 {
+            let n = (next() % 5 + 1) as usize;
+            let weights: Vec<u64> = (0..n).map(|_| next() % 101).collect();
+            let total = next() % 10_000_000;
+            let parts = divide_exact(total, &weights);
+            assert_eq!(parts.iter().sum::<u64>(), total, "{weights:?}");
+            let wsum: u64 = weights.iter().sum();
+            for (p, w) in parts.iter().zip(&weights) {
+                let ideal =
+                    if wsum == 0 { total as f64 / n as f64 } else { total as f64 * *w as f64 / wsum as f64 };
+                assert!((*p as f64 - ideal).abs() < 1.0, "{p} vs {ideal}");
+            }
+            let f = divide(total as f64 + 0.5, &weights);
+            assert!((f.iter().sum::<f64>() - (total as f64 + 0.5)).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn sm_share_only_when_every_job_has_a_figure_and_some_is_not_zero() {
+        assert_eq!(weights(&[Some(30), Some(60)]), (vec![30, 60], Split::SmShare));
+        assert_eq!(weights(&[Some(30), None]), (vec![1, 1], Split::Equal));
+        assert_eq!(weights(&[Some(0), Some(0)]), (vec![1, 1], Split::Equal));
+        assert_eq!(weights(&[Some(0), Some(5)]), (vec![0, 5], Split::SmShare));
+        assert_eq!(Split::combine(Split::Equal, Split::SmShare), Split::Mixed);
+        assert_eq!(Split::Mixed.as_str(), "sm-share+equal");
+        assert_eq!("sm-share".parse::<Split>(), Ok(Split::SmShare));
+    }
+}

@@ -1,0 +1,135 @@
+//! One GPU shared by several Slurm jobs through `gres/shard` (Debian's slurmd 22.05, started by
+//! the harness on loopback), with wattsond on a simulated GPU: each job's record is its part of
+//! the GPU's energy, and the parts add up to the GPU's counter.
+
+use wattson_harness::node as common;
+use wattson_harness::slurm_lab;
+
+use std::time::Duration;
+
+use common::Node;
+use slurm_lab::{LabNode, LabOptions, SlurmLab};
+use wattson_types::job::JobState;
+use wattson_types::share::Split;
+
+/// wattsond on one simulated H100, and a one-node Slurm whose GPU has 4 shards.
+fn shared_cluster() -> (Node, SlurmLab) {
+    lab_on(Node::h100(1), LabNode { shards: 4, cpus: 4, ..LabNode::new("n1", 1, "h100") }, false, "")
+}
+
+/// Starts wattsond on `node` and a one-node Slurm (`lab_node`) whose plugins talk to it,
+/// optionally with Slurm's accounting (slurmdbd) and `extra_conf` lines in slurm.conf.
+pub(crate) fn lab_on(
+    mut node: Node,
+    lab_node: LabNode,
+    accounting: bool,
+    extra_conf: &str,
+) -> (Node, SlurmLab) {
+    node.start();
+    let plugins = node.dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let built = common::build_plugins(false);
+    let names = ["spank_wattson.so", "job_submit_wattson.so", "acct_gather_energy_wattson.so"];
+    for (lib, plugin) in common::PLUGIN_LIBS.into_iter().zip(names) {
+        slurm_lab::install_plugin(&built.join(lib), &plugins, plugin);
+    }
+    let lab = SlurmLab::start(LabOptions {
+        nodes: vec![lab_node],
+        plugstack: Some(format!(
+            "required {} config={}\n",
+            plugins.join("spank_wattson.so").display(),
+            node.config.display()
+        )),
+        job_submit_plugins: Some("wattson".into()),
+        plugin_dir: Some(plugins.clone()),
+        daemon_env: vec![("WATTSON_CONFIG".into(), node.config.display().to_string())],
+        accounting,
+        extra_conf: extra_conf.to_string(),
+    });
+    (node, lab)
+}
+
+#[test]
+fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu() {
+    let (node, lab) = shared_cluster();
+    node.sim.set_load(0, 0.7).unwrap();
+    let long = "#!/bin/sh\nenv | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS|SLURM_SHARDS_ON_NODE)' | sort\nsleep 6\n";
+    let a = lab.sbatch(&["--gres=shard:1", "--job-name=a"], long).unwrap();
+    let b = lab.sbatch(&["--gres=shard:1", "--job-name=b"], long).unwrap();
+    let wait_running = |id: u32| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while node.wattson(&["acct", "-j", &id.to_string(), "-X", "-P", "-n", "-o", "State"]).stdout
+            != b"RUNNING\n"
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "job {id} never began on the node\n{}\n{}",
+                lab.all_logs(),
+                node.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_running(a);
+    wait_running(b);
+    std::thread::sleep(Duration::from_millis(1000));
+    // A third job comes and goes on the same GPU while both run.
+    let c = lab.sbatch(&["--gres=shard:1", "--job-name=c"], "#!/bin/sh\nsleep 1\n").unwrap();
+    assert_eq!(lab.wait_job(c, Duration::from_secs(30)).state, "COMPLETED", "{}", lab.all_logs());
+    let (ra, rb) = (node.record(&a.to_string()), node.record(&b.to_string()));
+    assert_eq!(
+        (ra.state, rb.state),
+        (JobState::Running, JobState::Running),
+        "a third job's end ends neither"
+    );
+    for id in [a, b] {
+        assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    }
+    let output = lab.job_output(a);
+    let records: Vec<_> = [a, b, c].iter().map(|id| node.record(&id.to_string())).collect();
+    for r in &records {
+        assert_eq!(r.state, JobState::Completed, "{output}");
+        assert_eq!(r.gpus.len(), 1);
+        assert_eq!(r.split(), Some(Split::Equal), "job {}: the fake driver reports no processes", r.key);
+    }
+    // Each record is its part: alone, halves, thirds, by the instants the GPU served its counter.
+    let mut instants: Vec<i64> = records
+        .iter()
+        .flat_map(|r| {
+            let (x, y) = node.read_intervals(r)[0];
+            [x, y]
+        })
+        .collect();
+    instants.sort_unstable();
+    instants.dedup();
+    let expected = |r: &wattson_types::job::JobRecord| -> f64 {
+        let (from, to) = node.read_intervals(r)[0];
+        instants
+            .windows(2)
+            .filter(|w| w[0] >= from && w[1] <= to)
+            .map(|w| {
+                let holders = records
+                    .iter()
+                    .filter(|o| {
+                        let (f, t) = node.read_intervals(o)[0];
+                        f <= w[0] && w[1] <= t
+                    })
+                    .count();
+                node.sim.truth_energy_mj(0, w[0], w[1]).unwrap() / holders as f64
+            })
+            .sum()
+    };
+    for r in &records {
+        let (got, want) = (r.energy_mj(), expected(r));
+        assert!(common::rel_err(got, want) < 0.001, "job {}: {got} mJ, its part is {want} mJ", r.key);
+    }
+    let (first, last) = (instants[0], instants[instants.len() - 1]);
+    let sum: f64 = records.iter().map(|r| r.energy_mj()).sum();
+    let truth = node.sim.truth_energy_mj(0, first, last).unwrap();
+    let parts: Vec<(String, f64)> = records.iter().map(|r| (r.key.to_string(), r.energy_mj())).collect();
+    println!("parts (mJ): {parts:?}, sum {sum}, the GPU's truth {truth}");
+    assert!(common::rel_err(sum, truth) < 0.001, "parts {sum} mJ vs the GPU's {truth} mJ");
+    let counter = records.iter().map(|r| r.gpus[0].meter.last.energy_mj.unwrap()).max().unwrap()
+        - records.iter().map(|r| r.gpus[0].meter.begin_counter_mj.unwrap()).min().unwrap();
+    assert_eq!(sum, counter as f64, "the parts add up to the GPU's counter difference exactly");
+}
