@@ -49,6 +49,11 @@ pub struct BeginArgs {
     /// The GPU clocks the job asked Slurm for (its --gpu-freq): wattson stands aside
     #[arg(long)]
     gpu_freq: Option<String>,
+    /// Other jobs may hold these GPUs at once (gres/shard, MPS): the GPUs' energy is divided
+    /// among them. Without it, a job already recorded on these GPUs is closed (its end was lost)
+    /// [default: set when $SLURM_SHARDS_ON_NODE or $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is]
+    #[arg(long)]
+    shares_gpus: bool,
 }
 
 /// `wattson job end` options.
@@ -89,6 +94,8 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
                 account: args.account,
                 gpus,
                 hints,
+                shares_gpus: args.shares_gpus
+                    || wattson_types::share::shares_gpus(|name| std::env::var(name).ok()),
             })
         }
         JobCommand::End(args) => Request::JobEnd { job: args.job },

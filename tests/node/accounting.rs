@@ -151,6 +151,28 @@ fn a_counter_reset_mid_job_is_detected_and_bridged() {
 }
 
 #[test]
+fn a_job_whose_end_was_lost_is_closed_when_its_gpus_are_given_away() {
+    let mut node = Node::h100(1);
+    node.start();
+    node.sim.set_load(0, 0.6).unwrap();
+    // Both jobs hold the whole GPU (neither says it shares it).
+    let begin = node.begin("20", 1000, "0");
+    secs(0.5);
+    // The Epilog of job 20 never ran; Slurm gives GPU 0 to job 21.
+    let handover = node.begin("21", 1001, "0");
+    let old = node.record("20");
+    assert_eq!(old.state, JobState::Completed);
+    assert_exact(&node, &old, begin, handover, EXACT);
+    assert_eq!(old.split(), None, "job 20 shared its GPU with no one");
+    assert!(node.log().contains("ending the job whose end was never reported"));
+    secs(0.3);
+    let end = node.end("21");
+    let new = node.record("21");
+    assert_eq!(new.split(), None, "job 21 has the GPU to itself");
+    assert_exact(&node, &new, handover, end, EXACT);
+}
+
+#[test]
 fn steps_are_metered_on_their_jobs_gpus_and_end_with_their_job() {
     let mut node = Node::h100(2);
     node.start();

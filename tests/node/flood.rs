@@ -155,6 +155,7 @@ fn flood(users: u32) {
         account: None,
         gpus: vec![GpuRef::Index(0)],
         hints: Hints::default(),
+        shares_gpus: false,
     });
     wattson_protocol::call(&node.socket, &begin, Duration::from_secs(5)).unwrap();
 

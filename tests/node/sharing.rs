@@ -16,6 +16,12 @@ use wattson_types::share::Split;
 const EXACT: f64 = 0.001; // 0.1 %
 const H100_MAX_MW: u32 = 700_000;
 
+/// `wattson job begin` for a job that Slurm lets share its GPUs (a shard, MPS).
+fn begin_shared(node: &Node, job: &str, uid: u32, gpus: &str) {
+    let uid = uid.to_string();
+    assert_ok(&node.wattson(&["job", "begin", "--job", job, "--uid", &uid, "--gpus", gpus, "--shares-gpus"]));
+}
+
 fn secs(s: f64) {
     sleep(Duration::from_secs_f64(s));
 }
@@ -52,14 +58,14 @@ fn jobs_sharing_a_gpu_each_keep_their_record_divided_equally_without_process_fig
     let mut node = Node::h100(1);
     node.start();
     node.sim.set_load(0, 0.6).unwrap();
-    node.begin("20", 1000, "0");
+    begin_shared(&node, "20", 1000, "0");
     secs(0.5);
     // Slurm gives GPU 0 to job 21 too (a shard of it).
-    node.begin("21", 1001, "0");
+    begin_shared(&node, "21", 1001, "0");
     assert_eq!(node.record("20").state, JobState::Running, "job 20 keeps running on its shared GPU");
     secs(0.5);
     node.sim.set_load(0, 0.9).unwrap();
-    node.begin("22", 1002, "0");
+    begin_shared(&node, "22", 1002, "0");
     secs(0.4);
     node.end("22");
     // A third job ending on the GPU ends neither of the others.
@@ -117,9 +123,9 @@ fn jobs_sharing_a_gpu_are_divided_by_their_processes_sm_share() {
         ProcessLoad { pid: p41.id(), sm_pct: 20 },
     ];
     node.sim.set_processes(0, &processes).unwrap();
-    node.begin("40", 0, "0");
+    begin_shared(&node, "40", 0, "0");
     secs(0.4);
-    node.begin("41", 0, "0");
+    begin_shared(&node, "41", 0, "0");
     secs(1.0);
     node.end("40");
     secs(0.4);
@@ -143,6 +149,7 @@ fn jobs_sharing_a_gpu_are_divided_by_their_processes_sm_share() {
 fn begin_with(node: &Node, job: &str, gpus: &str, policy: &str) -> String {
     let out = node.wattson(&[
         "job", "begin", "--job", job, "--uid", "1000", "--user", "alice", "--gpus", gpus, "--energy", policy,
+        "--shares-gpus",
     ]);
     assert_ok(&out);
     String::from_utf8_lossy(&out.stdout).to_string()
@@ -171,4 +178,31 @@ fn a_gpu_shared_by_two_jobs_runs_at_its_defaults_whatever_each_asked() {
     assert_eq!(limit(&node, 1), H100_MAX_MW, "a restart applies no setting to the shared GPU");
     node.end("51");
     assert_eq!((limit(&node, 0), limit(&node, 1)), (H100_MAX_MW, H100_MAX_MW));
+}
+
+#[test]
+fn only_whole_gpu_jobs_are_closed_when_a_whole_gpu_job_begins_on_their_gpu() {
+    let mut node = Node::h100(1);
+    node.start();
+    node.sim.set_load(0, 0.5).unwrap();
+    node.begin("60", 1000, "0");
+    secs(0.3);
+    // A job that shares the GPU ends no one's record, and no one ends its record.
+    begin_shared(&node, "61", 1001, "0");
+    assert_eq!(node.record("60").state, JobState::Running, "a shard's start closes nothing");
+    secs(0.3);
+    // A whole-GPU job: job 60's end was lost (it held the whole GPU); job 61 shares and stays.
+    node.begin("62", 1002, "0");
+    let (r60, r61, r62) = (node.record("60"), node.record("61"), node.record("62"));
+    assert_eq!(
+        (r60.state, r61.state, r62.state),
+        (JobState::Completed, JobState::Running, JobState::Running)
+    );
+    assert!(node.log().contains("ending the job whose end was never reported"));
+    secs(0.3);
+    node.end("62");
+    node.end("61");
+    let (r61, r62) = (node.record("61"), node.record("62"));
+    assert_eq!((r61.split(), r62.split()), (Some(Split::Equal), Some(Split::Equal)));
+    assert_adds_up(&[&r60, &r61, &r62]);
 }

@@ -63,6 +63,8 @@ pub struct Core {
     last_node: Option<crate::node_energy::NodeTotals>,
     /// Jobs that share a GPU with another job: held at their GPUs' defaults (by job id).
     sharing: BTreeSet<u32>,
+    /// Jobs begun since the daemon started that hold whole GPUs, no one else's (by job id).
+    exclusive: BTreeSet<u32>,
 }
 
 impl Core {
@@ -105,6 +107,7 @@ impl Core {
             node_share: None,
             last_node: None,
             sharing: BTreeSet::new(),
+            exclusive: BTreeSet::new(),
         };
         // Jobs that shared a GPU when the daemon stopped stay at their defaults.
         let indices: BTreeSet<u32> =
@@ -236,6 +239,15 @@ impl Core {
                 format!("job {} is already running with other GPUs or another owner", req.job),
             ));
         }
+        let whole = req.job.step.is_empty() && !req.shares_gpus;
+        if whole {
+            for key in shared::lost_ends(&self.running, &self.exclusive, req.job.job_id, &indices) {
+                warn!(job = %key, new_job = %req.job, "GPUs given to another job: ending the job whose end was never reported");
+                if let Err(e) = self.end(&key) {
+                    warn!(job = %key, error = %e, "cannot end the job whose end was never reported");
+                }
+            }
+        }
         // Slurm may give a GPU to several jobs (shards, MPS, oversubscription): each keeps
         // its own record. The records already on these GPUs are advanced to the new job's
         // first reading, so that from then on the GPU's energy is divided among them all.
@@ -279,6 +291,9 @@ impl Core {
         })?;
         info!(job = %record.key, uid = record.uid, account = account.as_deref().unwrap_or(""), gpus = ?indices, "job began");
         let already_running = matches!(outcome, BeginOutcome::AlreadyRunning);
+        if whole {
+            self.exclusive.insert(record.key.job_id);
+        }
         if !already_running && let Some(share) = record.node_share {
             // Until the first sample writes it again; a failure here is retried there.
             let _ = self.store.save_node_shares(&[(record.key.clone(), share)]);
@@ -474,6 +489,7 @@ impl Core {
         if key.step.is_empty() {
             self.full_pace.remove(&key.job_id);
             self.sharing.remove(&key.job_id);
+            self.exclusive.remove(&key.job_id);
             self.restores_pending = self.restore_orphans();
         }
         reply

@@ -77,6 +77,24 @@ pub(crate) fn advance_gpu(
     }
 }
 
+/// The jobs whose end was lost, to close as a job that holds whole GPUs (`job_id`) begins on
+/// GPUs `indices`: the other jobs there that hold whole GPUs too (`exclusive`), since Slurm
+/// gives such a GPU to one job at a time. Jobs that share their GPUs keep their records.
+pub(crate) fn lost_ends(
+    running: &BTreeMap<JobKey, JobRecord>,
+    exclusive: &BTreeSet<u32>,
+    job_id: u32,
+    indices: &[u32],
+) -> Vec<JobKey> {
+    let jobs: BTreeSet<u32> = indices
+        .iter()
+        .flat_map(|&i| jobs_on(running, i))
+        .map(|(job, _)| job)
+        .filter(|job| *job != job_id && exclusive.contains(job))
+        .collect();
+    jobs.into_iter().map(JobKey::job).filter(|key| running.contains_key(key)).collect()
+}
+
 /// The jobs (id, owner uid) with a record on GPU `index`.
 pub(crate) fn jobs_on(running: &BTreeMap<JobKey, JobRecord>, index: u32) -> BTreeSet<(u32, u32)> {
     running

@@ -153,6 +153,7 @@ fn begin(job: u32, gpus: &[u32]) -> JobBegin {
         account: None,
         gpus: gpus.iter().map(|&i| GpuRef::Index(i)).collect(),
         hints: Hints::default(),
+        shares_gpus: false,
     }
 }
 

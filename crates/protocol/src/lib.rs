@@ -131,6 +131,10 @@ pub struct JobBegin {
     /// The user's energy hints.
     #[serde(default)]
     pub hints: Hints,
+    /// Whether Slurm lets other jobs hold these GPUs at once (`gres/shard`, MPS); `false`
+    /// (whole GPUs) when the sender does not say.
+    #[serde(default)]
+    pub shares_gpus: bool,
 }
 
 /// One GPU in a status reply.
@@ -436,6 +440,10 @@ mod tests {
         assert_eq!(b.job.to_string(), "42.0");
         assert_eq!(b.gpus, vec![GpuRef::Index(0), GpuRef::Id("GPU-x".into())]);
         assert_eq!(b.hints.policy, Some(wattson_types::job::EnergyPolicy::Perf));
+        assert!(!b.shares_gpus, "an older sender's begin holds whole GPUs");
+        let shared = line.replace(r#""uid":1000"#, r#""uid":1000,"shares_gpus":true"#);
+        let Request::JobBegin(s) = parse_request(&format!("{shared}\n")).unwrap() else { panic!() };
+        assert!(s.shares_gpus);
         assert_eq!(parse_request(&(serde_json::to_string(&req).unwrap() + "\n")).unwrap(), req);
         assert_eq!(parse_request("{\"op\":\"status\"}\n").unwrap(), Request::Status {});
     }

@@ -87,9 +87,37 @@ pub fn divide(total: f64, weights: &[u64]) -> Vec<f64> {
     parts
 }
 
+/// The variable wattson's job_submit plugin sets in a job's SPANK environment (which its
+/// nodes' prolog sees): `1` when the job asked for part of a GPU (shards, MPS), else empty.
+pub const SHARES_GPUS_VAR: &str = "SPANK_WATTSON_SHARES_GPUS";
+
+/// The variables that say a job holds part of a GPU when set and not empty: wattson's
+/// [`SHARES_GPUS_VAR`] (in a prolog), and Slurm's own in a job's steps (a `gres/shard` job's
+/// `SLURM_SHARDS_ON_NODE`, a `gres/mps` job's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`).
+pub const SHARING_VARS: [&str; 3] =
+    [SHARES_GPUS_VAR, "SLURM_SHARDS_ON_NODE", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"];
+
+/// Whether a job's environment (`env` gives a variable's value, `None` when unset) says that
+/// Slurm lets other jobs hold its GPUs at once ([`SHARING_VARS`]).
+pub fn shares_gpus(env: impl Fn(&str) -> Option<String>) -> bool {
+    SHARING_VARS.iter().any(|name| env(name).is_some_and(|v| !v.trim().is_empty()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shard_and_mps_jobs_share_their_gpus_and_whole_gpu_jobs_do_not() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+        };
+        assert!(shares_gpus(env(&[("SLURM_SHARDS_ON_NODE", "1")])));
+        assert!(shares_gpus(env(&[("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "50")])));
+        assert!(!shares_gpus(env(&[("SLURM_JOB_GPUS", "0"), ("CUDA_VISIBLE_DEVICES", "0")])));
+        assert!(shares_gpus(env(&[("SPANK_WATTSON_SHARES_GPUS", "1")])));
+        assert!(!shares_gpus(env(&[("SPANK_WATTSON_SHARES_GPUS", ""), ("SLURM_JOB_GPUS", "0")])));
+    }
 
     #[test]
     fn whole_millijoules_add_up_exactly_and_remainders_go_deterministically() {

@@ -125,6 +125,13 @@ pub unsafe extern "C" fn job_submit(
         let gpu_freq = tres_freq.as_deref().and_then(gpu_freq::from_tres_freq).unwrap_or_default();
         // SAFETY: Slurm's own array and count, grown by Slurm's allocator.
         unsafe { set_spank_env(job, gpu_freq::GPU_FREQ_VAR, &gpu_freq) };
+        // Whether the job asks for part of a GPU (shards, MPS), for its nodes' prolog.
+        // SAFETY: Slurm's NUL-terminated tres_per_node, or NULL.
+        let tres_per_node = (!job.tres_per_node.is_null())
+            .then(|| unsafe { CStr::from_ptr(job.tres_per_node) }.to_string_lossy().into_owned());
+        let shares = wattson_slurm::sharing::spank_value(tres_per_node.as_deref());
+        // SAFETY: as above.
+        unsafe { set_spank_env(job, wattson_slurm::sharing::SHARES_GPUS_VAR, shares) };
         // SAFETY: Slurm's arrays with their element counts.
         let spank_env = unsafe { strings(job.spank_job_env, job.spank_job_env_size) };
         let job_env = unsafe { strings(job.environment, job.env_size) };

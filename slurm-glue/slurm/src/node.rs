@@ -9,6 +9,7 @@ use wattson_config::Config;
 use wattson_protocol::{ClientError, ErrorCode, JobBegin, Reply, Request};
 use wattson_types::gpu::GpuSetting;
 use wattson_types::job::{GpuRef, Hints, JobKey};
+pub use wattson_types::share::shares_gpus;
 
 /// The plugin's arguments in `plugstack.conf`: `config=PATH`, `timeout=DURATION`, and, only
 /// with the `test-hooks` feature, `test_panic=CALLBACK` (makes that callback panic, to prove
@@ -96,6 +97,9 @@ pub struct NodeJob {
     pub gpus: String,
     /// The user's hints.
     pub hints: Hints,
+    /// Whether Slurm lets other jobs hold its GPUs at once
+    /// ([`shares_gpus`]).
+    pub shares_gpus: bool,
 }
 
 /// Registers a job with wattsond; returns the log line. A job without GPUs is skipped.
@@ -112,6 +116,7 @@ pub fn begin(args: &PluginArgs, job: NodeJob) -> Result<String, String> {
         account: job.account,
         gpus,
         hints: job.hints,
+        shares_gpus: job.shares_gpus,
     });
     match args.call(&request)? {
         Reply::Begun { job, decision, settings, .. } => Ok(format!(

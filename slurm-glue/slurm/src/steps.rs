@@ -44,6 +44,7 @@ pub fn begin(args: &PluginArgs, step: JobKey, uid: u32, gpus: &str) -> Result<Op
         account: None,
         gpus,
         hints: Hints::default(),
+        shares_gpus: false,
     });
     let config = args.load()?;
     match args.call_with(&config, &request) {

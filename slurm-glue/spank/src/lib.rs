@@ -181,6 +181,7 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut
             account: env("SLURM_JOB_ACCOUNT"),
             gpus: env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).unwrap_or_default(),
             hints,
+            shares_gpus: node::shares_gpus(env),
         };
         let id = job.job_id;
         match node::begin(&args, job) {

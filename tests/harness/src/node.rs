@@ -439,6 +439,7 @@ pub fn job_begin(job: u32, gpu: u32) -> Request {
         account: None,
         gpus: vec![GpuRef::Index(gpu)],
         hints: Hints::default(),
+        shares_gpus: false,
     })
 }
 
