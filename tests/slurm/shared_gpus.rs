@@ -82,6 +82,8 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
         (JobState::Running, JobState::Running),
         "a third job's end ends neither"
     );
+    // Shard jobs say they share (job_submit -> SPANK environment -> prolog): none closes another.
+    assert!(!node.log().contains("ending the job whose end was never reported"), "{}", node.log());
     for id in [a, b] {
         assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
     }
