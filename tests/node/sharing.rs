@@ -147,10 +147,8 @@ fn jobs_sharing_a_gpu_are_divided_by_their_processes_sm_share() {
 }
 
 fn begin_with(node: &Node, job: &str, gpus: &str, policy: &str) -> String {
-    let out = node.wattson(&[
-        "job", "begin", "--job", job, "--uid", "1000", "--user", "alice", "--gpus", gpus, "--energy", policy,
-        "--shares-gpus",
-    ]);
+    let args = ["job", "begin", "--job", job, "--uid", "1000", "--user", "alice", "--gpus", gpus];
+    let out = node.wattson(&[&args[..], &["--energy", policy, "--shares-gpus"]].concat());
     assert_ok(&out);
     String::from_utf8_lossy(&out.stdout).to_string()
 }
