@@ -9,7 +9,6 @@ use wattson_config::Config;
 use wattson_protocol::{ClientError, ErrorCode, JobBegin, Reply, Request};
 use wattson_types::gpu::GpuSetting;
 use wattson_types::job::{GpuRef, Hints, JobKey};
-pub use wattson_types::share::shares_gpus;
 
 /// The plugin's arguments in `plugstack.conf`: `config=PATH`, `timeout=DURATION`, and, only
 /// with the `test-hooks` feature, `test_panic=CALLBACK` (makes that callback panic, to prove
@@ -98,7 +97,7 @@ pub struct NodeJob {
     /// The user's hints.
     pub hints: Hints,
     /// Whether Slurm lets other jobs hold its GPUs at once
-    /// ([`shares_gpus`]).
+    /// ([`crate::sharing::from_prolog_env`]).
     pub shares_gpus: bool,
 }
 

@@ -25,6 +25,13 @@ pub fn spank_value(tres_per_node: Option<&str>) -> &'static str {
     if tres_per_node.is_some_and(from_tres_per_node) { "1" } else { "" }
 }
 
+/// Whether a job shares its GPUs, from its prolog's environment (`env` gives a variable's
+/// value, empty included; `None` when unset). Without job_submit/wattson's variable the node
+/// cannot tell: the job counts as sharing, so that no record is ever closed on a guess.
+pub fn from_prolog_env(env: impl Fn(&str) -> Option<String>) -> bool {
+    env(SHARES_GPUS_VAR).is_none() || wattson_types::share::shares_gpus(env)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +47,15 @@ mod tests {
         assert!(!from_tres_per_node(""));
         assert_eq!(spank_value(Some("gres:shard:1")), "1");
         assert_eq!((spank_value(Some("gres:gpu:1")), spank_value(None)), ("", ""));
+    }
+
+    #[test]
+    fn the_prolog_knows_whole_gpus_only_from_job_submit() {
+        let env = |value: Option<&'static str>| {
+            move |name: &str| (name == SHARES_GPUS_VAR).then_some(value).flatten().map(str::to_string)
+        };
+        assert!(from_prolog_env(env(Some("1"))));
+        assert!(!from_prolog_env(env(Some(""))), "job_submit said: whole GPUs");
+        assert!(from_prolog_env(env(None)), "no job_submit/wattson: not known, kept open");
     }
 }

@@ -22,6 +22,7 @@ use wattson_slurm::gpu_freq;
 use wattson_slurm::hints::{OPTIONS, SubmitHints};
 use wattson_slurm::node::{self, NodeJob, PluginArgs};
 use wattson_slurm::release;
+use wattson_slurm::sharing;
 use wattson_slurm::steps;
 use wattson_slurm::sys::{self, spank_option, spank_t};
 use wattson_slurm_ffi::{error, guard, info};
@@ -181,7 +182,7 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut
             account: env("SLURM_JOB_ACCOUNT"),
             gpus: env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).unwrap_or_default(),
             hints,
-            shares_gpus: node::shares_gpus(env),
+            shares_gpus: sharing::from_prolog_env(|name| std::env::var(name).ok()),
         };
         let id = job.job_id;
         match node::begin(&args, job) {
