@@ -135,3 +135,42 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
         - records.iter().map(|r| r.gpus[0].meter.begin_counter_mj.unwrap()).min().unwrap();
     assert_eq!(sum, counter as f64, "the parts add up to the GPU's counter difference exactly");
 }
+
+/// Waits until wattsond records job `id` as running.
+fn wait_recorded(node: &Node, lab: &SlurmLab, id: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while node.wattson(&["acct", "-j", &id.to_string(), "-X", "-P", "-n", "-o", "State"]).stdout
+        != b"RUNNING\n"
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {id} never began\n{}\n{}",
+            lab.all_logs(),
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_whole_gpu_jobs_record_is_closed_when_its_gpu_is_given_away_and_a_shards_is_not() {
+    let (node, lab) = shared_cluster();
+    node.sim.set_load(0, 0.5).unwrap();
+    // A whole-GPU job: as if its Epilog were lost, GPU 0 is given to another whole-GPU job
+    // (a Prolog script without the plugin): the plugin said job `a` held its GPU whole.
+    let a = lab.sbatch(&["--gres=gpu:1", "--job-name=whole"], "#!/bin/sh\nsleep 4\n").unwrap();
+    wait_recorded(&node, &lab, a);
+    node.begin("990001", 1000, "0");
+    assert_eq!(node.record(&a.to_string()).state, JobState::Completed, "{}", node.log());
+    assert!(node.log().contains("ending the job whose end was never reported"));
+    node.end("990001");
+    assert_eq!(lab.wait_job(a, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    // A shard job: the plugin said it shares, so the same handover leaves its record open.
+    let s = lab.sbatch(&["--gres=shard:1", "--job-name=shard"], "#!/bin/sh\nsleep 4\n").unwrap();
+    wait_recorded(&node, &lab, s);
+    node.begin("990002", 1000, "0");
+    assert_eq!(node.record(&s.to_string()).state, JobState::Running, "{}", node.log());
+    node.end("990002");
+    assert_eq!(lab.wait_job(s, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    assert_eq!(node.record(&s.to_string()).state, JobState::Completed);
+}
