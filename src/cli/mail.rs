@@ -81,8 +81,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Forks a detached child that goes on; `true` in the parent, which returns to Slurm at once.
-/// Without a fork the mail is sent from this process.
+/// Forks a detached child that goes on, in a session of its own and without the standard
+/// streams Slurm gave; `true` in the parent, which returns to Slurm at once. Without a fork the
+/// mail is sent from this process.
 fn detach() -> bool {
     use nix::unistd::{ForkResult, fork, setsid};
     // SAFETY: no thread has been started yet; the child only goes on with this program.
@@ -90,6 +91,12 @@ fn detach() -> bool {
         Ok(ForkResult::Parent { .. }) => true,
         Ok(ForkResult::Child) => {
             let _ = setsid();
+            // Slurm may read the program's output until it closes: the child keeps none of it.
+            if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+                let _ = nix::unistd::dup2_stdin(&null);
+                let _ = nix::unistd::dup2_stdout(&null);
+                let _ = nix::unistd::dup2_stderr(&null);
+            }
             false
         }
         Err(_) => false,

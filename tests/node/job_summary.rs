@@ -49,3 +49,62 @@ fn a_finished_jobs_summary_on_its_node() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("job 6 has no wattson record"), "{missing:?}");
 }
+
+/// `wattson-mail` as Slurm runs it for an ended job, with no Slurm accounting to find the
+/// summary in: it returns at once, holds none of the caller's pipes while it waits, and after
+/// `[mail] wait` hands the mail on without the summary, saying why.
+#[test]
+fn an_end_of_job_mail_returns_at_once_and_goes_without_a_summary_that_never_comes() {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let mailbox = dir.path().join("mail.txt");
+    let mailer = dir.path().join("mailer");
+    std::fs::write(
+        &mailer,
+        format!("#!/bin/sh\n{{ echo \"args: $*\"; cat; }} > {0}.tmp && mv {0}.tmp {0}\n", mailbox.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&mailer, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = dir.path().join("wattson.toml");
+    std::fs::write(
+        &config,
+        format!("[mail]\nprogram = [{:?}]\nwait = \"3s\"\n", mailer.display().to_string()),
+    )
+    .unwrap();
+    let program = wattson_harness::programs::program("wattson-mail");
+    let started = Instant::now();
+    let mut child = std::process::Command::new(program)
+        .args(["-s", "Slurm Job_id=77 Name=train Ended, Run time 00:00:03, COMPLETED, ExitCode 0", "alice"])
+        .env("WATTSON_CONFIG", &config)
+        .env("SLURM_CONF", dir.path().join("no-slurm.conf"))
+        .env_remove("SLURM_JOB_ID")
+        .env_remove("SLURM_JOB_MAIL_TYPE")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Slurm reads the program's output to its end: that end comes at once, not after the wait.
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(child.wait().unwrap().success(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2), "held for {:?}", started.elapsed());
+    assert!(!mailbox.exists(), "the mail went out before the wait");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !mailbox.exists() {
+        assert!(Instant::now() < deadline, "no mail after the wait");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mail = std::fs::read_to_string(&mailbox).unwrap();
+    assert!(
+        mail.starts_with("args: -s Slurm Job_id=77 Name=train Ended,") && mail.contains(" alice\n"),
+        "{mail}"
+    );
+    assert!(
+        mail.contains("was not in Slurm's accounting within 3s") && mail.contains("wattson job-summary 77"),
+        "{mail}"
+    );
+}
