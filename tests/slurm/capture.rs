@@ -56,10 +56,13 @@ fn capture_what_the_controller_reads() {
         let set = |c: &str| {
             let mut sacctmgr = lab.command("sacctmgr");
             sacctmgr.args(["-i", "modify", "job", "where", &id, "set", c]);
-            slurm_lab::run_with_timeout(&mut sacctmgr, Duration::from_secs(30)).is_ok_and(|o| o.status.success())
+            slurm_lab::run_with_timeout(&mut sacctmgr, Duration::from_secs(30))
+                .is_ok_and(|o| o.status.success())
         };
         comments.iter().all(|c| set(c))
-            && lab.run_ok("sacct", &["-X", "-n", "-P", "-j", &commented.to_string(), "-o", "SystemComment"]).contains("system")
+            && lab
+                .run_ok("sacct", &["-X", "-n", "-P", "-j", &commented.to_string(), "-o", "SystemComment"])
+                .contains("system")
     });
     let cancelled = lab.sbatch(&["-H", "-t", "1"], "true\n").unwrap();
     lab.run_ok("scancel", &[&cancelled.to_string()]);

@@ -133,8 +133,12 @@ mod tests {
     fn errors_name_the_command() {
         let garbage = parse_ended("<html>").unwrap_err().to_string();
         assert!(garbage.starts_with("sacct --json: unreadable JSON"), "{garbage}");
-        let said = r#"{"jobs": [], "errors": [{"description": "", "error": "Unable to connect to database"}]}"#;
-        assert_eq!(parse_ended(said).unwrap_err().to_string(), "sacct --json: Slurm says: Unable to connect to database");
+        let said =
+            r#"{"jobs": [], "errors": [{"description": "", "error": "Unable to connect to database"}]}"#;
+        assert_eq!(
+            parse_ended(said).unwrap_err().to_string(),
+            "sacct --json: Slurm says: Unable to connect to database"
+        );
     }
 
     #[test]
