@@ -5,11 +5,14 @@
 //!
 //! The lab's cluster: n1 busy (a 2-GPU job), n2 half busy (a 1-GPU job, weight 7), n3
 //! drained, n4 powered down; a job pending on resources (nice 100) and one on a dependency;
-//! with accounting (22.05 only: the other releases' roots carry no slurmdbd), a job that ended.
+//! in accounting (each release's own slurmdbd), a job that ended on n2, one that ended with an
+//! `AdminComment` and a `SystemComment` set after it, and one cancelled before it started.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use wattson_ctld::slurm::Form;
+use wattson_ctld::summarize;
 use wattson_harness::slurm_lab::{self, LabNode, LabOptions, SlurmLab};
 
 /// The controller's `squeue` format (kept in step with `wattson_ctld::slurm::SQUEUE_FORMAT`).
@@ -27,11 +30,10 @@ fn until(lab: &SlurmLab, what: &str, done: &dyn Fn() -> bool) {
 #[ignore = "writes fixtures for a release: scripts/capture-slurm-outputs"]
 fn capture_what_the_controller_reads() {
     let release = slurm_lab::release().name.clone().unwrap_or_else(|| "22.05".to_string());
-    let accounting = slurm_lab::release().root.is_none();
     let nodes = ["n1", "n2", "n3", "n4"].iter().map(|n| LabNode::new(n, 2, "h100")).collect();
     let mut lab = SlurmLab::start(LabOptions {
         nodes,
-        accounting,
+        accounting: true,
         extra_conf: "SuspendTime=INFINITE\nSuspendProgram=/bin/true\nResumeProgram=/bin/true\n\
                      SuspendTimeout=3\nResumeTimeout=60\nSlurmctldParameters=power_save_interval=1\n\
                      PartitionName=wattson Nodes=ALL Hidden=YES State=INACTIVE SuspendTime=31536000\n"
@@ -43,10 +45,27 @@ fn capture_what_the_controller_reads() {
         slurm_lab::parse_record(line.trim()).get("State").cloned().unwrap_or_default()
     };
 
-    if accounting {
-        let ended = lab.sbatch(&["-w", "n2", "-t", "1"], "true\n").unwrap();
-        lab.wait_job(ended, Duration::from_secs(60));
-    }
+    let ended = lab.sbatch(&["-w", "n2", "-t", "1"], "true\n").unwrap();
+    lab.wait_job(ended, Duration::from_secs(60));
+    let commented = lab.sbatch(&["-w", "n1", "-t", "1"], "true\n").unwrap();
+    lab.wait_job(commented, Duration::from_secs(60));
+    let comments = ["AdminComment=capture admin note", "SystemComment=capture system note"];
+    let id = format!("jobid={commented}");
+    // The job's record reaches slurmdbd a moment after it ends.
+    until(&lab, "the commented job's comments", &|| {
+        let set = |c: &str| {
+            let mut sacctmgr = lab.command("sacctmgr");
+            sacctmgr.args(["-i", "modify", "job", "where", &id, "set", c]);
+            slurm_lab::run_with_timeout(&mut sacctmgr, Duration::from_secs(30))
+                .is_ok_and(|o| o.status.success())
+        };
+        comments.iter().all(|c| set(c))
+            && lab
+                .run_ok("sacct", &["-X", "-n", "-P", "-j", &commented.to_string(), "-o", "SystemComment"])
+                .contains("system")
+    });
+    let cancelled = lab.sbatch(&["-H", "-t", "1"], "true\n").unwrap();
+    lab.run_ok("scancel", &[&cancelled.to_string()]);
     lab.run_ok("scontrol", &["update", "nodename=n4", "state=power_down_force"]);
     lab.power_off("n4");
     until(&lab, "n4 powered down", &|| state(&lab, "n4").contains("POWERED_DOWN"));
@@ -85,14 +104,17 @@ fn capture_what_the_controller_reads() {
     save("nodes.txt", "scontrol", &["-d", "-o", "show", "node"]);
     save("squeue.json", "squeue", &["--json"]);
     save("squeue.txt", "squeue", &["-h", "-t", "PD,CF,R", "-o", SQUEUE_FORMAT]);
-    if accounting {
-        save("sacct.json", "sacct", &["--json", "-X", "-a"]);
-        let fields = format!("JobIDRaw,Cluster,NodeList,End,{}", wattson_sacct::comment::FIELDS);
-        save("sacct.txt", "sacct", &["-X", "-n", "-P", "-a", "-o", &fields]);
+    // The ended jobs as the controller's summary pass asks for them, in both forms.
+    for (name, form) in [("sacct.json", Form::Json), ("sacct.txt", Form::Text)] {
+        let args = summarize::sacct_args(form, Duration::from_secs(3600));
+        save(name, "sacct", &args.iter().map(String::as_str).collect::<Vec<_>>());
     }
     std::fs::write(
         dir.join("jobs.txt"),
-        format!("busy={busy}\nhalf={half}\nqueued={queued}\nwaiting={waiting}\n"),
+        format!(
+            "busy={busy}\nhalf={half}\nqueued={queued}\nwaiting={waiting}\n\
+             ended={ended}\ncommented={commented}\ncancelled={cancelled}\n"
+        ),
     )
     .unwrap();
     lab.run_ok("scancel", &[&busy.to_string(), &half.to_string(), &queued.to_string(), &waiting.to_string()]);

@@ -313,12 +313,19 @@ impl Ctld {
             // Jobs a later loop must still see: those waiting for a node, and one loop's slack.
             self.summaries.lookback = self.summaries.wait + 2 * self.interval + Duration::from_secs(60);
         }
-        match summarize::ended_without_summary(&self.summaries) {
+        let form = match self.slurm.form() {
+            Ok(form) => form,
+            Err(e) => {
+                warn!(error = %e, "cannot tell Slurm's release; summaries next loop");
+                return;
+            }
+        };
+        match summarize::ended_without_summary(&self.summaries, form) {
             Ok(ended) => {
                 summarize::write(&self.nodes, seen, &ended, &self.summaries, now as i64);
                 self.summarized_once = true;
             }
-            Err(AccountingError::Absent) => {}
+            Err(summarize::EndedError::Accounting(AccountingError::Absent)) => {}
             Err(e) => warn!(error = %e, "cannot list the jobs that ended; next loop"),
         }
     }

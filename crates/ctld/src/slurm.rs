@@ -375,12 +375,12 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
     Ok(jobs)
 }
 
-/// Which form of `scontrol show node` and `squeue` the controller reads.
+/// Which form of `scontrol show node`, `squeue` and `sacct` the controller reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Form {
-    /// `scontrol -d -o show node` and `squeue -o` [`SQUEUE_FORMAT`].
+    /// `scontrol -d -o show node`, `squeue -o` [`SQUEUE_FORMAT`] and `sacct -P`.
     Text,
-    /// `scontrol show node --json` and `squeue --json`.
+    /// `scontrol show node --json`, `squeue --json` and `sacct --json`.
     Json,
 }
 
@@ -432,11 +432,11 @@ impl Slurm {
         let form = form_of(version);
         match form {
             Form::Json => {
-                tracing::info!(%version, "reading Slurm's JSON (scontrol show node --json, squeue --json)")
+                tracing::info!(%version, "reading Slurm's JSON (scontrol show node --json, squeue --json, sacct --json)")
             }
             Form::Text => tracing::info!(
                 %version,
-                "reading Slurm's text (scontrol -o, squeue -o): a release before 23.02, or one it cannot name"
+                "reading Slurm's text (scontrol -o, squeue -o, sacct -P): a release before 23.02, or one it cannot name"
             ),
         }
         Ok(*self.form.get_or_init(|| form))

@@ -11,7 +11,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::nodes::Nodes;
-use crate::slurm::{Node, Power};
+use crate::slurm::json::{self, JsonError};
+use crate::slurm::{Form, Node, Power};
 use wattson_protocol::{Reply, Request};
 use wattson_sacct::AccountingError;
 use wattson_sacct::comment;
@@ -66,16 +67,51 @@ pub struct Settings {
     pub timeout: Duration,
 }
 
-/// Jobs that ended within `lookback` of `now` and whose `AdminComment` holds no summary.
-pub fn ended_without_summary(settings: &Settings) -> Result<Vec<Ended>, AccountingError> {
+impl Ended {
+    /// This job, when it ran on nodes and neither its `AdminComment` nor `system` (its
+    /// `SystemComment`) holds a summary.
+    pub(crate) fn unsummarized(self, system: &str) -> Option<Ended> {
+        (comment::read(&self.comment, system).is_none() && !self.nodes.is_empty()).then_some(self)
+    }
+}
+
+/// Why the ended jobs could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum EndedError {
+    /// `sacct` failed, or the cluster keeps no accounting.
+    #[error(transparent)]
+    Accounting(#[from] AccountingError),
+    /// Its JSON could not be read.
+    #[error(transparent)]
+    Json(#[from] JsonError),
+}
+
+/// `sacct`'s arguments listing the jobs that ended within `lookback` of now, in `form` (the
+/// text form's End in Unix s needs `SLURM_TIME_FORMAT=%s`).
+pub fn sacct_args(form: Form, lookback: Duration) -> Vec<String> {
+    let mut args: Vec<String> = match form {
+        Form::Json => vec!["--json".into()],
+        Form::Text => Vec::new(),
+    };
+    args.extend(["-X", "-a", "-s", ENDED, "-E", "now", "-S"].map(String::from));
+    args.push(format!("now-{}", lookback.as_secs().max(1)));
+    if form == Form::Text {
+        let fields = format!("JobIDRaw,Cluster,NodeList,End,{}", comment::FIELDS);
+        args.extend(["-n".into(), "-P".into(), "-o".into(), fields]);
+    }
+    args
+}
+
+/// Jobs that ended within `lookback` of now and whose comments hold no summary, read from
+/// `sacct` in `form` (the form [`crate::slurm::Slurm::form`] chose).
+pub fn ended_without_summary(settings: &Settings, form: Form) -> Result<Vec<Ended>, EndedError> {
     let mut sacct = Command::new("sacct");
-    sacct
-        .env("SLURM_TIME_FORMAT", "%s")
-        .args(["-X", "-n", "-P", "-a", "-s", ENDED, "-E", "now"])
-        .arg("-S")
-        .arg(format!("now-{}", settings.lookback.as_secs().max(1)))
-        .args(["-o", &format!("JobIDRaw,Cluster,NodeList,End,{}", comment::FIELDS)]);
-    Ok(parse_ended(&wattson_sacct::sacct_run(&mut sacct, settings.timeout)?))
+    sacct.env("SLURM_TIME_FORMAT", "%s").args(sacct_args(form, settings.lookback));
+    let text = wattson_sacct::sacct_run(&mut sacct, settings.timeout)?;
+    Ok(match form {
+        Form::Json => json::sacct::parse_ended(&text)?,
+        Form::Text => parse_ended(&text),
+    })
 }
 
 /// Parses `sacct -X -n -P -o JobIDRaw,Cluster,NodeList,End,AdminComment,SystemComment` (End in Unix s),
@@ -93,14 +129,7 @@ pub fn parse_ended(text: &str) -> Vec<Ended> {
             };
             let end = fields.next()?.trim().parse().ok()?;
             let (admin, system) = comment::split(fields.next().unwrap_or(""));
-            let comment = admin.to_string();
-            (comment::read(admin, system).is_none() && !nodes.is_empty()).then_some(Ended {
-                job,
-                cluster,
-                nodes,
-                end,
-                comment,
-            })
+            Ended { job, cluster, nodes, end, comment: admin.to_string() }.unsummarized(system)
         })
         .collect()
 }
@@ -211,13 +240,28 @@ mod tests {
         assert_eq!((ended[1].job, ended[1].comment.as_str()), (10, "a|b"));
     }
 
-    /// 22.05's sacct (captured by scripts/capture-slurm-outputs): one job ended on n2. The
-    /// other releases' lab roots carry no slurmdbd, so there is no capture of theirs.
+    /// 22.05's sacct (captured by scripts/capture-slurm-outputs, as the controller asks): job 1
+    /// ended on n2, job 2 on n1 with both comments, job 3 cancelled before it started (no
+    /// nodes: left out). The JSON form of each release: crate::slurm::json::sacct.
     #[test]
     fn the_text_of_22_05s_sacct() {
         let ended = parse_ended(include_str!("../fixtures/slurm/22.05/sacct.txt"));
-        let [one] = &ended[..] else { panic!("{ended:?}") };
-        assert_eq!((one.job, one.nodes.clone(), one.end), (1, vec!["n2".to_string()], 1_795_687_816));
-        assert_eq!((one.cluster.as_str(), one.comment.as_str()), ("lab6011x0", ""));
+        let [one, two] = &ended[..] else { panic!("{ended:?}") };
+        assert_eq!((one.job, one.nodes.clone(), one.end), (1, vec!["n2".to_string()], 1_795_692_474));
+        assert_eq!((one.cluster.as_str(), one.comment.as_str()), ("lab10241x0", ""));
+        assert_eq!((two.job, two.end, two.comment.as_str()), (2, 1_795_692_475, "capture admin note"));
+    }
+
+    #[test]
+    fn sacct_is_asked_for_the_ended_jobs_in_the_form_chosen() {
+        let json = sacct_args(Form::Json, Duration::from_secs(90));
+        assert_eq!(json[0], "--json");
+        assert!(!json.contains(&"-o".to_string()), "{json:?}");
+        let text = sacct_args(Form::Text, Duration::from_secs(90));
+        for args in [&json, &text] {
+            let at = args.iter().position(|a| a == "-s").unwrap();
+            assert_eq!((args[at + 1].as_str(), args[at + 5].as_str()), (ENDED, "now-90"));
+        }
+        assert_eq!(&text[text.len() - 4..text.len() - 1], ["-n", "-P", "-o"]);
     }
 }

@@ -32,8 +32,9 @@ pub fn run(config: &Config, command: SummaryCommand) -> Result<(), String> {
     let SummaryCommand::Write { lookback } = command;
     let settings =
         Settings { lookback, wait: config.ctld.summary_wait, bins: config.ctld.summary_bins, timeout };
-    let ended = summarize::ended_without_summary(&settings).map_err(|e| e.to_string())?;
-    let seen = Slurm::new(timeout).nodes()?;
+    let slurm = Slurm::new(timeout);
+    let ended = summarize::ended_without_summary(&settings, slurm.form()?).map_err(|e| e.to_string())?;
+    let seen = slurm.nodes()?;
     let link = Nodes::new(config.link.clone());
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     let done = summarize::write(&link, &seen, &ended, &settings, now);

@@ -1,5 +1,5 @@
-//! Slurm's JSON forms of what the controller reads: `scontrol show node --json` and
-//! `squeue --json` (Slurm 23.02 and later). Only the fields the controller uses are read;
+//! Slurm's JSON forms of what the controller reads: `scontrol show node --json`,
+//! `squeue --json` and `sacct --json` ([`sacct`]) (Slurm 23.02 and later). Only the fields the controller uses are read;
 //! fields Slurm adds are ignored. Numbers are read both as plain numbers and as the
 //! `{"set", "infinite", "number"}` objects 23.11 and later print.
 
@@ -8,6 +8,8 @@ use serde::Deserialize;
 use wattson_sacct::{SlurmState, hostlist};
 
 use super::{Job, Node, gpus_per_node, gres_gpus, gres_type};
+
+pub mod sacct;
 
 /// Why a command's JSON could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -87,18 +87,18 @@ fn the_text_of_22_05s_daemons() {
 
     let jobs = parse_jobs(include_str!("../../fixtures/slurm/22.05/squeue.txt")).unwrap();
     let ids: Vec<u32> = jobs.iter().map(|j| j.id).collect();
-    assert_eq!(ids, [5, 4, 2, 3]);
+    assert_eq!(ids, [7, 6, 4, 5]);
     let [waiting, queued, busy, half] = &jobs[..] else { panic!("{jobs:?}") };
     assert_eq!((waiting.reason.as_str(), waiting.gpus, waiting.is_queued()), ("Dependency", 0, false));
     assert_eq!(
         (queued.reason.as_str(), queued.gpus, queued.nice, queued.priority),
-        ("Resources", 2, 100, 4294901656)
+        ("Resources", 2, 100, 4294901655)
     );
     assert!(queued.is_queued());
     assert_eq!((queued.requested.clone(), queued.limit_s), (vec!["n1".to_string()], Some(300.0)));
     assert_eq!(
         (busy.priority, busy.nodes.clone(), busy.elapsed_s, busy.limit_s),
-        (4294901758, vec!["n1".to_string()], 2.0, Some(600.0))
+        (4294901757, vec!["n1".to_string()], 1.0, Some(600.0))
     );
     assert_eq!((half.gpus, half.nodes.clone()), (1, vec!["n2".to_string()]));
     // 22.05's own priorities fall with each submission and with nice.
@@ -132,10 +132,10 @@ fn a_resume_timeout_appended_to_an_earlier_reason_is_a_failed_resume() {
 
 #[test]
 fn jobs_are_put_in_the_order_slurm_tries_them() {
-    // 22.05's squeue lists 5, 4, 2, 3; its priorities put 2, 3, 5, then 4 (nice 100).
+    // 22.05's squeue lists 7, 6, 4, 5; its priorities put 4, 5, 7, then 6 (nice 100).
     let mut jobs = parse_jobs(include_str!("../../fixtures/slurm/22.05/squeue.txt")).unwrap();
     in_slurms_order(&mut jobs);
-    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [2, 3, 5, 4]);
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [4, 5, 7, 6]);
     // Equal priorities (multifactor with the partition's factor only), listed newest first
     // as squeue did in the lab: the older job first.
     let mut equal = parse_jobs(

@@ -72,9 +72,9 @@ fn nodes_of_24_11_and_26_05() {
 
 #[test]
 fn jobs_of_24_11_and_26_05() {
-    // 30 s after the running jobs started (1795687850 and 1795687874).
-    check_jobs(&parse_jobs(JOBS_24_11, 1795687850 + 30).unwrap(), [1, 2, 3, 4], [1795687849, 1795687850]);
-    check_jobs(&parse_jobs(JOBS_26_05, 1795687874 + 30).unwrap(), [1, 2, 3, 4], [1795687874, 1795687875]);
+    // 30 s after the busy job started (1795692514 and 1795692543); jobs 1 to 3 had ended.
+    check_jobs(&parse_jobs(JOBS_24_11, 1795692514 + 30).unwrap(), [4, 5, 6, 7], [1795692514, 1795692515]);
+    check_jobs(&parse_jobs(JOBS_26_05, 1795692543 + 30).unwrap(), [4, 5, 6, 7], [1795692543, 1795692544]);
 }
 
 #[test]
@@ -131,9 +131,9 @@ fn the_form_follows_the_release_scontrol_names() {
 #[test]
 fn the_older_shapes_of_22_05s_squeue() {
     let jobs =
-        parse_jobs(include_str!("../../../fixtures/slurm/22.05/squeue.json"), 1795687821 + 30).unwrap();
+        parse_jobs(include_str!("../../../fixtures/slurm/22.05/squeue.json"), 1795692481 + 30).unwrap();
     let ids: Vec<u32> = jobs.iter().map(|j| j.id).collect();
-    assert_eq!(ids, [2, 3, 4, 5], "job 1 had completed");
+    assert_eq!(ids, [4, 5, 6, 7], "jobs 1 to 3 had ended");
     let [busy, _, queued, waiting] = &jobs[..] else { panic!("{jobs:?}") };
     assert_eq!(
         (busy.state, busy.gpus, busy.elapsed_s, busy.limit_s),
@@ -141,11 +141,11 @@ fn the_older_shapes_of_22_05s_squeue() {
     );
     assert_eq!(
         (busy.priority, busy.submit, busy.nodes.clone()),
-        (4294901758, 1795687821, vec!["n1".to_string()])
+        (4294901757, 1795692480, vec!["n1".to_string()])
     );
     assert_eq!(
         (queued.reason.as_str(), queued.gpus, queued.nice, queued.priority),
-        ("Resources", 2, 100, 4294901656)
+        ("Resources", 2, 100, 4294901655)
     );
     assert_eq!((waiting.reason.as_str(), waiting.nice, waiting.limit_s), ("Dependency", 0, Some(60.0)));
 }
