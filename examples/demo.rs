@@ -212,7 +212,8 @@ fn main() {
     });
     println!("$ sacct {}\n{}", sacct_args.join(" "), lab.run_ok("sacct", &sacct_args).trim_end());
     let mut worst_sacct: f64 = 0.0;
-    for job in doc["jobs"].as_array().unwrap() {
+    // The jobs' own rows (`-X`): a step's last poll in Slurm may come just before its end.
+    for job in doc["jobs"].as_array().unwrap().iter().filter(|j| !j["id"].as_str().unwrap().contains('.')) {
         let id = job["id"].as_str().unwrap();
         let slurm: f64 = sacct
             .lines()
@@ -226,7 +227,9 @@ fn main() {
     lab.stop();
     daemon.stop();
     println!("\nStore: {}  (worst error {:.4}%)", dir.join("wattson.db").display(), worst * 100.0);
-    if worst > 0.001 || doc["jobs"].as_array().unwrap().len() != jobs.len() {
+    let job_rows =
+        doc["jobs"].as_array().unwrap().iter().filter(|j| !j["id"].as_str().unwrap().contains('.')).count();
+    if worst > 0.001 || job_rows != jobs.len() {
         eprintln!("demo: FAILED: a job is missing or differs from the truth by more than 0.1%");
         std::process::exit(1);
     }
