@@ -41,13 +41,7 @@ fn a_jobstats_summary_survives_wattsons_and_both_read_their_own_part_back() {
         SlurmLab::start(LabOptions { nodes: vec![node.clone()], accounting: true, ..LabOptions::default() });
     let munge = lab.dir().join("run/munge.sock");
     let port = slurm_lab::free_port();
-    let text = std::fs::read_to_string(&daemon.config).unwrap();
-    std::fs::write(
-        &daemon.config,
-        format!("{text}\n[link]\nlisten = \"{}:{port}\"\nmunge_socket = {munge:?}\n", node.addr),
-    )
-    .unwrap();
-    daemon.start();
+    daemon.start_with_link(&node.addr, port, &munge);
 
     let id = lab.sbatch(&["--gres=gpu:1"], "#!/bin/sh\nsleep 3\n").unwrap();
     lab.wait_running(id, Duration::from_secs(60));

@@ -56,13 +56,7 @@ fn the_end_of_job_mail_carries_the_jobs_energy_summary() {
     std::fs::write(&lab_conf, lab.conf().display().to_string()).unwrap();
     let munge = lab.dir().join("run/munge.sock");
     let port = slurm_lab::free_port();
-    let text = std::fs::read_to_string(&daemon.config).unwrap();
-    std::fs::write(
-        &daemon.config,
-        format!("{text}\n[link]\nlisten = \"{}:{port}\"\nmunge_socket = {munge:?}\n", node.addr),
-    )
-    .unwrap();
-    daemon.start();
+    daemon.start_with_link(&node.addr, port, &munge);
     let controller = lab.summaries_only_controller(port);
     let mut config = std::fs::read_to_string(&controller).unwrap();
     config.push_str(&format!("[mail]\nprogram = [{:?}]\nwait = \"2m\"\n", mailer.display().to_string()));

@@ -56,22 +56,8 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
     let long = "#!/bin/sh\nenv | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS|SLURM_SHARDS_ON_NODE)' | sort\nsleep 6\n";
     let a = lab.sbatch(&["--gres=shard:1", "--job-name=a"], long).unwrap();
     let b = lab.sbatch(&["--gres=shard:1", "--job-name=b"], long).unwrap();
-    let wait_running = |id: u32| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while node.wattson(&["acct", "-j", &id.to_string(), "-X", "-P", "-n", "-o", "State"]).stdout
-            != b"RUNNING\n"
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "job {id} never began on the node\n{}\n{}",
-                lab.all_logs(),
-                node.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
-    wait_running(a);
-    wait_running(b);
+    wait_recorded(&node, &lab, a);
+    wait_recorded(&node, &lab, b);
     std::thread::sleep(Duration::from_millis(1000));
     // A third job comes and goes on the same GPU while both run.
     let c = lab.sbatch(&["--gres=shard:1", "--job-name=c"], "#!/bin/sh\nsleep 1\n").unwrap();

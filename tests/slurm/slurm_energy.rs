@@ -41,17 +41,6 @@ fn node(name: &str) -> Node {
     node
 }
 
-/// Starts `node`'s wattsond taking the controller's requests on `addr:port`.
-fn start_with_link(node: &mut Node, addr: &str, port: u16, munge: &std::path::Path) {
-    let text = std::fs::read_to_string(&node.config).unwrap();
-    std::fs::write(
-        &node.config,
-        format!("{text}\n[link]\nlisten = \"{addr}:{port}\"\nmunge_socket = {munge:?}\n"),
-    )
-    .unwrap();
-    node.start();
-}
-
 #[test]
 fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_both_records() {
     let mut daemons = [node("n1"), node("n2")];
@@ -79,7 +68,7 @@ fn a_two_node_jobs_sacct_energy_is_the_sum_of_both_nodes_and_its_summary_holds_b
     let munge = lab.dir().join("run/munge.sock");
     let port = slurm_lab::free_port();
     for (d, n) in daemons.iter_mut().zip(&nodes) {
-        start_with_link(d, &n.addr, port, &munge);
+        d.start_with_link(&n.addr, port, &munge);
     }
     let (id, per_node, slurm_j) = two_node_job(&lab, &daemons);
     let wattson_j: f64 = per_node.iter().sum();

@@ -61,6 +61,18 @@ impl Node {
         self.start_with_env(&[]);
     }
 
+    /// Starts wattsond taking the controller's requests on `addr:port`, sealed with the munged
+    /// at `munge` (its `[link]`).
+    pub fn start_with_link(&mut self, addr: &str, port: u16, munge: &std::path::Path) {
+        let text = std::fs::read_to_string(&self.config).expect("read the node's configuration");
+        std::fs::write(
+            &self.config,
+            format!("{text}\n[link]\nlisten = \"{addr}:{port}\"\nmunge_socket = {munge:?}\n"),
+        )
+        .expect("write the node's configuration");
+        self.start();
+    }
+
     /// Starts wattsond with extra environment variables and waits until it answers.
     pub fn start_with_env(&mut self, env: &[(&str, &Path)]) {
         self.start_under(&[], env);
