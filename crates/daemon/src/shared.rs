@@ -123,7 +123,11 @@ fn sm_by_job(backend: &dyn GpuBackend, index: u32, since_us: u64, jobs: &[(u32, 
 
 /// Which of `jobs` process `pid` belongs to (its place in `jobs`).
 fn job_of_process(pid: u32, jobs: &[(u32, u32)]) -> Option<usize> {
-    let proc_dir = std::path::Path::new("/proc").join(pid.to_string());
+    job_of_process_in(&std::path::Path::new("/proc").join(pid.to_string()), jobs)
+}
+
+/// [`job_of_process`] for the process whose `/proc` directory is `proc_dir`.
+fn job_of_process_in(proc_dir: &std::path::Path, jobs: &[(u32, u32)]) -> Option<usize> {
     if let Some(job) = read_limited(&proc_dir.join("cgroup")).and_then(|text| cgroup_job(&text)) {
         return jobs.iter().position(|&(id, _)| id == job);
     }
@@ -138,12 +142,18 @@ fn read_limited(path: &std::path::Path) -> Option<String> {
     Some(String::from_utf8_lossy(&text).into_owned())
 }
 
-/// The job of a Slurm cgroup path in `/proc/<pid>/cgroup` (`.../job_42/step_0/...`).
+/// The job of a Slurm cgroup path in `/proc/<pid>/cgroup`: a `job_<id>` directory right under
+/// Slurm's own (`.../slurmstepd.scope/job_42/...` on cgroup v2, `.../uid_1000/job_42/...` on
+/// v1). A `job_<id>` anywhere else (a container's or a CI runner's cgroup) is not Slurm's.
 fn cgroup_job(text: &str) -> Option<u32> {
-    text.lines()
-        .filter_map(|line| line.rsplit(':').next())
-        .flat_map(|path| path.split('/'))
-        .find_map(|part| part.strip_prefix("job_")?.parse().ok())
+    text.lines().filter_map(|line| line.splitn(3, ':').nth(2)).find_map(|path| {
+        let parts: Vec<&str> = path.split('/').collect();
+        parts.windows(2).find_map(|pair| {
+            let slurm_parent = pair[0].ends_with("slurmstepd.scope")
+                || pair[0].strip_prefix("uid_").is_some_and(|uid| uid.parse::<u32>().is_ok());
+            slurm_parent.then(|| pair[1].strip_prefix("job_")?.parse().ok()).flatten()
+        })
+    })
 }
 
 /// `SLURM_JOB_ID` in a NUL-separated environment.
@@ -173,15 +183,56 @@ mod tests {
     }
 
     #[test]
+    fn a_job_directory_outside_slurms_cgroups_is_not_a_job() {
+        assert_eq!(cgroup_job("0::/runner/job_12345/build\n"), None);
+        assert_eq!(cgroup_job("4:memory:/process_api/job_9\n0::/\n"), None);
+        let many = "0::/system.slice/node7_slurmstepd.scope/job_31/step_batch/user/task_0\n";
+        assert_eq!(cgroup_job(many), Some(31), "a node of several slurmd's names its scope");
+    }
+
+    /// A `/proc/<pid>` directory with the files the daemon reads.
+    fn fake_proc(cgroup: &str, uid: u32, environ: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cgroup"), cgroup).unwrap();
+        std::fs::write(dir.path().join("status"), format!("Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"))
+            .unwrap();
+        std::fs::write(dir.path().join("environ"), environ).unwrap();
+        dir
+    }
+
+    #[test]
     fn a_process_claims_a_job_by_its_environment_only_as_the_jobs_owner() {
+        let outside = "0::/user.slice/user-1000.slice/session-3.scope\n";
+        let proc = fake_proc(outside, 1000, "HOME=/x\0SLURM_JOB_ID=77\0");
+        assert_eq!(job_of_process_in(proc.path(), &[(76, 1000), (77, 1000)]), Some(1));
+        assert_eq!(job_of_process_in(proc.path(), &[(77, 1001)]), None, "another user's job");
+        assert_eq!(job_of_process_in(proc.path(), &[(78, 1000)]), None);
+        // Slurm's cgroup outranks the environment, whoever wrote it.
+        let inside = "0::/system.slice/slurmstepd.scope/job_76/step_0/user/task_0\n";
+        let proc = fake_proc(inside, 1000, "SLURM_JOB_ID=77\0");
+        assert_eq!(job_of_process_in(proc.path(), &[(76, 1000), (77, 1000)]), Some(0));
+    }
+
+    #[test]
+    fn a_live_process_is_read_from_proc_and_a_gone_one_is_nobodys() {
         let mut child =
             std::process::Command::new("sleep").arg("30").env("SLURM_JOB_ID", "77").spawn().unwrap();
+        let dir = std::path::Path::new("/proc").join(child.id().to_string());
         // SAFETY: getuid has no preconditions.
         let me = unsafe { libc::getuid() };
+        assert_eq!(read_limited(&dir.join("status")).and_then(|t| real_uid(&t)), Some(me));
+        // The parent resumes while exec is still setting up the new environment, which reads
+        // empty for that moment.
+        let mut environ = None;
+        for _ in 0..200 {
+            environ = read_limited(&dir.join("environ")).and_then(|t| environ_job(&t));
+            if environ.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(environ, Some(77));
         let pid = child.id();
-        assert_eq!(job_of_process(pid, &[(76, me), (77, me)]), Some(1));
-        assert_eq!(job_of_process(pid, &[(77, me.wrapping_add(1))]), None, "another user's job");
-        assert_eq!(job_of_process(pid, &[(78, me)]), None);
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(job_of_process(pid, &[(77, me)]), None, "a process that is gone");
