@@ -107,7 +107,9 @@ impl Planner {
                 .collect()
         };
         let power = c.manage_power;
-        let addr = |name: &String| nodes.iter().find(|n| &n.name == name).map(|n| n.addr.clone());
+        let by_name: std::collections::BTreeMap<&str, &Node> =
+            nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let addr = |name: &String| by_name.get(name.as_str()).map(|n| n.addr.clone());
         let power_down = if power { names(&actions.power_down) } else { Vec::new() };
         let mut plan = Plan {
             addrs: power_down.iter().filter_map(|n| Some((n.clone(), addr(n)?))).collect(),
@@ -202,13 +204,9 @@ pub struct Ctld {
     state_file: std::path::PathBuf,
     models: ModelsSync,
     summaries: summarize::Settings,
-    /// Whether a loop has looked for jobs to summarize since the start (the first looks back
-    /// [`CATCH_UP`]).
-    summarized_once: bool,
+    /// What the summary passes remember from loop to loop.
+    passes: summarize::passes::Passes,
 }
-
-/// How far back the first loop looks for ended jobs without a summary.
-const CATCH_UP: Duration = Duration::from_secs(86_400);
 
 /// When and where the nodes' measurements are merged.
 struct ModelsSync {
@@ -223,7 +221,7 @@ impl Ctld {
     pub fn new(config: Config) -> Ctld {
         let slurm = Slurm::new(config.ctld.command_timeout);
         let (interval, state_file) = (config.ctld.interval, config.ctld.state_file.clone());
-        let nodes = nodes::Nodes::new(config.link.clone());
+        let nodes = nodes::Nodes::new(config.link.clone()).within(interval);
         let metrics_file = config.ctld.metrics_file.clone();
         let models = ModelsSync {
             every: config.ctld.models_sync,
@@ -232,14 +230,14 @@ impl Ctld {
             engine: config.engine.clone(),
         };
         let summaries = summarize::Settings {
-            lookback: CATCH_UP,
+            lookback: summarize::passes::CATCH_UP,
             wait: config.ctld.summary_wait,
             bins: config.ctld.summary_bins,
             timeout: config.ctld.command_timeout,
         };
         Ctld {
             summaries,
-            summarized_once: false,
+            passes: summarize::passes::Passes::default(),
             planner: Planner::new(config),
             slurm,
             nodes,
@@ -309,10 +307,6 @@ impl Ctld {
         if !self.nodes.summarizes() {
             return;
         }
-        if self.summarized_once {
-            // Jobs a later loop must still see: those waiting for a node, and one loop's slack.
-            self.summaries.lookback = self.summaries.wait + 2 * self.interval + Duration::from_secs(60);
-        }
         let form = match self.slurm.form() {
             Ok(form) => form,
             Err(e) => {
@@ -320,12 +314,16 @@ impl Ctld {
                 return;
             }
         };
-        match summarize::ended_without_summary(&self.summaries, form) {
-            Ok(ended) => {
-                summarize::write(&self.nodes, seen, &ended, &self.summaries, now as i64);
-                self.summarized_once = true;
-            }
-            Err(summarize::EndedError::Accounting(AccountingError::Absent)) => {}
+        let (settings, link, now) = (&self.summaries, &self.nodes, now as i64);
+        let listed = self.passes.pass(
+            now,
+            |lookback| {
+                summarize::ended_without_summary(&summarize::Settings { lookback, ..settings.clone() }, form)
+            },
+            |jobs| summarize::write(link, seen, jobs, settings, now),
+        );
+        match listed {
+            Ok(_) | Err(summarize::EndedError::Accounting(AccountingError::Absent)) => {}
             Err(e) => warn!(error = %e, "cannot list the jobs that ended; next loop"),
         }
     }

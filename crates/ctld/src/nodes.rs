@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
@@ -14,12 +16,17 @@ use wattson_protocol::{ErrorCode, Pace, Reply, Request};
 pub(crate) type Answer = Result<Result<Reply, wattson_protocol::Error>, String>;
 
 /// Nodes asked at once.
-const PARALLEL: usize = 32;
+const PARALLEL: usize = 64;
+
+/// The answer of a node left unasked because its fan-out ran out of time.
+pub(crate) const NOT_ASKED: &str = "not asked: the fan-out's deadline passed; next loop";
 
 /// The link to the nodes, and the pace each running job was last given.
 pub struct Nodes {
     config: LinkConfig,
     munge: Result<Munge, String>,
+    /// Longest one fan-out ([`Nodes::call_all`]) may take.
+    deadline: Option<Duration>,
     /// Pace last set per job; a job not listed runs at [`Pace::Saving`] (the nodes' default).
     paced: BTreeMap<u32, Pace>,
 }
@@ -28,41 +35,58 @@ impl Nodes {
     /// The link as `config` says.
     pub fn new(config: LinkConfig) -> Nodes {
         let munge = Munge::new(config.munge_socket.as_deref()).map_err(|e| e.to_string());
-        Nodes { config, munge, paced: BTreeMap::new() }
+        Nodes { config, munge, deadline: None, paced: BTreeMap::new() }
     }
 
-    /// Sends `request` to the wattsond at `addr` (a node's `NodeAddr`); `Ok(Err(..))` is the
-    /// node's refusal.
-    fn call(&self, addr: &str, request: &Request) -> Answer {
+    /// The same link, each fan-out ending within `deadline` (the controller's loop interval).
+    pub fn within(self, deadline: Duration) -> Nodes {
+        Nodes { deadline: Some(deadline), ..self }
+    }
+
+    /// Sends `request` to the wattsond at `addr` (a node's `NodeAddr`), waiting at most
+    /// `timeout`; `Ok(Err(..))` is the node's refusal.
+    fn call(&self, addr: &str, request: &Request, timeout: Duration) -> Answer {
         let munge = self.munge.as_ref().map_err(Clone::clone)?;
         let target: SocketAddr = (addr, self.config.port)
             .to_socket_addrs()
             .map_err(|e| format!("{addr}: {e}"))?
             .next()
             .ok_or_else(|| format!("{addr}: no address"))?;
-        match wattson_link::call(munge, target, request, self.config.timeout) {
+        match wattson_link::call(munge, target, request, timeout) {
             Ok(reply) => Ok(Ok(reply)),
             Err(LinkError::Refused { error, .. }) => Ok(Err(error)),
             Err(e) => Err(e.to_string()),
         }
     }
 
-    /// Sends each request to its address, up to [`PARALLEL`] at once (an unreachable node
-    /// costs one timeout per chunk); the answers in order.
+    /// Sends each request to its address, [`PARALLEL`] workers taking the next ask as each
+    /// finishes (an unreachable node holds one worker for one link timeout); no call outlasts
+    /// the deadline, and asks not sent by then are answered [`NOT_ASKED`]. The answers in order.
     pub(crate) fn call_all(&self, asks: &[(&str, Request)]) -> Vec<Answer> {
-        let mut answers = Vec::with_capacity(asks.len());
-        for chunk in asks.chunks(PARALLEL) {
-            std::thread::scope(|s| {
-                let calls: Vec<_> =
-                    chunk.iter().map(|(addr, req)| s.spawn(move || self.call(addr, req))).collect();
-                answers.extend(
-                    calls
-                        .into_iter()
-                        .map(|h| h.join().unwrap_or_else(|_| Err("the request panicked".into()))),
-                );
-            });
-        }
-        answers
+        let ends = self.deadline.map(|d| Instant::now() + d);
+        let next = AtomicUsize::new(0);
+        let work = || {
+            let mut mine = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((addr, request)) = asks.get(i) else { return mine };
+                let left = ends.map_or(self.config.timeout, |e| e.saturating_duration_since(Instant::now()));
+                let answer = if left.is_zero() {
+                    Err(NOT_ASKED.to_string())
+                } else {
+                    self.call(addr, request, left.min(self.config.timeout))
+                };
+                mine.push((i, answer));
+            }
+        };
+        let mut answers: Vec<Option<Answer>> = (0..asks.len()).map(|_| None).collect();
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..PARALLEL.min(asks.len())).map(|_| s.spawn(work)).collect();
+            for (i, answer) in workers.into_iter().filter_map(|w| w.join().ok()).flatten() {
+                answers[i] = Some(answer);
+            }
+        });
+        answers.into_iter().map(|a| a.unwrap_or_else(|| Err("the request panicked".into()))).collect()
     }
 
     /// The nodes of `candidates` (name, address) that may be powered down: all of them when

@@ -2,7 +2,8 @@
 //! arrivals. What Slurm does not say (since when a node has been idle, which jobs arrived
 //! lately) the controller remembers between loops.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use wattson_config::Config;
 use wattson_config::ctld::CtldConfig;
@@ -172,8 +173,7 @@ impl Memory {
             });
             view.managed.push(managed);
         }
-        let index_of: BTreeMap<&str, u32> =
-            nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i as u32)).collect();
+        let mut usable = Usable::new(nodes, &view.managed);
         for job in jobs {
             self.arrivals.entry(job.id).or_insert((job.submit as f64, job.gpus));
             let work_s = job.limit_s.unwrap_or(UNLIMITED_WORK_S).max(1.0);
@@ -189,14 +189,14 @@ impl Memory {
             };
             if job.is_queued() {
                 view.queued.push(Queued { job: view_of(job), eligible: job.submit as f64 });
-                if let Some(usable) = usable_nodes(job, nodes, &view.managed) {
+                if let Some(usable) = usable.of(job) {
                     view.job_nodes.insert(job.id, usable);
                 }
             } else if job.is_running() {
                 let mut held: Vec<u32> =
-                    job.nodes.iter().filter_map(|n| index_of.get(n.as_str()).copied()).collect();
+                    job.nodes.iter().filter_map(|n| usable.index_of.get(n.as_str()).copied()).collect();
                 held.sort_unstable();
-                view.job_nodes.insert(job.id, held);
+                view.job_nodes.insert(job.id, held.into());
                 let progress = (job.elapsed_s / work_s).clamp(0.0, 1.0);
                 view.running.push(Running {
                     job: view_of(job),
@@ -214,19 +214,58 @@ impl Memory {
     }
 }
 
-/// The nodes (indices into `nodes`) pending `job` may run on: those of its partitions that
-/// wattson manages (not drained, down or reserved), narrowed to the ones it asked for; `None`
-/// when Slurm names no partition for it (any node).
-fn usable_nodes(job: &Job, nodes: &[Node], managed: &[bool]) -> Option<Vec<u32>> {
-    if job.partitions.is_empty() {
-        return None;
+/// The nodes (indices into `nodes`) each pending job may run on: those of its partitions
+/// that wattson manages (not drained, down or reserved), narrowed to the ones it asked for.
+/// Jobs asking for the same share one list, worked out once per loop.
+struct Usable<'a> {
+    /// The managed nodes of each partition, sorted.
+    by_partition: BTreeMap<&'a str, Vec<u32>>,
+    /// The lists given so far, by what the jobs asked for.
+    given: BTreeMap<Asked, Arc<[u32]>>,
+    /// Each node's index, by name.
+    index_of: BTreeMap<&'a str, u32>,
+}
+
+/// A pending job's partitions and the nodes it asked for.
+type Asked = (Vec<String>, Vec<String>);
+
+impl<'a> Usable<'a> {
+    fn new(nodes: &'a [Node], managed: &[bool]) -> Usable<'a> {
+        let mut by_partition: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for (i, node) in nodes.iter().enumerate().filter(|(i, _)| managed[*i]) {
+            for partition in &node.partitions {
+                by_partition.entry(partition.as_str()).or_default().push(i as u32);
+            }
+        }
+        let index_of = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i as u32)).collect();
+        Usable { by_partition, given: BTreeMap::new(), index_of }
     }
-    let usable = nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, n)| managed[*i] && n.partitions.iter().any(|p| job.partitions.contains(p)))
-        .filter(|(_, n)| job.requested.is_empty() || job.requested.contains(&n.name))
-        .map(|(i, _)| i as u32)
-        .collect();
-    Some(usable)
+
+    /// The nodes `job` may run on; `None` when Slurm names no partition for it (any node).
+    fn of(&mut self, job: &Job) -> Option<Arc<[u32]>> {
+        if job.partitions.is_empty() {
+            return None;
+        }
+        let key = (job.partitions.clone(), job.requested.clone());
+        if let Some(list) = self.given.get(&key) {
+            return Some(list.clone());
+        }
+        let mut list: Vec<u32> = job
+            .partitions
+            .iter()
+            .filter_map(|p| self.by_partition.get(p.as_str()))
+            .flatten()
+            .copied()
+            .collect();
+        if !job.requested.is_empty() {
+            let asked: BTreeSet<u32> =
+                job.requested.iter().filter_map(|n| self.index_of.get(n.as_str()).copied()).collect();
+            list.retain(|n| asked.contains(n));
+        }
+        list.sort_unstable();
+        list.dedup();
+        let list: Arc<[u32]> = list.into();
+        self.given.insert(key, list.clone());
+        Some(list)
+    }
 }

@@ -4,6 +4,8 @@
 //! node that cannot answer, or whose record of the job is still open, is asked again at the
 //! next loop; after `[ctld] summary_wait` the summary is written without it, naming it.
 
+pub mod passes;
+
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;

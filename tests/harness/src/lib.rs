@@ -2,6 +2,7 @@
 //! private node ([`node`]: fake GPUs and the real `wattsond`), a private real Slurm cluster
 //! ([`slurm_lab`]), and the programs under test built by Cargo ([`programs`]).
 
+pub mod fake_link;
 pub mod node;
 pub mod programs;
 pub mod slurm_lab;

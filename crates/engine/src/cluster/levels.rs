@@ -162,16 +162,21 @@ fn anywhere(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> b
 /// [`waited_for`] with jobs' nodes known: free GPUs counted per node.
 fn by_node(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bool) -> Vec<u32> {
     let mut free: Vec<u64> = s.nodes.iter().map(|n| u64::from(n.free_gpus)).collect();
+    let every_node: Vec<u32> = (0..free.len() as u32).collect();
     // GPUs freed by running jobs whose nodes are unknown: any queued job may use them.
     let mut loose = 0u64;
     let mut taken = vec![false; ends.len()];
     let mut out = Vec::new();
     for q in s.queued.iter().filter(late) {
+        if out.len() == ends.len() {
+            // Every running job is waited for already: later jobs can add no one.
+            break;
+        }
         let usable = s.job_nodes.get(&q.job.id);
         let may_use = |n: u32| usable.is_none_or(|u| u.binary_search(&n).is_ok());
+        let nodes: &[u32] = usable.map_or(&every_node, |u| u);
         let need = u64::from(q.job.gpus);
-        let mut have =
-            loose + (0..free.len() as u32).filter(|&n| may_use(n)).map(|n| free[n as usize]).sum::<u64>();
+        let mut have = loose + nodes.iter().map(|&n| free[n as usize]).sum::<u64>();
         while have < need {
             // The next running job to end that holds a node this job may use.
             let next = ends.iter().enumerate().position(|(k, &(_, id, _))| {
@@ -205,15 +210,13 @@ fn by_node(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bo
         }
         // It starts: its GPUs are taken from its usable nodes, then from the loose ones.
         let mut left = need;
-        for n in 0..free.len() as u32 {
+        for &n in nodes {
             if left == 0 {
                 break;
             }
-            if may_use(n) {
-                let t = free[n as usize].min(left);
-                free[n as usize] -= t;
-                left -= t;
-            }
+            let t = free[n as usize].min(left);
+            free[n as usize] -= t;
+            left -= t;
         }
         loose -= left;
     }

@@ -366,8 +366,9 @@ pub struct Snapshot<'a> {
     pub job_nodes: &'a JobNodes,
 }
 
-/// Nodes of each job, by job id ([`Snapshot::job_nodes`]).
-pub type JobNodes = std::collections::BTreeMap<u32, Vec<u32>>;
+/// Nodes of each job, by job id ([`Snapshot::job_nodes`]); jobs with the same usable nodes
+/// (the same partitions) share one list.
+pub type JobNodes = std::collections::BTreeMap<u32, std::sync::Arc<[u32]>>;
 
 /// No job restricted to any node: every job may run anywhere.
 pub static ANYWHERE: JobNodes = JobNodes::new();

@@ -462,17 +462,18 @@ fn a_queued_job_raises_only_the_running_jobs_on_nodes_it_may_use() {
         kind: ClusterPolicy::Wattson,
         tuning: Tuning { congestion_raise: 1.0, ..Tuning::default() },
     };
-    let mut where_: JobNodes = [(1, vec![0]), (2, vec![1]), (3, vec![2]), (10, vec![2])].into();
+    let mut where_: JobNodes =
+        [(1, vec![0]), (2, vec![1]), (3, vec![2]), (10, vec![2])].map(|(j, n)| (j, n.into())).into();
     let s = Snapshot { job_nodes: &where_, ..snap(0.0, &nodes, &m, &q, &r, &[], &tariff) };
     assert_eq!(levels::waited_for(&p, &s), vec![3]);
     let a = decide(&p, &s);
     assert_eq!((a.raised.clone(), a.levels), (vec![3], vec![(3, 3)]));
     // May use nodes 0 and 2: job 1 ends first there.
-    where_.insert(10, vec![0, 2]);
+    where_.insert(10, vec![0, 2].into());
     let s = Snapshot { job_nodes: &where_, ..snap(0.0, &nodes, &m, &q, &r, &[], &tariff) };
     assert_eq!(decide(&p, &s).raised, vec![1]);
     // May use node 3 (free): waits for no one. Any node (not listed): node 3's GPUs serve it.
-    where_.insert(10, vec![3]);
+    where_.insert(10, vec![3].into());
     let s = Snapshot { job_nodes: &where_, ..snap(0.0, &nodes, &m, &q, &r, &[], &tariff) };
     assert!(decide(&p, &s).raised.is_empty());
     where_.remove(&10);
