@@ -87,6 +87,7 @@ fn main() {
         daemon_env: vec![("WATTSON_CONFIG".into(), config.display().to_string())],
         accounting: true,
         extra_conf: ENERGY_CONF.into(),
+        ..Default::default()
     });
     println!(
         "Slurm cluster {} up; plugstack: spank_wattson.so, JobSubmitPlugins=wattson, \

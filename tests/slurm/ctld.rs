@@ -19,7 +19,7 @@ fn program(name: &str) -> String {
     wattson_harness::programs::program(name).display().to_string()
 }
 
-const NODES: [&str; 3] = ["n1", "n2", "n3"];
+pub(super) const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
 /// slurm.conf lines that switch Slurm's power machinery on with its own timer off (as
 /// docs/ctld.md gives them), made fast for a lab.
@@ -48,6 +48,11 @@ pub(super) fn lab(ctld: &str) -> (SlurmLab, PathBuf, Vec<common::Node>) {
 
 /// [`lab`] with `conf` added to slurm.conf, and Slurm's accounting when `accounting`.
 pub(super) fn lab_with(ctld: &str, conf: &str, accounting: bool) -> (SlurmLab, PathBuf, Vec<common::Node>) {
+    lab_from(ctld, LabOptions { extra_conf: conf.to_string(), accounting, ..Default::default() })
+}
+
+/// [`lab`] from `options` (its nodes and power lines are the lab's own).
+pub(super) fn lab_from(ctld: &str, options: LabOptions) -> (SlurmLab, PathBuf, Vec<common::Node>) {
     let nodes = NODES
         .iter()
         .enumerate()
@@ -55,9 +60,8 @@ pub(super) fn lab_with(ctld: &str, conf: &str, accounting: bool) -> (SlurmLab, P
         .collect::<Vec<_>>();
     let lab = SlurmLab::start(LabOptions {
         nodes: nodes.clone(),
-        extra_conf: power_conf() + conf,
-        accounting,
-        ..Default::default()
+        extra_conf: power_conf() + &options.extra_conf,
+        ..options
     });
     let munge = lab.dir().join("run/munge.sock");
     let port = slurm_lab::free_port();
@@ -93,7 +97,7 @@ pub(super) fn lab_with(ctld: &str, conf: &str, accounting: bool) -> (SlurmLab, P
 }
 
 /// Carries out the power actions Slurm's programs asked for; returns them ("off-n2", ...).
-fn pump(lab: &mut SlurmLab, power: &Path) -> Vec<String> {
+pub(super) fn pump(lab: &mut SlurmLab, power: &Path) -> Vec<String> {
     pump_some(lab, power, &mut |_| true)
 }
 
@@ -123,7 +127,7 @@ pub(super) fn state(lab: &SlurmLab, node: &str) -> String {
     parse_record(line.trim()).get("State").cloned().unwrap_or_default()
 }
 
-fn states(lab: &SlurmLab) -> Vec<String> {
+pub(super) fn states(lab: &SlurmLab) -> Vec<String> {
     NODES.iter().map(|n| state(lab, n)).collect()
 }
 

@@ -7,6 +7,7 @@ mod ctld;
 mod ctld_basic;
 mod ctld_pace;
 mod energy_scope;
+mod failover;
 mod fan_out;
 mod gpu_freq;
 mod jobstats;

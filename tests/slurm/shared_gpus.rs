@@ -45,6 +45,7 @@ pub(crate) fn lab_on(
         daemon_env: vec![("WATTSON_CONFIG".into(), node.config.display().to_string())],
         accounting,
         extra_conf: extra_conf.to_string(),
+        ..Default::default()
     });
     (node, lab)
 }

@@ -70,6 +70,7 @@ fn cluster_on(
         daemon_env: env,
         accounting,
         extra_conf: extra_conf.to_string(),
+        ..Default::default()
     });
     Cluster { node, lab }
 }

@@ -10,6 +10,7 @@
 //! commands. Also the programs Slurm runs: [`power`], [`prolog`].
 
 pub mod cli;
+pub mod failover;
 pub mod metrics;
 pub mod models;
 pub mod nodes;
@@ -206,6 +207,10 @@ pub struct Ctld {
     summaries: summarize::Settings,
     /// What the summary passes remember from loop to loop.
     passes: summarize::passes::Passes,
+    /// This host's name, to tell whether the slurmctld beside it is in control.
+    host: String,
+    /// The role of the last loop ([`failover`]); `None` before the first.
+    role: Option<failover::Role>,
 }
 
 /// When and where the nodes' measurements are merged.
@@ -238,6 +243,8 @@ impl Ctld {
         Ctld {
             summaries,
             passes: summarize::passes::Passes::default(),
+            host: failover::this_host(),
+            role: None,
             planner: Planner::new(config),
             slurm,
             nodes,
@@ -264,6 +271,9 @@ impl Ctld {
     }
 
     fn step_inner(&mut self, seen: &mut Vec<Node>) -> Result<Plan, String> {
+        if !self.takes_part()? {
+            return Ok(Plan::default());
+        }
         *seen = self.slurm.nodes()?;
         let nodes = &seen[..];
         let jobs = self.slurm.jobs()?;
@@ -282,6 +292,30 @@ impl Ctld {
             warn!(file = %self.state_file.display(), error = %e, "cannot save the power status");
         }
         acted.map(|()| plan)
+    }
+
+    /// Whether this loop acts: the slurmctld beside this controller is in control
+    /// ([`failover`]). Logs each change of role; on taking over, every running job's pace is
+    /// sent again, since the controller that had it may have left jobs at full speed.
+    fn takes_part(&mut self) -> Result<bool, String> {
+        let role = failover::role(&self.slurm.controllers()?, &self.host);
+        if self.role.as_ref() != Some(&role) {
+            match &role {
+                failover::Role::Acting => {
+                    info!(host = %self.host, "acting: the slurmctld beside this controller is in control");
+                    if self.role.is_some() {
+                        self.nodes.forget_paces();
+                    }
+                }
+                failover::Role::Standby(Some(other)) => {
+                    info!(host = %self.host, in_control = %other, "standby: another slurmctld is in control");
+                }
+                failover::Role::Standby(None) => warn!(host = %self.host, "standby: no slurmctld answers"),
+            }
+        }
+        let acting = role == failover::Role::Acting;
+        self.role = Some(role);
+        Ok(acting)
     }
 
     /// Merges the nodes' DVFS measurements every `[ctld] models_sync` ([`models::sync`]).

@@ -29,13 +29,15 @@ pub struct Nodes {
     deadline: Option<Duration>,
     /// Pace last set per job; a job not listed runs at [`Pace::Saving`] (the nodes' default).
     paced: BTreeMap<u32, Pace>,
+    /// Whether `paced` is known (false: every running job's pace is sent at the next loop).
+    paces_known: bool,
 }
 
 impl Nodes {
     /// The link as `config` says.
     pub fn new(config: LinkConfig) -> Nodes {
         let munge = Munge::new(config.munge_socket.as_deref()).map_err(|e| e.to_string());
-        Nodes { config, munge, deadline: None, paced: BTreeMap::new() }
+        Nodes { config, munge, deadline: None, paced: BTreeMap::new(), paces_known: true }
     }
 
     /// The same link, each fan-out ending within `deadline` (the controller's loop interval).
@@ -117,10 +119,13 @@ impl Nodes {
     /// back to saving.
     pub fn pace(&mut self, running: &[(u32, Pace, Vec<String>)]) -> (usize, usize) {
         self.paced.retain(|job, _| running.iter().any(|(id, _, _)| id == job));
-        let last = |paced: &BTreeMap<u32, Pace>, job: u32| paced.get(&job).copied().unwrap_or(Pace::Saving);
+        let known = self.paces_known;
+        let last = |paced: &BTreeMap<u32, Pace>, job: u32| {
+            known.then(|| paced.get(&job).copied().unwrap_or(Pace::Saving))
+        };
         let due: Vec<(u32, Pace, &str)> = running
             .iter()
-            .filter(|(job, pace, _)| last(&self.paced, *job) != *pace)
+            .filter(|(job, pace, _)| last(&self.paced, *job) != Some(*pace))
             .flat_map(|(job, pace, addrs)| addrs.iter().map(move |addr| (*job, *pace, addr.as_str())))
             .collect();
         let asks: Vec<(&str, Request)> =
@@ -140,9 +145,10 @@ impl Nodes {
                 }
             }
         }
+        self.paces_known = failed.is_empty();
         let (mut full, mut saving) = (0, 0);
         for &(job, pace, _) in running {
-            if last(&self.paced, job) != pace && !failed.contains(&job) {
+            if last(&self.paced, job) != Some(pace) && !failed.contains(&job) {
                 self.paced.insert(job, pace);
                 match pace {
                     Pace::Full => full += 1,
@@ -151,6 +157,12 @@ impl Nodes {
             }
         }
         (full, saving)
+    }
+
+    /// Sends every running job's pace at the next [`Nodes::pace`]: another controller may
+    /// have set them.
+    pub fn forget_paces(&mut self) {
+        self.paces_known = false;
     }
 
     /// Whether running jobs are paced at all.

@@ -474,6 +474,12 @@ impl Slurm {
         Ok(jobs)
     }
 
+    /// The cluster's slurmctld, in `SlurmctldHost` order, each up or not (`scontrol ping`).
+    pub fn controllers(&self) -> Result<Vec<crate::failover::Controller>, String> {
+        let text = self.run("scontrol", &["ping"]).map_err(|e| e.to_string())?;
+        Ok(crate::failover::parse_ping(&text))
+    }
+
     /// `scontrol update jobid=<id> nice=<nice>`: Slurm subtracts it from the priority it
     /// computes for the job (negative values need an operator, as SlurmUser is).
     pub fn set_nice(&self, job: u32, nice: i64) -> Result<(), String> {

@@ -44,7 +44,7 @@ impl SlurmLab {
             c,
             "# slurm.conf written by tests/harness (slurm_lab)\n\
              ClusterName={cluster}\n\
-             SlurmctldHost=localhost\n\
+             {controllers}\
              SlurmctldPort={ctld_port}\n\
              SlurmUser=root\n\
              SlurmdUser=root\n\
@@ -53,7 +53,6 @@ impl SlurmLab {
              AuthInfo=socket={lab}/run/munge.sock\n\
              StateSaveLocation={lab}/state\n\
              SlurmdSpoolDir={lab}/spool/slurmd-%n\n\
-             SlurmctldPidFile={lab}/run/slurmctld.pid\n\
              SlurmdPidFile={lab}/run/slurmd-%n.pid\n\
              SlurmctldLogFile={lab}/log/slurmctld.log\n\
              SlurmdLogFile={lab}/log/slurmd-%n.log\n\
@@ -79,6 +78,7 @@ impl SlurmLab {
             cluster = self.cluster,
             accounting = self.accounting_conf(),
             ctld_port = self.ctld_port,
+            controllers = self.controller_conf(opts.backup_controller),
         );
         let shards = self.nodes.iter().any(|n| n.shards > 0);
         let _ = writeln!(c, "GresTypes={}", if shards { "gpu,shard" } else { "gpu" });
@@ -206,10 +206,15 @@ impl SlurmLab {
         }
     }
 
-    pub(super) fn start_slurmctld(&mut self) {
-        let args =
-            vec!["-D".to_string(), "-i".to_string(), "-f".to_string(), self.conf.display().to_string()];
-        let child = self.spawn_daemon("slurmctld", daemon_bin("slurmctld"), &args);
+    /// Starts slurmctld: the primary in its namespaces when the lab has a backup ([`super::backup`]).
+    pub(super) fn start_slurmctld(&mut self, backup: bool) {
+        let child = if backup {
+            self.spawn_controller(0)
+        } else {
+            let args =
+                vec!["-D".to_string(), "-i".to_string(), "-f".to_string(), self.conf.display().to_string()];
+            self.spawn_daemon("slurmctld", daemon_bin("slurmctld"), &args)
+        };
         self.slurmctld = Some(child);
         self.wait_ctld_up(START_TIMEOUT);
     }
@@ -242,6 +247,7 @@ impl SlurmLab {
     pub(super) fn check_alive(&self) {
         let mut names = vec![("munged".to_string(), self.munged.as_ref())];
         names.push(("slurmctld".to_string(), self.slurmctld.as_ref()));
+        names.push(("backup slurmctld".to_string(), self.backup.as_ref()));
         names.extend(self.slurmds.iter().map(|(n, c)| (format!("slurmd -N {n}"), Some(c))));
         let dead: Vec<String> = names
             .into_iter()
@@ -305,7 +311,7 @@ impl SlurmLab {
     /// Asks slurmctld to cancel every unfinished job and waits (at most 10 s) until none is running or
     /// completing, so no job process outlives the lab. Never panics (runs from Drop).
     pub(super) fn cancel_all_jobs(&self) {
-        let alive = self.slurmctld.as_ref().is_some_and(|c| {
+        let alive = [&self.slurmctld, &self.backup].into_iter().flatten().any(|c| {
             fs::read_to_string(format!("/proc/{}/stat", c.id()))
                 .ok()
                 .and_then(|st| st.rsplit_once(')').map(|(_, r)| !r.trim_start().starts_with(['Z', 'X'])))
@@ -343,6 +349,9 @@ impl SlurmLab {
         let mut order: Vec<(String, Child)> = Vec::new();
         if let Some(c) = self.slurmctld.take() {
             order.push(("slurmctld".into(), c));
+        }
+        if let Some(c) = self.backup.take() {
+            order.push(("backup slurmctld".into(), c));
         }
         for (n, c) in self.slurmds.drain(..) {
             order.push((format!("slurmd-{n}"), c));

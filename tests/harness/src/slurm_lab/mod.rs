@@ -22,6 +22,7 @@
 //!   zombies may show up there). `stop()` cancels unfinished jobs through Slurm before killing daemons.
 
 mod accounting;
+pub mod backup;
 mod daemons;
 mod release;
 
@@ -112,6 +113,8 @@ pub struct LabOptions {
     pub daemon_env: Vec<(String, String)>,
     /// Run slurmdbd on a private MariaDB, so `sacct` works (adds ~2 s to the start).
     pub accounting: bool,
+    /// A backup slurmctld beside the primary ([`backup`]; this machine's Slurm only).
+    pub backup_controller: bool,
 }
 
 impl Default for LabOptions {
@@ -124,6 +127,7 @@ impl Default for LabOptions {
             extra_conf: String::new(),
             daemon_env: Vec::new(),
             accounting: false,
+            backup_controller: false,
         }
     }
 }
@@ -166,6 +170,8 @@ pub struct SlurmLab {
     /// Private MariaDB and slurmdbd, when the lab runs accounting.
     accounting: Option<accounting::Accounting>,
     slurmctld: Option<Child>,
+    /// The backup slurmctld, when the lab has one.
+    backup: Option<Child>,
     slurmds: Vec<(String, Child)>,
     pids: Vec<u32>,
     script_seq: AtomicU32,
@@ -238,6 +244,7 @@ impl SlurmLab {
             munged: None,
             accounting: None,
             slurmctld: None,
+            backup: None,
             slurmds: Vec::new(),
             pids: Vec::new(),
             script_seq: AtomicU32::new(0),
@@ -257,7 +264,10 @@ impl SlurmLab {
         if opts.accounting {
             lab.start_accounting();
         }
-        lab.start_slurmctld();
+        lab.start_slurmctld(opts.backup_controller);
+        if opts.backup_controller {
+            lab.start_backup();
+        }
         for i in 0..lab.nodes.len() {
             lab.start_slurmd(i);
         }
@@ -520,7 +530,7 @@ impl SlurmLab {
     pub fn restart_slurmctld(&mut self) {
         let mut child = self.slurmctld.take().expect("slurmctld running");
         daemons::terminate(&mut child);
-        self.start_slurmctld();
+        self.start_slurmctld(self.backup.is_some());
     }
 
     /// A node's "power on": its slurmd starts with `-b`, reporting a fresh boot as a resumed

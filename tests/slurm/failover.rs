@@ -1,0 +1,171 @@
+//! `wattson ctld` beside each of two slurmctld (a primary and its backup, the lab's
+//! [`slurm_lab::backup`]): only the one beside the slurmctld in control acts; when the primary
+//! dies, the backup's controller carries on from the state Slurm holds.
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use wattson_harness::slurm_lab::backup::{CONTROLLERS, beside};
+use wattson_harness::slurm_lab::{self, LabOptions, SlurmLab};
+
+use super::ctld::{NODES, lab_from, powered_down, pump, state, states};
+
+/// Starts `wattson ctld` on `host`, with the lab's wattson.toml and a state file of its own.
+fn start_beside(lab: &SlurmLab, host: &str) -> Child {
+    let shared = std::fs::read_to_string(lab.dir().join("etc/wattson.toml")).unwrap();
+    let own = shared.replace("ctld.json", &format!("ctld-{host}.json"));
+    let config = lab.dir().join(format!("etc/wattson-{host}.toml"));
+    std::fs::write(&config, own).unwrap();
+    let log = std::fs::File::create(log_path(lab, host)).unwrap();
+    beside(host, &wattson_harness::programs::program("wattson"))
+        .args(["ctld", "-c"])
+        .arg(&config)
+        .env("SLURM_CONF", lab.conf())
+        .env("WATTSON_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+fn log_path(lab: &SlurmLab, host: &str) -> std::path::PathBuf {
+    lab.dir().join(format!("log/ctld-{host}.log"))
+}
+
+fn log_of(lab: &SlurmLab, host: &str) -> String {
+    std::fs::read_to_string(log_path(lab, host)).unwrap_or_default()
+}
+
+/// How many power-downs the controller on `host` has asked of Slurm.
+fn power_downs(lab: &SlurmLab, host: &str) -> usize {
+    log_of(lab, host).lines().filter(|l| l.contains("power_down_asap: idle beyond")).count()
+}
+
+/// Pumps power actions into `done` until `until` holds; panics with the logs after `timeout`.
+fn pump_until(
+    lab: &mut SlurmLab,
+    power: &Path,
+    done: &mut Vec<String>,
+    what: &str,
+    timeout: Duration,
+    until: &mut dyn FnMut(&SlurmLab) -> bool,
+) {
+    let started = Instant::now();
+    while !until(lab) {
+        done.extend(pump(lab, power));
+        assert!(
+            started.elapsed() < timeout,
+            "{what}: not within {timeout:?}; nodes {:?}\nctl1:\n{}\nctl2:\n{}\n{}",
+            states(lab),
+            log_of(lab, "ctl1"),
+            log_of(lab, "ctl2"),
+            lab.all_logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_backups_controller_takes_over_when_the_primary_slurmctld_dies() {
+    let (mut lab, power, _daemons) =
+        lab_from("", LabOptions { backup_controller: true, ..Default::default() });
+    let mut ctlds: Vec<Child> = CONTROLLERS.iter().map(|(host, _)| start_beside(&lab, host)).collect();
+    let mut actions = Vec::new();
+
+    // Both run; only the primary's acts: every idle node goes down once, by its decision.
+    pump_until(
+        &mut lab,
+        &power,
+        &mut actions,
+        "idle nodes powered down",
+        Duration::from_secs(40),
+        &mut |lab| states(lab).iter().all(|s| powered_down(s)),
+    );
+    assert!(power_downs(&lab, "ctl1") > 0, "{}", log_of(&lab, "ctl1"));
+    assert_eq!(power_downs(&lab, "ctl2"), 0, "{}", log_of(&lab, "ctl2"));
+    assert!(log_of(&lab, "ctl2").contains("standby"), "{}", log_of(&lab, "ctl2"));
+
+    // A job wakes a node; the primary slurmctld dies while it runs.
+    let job = lab.sbatch(&["--gres=gpu:1", "-t", "2"], "sleep 12\n").unwrap();
+    pump_until(&mut lab, &power, &mut actions, "the job running", Duration::from_secs(60), &mut |lab| {
+        lab.job_info(job).is_some_and(|j| j.state == "RUNNING")
+    });
+    let node = lab.job_info(job).unwrap().get("NodeList").to_string();
+    // Slurm's own condition for a failover without loss: the primary has saved the running
+    // job (a backup starts from the saved state; a job newer than it is lost with the primary).
+    let running = std::time::SystemTime::now();
+    let saved = lab.dir().join("state/job_state");
+    pump_until(&mut lab, &power, &mut actions, "the running job saved", Duration::from_secs(30), &mut |_| {
+        std::fs::metadata(&saved).and_then(|m| m.modified()).is_ok_and(|t| t > running)
+    });
+    let before = power_downs(&lab, "ctl1");
+    lab.kill_primary();
+
+    // The backup takes control (SlurmctldTimeout=5); the job ends and its node is idle.
+    let mut in_control = None;
+    let mut idle = None;
+    pump_until(
+        &mut lab,
+        &power,
+        &mut actions,
+        "the job's node idle under the backup",
+        Duration::from_secs(90),
+        &mut |lab| {
+            if in_control.is_none()
+                && lab
+                    .command("scontrol")
+                    .args(["show", "node", "n1"])
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            {
+                in_control = Some(Instant::now());
+            }
+            if in_control.is_some() && idle.is_none() && state(lab, &node) == "IDLE" {
+                idle = Some(Instant::now());
+            }
+            idle.is_some()
+        },
+    );
+    let since = idle.unwrap().max(in_control.unwrap());
+    // The backup's controller powers it down within two loops (1 s each) of it being idle.
+    let mut decided = None;
+    pump_until(
+        &mut lab,
+        &power,
+        &mut actions,
+        "the node powered down by the backup's controller",
+        Duration::from_secs(30),
+        &mut |lab| {
+            if decided.is_none() && power_downs(lab, "ctl2") > 0 {
+                decided = Some(Instant::now());
+            }
+            powered_down(&state(lab, &node))
+        },
+    );
+    let took = decided.unwrap().saturating_duration_since(since);
+    assert!(took <= Duration::from_millis(2500), "decided {took:?} after the node was idle under the backup");
+    assert_eq!(
+        power_downs(&lab, "ctl1"),
+        before,
+        "the primary's controller acted without its slurmctld:\n{}",
+        log_of(&lab, "ctl1")
+    );
+    assert!(log_of(&lab, "ctl2").contains("acting"), "{}", log_of(&lab, "ctl2"));
+
+    // No node was powered down twice without a power-on between, and none is left down.
+    for n in NODES {
+        let mine: Vec<&str> = actions.iter().filter_map(|a| a.strip_suffix(&format!("-{n}"))).collect();
+        assert!(mine.windows(2).all(|w| w[0] != w[1]), "{n}: {mine:?}");
+    }
+    for s in states(&lab) {
+        assert!(powered_down(&s) && !s.starts_with("DOWN"), "{:?}", states(&lab));
+    }
+    for ctld in &mut ctlds {
+        let _ = ctld.kill();
+        let _ = ctld.wait();
+    }
+    assert!(slurm_lab::release().name.is_none());
+    lab.stop();
+}
