@@ -147,7 +147,7 @@ impl Planner {
                 }
                 continue;
             }
-            match self.retries.failed(&node.name, now) {
+            match self.retries.failed(&node.name, now, node.retries()) {
                 Verdict::Wait => {}
                 Verdict::Retry(n) => plan.retry.push((node.name.clone(), n)),
                 Verdict::GiveUp(n) => plan.give_up.push((node.name.clone(), n)),
@@ -384,6 +384,11 @@ impl Ctld {
         let (warm_target, idle, queued) = (plan.warm_target, plan.idle, plan.queued);
         for (node, n) in &plan.retry {
             warn!(node = %node, try_ = n, "resume failed: powering it up again");
+            // The count goes into Slurm first, where another controller finds it.
+            let reason = format!("reason={} {n}", slurm::RETRIED);
+            if let Err(e) = self.slurm.update_nodes(std::slice::from_ref(node), &[&reason]) {
+                warn!(node = %node, error = %e, "cannot record the retry in the node's reason");
+            }
             if let Err(e) = self.slurm.update_nodes(std::slice::from_ref(node), &["state=power_up"]) {
                 warn!(node = %node, error = %e, "cannot power the node up again");
             }

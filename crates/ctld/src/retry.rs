@@ -28,9 +28,11 @@ impl Retries {
         Retries { max, first_pause_s, nodes: BTreeMap::new() }
     }
 
-    /// `node`'s resume has failed, seen at `now` (s).
-    pub fn failed(&mut self, node: &str, now: f64) -> Verdict {
-        let (tries, due) = self.nodes.entry(node.to_string()).or_insert((0, now + self.first_pause_s));
+    /// `node`'s resume has failed, seen at `now` (s), after `tried` retries by any controller
+    /// (what the node's reason in Slurm says; a count this controller holds wins if larger).
+    pub fn failed(&mut self, node: &str, now: f64, tried: u32) -> Verdict {
+        let pause = |tries: u32| self.first_pause_s * f64::from(1u32 << tries.min(16));
+        let (tries, due) = self.nodes.entry(node.to_string()).or_insert((tried, now + pause(tried)));
         if *tries >= self.max {
             return Verdict::GiveUp(*tries);
         }
@@ -38,7 +40,7 @@ impl Retries {
             return Verdict::Wait;
         }
         *tries += 1;
-        *due = now + self.first_pause_s * f64::from(1u32 << (*tries).min(16));
+        *due = now + pause(*tries);
         Verdict::Retry(*tries)
     }
 
@@ -55,16 +57,26 @@ mod tests {
     #[test]
     fn retries_back_off_then_give_up() {
         let mut r = Retries::new(2, 10.0);
-        assert_eq!(r.failed("n1", 0.0), Verdict::Wait, "a first pause before the first retry");
-        assert_eq!(r.failed("n1", 10.0), Verdict::Retry(1));
+        assert_eq!(r.failed("n1", 0.0, 0), Verdict::Wait, "a first pause before the first retry");
+        assert_eq!(r.failed("n1", 10.0, 0), Verdict::Retry(1));
         // The retry failed too: the next pause is twice the first.
-        assert_eq!(r.failed("n1", 25.0), Verdict::Wait);
-        assert_eq!(r.failed("n1", 30.0), Verdict::Retry(2));
-        assert_eq!(r.failed("n1", 1e6), Verdict::GiveUp(2));
+        assert_eq!(r.failed("n1", 25.0, 1), Verdict::Wait);
+        assert_eq!(r.failed("n1", 30.0, 1), Verdict::Retry(2));
+        assert_eq!(r.failed("n1", 1e6, 2), Verdict::GiveUp(2));
         // Another node has its own count; a recovered node starts again.
-        assert_eq!(r.failed("n2", 1e6 + 10.0), Verdict::Wait);
+        assert_eq!(r.failed("n2", 1e6 + 10.0, 0), Verdict::Wait);
         r.recovered("n1");
-        assert_eq!(r.failed("n1", 2e6), Verdict::Wait);
-        assert_eq!(Retries::new(0, 1.0).failed("n3", 0.0), Verdict::GiveUp(0));
+        assert_eq!(r.failed("n1", 2e6, 0), Verdict::Wait);
+        assert_eq!(Retries::new(0, 1.0).failed("n3", 0.0, 0), Verdict::GiveUp(0));
+    }
+
+    #[test]
+    fn a_controller_that_takes_over_counts_on_from_the_nodes_reason() {
+        let mut fresh = Retries::new(2, 10.0);
+        // One retry made by the controller before: the next waits twice the first pause.
+        assert_eq!(fresh.failed("n1", 0.0, 1), Verdict::Wait);
+        assert_eq!(fresh.failed("n1", 19.0, 1), Verdict::Wait);
+        assert_eq!(fresh.failed("n1", 20.0, 1), Verdict::Retry(2));
+        assert_eq!(Retries::new(2, 10.0).failed("n2", 0.0, 2), Verdict::GiveUp(2));
     }
 }

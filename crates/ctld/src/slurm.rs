@@ -24,6 +24,12 @@ pub const RESUME_FAILED: &str = "wattson: resume action failed";
 /// The reason a node keeps once the controller gave up resuming it.
 pub const GAVE_UP: &str = "wattson: resume failed after retries";
 
+/// The reason the controller gives a node before it powers the node up again, followed by the
+/// try's number (`wattson: resume retry 2`). Slurm keeps it when that resume fails too (a down
+/// node's reason stays, or Slurm appends its own), so a controller that takes over, or one
+/// restarted, counts on from it.
+pub const RETRIED: &str = "wattson: resume retry";
+
 /// A node's power as Slurm reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Power {
@@ -95,10 +101,21 @@ impl Node {
     pub fn resume_failed(&self) -> bool {
         self.base == "DOWN"
             && self.power != Power::PoweringUp
-            && self
-                .reason
-                .split(" : ")
-                .any(|part| part.starts_with("ResumeTimeout reached") || part.starts_with(RESUME_FAILED))
+            && self.reason.split(" : ").any(|part| {
+                part.starts_with("ResumeTimeout reached")
+                    || part.starts_with(RESUME_FAILED)
+                    || part.starts_with(RETRIED)
+            })
+    }
+
+    /// How many times the controller has powered the node up again since its resume first
+    /// failed, as its reason says ([`RETRIED`]); 0 without such a reason.
+    pub fn retries(&self) -> u32 {
+        self.reason
+            .split(" : ")
+            .filter_map(|part| part.strip_prefix(RETRIED)?.split_whitespace().next()?.parse().ok())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether no job holds any of the node.

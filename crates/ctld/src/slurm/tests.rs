@@ -130,6 +130,25 @@ fn a_resume_timeout_appended_to_an_earlier_reason_is_a_failed_resume() {
     assert!(!other[0].resume_failed());
 }
 
+/// The retry count the controller writes into a node's reason survives the next failure,
+/// kept whole (22.05) or with Slurm's words appended (24.11).
+#[test]
+fn a_nodes_retries_are_read_back_from_its_reason() {
+    let kept = parse_nodes(&format!(
+        "NodeName=n2 State=DOWN+POWERED_DOWN Reason={RETRIED} 2 [slurm@2026-11-26T10:18:06]"
+    ))
+    .unwrap();
+    assert!(kept[0].resume_failed());
+    assert_eq!(kept[0].retries(), 2);
+    let appended = parse_nodes(&format!(
+        "NodeName=n2 State=DOWN+POWERED_DOWN Reason={RETRIED} 1 : ResumeTimeout reached"
+    ))
+    .unwrap();
+    assert_eq!((appended[0].resume_failed(), appended[0].retries()), (true, 1));
+    let first = parse_nodes("NodeName=n2 State=DOWN+POWERED_DOWN Reason=ResumeTimeout reached").unwrap();
+    assert_eq!(first[0].retries(), 0);
+}
+
 #[test]
 fn jobs_are_put_in_the_order_slurm_tries_them() {
     // 22.05's squeue lists 7, 6, 4, 5; its priorities put 4, 5, 7, then 6 (nice 100).
