@@ -159,13 +159,19 @@ pub(super) fn ctld_log(lab: &SlurmLab) -> String {
 }
 
 pub(super) fn start_ctld(lab: &SlurmLab) -> Child {
-    let log = std::fs::File::create(lab.dir().join("log/ctld.log")).unwrap();
     // Beside the lab's Slurm (another release's root, when the lab runs one), so that it
     // reads that release's scontrol and squeue.
-    slurm_lab::release()
-        .command(&*WATTSON)
+    let command = slurm_lab::release().command(&*WATTSON);
+    run_ctld(lab, command, &lab.dir().join("etc/wattson.toml"), &lab.dir().join("log/ctld.log"))
+}
+
+/// Runs `wattson ctld -c <config>` as `command` (the program `wattson`, however started), for
+/// the lab's Slurm, logging to `log`.
+pub(super) fn run_ctld(lab: &SlurmLab, mut command: Command, config: &Path, log: &Path) -> Child {
+    let log = std::fs::File::create(log).unwrap();
+    command
         .args(["ctld", "-c"])
-        .arg(lab.dir().join("etc/wattson.toml"))
+        .arg(config)
         .env("SLURM_CONF", lab.conf())
         .env("WATTSON_LOG", "info")
         .stdin(Stdio::null())

@@ -3,13 +3,13 @@
 //! dies, the backup's controller carries on from the state Slurm holds.
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use wattson_harness::slurm_lab::backup::{CONTROLLERS, beside};
 use wattson_harness::slurm_lab::{self, LabOptions, SlurmLab};
 
-use super::ctld::{NODES, lab_from, powered_down, pump, state, states};
+use super::ctld::{NODES, lab_from, powered_down, pump, run_ctld, state, states};
 
 /// Starts `wattson ctld` on `host`, with the lab's wattson.toml and a state file of its own.
 fn start_beside(lab: &SlurmLab, host: &str) -> Child {
@@ -17,17 +17,8 @@ fn start_beside(lab: &SlurmLab, host: &str) -> Child {
     let own = shared.replace("ctld.json", &format!("ctld-{host}.json"));
     let config = lab.dir().join(format!("etc/wattson-{host}.toml"));
     std::fs::write(&config, own).unwrap();
-    let log = std::fs::File::create(log_path(lab, host)).unwrap();
-    beside(host, &wattson_harness::programs::program("wattson"))
-        .args(["ctld", "-c"])
-        .arg(&config)
-        .env("SLURM_CONF", lab.conf())
-        .env("WATTSON_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+    let wattson = wattson_harness::programs::program("wattson");
+    run_ctld(lab, beside(host, &wattson), &config, &log_path(lab, host))
 }
 
 fn log_path(lab: &SlurmLab, host: &str) -> std::path::PathBuf {
