@@ -219,7 +219,8 @@ mod tests {
         assert!((one - 0.1 / 1.1 * n.factor(10)).abs() < 1e-12, "{one}");
         // Cut anywhere, the total is the same; over many slices it tends to the truth.
         let whole = noisy.work(200.0, 123_456_789, 50_000_000_000);
-        let parts: f64 = (0..50).map(|k| noisy.work(200.0, 123_456_789 + k * 1_000_000_000, 1_000_000_000)).sum();
+        let parts: f64 =
+            (0..50).map(|k| noisy.work(200.0, 123_456_789 + k * 1_000_000_000, 1_000_000_000)).sum();
         assert!((whole - parts).abs() < 1e-9, "{whole} vs {parts}");
         assert!((whole / (50.0 / 1.1) - 1.0).abs() < 0.01, "{whole}");
         assert_ne!(whole, 50.0 / 1.1);

@@ -167,6 +167,13 @@ impl Sim {
         self.with_gpu(gpu, |g| g.work_units)
     }
 
+    /// Units of work GPU `gpu`'s workloads have completed, with the instant (CLOCK_REALTIME
+    /// ns) they were counted at: a progress writer can stamp the value with it exactly.
+    pub fn work_done_at(&self, gpu: u32) -> io::Result<(i64, f64)> {
+        state::with_state(&self.dir, |_, st, now| st.gpus.get(gpu as usize).map(|g| (now, g.work_units)))?
+            .ok_or_else(|| bad_input("no such gpu"))
+    }
+
     /// Injects a fault into GPU `gpu` now (`CounterReset` is one-shot).
     pub fn set_fault(&self, gpu: u32, fault: Fault) -> io::Result<()> {
         self.with_gpu(gpu, |g| g.set_fault(fault))
