@@ -12,12 +12,14 @@
 //! `history-<index>.log` (`t_ns power_mw [reset]` per power change).
 
 mod config;
+mod curve;
 mod ffi;
 mod state;
 #[cfg(test)]
 mod tests;
 
 pub use config::{CONFIG_FILE, Config, GpuConfig, GpuSpec};
+pub use curve::{CurvePoint, MeasuredCurve, Noise, TruePoint};
 pub use ffi::DIR_ENV;
 pub use state::{
     Fault, GpuState, LOCK_FILE, ProcessLoad, STATE_FILE, Workload, check_privilege, history_path, now_ns,
@@ -115,7 +117,8 @@ impl Sim {
     }
 
     /// Starts (or, with `None`, removes) the workload on GPU `gpu` now; its progress then
-    /// follows [`Workload::rate`] at the GPU's effective clock while the load is above zero.
+    /// follows [`Workload::rate`] at the GPU's effective clock while the load is above zero
+    /// (unless a measured curve is set: [`Sim::set_curve`]).
     pub fn set_workload(&self, gpu: u32, workload: Option<Workload>) -> io::Result<()> {
         if let Some(w) = workload
             && !(w.t0_s >= 0.0
@@ -126,6 +129,20 @@ impl Sim {
             return Err(bad_input("workload times must be finite, >= 0 and not both 0"));
         }
         self.with_gpu(gpu, |g| g.workload = workload)
+    }
+
+    /// Makes the work on GPU `gpu` follow a measured curve from now (or, with `None`, the
+    /// built-in law again): while the load is above zero its speed and power are the curve's
+    /// at the current power limit (speed with the curve's noise), see [`MeasuredCurve`].
+    pub fn set_curve(&self, gpu: u32, curve: Option<MeasuredCurve>) -> io::Result<()> {
+        self.with_gpu(gpu, |g| g.curve = curve)
+    }
+
+    /// The truth of the work on GPU `gpu` at the setting it runs at now: the noise-free time
+    /// per unit and power of its measured curve at the current power limit (`None` without a
+    /// curve).
+    pub fn true_point(&self, gpu: u32) -> io::Result<Option<TruePoint>> {
+        self.with_gpu(gpu, |g| g.curve.as_ref().map(|c| c.at(f64::from(g.power_limit_mw) / 1000.0)))
     }
 
     /// Sets GPU `gpu`'s power limit (mW) now, as an administrator's `nvidia-smi -pl` would.
@@ -148,6 +165,13 @@ impl Sim {
     /// Units of work GPU `gpu`'s workloads have completed up to now.
     pub fn work_done(&self, gpu: u32) -> io::Result<f64> {
         self.with_gpu(gpu, |g| g.work_units)
+    }
+
+    /// Units of work GPU `gpu`'s workloads have completed, with the instant (CLOCK_REALTIME
+    /// ns) they were counted at: a progress writer can stamp the value with it exactly.
+    pub fn work_done_at(&self, gpu: u32) -> io::Result<(i64, f64)> {
+        state::with_state(&self.dir, |_, st, now| st.gpus.get(gpu as usize).map(|g| (now, g.work_units)))?
+            .ok_or_else(|| bad_input("no such gpu"))
     }
 
     /// Injects a fault into GPU `gpu` now (`CounterReset` is one-shot).

@@ -6,6 +6,7 @@
 //! [`with_state`]: flock, load, advance to now, change, save, unlock.
 
 use crate::config::{Config, GpuSpec};
+use crate::curve::MeasuredCurve;
 use nvml_wrapper_sys::bindings::*;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
@@ -79,6 +80,10 @@ pub struct GpuState {
     /// Whether the driver gives per-process utilisation (false: the call is not supported).
     #[serde(default = "yes")]
     pub process_utilization: bool,
+    /// A measured curve the running work follows instead of [`Workload`] and the preset's
+    /// power law, while the load is above zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub curve: Option<MeasuredCurve>,
 }
 
 fn yes() -> bool {
@@ -151,11 +156,21 @@ pub fn solve_capped_clock(spec: &GpuSpec, load: f64, limit_w: f64, f_hi: f64) ->
 }
 
 /// (power mW, effective SM clock MHz) for a GPU in state `gs`.
+///
+/// With a measured curve, the power is idle plus the load's share of the curve's power above
+/// idle at the current limit, and the clock the one the curve's speed implies (the target clock
+/// times the time per unit at the curve's top limit over the time at the current one).
 pub fn operating_point(spec: &GpuSpec, gs: &GpuState) -> (u32, u32) {
     let limit_w = f64::from(gs.power_limit_mw) / 1000.0;
     if gs.load <= 0.0 {
         let idle_clock = gs.locked_clocks_mhz.map_or(spec.min_clock(), |(min, _)| min);
         return (((spec.idle_w.min(limit_w)) * 1000.0).round() as u32, idle_clock);
+    }
+    if let Some(curve) = &gs.curve {
+        let at = curve.at(limit_w);
+        let p = spec.idle_w + gs.load * (at.power_w - spec.idle_w);
+        let f = f64::from(target_clock(gs)) * (curve.top().time_s / at.time_s).min(1.0);
+        return ((p.max(0.0) * 1000.0).round() as u32, (f.round() as u32).max(1));
     }
     let f = f64::from(target_clock(gs));
     let p = curve_w(spec, gs.load, f);
@@ -187,6 +202,7 @@ impl GpuState {
             work_units: 0.0,
             processes: Vec::new(),
             process_utilization: true,
+            curve: None,
         };
         gs.refresh(spec);
         gs
@@ -197,12 +213,18 @@ impl GpuState {
         (self.power_mw, self.sm_clock_mhz) = operating_point(spec, self);
     }
 
-    /// Integrates the current power over `dt_ns` into the counter, exactly.
-    pub fn integrate(&mut self, dt_ns: u64) {
+    /// Integrates the current power over the `dt_ns` from `from_ns` (CLOCK_REALTIME) into the
+    /// counter, exactly, and the work done over it (a measured curve's noise is by instant).
+    pub fn integrate(&mut self, from_ns: i64, dt_ns: u64) {
         let total = u128::from(self.counter_rem_mw_ns) + u128::from(self.power_mw) * u128::from(dt_ns);
         self.counter_mj = self.counter_mj.wrapping_add((total / MW_NS_PER_MJ) as u64);
         self.counter_rem_mw_ns = (total % MW_NS_PER_MJ) as u64;
-        if let Some(w) = self.workload.filter(|_| self.load > 0.0) {
+        if self.load <= 0.0 {
+            return;
+        }
+        if let Some(curve) = &self.curve {
+            self.work_units += curve.work(f64::from(self.power_limit_mw) / 1000.0, from_ns, dt_ns);
+        } else if let Some(w) = self.workload {
             self.work_units += w.rate(f64::from(self.sm_clock_mhz)) * dt_ns as f64 / 1e9;
         }
     }
@@ -279,7 +301,8 @@ impl State {
     pub fn advance(&mut self, now: i64) {
         if now > self.t_ns {
             let dt = (now - self.t_ns) as u64;
-            self.gpus.iter_mut().for_each(|g| g.integrate(dt));
+            let from = self.t_ns;
+            self.gpus.iter_mut().for_each(|g| g.integrate(from, dt));
             self.t_ns = now;
         }
     }

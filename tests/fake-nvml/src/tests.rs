@@ -46,9 +46,9 @@ fn counter_integrates_exactly_across_load_changes() {
     let mut a = GpuState::fresh(&spec, 0);
     let mut b = a.clone();
     for _ in 0..1000 {
-        a.integrate(1_234_567);
+        a.integrate(0, 1_234_567);
     }
-    b.integrate(1_234_567_000);
+    b.integrate(0, 1_234_567_000);
     assert_eq!((a.counter_mj, a.counter_rem_mw_ns), (b.counter_mj, b.counter_rem_mw_ns));
     // Time running backwards does not move the counter.
     let before = st.clone();
@@ -158,17 +158,58 @@ fn work_follows_the_hidden_law_at_the_effective_clock() {
     let spec = h100();
     let mut g = GpuState::fresh(&spec, 0);
     g.workload = Some(Workload { t0_s: 0.02, d_s_mhz: 158.4 });
-    g.integrate(1_000_000_000);
+    g.integrate(0, 1_000_000_000);
     assert_eq!(g.work_units, 0.0, "no progress at zero load");
     g.load = 1.0;
     g.refresh(&spec);
-    g.integrate(2_000_000_000);
+    g.integrate(0, 2_000_000_000);
     // 1980 MHz: 0.02 + 0.08 = 0.1 s per unit, so 20 units in 2 s.
     assert!((g.work_units - 20.0).abs() < 1e-9, "{}", g.work_units);
     g.power_limit_mw = 400_000;
     g.refresh(&spec);
     let f = f64::from(g.sm_clock_mhz);
-    g.integrate(1_000_000_000);
+    g.integrate(0, 1_000_000_000);
     assert!((g.work_units - 20.0 - 1.0 / (0.02 + 158.4 / f)).abs() < 1e-9);
     assert!(g.work_units - 20.0 < 10.0, "capped GPU is slower");
+}
+
+#[test]
+fn a_measured_curve_sets_power_and_speed_and_tells_the_truth() {
+    use crate::{CurvePoint, MeasuredCurve, Noise};
+    let dir = temp_dir("curve");
+    let mut cfg = Config::uniform("A100", 1);
+    cfg.gpu[0].power_limit_max_w = Some(250.0);
+    cfg.gpu[0].power_limit_default_w = Some(250.0);
+    let sim = Sim::create(&dir, &cfg).unwrap();
+    let points = [(100.0, 0.2, 98.0), (175.0, 0.12, 160.0), (250.0, 0.1, 210.0)]
+        .map(|(limit_w, time_s, power_w)| CurvePoint { limit_w, time_s, power_w });
+    let curve = MeasuredCurve::new(points.to_vec(), Noise::NONE).unwrap();
+    assert_eq!(sim.true_point(0).unwrap(), None);
+    sim.set_curve(0, Some(curve.clone())).unwrap();
+    sim.set_workload(0, Some(Workload { t0_s: 1.0, d_s_mhz: 0.0 })).unwrap();
+    let idle = sim.gpu_state(0).unwrap();
+    assert_eq!(idle.power_mw, 55_000, "idle at zero load, whatever the curve");
+    sim.set_load(0, 1.0).unwrap();
+    let full = sim.gpu_state(0).unwrap();
+    assert_eq!(full.power_mw, 210_000, "the curve's power at the default limit");
+    assert_eq!(full.sm_clock_mhz, 1410, "full speed at the curve's top");
+    sim.set_power_limit(0, 175_000).unwrap();
+    let capped = sim.gpu_state(0).unwrap();
+    assert_eq!(capped.power_mw, 160_000);
+    assert_eq!(capped.sm_clock_mhz, (1410.0f64 * 0.1 / 0.12).round() as u32);
+    let truth = sim.true_point(0).unwrap().unwrap();
+    assert_eq!((truth.limit_w, truth.time_s, truth.power_w), (175.0, 0.12, 160.0));
+    // Progress at the curve's speed, not the workload law's (1 unit per second).
+    let before = sim.work_done(0).unwrap();
+    let t0 = now_ns();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let done = sim.work_done(0).unwrap() - before;
+    let dt = (now_ns() - t0) as f64 / 1e9;
+    assert!(done > 0.5 / 0.12 && done <= dt / 0.12 + 1e-9, "{done} units in {dt} s");
+    // Half load: idle plus half the curve's power above idle.
+    sim.set_load(0, 0.5).unwrap();
+    assert_eq!(sim.gpu_state(0).unwrap().power_mw, 55_000 + (160_000 - 55_000) / 2);
+    sim.set_curve(0, None).unwrap();
+    assert_eq!(sim.true_point(0).unwrap(), None);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
