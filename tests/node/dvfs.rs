@@ -5,6 +5,7 @@
 
 use wattson_harness::node as common;
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -105,9 +106,13 @@ impl Job {
         let (sim, flag) = (node.sim.clone(), stop.clone());
         let writer = std::thread::spawn(move || {
             while !flag.load(Ordering::Relaxed) {
-                let done = sim.work_done(0).unwrap();
+                // Stamped with the instant the fake GPU counted it: a writer starved on a
+                // loaded machine would otherwise date a value late.
+                let (t_ns, done) = sim.work_done_at(0).unwrap();
                 // Rewritten in place, as a training loop would after each step.
-                std::fs::write(&file, format!("{done}\n")).unwrap();
+                let mut f = std::fs::File::create(&file).unwrap();
+                f.write_all(format!("{done}\n").as_bytes()).unwrap();
+                f.set_modified(std::time::UNIX_EPOCH + Duration::from_nanos(t_ns as u64)).unwrap();
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
