@@ -3,5 +3,6 @@
 
 mod agree;
 mod clocks;
+mod colocation;
 mod sim;
 mod zeus;

@@ -11,6 +11,7 @@
 
 pub mod choose;
 pub mod cluster;
+pub mod colocation;
 pub mod decision;
 pub mod fit;
 pub mod measurements;
