@@ -39,7 +39,7 @@ fn pairs(data: &serde_json::Value, gpu: &str) -> (Vec<String>, Vec<PairSlowdown>
 }
 
 fn held_out(pair: &PairSlowdown) -> bool {
-    (pair.victim * 31 + pair.neighbour * 17) % 5 == 0
+    (pair.victim * 31 + pair.neighbour * 17).is_multiple_of(5)
 }
 
 fn mean_abs(errors: impl Iterator<Item = f64>) -> f64 {
