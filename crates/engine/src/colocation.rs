@@ -76,10 +76,10 @@ mod tests {
         let s = [0.2, 0.5, 1.0];
         let p = [1.0, 0.4, 2.0];
         let mut pairs = Vec::new();
-        for a in 0..3 {
-            for b in 0..3 {
+        for (a, sa) in s.iter().enumerate() {
+            for (b, pb) in p.iter().enumerate() {
                 if (a, b) != (2, 1) {
-                    pairs.push(PairSlowdown { victim: a, neighbour: b, slowdown: s[a] * p[b] });
+                    pairs.push(PairSlowdown { victim: a, neighbour: b, slowdown: sa * pb });
                 }
             }
         }
