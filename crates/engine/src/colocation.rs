@@ -5,7 +5,10 @@
 //! other pairs, and one measurement refines both classes' figures.
 //!
 //! Fitted by alternating least squares (each step solves every `s` given `p`, then every `p`
-//! given `s`, in closed form). Pure: no I/O, deterministic.
+//! given `s`, in closed form). [`pair`] decides which pending job may share a running job's
+//! GPU within both jobs' slowdown bounds. Pure: no I/O, deterministic.
+
+use std::collections::BTreeSet;
 
 /// One measured pair: class `victim` ran `slowdown` slower (time ratio minus one) while class
 /// `neighbour` shared its GPU.
@@ -26,6 +29,10 @@ pub struct Interference {
     pub sensitivity: Vec<f64>,
     /// How much each class slows a neighbour per unit of its sensitivity.
     pub pressure: Vec<f64>,
+    /// Whether each class was measured slowed (its sensitivity is known).
+    pub measured_slowed: Vec<bool>,
+    /// Whether each class was measured slowing another (its pressure is known).
+    pub measured_slowing: Vec<bool>,
 }
 
 /// Alternating steps of the fit.
@@ -35,7 +42,16 @@ impl Interference {
     /// The model of `classes` classes fitted to `pairs`. A class with no measurement as victim
     /// (or as neighbour) keeps a sensitivity (pressure) of 0: nothing is predicted for it.
     pub fn fit(classes: usize, pairs: &[PairSlowdown]) -> Interference {
-        let mut model = Interference { sensitivity: vec![0.0; classes], pressure: vec![1.0; classes] };
+        let mut model = Interference {
+            sensitivity: vec![0.0; classes],
+            pressure: vec![1.0; classes],
+            measured_slowed: vec![false; classes],
+            measured_slowing: vec![false; classes],
+        };
+        for pair in pairs {
+            model.measured_slowed[pair.victim] = true;
+            model.measured_slowing[pair.neighbour] = true;
+        }
         for _ in 0..STEPS {
             model.sensitivity = solve(classes, pairs, |p| (p.victim, p.neighbour), &model.pressure);
             model.pressure = solve(classes, pairs, |p| (p.neighbour, p.victim), &model.sensitivity);
@@ -47,6 +63,57 @@ impl Interference {
     pub fn slowdown(&self, victim: usize, neighbour: usize) -> f64 {
         self.sensitivity[victim] * self.pressure[neighbour]
     }
+
+    /// [`Interference::slowdown`] where both classes' figures were measured; `None` otherwise
+    /// (an unknown class is never predicted harmless).
+    pub fn predict(&self, victim: usize, neighbour: usize) -> Option<f64> {
+        let known = *self.measured_slowed.get(victim)? && *self.measured_slowing.get(neighbour)?;
+        known.then(|| self.slowdown(victim, neighbour))
+    }
+}
+
+/// A job that may share its GPU: its class in the model, and the most it may be slowed (its
+/// slowdown bound, e.g. 0.10 for 10%). Only jobs whose users opted in are candidates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    /// The job.
+    pub job: u32,
+    /// Its workload class (an index into the model's classes).
+    pub class: usize,
+    /// The most it may be slowed, as a time ratio minus one.
+    pub bound: f64,
+}
+
+/// Which pending job shares which running job's GPU: taking `pending` in queue order, each is
+/// paired with the running job (each shared by at most one) with which the pair's predicted
+/// slowdowns are smallest in sum, both within their bounds; none with a class in `broken` (a
+/// class whose measured slowdown broke a bound is not paired again) or with a class the model
+/// has not measured. Returns (pending job, running job) pairs.
+pub fn pair(
+    model: &Interference,
+    pending: &[Candidate],
+    running: &[Candidate],
+    broken: &BTreeSet<usize>,
+) -> Vec<(u32, u32)> {
+    let mut taken = vec![false; running.len()];
+    let mut out = Vec::new();
+    for q in pending.iter().filter(|q| !broken.contains(&q.class)) {
+        let best = running
+            .iter()
+            .enumerate()
+            .filter(|(k, r)| !taken[*k] && !broken.contains(&r.class))
+            .filter_map(|(k, r)| {
+                let q_slowed = model.predict(q.class, r.class)?;
+                let r_slowed = model.predict(r.class, q.class)?;
+                (q_slowed <= q.bound && r_slowed <= r.bound).then_some((k, q_slowed + r_slowed))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        if let Some((k, _)) = best {
+            taken[k] = true;
+            out.push((q.job, running[k].job));
+        }
+    }
+    out
 }
 
 /// For each class `k`, the least-squares `x[k]` in `slowdown = x[k]·other[j]` over the pairs
@@ -87,6 +154,38 @@ mod tests {
         assert!((model.slowdown(2, 1) - 0.4).abs() < 1e-6, "{model:?}");
         assert!((model.slowdown(0, 2) - 0.4).abs() < 1e-6);
         let alone = Interference::fit(4, &pairs);
-        assert_eq!(alone.slowdown(3, 0), 0.0, "a class never measured predicts nothing");
+        assert_eq!(alone.slowdown(3, 0), 0.0);
+        assert_eq!(alone.predict(3, 0), None, "a class never measured predicts nothing");
+        assert_eq!(alone.predict(0, 3), None);
+        assert!(alone.predict(0, 1).is_some());
+    }
+
+    /// Three classes: 0 barely slows anyone and is barely slowed, 1 is sensitive, 2 pushes hard.
+    fn three() -> Interference {
+        let s = [0.05, 0.5, 0.1];
+        let p = [0.2, 0.4, 1.0];
+        let pairs: Vec<PairSlowdown> = (0..3)
+            .flat_map(|a| (0..3).map(move |b| (a, b)))
+            .map(|(a, b)| PairSlowdown { victim: a, neighbour: b, slowdown: s[a] * p[b] })
+            .collect();
+        Interference::fit(4, &pairs)
+    }
+
+    #[test]
+    fn a_pending_job_shares_with_the_running_job_that_keeps_both_within_their_bounds() {
+        let model = three();
+        let job = |job, class, bound| Candidate { job, class, bound };
+        // Job 10 (class 0, 5%) may join 1 (class 1: slowed 0.5·0.2 = 10% > its 5%) or 2
+        // (class 0: 1% each way): it joins 2. Job 11 (class 2) would slow anyone too much.
+        let running = [job(1, 1, 0.05), job(2, 0, 0.05)];
+        let pending = [job(10, 0, 0.05), job(11, 2, 0.5)];
+        let none = BTreeSet::new();
+        assert_eq!(pair(&model, &pending, &running, &none), vec![(10, 2)]);
+        // A GPU is shared by two jobs at most: the next class-0 job finds no partner.
+        let more = [job(10, 0, 0.05), job(12, 0, 0.05)];
+        assert_eq!(pair(&model, &more, &running, &none), vec![(10, 2)]);
+        // A class that broke its bound is paired no more; an unmeasured class (3) never.
+        assert!(pair(&model, &pending, &running, &BTreeSet::from([0])).is_empty());
+        assert!(pair(&model, &[job(13, 3, 1.0)], &running, &none).is_empty());
     }
 }
