@@ -202,7 +202,7 @@ fn summary_passes() {
                 |lookback| Ok(summarize::parse_ended(&sacct(now, lookback, &written))),
                 write,
             );
-            written.extend(pass.unwrap().done.written.iter().map(|(j, _)| *j));
+            written.extend(pass.unwrap().written.iter().map(|(j, _)| *j));
         }
         let time = |lookback: Duration, written: &std::collections::BTreeSet<u32>| {
             let text = sacct(now, lookback, written);

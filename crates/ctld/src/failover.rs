@@ -54,17 +54,9 @@ fn short(host: &str) -> &str {
     host.split('.').next().unwrap_or(host)
 }
 
-/// This host's name.
+/// This host's name (empty if it cannot be read).
 pub fn this_host() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or
-    // truncates, and the last byte is kept 0.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
-    if rc != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    nix::unistd::gethostname().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 #[cfg(test)]

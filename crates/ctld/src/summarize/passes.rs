@@ -32,15 +32,6 @@ pub struct Passes {
     written: BTreeMap<u32, i64>,
 }
 
-/// What one pass did.
-#[derive(Debug)]
-pub struct Pass {
-    /// How many jobs Slurm listed (the pass's cost in Slurm).
-    pub listed: usize,
-    /// The jobs written, waiting and failed.
-    pub done: Written,
-}
-
 impl Passes {
     /// How far back the pass at `now` (s since the Unix epoch) asks Slurm to look.
     pub fn lookback(&self, now: i64) -> Duration {
@@ -62,10 +53,9 @@ impl Passes {
         now: i64,
         list: impl FnOnce(Duration) -> Result<Vec<Ended>, EndedError>,
         write: impl FnOnce(&[Ended]) -> Written,
-    ) -> Result<Pass, EndedError> {
+    ) -> Result<Written, EndedError> {
         let ended = list(self.lookback(now))?;
         self.listed_at = Some(now);
-        let listed = ended.len();
         for job in ended.into_iter().filter(|job| !self.written.contains_key(&job.job)) {
             self.pending.insert(job.job, job);
         }
@@ -87,7 +77,7 @@ impl Passes {
             }
             keep
         });
-        Ok(Pass { listed, done })
+        Ok(done)
     }
 }
 
@@ -154,7 +144,7 @@ mod tests {
                     |jobs| cluster.borrow_mut().write(jobs),
                 )
                 .unwrap();
-            written.extend(pass.done.written.into_iter().map(|(job, _)| job));
+            written.extend(pass.written.into_iter().map(|(job, _)| job));
         }
         // After the first, each listing reads what ended since the last and the slack's jobs.
         let most = *cluster.borrow().scanned[1..].iter().max().unwrap();
