@@ -23,6 +23,17 @@ fn start_beside(lab: &SlurmLab, host: &str) -> Child {
     run_ctld(lab, beside(host, &wattson), &config, &log_path(lab, host))
 }
 
+/// What `wattson power status` prints for the controller on `host`.
+fn power_status(lab: &SlurmLab, host: &str) -> String {
+    let out = std::process::Command::new(wattson_harness::programs::program("wattson"))
+        .args(["power", "status", "-c"])
+        .arg(lab.dir().join(format!("etc/wattson-{host}.toml")))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn metrics_path(lab: &SlurmLab, host: &str) -> std::path::PathBuf {
     lab.dir().join(format!("log/ctld-{host}.prom"))
 }
@@ -89,6 +100,9 @@ fn the_backups_controller_takes_over_when_the_primary_slurmctld_dies() {
     assert!(power_downs(&lab, "ctl1") > 0, "{}", log_of(&lab, "ctl1"));
     assert_eq!(power_downs(&lab, "ctl2"), 0, "{}", log_of(&lab, "ctl2"));
     assert!(log_of(&lab, "ctl2").contains("standby"), "{}", log_of(&lab, "ctl2"));
+    let standing_by = power_status(&lab, "ctl2");
+    assert!(standing_by.contains("stands by: the slurmctld on ctl1 is in control"), "{standing_by}");
+    assert!(power_status(&lab, "ctl1").starts_with("as of"), "{}", power_status(&lab, "ctl1"));
 
     // A job wakes a node; the primary slurmctld dies while it runs.
     let job = lab.sbatch(&["--gres=gpu:1", "-t", "2"], "sleep 12\n").unwrap();
@@ -156,6 +170,9 @@ fn the_backups_controller_takes_over_when_the_primary_slurmctld_dies() {
         log_of(&lab, "ctl1")
     );
     assert!(log_of(&lab, "ctl2").contains("acting"), "{}", log_of(&lab, "ctl2"));
+    let primary = power_status(&lab, "ctl1");
+    assert!(primary.contains("stands by: the slurmctld on ctl2 is in control"), "{primary}");
+    assert!(power_status(&lab, "ctl2").starts_with("as of"), "{}", power_status(&lab, "ctl2"));
 
     // No node was powered down twice without a power-on between, and none is left down.
     for n in NODES {

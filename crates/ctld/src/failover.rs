@@ -14,10 +14,12 @@ pub struct Controller {
     pub up: bool,
 }
 
-/// Whether this controller acts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Whether this controller acts (also in `wattson power status`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Role {
     /// The slurmctld beside it is in control, or the cluster has one slurmctld.
+    #[default]
     Acting,
     /// Another slurmctld (named) is in control, or none answers (`None`): it waits.
     Standby(Option<String>),

@@ -272,6 +272,7 @@ impl Ctld {
 
     fn step_inner(&mut self, seen: &mut Vec<Node>) -> Result<Plan, String> {
         if !self.takes_part()? {
+            self.save_status();
             return Ok(Plan::default());
         }
         *seen = self.slurm.nodes()?;
@@ -288,10 +289,15 @@ impl Ctld {
         let acted = self.act(&plan);
         self.sync_models_if_due(nodes);
         self.write_summaries(nodes, now);
+        self.save_status();
+        acted.map(|()| plan)
+    }
+
+    /// Saves what `wattson power status` shows.
+    fn save_status(&self) {
         if let Err(e) = power_status::save(self.planner.ledger(), &self.state_file) {
             warn!(file = %self.state_file.display(), error = %e, "cannot save the power status");
         }
-        acted.map(|()| plan)
     }
 
     /// Whether this loop acts: the slurmctld beside this controller is in control
@@ -314,6 +320,7 @@ impl Ctld {
             }
         }
         let acting = role == failover::Role::Acting;
+        self.planner.ledger.role = role.clone();
         self.role = Some(role);
         Ok(acting)
     }

@@ -41,6 +41,10 @@ pub struct Ledger {
     pub off_w: f64,
     /// By node name.
     pub nodes: BTreeMap<String, NodeLedger>,
+    /// Whether the controller that wrote this acts or stands by for another
+    /// ([`crate::failover`]); a file written before roles were known reads as acting.
+    #[serde(default)]
+    pub role: crate::failover::Role,
 }
 
 fn power_word(node: &Node) -> &'static str {
@@ -153,5 +157,18 @@ mod tests {
         // (300-500)*60 + (400-500)*300 = -42,000 J extra (less than idling), so it adds back.
         assert_eq!(l.saved_j(n), 3600.0 * 490.0 + 42_000.0);
         assert!(n.last_decision.starts_with("power_down_asap"));
+    }
+
+    #[test]
+    fn the_role_is_saved_and_an_older_file_reads_as_acting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctld.json");
+        let ledger =
+            Ledger { role: crate::failover::Role::Standby(Some("ctl1".into())), ..Ledger::default() };
+        save(&ledger, &path).unwrap();
+        assert_eq!(load(&path).unwrap().role, ledger.role);
+        std::fs::write(&path, r#"{"updated":1.0,"idle_w":0.0,"cycle_j":0.0,"off_w":0.0,"nodes":{}}"#)
+            .unwrap();
+        assert_eq!(load(&path).unwrap().role, crate::failover::Role::Acting);
     }
 }

@@ -2,6 +2,7 @@
 
 use clap::{Args, Subcommand};
 
+use crate::failover::Role;
 use crate::power_status;
 use wattson_config::Config;
 
@@ -35,7 +36,16 @@ pub fn run(config: &Config, command: PowerCommand) -> Result<(), String> {
             .map(|d| d.with_timezone(&chrono::Local).format("%Y-%m-%dT%H:%M:%S").to_string())
             .unwrap_or_else(|| "-".into())
     };
-    println!("as of {} (the controller's last loop)", time(ledger.updated));
+    match &ledger.role {
+        Role::Acting => println!("as of {} (the controller's last loop)", time(ledger.updated)),
+        Role::Standby(in_control) => {
+            let other = in_control.as_deref().map_or("no slurmctld answers".to_string(), |host| {
+                format!("the slurmctld on {host} is in control; its controller acts")
+            });
+            println!("this controller stands by: {other}");
+            println!("as of {} (this controller's last loop acting)", time(ledger.updated));
+        }
+    }
     println!(
         "{:<16} {:<14} {:<20} {:>10} {:>6} {:>14}  LAST DECISION",
         "NODE", "POWER", "SINCE", "OFF", "CYCLES", "SAVED (est.)"
