@@ -193,3 +193,23 @@ fn steps_are_metered_on_their_jobs_gpus_and_end_with_their_job() {
     let out = String::from_utf8_lossy(&table.stdout).to_string();
     assert_eq!(out.lines().skip(1).collect::<Vec<_>>(), vec!["30|2", "30.0|1", "30.1|1"], "{out}");
 }
+
+#[test]
+fn a_step_is_recorded_under_its_jobs_policy_whatever_it_asks() {
+    let mut node = Node::h100(2);
+    node.start();
+    let begin = |job: &str, more: &[&str]| {
+        let args = [&["job", "begin", "--job", job, "--uid", "1000"][..], more].concat();
+        common::assert_ok(&node.wattson(&args));
+    };
+    begin("32", &["--gpus", "0,1", "--energy", "perf"]);
+    begin("32.0", &["--gpus", "1"]);
+    begin("32.1", &["--gpus", "0", "--energy", "min-energy"]);
+    let policy = |job: &str| node.record(job).policy;
+    let of_job = policy("32");
+    assert!(of_job.is_some());
+    for step in ["32.0", "32.1"] {
+        assert_eq!(policy(step), of_job, "{step} runs on its job's settings");
+    }
+    node.end("32");
+}

@@ -37,7 +37,7 @@ fn a_jobs_two_steps_have_their_own_rows_and_energy_in_wattson_and_sacct() {
         )
     };
     let script = format!("#!/bin/sh\nsleep 1\n{}sleep 1\n{}sleep 1\n", step(0), step(1));
-    let id = lab.sbatch(&["--gres=gpu:1", "--job-name=two-steps"], &script).unwrap();
+    let id = lab.sbatch(&["--gres=gpu:1", "--job-name=two-steps", "--energy=perf"], &script).unwrap();
     let wait_for = |name: String| {
         let deadline = Instant::now() + Duration::from_secs(60);
         while !mark(&name).exists() {
@@ -67,6 +67,8 @@ fn a_jobs_two_steps_have_their_own_rows_and_energy_in_wattson_and_sacct() {
     let truth = |r: &JobRecord| node.truth_mj(r)[0];
     for r in [&whole, &batch, &s0, &s1] {
         assert!(rel_err(r.energy_mj(), truth(r)) < 0.001, "{}: {} vs {}", r.key, r.energy_mj(), truth(r));
+        // Steps run on their job's settings, and are recorded under its policy.
+        assert_eq!(r.policy, Some(wattson_types::job::EnergyPolicy::Perf), "{}", r.key);
     }
     // The steps add up to the job: the two srun steps and the time outside them.
     let interval = |r: &JobRecord| node.read_intervals(r)[0];

@@ -26,7 +26,7 @@ use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
 use wattson_store::{AcctQuery, BeginOutcome, Store};
 use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, SeriesPoint};
-use wattson_types::job::{Hints, JobGpu, JobKey, JobRecord, JobState};
+use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
 
 /// One sampling tick's outcome, for metrics and logs.
 #[derive(Debug, Default)]
@@ -186,30 +186,30 @@ impl Core {
         req.hints.normalize();
         let job_here = self.running.get(&JobKey::job(req.job.job_id)).filter(|_| !req.job.step.is_empty());
         let mut indices = Vec::with_capacity(req.gpus.len());
-        if req.gpus.is_empty() {
-            // A step naming no GPUs (the SPANK plugin's) runs on its job's GPUs here, with
-            // its job's owner, names and hints.
-            let Some(job) = job_here else {
-                if !req.job.step.is_empty() {
-                    return Err(not_running(&JobKey::job(req.job.job_id)));
-                }
-                return Err(Error::new(
-                    ErrorCode::BadRequest,
-                    format!("job {} names no GPUs: nothing to account on this node", req.job),
-                ));
-            };
+        if let Some(job) = job_here {
             if job.uid != req.uid {
                 return Err(Error::new(
                     ErrorCode::Conflict,
                     format!("step {}: another owner than its job", req.job),
                 ));
             }
-            indices.extend(job.gpus.iter().map(|g| g.index));
+            // A step naming no GPUs (the SPANK plugin's) runs on its job's GPUs here.
+            if req.gpus.is_empty() {
+                indices.extend(job.gpus.iter().map(|g| g.index));
+            }
+            // A step runs on its job's settings: it is recorded with its job's owner names
+            // and hints, whatever it asked.
             req.user = req.user.or_else(|| job.user.clone());
             req.name = req.name.or_else(|| job.name.clone());
-            if req.hints == Hints::default() {
-                req.hints = job.hints.clone();
+            req.hints = job.hints.clone();
+        } else if req.gpus.is_empty() {
+            if !req.job.step.is_empty() {
+                return Err(not_running(&JobKey::job(req.job.job_id)));
             }
+            return Err(Error::new(
+                ErrorCode::BadRequest,
+                format!("job {} names no GPUs: nothing to account on this node", req.job),
+            ));
         }
         for gpu in &req.gpus {
             let index = self
