@@ -158,18 +158,41 @@ pub(super) fn ctld_log(lab: &SlurmLab) -> String {
     std::fs::read_to_string(lab.dir().join("log/ctld.log")).unwrap_or_default()
 }
 
-pub(super) fn start_ctld(lab: &SlurmLab) -> Child {
+pub(super) fn start_ctld(lab: &SlurmLab) -> Ctld {
     // Beside the lab's Slurm (another release's root, when the lab runs one), so that it
     // reads that release's scontrol and squeue.
     let command = slurm_lab::release().command(&*WATTSON);
     run_ctld(lab, command, &lab.dir().join("etc/wattson.toml"), &lab.dir().join("log/ctld.log"))
 }
 
+/// A running `wattson ctld`, stopped when dropped (a failed test leaves none behind).
+pub(super) struct Ctld(Child);
+
+impl std::ops::Deref for Ctld {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Ctld {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Ctld {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Runs `wattson ctld -c <config>` as `command` (the program `wattson`, however started), for
 /// the lab's Slurm, logging to `log`.
-pub(super) fn run_ctld(lab: &SlurmLab, mut command: Command, config: &Path, log: &Path) -> Child {
+pub(super) fn run_ctld(lab: &SlurmLab, mut command: Command, config: &Path, log: &Path) -> Ctld {
     let log = std::fs::File::create(log).unwrap();
-    command
+    let child = command
         .args(["ctld", "-c"])
         .arg(config)
         .env("SLURM_CONF", lab.conf())
@@ -178,7 +201,8 @@ pub(super) fn run_ctld(lab: &SlurmLab, mut command: Command, config: &Path, log:
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
-        .unwrap()
+        .unwrap();
+    Ctld(child)
 }
 
 pub(super) fn powered_down(state: &str) -> bool {

@@ -3,17 +3,16 @@
 //! dies, the backup's controller carries on from the state Slurm holds.
 
 use std::path::Path;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use wattson_harness::slurm_lab::backup::{CONTROLLERS, beside};
 use wattson_harness::slurm_lab::{self, LabOptions, SlurmLab};
 
-use super::ctld::{NODES, lab_from, powered_down, pump, run_ctld, state, states};
+use super::ctld::{Ctld, NODES, lab_from, powered_down, pump, run_ctld, state, states};
 
 /// Starts `wattson ctld` on `host`, with the lab's wattson.toml, and a state file and a
 /// metrics file of its own.
-fn start_beside(lab: &SlurmLab, host: &str) -> Child {
+fn start_beside(lab: &SlurmLab, host: &str) -> Ctld {
     let shared = std::fs::read_to_string(lab.dir().join("etc/wattson.toml")).unwrap();
     let metrics = format!("[ctld]\nmetrics_file = {:?}\n", metrics_path(lab, host));
     let own = shared.replace("ctld.json", &format!("ctld-{host}.json")).replacen("[ctld]\n", &metrics, 1);
@@ -85,7 +84,7 @@ fn pump_until(
 fn the_backups_controller_takes_over_when_the_primary_slurmctld_dies() {
     let (mut lab, power, _daemons) =
         lab_from("", LabOptions { backup_controller: true, ..Default::default() });
-    let mut ctlds: Vec<Child> = CONTROLLERS.iter().map(|(host, _)| start_beside(&lab, host)).collect();
+    let ctlds: Vec<Ctld> = CONTROLLERS.iter().map(|(host, _)| start_beside(&lab, host)).collect();
     let mut actions = Vec::new();
 
     // Both run; only the primary's acts: every idle node goes down once, by its decision.
@@ -182,10 +181,7 @@ fn the_backups_controller_takes_over_when_the_primary_slurmctld_dies() {
     for s in states(&lab) {
         assert!(powered_down(&s) && !s.starts_with("DOWN"), "{:?}", states(&lab));
     }
-    for ctld in &mut ctlds {
-        let _ = ctld.kill();
-        let _ = ctld.wait();
-    }
+    drop(ctlds);
     assert!(slurm_lab::release().name.is_none());
     lab.stop();
 }
