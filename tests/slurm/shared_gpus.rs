@@ -8,7 +8,7 @@ use wattson_harness::slurm_lab;
 use std::time::Duration;
 
 use common::Node;
-use slurm_lab::{LabNode, LabOptions, SlurmLab};
+use slurm_lab::{LabNode, SlurmLab};
 use wattson_types::job::JobState;
 use wattson_types::share::Split;
 
@@ -19,35 +19,8 @@ fn shared_cluster() -> (Node, SlurmLab) {
 
 /// Starts wattsond on `node` and a one-node Slurm (`lab_node`) whose plugins talk to it,
 /// optionally with Slurm's accounting (slurmdbd) and `extra_conf` lines in slurm.conf.
-pub(crate) fn lab_on(
-    mut node: Node,
-    lab_node: LabNode,
-    accounting: bool,
-    extra_conf: &str,
-) -> (Node, SlurmLab) {
-    node.start();
-    let plugins = node.dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    let built = common::build_plugins(false);
-    let names = ["spank_wattson.so", "job_submit_wattson.so", "acct_gather_energy_wattson.so"];
-    for (lib, plugin) in common::PLUGIN_LIBS.into_iter().zip(names) {
-        slurm_lab::install_plugin(&built.join(lib), &plugins, plugin);
-    }
-    let lab = SlurmLab::start(LabOptions {
-        nodes: vec![lab_node],
-        plugstack: Some(format!(
-            "required {} config={}\n",
-            plugins.join("spank_wattson.so").display(),
-            node.config.display()
-        )),
-        job_submit_plugins: Some("wattson".into()),
-        plugin_dir: Some(plugins.clone()),
-        daemon_env: vec![("WATTSON_CONFIG".into(), node.config.display().to_string())],
-        accounting,
-        extra_conf: extra_conf.to_string(),
-        ..Default::default()
-    });
-    (node, lab)
+pub(crate) fn lab_on(node: Node, lab_node: LabNode, accounting: bool, extra_conf: &str) -> (Node, SlurmLab) {
+    super::slurm::plugged_lab(node, lab_node, false, "", &[], accounting, extra_conf)
 }
 
 #[test]

@@ -4,7 +4,6 @@
 use wattson_harness::node as common;
 use wattson_harness::slurm_lab;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::Node;
@@ -13,14 +12,45 @@ use wattson_engine::Knob;
 
 const MAX_W: u32 = 700_000;
 
-/// Builds the plugins with their test-only hooks (the panic triggers below) and installs them
-/// into `dir`.
-fn install_plugins(dir: &Path) {
-    let built = common::build_plugins(true);
+/// Starts wattsond on `node` and a one-node Slurm (`lab_node`) whose three plugins talk to it:
+/// built with their test-only hooks (the panic triggers below) when `test_hooks`, the SPANK
+/// plugin given `spank_args`, Slurm's daemons `daemon_env`, Slurm's accounting (slurmdbd on
+/// MariaDB) when `accounting`, and `extra_conf` lines in slurm.conf.
+pub(super) fn plugged_lab(
+    mut node: Node,
+    lab_node: LabNode,
+    test_hooks: bool,
+    spank_args: &str,
+    daemon_env: &[(&str, &str)],
+    accounting: bool,
+    extra_conf: &str,
+) -> (Node, SlurmLab) {
+    node.start();
+    let plugins = node.dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let built = common::build_plugins(test_hooks);
     let names = ["spank_wattson.so", "job_submit_wattson.so", "acct_gather_energy_wattson.so"];
     for (lib, plugin) in common::PLUGIN_LIBS.into_iter().zip(names) {
-        slurm_lab::install_plugin(&built.join(lib), dir, plugin);
+        slurm_lab::install_plugin(&built.join(lib), &plugins, plugin);
     }
+    let mut env: Vec<(String, String)> = vec![("WATTSON_CONFIG".into(), node.config.display().to_string())];
+    env.extend(daemon_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut spank =
+        format!("required {} config={}", plugins.join("spank_wattson.so").display(), node.config.display());
+    if !spank_args.is_empty() {
+        spank = format!("{spank} {spank_args}");
+    }
+    let lab = SlurmLab::start(LabOptions {
+        nodes: vec![lab_node],
+        plugstack: Some(format!("{spank}\n")),
+        job_submit_plugins: Some("wattson".into()),
+        plugin_dir: Some(plugins),
+        daemon_env: env,
+        accounting,
+        extra_conf: extra_conf.to_string(),
+        ..Default::default()
+    });
+    (node, lab)
 }
 
 /// A node with wattsond on 4 simulated H100s, and a one-node Slurm whose plugins talk to it.
@@ -46,32 +76,14 @@ fn cluster_with(
 
 /// [`cluster_with`] on `node` (4 GPUs, not started yet).
 fn cluster_on(
-    mut node: Node,
+    node: Node,
     spank_args: &str,
     daemon_env: &[(&str, &str)],
     accounting: bool,
     extra_conf: &str,
 ) -> Cluster {
-    node.start();
-    let plugins = node.dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    install_plugins(&plugins);
-    let mut env: Vec<(String, String)> = vec![("WATTSON_CONFIG".into(), node.config.display().to_string())];
-    env.extend(daemon_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let lab = SlurmLab::start(LabOptions {
-        nodes: vec![LabNode::new("n1", 4, "h100")],
-        plugstack: Some(format!(
-            "required {} config={} {spank_args}\n",
-            plugins.join("spank_wattson.so").display(),
-            node.config.display()
-        )),
-        job_submit_plugins: Some("wattson".into()),
-        plugin_dir: Some(plugins.clone()),
-        daemon_env: env,
-        accounting,
-        extra_conf: extra_conf.to_string(),
-        ..Default::default()
-    });
+    let lab_node = LabNode::new("n1", 4, "h100");
+    let (node, lab) = plugged_lab(node, lab_node, true, spank_args, daemon_env, accounting, extra_conf);
     Cluster { node, lab }
 }
 

@@ -235,7 +235,6 @@ impl Ctld {
             engine: config.engine.clone(),
         };
         let summaries = summarize::Settings {
-            lookback: summarize::passes::CATCH_UP,
             wait: config.ctld.summary_wait,
             bins: config.ctld.summary_bins,
             timeout: config.ctld.command_timeout,
@@ -358,9 +357,7 @@ impl Ctld {
         let (settings, link, now) = (&self.summaries, &self.nodes, now as i64);
         let listed = self.passes.pass(
             now,
-            |lookback| {
-                summarize::ended_without_summary(&summarize::Settings { lookback, ..settings.clone() }, form)
-            },
+            |lookback| summarize::ended_without_summary(settings, lookback, form),
             |jobs| summarize::write(link, seen, jobs, settings, now),
         );
         match listed {

@@ -19,7 +19,7 @@ pub(crate) type Answer = Result<Result<Reply, wattson_protocol::Error>, String>;
 const PARALLEL: usize = 64;
 
 /// The answer of a node left unasked because its fan-out ran out of time.
-pub(crate) const NOT_ASKED: &str = "not asked: the fan-out's deadline passed; next loop";
+const NOT_ASKED: &str = "not asked: the fan-out's deadline passed; next loop";
 
 /// The link to the nodes, and the pace each running job was last given.
 pub struct Nodes {

@@ -59,8 +59,6 @@ pub struct Written {
 /// How the summaries are gathered.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Jobs that ended this long ago at most are looked at.
-    pub lookback: Duration,
     /// How long after a job's end its summary waits for every node.
     pub wait: Duration,
     /// Bins of each GPU's power trace.
@@ -106,9 +104,13 @@ pub fn sacct_args(form: Form, lookback: Duration) -> Vec<String> {
 
 /// Jobs that ended within `lookback` of now and whose comments hold no summary, read from
 /// `sacct` in `form` (the form [`crate::slurm::Slurm::form`] chose).
-pub fn ended_without_summary(settings: &Settings, form: Form) -> Result<Vec<Ended>, EndedError> {
+pub fn ended_without_summary(
+    settings: &Settings,
+    lookback: Duration,
+    form: Form,
+) -> Result<Vec<Ended>, EndedError> {
     let mut sacct = Command::new("sacct");
-    sacct.env("SLURM_TIME_FORMAT", "%s").args(sacct_args(form, settings.lookback));
+    sacct.env("SLURM_TIME_FORMAT", "%s").args(sacct_args(form, lookback));
     let text = wattson_sacct::sacct_run(&mut sacct, settings.timeout)?;
     Ok(match form {
         Form::Json => json::sacct::parse_ended(&text)?,

@@ -30,10 +30,10 @@ pub enum SummaryCommand {
 pub fn run(config: &Config, command: SummaryCommand) -> Result<(), String> {
     let timeout = config.ctld.command_timeout;
     let SummaryCommand::Write { lookback } = command;
-    let settings =
-        Settings { lookback, wait: config.ctld.summary_wait, bins: config.ctld.summary_bins, timeout };
+    let settings = Settings { wait: config.ctld.summary_wait, bins: config.ctld.summary_bins, timeout };
     let slurm = Slurm::new(timeout);
-    let ended = summarize::ended_without_summary(&settings, slurm.form()?).map_err(|e| e.to_string())?;
+    let ended =
+        summarize::ended_without_summary(&settings, lookback, slurm.form()?).map_err(|e| e.to_string())?;
     let seen = slurm.nodes()?;
     let link = Nodes::new(config.link.clone());
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);

@@ -60,9 +60,8 @@ impl SlurmLab {
              && exec \"$0\" -D -i -f {conf} -L {log}",
             conf = self.conf.display()
         );
-        let args = ["-u", "-m", "sh", "-c", &script].map(String::from);
-        let mut args = args.to_vec();
-        args.push(daemon_bin("slurmctld").display().to_string());
+        let slurmctld = daemon_bin("slurmctld").display().to_string();
+        let args = ["-u", "-m", "sh", "-c", &script, &slurmctld].map(String::from);
         let name = if k == 0 { "slurmctld".to_string() } else { format!("slurmctld-{host}") };
         self.spawn_machine_daemon(&name, "unshare".into(), &args)
     }
