@@ -367,16 +367,7 @@ impl Core {
         match pace {
             Pace::Full if !full => {
                 self.full_pace.insert(job_id);
-                self.prober.pause(job_id);
-                let stuck = enforce::release(self.backend.as_ref(), &mut self.store, &key);
-                if stuck > 0 {
-                    warn!(job = %key, gpus = stuck, "pace: GPUs could not go back to their defaults");
-                }
-                let now = self.now();
-                if let Some(running) = self.running.get_mut(&key) {
-                    let gpus: Vec<u32> = running.gpus.iter().map(|g| g.index).collect();
-                    note_settings(running, gpus.into_iter().map(|gpu| (gpu, None)), now);
-                }
+                self.release_to_defaults(&key, "pace");
                 info!(job = %key, "pace: full speed while jobs wait");
             }
             Pace::Saving if full && self.sharing.contains(&job_id) => {
@@ -405,14 +396,19 @@ impl Core {
         if !self.sharing.insert(job_id) {
             return;
         }
-        self.prober.pause(job_id);
-        let key = JobKey::job(job_id);
-        let stuck = enforce::release(self.backend.as_ref(), &mut self.store, &key);
+        self.release_to_defaults(&JobKey::job(job_id), "sharing");
+    }
+
+    /// Returns job `key`'s GPUs to their defaults and stops its models' measurements, for
+    /// `why` (`pace`, `sharing`: the log's prefix).
+    fn release_to_defaults(&mut self, key: &JobKey, why: &str) {
+        self.prober.pause(key.job_id);
+        let stuck = enforce::release(self.backend.as_ref(), &mut self.store, key);
         if stuck > 0 {
-            warn!(job = %key, gpus = stuck, "sharing: GPUs could not go back to their defaults");
+            warn!(job = %key, gpus = stuck, "{why}: GPUs could not go back to their defaults");
         }
         let now = self.now();
-        if let Some(running) = self.running.get_mut(&key) {
+        if let Some(running) = self.running.get_mut(key) {
             let gpus: Vec<u32> = running.gpus.iter().map(|g| g.index).collect();
             note_settings(running, gpus.into_iter().map(|gpu| (gpu, None)), now);
         }
