@@ -20,3 +20,4 @@ mod slurm;
 mod slurm_energy;
 mod slurm_lab_selftest;
 mod steps;
+mod twin;

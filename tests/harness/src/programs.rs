@@ -1,6 +1,7 @@
 //! The programs under test, as Cargo builds them. Each role's programs come from its own crate
 //! (`wattson` from the root, `wattsond` from crates/daemon, `wattson-ctld` and Slurm's power
-//! programs from crates/ctld, `wattson-sim` from crates/sim), so a test of one package cannot
+//! programs from crates/ctld, `wattson-sim` from crates/sim, `fake-gpu-job` from
+//! tests/fake-nvml), so a test of one package cannot
 //! name another's with `CARGO_BIN_EXE_*`: the first call builds them all, in the profile and
 //! target directory of the running test, and later calls reuse them.
 
@@ -9,7 +10,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The packages whose programs the tests run.
-const PACKAGES: [&str; 4] = ["wattson", "wattson-daemon", "wattson-ctld", "wattson-sim"];
+const PACKAGES: [&str; 5] = ["wattson", "wattson-daemon", "wattson-ctld", "wattson-sim", "fake-nvml"];
 
 /// The workspace's root (where its Cargo.toml is).
 pub fn workspace() -> &'static Path {
