@@ -5,6 +5,8 @@
 //! types, [`type_order`] says which type a job should try first (a job runs on one type).
 
 use super::{ClusterPolicy, JobView, Level, NodePower, Placement, Snapshot, TunedPolicy};
+use crate::table::ModelTable;
+use wattson_types::owner::ModelOwner;
 
 /// The GPU types a job should try, best first, given its view on each type (`views[t]`: its
 /// level table, bounded level and work on type `t`). wattson (with `type_aware`) ranks them by
@@ -34,6 +36,78 @@ pub fn type_order(p: &TunedPolicy, models: &[Vec<Level>], views: &[JobView], bas
     let best = costs[usize::from(order[0])];
     order.retain(|&t| costs[usize::from(t)] <= p.tuning.type_max_cost * best);
     order
+}
+
+/// A queued job's workload as the model table names it, for [`ranked_types`].
+#[derive(Debug, Clone, Copy)]
+pub struct Workload<'a> {
+    /// Whose models decide it.
+    pub owner: &'a ModelOwner,
+    /// The tag its models learn under.
+    pub tag: &'a str,
+    /// Its slowdown bound (fraction; 0: the top level).
+    pub bound: f64,
+    /// Its time limit (s).
+    pub limit_s: f64,
+}
+
+/// The GPU types (indices into `types`, the names Slurm gives them) a queued job should be
+/// offered, best first, from `table`'s models of its workload ([`type_order`] over its level
+/// table on each type, at the least-energy level within its bound). Empty when the job's
+/// workload is not modelled on every type (nothing to compare: left to Slurm) or `p` does not
+/// place by type. The time limit is taken as the run on the fastest type, the others
+/// stretched by their modelled time per unit of work.
+pub fn ranked_types(p: &TunedPolicy, table: &ModelTable, job: &Workload, types: &[&str], base_share_w: f64) -> Vec<u16> {
+    if p.kind != ClusterPolicy::Wattson || !p.tuning.type_aware || types.len() < 2 {
+        return Vec::new();
+    }
+    let mut models = Vec::with_capacity(types.len());
+    let mut times = Vec::with_capacity(types.len());
+    for t in types {
+        let Some(entry) = table.get(job.owner, job.tag, t) else { return Vec::new() };
+        let Some(&top) = entry.settings.last() else { return Vec::new() };
+        let time = entry.model.predict(top).time;
+        let levels = super::levels::table(&entry.model, &entry.settings, &table.config);
+        if !(time.is_finite() && time > 0.0) || levels.is_empty() {
+            return Vec::new();
+        }
+        times.push(time);
+        models.push(levels);
+    }
+    let fastest = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let views: Vec<JobView> = (0..types.len())
+        .map(|t| JobView {
+            id: 0,
+            gpus: 0,
+            bound: job.bound,
+            work_s: job.limit_s * times[t] / fastest,
+            model: t as u32,
+            bounded: super::levels::least_energy_within(&models[t], job.bound, 0.0),
+            zeus: 0,
+            capped: 0,
+        })
+        .collect();
+    type_order(p, &models, &views, base_share_w)
+}
+
+/// Of the types `ranked` for queued job `id` of `gpus` GPUs, the first whose nodes it may use
+/// in `s` (powered or not, not busy) have that many GPUs free, as the simulator's scheduler
+/// tries them; the best when none has; `None` when nothing is ranked.
+pub fn type_to_start(s: &Snapshot, id: u32, gpus: u32, ranked: &[u16]) -> Option<u16> {
+    let usable = s.job_nodes.get(&id);
+    let free_on = |t: u16| -> u32 {
+        s.nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| {
+                n.gpu_type == t
+                    && n.power != NodePower::Busy
+                    && usable.is_none_or(|u| u.binary_search(&(*i as u32)).is_ok())
+            })
+            .map(|(_, n)| n.free_gpus)
+            .sum()
+    };
+    ranked.iter().copied().find(|&t| free_on(t) >= gpus).or(ranked.first().copied())
 }
 
 /// A weight per node of `s` (1 and up), or `None` when `p` places first fit (Slurm's default
