@@ -22,7 +22,9 @@ fn measured(gpu: &str, limits: [f64; 3], watts: [f64; 3]) -> Measurements {
         progress: Progress::File,
         knob: Knob::PowerLimit,
         samples: (0..30)
-            .map(|i| Sample::new(limits[i % 3], times[i % 3] * (1.0 + 0.001 * (i / 3) as f64), watts[i % 3], 1.0))
+            .map(|i| {
+                Sample::new(limits[i % 3], times[i % 3] * (1.0 + 0.001 * (i / 3) as f64), watts[i % 3], 1.0)
+            })
             .collect(),
         settings: limits.to_vec(),
         updated_ns: 1,
@@ -69,8 +71,10 @@ fn a_pending_untyped_job_waits_for_the_gpu_type_the_engine_ranks_and_a_typed_one
     );
     std::fs::write(&toml, text).unwrap();
 
-    let busy: Vec<u32> =
-        ["n1", "n2", "n3"].iter().map(|n| lab.sbatch(&["--gres=gpu:2", "-w", n], "sleep 300\n").unwrap()).collect();
+    let busy: Vec<u32> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| lab.sbatch(&["--gres=gpu:2", "-w", n], "sleep 300\n").unwrap())
+        .collect();
     wait_for(&mut lab, &power, "every GPU busy", Duration::from_secs(60), |lab| {
         busy.iter().all(|&j| lab.job_info(j).is_some_and(|j| j.state == "RUNNING"))
     });

@@ -56,11 +56,14 @@ impl ByType {
         if self.stamp == Some(stamp) {
             return;
         }
-        match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|t| {
-            ModelTable::from_json(&t).map_err(|e| e.to_string())
-        }) {
+        match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| ModelTable::from_json(&t).map_err(|e| e.to_string()))
+        {
             Ok(table) => (self.table, self.stamp) = (table, Some(stamp)),
-            Err(e) => warn!(file = %path.display(), error = %e, "cannot read the model table; placing by the last one"),
+            Err(e) => {
+                warn!(file = %path.display(), error = %e, "cannot read the model table; placing by the last one")
+            }
         }
     }
 
@@ -89,15 +92,26 @@ impl ByType {
             let Some(per_node_gpus) = r.untyped_gpus else { continue };
             let Some(queued) = s.queued.iter().find(|q| q.job.id == r.id) else { continue };
             let (owner, tag) = (config.engine.model_owner.owner(r.uid, r.account.as_deref()), r.tag());
-            let job = placement::Workload { owner: &owner, tag: &tag, bound: r.bound(), limit_s: queued.job.work_s };
+            let job = placement::Workload {
+                owner: &owner,
+                tag: &tag,
+                bound: r.bound(),
+                limit_s: queued.job.work_s,
+            };
             let ranked = placement::ranked_types(policy, &self.table, &job, &names, base_share_w);
-            let now: BTreeSet<String> = hostlist::expand(&r.excluded).unwrap_or_default().into_iter().collect();
+            let now: BTreeSet<String> =
+                hostlist::expand(&r.excluded).unwrap_or_default().into_iter().collect();
             let own = self.own.get(&r.id).cloned();
-            let Some(t) = placement::type_to_start(s, r.id, queued.job.gpus.max(per_node_gpus), &ranked) else {
+            let Some(t) = placement::type_to_start(s, r.id, queued.job.gpus.max(per_node_gpus), &ranked)
+            else {
                 // Nothing ranked (any more): give the job back the exclusion it had.
                 if let Some(own) = own.filter(|own| *own != now) {
                     self.own.remove(&r.id);
-                    out.push(Restriction { job: r.id, excluded: own.into_iter().collect(), gpu_type: String::new() });
+                    out.push(Restriction {
+                        job: r.id,
+                        excluded: own.into_iter().collect(),
+                        gpu_type: String::new(),
+                    });
                 }
                 continue;
             };

@@ -112,7 +112,13 @@ impl Planner {
     }
 
     /// [`Planner::plan`], placing by GPU type the queued jobs of `requests`.
-    pub fn plan_with(&mut self, nodes: &[Node], jobs: &[Job], requests: &[slurm::request::Request], now: f64) -> Plan {
+    pub fn plan_with(
+        &mut self,
+        nodes: &[Node],
+        jobs: &[Job],
+        requests: &[slurm::request::Request],
+        now: f64,
+    ) -> Plan {
         let (view, actions) = self.decide(nodes, jobs, now);
         let c = &self.config.ctld;
         let policy = snapshot::policy(c);
@@ -299,7 +305,8 @@ impl Ctld {
         let nodes = &seen[..];
         let jobs = self.slurm.jobs()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let requests = if self.planner.places_by_type(nodes, &jobs) { self.slurm.requests()? } else { Vec::new() };
+        let requests =
+            if self.planner.places_by_type(nodes, &jobs) { self.slurm.requests()? } else { Vec::new() };
         let mut plan = self.planner.plan_with(nodes, &jobs, &requests, now);
         self.confirm_idle(&mut plan, now);
         if self.nodes.paces() {

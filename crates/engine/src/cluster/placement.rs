@@ -57,7 +57,13 @@ pub struct Workload<'a> {
 /// workload is not modelled on every type (nothing to compare: left to Slurm) or `p` does not
 /// place by type. The time limit is taken as the run on the fastest type, the others
 /// stretched by their modelled time per unit of work.
-pub fn ranked_types(p: &TunedPolicy, table: &ModelTable, job: &Workload, types: &[&str], base_share_w: f64) -> Vec<u16> {
+pub fn ranked_types(
+    p: &TunedPolicy,
+    table: &ModelTable,
+    job: &Workload,
+    types: &[&str],
+    base_share_w: f64,
+) -> Vec<u16> {
     if p.kind != ClusterPolicy::Wattson || !p.tuning.type_aware || types.len() < 2 {
         return Vec::new();
     }
