@@ -138,3 +138,80 @@ pub fn node_weights(p: &TunedPolicy, s: &Snapshot) -> Option<Vec<u32>> {
         .collect();
     Some(weights)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::node;
+    use super::super::{ANYWHERE, GpuType, NodeCosts, NodeView, Tuning};
+    use super::*;
+    use crate::fit::{Sample, fit};
+    use crate::model::Knob;
+    use crate::table::ModelEntry;
+    use wattson_types::prices::PriceSchedule;
+
+    const ALICE: ModelOwner = ModelOwner::User(1000);
+
+    /// `alice`'s `train` on `gpu`: the same time per unit of work at three limits, at `watts`.
+    fn entry(limits: [f64; 3], watts: [f64; 3]) -> ModelEntry {
+        let s: Vec<Sample> =
+            (0..3).map(|i| Sample::new(limits[i], [1.3, 1.1, 1.0][i], watts[i], 1.0)).collect();
+        ModelEntry { model: fit(Knob::PowerLimit, &s).unwrap(), settings: limits.to_vec() }
+    }
+
+    #[test]
+    fn a_queued_job_is_offered_the_types_its_workload_is_modelled_cheapest_on() {
+        let wattson = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+        let mut table = ModelTable::new();
+        // The same work on an A100 at 160 W and on an H100 at 700 W: with a 200 W base share
+        // per GPU the H100 costs (700 + 200) / (160 + 200) = 2.5 times as much, over the 2× cut.
+        table.insert(&ALICE, "train", "A100", entry([200.0, 300.0, 400.0], [130.0, 150.0, 160.0]));
+        table.insert(&ALICE, "train", "H100", entry([400.0, 550.0, 700.0], [560.0, 650.0, 700.0]));
+        let job = Workload { owner: &ALICE, tag: "train", bound: 0.0, limit_s: 3600.0 };
+        assert_eq!(ranked_types(&wattson, &table, &job, &["h100", "a100"], 200.0), [1]);
+        // Within three times the best, both, cheapest first.
+        let loose = TunedPolicy { tuning: Tuning { type_max_cost: 3.0, ..Tuning::default() }, ..wattson };
+        assert_eq!(ranked_types(&loose, &table, &job, &["h100", "a100"], 200.0), [1, 0]);
+        // Not modelled on every type, another owner's, not type-aware, one type: nothing.
+        assert!(ranked_types(&wattson, &table, &job, &["h100", "a100", "v100"], 200.0).is_empty());
+        let bob = Workload { owner: &ModelOwner::User(1001), ..job };
+        assert!(ranked_types(&wattson, &table, &bob, &["h100", "a100"], 200.0).is_empty());
+        let blind = TunedPolicy { tuning: Tuning { type_aware: false, ..Tuning::default() }, ..wattson };
+        assert!(ranked_types(&blind, &table, &job, &["h100", "a100"], 200.0).is_empty());
+        assert!(ranked_types(&wattson, &table, &job, &["a100"], 200.0).is_empty());
+    }
+
+    #[test]
+    fn a_job_starts_on_the_first_ranked_type_with_room_else_waits_for_the_best() {
+        let tariff = PriceSchedule::default();
+        let two = [GpuType { idle_w: 57.0 }, GpuType { idle_w: 40.0 }];
+        // Node 0 of type 0 with 4 GPUs free, node 1 of type 1 full, node 2 of type 1 busy.
+        let nodes = [
+            node(NodePower::On, 4, 0.0),
+            NodeView { gpu_type: 1, ..node(NodePower::On, 0, 0.0) },
+            NodeView { gpu_type: 1, ..node(NodePower::Busy, 8, 0.0) },
+        ];
+        let s = Snapshot {
+            now: 0.0,
+            utc_offset_s: 0,
+            nodes: &nodes,
+            gpu_types: &two,
+            models: &[],
+            queued: &[],
+            held: &[],
+            running: &[],
+            arrivals: &[],
+            arrival_types: &[],
+            tariff: &tariff,
+            budget_w: None,
+            node: NodeCosts::default(),
+            job_nodes: &ANYWHERE,
+        };
+        assert_eq!(type_to_start(&s, 7, 2, &[1, 0]), Some(0));
+        assert_eq!(type_to_start(&s, 7, 6, &[1, 0]), Some(1));
+        assert_eq!(type_to_start(&s, 7, 2, &[1]), Some(1));
+        assert_eq!(type_to_start(&s, 7, 2, &[]), None);
+        // A job that may not use node 0 waits for its best type.
+        let only = super::super::JobNodes::from([(7, std::sync::Arc::from([1u32, 2]))]);
+        assert_eq!(type_to_start(&Snapshot { job_nodes: &only, ..s }, 7, 2, &[1, 0]), Some(1));
+    }
+}
