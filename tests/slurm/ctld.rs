@@ -53,10 +53,20 @@ pub(super) fn lab_with(ctld: &str, conf: &str, accounting: bool) -> (SlurmLab, P
 
 /// [`lab`] from `options` (its nodes and power lines are the lab's own).
 pub(super) fn lab_from(ctld: &str, options: LabOptions) -> (SlurmLab, PathBuf, Vec<common::Node>) {
+    lab_of_types(ctld, options, ["h100"; 3])
+}
+
+/// [`lab_from`] with the nodes' GPUs of `types` in Slurm's `Gres` (each wattsond's stay H100s).
+pub(super) fn lab_of_types(
+    ctld: &str,
+    options: LabOptions,
+    types: [&str; 3],
+) -> (SlurmLab, PathBuf, Vec<common::Node>) {
     let nodes = NODES
         .iter()
+        .zip(types)
         .enumerate()
-        .map(|(i, n)| LabNode { addr: format!("127.0.0.{}", i + 2), ..LabNode::new(n, 2, "h100") })
+        .map(|(i, (n, t))| LabNode { addr: format!("127.0.0.{}", i + 2), ..LabNode::new(n, 2, t) })
         .collect::<Vec<_>>();
     let lab = SlurmLab::start(LabOptions {
         nodes: nodes.clone(),

@@ -6,6 +6,7 @@ mod capture;
 mod ctld;
 mod ctld_basic;
 mod ctld_pace;
+mod ctld_types;
 mod energy_scope;
 mod failover;
 mod fan_out;

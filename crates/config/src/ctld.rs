@@ -21,6 +21,11 @@ pub struct CtldConfig {
     /// powered nodes); they replace `Weight=` from slurm.conf while ctld runs.
     #[serde(default = "default_true")]
     pub weights: bool,
+    /// On a cluster of several GPU types, keep each pending job that asked for untyped GPUs
+    /// off the nodes of every type but the one the policy ranks for its workload (by the
+    /// model table's energy under its bound), through its excluded nodes.
+    #[serde(default = "default_true")]
+    pub place_by_type: bool,
     /// Where the controller keeps what `wattson power status` shows (rewritten every loop).
     #[serde(default = "default_state_file")]
     pub state_file: PathBuf,
@@ -105,6 +110,7 @@ impl Default for CtldConfig {
         CtldConfig {
             manage_power: true,
             weights: true,
+            place_by_type: true,
             state_file: default_state_file(),
             interval: default_interval(),
             command_timeout: default_command_timeout(),

@@ -9,6 +9,7 @@
 //! [`Planner`] is the decision, pure given Slurm's output and the time; [`Ctld`] adds the
 //! commands. Also the programs Slurm runs: [`power`], [`prolog`].
 
+pub mod by_type;
 pub mod cli;
 pub mod failover;
 pub mod metrics;
@@ -54,6 +55,9 @@ pub struct Plan {
     /// New nice values of pending jobs, for the jobs whose nice differs: (job, nice), the
     /// engine's queue order as an offset on the priority Slurm computes.
     pub nice: Vec<(u32, i64)>,
+    /// Pending jobs to keep off the nodes of every GPU type but the one the engine ranks for
+    /// them ([`by_type`]).
+    pub restrict: Vec<by_type::Restriction>,
     /// Idle nodes the arrival forecast wants kept on.
     pub warm_target: usize,
     /// Idle powered-on nodes seen.
@@ -73,13 +77,15 @@ pub struct Planner {
     memory: Memory,
     retries: Retries,
     ledger: Ledger,
+    by_type: by_type::ByType,
 }
 
 impl Planner {
     /// A planner for `config`.
     pub fn new(config: Config) -> Planner {
         let retries = Retries::new(config.ctld.resume_retries, config.ctld.resume_retry_pause.as_secs_f64());
-        Planner { config, memory: Memory::default(), retries, ledger: Ledger::default() }
+        let (memory, ledger, by_type) = Default::default();
+        Planner { config, memory, retries, ledger, by_type }
     }
 
     /// The engine's view of Slurm's `nodes` and `jobs` at `now` (Unix s) and the cluster
@@ -94,6 +100,25 @@ impl Planner {
 
     /// What to ask of Slurm, given its nodes and jobs at `now` (Unix s).
     pub fn plan(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> Plan {
+        self.plan_with(nodes, jobs, &[], now)
+    }
+
+    /// Whether this loop places by GPU type, and so needs the pending jobs' [`Request`]s:
+    /// `[ctld] place_by_type`, several GPU types, a job waiting for resources.
+    ///
+    /// [`Request`]: slurm::request::Request
+    pub fn places_by_type(&self, nodes: &[Node], jobs: &[Job]) -> bool {
+        self.config.ctld.place_by_type && by_type::several_types(nodes) && jobs.iter().any(Job::is_queued)
+    }
+
+    /// [`Planner::plan`], placing by GPU type the queued jobs of `requests`.
+    pub fn plan_with(
+        &mut self,
+        nodes: &[Node],
+        jobs: &[Job],
+        requests: &[slurm::request::Request],
+        now: f64,
+    ) -> Plan {
         let (view, actions) = self.decide(nodes, jobs, now);
         let c = &self.config.ctld;
         let policy = snapshot::policy(c);
@@ -131,6 +156,8 @@ impl Planner {
             ..Plan::default()
         };
         plan.nice = nice_offsets(&actions.queue_order, jobs, c.order_weight);
+        plan.restrict =
+            self.by_type.plan(&policy, &self.config, nodes, &view.gpu_type_names, &snapshot, requests);
         if let Some(weights) = cluster::placement::node_weights(&policy, &snapshot).filter(|_| c.weights) {
             let mut changed: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
             for (i, node) in nodes.iter().enumerate() {
@@ -278,7 +305,9 @@ impl Ctld {
         let nodes = &seen[..];
         let jobs = self.slurm.jobs()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let mut plan = self.planner.plan(nodes, &jobs, now);
+        let requests =
+            if self.planner.places_by_type(nodes, &jobs) { self.slurm.requests()? } else { Vec::new() };
+        let mut plan = self.planner.plan_with(nodes, &jobs, &requests, now);
         self.confirm_idle(&mut plan, now);
         if self.nodes.paces() {
             let (full, saving) = self.nodes.pace(&plan.running);
@@ -419,6 +448,14 @@ impl Ctld {
             // A job that started or ended meanwhile refuses the update: the next loop sees it.
             if let Err(e) = self.slurm.set_nice(job, nice) {
                 warn!(job, nice, error = %e, "cannot set the job's nice");
+            }
+        }
+        for r in &plan.restrict {
+            info!(job = r.job, gpu_type = %r.gpu_type, excluded = ?r.excluded,
+                "excnodelist: the job starts on the GPU type the policy ranks for it");
+            // A job that started or ended meanwhile refuses the update: the next loop sees it.
+            if let Err(e) = self.slurm.exclude_nodes(r.job, &r.excluded) {
+                warn!(job = r.job, error = %e, "cannot set the job's excluded nodes");
             }
         }
         if !plan.power_down.is_empty() {

@@ -3,6 +3,7 @@
 //! reading their JSON where the running release has it ([`Form`]) and their text elsewhere.
 
 pub mod json;
+pub mod request;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -502,6 +503,22 @@ impl Slurm {
     pub fn set_nice(&self, job: u32, nice: i64) -> Result<(), String> {
         let (job, nice) = (format!("jobid={job}"), format!("nice={nice}"));
         self.run("scontrol", &["update", &job, &nice]).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Every job as `scontrol -o show job` shows it ([`request`]).
+    pub fn requests(&self) -> Result<Vec<request::Request>, String> {
+        let text = self.run("scontrol", &["-o", "show", "job"]).map_err(|e| e.to_string())?;
+        Ok(request::parse_requests(&text))
+    }
+
+    /// `scontrol update jobid=<id> excnodelist=<nodes>`: the pending job may not start on
+    /// them (empty: on any of its nodes), names checked first.
+    pub fn exclude_nodes(&self, job: u32, nodes: &[String]) -> Result<(), String> {
+        for name in nodes {
+            hostlist::check_name(name).map_err(|e| e.to_string())?;
+        }
+        let (job, list) = (format!("jobid={job}"), format!("excnodelist={}", hostlist::join(nodes)));
+        self.run("scontrol", &["update", &job, &list]).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// `scontrol update nodename=<names> <what>`, names checked first.

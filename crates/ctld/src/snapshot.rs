@@ -45,6 +45,8 @@ pub struct View {
     /// The GPU types the nodes' `Gres` name, in order of first appearance (one, untyped,
     /// when none names a type).
     pub gpu_types: Vec<GpuType>,
+    /// The names of `gpu_types` as Slurm's `Gres` gives them (empty: untyped).
+    pub gpu_type_names: Vec<String>,
     /// One level table: the controller does not know jobs' level tables (their nodes do).
     pub models: Vec<Vec<Level>>,
     /// Where each queued job may run and each running job runs (node indices).
@@ -83,6 +85,7 @@ pub fn policy(c: &CtldConfig) -> TunedPolicy {
             warm_shortfall: c.warm_shortfall,
             queue_order: c.queue_order,
             raise_after_runs: c.raise_after_runs,
+            type_aware: c.place_by_type,
             ..Tuning::default()
         },
     }
@@ -133,6 +136,7 @@ impl Memory {
                 .iter()
                 .map(|t| GpuType { idle_w: gpu_idle_w.unwrap_or_else(|| wattson_engine::idle_w_of(t)) })
                 .collect(),
+            gpu_type_names: names.iter().map(|t| t.to_string()).collect(),
             models: vec![vec![Level {
                 setting: 1.0,
                 slowdown_hi: 0.0,
