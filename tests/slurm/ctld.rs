@@ -7,10 +7,11 @@ use wattson_harness::node as common;
 use wattson_harness::slurm_lab;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use slurm_lab::{LabNode, LabOptions, SlurmLab, parse_record};
+pub(super) use wattson_harness::ctld::{Ctld, run_ctld};
 
 static WATTSON: std::sync::LazyLock<std::path::PathBuf> =
     std::sync::LazyLock::new(|| wattson_harness::programs::program("wattson"));
@@ -173,46 +174,6 @@ pub(super) fn start_ctld(lab: &SlurmLab) -> Ctld {
     // reads that release's scontrol and squeue.
     let command = slurm_lab::release().command(&*WATTSON);
     run_ctld(lab, command, &lab.dir().join("etc/wattson.toml"), &lab.dir().join("log/ctld.log"))
-}
-
-/// A running `wattson ctld`, stopped when dropped (a failed test leaves none behind).
-pub(super) struct Ctld(Child);
-
-impl std::ops::Deref for Ctld {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Ctld {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Ctld {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Runs `wattson ctld -c <config>` as `command` (the program `wattson`, however started), for
-/// the lab's Slurm, logging to `log`.
-pub(super) fn run_ctld(lab: &SlurmLab, mut command: Command, config: &Path, log: &Path) -> Ctld {
-    let log = std::fs::File::create(log).unwrap();
-    let child = command
-        .args(["ctld", "-c"])
-        .arg(config)
-        .env("SLURM_CONF", lab.conf())
-        .env("WATTSON_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    Ctld(child)
 }
 
 pub(super) fn powered_down(state: &str) -> bool {

@@ -21,4 +21,3 @@ mod slurm;
 mod slurm_energy;
 mod slurm_lab_selftest;
 mod steps;
-mod twin;

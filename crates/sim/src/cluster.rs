@@ -89,6 +89,10 @@ pub struct SlurmSettings {
     /// `bf_max_job_test`: how many queued jobs one backfill pass considers.
     #[serde(default = "default_bf")]
     pub bf_max_job_test: usize,
+    /// Time from a job's allocation (its nodes up) to its body running (s): the scheduling
+    /// pass it waits for, the prologs and the launch. Its GPUs are held, idle, meanwhile.
+    #[serde(default)]
+    pub start_latency_s: f64,
     /// The queue order the reference policies' Slurm keeps: `fifo` (`priority/basic`, the
     /// default); `response-ratio` only as a what-if (the order wattson gives Slurm).
     #[serde(default = "default_slurm_order")]
@@ -412,6 +416,7 @@ impl ClusterConfig {
             ("wattson.keep_break_evens", self.wattson.keep_break_evens),
             ("slurm.suspend_timeout_s", self.slurm.suspend_timeout_s),
             ("slurm.resume_timeout_s", self.slurm.resume_timeout_s),
+            ("slurm.start_latency_s", self.slurm.start_latency_s),
             ("wattson.forecast_window_s", self.wattson.forecast_window_s),
             ("wattson.min_price_drop", self.wattson.min_price_drop),
             ("wattson.dvfs_min_free", self.wattson.dvfs_min_free),

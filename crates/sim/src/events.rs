@@ -11,6 +11,8 @@ pub enum Event {
     Arrive(u32),
     /// A running job ends, if its epoch is unchanged (a level change moves its end).
     Finish(u32, u32),
+    /// An allocated job's body starts (after Slurm's start latency).
+    Launch(u32),
     /// A node finished booting.
     Booted(u32),
     /// A node finished shutting down (draws its off power; Slurm still waits).

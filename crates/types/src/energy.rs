@@ -176,8 +176,15 @@ impl GpuMeter {
     }
 
     /// The GPU's energy from the last reading to `now`; `None` for a reading to ignore (older
-    /// than the last one).
+    /// than the last one, or late: see below).
     pub fn interval_to(&self, now: &GpuReading) -> Option<Interval> {
+        // A counter that went back, but not below half its last value, did not restart from
+        // zero (a restart leaves what the GPU drew since, far below a running counter): it is
+        // an earlier reading with a later time (a reader held between reading the counter and
+        // taking the time, while another read the same GPU). Ignored, as any late reading.
+        if matches!((self.last.energy_mj, now.energy_mj), (Some(p), Some(c)) if c < p && c >= p / 2) {
+            return None;
+        }
         if now.t_ns < self.last.t_ns {
             // An older reading delivered late carries an older counter: ignored. A counter that
             // moved on under an earlier time means the wall clock was stepped back: the
@@ -321,6 +328,20 @@ mod tests {
         assert!(matches!(m.events[0], MeterEvent::CounterReset { .. }));
         m.advance(r(3.0, Some(150_000), 100));
         assert!((m.energy_mj - 300_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_counter_a_little_behind_under_a_later_time_is_a_late_reading_not_a_reset() {
+        // Two readers of one GPU: one read the counter first but was held before taking its
+        // time, so its reading comes with a later time and a slightly lower counter. Taking it
+        // for a reset counted the whole counter (2 GJ) into the job.
+        let mut m = GpuMeter::begin(r(0.0, Some(2_004_002_039), 220));
+        m.advance(r(0.008, Some(2_004_001_500), 220));
+        assert_eq!(m.energy_mj, 0.0);
+        assert!(m.events.is_empty(), "{:?}", m.events);
+        m.advance(r(1.0, Some(2_004_222_039), 220));
+        assert_eq!(m.energy_mj, 220_000.0);
+        assert_eq!(m.method, Method::Counter);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! wattson's test harness, shared by the integration tests, the benchmarks and the demo: a
 //! private node ([`node`]: fake GPUs and the real `wattsond`), a private real Slurm cluster
-//! ([`slurm_lab`]), and the programs under test built by Cargo ([`programs`]).
+//! ([`slurm_lab`]), the programs under test built by Cargo ([`programs`]), and `wattson ctld`
+//! run for a lab ([`ctld`]).
 
+pub mod ctld;
 pub mod fake_link;
 pub mod node;
 pub mod programs;

@@ -277,7 +277,7 @@ impl Sim<'_> {
                 for j in std::mem::take(&mut self.waiting[nu]) {
                     self.pending[j as usize] -= 1;
                     if self.pending[j as usize] == 0 {
-                        self.begin(t, j);
+                        self.launch(t, j);
                     }
                 }
             }
@@ -287,6 +287,7 @@ impl Sim<'_> {
                 self.pool.set_tier(n as usize, 2);
                 self.later.retain(|&(_, m)| m != n);
             }
+            Event::Launch(j) => self.begin(t, j),
             Event::Wake => {}
         }
     }
@@ -389,6 +390,16 @@ impl Sim<'_> {
             self.set_expected_end(j, end);
         }
         self.runtime[ju] = self.est_time(ju, level);
+    }
+
+    /// Job `j`'s nodes are up at `t`: its body begins after Slurm's start latency.
+    fn launch(&mut self, t: f64, j: u32) {
+        let latency = self.c.slurm.start_latency_s;
+        if latency > 0.0 {
+            self.q.push(t + latency, Event::Launch(j));
+        } else {
+            self.begin(t, j);
+        }
     }
 
     fn begin(&mut self, t: f64, j: u32) {
@@ -553,13 +564,13 @@ impl Sim<'_> {
             }
             self.runs[ju].alloc = t;
             self.runs[ju].shares = shares;
-            self.live[ju].ready = ready;
+            self.live[ju].ready = ready + self.c.slurm.start_latency_s;
             self.run_pos[ju] = self.running.len();
             self.running.push(j);
-            let end = ready + self.runtime[ju];
+            let end = self.live[ju].ready + self.runtime[ju];
             self.set_expected_end(j, end);
             if self.pending[ju] == 0 {
-                self.begin(t, j);
+                self.launch(t, j);
             }
         }
     }

@@ -67,8 +67,16 @@ fn run(args: Args) -> std::io::Result<()> {
         sim.set_curve(g, Some(args.curve.clone()))?;
         sim.set_load(g, 1.0)?;
     }
-    while !STOP.load(Ordering::Relaxed) && sim.work_done(args.gpus[0])? - start < args.work {
-        std::thread::sleep(Duration::from_millis(50));
+    // Sleeps until the work should be done at the speed the GPU's limit gives now (at most a
+    // second, so a changed limit is followed), then looks again.
+    while !STOP.load(Ordering::Relaxed) {
+        let left = args.work - (sim.work_done(args.gpus[0])? - start);
+        if left <= 0.0 {
+            break;
+        }
+        let limit_w = f64::from(sim.gpu_state(args.gpus[0])?.power_limit_mw) / 1000.0;
+        let eta = left * args.curve.at(limit_w).time_s;
+        std::thread::sleep(Duration::from_secs_f64(eta.clamp(0.005, 1.0)));
     }
     for &g in &args.gpus {
         sim.set_load(g, 0.0)?;

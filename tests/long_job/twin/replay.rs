@@ -12,7 +12,7 @@ use wattson_sim::power::EnergyParts;
 use wattson_sim::{Catalog, ClusterConfig, SimJob};
 
 use super::{GPUS_PER_NODE, NODES};
-use crate::ctld::{Ctld, run_ctld};
+use wattson_harness::ctld::{Ctld, run_ctld};
 
 /// Who powers idle nodes down.
 #[derive(Debug, Clone, Copy)]
@@ -25,20 +25,18 @@ pub(super) enum Policy {
 
 /// One job as the lab saw it (seconds from the replay's start).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Ran {
+struct Ran {
     /// Due (its submission time in the trace).
-    pub submit: f64,
+    submit: f64,
     /// The job's body began.
-    pub start: f64,
+    start: f64,
     /// The job's body ended.
-    pub end: f64,
-    /// Its GPUs' energy as wattson recorded it, J.
-    pub energy_j: f64,
+    end: f64,
 }
 
 /// A power action Slurm asked for, when the hand saw it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum Power {
+enum Power {
     Off(f64),
     On(f64),
 }
@@ -46,13 +44,16 @@ pub(super) enum Power {
 /// What one replay observed.
 pub(super) struct Observed {
     /// Each job, in trace order.
-    pub jobs: Vec<Ran>,
-    pub power: Vec<Vec<Power>>,
+    jobs: Vec<Ran>,
+    power: Vec<Vec<Power>>,
     /// Energy by part: busy GPUs from wattson's records, the rest from the node power model
     /// over the observed power states.
     pub parts: EnergyParts,
     /// From the first submission to the last job's end, s.
     pub makespan_s: f64,
+    /// The lab's start latency: from sbatch to a job's body running on an idle node
+    /// (median of one probe job per node, before the replay).
+    pub start_latency_s: f64,
 }
 
 impl Observed {
@@ -249,6 +250,7 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
     .unwrap();
 
     let job_drivers = by_node("d", &drivers);
+    let start_latency_s = calibrate(&lab, &names, &stamps);
     let t0 = Instant::now();
     let epoch0 = now_s();
     let _ctld: Option<Ctld> = matches!(policy, Policy::Ctld).then(|| {
@@ -338,16 +340,50 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
         let (start, end) = (f[0].parse::<f64>().unwrap() - epoch0, f[1].parse::<f64>().unwrap() - epoch0);
         let i = names.iter().position(|n| n == f[2]).unwrap();
         let record = closed_record(&daemons[i], id);
+        // wattson's record of the job is its GPUs' true energy (the fake driver's), exactly.
+        let truth_mj: f64 = daemons[i].truth_mj(&record).iter().sum();
+        assert!(
+            (record.energy_mj() - truth_mj).abs() <= 1e-3 * truth_mj + 1.0,
+            "job {id} on {}: recorded {} mJ, truth {truth_mj} mJ\n{record:?}\n{}",
+            names[i],
+            record.energy_mj(),
+            daemons[i].log()
+        );
         busy_j += record.energy_j();
-        let energy_j = record.energy_j();
         let secs = (record.end_ns.unwrap() - record.begin_ns) as f64 / 1e9;
         busy_gpu_s[i] += secs * record.gpus.len() as f64;
-        ran.push(Ran { submit, start, end, energy_j });
+        ran.push(Ran { submit, start, end });
     }
     let makespan_s = ran.iter().map(|r| r.end).fold(0.0, f64::max);
     let parts = energy(cluster, &power_log, &busy_gpu_s, busy_j, makespan_s);
     lab.stop();
-    Observed { jobs: ran, power: power_log, parts, makespan_s }
+    Observed { jobs: ran, power: power_log, parts, makespan_s, start_latency_s }
+}
+
+/// The lab's start latency, before the replay: one short job per node at once (each node's
+/// idle time then starts about when the replay's does, as the simulator's nodes are idle
+/// from its start), the median time from sbatch to its body running.
+fn calibrate(lab: &SlurmLab, names: &[String], stamps: &Path) -> f64 {
+    let latencies: Vec<f64> = std::thread::scope(|s| {
+        let handles: Vec<_> = names
+            .iter()
+            .map(|n| {
+                s.spawn(move || {
+                    let stamp = stamps.join(format!("probe-{n}"));
+                    let script = format!("#!/bin/bash\ndate +%s.%N >{}\n", stamp.display());
+                    let at = now_s();
+                    let id = lab.sbatch(&["--gres=gpu:1", "-w", n, "-J", "probe"], &script).unwrap();
+                    lab.wait_job(id, Duration::from_secs(60));
+                    let body: f64 = std::fs::read_to_string(&stamp).unwrap().trim().parse().unwrap();
+                    body - at
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut sorted = latencies;
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
 }
 
 /// `job`'s record on `daemon`, once its end is recorded.

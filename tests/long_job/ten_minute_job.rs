@@ -1,6 +1,6 @@
 //! A 10-minute job (the long end of the accuracy requirement) on a node of 8 GPUs at the
 //! default 1 s sampling, with the load changing every 20 s, next to a 2-second job.
-//! Takes ten minutes of wall time, on purpose; it runs as its own test binary.
+//! Takes ten minutes of wall time, on purpose.
 
 use wattson_harness::node as common;
 
