@@ -7,14 +7,16 @@
 //! compared. docs/sim.md ("The replay twin") gives the figures and the command.
 //!
 //! The slice: 110 consecutive jobs of ITP `cluster04` (ElasticFlow, Apache-2.0) from the
-//! 8,633rd of its jobs of at most 8 GPUs (larger jobs do not fit an 8-GPU node of the lab). It
-//! mixes lulls with bursts: idle nodes to sleep and jobs that wait for them.
+//! 8,633rd of its jobs of at most 8 GPUs (larger jobs do not fit an 8-GPU node of the lab): all
+//! of them 1-GPU jobs (three quarters of cluster04's jobs are), of all six ITP models, 678 to
+//! 13,947 s long, submitted over 82 minutes in a few bursts: idle nodes to sleep and jobs that
+//! wait for them.
 //!
 //! Time is compressed by [`COMPRESSION`]: a trace minute is a lab second. Slurm's scheduling
 //! granularity is about a second (a job starts within about a second of its resources coming
 //! free; backfill and the power-save thread run every second here), a minute of trace time,
-//! against a median job of 2,125 trace seconds (35 lab seconds); the whole slice (4.4 trace
-//! hours) replays in about 4.5 minutes. The same factor makes the limits users ask Slurm for
+//! against a median job of 2,524 trace seconds (42 lab seconds, the shortest 11); the whole
+//! slice (4.4 trace hours) replays in about 4.5 minutes. The same factor makes the limits users ask Slurm for
 //! (the shipped model: run time times up to 3, rounded up to 1, 4, 12, 24 or 72 hours) whole
 //! minutes of lab time, as Slurm's `--time` takes them. Every duration of the shipped node
 //! power model (boot, shutdown, `SuspendTimeout`, the idle timer) and of wattson's forecast
@@ -191,7 +193,8 @@ fn twin_a_trace_slice_on_real_slurm_matches_the_simulators_prediction() {
         sim.push(simulated(&outcome.report.summaries[0]));
         real.push(self::observed(&observed));
     }
-    let report = table(&[("slurm-powersave (SuspendTime)", sim[0], real[0]), ("wattson ctld", sim[1], real[1])]);
+    let report =
+        table(&[("slurm-powersave (SuspendTime)", sim[0], real[0]), ("wattson ctld", sim[1], real[1])]);
     println!("{report}");
     for (k, name) in ["SuspendTime", "wattson ctld"].iter().enumerate() {
         let (s, o) = (sim[k], real[k]);

@@ -7,7 +7,7 @@ use wattson_harness::node as common;
 use wattson_harness::slurm_lab;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use slurm_lab::{LabNode, LabOptions, SlurmLab, parse_record};

@@ -34,6 +34,26 @@ fn backfill_sees_limits_and_a_job_past_its_limit_is_killed() {
     assert_eq!(killed, 0);
 }
 
+/// Slurm's start latency (`[slurm] start_latency_s`): a job's body begins that long after its
+/// allocation, its GPUs held meanwhile, so the next job waits for them too.
+#[test]
+fn a_start_latency_delays_each_body_and_holds_its_gpus() {
+    let (mut c, cat) = inputs();
+    c.slurm.start_latency_s = 5.0;
+    let text = "submit,gpus,duration,tag,time_limit\n0,640,100,bert,3600\n1,8,50,bert,3600\n";
+    let t = wattson_sim::trace::parse(text, "g.csv", TraceFormat::Auto).unwrap();
+    let o = wattson_sim::run(&c, &cat, &t, "g.csv", &[ClusterPolicy::SlurmDefault], 1).unwrap();
+    check_conservation(&c, &o);
+    check_no_double_booking(&c, &o);
+    let j = &o.runs[0].jobs;
+    assert_eq!((j[0].alloc, j[0].start, j[0].end), (0.0, 5.0, 105.0));
+    assert_eq!((j[1].alloc, j[1].start, j[1].end), (105.0, 110.0, 160.0));
+    let bad = read(&Path::new(ROOT).join("etc/sim/cluster.toml"))
+        .replace("start_latency_s = 0.0", "start_latency_s = -1.0");
+    let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
+    assert!(e.contains("slurm.start_latency_s = -1"), "{e}");
+}
+
 /// A job's `gpu_types` keeps it on those types; a type the cluster lacks is an error.
 #[test]
 fn gpu_types_column_restricts_placement() {

@@ -89,7 +89,8 @@ fn now_s() -> f64 {
 /// the model's idle draw.
 fn gpus(catalog: &Catalog, idle_w: f64) -> fake_nvml::Config {
     let limits = &catalog.types[0][0].limits;
-    let (lo, hi) = (limits.iter().copied().fold(f64::INFINITY, f64::min), limits.iter().copied().fold(0.0, f64::max));
+    let (lo, hi) =
+        (limits.iter().copied().fold(f64::INFINITY, f64::min), limits.iter().copied().fold(0.0, f64::max));
     let mut cfg = fake_nvml::Config::uniform("V100", GPUS_PER_NODE as usize);
     for g in &mut cfg.gpu {
         g.power_limit_min_w = Some(lo);
@@ -105,7 +106,10 @@ fn gpus(catalog: &Catalog, idle_w: f64) -> fake_nvml::Config {
 fn curve_arg(catalog: &Catalog, workload: usize) -> String {
     let w = &catalog.types[0][workload];
     let top = w.time[w.max_idx()];
-    (0..w.limits.len()).map(|i| format!("{}:{}:{}", w.limits[i], w.time[i] / top, w.power[i])).collect::<Vec<_>>().join(",")
+    (0..w.limits.len())
+        .map(|i| format!("{}:{}:{}", w.limits[i], w.time[i] / top, w.power[i]))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// slurm.conf lines: power saving with the programs ctld's tests use, the model's timeouts,
@@ -140,7 +144,14 @@ fn slurm_conf(policy: Policy, cluster: &ClusterConfig, prolog: &Path, epilog: &P
 
 /// Job `k`'s batch script: its GPUs run its workload's curve until its work is done; its
 /// start, end and node go to `stamps/<k>`.
-fn job_script(k: usize, j: &SimJob, catalog: &Catalog, fake_job: &Path, drivers: &str, stamps: &Path) -> String {
+fn job_script(
+    k: usize,
+    j: &SimJob,
+    catalog: &Catalog,
+    fake_job: &Path,
+    drivers: &str,
+    stamps: &Path,
+) -> String {
     format!(
         "#!/bin/bash\ntrap '' TERM\ns=$(date +%s.%N)\n{drivers}{fake} --dir \"$d\" --gpus \"${{CUDA_VISIBLE_DEVICES:-$SLURM_JOB_GPUS}}\" --work {work} --curve {curve}\n\
          echo \"$s $(date +%s.%N) $SLURMD_NODENAME\" >{stamps}/{k}.tmp && mv {stamps}/{k}.tmp {stamps}/{k}\n",
@@ -292,8 +303,10 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
             let name = entry.file_name().to_string_lossy().into_owned();
             std::fs::remove_file(entry.path()).unwrap();
             let at = t0.elapsed().as_secs_f64();
-            let (verb, node) = name.split_once('-').unwrap_or_else(|| panic!("unexpected power request {name}"));
-            let i = names.iter().position(|n| n == node).unwrap_or_else(|| panic!("power request for {node}"));
+            let (verb, node) =
+                name.split_once('-').unwrap_or_else(|| panic!("unexpected power request {name}"));
+            let i =
+                names.iter().position(|n| n == node).unwrap_or_else(|| panic!("power request for {node}"));
             match verb {
                 "off" => {
                     lab.power_off(node);
@@ -319,7 +332,8 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
             break;
         }
         if now > deadline {
-            let missing: Vec<usize> = (0..jobs.len()).filter(|k| !stamps.join(k.to_string()).exists()).collect();
+            let missing: Vec<usize> =
+                (0..jobs.len()).filter(|k| !stamps.join(k.to_string()).exists()).collect();
             panic!(
                 "{policy:?}: jobs {missing:?} not done after {now:.0} s\n{}\n{}",
                 std::fs::read_to_string(lab.dir().join("log/ctld.log")).unwrap_or_default(),
@@ -360,30 +374,34 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
     Observed { jobs: ran, power: power_log, parts, makespan_s, start_latency_s }
 }
 
-/// The lab's start latency, before the replay: one short job per node at once (each node's
-/// idle time then starts about when the replay's does, as the simulator's nodes are idle
-/// from its start), the median time from sbatch to its body running.
+/// The lab's start latency, before the replay: one short job per node at once, twice (the
+/// first round warms each node's first launch up and is not counted), the median time from
+/// sbatch to a job's body running. Each node's idle time then starts about when the replay's
+/// does, as the simulator's nodes are idle from its start.
 fn calibrate(lab: &SlurmLab, names: &[String], stamps: &Path) -> f64 {
-    let latencies: Vec<f64> = std::thread::scope(|s| {
-        let handles: Vec<_> = names
-            .iter()
-            .map(|n| {
-                s.spawn(move || {
-                    let stamp = stamps.join(format!("probe-{n}"));
-                    let script = format!("#!/bin/bash\ndate +%s.%N >{}\n", stamp.display());
-                    let at = now_s();
-                    let id = lab.sbatch(&["--gres=gpu:1", "-w", n, "-J", "probe"], &script).unwrap();
-                    lab.wait_job(id, Duration::from_secs(60));
-                    let body: f64 = std::fs::read_to_string(&stamp).unwrap().trim().parse().unwrap();
-                    body - at
+    let round = |r: usize| -> Vec<f64> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = names
+                .iter()
+                .map(|n| {
+                    s.spawn(move || {
+                        let stamp = stamps.join(format!("probe-{r}-{n}"));
+                        let script = format!("#!/bin/bash\ndate +%s.%N >{}\n", stamp.display());
+                        let at = now_s();
+                        let id = lab.sbatch(&["--gres=gpu:1", "-w", n, "-J", "probe"], &script).unwrap();
+                        lab.wait_job(id, Duration::from_secs(60));
+                        let body: f64 = std::fs::read_to_string(&stamp).unwrap().trim().parse().unwrap();
+                        body - at
+                    })
                 })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let mut sorted = latencies;
-    sorted.sort_by(f64::total_cmp);
-    sorted[sorted.len() / 2]
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    round(0);
+    let mut latencies = round(1);
+    latencies.sort_by(f64::total_cmp);
+    latencies[latencies.len() / 2]
 }
 
 /// `job`'s record on `daemon`, once its end is recorded.
@@ -402,7 +420,13 @@ fn closed_record(daemon: &common::Node, job: u32) -> wattson_types::job::JobReco
 /// The energy of a replay to `horizon`: busy GPUs as wattson recorded them, and the node power
 /// model over the power states the hand carried out (on; shutting down for `shutdown_s` after
 /// a power-off; off; booting for `boot_s` after a power-on; on again).
-fn energy(cluster: &ClusterConfig, power: &[Vec<Power>], busy_gpu_s: &[f64], busy_j: f64, horizon: f64) -> EnergyParts {
+fn energy(
+    cluster: &ClusterConfig,
+    power: &[Vec<Power>],
+    busy_gpu_s: &[f64],
+    busy_j: f64,
+    horizon: f64,
+) -> EnergyParts {
     let n = &cluster.node;
     let idle_w = cluster.groups[0].gpu_idle_w();
     let mut parts = EnergyParts { gpu_busy_j: busy_j, ..Default::default() };
