@@ -22,6 +22,10 @@
 //! power model (boot, shutdown, `SuspendTimeout`, the idle timer) and of wattson's forecast
 //! is divided by the same factor; the powers are the shipped ones.
 //!
+//! Slurm's start latency (allocation to a job's body running: the scheduling pass, the
+//! prologs, the launch) is a second or two, a trace minute here: each replay measures it on its
+//! lab before it starts and the simulator models it (`[slurm] start_latency_s`).
+//!
 //! Every job runs at full speed (no slowdown bound): the twin judges the cluster's decisions
 //! (placement, queueing, power states); the DVFS decisions on measured curves are judged by
 //! the node test `measured_curves`.
