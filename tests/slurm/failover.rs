@@ -37,10 +37,14 @@ fn metrics_path(lab: &SlurmLab, host: &str) -> std::path::PathBuf {
     lab.dir().join(format!("log/ctld-{host}.prom"))
 }
 
-/// How many loops the controller on `host` has finished (its metrics file).
-fn loops(lab: &SlurmLab, host: &str) -> u64 {
+/// How many loops the controller on `host` has finished, and how many power-downs it had
+/// decided by the end of the last of them: one snapshot of its metrics file, written at the
+/// end of each loop.
+fn loops(lab: &SlurmLab, host: &str) -> (u64, u64) {
     let text = std::fs::read_to_string(metrics_path(lab, host)).unwrap_or_default();
-    text.lines().find_map(|l| l.strip_prefix("wattson_ctld_loops_total ")?.trim().parse().ok()).unwrap_or(0)
+    let value =
+        |prefix: &str| text.lines().find_map(|l| l.strip_prefix(prefix)?.trim().parse().ok()).unwrap_or(0);
+    (value("wattson_ctld_loops_total "), value("wattson_ctld_decisions_total{action=\"power_down\"} "))
 }
 
 fn log_path(lab: &SlurmLab, host: &str) -> std::path::PathBuf {
@@ -138,14 +142,21 @@ fn the_backups_controller_takes_over_when_the_primary_slurmctld_dies() {
             {
                 in_control = true;
             }
-            // Idle, or already past it (being powered down) when the poll looks.
-            idle = in_control && state(lab, &node).starts_with("IDLE");
+            // Idle: the job has ended in Slurm (not still COMPLETING: the controller sees the
+            // node as the job's until then) and the node is idle with no flag, or already past
+            // it (being powered down).
+            let s = state(lab, &node);
+            idle = in_control
+                && lab.job_info(job).is_some_and(|j| j.is_terminal())
+                && (s == "IDLE" || s.starts_with("IDLE+POWER"));
             idle
         },
     );
     // The backup's controller powers it down within two of its loops of it being idle (the
     // loop under way, which may have read Slurm just before, and the next).
-    let idle_at = loops(&lab, "ctl2");
+    let (idle_at, _) = loops(&lab, "ctl2");
+    // The loops finished before the one that decided: read from the snapshot of the loop
+    // that counted the power-down (the test may notice it a loop or more later).
     let mut decided_at = None;
     pump_until(
         &mut lab,
@@ -154,14 +165,18 @@ fn the_backups_controller_takes_over_when_the_primary_slurmctld_dies() {
         "the node powered down by the backup's controller",
         Duration::from_secs(30),
         &mut |lab| {
-            if decided_at.is_none() && power_downs(lab, "ctl2") > 0 {
-                decided_at = Some(loops(lab, "ctl2"));
+            if let (finished, 1..) = loops(lab, "ctl2") {
+                decided_at.get_or_insert(finished - 1);
             }
             powered_down(&state(lab, &node))
         },
     );
     let finished = decided_at.unwrap() - idle_at;
-    assert!(finished <= 2, "decided after {finished} loops had finished since the node was idle");
+    assert!(
+        finished <= 2,
+        "decided after {finished} loops had finished since the node was idle\n{}",
+        log_of(&lab, "ctl2")
+    );
     assert_eq!(
         power_downs(&lab, "ctl1"),
         before,
