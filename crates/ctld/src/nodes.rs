@@ -152,7 +152,7 @@ impl Nodes {
                 self.paced.insert(job, pace);
                 match pace {
                     Pace::Full => full += 1,
-                    Pace::Saving => saving += 1,
+                    Pace::Saving | Pace::Level(_) => saving += 1,
                 }
             }
         }

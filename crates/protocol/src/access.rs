@@ -65,6 +65,7 @@ impl Access {
             ))),
             Request::ConfirmIdle {}
             | Request::JobPace { .. }
+            | Request::JobLevels { .. }
             | Request::Models {}
             | Request::MergeModels { .. }
             | Request::JobSummary { .. }
@@ -115,7 +116,8 @@ mod tests {
         let pace = Request::JobPace { job: 1, pace: crate::Pace::Full };
         let merge = Request::MergeModels { models: Vec::new() };
         let summary = Request::JobSummary { job: 1, bins: 10 };
-        for controller in [Request::ConfirmIdle {}, pace, Request::Models {}, merge, summary] {
+        let levels = Request::JobLevels { job: 1 };
+        for controller in [Request::ConfirmIdle {}, pace, levels, Request::Models {}, merge, summary] {
             assert!(policy().authorize(64030, controller.clone()).is_ok());
             assert_eq!(policy().authorize(1000, controller).unwrap_err().code, ErrorCode::PermissionDenied);
         }

@@ -56,6 +56,12 @@ pub enum Request {
     /// From the controller, before it powers the node down: is the node free of jobs and of
     /// GPU processes? Refused (`Conflict`) when not.
     ConfirmIdle {},
+    /// From the controller, for the cluster power budget: a running job's DVFS levels on this
+    /// node (root and SlurmUser only). `NotRunning` when the job has no record running here.
+    JobLevels {
+        /// The job.
+        job: u32,
+    },
     /// From the controller: how fast a running job's GPUs should run now.
     JobPace {
         /// The job (its steps run on its settings).
@@ -107,6 +113,9 @@ pub enum Pace {
     Saving,
     /// Jobs are waiting: the GPUs at their defaults (full speed) until the queue clears.
     Full,
+    /// The cluster power budget binds: the GPUs at this level of the job's table
+    /// ([`Reply::JobLevels`]); the top level and above are the defaults.
+    Level(u16),
 }
 
 /// What the daemon needs to know when a job starts.
@@ -220,6 +229,18 @@ pub enum Reply {
         pace: Pace,
         /// Its GPUs' settings now.
         settings: Vec<(u32, GpuSetting)>,
+    },
+    /// A running job's DVFS levels on this node, for the cluster power budget.
+    JobLevels {
+        /// The job.
+        job: u32,
+        /// Its level table (the engine's, over its GPU type's settings, the top level last:
+        /// the defaults); one level when the job runs at its defaults and has no model.
+        levels: Vec<wattson_engine::cluster::Level>,
+        /// The level its GPUs run at now (index into `levels`).
+        level: u16,
+        /// Its slowdown bound (fraction; 0 when it may not be slowed).
+        bound: f64,
     },
     /// A running job's GPU energy on this node since it began, and its GPUs' power now.
     JobEnergy {
