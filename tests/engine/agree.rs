@@ -133,7 +133,7 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
         assert_eq!(s.now.fract(), 0.0, "every event on a whole second");
         let nodes = parse_nodes(&node_text(s)).unwrap();
         let slurm_jobs = parse_jobs(&job_text(s, gpn, nodes_of)).unwrap();
-        let (view, ctld) = planner.decide(&nodes, &slurm_jobs, EPOCH + s.now);
+        let (view, ctld) = planner.decide(&nodes, &slurm_jobs, &Default::default(), EPOCH + s.now);
         // Just-submitted jobs are in Slurm's queue at once; the simulator holds them for the
         // policy's release first: compared once released.
         if !s.held.is_empty() {

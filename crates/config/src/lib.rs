@@ -4,6 +4,7 @@
 //! error that names the file and line, what was wrong, and what is allowed; the daemon refuses
 //! to start on it rather than guess.
 
+pub mod budget;
 pub mod ctld;
 pub mod energy;
 mod engine;
@@ -53,6 +54,9 @@ pub struct Config {
     /// `[ctld]`: the controller service (`wattson ctld`).
     #[serde(default)]
     pub ctld: ctld::CtldConfig,
+    /// `[budget]`: the cluster power budget `wattson ctld` keeps.
+    #[serde(default)]
+    pub budget: budget::BudgetConfig,
     /// `[power]`: the node power actions of `wattson power`.
     #[serde(default)]
     pub power: ctld::PowerConfig,

@@ -9,6 +9,7 @@
 //! [`Planner`] is the decision, pure given Slurm's output and the time; [`Ctld`] adds the
 //! commands. Also the programs Slurm runs: [`power`], [`prolog`].
 
+pub mod budget;
 pub mod by_type;
 pub mod cli;
 pub mod failover;
@@ -58,6 +59,9 @@ pub struct Plan {
     /// Pending jobs to keep off the nodes of every GPU type but the one the engine ranks for
     /// them ([`by_type`]).
     pub restrict: Vec<by_type::Restriction>,
+    /// Jobs job_submit held for the power budget whose start now fits, each with the
+    /// AdminComment it is released with ([`budget`]).
+    pub release: Vec<(u32, String)>,
     /// Idle nodes the arrival forecast wants kept on.
     pub warm_target: usize,
     /// Idle powered-on nodes seen.
@@ -65,7 +69,8 @@ pub struct Plan {
     /// Jobs waiting for resources.
     pub queued: usize,
     /// Running jobs, the pace each should have (full speed for those queued work waits for,
-    /// the engine's [`cluster::Actions::raised`]) and their nodes' addresses.
+    /// the engine's [`cluster::Actions::raised`]; under a power budget, the engine's level for
+    /// each job whose node gave its table) and their nodes' addresses.
     pub running: Vec<(u32, Pace, Vec<String>)>,
     /// Where each node of `power_down` is reached, to confirm it idle first.
     pub addrs: std::collections::BTreeMap<String, String>,
@@ -88,19 +93,31 @@ impl Planner {
         Planner { config, memory, retries, ledger, by_type }
     }
 
-    /// The engine's view of Slurm's `nodes` and `jobs` at `now` (Unix s) and the cluster
-    /// policy's actions on it: the decision path the simulator runs on its own view.
-    pub fn decide(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> (snapshot::View, cluster::Actions) {
+    /// The engine's view of Slurm's `nodes` and `jobs` at `now` (Unix s), with what the
+    /// controller `learned` for the power budget, and the cluster policy's actions on it: the
+    /// decision path the simulator runs on its own view.
+    pub fn decide(
+        &mut self,
+        nodes: &[Node],
+        jobs: &[Job],
+        learned: &snapshot::Learned,
+        now: f64,
+    ) -> (snapshot::View, cluster::Actions) {
         let c = &self.config.ctld;
         let policy = snapshot::policy(c);
-        let view = self.memory.view(now, policy.tuning.forecast_window_s, c.gpu_idle_w, nodes, jobs);
+        let view = self.memory.view(now, policy.tuning.forecast_window_s, c.gpu_idle_w, nodes, jobs, learned);
         let actions = cluster::decide(&policy, &view.snapshot(now, &self.config));
         (view, actions)
     }
 
     /// What to ask of Slurm, given its nodes and jobs at `now` (Unix s).
     pub fn plan(&mut self, nodes: &[Node], jobs: &[Job], now: f64) -> Plan {
-        self.plan_with(nodes, jobs, &[], now)
+        self.plan_with(nodes, jobs, &[], &snapshot::Learned::default(), now)
+    }
+
+    /// Whether a power budget is set (`[budget] power_w`).
+    pub fn has_budget(&self) -> bool {
+        self.config.budget.power_w.is_some()
     }
 
     /// Whether this loop places by GPU type, and so needs the pending jobs' [`Request`]s:
@@ -111,15 +128,17 @@ impl Planner {
         self.config.ctld.place_by_type && by_type::several_types(nodes) && jobs.iter().any(Job::is_queued)
     }
 
-    /// [`Planner::plan`], placing by GPU type the queued jobs of `requests`.
+    /// [`Planner::plan`], placing by GPU type the queued jobs of `requests`, and keeping the
+    /// power budget with what the controller `learned`.
     pub fn plan_with(
         &mut self,
         nodes: &[Node],
         jobs: &[Job],
         requests: &[slurm::request::Request],
+        learned: &snapshot::Learned,
         now: f64,
     ) -> Plan {
-        let (view, actions) = self.decide(nodes, jobs, now);
+        let (view, actions) = self.decide(nodes, jobs, learned, now);
         let c = &self.config.ctld;
         let policy = snapshot::policy(c);
         let snapshot = view.snapshot(now, &self.config);
@@ -148,10 +167,17 @@ impl Planner {
                 .iter()
                 .filter(|j| j.is_running())
                 .map(|j| {
-                    let pace =
-                        if actions.raised.binary_search(&j.id).is_ok() { Pace::Full } else { Pace::Saving };
+                    let pace = budget::pace(learned, &actions, j.id).unwrap_or(
+                        if actions.raised.binary_search(&j.id).is_ok() { Pace::Full } else { Pace::Saving },
+                    );
                     (j.id, pace, j.nodes.iter().filter_map(addr).collect())
                 })
+                .collect(),
+            release: actions
+                .release
+                .iter()
+                .filter_map(|id| requests.iter().find(|r| r.id == *id))
+                .map(|r| (r.id, budget::released_comment(&r.admin_comment)))
                 .collect(),
             ..Plan::default()
         };
@@ -305,20 +331,42 @@ impl Ctld {
         let nodes = &seen[..];
         let jobs = self.slurm.jobs()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let requests =
-            if self.planner.places_by_type(nodes, &jobs) { self.slurm.requests()? } else { Vec::new() };
-        let mut plan = self.planner.plan_with(nodes, &jobs, &requests, now);
+        let budget = self.planner.has_budget();
+        let requests = if self.planner.places_by_type(nodes, &jobs) || budget && jobs.iter().any(Job::is_held)
+        {
+            self.slurm.requests()?
+        } else {
+            Vec::new()
+        };
+        let learned = if budget { self.learn(nodes, &jobs, &requests) } else { Default::default() };
+        let mut plan = self.planner.plan_with(nodes, &jobs, &requests, &learned, now);
         self.confirm_idle(&mut plan, now);
         if self.nodes.paces() {
-            let (full, saving) = self.nodes.pace(&plan.running);
-            self.metrics.decided(Action::PaceFull, full);
-            self.metrics.decided(Action::PaceSaving, saving);
+            let paced = self.nodes.pace(&plan.running);
+            self.metrics.decided(Action::PaceFull, paced.full);
+            self.metrics.decided(Action::PaceSaving, paced.saving);
+            self.metrics.decided(Action::PaceLevel, paced.level);
         }
         let acted = self.act(&plan);
         self.sync_models_if_due(nodes);
         self.write_summaries(nodes, now);
         self.save_status();
         acted.map(|()| plan)
+    }
+
+    /// What the power budget needs beyond Slurm's listings: the jobs job_submit held for it
+    /// and the running jobs' level tables from their nodes ([`budget`]).
+    fn learn(&self, nodes: &[Node], jobs: &[Job], requests: &[slurm::request::Request]) -> snapshot::Learned {
+        let by_name: std::collections::BTreeMap<&str, &Node> =
+            nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let running: Vec<(u32, String)> = jobs
+            .iter()
+            .filter(|j| j.is_running())
+            .filter_map(|j| Some((j.id, by_name.get(j.nodes.first()?.as_str())?.addr.clone())))
+            .collect();
+        let levels = self.nodes.levels(&running);
+        let gpu_max_w = budget::gpu_max_w(&self.planner.config, nodes, &levels);
+        snapshot::Learned { held: budget::held(jobs, requests), levels, gpu_max_w }
     }
 
     /// Saves what `wattson power status` shows.
@@ -456,6 +504,13 @@ impl Ctld {
             // A job that started or ended meanwhile refuses the update: the next loop sees it.
             if let Err(e) = self.slurm.exclude_nodes(r.job, &r.excluded) {
                 warn!(job = r.job, error = %e, "cannot set the job's excluded nodes");
+            }
+        }
+        for (job, comment) in &plan.release {
+            info!(job, "release: the job's start fits under the power budget");
+            // Marked first, so that a job released by hand meanwhile is never held again.
+            if let Err(e) = self.slurm.release_held(*job, comment) {
+                warn!(job, error = %e, "cannot release the job; next loop");
             }
         }
         if !plan.power_down.is_empty() {

@@ -39,6 +39,10 @@ pub enum Action {
     PaceFull,
     /// A running job given back its saving setting (the queue cleared).
     PaceSaving,
+    /// A running job set to the level the power budget allows.
+    PaceLevel,
+    /// A job held for the power budget released.
+    Release,
 }
 
 /// The controller's counters and gauges.
@@ -57,7 +61,7 @@ impl Default for Metrics {
         let decisions = Family::<Labels, Counter>::default();
         registry.register(
             "wattson_ctld_decisions",
-            "Decisions carried out, by action (power_down, power_up, retry, give_up, kept_up, weight, nice, pace_full, pace_saving)",
+            "Decisions carried out, by action (power_down, power_up, retry, give_up, kept_up, weight, nice, pace_full, pace_saving, pace_level, release)",
             decisions.clone(),
         );
         let loops = Counter::default();
@@ -106,6 +110,7 @@ impl Metrics {
         self.decided(Action::GiveUp, plan.give_up.len());
         self.decided(Action::Weight, plan.weights.iter().map(|(_, n)| n.len()).sum());
         self.decided(Action::Nice, plan.nice.len());
+        self.decided(Action::Release, plan.release.len());
     }
 
     /// The metrics in Prometheus' text format.

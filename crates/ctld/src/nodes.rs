@@ -12,6 +12,8 @@ use wattson_config::link::LinkConfig;
 use wattson_link::{LinkError, Munge};
 use wattson_protocol::{ErrorCode, Pace, Reply, Request};
 
+use crate::snapshot::JobLevels;
+
 /// A node's answer (`Ok(Err(..))`: its refusal), or why it could not be asked.
 pub(crate) type Answer = Result<Result<Reply, wattson_protocol::Error>, String>;
 
@@ -20,6 +22,17 @@ const PARALLEL: usize = 64;
 
 /// The answer of a node left unasked because its fan-out ran out of time.
 const NOT_ASKED: &str = "not asked: the fan-out's deadline passed; next loop";
+
+/// How many running jobs went to each pace in one [`Nodes::pace`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Paced {
+    /// To full speed.
+    pub full: usize,
+    /// Back to their saving setting.
+    pub saving: usize,
+    /// To a level the power budget allows.
+    pub level: usize,
+}
 
 /// The link to the nodes, and the pace each running job was last given.
 pub struct Nodes {
@@ -115,9 +128,8 @@ impl Nodes {
 
     /// Gives each running job (id, pace, its nodes' addresses) its pace where it differs from
     /// what it was last given; forgets jobs that are no longer running. A node that cannot be
-    /// reached is tried again next loop. Returns how many jobs went to full speed and how many
-    /// back to saving.
-    pub fn pace(&mut self, running: &[(u32, Pace, Vec<String>)]) -> (usize, usize) {
+    /// reached is tried again next loop. Returns how many jobs went to each pace.
+    pub fn pace(&mut self, running: &[(u32, Pace, Vec<String>)]) -> Paced {
         self.paced.retain(|job, _| running.iter().any(|(id, _, _)| id == job));
         let known = self.paces_known;
         let last = |paced: &BTreeMap<u32, Pace>, job: u32| {
@@ -146,17 +158,43 @@ impl Nodes {
             }
         }
         self.paces_known = failed.is_empty();
-        let (mut full, mut saving) = (0, 0);
+        let mut paced = Paced::default();
         for &(job, pace, _) in running {
             if last(&self.paced, job) != Some(pace) && !failed.contains(&job) {
                 self.paced.insert(job, pace);
                 match pace {
-                    Pace::Full => full += 1,
-                    Pace::Saving | Pace::Level(_) => saving += 1,
+                    Pace::Full => paced.full += 1,
+                    Pace::Saving => paced.saving += 1,
+                    Pace::Level(_) => paced.level += 1,
                 }
             }
         }
-        (full, saving)
+        paced
+    }
+
+    /// Each running job's level table from the node at its address (`(job, addr)`), for the
+    /// power budget; a job whose node cannot be asked or has no record of it is left out (the
+    /// engine counts it at its GPUs' largest limit).
+    pub fn levels(&self, running: &[(u32, String)]) -> BTreeMap<u32, JobLevels> {
+        let asks: Vec<(&str, Request)> =
+            running.iter().map(|(job, addr)| (addr.as_str(), Request::JobLevels { job: *job })).collect();
+        let mut out = BTreeMap::new();
+        for ((job, addr), answer) in running.iter().zip(self.call_all(&asks)) {
+            match answer {
+                Ok(Ok(Reply::JobLevels { levels, level, bound, .. })) => {
+                    out.insert(*job, JobLevels { levels, level, bound });
+                }
+                Ok(Ok(other)) => warn!(job, node = %addr, "unexpected answer to job levels: {other:?}"),
+                Ok(Err(refusal)) if refusal.code == ErrorCode::NotRunning => {}
+                Ok(Err(refusal)) => {
+                    warn!(job, node = %addr, error = %refusal, "the node refused the job's levels")
+                }
+                Err(why) => {
+                    warn!(job, node = %addr, error = %why, "cannot ask for the job's levels; next loop")
+                }
+            }
+        }
+        out
     }
 
     /// Sends every running job's pace at the next [`Nodes::pace`]: another controller may
@@ -204,7 +242,7 @@ mod tests {
         assert_eq!(nodes(false).confirm_idle(&candidates).0, ["n1"]);
         let mut n = nodes(true);
         let running = vec![(7, Pace::Full, vec!["127.0.0.1".to_string()])];
-        assert_eq!(n.pace(&running), (0, 0), "not reached: not counted");
+        assert_eq!(n.pace(&running), Paced::default(), "not reached: not counted");
         assert!(n.paced.is_empty(), "not remembered as paced: asked again next loop");
     }
 }

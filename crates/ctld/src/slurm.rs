@@ -178,6 +178,12 @@ impl Job {
                 || self.reason.starts_with("ReqNodeNotAvail"))
     }
 
+    /// Whether it is pending on a hold (priority 0: an administrator's, its owner's or
+    /// job_submit's for the power budget).
+    pub fn is_held(&self) -> bool {
+        self.state == Some(SlurmState::Pending) && self.priority == 0
+    }
+
     /// Whether it holds nodes.
     pub fn is_running(&self) -> bool {
         matches!(self.state, Some(SlurmState::Running | SlurmState::Configuring | SlurmState::Completing))
@@ -519,6 +525,14 @@ impl Slurm {
         }
         let (job, list) = (format!("jobid={job}"), format!("excnodelist={}", hostlist::join(nodes)));
         self.run("scontrol", &["update", &job, &list]).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Releases a job job_submit held for the power budget: its AdminComment becomes
+    /// `comment` (the controller's mark), then `scontrol release`.
+    pub fn release_held(&self, job: u32, comment: &str) -> Result<(), String> {
+        let (id, comment) = (format!("jobid={job}"), format!("admincomment={comment}"));
+        self.run("scontrol", &["update", &id, &comment]).map_err(|e| e.to_string())?;
+        self.run("scontrol", &["release", &job.to_string()]).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// `scontrol update nodename=<names> <what>`, names checked first.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use wattson_config::Config;
 use wattson_config::ctld::CtldConfig;
 use wattson_engine::cluster::{
-    ClusterPolicy, GpuType, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Queued, Running,
+    ClusterPolicy, GpuType, Held, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Queued, Running,
     Snapshot, TunedPolicy, Tuning,
 };
 
@@ -38,6 +38,8 @@ pub struct View {
     pub managed: Vec<bool>,
     /// Jobs waiting for resources.
     pub queued: Vec<Queued>,
+    /// Jobs job_submit holds for the power budget, waiting for the controller's release.
+    pub held: Vec<Held>,
     /// Jobs holding nodes.
     pub running: Vec<Running>,
     /// Recent submissions `(time, GPUs)`, oldest first.
@@ -47,7 +49,9 @@ pub struct View {
     pub gpu_types: Vec<GpuType>,
     /// The names of `gpu_types` as Slurm's `Gres` gives them (empty: untyped).
     pub gpu_type_names: Vec<String>,
-    /// One level table: the controller does not know jobs' level tables (their nodes do).
+    /// Level tables: the first for every job whose table the controller does not know (one
+    /// level, a GPU at its largest power limit), then those running jobs' nodes gave
+    /// ([`Learned::levels`]).
     pub models: Vec<Vec<Level>>,
     /// Where each queued job may run and each running job runs (node indices).
     pub job_nodes: JobNodes,
@@ -63,12 +67,12 @@ impl View {
             gpu_types: &self.gpu_types,
             models: &self.models,
             queued: &self.queued,
-            held: &[],
+            held: &self.held,
             running: &self.running,
             arrivals: &self.arrivals,
             arrival_types: &[],
             tariff: &config.prices,
-            budget_w: None,
+            budget_w: config.budget.power_w,
             node: node_costs(&config.ctld),
             job_nodes: &self.job_nodes,
         }
@@ -105,8 +109,32 @@ pub fn gpu_idle_w(c: &CtldConfig, nodes: &[Node]) -> f64 {
     })
 }
 
+/// A running job's DVFS levels, as its node gives them ([`wattson_protocol::Reply::JobLevels`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobLevels {
+    /// Its level table, the top level (the GPUs' defaults) last.
+    pub levels: Vec<Level>,
+    /// The level it runs at now.
+    pub level: u16,
+    /// Its slowdown bound (fraction).
+    pub bound: f64,
+}
+
+/// What the controller learned beyond Slurm's listings, for the power budget.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Learned {
+    /// The jobs job_submit holds for the budget, with the slowdown bound each one's
+    /// AdminComment records.
+    pub held: BTreeMap<u32, f64>,
+    /// Running jobs' level tables, from their (first) nodes.
+    pub levels: BTreeMap<u32, JobLevels>,
+    /// What one GPU of a job whose table is unknown may draw (W).
+    pub gpu_max_w: f64,
+}
+
 impl Memory {
-    /// The view of `nodes` and `jobs` at `now` (Unix s), remembering what it needs.
+    /// The view of `nodes` and `jobs` at `now` (Unix s), with what the controller `learned`
+    /// from job_submit's marks and the nodes; remembers what it needs.
     pub fn view(
         &mut self,
         now: f64,
@@ -114,6 +142,7 @@ impl Memory {
         gpu_idle_w: Option<f64>,
         nodes: &[Node],
         jobs: &[Job],
+        learned: &Learned,
     ) -> View {
         // Each GPU type Slurm names, in order of first appearance, at `[ctld] gpu_idle_w` or
         // its prior's idle draw.
@@ -142,7 +171,7 @@ impl Memory {
                 slowdown_hi: 0.0,
                 energy_ratio: 1.0,
                 power_w: 0.0,
-                cap_w: 0.0,
+                cap_w: learned.gpu_max_w,
             }]],
             ..View::default()
         };
@@ -191,7 +220,10 @@ impl Memory {
                 zeus: 0,
                 capped: 0,
             };
-            if job.is_queued() {
+            if let Some(&bound) = learned.held.get(&job.id).filter(|_| job.is_held()) {
+                let held = JobView { bound, ..view_of(job) };
+                view.held.push(Held { job: held, submit: job.submit as f64, defer_window_s: 0.0 });
+            } else if job.is_queued() {
                 view.queued.push(Queued { job: view_of(job), eligible: job.submit as f64 });
                 if let Some(usable) = usable.of(job) {
                     view.job_nodes.insert(job.id, usable);
@@ -202,12 +234,14 @@ impl Memory {
                 held.sort_unstable();
                 view.job_nodes.insert(job.id, held.into());
                 let progress = (job.elapsed_s / work_s).clamp(0.0, 1.0);
-                view.running.push(Running {
-                    job: view_of(job),
-                    elapsed_s: job.elapsed_s,
-                    progress,
-                    level: 0,
-                });
+                let (mut seen, mut level) = (view_of(job), 0);
+                if let Some(known) = learned.levels.get(&job.id).filter(|l| !l.levels.is_empty()) {
+                    seen.model = view.models.len() as u32;
+                    seen.bound = known.bound;
+                    level = known.level.min(known.levels.len() as u16 - 1);
+                    view.models.push(known.levels.clone());
+                }
+                view.running.push(Running { job: seen, elapsed_s: job.elapsed_s, progress, level });
             }
         }
         self.arrivals.retain(|_, (at, _)| *at >= now - window_s);

@@ -196,13 +196,65 @@ fn the_gpu_types_slurm_names_reach_the_engine_with_their_idle_draw() {
                 NodeName=h CPUAlloc=0 Gres=gpu:h100:4 State=IDLE\n\
                 NodeName=a2 CPUAlloc=0 Gres=gpu:a100:4 State=IDLE\n";
     let nodes = parse_nodes(text).unwrap();
-    let view = snapshot::Memory::default().view(NOW, 3600.0, None, &nodes, &[]);
+    let view = snapshot::Memory::default().view(NOW, 3600.0, None, &nodes, &[], &Default::default());
     let types: Vec<u16> = view.nodes.iter().map(|n| n.gpu_type).collect();
     assert_eq!(types, [0, 1, 0]);
     let idle: Vec<f64> = view.gpu_types.iter().map(|t| t.idle_w).collect();
     let prior = |name: &str| wattson_engine::prior(name).unwrap().idle_w;
     assert_eq!(idle, [prior("A100"), prior("H100")]);
     // [ctld] gpu_idle_w holds for every type.
-    let view = snapshot::Memory::default().view(NOW, 3600.0, Some(40.0), &nodes, &[]);
+    let view = snapshot::Memory::default().view(NOW, 3600.0, Some(40.0), &nodes, &[], &Default::default());
     assert!(view.gpu_types.iter().all(|t| t.idle_w == 40.0));
+}
+
+#[test]
+fn under_a_budget_running_jobs_go_down_a_level_before_a_held_job_is_released_and_it_waits_when_even_that_is_short() {
+    // n1 runs job 5 on 2 of its 4 H100s (at its top level, 700 W; its table has 300 W within
+    // its 10% bound); n2 is idle; job 9 (1 GPU) is held for the budget. Committed: n1 at
+    // 400 W + 4 x 72 W, n2 as it powers down (500 W), job 5's GPUs 2 x (700 - 72) W: 2444 W;
+    // job 9's start on n1 adds 628 W.
+    let nodes = parse_nodes(&(node("n1", "MIXED", 2, "") + &node("n2", "IDLE", 0, ""))).unwrap();
+    let jobs = parse_jobs(
+        "5|RUNNING|None|1|gres:gpu:2|2026-11-23T10:00:00|10:00|1:00:00|1|n1|lab||0\n\
+         9|PENDING|JobHeldAdmin|1|gres:gpu:1|2026-11-23T10:00:00|0:00|1:00:00|0||lab||0\n",
+    )
+    .unwrap();
+    let requests = crate::slurm::request::parse_requests(
+        "JobId=9 UserId=alice(1000) Priority=0 JobState=PENDING Reason=JobHeldAdmin \
+         AdminComment=wattson:policy=perf,held=budget TresPerNode=gres:gpu:1\n",
+    );
+    let level = |setting: f64, slowdown_hi: f64| wattson_engine::cluster::Level {
+        setting,
+        slowdown_hi,
+        energy_ratio: 1.0,
+        power_w: setting,
+        cap_w: setting,
+    };
+    let mut learned = snapshot::Learned::default();
+    learned.levels.insert(
+        5,
+        snapshot::JobLevels { levels: vec![level(300.0, 0.05), level(700.0, 0.0)], level: 1, bound: 0.1 },
+    );
+    learned.held = budget::held(&jobs, &requests);
+    learned.gpu_max_w = 700.0;
+    let now = jobs[0].submit as f64 + 600.0;
+    let plan = |budget_w: f64| {
+        let mut config = Config::default();
+        config.budget.power_w = Some(budget_w);
+        let plan = Planner::new(config).plan_with(&nodes, &jobs, &requests, &learned, now);
+        let released: Vec<u32> = plan.release.iter().map(|(j, _)| *j).collect();
+        (released, plan.running[0].1)
+    };
+    // Room for job 9 as things are (3260 W under 96% of 4000 W).
+    assert_eq!(plan(4000.0), (vec![9], Pace::Level(1)));
+    // Room only once job 5 goes down to 300 W (idle n2 powering down counts at its 500 W
+    // shutdown draw): 3072 W over 96% of 3000 W, then 2272 W under it.
+    assert_eq!(plan(3000.0), (vec![9], Pace::Level(0)));
+    // Not even then: job 9 stays held, job 5 stays down.
+    assert_eq!(plan(2000.0), (vec![], Pace::Level(0)));
+    // The release carries the controller's mark in place of job_submit's.
+    let mut config = Config::default();
+    config.budget.power_w = Some(4000.0);
+    let plan = Planner::new(config).plan_with(&nodes, &jobs, &requests, &learned, now);
+    assert_eq!(plan.release, [(9, "wattson:policy=perf,released=budget".to_string())]);
 }

@@ -172,6 +172,12 @@ const PRIORS: &[GpuPrior] = &[
     },
 ];
 
+/// The largest power limit of any GPU type the priors know (W): a safe upper bound of what a
+/// GPU of an unknown type draws.
+pub fn largest_power_limit_w() -> f64 {
+    PRIORS.iter().map(|p| p.max_power_limit_w).fold(0.0, f64::max)
+}
+
 /// The prior for a GPU type: its canonical name (`"h100-pcie"`, `"RTX 6000"`: any case, spaces,
 /// `-` or `_`), or the name NVML reports (`Tesla V100-SXM2-32GB`, `NVIDIA A100-SXM4-80GB`,
 /// `NVIDIA H100 PCIe`, `Quadro RTX 6000`): the prior whose words the name contains, the most

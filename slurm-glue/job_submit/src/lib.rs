@@ -4,8 +4,9 @@
 //! Validates energy hints again (API submissions bypass sbatch's SPANK plugin), applies the
 //! site policy from `wattson.toml` (path in slurmctld's `WATTSON_CONFIG`, else
 //! `/etc/wattson/wattson.toml`), records the decision in the job's AdminComment, and turns
-//! `--energy-defer` into a later begin time when the tariff has a cheaper hour. No network
-//! I/O; panics are caught and the job is accepted as if wattson were absent.
+//! `--energy-defer` into a later begin time when the tariff has a cheaper hour. Under a
+//! `[budget]`, holds each new job for `wattson ctld` to release. No network I/O; panics are
+//! caught and the job is accepted as if wattson were absent.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::PathBuf;
@@ -170,8 +171,14 @@ pub unsafe extern "C" fn job_submit(
                     let name = unsafe { CStr::from_ptr(job.name) }.to_string_lossy().into_owned();
                     unsafe { set_spank_env(job, submit::JOB_NAME_VAR, &name) };
                 }
+                let mut admin_comment = decision.admin_comment;
+                if budget_holds(config, job.priority != sys::NO_VAL) {
+                    // Held (JobHeldAdmin) until `wattson ctld` finds it room under the budget.
+                    job.priority = 0;
+                    admin_comment.push_str(&format!(",{}", wattson_config::budget::HELD_MARK));
+                }
                 // SAFETY: Slurm-owned string fields of the job description.
-                unsafe { set_string(&mut job.admin_comment, &decision.admin_comment) };
+                unsafe { set_string(&mut job.admin_comment, &admin_comment) };
                 if let Some(begin) = decision.begin_time_s
                     && begin > job.begin_time
                 {
@@ -192,6 +199,29 @@ pub unsafe extern "C" fn job_submit(
             }
         }
     })
+}
+
+/// Whether a new job waits for the controller's release under `[budget]`
+/// ([`wattson_config::budget::BudgetConfig::holds`]); the controller's liveness is the age of
+/// its state file (one `stat`). A budget with a silent controller holds nothing, and says so.
+fn budget_holds(config: &wattson_config::Config, own_priority: bool) -> bool {
+    let budget = &config.budget;
+    if budget.power_w.is_none() {
+        return false;
+    }
+    let age = std::fs::metadata(&config.ctld.state_file)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
+    let holds = budget.holds(own_priority, age, config.ctld.interval);
+    if !holds && !own_priority {
+        error(&format!(
+            "job_submit/wattson: [budget] is set but wattson ctld's {} is {}: the job is not held (fail open)",
+            config.ctld.state_file.display(),
+            age.map_or("missing".to_string(), |a| format!("{} s old", a.as_secs()))
+        ));
+    }
+    holds
 }
 
 /// Slurm's job_modify hook (`scontrol update`): nothing to decide; accept.

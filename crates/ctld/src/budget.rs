@@ -1,0 +1,132 @@
+//! The cluster power budget (`[budget]`) on a real Slurm: what the controller learns beyond
+//! Slurm's listings for the engine's [`wattson_engine::cluster::budget`], and how it enacts
+//! the engine's answer.
+//!
+//! - job_submit holds every new job while the controller is live (JobHeldAdmin, AdminComment
+//!   `held=budget`); the engine releases each once its start fits under the budget, and the
+//!   controller marks it `released=budget` and releases it. A job held by its owner or an
+//!   administrator is never released here.
+//! - Running jobs' level tables come from their nodes (`JobLevels`); the engine's level for
+//!   each goes back as `Pace::Level`, never above the job's own slowdown bound.
+
+use std::collections::BTreeMap;
+
+use wattson_config::Config;
+use wattson_config::budget::{HELD_MARK, RELEASED_MARK};
+use wattson_engine::cluster::{Actions, Level};
+use wattson_protocol::Pace;
+
+use crate::slurm::request::Request;
+use crate::slurm::{Job, Node};
+use crate::snapshot::{JobLevels, Learned};
+
+/// What a GPU of a job whose table the controller does not know may draw (W): `[budget]
+/// gpu_max_w`, else the largest of the engine's priors for the GPU types Slurm's `Gres`
+/// names and the top levels the nodes reported, else the largest prior of any type.
+pub fn gpu_max_w(config: &Config, nodes: &[Node], levels: &BTreeMap<u32, JobLevels>) -> f64 {
+    if let Some(w) = config.budget.gpu_max_w {
+        return w;
+    }
+    let priors = nodes.iter().filter_map(|n| wattson_engine::priors::prior(n.gpu_type.as_deref()?));
+    let reported = levels.values().filter_map(|l| l.levels.last().map(|top| top.cap_w));
+    let known = priors.map(|p| p.max_power_limit_w).chain(reported).fold(f64::NAN, f64::max);
+    if known.is_nan() { wattson_engine::priors::largest_power_limit_w() } else { known }
+}
+
+/// The jobs job_submit holds for the budget (pending, priority 0, `held=budget` in their
+/// AdminComment), with the slowdown bound each records.
+pub fn held(jobs: &[Job], requests: &[Request]) -> BTreeMap<u32, f64> {
+    requests
+        .iter()
+        .filter(|r| marked(&r.admin_comment, HELD_MARK))
+        .filter(|r| jobs.iter().any(|j| j.id == r.id && j.is_held()))
+        .map(|r| (r.id, r.bound()))
+        .collect()
+}
+
+/// Whether the comma-separated AdminComment `comment` has the entry `mark`.
+fn marked(comment: &str, mark: &str) -> bool {
+    comment.split(',').any(|e| e.trim() == mark)
+}
+
+/// `comment` with [`HELD_MARK`] replaced by [`RELEASED_MARK`].
+pub fn released_comment(comment: &str) -> String {
+    comment
+        .split(',')
+        .map(|e| if e.trim() == HELD_MARK { RELEASED_MARK } else { e })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The pace of running job `id` under the budget: the level the engine chose for it (its
+/// current one when it chose none), raised to the first level within the job's own slowdown
+/// bound; `None` when its node gave no table (it is paced as without a budget).
+pub fn pace(learned: &Learned, actions: &Actions, id: u32) -> Option<Pace> {
+    let known = learned.levels.get(&id).filter(|l| !l.levels.is_empty())?;
+    let chosen = actions.levels.iter().rev().find(|(j, _)| *j == id).map_or(known.level, |&(_, l)| l);
+    Some(Pace::Level(within_bound(&known.levels, chosen, known.bound)))
+}
+
+/// The first level at or above `level` whose pessimistic slowdown is within `bound` (the top
+/// level, the defaults, always is).
+fn within_bound(levels: &[Level], level: u16, bound: f64) -> u16 {
+    let top = levels.len().saturating_sub(1);
+    (usize::from(level).min(top)..top).find(|&i| levels[i].slowdown_hi <= bound).unwrap_or(top) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(setting: f64, slowdown_hi: f64) -> Level {
+        Level { setting, slowdown_hi, energy_ratio: 1.0, power_w: setting, cap_w: setting }
+    }
+
+    #[test]
+    fn a_level_beyond_the_jobs_bound_is_raised_to_the_first_within_it() {
+        let levels = [level(300.0, 0.4), level(400.0, 0.15), level(500.0, 0.05), level(700.0, 0.0)];
+        assert_eq!(within_bound(&levels, 0, 0.1), 2);
+        assert_eq!(within_bound(&levels, 1, 0.2), 1);
+        assert_eq!(within_bound(&levels, 0, 0.0), 3);
+        assert_eq!(within_bound(&levels, 9, 0.5), 3, "beyond the table: the top");
+    }
+
+    #[test]
+    fn the_engines_level_is_the_pace_and_a_job_without_a_table_keeps_its_own() {
+        let mut learned = Learned::default();
+        let levels = vec![level(300.0, 0.05), level(700.0, 0.0)];
+        learned.levels.insert(7, JobLevels { levels, level: 1, bound: 0.1 });
+        let actions = Actions { levels: vec![(7, 0)], ..Actions::default() };
+        assert_eq!(pace(&learned, &actions, 7), Some(Pace::Level(0)));
+        assert_eq!(pace(&learned, &Actions::default(), 7), Some(Pace::Level(1)), "its current level");
+        assert_eq!(pace(&learned, &actions, 8), None);
+    }
+
+    #[test]
+    fn only_jobs_held_for_the_budget_are_the_controllers_to_release() {
+        let text = "JobId=5 UserId=alice(1000) Priority=0 JobState=PENDING Reason=JobHeldAdmin \
+                    AdminComment=wattson:policy=balanced,slowdown=10%,held=budget TresPerNode=gres:gpu:1\n\
+                    JobId=6 UserId=alice(1000) Priority=0 JobState=PENDING Reason=JobHeldUser \
+                    AdminComment=wattson:policy=balanced TresPerNode=gres:gpu:1\n";
+        let requests = crate::slurm::request::parse_requests(text);
+        let job = |id: u32, priority: u32| Job {
+            id,
+            state: Some(wattson_sacct::SlurmState::Pending),
+            reason: "JobHeldAdmin".into(),
+            gpus: 1,
+            submit: 0,
+            elapsed_s: 0.0,
+            limit_s: None,
+            priority,
+            nodes: Vec::new(),
+            partitions: Vec::new(),
+            requested: Vec::new(),
+            nice: 0,
+        };
+        let held = held(&[job(5, 0), job(6, 0)], &requests);
+        assert_eq!(held.keys().copied().collect::<Vec<_>>(), [5], "job 6 is its owner's hold");
+        assert!((held[&5] - 0.1).abs() < 1e-12, "the bound its comment records");
+        assert!(super::held(&[job(5, 1000)], &requests).is_empty(), "released meanwhile");
+        assert_eq!(released_comment("wattson:policy=x,held=budget"), "wattson:policy=x,released=budget");
+    }
+}
