@@ -6,8 +6,9 @@
 //!   `held=budget`); the engine releases each once its start fits under the budget, and the
 //!   controller marks it `released=budget` and releases it. A job held by its owner or an
 //!   administrator is never released here.
-//! - Running jobs' level tables come from their nodes (`JobLevels`); the engine's level for
-//!   each goes back as `Pace::Level`, never above the job's own slowdown bound.
+//! - Running jobs' level tables come from their nodes (`JobLevels`); a job whose power the
+//!   engine's budget shed runs at the engine's level (`Pace::Level`), never beyond its own
+//!   slowdown bound; the others keep the pace they would have without a budget.
 
 use std::collections::BTreeMap;
 
@@ -58,10 +59,12 @@ pub fn released_comment(comment: &str) -> String {
         .join(",")
 }
 
-/// The pace of running job `id` under the budget: the level the engine chose for it (its
-/// current one when it chose none), raised to the first level within the job's own slowdown
-/// bound; `None` when its node gave no table (it is paced as without a budget).
+/// The pace of running job `id` when the engine's budget shed its power
+/// ([`Actions::shed`]): the level it chose, raised to the first level within the job's own
+/// slowdown bound. `None` otherwise, or when its node gave no table: it is paced as without a
+/// budget.
 pub fn pace(learned: &Learned, actions: &Actions, id: u32) -> Option<Pace> {
+    actions.shed.binary_search(&id).ok()?;
     let known = learned.levels.get(&id).filter(|l| !l.levels.is_empty())?;
     let chosen = actions.levels.iter().rev().find(|(j, _)| *j == id).map_or(known.level, |&(_, l)| l);
     Some(Pace::Level(within_bound(&known.levels, chosen, known.bound)))
@@ -92,14 +95,15 @@ mod tests {
     }
 
     #[test]
-    fn the_engines_level_is_the_pace_and_a_job_without_a_table_keeps_its_own() {
+    fn a_job_the_budget_shed_runs_at_the_engines_level_and_others_keep_their_own_pace() {
         let mut learned = Learned::default();
         let levels = vec![level(300.0, 0.05), level(700.0, 0.0)];
         learned.levels.insert(7, JobLevels { levels, level: 1, bound: 0.1 });
-        let actions = Actions { levels: vec![(7, 0)], ..Actions::default() };
-        assert_eq!(pace(&learned, &actions, 7), Some(Pace::Level(0)));
-        assert_eq!(pace(&learned, &Actions::default(), 7), Some(Pace::Level(1)), "its current level");
-        assert_eq!(pace(&learned, &actions, 8), None);
+        let shed = Actions { levels: vec![(7, 0)], shed: vec![7], ..Actions::default() };
+        assert_eq!(pace(&learned, &shed, 7), Some(Pace::Level(0)));
+        let chosen = Actions { levels: vec![(7, 0)], ..Actions::default() };
+        assert_eq!(pace(&learned, &chosen, 7), None, "not shed: its pace without a budget");
+        assert_eq!(pace(&learned, &Actions { shed: vec![8], ..shed }, 8), None, "no table");
     }
 
     #[test]

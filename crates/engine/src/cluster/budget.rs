@@ -130,9 +130,11 @@ pub fn enforce(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
             }
             a.levels.retain(|x| x.0 != id);
             a.levels.push((id, low));
+            a.shed.push(id);
             committed -= saving;
         }
     }
+    a.shed.sort_unstable();
     // Start gating: release held jobs in submission order, each one that fits (a job too large
     // for the headroom does not block smaller ones behind it, as in backfill).
     let mut kept = Vec::with_capacity(a.release.len());

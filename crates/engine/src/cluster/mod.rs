@@ -386,6 +386,9 @@ pub struct Actions {
     /// for ([`levels::waited_for`]), or all of them while the capacity gates are closed. The
     /// others run at their own saving level. The controller paces jobs by it.
     pub raised: Vec<u32>,
+    /// Running jobs whose level the power budget lowered below what they would run at
+    /// otherwise, by id (sorted).
+    pub shed: Vec<u32>,
     /// Held jobs to put in Slurm's queue now.
     pub release: Vec<u32>,
     /// When to be asked again even if nothing happens (an idle timer or a release).
