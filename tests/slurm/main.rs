@@ -5,6 +5,7 @@ mod acct_flags;
 mod capture;
 mod ctld;
 mod ctld_basic;
+mod ctld_budget;
 mod ctld_pace;
 mod ctld_types;
 mod energy_scope;
