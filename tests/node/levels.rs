@@ -219,9 +219,10 @@ fn a_jobs_levels_come_from_its_model_and_each_pace_sets_its_gpus() {
 }
 
 /// Jobs the models do not decide: a fixed share has two levels (its limit, within its bound,
-/// and the defaults), a `perf` job only the defaults; each pace sets the share job's GPU.
+/// and the defaults), a `perf` job or one sharing a GPU only the defaults; each pace sets the
+/// share job's GPU until it shares it.
 #[test]
-fn a_fixed_share_has_its_limit_and_the_defaults_and_perf_only_the_defaults() {
+fn a_fixed_share_has_its_limit_and_the_defaults_perf_and_sharing_only_the_defaults() {
     let mut node = Node::h100(2);
     node.start();
     for (job, gpu, policy) in [("1", "0", "min-energy"), ("2", "1", "perf")] {
@@ -256,4 +257,32 @@ fn a_fixed_share_has_its_limit_and_the_defaults_and_perf_only_the_defaults() {
     assert_eq!((level, bound), (0, 0.0));
     assert_eq!(pace(&node, 2, Pace::Level(0)), vec![]);
     assert_eq!(node.sim.gpu_state(1).unwrap().power_limit_mw, H100_MAX_MW);
+
+    // A min-energy job that comes to share job 1's GPU: both run at the defaults, whatever
+    // level the controller asks, and job 1's table says so.
+    assert_ok(&node.wattson(&[
+        "job",
+        "begin",
+        "--job",
+        "3",
+        "--uid",
+        "1001",
+        "--user",
+        "bob",
+        "--gpus",
+        "0",
+        "--energy",
+        "min-energy",
+        "--shares-gpus",
+    ]));
+    assert_eq!(limit_mw(&node), H100_MAX_MW);
+    let (table, level, bound) = levels(&node, 1);
+    assert_eq!((table.len(), level, bound), (1, 0, 0.0), "{table:?}");
+    assert_eq!(table[0].cap_w, 700.0);
+    for job in [1, 3] {
+        assert_eq!(pace(&node, job, Pace::Level(0)), vec![]);
+        assert_eq!(limit_mw(&node), H100_MAX_MW);
+        pace(&node, job, Pace::Saving);
+        assert_eq!(limit_mw(&node), H100_MAX_MW);
+    }
 }

@@ -127,7 +127,8 @@ impl Core {
         let key = JobKey::job(job_id);
         let record = self.running.get(&key).ok_or_else(|| not_running(&key))?.clone();
         let now = self.paced.get(&job_id).copied().unwrap_or(Pace::Saving);
-        // A level names a setting, or the defaults (the top, or beyond the table).
+        // A level names a setting, or the defaults (the top, or beyond the table; a job that
+        // shares a GPU has the defaults alone).
         let target = match pace {
             Pace::Saving => Target::Saving,
             Pace::Full => Target::Full,
@@ -160,10 +161,6 @@ impl Core {
                 info!(job = %key, "pace: full speed");
             }
             Target::Level(l, _) if now == Pace::Level(l) => {}
-            Target::Level(l, _) if sharing => {
-                self.paced.insert(job_id, Pace::Level(l));
-                info!(job = %key, level = l, "pace: the job shares a GPU and stays at its defaults");
-            }
             Target::Level(l, setting) => {
                 self.paced.insert(job_id, Pace::Level(l));
                 // The models measure nothing while the job is held off their setting.
