@@ -1,4 +1,4 @@
-//! One node's daemon on simulated GPUs: accounting, DVFS (on the built-in law and on measured curves), faults, hostile users, plots, robustness, the service's socket and metrics, GPU settings, and bounded fuzzing of every parser.
+//! One node's daemon on simulated GPUs: accounting, DVFS (on the built-in law and on measured curves), faults, hostile users, plots, robustness, the service's socket and metrics, GPU settings, the power budget's levels and paces, and bounded fuzzing of every parser.
 //! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
 
 mod accounting;
@@ -11,6 +11,7 @@ mod flood;
 mod fuzz;
 mod hostile;
 mod job_summary;
+mod levels;
 mod measured_curves;
 mod plot;
 mod robustness;

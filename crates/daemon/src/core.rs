@@ -7,6 +7,7 @@
 //! is answered; every sample persists the running meters, so a restart resumes them.
 
 mod node;
+mod pace;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -55,8 +56,9 @@ pub struct Core {
     unrecorded_ends: BTreeMap<JobKey, JobRecord>,
     /// Jobs whose power limit the DVFS models choose.
     prober: Prober,
-    /// Jobs the controller holds at full speed while a queue waits (by job id).
-    full_pace: BTreeSet<u32>,
+    /// Jobs the controller holds off their energy-saving setting (by job id): at full speed
+    /// while a queue waits, or at a level of their table under the cluster power budget.
+    paced: BTreeMap<u32, Pace>,
     /// A new job's share of the node's energy (`None`: the node's energy is not measured).
     node_share: Option<wattson_types::scope::NodeShare>,
     /// The node's meters at the last sample.
@@ -103,7 +105,7 @@ impl Core {
             restores_pending: 0,
             unrecorded_ends: BTreeMap::new(),
             prober: Prober::new(config.engine.clone(), dirs),
-            full_pace: BTreeSet::new(),
+            paced: BTreeMap::new(),
             node_share: None,
             last_node: None,
             sharing: BTreeSet::new(),
@@ -357,39 +359,6 @@ impl Core {
         Ok(Reply::ModelsMerged { node: self.node.clone(), taken })
     }
 
-    /// Sets a running job's pace, as the controller asks: `Full` returns its GPUs to their
-    /// defaults (and stops the models' measurements) until `Saving` gives back the setting
-    /// chosen for it. Running faster never breaks a slowdown bound.
-    pub fn pace(&mut self, job_id: u32, pace: Pace) -> Result<Reply, Error> {
-        let key = JobKey::job(job_id);
-        let record = self.running.get(&key).ok_or_else(|| not_running(&key))?.clone();
-        let full = self.full_pace.contains(&job_id);
-        match pace {
-            Pace::Full if !full => {
-                self.full_pace.insert(job_id);
-                self.release_to_defaults(&key, "pace");
-                info!(job = %key, "pace: full speed while jobs wait");
-            }
-            Pace::Saving if full && self.sharing.contains(&job_id) => {
-                self.full_pace.remove(&job_id);
-                info!(job = %key, "pace: the job shares a GPU and stays at its defaults");
-            }
-            Pace::Saving if full => {
-                self.full_pace.remove(&job_id);
-                let now = self.now();
-                let wanted = match self.prober.resume(&record, now) {
-                    Some(wanted) => wanted,
-                    None => enforce::fixed(self.backend.as_ref(), &record, &self.decision_of(&record)),
-                };
-                self.apply_settings(&key, &wanted);
-                info!(job = %key, "pace: back to its energy-saving setting");
-            }
-            _ => {}
-        }
-        let settings = enforce::journaled(&self.store, &key);
-        Ok(Reply::Paced { job: job_id, pace, settings })
-    }
-
     /// Holds a job that comes to share a GPU with another at its GPUs' defaults from now on:
     /// its models stop and its settings are released (defaults never slow a job down).
     fn hold_for_sharing(&mut self, job_id: u32) {
@@ -483,7 +452,7 @@ impl Core {
         self.unrecorded_ends.insert(key.clone(), record);
         let reply = self.record_end(key);
         if key.step.is_empty() {
-            self.full_pace.remove(&key.job_id);
+            self.paced.remove(&key.job_id);
             self.sharing.remove(&key.job_id);
             self.exclusive.remove(&key.job_id);
             self.restores_pending = self.restore_orphans();
@@ -576,7 +545,7 @@ impl Core {
             let changes: Vec<(JobKey, Changes)> =
                 self.prober.tick(&self.running, &readings, &mut self.store, now);
             for (job, wanted) in changes {
-                if !self.full_pace.contains(&job.job_id) && !self.sharing.contains(&job.job_id) {
+                if !self.paced.contains_key(&job.job_id) && !self.sharing.contains(&job.job_id) {
                     self.apply_settings(&job, &wanted);
                 }
             }

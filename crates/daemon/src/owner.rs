@@ -25,6 +25,7 @@ enum Command {
     End(JobKey, oneshot::Sender<Result<Reply, Error>>),
     Settings(JobKey, oneshot::Sender<Result<Reply, Error>>),
     Pace(u32, Pace, oneshot::Sender<Result<Reply, Error>>),
+    Levels(u32, oneshot::Sender<Result<Reply, Error>>),
     Models(oneshot::Sender<Result<Reply, Error>>),
     MergeModels(Vec<Measurements>, oneshot::Sender<Result<Reply, Error>>),
     Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
@@ -77,6 +78,11 @@ impl Owner {
     /// Sets a running job's pace (the controller's request).
     pub async fn pace(&self, job: u32, pace: Pace) -> Result<Reply, Error> {
         self.ask(|tx| Command::Pace(job, pace, tx)).await?
+    }
+
+    /// A running job's level table (the controller's request, for the power budget).
+    pub async fn levels(&self, job: u32) -> Result<Reply, Error> {
+        self.ask(|tx| Command::Levels(job, tx)).await?
     }
 
     /// Every workload's stored measurements.
@@ -140,6 +146,10 @@ fn run(mut core: Core, inbox: Receiver<Command>, publish: watch::Sender<Running>
             }
             Command::Pace(job, pace, reply) => {
                 let _ = reply.send(core.pace(job, pace));
+                false
+            }
+            Command::Levels(job, reply) => {
+                let _ = reply.send(core.levels(job));
                 false
             }
             Command::Models(reply) => {

@@ -274,8 +274,7 @@ pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) ->
         }
         Request::Acct(filter) => services.reader.acct(filter).await,
         Request::JobPace { job, pace } => services.owner.pace(job, pace).await,
-        // The node side of the power budget is built on its own branch.
-        Request::JobLevels { .. } => Err(Error::new(ErrorCode::Internal, "job levels: not built yet")),
+        Request::JobLevels { job } => services.owner.levels(job).await,
         Request::JobSeries { job } => {
             let reply = services.reader.series(job.clone()).await?;
             match &reply {

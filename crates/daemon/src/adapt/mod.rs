@@ -93,6 +93,21 @@ impl Adaptive {
     }
 }
 
+/// A job's model as the prober holds it: what its level table is built from.
+pub(crate) struct ModelView {
+    /// The knob the settings are on.
+    pub(crate) knob: Knob,
+    /// The settings the models choose among, ascending (W or MHz).
+    pub(crate) settings: Vec<f64>,
+    /// The setting the models hold the job at (its energy-saving setting, or a probe's).
+    pub(crate) held: f64,
+    /// The fitted model of the job's measurements; `None` until enough are measured, or when
+    /// they do not fit or are too noisy to trust.
+    pub(crate) model: Option<wattson_engine::DvfsModel>,
+    /// The chooser's tunables, as the models judge the job's bound.
+    pub(crate) chooser: wattson_engine::ChooserConfig,
+}
+
 /// The workload's tag: `--energy-tag`, else `user:jobname`; `None` when neither is known.
 fn tag_of(record: &JobRecord) -> Option<String> {
     record
@@ -313,6 +328,17 @@ impl Prober {
             self.jobs.insert(id, job);
         }
         changes
+    }
+
+    /// What the models know of job `id`, for the controller's power budget: `None` when they
+    /// do not decide it.
+    pub(crate) fn view(&self, id: u32) -> Option<ModelView> {
+        let job = self.jobs.get(&id)?;
+        let chooser = self.probe_config(job.knob).chooser;
+        // A model the chooser would not trust (it keeps the job at full speed) is no model.
+        let model =
+            wattson_engine::fit(job.knob, &job.samples()).ok().filter(|m| m.noise <= chooser.max_model_error);
+        Some(ModelView { knob: job.knob, settings: job.settings.clone(), held: job.held, model, chooser })
     }
 
     /// Holds job `id` at full speed for the controller: its measurement windows stop (they
