@@ -127,4 +127,6 @@ fn new_jobs_wait_for_room_under_the_power_budget_and_all_complete() {
     }
     let log = ctld_log(&lab);
     assert_eq!(log.matches("release: the job's start fits under the power budget").count(), 4, "{log}");
+    // The nodes gave each running job's level table (none refused or unreachable).
+    assert!(!log.contains("job's levels"), "{log}");
 }
