@@ -91,16 +91,11 @@ fn new_jobs_wait_for_room_under_the_power_budget_and_all_complete() {
         super::ctld::pump(&mut lab, &power);
         let infos: Vec<_> = jobs.iter().map(|&j| lab.job_info(j).unwrap()).collect();
         let running = infos.iter().filter(|j| j.state == "RUNNING").count();
-        let busy_w: f64 = NODES
-            .iter()
-            .zip(&daemons)
-            .map(|(_, d)| {
-                (0..2)
-                    .map(|g| f64::from(d.sim.gpu_state(g).unwrap().power_limit_mw) / 1000.0)
-                    .fold(0.0, f64::max)
-            })
-            .fold(0.0, f64::max);
         // Each running job's GPU at the largest limit any node's GPU has (its own or more).
+        let busy_w = daemons
+            .iter()
+            .flat_map(|d| (0..2).map(|g| f64::from(d.sim.gpu_state(g).unwrap().power_limit_mw) / 1000.0))
+            .fold(0.0, f64::max);
         let draw = NODES.len() as f64 * BASE_W + running as f64 * busy_w + (6 - running) as f64 * IDLE_W;
         assert!(draw <= BUDGET_W, "{running} jobs running: {draw} W over {BUDGET_W} W\n{}", ctld_log(&lab));
         most = most.max(running);
