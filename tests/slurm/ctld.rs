@@ -319,12 +319,12 @@ fn a_failed_resume_is_retried_into_service_or_left_down_with_a_wattson_reason() 
     let mut restarted = false;
     let started = Instant::now();
     let gave_up = loop {
-        // The retry of the node that never comes up (a node slow to answer on a loaded host
-        // may be retried first; that is not the retry this test restarts the controller on).
+        // The retry of the node that never comes up, once Slurm's reason records it (a node
+        // slow to answer on a loaded host may be retried first, and ctld logs a retry before it
+        // records it: a controller killed in between would rightly retry once more).
         let retried = |node: &String| {
-            ctld_log(&lab)
-                .lines()
-                .any(|l| l.contains("powering it up again") && l.contains(&format!("node={node}")))
+            let record = parse_record(lab.run_ok("scontrol", &["-o", "show", "node", node]).trim());
+            record.get("Reason").is_some_and(|r| r.starts_with("wattson: resume retry 1"))
         };
         if !restarted && dead.as_ref().is_some_and(retried) {
             let _ = ctld.kill();
