@@ -196,7 +196,8 @@ fn ctld_sleeps_idle_nodes_slurm_wakes_them_for_jobs_and_never_a_busy_one() {
     });
     let log = ctld_log(&lab);
     assert!(log.contains("power_down_asap") && log.contains("warm set"), "{log}");
-    // `wattson power status` shows each node off (as of ctld's next loop) and why.
+    // `wattson power status` shows each node off (as of ctld's next loop) and why, and the
+    // wait-cost bound (no job ran: nothing observed).
     let started = Instant::now();
     loop {
         let out = Command::new(&*WATTSON)
@@ -209,6 +210,8 @@ fn ctld_sleeps_idle_nodes_slurm_wakes_them_for_jobs_and_never_a_busy_one() {
         let lines: Vec<&str> =
             NODES.iter().filter_map(|n| status.lines().find(|l| l.starts_with(n))).collect();
         if lines.len() == NODES.len()
+            && status
+                .contains("wait cost: DVFS lengthened the queue's waits by 0.0% as observed (bound 5.0%)\n")
             && lines
                 .iter()
                 .all(|l| l.contains(" off ") && l.contains("power_down_asap: idle beyond the warm set"))

@@ -63,6 +63,12 @@ pub struct CtldConfig {
     #[serde(default = "default_raise_after_runs", deserialize_with = "raise_after_runs")]
     #[schemars(extend("x-allowed" = "0 to 100"))]
     pub raise_after_runs: f64,
+    /// The most wattson's DVFS may lengthen the queue's waits, as a share of the waits without
+    /// it, as the controller observes them (0.05: 5%); past it no job is slowed until the
+    /// share is back under a tenth of it, as the simulator's `[wattson] max_wait_cost`.
+    #[serde(default = "default_max_wait_cost", deserialize_with = "max_wait_cost")]
+    #[schemars(extend("x-allowed" = "0 to 100"))]
+    pub max_wait_cost: f64,
     /// The node power model (`[ctld.node]`, the simulator's `[node]`: one type, one set of
     /// defaults).
     #[serde(default, deserialize_with = "node_costs")]
@@ -118,6 +124,7 @@ impl Default for CtldConfig {
             warm_shortfall: default_warm_shortfall(),
             queue_order: default_queue_order(),
             raise_after_runs: default_raise_after_runs(),
+            max_wait_cost: default_max_wait_cost(),
             order_weight: default_order_weight(),
             node: NodeCosts::default(),
             gpu_idle_w: None,
@@ -237,6 +244,14 @@ fn order_weight<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
         Err(serde::de::Error::custom(format!("{n}: allowed 1 to 1000000000")))
     }
 }
+fn default_max_wait_cost() -> f64 {
+    wattson_engine::cluster::Tuning::default().max_wait_cost
+}
+
+fn max_wait_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    crate::number_in(d, 0.0, 100.0, "")
+}
+
 fn default_raise_after_runs() -> f64 {
     wattson_engine::cluster::Tuning::default().raise_after_runs
 }

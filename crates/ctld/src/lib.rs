@@ -105,7 +105,7 @@ impl Planner {
     ) -> (snapshot::View, cluster::Actions) {
         let c = &self.config.ctld;
         let policy = snapshot::policy(c);
-        let view = self.memory.view(now, policy.tuning.forecast_window_s, c.gpu_idle_w, nodes, jobs, learned);
+        let view = self.memory.view(now, &policy, c.gpu_idle_w, nodes, jobs, learned);
         let actions = cluster::decide(&policy, &view.snapshot(now, &self.config));
         (view, actions)
     }
@@ -207,6 +207,11 @@ impl Planner {
             }
         }
         self.ledger.observe(nodes, now, &snapshot::node_costs(c), snapshot::gpu_idle_w(c, nodes));
+        self.ledger.wait_cost = power_status::WaitCostStatus {
+            observed: view.wait_cost,
+            bound: c.max_wait_cost,
+            guarding: view.wait_guard,
+        };
         let why = |what: &str| {
             format!("{what} (warm target {}, idle {}, queued {})", plan.warm_target, plan.idle, plan.queued)
         };
@@ -338,7 +343,12 @@ impl Ctld {
         } else {
             Vec::new()
         };
-        let learned = if budget { self.learn(nodes, &jobs, &requests) } else { Default::default() };
+        // The running jobs' levels: what the budget counts and the wait-cost bound observes.
+        let learned = if budget || self.nodes.paces() {
+            self.learn(nodes, &jobs, &requests)
+        } else {
+            Default::default()
+        };
         let mut plan = self.planner.plan_with(nodes, &jobs, &requests, &learned, now);
         self.confirm_idle(&mut plan, now);
         if self.nodes.paces() {
@@ -354,8 +364,8 @@ impl Ctld {
         acted.map(|()| plan)
     }
 
-    /// What the power budget needs beyond Slurm's listings: the jobs job_submit held for it
-    /// and the running jobs' level tables from their nodes ([`budget`]).
+    /// What the controller learns beyond Slurm's listings: the jobs job_submit held for the
+    /// power budget ([`budget`]) and the running jobs' level tables from their nodes.
     fn learn(&self, nodes: &[Node], jobs: &[Job], requests: &[slurm::request::Request]) -> snapshot::Learned {
         let by_name: std::collections::BTreeMap<&str, &Node> =
             nodes.iter().map(|n| (n.name.as_str(), n)).collect();

@@ -45,6 +45,20 @@ pub struct Ledger {
     /// ([`crate::failover`]); a file written before roles were known reads as acting.
     #[serde(default)]
     pub role: crate::failover::Role,
+    /// The wait-cost bound as the controller last observed it (absent from an older file).
+    #[serde(default)]
+    pub wait_cost: WaitCostStatus,
+}
+
+/// What DVFS did to the queue's waits, as the controller observed it (`[ctld] max_wait_cost`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WaitCostStatus {
+    /// The observed share by which DVFS lengthened the waits.
+    pub observed: f64,
+    /// The bound (`[ctld] max_wait_cost`).
+    pub bound: f64,
+    /// Whether it passed the bound: no job is slowed.
+    pub guarding: bool,
 }
 
 fn power_word(node: &Node) -> &'static str {

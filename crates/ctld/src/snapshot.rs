@@ -9,7 +9,7 @@ use wattson_config::Config;
 use wattson_config::ctld::CtldConfig;
 use wattson_engine::cluster::{
     ClusterPolicy, GpuType, Held, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Queued, Running,
-    Snapshot, TunedPolicy, Tuning,
+    Snapshot, TunedPolicy, Tuning, wait_cost::WaitCost,
 };
 
 use crate::slurm::{Job, Node, Power};
@@ -25,6 +25,8 @@ pub struct Memory {
     idle_since: BTreeMap<String, (f64, Power)>,
     /// Jobs seen: (submission, GPUs), by id.
     arrivals: BTreeMap<u32, (f64, u32)>,
+    /// What the queue waited and DVFS added ([`WaitCost`]).
+    wait_cost: WaitCost,
 }
 
 /// The engine's view of the cluster, owned (a [`Snapshot`] borrows from it).
@@ -55,11 +57,27 @@ pub struct View {
     pub models: Vec<Vec<Level>>,
     /// Where each queued job may run and each running job runs (node indices).
     pub job_nodes: JobNodes,
+    /// By how much the controller observed DVFS to lengthen the queue's waits
+    /// ([`WaitCost::ratio`]).
+    pub wait_cost: f64,
+    /// Whether that passed `[ctld] max_wait_cost` and no job is slowed
+    /// ([`WaitCost::guarding`]).
+    pub wait_guard: bool,
 }
 
 impl View {
     /// The engine's snapshot of this view at `now` (Unix s), under `config`.
     pub fn snapshot<'a>(&'a self, now: f64, config: &'a Config) -> Snapshot<'a> {
+        self.snapshot_with(now, &config.prices, config.budget.power_w, node_costs(&config.ctld))
+    }
+
+    fn snapshot_with<'a>(
+        &'a self,
+        now: f64,
+        tariff: &'a wattson_types::prices::PriceSchedule,
+        budget_w: Option<f64>,
+        node: NodeCosts,
+    ) -> Snapshot<'a> {
         Snapshot {
             now,
             utc_offset_s: 0,
@@ -71,9 +89,10 @@ impl View {
             running: &self.running,
             arrivals: &self.arrivals,
             arrival_types: &[],
-            tariff: &config.prices,
-            budget_w: config.budget.power_w,
-            node: node_costs(&config.ctld),
+            tariff,
+            budget_w,
+            wait_guard: self.wait_guard,
+            node,
             job_nodes: &self.job_nodes,
         }
     }
@@ -90,6 +109,7 @@ pub fn policy(c: &CtldConfig) -> TunedPolicy {
             queue_order: c.queue_order,
             raise_after_runs: c.raise_after_runs,
             type_aware: c.place_by_type,
+            max_wait_cost: c.max_wait_cost,
             ..Tuning::default()
         },
     }
@@ -133,12 +153,13 @@ pub struct Learned {
 }
 
 impl Memory {
-    /// The view of `nodes` and `jobs` at `now` (Unix s), with what the controller `learned`
-    /// from job_submit's marks and the nodes; remembers what it needs.
+    /// The view of `nodes` and `jobs` at `now` (Unix s) for `policy` (its forecast window and
+    /// wait-cost bound), with what the controller `learned` from job_submit's marks and the
+    /// nodes; remembers what it needs.
     pub fn view(
         &mut self,
         now: f64,
-        window_s: f64,
+        policy: &TunedPolicy,
         gpu_idle_w: Option<f64>,
         nodes: &[Node],
         jobs: &[Job],
@@ -244,7 +265,16 @@ impl Memory {
                 view.running.push(Running { job: seen, elapsed_s: job.elapsed_s, progress, level });
             }
         }
-        self.arrivals.retain(|_, (at, _)| *at >= now - window_s);
+        // The waits since the last loop, as the simulator counts them between its decisions
+        // (they read only the view's nodes, level tables, queue and running jobs).
+        let prices = Default::default();
+        self.wait_cost.observe(
+            &view.snapshot_with(now, &prices, None, NodeCosts::default()),
+            policy.tuning.max_wait_cost,
+        );
+        view.wait_cost = self.wait_cost.ratio();
+        view.wait_guard = self.wait_cost.guarding;
+        self.arrivals.retain(|_, (at, _)| *at >= now - policy.tuning.forecast_window_s);
         let mut arrivals: Vec<(f64, u32)> = self.arrivals.values().copied().collect();
         arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));
         view.arrivals = arrivals;

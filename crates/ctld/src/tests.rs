@@ -196,14 +196,28 @@ fn the_gpu_types_slurm_names_reach_the_engine_with_their_idle_draw() {
                 NodeName=h CPUAlloc=0 Gres=gpu:h100:4 State=IDLE\n\
                 NodeName=a2 CPUAlloc=0 Gres=gpu:a100:4 State=IDLE\n";
     let nodes = parse_nodes(text).unwrap();
-    let view = snapshot::Memory::default().view(NOW, 3600.0, None, &nodes, &[], &Default::default());
+    let view = snapshot::Memory::default().view(
+        NOW,
+        &snapshot::policy(&Config::default().ctld),
+        None,
+        &nodes,
+        &[],
+        &Default::default(),
+    );
     let types: Vec<u16> = view.nodes.iter().map(|n| n.gpu_type).collect();
     assert_eq!(types, [0, 1, 0]);
     let idle: Vec<f64> = view.gpu_types.iter().map(|t| t.idle_w).collect();
     let prior = |name: &str| wattson_engine::prior(name).unwrap().idle_w;
     assert_eq!(idle, [prior("A100"), prior("H100")]);
     // [ctld] gpu_idle_w holds for every type.
-    let view = snapshot::Memory::default().view(NOW, 3600.0, Some(40.0), &nodes, &[], &Default::default());
+    let view = snapshot::Memory::default().view(
+        NOW,
+        &snapshot::policy(&Config::default().ctld),
+        Some(40.0),
+        &nodes,
+        &[],
+        &Default::default(),
+    );
     assert!(view.gpu_types.iter().all(|t| t.idle_w == 40.0));
 }
 
@@ -258,4 +272,52 @@ fn under_a_budget_running_jobs_go_down_a_level_before_a_held_job_is_released_and
     config.budget.power_w = Some(4000.0);
     let plan = Planner::new(config).plan_with(&nodes, &jobs, &requests, &learned, now);
     assert_eq!(plan.release, [(9, "wattson:policy=perf,released=budget".to_string())]);
+}
+
+#[test]
+fn past_the_wait_cost_bound_every_running_job_goes_to_full_speed_and_the_status_says_so() {
+    // n1's 4 GPUs run job 5 at its lower level (5% slower, bound 10%); after an hour job 9
+    // (4 GPUs) has waited 10 minutes for them: 171 s of job 5's lag is 171 s of its wait.
+    let nodes = parse_nodes(&node("n1", "ALLOCATED", 4, "")).unwrap();
+    let alone =
+        parse_jobs("5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|10:00|4:00:00|1|n1|lab||0\n").unwrap();
+    let queued = parse_jobs(
+        "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|1:10:00|4:00:00|1|n1|lab||0\n\
+         9|PENDING|Resources|1|gres:gpu:4|2026-11-23T11:00:00|0:00|1:00:00|0||lab||0\n",
+    )
+    .unwrap();
+    let level = |setting: f64, slowdown_hi: f64| wattson_engine::cluster::Level {
+        setting,
+        slowdown_hi,
+        energy_ratio: setting / 700.0,
+        power_w: setting,
+        cap_w: setting,
+    };
+    let mut learned = snapshot::Learned::default();
+    learned.levels.insert(
+        5,
+        snapshot::JobLevels { levels: vec![level(300.0, 0.05), level(700.0, 0.0)], level: 0, bound: 0.1 },
+    );
+    let t0 = alone[0].submit as f64 + 600.0;
+    let run = |bound: f64| {
+        let mut config = Config::default();
+        config.ctld.max_wait_cost = bound;
+        let mut planner = Planner::new(config);
+        planner.plan_with(&nodes, &alone, &[], &learned, t0);
+        let plan = planner.plan_with(&nodes, &queued, &[], &learned, t0 + 3600.0);
+        (plan.running[0].1, planner.ledger().wait_cost)
+    };
+    let (pace, status) = run(0.05);
+    assert_eq!(pace, Pace::Full);
+    let lag = 3600.0 * 0.05 / 1.05;
+    let expected = lag / (600.0 - lag);
+    assert!(
+        (status.observed - expected).abs() < 1e-9 && status.guarding && status.bound == 0.05,
+        "{status:?}"
+    );
+    // Under a looser bound job 5 keeps its pace: job 9 is not late yet (it waits for a
+    // running job only once it waited its own time limit).
+    let (pace, status) = run(1.0);
+    assert_eq!(pace, Pace::Saving);
+    assert!(!status.guarding && (status.observed - expected).abs() < 1e-9, "{status:?}");
 }

@@ -182,6 +182,11 @@ pub struct WattsonTuning {
     /// With `response-ratio`, the power of a job's GPU-seconds its wait is divided by.
     #[serde(default = "default_size_exponent")]
     pub size_exponent: f64,
+    /// The most wattson's DVFS may lengthen the queue's waits, as a share of the waits
+    /// without it, as the policy observes them; past it wattson raises at once and slows less
+    /// (`wattson_engine::cluster::wait_cost`; a large value: off).
+    #[serde(default = "default_max_wait_cost")]
+    pub max_wait_cost: f64,
     /// Measured bound, not a policy: the forecast sees the coming submissions instead of the
     /// past ones (a perfect arrival forecast).
     #[serde(default)]
@@ -194,6 +199,10 @@ pub struct WattsonTuning {
 
 fn yes() -> bool {
     true
+}
+
+fn default_max_wait_cost() -> f64 {
+    Tuning::default().max_wait_cost
 }
 
 fn default_dvfs_min_free() -> f64 {
@@ -251,6 +260,7 @@ impl WattsonTuning {
             "type_aware" => self.type_aware = flag(value),
             "type_max_cost" => self.type_max_cost = value,
             "size_exponent" => self.size_exponent = value,
+            "max_wait_cost" => self.max_wait_cost = value,
             "clairvoyant" => self.clairvoyant = flag(value),
             "learn" => self.learn = flag(value),
             _ => return Err(SimError::Input(format!("unknown [wattson] knob `{key}`"))),
@@ -289,6 +299,7 @@ impl Default for WattsonTuning {
             type_max_cost: default_type_max_cost(),
             queue_order: default_queue_order(),
             size_exponent: default_size_exponent(),
+            max_wait_cost: default_max_wait_cost(),
             clairvoyant: false,
             learn: true,
         }
@@ -361,6 +372,7 @@ impl ClusterConfig {
             queue_order: self.wattson.queue_order,
             size_exponent: self.wattson.size_exponent,
             slurm_order: self.slurm.order,
+            max_wait_cost: self.wattson.max_wait_cost,
         }
     }
 
@@ -424,6 +436,7 @@ impl ClusterConfig {
             ("wattson.congestion_raise", self.wattson.congestion_raise),
             ("wattson.raise_after_runs", self.wattson.raise_after_runs),
             ("wattson.size_exponent", self.wattson.size_exponent),
+            ("wattson.max_wait_cost", self.wattson.max_wait_cost),
         ];
         for (key, v) in nonneg {
             if !(v.is_finite() && v >= 0.0) {

@@ -46,6 +46,13 @@ pub fn run(config: &Config, command: PowerCommand) -> Result<(), String> {
             println!("as of {} (this controller's last loop acting)", time(ledger.updated));
         }
     }
+    let w = &ledger.wait_cost;
+    println!(
+        "wait cost: DVFS lengthened the queue's waits by {:.1}% as observed (bound {:.1}%){}",
+        100.0 * w.observed,
+        100.0 * w.bound,
+        if w.guarding { ": past it, no job is slowed" } else { "" }
+    );
     println!(
         "{:<16} {:<14} {:<20} {:>10} {:>6} {:>14}  LAST DECISION",
         "NODE", "POWER", "SINCE", "OFF", "CYCLES", "SAVED (est.)"

@@ -10,13 +10,15 @@
 //! [`levels`] each job's DVFS level (fixed per job, or wattson's queue-aware lifetime choice
 //! under the job's slowdown bound), [`order`] the order queued jobs start in (FIFO, or
 //! wattson's wait per unit of size), [`budget`] keeps wattson under the cluster power budget
-//! (DVFS and start gating).
+//! (DVFS and start gating), [`wait_cost`] tightens wattson while its DVFS lengthens the
+//! queue's waits past `max_wait_cost`.
 
 pub mod budget;
 pub mod levels;
 pub mod order;
 pub mod placement;
 pub mod power;
+pub mod wait_cost;
 
 use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr, VariantNames};
@@ -303,6 +305,9 @@ pub struct Tuning {
     /// The order the reference policies' Slurm keeps (FIFO, Slurm's default; another only as
     /// a what-if comparison).
     pub slurm_order: QueueOrder,
+    /// The most wattson's DVFS may lengthen the queue's waits, as a share of what they would
+    /// be without it ([`wait_cost`]); past it wattson raises at once and slows less.
+    pub max_wait_cost: f64,
 }
 
 impl Default for Tuning {
@@ -325,6 +330,7 @@ impl Default for Tuning {
             queue_order: QueueOrder::ResponseRatio,
             size_exponent: 0.5,
             slurm_order: QueueOrder::Fifo,
+            max_wait_cost: 0.05,
         }
     }
 }
@@ -357,6 +363,9 @@ pub struct Snapshot<'a> {
     pub tariff: &'a PriceSchedule,
     /// Cluster power budget (W), if any.
     pub budget_w: Option<f64>,
+    /// Whether the wait-cost guard is on: DVFS lengthened the queue's waits past
+    /// `max_wait_cost` ([`wait_cost::WaitCost::guarding`]).
+    pub wait_guard: bool,
     /// Node power model.
     pub node: NodeCosts,
     /// Where jobs may or do run, by job id, as indices into `nodes` (sorted): a queued job's
@@ -424,6 +433,7 @@ impl TunedPolicy {
 
 /// The cluster policy: actions for `s` under `p`. Pure and deterministic.
 pub fn decide(p: &TunedPolicy, s: &Snapshot) -> Actions {
+    let p = &wait_cost::guarded(p, s.wait_guard);
     let mut a = Actions::default();
     // Every later decision sees the queue in the order Slurm will try it.
     let ranked = order::rank(p, s.now, s.queued);

@@ -203,6 +203,7 @@ mod tests {
             arrival_types: &[],
             tariff: &tariff,
             budget_w: None,
+            wait_guard: false,
             node: NodeCosts::default(),
             job_nodes: &ANYWHERE,
         };

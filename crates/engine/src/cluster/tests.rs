@@ -55,6 +55,7 @@ fn snap<'a>(
         arrival_types: &[],
         tariff,
         budget_w: None,
+        wait_guard: false,
         node: costs(),
         job_nodes: &ANYWHERE,
     }
@@ -518,4 +519,58 @@ fn wattson_orders_the_queue_by_wait_per_unit_of_size_and_references_keep_fifo() 
     let what_if =
         TunedPolicy { tuning: Tuning { slurm_order: QueueOrder::ResponseRatio, ..slurm.tuning }, ..slurm };
     assert_eq!(decide(&what_if, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order, vec![2, 1, 3]);
+}
+
+#[test]
+fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bound_slows_none() {
+    use wait_cost::WaitCost;
+    let full = [node(NodePower::On, 0, f64::INFINITY), node(NodePower::On, 0, f64::INFINITY)];
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    // Job 1 at level 1 (8% pessimistic slowdown, bound 10%) ends first; job 2 runs at the top.
+    let slowed = Running { job: job(1, 0.10), elapsed_s: 5000.0, progress: 0.5, level: 1 };
+    let top = Running { job: job(2, 0.10), elapsed_s: 5000.0, progress: 0.1, level: 3 };
+    let lag = |s: f64| s * 0.08 / 1.08;
+    let mut w = WaitCost::default();
+    w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff), 0.05);
+    w.observe(&snap(1000.0, &full, &m, &[], &[slowed, top], &[], &tariff), 0.05);
+    // No queue: slowing costs no wait.
+    assert_eq!((w.delay_s, w.ratio(), w.guarding), (0.0, 0.0, false));
+    // An 8-GPU job queues: it waits for job 1 (ending first), 1100 s behind by now.
+    let q = [Queued { job: job(9, 0.0), eligible: 1000.0 }];
+    w.observe(&snap(1100.0, &full, &m, &q, &[slowed, top], &[], &tariff), 0.05);
+    assert!((w.delay_s - lag(1100.0)).abs() < 1e-9, "{w:?}");
+    // Still queued, it counts with its wait so far: 81.5 of its 100 s were added.
+    assert!((w.ratio() - lag(1100.0) / (100.0 - lag(1100.0))).abs() < 1e-9, "{}", w.ratio());
+    assert!(w.guarding);
+    // Past the bound wattson slows no job: every running job is raised.
+    let both = [slowed, top];
+    let guarded = Snapshot { wait_guard: true, ..snap(1100.0, &full, &m, &q, &both, &[], &tariff) };
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+    assert_eq!(decide(&p, &guarded).raised, vec![1, 2]);
+    assert!(decide(&p, &Snapshot { wait_guard: false, ..guarded }).raised.is_empty());
+    // It started (job 1 ended): charged, the queue's delay gone; the guard stays on until the
+    // share is under a tenth of the bound.
+    let started = Running { job: job(9, 0.10), elapsed_s: 50.0, progress: 0.05, level: 3 };
+    w.observe(&snap(1200.0, &full, &m, &[], &[top, started], &[], &tariff), 0.05);
+    assert!(w.waited_s == 100.0 && (w.added_s - lag(1100.0)).abs() < 1e-9, "{w:?}");
+    // An hour on with no queue, the share stays (both decay alike).
+    w.observe(&snap(4800.0, &full, &m, &[], &[top, started], &[], &tariff), 0.05);
+    let decay = 0.5f64.powf(3600.0 / wait_cost::HALF_LIFE_S);
+    assert!((w.waited_s - 100.0 * decay).abs() < 1e-9, "{w:?}");
+    assert!((w.ratio() - lag(1100.0) / (100.0 - lag(1100.0))).abs() < 1e-9);
+    assert_eq!(w.delay_s, 0.0);
+    assert!(w.guarding);
+
+    // A queue that a sleeping node's free GPUs hold waits for a boot, not for job 1.
+    let sleeping = [full[0], full[1], node(NodePower::Off, 8, 0.0)];
+    let mut w = WaitCost::default();
+    w.observe(&snap(0.0, &sleeping, &m, &[], &[slowed], &[], &tariff), 0.05);
+    w.observe(&snap(1100.0, &sleeping, &m, &q, &[slowed], &[], &tariff), 0.05);
+    w.observe(&snap(1300.0, &sleeping, &m, &[], &[slowed], &[], &tariff), 0.05);
+    assert!(w.waited_s > 0.0 && w.added_s == 0.0 && !w.guarding, "{w:?}");
+
+    // The references never change.
+    let r = TunedPolicy { kind: ClusterPolicy::PowersaveDvfs, tuning: Tuning::default() };
+    assert_eq!(wait_cost::guarded(&r, true), r);
 }

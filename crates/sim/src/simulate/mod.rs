@@ -11,7 +11,7 @@
 //! engine ([`cluster::placement::type_order`]) when it enters the queue, and its view, level
 //! table and times become that type's when the scheduler places it.
 
-use wattson_engine::cluster::{self, GpuType, JobView as EngineJob, Level, TunedPolicy};
+use wattson_engine::cluster::{self, GpuType, JobView as EngineJob, Level, TunedPolicy, wait_cost::WaitCost};
 
 use super::cluster::ClusterConfig;
 use super::events::{Event, Queue};
@@ -115,6 +115,8 @@ struct Sim<'a> {
     done: usize,
     gpu_types: Vec<GpuType>,
     bufs: Bufs,
+    /// What the queue waited and DVFS added, as the policy observes it, and when last seen.
+    wait_cost: WaitCost,
     /// Sees every snapshot the policy decides on and its actions.
     observe: &'a mut Observer<'a>,
 }
@@ -208,6 +210,7 @@ pub fn simulate_observed(
         arrivals: Vec::with_capacity(jobs.len()),
         arrival_types: Vec::new(),
         arr_lo: 0,
+        wait_cost: WaitCost::default(),
         future: if c.wattson.clairvoyant {
             jobs.iter().map(|j| (j.submit, j.gpus)).collect()
         } else {

@@ -91,9 +91,14 @@ impl Sim<'_> {
             arrival_types: arrival_types.get(arr).unwrap_or(&[]),
             tariff: &self.c.prices,
             budget_w: self.c.budget.map(|x| x.power_w),
+            wait_guard: false,
             node: self.c.node,
             job_nodes: &cluster::ANYWHERE,
         };
+        // The waits since the last decision, at this instant's rates (as the controller
+        // counts them between its loops).
+        self.wait_cost.observe(&snap, self.policy.tuning.max_wait_cost);
+        let snap = Snapshot { wait_guard: self.wait_cost.guarding, ..snap };
         let acts = cluster::decide(&self.policy, &snap);
         let runs = &self.runs;
         (self.observe)(&snap, &acts, &|j| runs[j as usize].shares.iter().map(|s| s.0).collect());

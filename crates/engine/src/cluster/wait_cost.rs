@@ -1,0 +1,143 @@
+//! The wait-cost bound (`max_wait_cost`): how much wattson's DVFS lengthens the queue's waits,
+//! as the policy observes it, and the tighter policy it falls back to while that passes the
+//! site's bound.
+//!
+//! A job running at slowdown `s` does `1 / (1 + s)` of a second's work each second: it falls
+//! behind by `s / (1 + s)` of each second ([`WaitCost::observe`] integrates that per running
+//! job, from the levels it sees). While jobs queue, the GPUs this lost work holds delay the
+//! whole queue: each lost GPU-second pushes every later start of the busy period back by one
+//! second over the cluster's GPUs. So the queue's delay (`delay_s`) starts, when a queue forms,
+//! at the running jobs' lost GPU-seconds over the GPUs, grows by what they lose while it lasts,
+//! and ends with the queue. A job that leaves the queue after waiting `w` was delayed by
+//! `min(w, delay_s)`. The ratio of that added wait to the wait without it, decayed with a
+//! half-life of [`HALF_LIFE_S`], is compared with the bound: above it the guard is on
+//! ([`guarded`]: no job is slowed) until the ratio is back under [`RELEASE`] times the bound
+//! (a band, so that the policy does not flip at every instant near the bound).
+
+use std::collections::BTreeMap;
+
+use super::{ClusterPolicy, Running, Snapshot, TunedPolicy};
+
+/// Half-life of the observations (s): a week, as long as slowed jobs take to show in the queue.
+pub const HALF_LIFE_S: f64 = 7.0 * 86400.0;
+
+/// The guard goes off once the observed ratio is under this share of the bound.
+pub const RELEASE: f64 = 0.1;
+
+/// What the queue waited and how much of it wattson's DVFS added, as the policy observed it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WaitCost {
+    /// Job-seconds of queueing wait of the jobs that left the queue, decayed.
+    pub waited_s: f64,
+    /// Of them, the job-seconds slowed jobs added, decayed.
+    pub added_s: f64,
+    /// How far slowed jobs have pushed the current queue's starts back (s); 0 with no queue.
+    pub delay_s: f64,
+    /// Whether the guard is on.
+    pub guarding: bool,
+    /// When last observed.
+    seen_at: Option<f64>,
+    /// Running jobs' lost work (s), by id.
+    lost: BTreeMap<u32, f64>,
+    /// Queued jobs' wait so far (s), by id.
+    waiting: BTreeMap<u32, f64>,
+}
+
+impl WaitCost {
+    /// Counts the time since the last observation at `s`'s levels and queue (what `s` shows
+    /// held since then), and turns the guard on past `bound` (`max_wait_cost`), off under
+    /// [`RELEASE`] times it.
+    pub fn observe(&mut self, s: &Snapshot, bound: f64) {
+        let dt = self.seen_at.map_or(0.0, |t| (s.now - t).max(0.0));
+        self.seen_at = Some(s.now);
+        let decay = 0.5f64.powf(dt / HALF_LIFE_S);
+        self.waited_s *= decay;
+        self.added_s *= decay;
+
+        // Jobs gone from the queue started (or left it): charge their wait. A job that
+        // started late by the queue's delay ends that much later too.
+        let queued: BTreeMap<u32, f64> =
+            s.queued.iter().map(|q| (q.job.id, (s.now - q.eligible).max(0.0))).collect();
+        for (&id, &w) in &self.waiting {
+            if !queued.contains_key(&id) {
+                let added = w.min(self.delay_s);
+                self.waited_s += w;
+                self.added_s += added;
+                self.lost.insert(id, added);
+            }
+        }
+
+        // Each running job falls behind at its level's slowdown (pessimistic, at most its
+        // bound) over the interval, or over its run if it started within it.
+        let mut lost = BTreeMap::new();
+        for r in s.running {
+            let level = s.models.get(r.job.model as usize).and_then(|l| l.get(usize::from(r.level)));
+            let slow = level.map_or(0.0, |l| l.slowdown_hi.min(r.job.bound));
+            let rate = if slow.is_finite() && slow > 0.0 { slow / (1.0 + slow) } else { 0.0 };
+            let before = self.lost.get(&r.job.id).copied().unwrap_or(0.0);
+            lost.insert(r.job.id, before + rate * dt.min(r.elapsed_s.max(0.0)));
+        }
+        self.lost = lost;
+
+        self.delay_s = match self.head_delay(s) {
+            // Every job behind the head is pushed back as far as the head.
+            Some(d) => self.delay_s.max(d),
+            None => 0.0,
+        };
+        self.waiting = queued;
+
+        let ratio = self.ratio();
+        if ratio > bound {
+            self.guarding = true;
+        } else if ratio < RELEASE * bound {
+            self.guarding = false;
+        }
+    }
+
+    /// How long the running jobs the queue's head waits for (those that end first at their
+    /// time limits, until enough GPUs are free on any node, powered or not) have fallen behind:
+    /// the latest of them. `None` when no job waits for a running one.
+    fn head_delay(&self, s: &Snapshot) -> Option<f64> {
+        let head = s.queued.first()?;
+        let mut free: u64 = s.nodes.iter().map(|n| u64::from(n.free_gpus)).sum();
+        if free >= u64::from(head.job.gpus) {
+            return None;
+        }
+        let mut ends: Vec<(f64, &Running)> =
+            s.running.iter().map(|r| ((1.0 - r.progress) * r.job.work_s, r)).collect();
+        ends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.job.id.cmp(&b.1.job.id)));
+        let mut delay: f64 = 0.0;
+        for (_, r) in ends {
+            delay = delay.max(self.lost.get(&r.job.id).copied().unwrap_or(0.0));
+            free += u64::from(r.job.gpus);
+            if free >= u64::from(head.job.gpus) {
+                break;
+            }
+        }
+        Some(delay)
+    }
+
+    /// The observed share by which DVFS lengthened the waits: `added / (waited − added)`.
+    /// The jobs still queued count with what they waited so far.
+    pub fn ratio(&self) -> f64 {
+        let waited = self.waited_s + self.waiting.values().sum::<f64>();
+        let added = self.added_s + self.waiting.values().map(|w| w.min(self.delay_s)).sum::<f64>();
+        let without = waited - added;
+        if without > 1e-9 { added / without } else { 0.0 }
+    }
+}
+
+/// `p` as it runs with the guard on or off (`on`, [`WaitCost::guarding`]): wattson with the
+/// guard on slows no job (every job the queue waits for is raised at once, to full speed);
+/// unchanged otherwise.
+pub fn guarded(p: &TunedPolicy, on: bool) -> TunedPolicy {
+    if p.kind != ClusterPolicy::Wattson || !on {
+        return *p;
+    }
+    let mut tight = *p;
+    tight.tuning.congestion_raise = 1.0;
+    tight.tuning.raise_after_runs = 0.0;
+    // No share of free GPUs is enough: DVFS is gated off.
+    tight.tuning.dvfs_min_free = f64::INFINITY;
+    tight
+}
