@@ -1,6 +1,7 @@
 //! Energy against wait for every policy's knobs: slurm-powersave's `SuspendTime`,
 //! powersave-dvfs's `SuspendTime` and a cap on the bound it slows jobs to (`max_bound`), and
-//! wattson's own knobs (`congestion_raise`, `raise_after_runs`, deferral on or off, DVFS off).
+//! wattson's own knobs (`max_wait_cost`, `congestion_raise`, `raise_after_runs`, deferral on or
+//! off, DVFS off).
 //! Each setting's energy, mean and p99 wait (from submission) are means over the seeds. Writes
 //! `OUT/frontier-TRACE-NODES.csv` and `.svg` per case and prints, for each point of the two
 //! reference curves, the wattson settings that use less energy with no more mean and p99 wait.
@@ -26,19 +27,22 @@ fn read(rel: &str) -> String {
 /// summed over the seeds until divided.
 type Point = (String, String, f64, f64, f64);
 
-/// wattson's swept settings, as overrides.
-const WATTSON: [&str; 11] = [
-    "congestion_raise=0 raise_after_runs=1",
-    "congestion_raise=0.5 raise_after_runs=1",
-    "congestion_raise=1 raise_after_runs=1",
-    "congestion_raise=0.5 raise_after_runs=0",
-    "congestion_raise=1 raise_after_runs=0",
-    "congestion_raise=0.5 raise_after_runs=4",
-    "congestion_raise=1 raise_after_runs=4",
-    "congestion_raise=0 raise_after_runs=0",
-    "dvfs_min_free=2 congestion_raise=1",
-    "dvfs_min_free=0.2 congestion_raise=1 raise_after_runs=0",
-    "dvfs_min_free=0.3 congestion_raise=1 raise_after_runs=0",
+/// wattson's swept settings, as overrides: the wait-cost bound, then the other knobs without it.
+const WATTSON: [&str; 14] = [
+    "max_wait_cost=0.05",
+    "max_wait_cost=0.1",
+    "max_wait_cost=0.2",
+    "max_wait_cost=100 congestion_raise=0 raise_after_runs=1",
+    "max_wait_cost=100 congestion_raise=0.5 raise_after_runs=1",
+    "max_wait_cost=100 congestion_raise=1 raise_after_runs=1",
+    "max_wait_cost=100 congestion_raise=0.5 raise_after_runs=0",
+    "max_wait_cost=100 congestion_raise=1 raise_after_runs=0",
+    "max_wait_cost=100 congestion_raise=0.5 raise_after_runs=4",
+    "max_wait_cost=100 congestion_raise=1 raise_after_runs=4",
+    "max_wait_cost=100 congestion_raise=0 raise_after_runs=0",
+    "max_wait_cost=100 dvfs_min_free=2 congestion_raise=1",
+    "max_wait_cost=100 dvfs_min_free=0.2 congestion_raise=1 raise_after_runs=0",
+    "max_wait_cost=100 dvfs_min_free=0.3 congestion_raise=1 raise_after_runs=0",
 ];
 
 /// Runs `policies` on `c` and adds each reported setting to `acc` under `label`.
