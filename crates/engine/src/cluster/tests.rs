@@ -562,6 +562,13 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
     assert_eq!(w.delay_s, 0.0);
     assert!(w.guarding);
 
+    // A wait the lag covers whole is all added: a large share, not none.
+    let mut w = WaitCost::default();
+    let late = [Queued { job: job(9, 0.0), eligible: 1050.0 }];
+    w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff), 0.05);
+    w.observe(&snap(1100.0, &full, &m, &late, &[slowed, top], &[], &tariff), 0.05);
+    assert!(w.ratio() == 50.0 && w.guarding, "{w:?}");
+
     // A queue that a sleeping node's free GPUs hold waits for a boot, not for job 1.
     let sleeping = [full[0], full[1], node(NodePower::Off, 8, 0.0)];
     let mut w = WaitCost::default();

@@ -4,11 +4,12 @@
 //!
 //! A job running at slowdown `s` does `1 / (1 + s)` of a second's work each second: it falls
 //! behind by `s / (1 + s)` of each second ([`WaitCost::observe`] integrates that per running
-//! job, from the levels it sees). While jobs queue, the GPUs this lost work holds delay the
-//! whole queue: each lost GPU-second pushes every later start of the busy period back by one
-//! second over the cluster's GPUs. So the queue's delay (`delay_s`) starts, when a queue forms,
-//! at the running jobs' lost GPU-seconds over the GPUs, grows by what they lose while it lasts,
-//! and ends with the queue. A job that leaves the queue after waiting `w` was delayed by
+//! job, from the levels it sees). While the queue's head waits for GPUs that running jobs hold
+//! (the free GPUs of every node, powered or not, would not hold it), it starts as late as the
+//! latest of the jobs it waits for (those that end first at their time limits) has fallen
+//! behind; every job behind it is pushed back as far, so the queue's delay (`delay_s`) is the
+//! largest such lag since the queue formed, and ends with it. A job that starts late by it ends
+//! that much later too. A job that leaves the queue after waiting `w` was delayed by
 //! `min(w, delay_s)`. The ratio of that added wait to the wait without it, decayed with a
 //! half-life of [`HALF_LIFE_S`], is compared with the bound: above it the guard is on
 //! ([`guarded`]: no job is slowed) until the ratio is back under [`RELEASE`] times the bound
@@ -117,13 +118,13 @@ impl WaitCost {
         Some(delay)
     }
 
-    /// The observed share by which DVFS lengthened the waits: `added / (waited − added)`.
-    /// The jobs still queued count with what they waited so far.
+    /// The observed share by which DVFS lengthened the waits: `added / (waited − added)`, the
+    /// wait without it taken as at least a job-second (all of a wait added is a large share,
+    /// not a division by zero). The jobs still queued count with what they waited so far.
     pub fn ratio(&self) -> f64 {
         let waited = self.waited_s + self.waiting.values().sum::<f64>();
         let added = self.added_s + self.waiting.values().map(|w| w.min(self.delay_s)).sum::<f64>();
-        let without = waited - added;
-        if without > 1e-9 { added / without } else { 0.0 }
+        added / (waited - added).max(1.0)
     }
 }
 
