@@ -11,11 +11,14 @@ use super::ctld::{ctld_log, lab, lab_with, powered_down, start_ctld, state, wait
 /// Before powering a node down ctld asks its wattsond, which refuses while a job holds its GPUs
 /// (here one Slurm does not know of): that node stays up, with the reason logged, until the
 /// job ends. Then a queue forming puts a running job's GPUs back to full speed within a loop,
-/// and the queue clearing gives the job back its energy-saving setting.
+/// and the queue clearing gives the job back its energy-saving setting. Under the wait-cost
+/// bound, the job the queue waited for stays at full speed once the queue clears: its slowdown
+/// lengthened the wait past the bound.
 #[test]
 fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs() {
-    // A queued job raises the jobs it waits for at once (not only after waiting its own run).
-    let (mut lab, power, daemons) = lab("raise_after_runs = 0");
+    // A queued job raises the jobs it waits for at once (not only after waiting its own run);
+    // no wait-cost bound until the last part.
+    let (mut lab, power, daemons) = lab("raise_after_runs = 0\nmax_wait_cost = 100");
     let metrics = lab.dir().join("ctld.prom");
     let toml = lab.dir().join("etc/wattson.toml");
     let text = std::fs::read_to_string(&toml).unwrap();
@@ -83,6 +86,38 @@ fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs()
             .all(|action| text.contains(&format!("wattson_ctld_decisions_total{{action=\"{action}\"}}")))
     };
     wait_for(&mut lab, &power, "every decision counted", Duration::from_secs(10), counted);
+
+    // The shipped bound (5%), a controller started afresh: the job falls behind at its share
+    // (bound 10%) while a job waits for its GPUs, so all of that short wait is its lag's.
+    let toml = lab.dir().join("etc/wattson.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, text.replace("max_wait_cost = 100", "max_wait_cost = 0.05")).unwrap();
+    let _ = ctld.kill();
+    let _ = ctld.wait();
+    ctld = start_ctld(&lab);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!((limit(0), limit(1)), (420_000, 420_000), "saving with no queue");
+    let waiting = lab.sbatch(&["--gres=gpu:1", "-w", "n1"], "true\n").unwrap();
+    wait_for(&mut lab, &power, "full speed while a job waits", Duration::from_secs(10), |_| {
+        limit(0) == 700_000 && limit(1) == 700_000
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    lab.run_ok("scancel", &[&waiting.to_string()]);
+    let status = || {
+        let out = std::process::Command::new(&*super::ctld::WATTSON)
+            .args(["power", "status", "-c"])
+            .arg(&toml)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let guarding = |_: &SlurmLab| status().contains("(bound 5.0%): past it, no job is slowed");
+    wait_for(&mut lab, &power, "the status past the bound", Duration::from_secs(10), guarding);
+    // The queue is gone, and the job stays at full speed.
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!((limit(0), limit(1)), (700_000, 700_000), "{}\n{}", status(), ctld_log(&lab));
+    }
     daemons[0].end(&id);
     let _ = ctld.kill();
     let _ = ctld.wait();
@@ -96,7 +131,8 @@ fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs()
 /// back its share.
 #[test]
 fn a_queued_job_raises_only_the_running_job_it_waits_for_and_a_dependent_one_none() {
-    let (mut lab, power, daemons) = lab("raise_after_runs = 0\nmanage_power = false");
+    // Pacing alone: no wait-cost bound.
+    let (mut lab, power, daemons) = lab("raise_after_runs = 0\nmanage_power = false\nmax_wait_cost = 100");
     let mut ctld = start_ctld(&lab);
     let limits = |d: usize| {
         let l = |g: u32| daemons[d].sim.gpu_state(g).unwrap().power_limit_mw;

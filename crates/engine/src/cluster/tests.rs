@@ -576,6 +576,15 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
     w.observe(&snap(1100.0, &sleeping, &m, &q, &[slowed], &[], &tariff), 0.05);
     w.observe(&snap(1300.0, &sleeping, &m, &[], &[slowed], &[], &tariff), 0.05);
     assert!(w.waited_s > 0.0 && w.added_s == 0.0 && !w.guarding, "{w:?}");
+    // Unless the job may not use that node (its partition holds the full nodes only).
+    let only: JobNodes = [(9, std::sync::Arc::from([0u32, 1])), (1, std::sync::Arc::from([0u32]))].into();
+    let mut w = WaitCost::default();
+    let one = [slowed];
+    for (t, queue) in [(0.0, &[][..]), (1100.0, &q[..]), (1300.0, &[][..])] {
+        let s = Snapshot { job_nodes: &only, ..snap(t, &sleeping, &m, queue, &one, &[], &tariff) };
+        w.observe(&s, 0.05);
+    }
+    assert!(w.waited_s == 100.0 && (w.added_s - lag(1100.0)).abs() < 1e-9 && w.guarding, "{w:?}");
 
     // The references never change.
     let r = TunedPolicy { kind: ClusterPolicy::PowersaveDvfs, tuning: Tuning::default() };

@@ -96,16 +96,26 @@ impl WaitCost {
     }
 
     /// How long the running jobs the queue's head waits for (those that end first at their
-    /// time limits, until enough GPUs are free on any node, powered or not) have fallen behind:
+    /// time limits, until enough GPUs are free on the nodes it may use, powered or not) have
+    /// fallen behind:
     /// the latest of them. `None` when no job waits for a running one.
     fn head_delay(&self, s: &Snapshot) -> Option<f64> {
         let head = s.queued.first()?;
-        let mut free: u64 = s.nodes.iter().map(|n| u64::from(n.free_gpus)).sum();
+        // Only the nodes the head may use count ([`Snapshot::job_nodes`]), and only the
+        // running jobs on them (a running job not listed frees GPUs it can use).
+        let usable = s.job_nodes.get(&head.job.id);
+        let on = |i: u32| usable.is_none_or(|u| u.binary_search(&i).is_ok());
+        let mut free: u64 =
+            (0u32..).zip(s.nodes).filter(|(i, _)| on(*i)).map(|(_, n)| u64::from(n.free_gpus)).sum();
         if free >= u64::from(head.job.gpus) {
             return None;
         }
-        let mut ends: Vec<(f64, &Running)> =
-            s.running.iter().map(|r| ((1.0 - r.progress) * r.job.work_s, r)).collect();
+        let mut ends: Vec<(f64, &Running)> = s
+            .running
+            .iter()
+            .filter(|r| s.job_nodes.get(&r.job.id).is_none_or(|held| held.iter().any(|&i| on(i))))
+            .map(|r| ((1.0 - r.progress) * r.job.work_s, r))
+            .collect();
         ends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.job.id.cmp(&b.1.job.id)));
         let mut delay: f64 = 0.0;
         for (_, r) in ends {
