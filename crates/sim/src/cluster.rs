@@ -183,7 +183,7 @@ pub struct WattsonTuning {
     #[serde(default = "default_size_exponent")]
     pub size_exponent: f64,
     /// The most wattson's DVFS may lengthen the queue's waits, as a share of the waits
-    /// without it, as the policy observes them; past it wattson raises at once and slows less
+    /// without it, as the policy observes them; past it wattson slows no job
     /// (`wattson_engine::cluster::wait_cost`; a large value: off).
     #[serde(default = "default_max_wait_cost")]
     pub max_wait_cost: f64,

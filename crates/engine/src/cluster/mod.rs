@@ -306,7 +306,7 @@ pub struct Tuning {
     /// a what-if comparison).
     pub slurm_order: QueueOrder,
     /// The most wattson's DVFS may lengthen the queue's waits, as a share of what they would
-    /// be without it ([`wait_cost`]); past it wattson raises at once and slows less.
+    /// be without it ([`wait_cost`]); past it wattson slows no job.
     pub max_wait_cost: f64,
 }
 
