@@ -94,6 +94,7 @@ impl View {
             wait_guard: self.wait_guard,
             node,
             job_nodes: &self.job_nodes,
+            sharing: None,
         }
     }
 }
@@ -240,6 +241,7 @@ impl Memory {
                 bounded: 0,
                 zeus: 0,
                 capped: 0,
+                share: None,
             };
             if let Some(&bound) = learned.held.get(&job.id).filter(|_| job.is_held()) {
                 let held = JobView { bound, ..view_of(job) };
@@ -262,7 +264,13 @@ impl Memory {
                     level = known.level.min(known.levels.len() as u16 - 1);
                     view.models.push(known.levels.clone());
                 }
-                view.running.push(Running { job: seen, elapsed_s: job.elapsed_s, progress, level });
+                view.running.push(Running {
+                    job: seen,
+                    elapsed_s: job.elapsed_s,
+                    progress,
+                    level,
+                    shared: false,
+                });
             }
         }
         // The waits since the last loop, as the simulator counts them between its decisions

@@ -72,6 +72,16 @@ impl Interference {
     }
 }
 
+/// What the cluster brain needs to decide co-location: the fitted model, and the classes
+/// whose measured slowdown broke a bound (paired no more).
+#[derive(Debug, Clone, Copy)]
+pub struct Sharing<'a> {
+    /// The interference model.
+    pub model: &'a Interference,
+    /// Classes not paired again.
+    pub broken: &'a BTreeSet<usize>,
+}
+
 /// A job that may share its GPU: its class in the model, and the most it may be slowed (its
 /// slowdown bound, e.g. 0.10 for 10%). Only jobs whose users opted in are candidates.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -88,12 +98,14 @@ pub struct Candidate {
 /// paired with the running job (each shared by at most one) with which the pair's predicted
 /// slowdowns are smallest in sum, both within their bounds; none with a class in `broken` (a
 /// class whose measured slowdown broke a bound is not paired again) or with a class the model
-/// has not measured. Returns (pending job, running job) pairs.
+/// has not measured, nor where `may(pending job, running job)` says no. Returns (pending job,
+/// running job) pairs.
 pub fn pair(
     model: &Interference,
     pending: &[Candidate],
     running: &[Candidate],
     broken: &BTreeSet<usize>,
+    may: impl Fn(u32, u32) -> bool,
 ) -> Vec<(u32, u32)> {
     let mut taken = vec![false; running.len()];
     let mut out = Vec::new();
@@ -101,7 +113,7 @@ pub fn pair(
         let best = running
             .iter()
             .enumerate()
-            .filter(|(k, r)| !taken[*k] && !broken.contains(&r.class))
+            .filter(|(k, r)| !taken[*k] && !broken.contains(&r.class) && may(q.job, r.job))
             .filter_map(|(k, r)| {
                 let q_slowed = model.predict(q.class, r.class)?;
                 let r_slowed = model.predict(r.class, q.class)?;
@@ -180,12 +192,12 @@ mod tests {
         let running = [job(1, 1, 0.05), job(2, 0, 0.05)];
         let pending = [job(10, 0, 0.05), job(11, 2, 0.5)];
         let none = BTreeSet::new();
-        assert_eq!(pair(&model, &pending, &running, &none), vec![(10, 2)]);
+        assert_eq!(pair(&model, &pending, &running, &none, |_, _| true), vec![(10, 2)]);
         // A GPU is shared by two jobs at most: the next class-0 job finds no partner.
         let more = [job(10, 0, 0.05), job(12, 0, 0.05)];
-        assert_eq!(pair(&model, &more, &running, &none), vec![(10, 2)]);
+        assert_eq!(pair(&model, &more, &running, &none, |_, _| true), vec![(10, 2)]);
         // A class that broke its bound is paired no more; an unmeasured class (3) never.
-        assert!(pair(&model, &pending, &running, &BTreeSet::from([0])).is_empty());
-        assert!(pair(&model, &[job(13, 3, 1.0)], &running, &none).is_empty());
+        assert!(pair(&model, &pending, &running, &BTreeSet::from([0]), |_, _| true).is_empty());
+        assert!(pair(&model, &[job(13, 3, 1.0)], &running, &none, |_, _| true).is_empty());
     }
 }

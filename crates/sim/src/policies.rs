@@ -133,6 +133,7 @@ impl SimJob {
             bounded: c.bounded as u16,
             zeus: c.zeus as u16,
             capped: c.capped as u16,
+            share: None,
         }
     }
 }

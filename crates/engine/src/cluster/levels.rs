@@ -243,6 +243,8 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
         let levels = &s.models[r.job.model as usize];
         let top = levels.len().saturating_sub(1) as u16;
         let want = match p.kind {
+            // A shared GPU runs at its defaults: one job's setting never applies to another's.
+            ClusterPolicy::Wattson if r.shared => top,
             ClusterPolicy::Wattson => {
                 let allowed = allowance(r);
                 if !gated && waited.binary_search(&r.job.id).is_err() {

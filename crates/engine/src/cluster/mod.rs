@@ -11,13 +11,15 @@
 //! under the job's slowdown bound), [`order`] the order queued jobs start in (FIFO, or
 //! wattson's wait per unit of size), [`budget`] keeps wattson under the cluster power budget
 //! (DVFS and start gating), [`wait_cost`] tightens wattson while its DVFS lengthens the
-//! queue's waits past `max_wait_cost`.
+//! queue's waits past `max_wait_cost`, [`share`] starts a queued job on a running job's GPU
+//! where both let their GPU be shared and the co-location model keeps both within bounds.
 
 pub mod budget;
 pub mod levels;
 pub mod order;
 pub mod placement;
 pub mod power;
+pub mod share;
 pub mod wait_cost;
 
 use serde::{Deserialize, Serialize};
@@ -25,6 +27,7 @@ use strum::{EnumString, IntoStaticStr, VariantNames};
 
 use wattson_types::prices::PriceSchedule;
 
+pub use crate::colocation::Sharing;
 pub use order::QueueOrder;
 
 /// A cluster policy: the references the simulator compares and wattson's own.
@@ -138,6 +141,9 @@ pub struct JobView {
     pub zeus: u16,
     /// The highest level at or under the cluster's uniform power cap (with a budget).
     pub capped: u16,
+    /// Its co-location class ([`crate::colocation`]) when its user let it share a GPU;
+    /// `None`: it never shares.
+    pub share: Option<u16>,
 }
 
 /// A queued job Slurm has not started (it is eligible now).
@@ -171,6 +177,8 @@ pub struct Running {
     pub progress: f64,
     /// Its current level.
     pub level: u16,
+    /// Whether another job shares its GPU (it then runs at the top level).
+    pub shared: bool,
 }
 
 /// Power model of one node (everything but the GPUs) and its transitions: the simulator's
@@ -373,6 +381,8 @@ pub struct Snapshot<'a> {
     /// nodes. A queued job not listed may run on any node; a running job not listed frees GPUs
     /// any queued job can use. Empty when every job may run anywhere (the simulator).
     pub job_nodes: &'a JobNodes,
+    /// The co-location model and the classes not paired again; `None`: no job shares a GPU.
+    pub sharing: Option<Sharing<'a>>,
 }
 
 /// Nodes of each job, by job id ([`Snapshot::job_nodes`]); jobs with the same usable nodes
@@ -404,6 +414,8 @@ pub struct Actions {
     pub wake_at: Option<f64>,
     /// The queued jobs' ids in the order Slurm should try them; empty: as they are.
     pub queue_order: Vec<u32>,
+    /// Queued jobs to start now on the GPU of a running job, `(queued, running)` ([`share`]).
+    pub share: Vec<(u32, u32)>,
 }
 
 /// The policy's settings for one run.
@@ -447,6 +459,7 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot) -> Actions {
         None => s,
     };
     release(p, s, &mut a);
+    share::decide(p, s, &mut a);
     power::decide(p, s, &mut a);
     levels::decide(p, s, &mut a);
     budget::enforce(p, s, &mut a);

@@ -91,6 +91,7 @@ pub fn ranked_types(
             bounded: super::levels::least_energy_within(&models[t], job.bound, 0.0),
             zeus: 0,
             capped: 0,
+            share: None,
         })
         .collect();
     type_order(p, &models, &views, base_share_w)
@@ -206,6 +207,7 @@ mod tests {
             wait_guard: false,
             node: NodeCosts::default(),
             job_nodes: &ANYWHERE,
+            sharing: None,
         };
         assert_eq!(type_to_start(&s, 7, 2, &[1, 0]), Some(0));
         assert_eq!(type_to_start(&s, 7, 6, &[1, 0]), Some(1));

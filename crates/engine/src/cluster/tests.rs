@@ -8,7 +8,7 @@ pub(crate) fn node(power: NodePower, free: u32, idle_since: f64) -> NodeView {
     NodeView { power, idle_since, gpu_type: 0, free_gpus: free, gpus: 8 }
 }
 
-fn costs() -> NodeCosts {
+pub(crate) fn costs() -> NodeCosts {
     NodeCosts {
         base_w: 400.0,
         off_w: 15.0,
@@ -19,7 +19,7 @@ fn costs() -> NodeCosts {
     }
 }
 
-fn levels() -> Vec<Vec<Level>> {
+pub(crate) fn levels() -> Vec<Vec<Level>> {
     vec![vec![
         Level { setting: 100.0, slowdown_hi: 0.30, energy_ratio: 0.80, power_w: 90.0, cap_w: 95.0 },
         Level { setting: 150.0, slowdown_hi: 0.08, energy_ratio: 0.85, power_w: 130.0, cap_w: 140.0 },
@@ -28,11 +28,11 @@ fn levels() -> Vec<Vec<Level>> {
     ]]
 }
 
-fn job(id: u32, bound: f64) -> JobView {
-    JobView { id, gpus: 8, bound, work_s: 1000.0, model: 0, bounded: 1, zeus: 0, capped: 2 }
+pub(crate) fn job(id: u32, bound: f64) -> JobView {
+    JobView { id, gpus: 8, bound, work_s: 1000.0, model: 0, bounded: 1, zeus: 0, capped: 2, share: None }
 }
 
-fn snap<'a>(
+pub(crate) fn snap<'a>(
     now: f64,
     nodes: &'a [NodeView],
     models: &'a [Vec<Level>],
@@ -58,6 +58,7 @@ fn snap<'a>(
         wait_guard: false,
         node: costs(),
         job_nodes: &ANYWHERE,
+        sharing: None,
     }
 }
 
@@ -113,7 +114,9 @@ fn queued_jobs_keep_nodes_warm_only_if_they_can_start_within_the_horizon() {
     let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     let q = [Queued { job: JobView { gpus: 48, ..job(9, 0.0) }, eligible: 0.0 }];
     let running = |progress: f64| -> Vec<Running> {
-        (0..4).map(|i| Running { job: job(i, 0.0), elapsed_s: 0.0, progress, level: 3 }).collect()
+        (0..4)
+            .map(|i| Running { job: job(i, 0.0), elapsed_s: 0.0, progress, level: 3, shared: false })
+            .collect()
     };
     let far = running(0.0);
     let a = decide(&p, &snap(10.0, &nodes, &m, &q, &far, &[], &tariff));
@@ -158,14 +161,14 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let nodes = [node(NodePower::On, 0, f64::INFINITY)];
     let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     // Fresh job, bound 10%: the least energy within 0.10 is level 1 (0.85).
-    let fresh = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 }];
+    let fresh = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3, shared: false }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &fresh, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 1)]);
     // A job queued just now is not late: the running job keeps saving. Once the queued job
     // has waited its own run (1000 s) it is: by default (congestion_raise = 0.5) the job it
     // waits for gives up half the bound (0.05 admits level 2 at 0.02); with
     // congestion_raise = 1, full speed.
-    let slow = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 1 }];
+    let slow = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 1, shared: false }];
     let fresh_queue = [Queued { job: job(9, 0.0), eligible: 0.0 }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &fresh_queue, &slow, &[], &tariff));
     assert_eq!(a.levels, Vec::new());
@@ -178,11 +181,11 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     assert_eq!(a.levels, vec![(7, 3)]);
     // Half the work done at full speed (500 s): the other half may take 600 s, slowdown
     // 0.2 < 0.30, so still level 1; at 0.1 of the work left in 100 s, level 0 (0.30) fits.
-    let half = [Running { job: job(7, 0.10), elapsed_s: 500.0, progress: 0.5, level: 3 }];
+    let half = [Running { job: job(7, 0.10), elapsed_s: 500.0, progress: 0.5, level: 3, shared: false }];
     assert!((allowance(&half[0]) - 0.2).abs() < 1e-9);
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &half, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 1)]);
-    let late = Running { job: job(7, 0.10), elapsed_s: 900.0, progress: 0.9, level: 3 };
+    let late = Running { job: job(7, 0.10), elapsed_s: 900.0, progress: 0.9, level: 3, shared: false };
     assert!((allowance(&late) - 1.0).abs() < 1e-9);
     // Level 0 fits, but counting the node's base draw (400 W / 8 = 50 W per GPU) its cost is
     // 0.80·(1 + 50/90) = 1.244 against level 1's 0.85·(1 + 50/130) = 1.177: level 1 stays.
@@ -194,7 +197,7 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let a = decide(&gpu_only, &snap(0.0, &nodes, &m, &[], &[late], &[], &tariff));
     assert_eq!(a.levels, vec![(7, 0)]);
     // A job already late has no allowance: top level.
-    let over = Running { job: job(7, 0.10), elapsed_s: 900.0, progress: 0.5, level: 1 };
+    let over = Running { job: job(7, 0.10), elapsed_s: 900.0, progress: 0.5, level: 1, shared: false };
     assert_eq!(allowance(&over), 0.0);
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &[over], &[], &tariff));
     assert_eq!(a.levels, vec![(7, 3)]);
@@ -205,7 +208,7 @@ fn references_hold_their_fixed_levels() {
     let m = levels();
     let tariff = PriceSchedule::default();
     let nodes = [node(NodePower::On, 0, f64::INFINITY)];
-    let r = [Running { job: job(3, 0.05), elapsed_s: 0.0, progress: 0.0, level: 3 }];
+    let r = [Running { job: job(3, 0.05), elapsed_s: 0.0, progress: 0.0, level: 3, shared: false }];
     for (kind, want) in [
         (ClusterPolicy::ZeusPerJob, vec![(3, 0)]),
         (ClusterPolicy::PowersaveDvfs, vec![(3, 1)]),
@@ -250,8 +253,8 @@ fn the_budget_sheds_power_within_bounds_and_gates_starts() {
     ];
     // Two running 8-GPU jobs at the top level (power bound 210 W, 153 W above idle per GPU).
     let r = [
-        Running { job: job(1, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3 },
-        Running { job: job(2, 0.0), elapsed_s: 0.0, progress: 0.0, level: 3 },
+        Running { job: job(1, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3, shared: false },
+        Running { job: job(2, 0.0), elapsed_s: 0.0, progress: 0.0, level: 3, shared: false },
     ];
     let held = [Held { job: job(5, 0.0), submit: 0.0, defer_window_s: 0.0 }];
     let mut s = snap(0.0, &nodes, &m, &[], &r, &[], &tariff);
@@ -391,6 +394,7 @@ fn only_the_jobs_the_queue_waits_for_are_raised() {
         elapsed_s: 1000.0 - left_s,
         progress: 1.0 - left_s / 1000.0,
         level: 1,
+        shared: false,
     };
     let r = [run(3, 900.0), run(1, 100.0), run(2, 500.0)];
     let p = TunedPolicy {
@@ -456,6 +460,7 @@ fn a_queued_job_raises_only_the_running_jobs_on_nodes_it_may_use() {
         elapsed_s: 1000.0 - left_s,
         progress: 1.0 - left_s / 1000.0,
         level: 1,
+        shared: false,
     };
     let r = [run(1, 100.0), run(2, 500.0), run(3, 900.0)];
     let q = [Queued { job: job(10, 0.0), eligible: -1000.0 }];
@@ -528,8 +533,8 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
     let m = levels();
     let tariff = PriceSchedule::default();
     // Job 1 at level 1 (8% pessimistic slowdown, bound 10%) ends first; job 2 runs at the top.
-    let slowed = Running { job: job(1, 0.10), elapsed_s: 5000.0, progress: 0.5, level: 1 };
-    let top = Running { job: job(2, 0.10), elapsed_s: 5000.0, progress: 0.1, level: 3 };
+    let slowed = Running { job: job(1, 0.10), elapsed_s: 5000.0, progress: 0.5, level: 1, shared: false };
+    let top = Running { job: job(2, 0.10), elapsed_s: 5000.0, progress: 0.1, level: 3, shared: false };
     let lag = |s: f64| s * 0.08 / 1.08;
     let mut w = WaitCost::default();
     w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff), 0.05);
@@ -551,7 +556,7 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
     assert!(decide(&p, &Snapshot { wait_guard: false, ..guarded }).raised.is_empty());
     // It started (job 1 ended): charged, the queue's delay gone; the guard stays on until the
     // share is under a tenth of the bound.
-    let started = Running { job: job(9, 0.10), elapsed_s: 50.0, progress: 0.05, level: 3 };
+    let started = Running { job: job(9, 0.10), elapsed_s: 50.0, progress: 0.05, level: 3, shared: false };
     w.observe(&snap(1200.0, &full, &m, &[], &[top, started], &[], &tariff), 0.05);
     assert!(w.waited_s == 100.0 && (w.added_s - lag(1100.0)).abs() < 1e-9, "{w:?}");
     // An hour on with no queue, the share stays (both decay alike).

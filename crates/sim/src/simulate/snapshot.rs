@@ -64,7 +64,13 @@ impl Sim<'_> {
             } else {
                 (0.0, 0.0)
             };
-            b.running.push(Running { job: self.views[ju], elapsed_s, progress, level: l.level });
+            b.running.push(Running {
+                job: self.views[ju],
+                elapsed_s,
+                progress,
+                level: l.level,
+                shared: false,
+            });
         }
         let window = self.policy.tuning.forecast_window_s;
         while self.arr_lo < self.arrivals.len() && self.arrivals[self.arr_lo].0 < t - window {
@@ -94,6 +100,7 @@ impl Sim<'_> {
             wait_guard: false,
             node: self.c.node,
             job_nodes: &cluster::ANYWHERE,
+            sharing: None,
         };
         // The waits since the last decision, at this instant's rates (as the controller
         // counts them between its loops).

@@ -1,0 +1,123 @@
+//! Co-location: which queued job starts now on the GPU of a running job. Only wattson shares,
+//! only 1-GPU jobs whose users let them share, and only a job that would otherwise wait (the
+//! GPUs free on powered-on nodes are taken by the jobs ahead of it in the queue): a job that can
+//! have a GPU of its own runs alone. Partners come from [`crate::colocation::pair`], within both
+//! jobs' bounds (the running job's bound is what its run so far left of it).
+
+use super::levels::allowance;
+use super::{Actions, ClusterPolicy, NodePower, Snapshot, TunedPolicy};
+use crate::colocation::{self, Candidate};
+
+/// Adds to `a.share` the queued jobs that start now on a running job's GPU.
+pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
+    let Some(sharing) = s.sharing else { return };
+    if p.kind != ClusterPolicy::Wattson {
+        return;
+    }
+    let running: Vec<Candidate> = s
+        .running
+        .iter()
+        .filter_map(|r| {
+            // A job whose nodes are still booting (it has not run) is no partner yet.
+            let class = r.job.share.filter(|_| r.job.gpus == 1 && !r.shared && r.elapsed_s > 0.0)?;
+            Some(Candidate { job: r.job.id, class: usize::from(class), bound: allowance(r) })
+        })
+        .collect();
+    if running.is_empty() {
+        return;
+    }
+    let mut free: u32 = s.nodes.iter().filter(|n| n.power == NodePower::On).map(|n| n.free_gpus).sum();
+    let mut pending = Vec::new();
+    for q in s.queued {
+        if q.job.gpus <= free {
+            free -= q.job.gpus;
+        } else if let Some(class) = q.job.share.filter(|_| q.job.gpus == 1) {
+            pending.push(Candidate { job: q.job.id, class: usize::from(class), bound: q.job.bound });
+        }
+    }
+    let may = |queued: u32, running: u32| may_join(s, queued, running);
+    a.share = colocation::pair(sharing.model, &pending, &running, sharing.broken, may);
+}
+
+/// Whether queued job `queued` may run on running job `running`'s node: it is among the nodes
+/// the queued job may use ([`Snapshot::job_nodes`]; unlisted: any).
+fn may_join(s: &Snapshot, queued: u32, running: u32) -> bool {
+    match (s.job_nodes.get(&queued), s.job_nodes.get(&running)) {
+        (Some(usable), Some(held)) => held.iter().any(|n| usable.binary_search(n).is_ok()),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::super::tests::{job, levels, node, snap};
+    use super::super::{JobView, Queued, Running, Sharing, Tuning, decide as brain};
+    use super::*;
+    use crate::colocation::{Interference, PairSlowdown};
+    use wattson_types::prices::PriceSchedule;
+
+    /// Class 0 barely slows anyone (1% each way with itself); class 1 slows a class-0
+    /// neighbour by 20%.
+    fn model() -> Interference {
+        let s = [0.05, 0.5];
+        let pr = [0.2, 4.0];
+        let pairs: Vec<PairSlowdown> = (0..2)
+            .flat_map(|a| (0..2).map(move |b| (a, b)))
+            .map(|(a, b)| PairSlowdown { victim: a, neighbour: b, slowdown: s[a] * pr[b] })
+            .collect();
+        Interference::fit(2, &pairs)
+    }
+
+    fn one(id: u32, class: Option<u16>) -> JobView {
+        JobView { gpus: 1, share: class, ..job(id, 0.10) }
+    }
+
+    #[test]
+    fn a_queued_job_that_would_wait_shares_the_gpu_of_a_running_job_within_both_bounds() {
+        let m = levels();
+        let tariff = PriceSchedule::default();
+        let model = model();
+        let none = BTreeSet::new();
+        let sharing = Some(Sharing { model: &model, broken: &none });
+        let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+        let full = [node(NodePower::On, 0, f64::INFINITY)];
+        let run = |id, class| Running {
+            job: one(id, class),
+            elapsed_s: 10.0,
+            progress: 0.01,
+            level: 3,
+            shared: false,
+        };
+        let running = [run(1, Some(1)), run(2, Some(0)), run(3, None)];
+        let queued =
+            [Queued { job: one(10, Some(0)), eligible: 0.0 }, Queued { job: one(11, None), eligible: 0.0 }];
+        let s = Snapshot { sharing, ..snap(100.0, &full, &m, &queued, &running, &[], &tariff) };
+        // Job 10 would be slowed 20% by job 1 (over its 10%); with job 2, 1% each way. Job 11
+        // did not opt in, nor did job 3.
+        assert_eq!(brain(&p, &s).share, vec![(10, 2)]);
+        // A free GPU on a powered node: job 10 runs alone.
+        let free = [node(NodePower::On, 1, f64::INFINITY)];
+        assert!(brain(&p, &Snapshot { nodes: &free, ..s }).share.is_empty());
+        // The GPU goes to job 11 ahead of it; job 10 still shares.
+        let ahead = [queued[1], queued[0]];
+        assert_eq!(brain(&p, &Snapshot { nodes: &free, queued: &ahead, ..s }).share, vec![(10, 2)]);
+        // A running job already sharing takes no third; a broken class pairs no more.
+        let shared = [run(1, Some(1)), Running { shared: true, ..run(2, Some(0)) }];
+        assert!(brain(&p, &Snapshot { running: &shared, ..s }).share.is_empty());
+        let broken = BTreeSet::from([0]);
+        let s_broken = Snapshot { sharing: Some(Sharing { model: &model, broken: &broken }), ..s };
+        assert!(brain(&p, &s_broken).share.is_empty());
+        // Without the model, or under a reference policy, nothing shares.
+        assert!(brain(&p, &Snapshot { sharing: None, ..s }).share.is_empty());
+        let slurm = TunedPolicy { kind: ClusterPolicy::SlurmPowersave, ..p };
+        assert!(brain(&slurm, &s).share.is_empty());
+        // A running job whose run so far used its bound has no room left for a neighbour.
+        let late = [Running { elapsed_s: 199.0, progress: 0.1, ..run(2, Some(0)) }];
+        assert!(brain(&p, &Snapshot { running: &late, ..s }).share.is_empty());
+        // A shared job runs at the top level, whatever its bound allows.
+        let slow = [Running { level: 1, ..shared[1] }];
+        assert_eq!(brain(&p, &Snapshot { running: &slow, queued: &[], ..s }).levels, vec![(2, 3)]);
+    }
+}
