@@ -72,14 +72,17 @@ impl Interference {
     }
 }
 
-/// What the cluster brain needs to decide co-location: the fitted model, and the classes
-/// whose measured slowdown broke a bound (paired no more).
+/// What the cluster brain needs to decide co-location: the fitted model, the classes whose
+/// measured slowdown broke a bound (paired no more), and the pairs of classes seen not to fit
+/// on one GPU together (their memory).
 #[derive(Debug, Clone, Copy)]
 pub struct Sharing<'a> {
     /// The interference model.
     pub model: &'a Interference,
     /// Classes not paired again.
     pub broken: &'a BTreeSet<usize>,
+    /// Class pairs, either way round, never put on one GPU again.
+    pub unfit: &'a BTreeSet<(usize, usize)>,
 }
 
 /// A job that may share its GPU: its class in the model, and the most it may be slowed (its
@@ -96,24 +99,26 @@ pub struct Candidate {
 
 /// Which pending job shares which running job's GPU: taking `pending` in queue order, each is
 /// paired with the running job (each shared by at most one) with which the pair's predicted
-/// slowdowns are smallest in sum, both within their bounds; none with a class in `broken` (a
-/// class whose measured slowdown broke a bound is not paired again) or with a class the model
-/// has not measured, nor where `may(pending job, running job)` says no. Returns (pending job,
-/// running job) pairs.
+/// slowdowns are smallest in sum, both within their bounds; none with a class in
+/// [`Sharing::broken`] or with a class the model has not measured, none of a pair in
+/// [`Sharing::unfit`], nor where `may(pending job, running job)` says no. Returns (pending
+/// job, running job) pairs.
 pub fn pair(
-    model: &Interference,
+    sharing: &Sharing,
     pending: &[Candidate],
     running: &[Candidate],
-    broken: &BTreeSet<usize>,
     may: impl Fn(u32, u32) -> bool,
 ) -> Vec<(u32, u32)> {
+    let (model, broken) = (sharing.model, sharing.broken);
+    let fits = |a: usize, b: usize| !sharing.unfit.contains(&(a, b)) && !sharing.unfit.contains(&(b, a));
     let mut taken = vec![false; running.len()];
     let mut out = Vec::new();
     for q in pending.iter().filter(|q| !broken.contains(&q.class)) {
         let best = running
             .iter()
             .enumerate()
-            .filter(|(k, r)| !taken[*k] && !broken.contains(&r.class) && may(q.job, r.job))
+            .filter(|(k, r)| !taken[*k] && !broken.contains(&r.class) && fits(q.class, r.class))
+            .filter(|(_, r)| may(q.job, r.job))
             .filter_map(|(k, r)| {
                 let q_slowed = model.predict(q.class, r.class)?;
                 let r_slowed = model.predict(r.class, q.class)?;
@@ -191,13 +196,20 @@ mod tests {
         // (class 0: 1% each way): it joins 2. Job 11 (class 2) would slow anyone too much.
         let running = [job(1, 1, 0.05), job(2, 0, 0.05)];
         let pending = [job(10, 0, 0.05), job(11, 2, 0.5)];
-        let none = BTreeSet::new();
-        assert_eq!(pair(&model, &pending, &running, &none, |_, _| true), vec![(10, 2)]);
+        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
+        let sharing = Sharing { model: &model, broken: &none, unfit: &no_pairs };
+        let any = |_, _| true;
+        assert_eq!(pair(&sharing, &pending, &running, any), vec![(10, 2)]);
         // A GPU is shared by two jobs at most: the next class-0 job finds no partner.
         let more = [job(10, 0, 0.05), job(12, 0, 0.05)];
-        assert_eq!(pair(&model, &more, &running, &none, |_, _| true), vec![(10, 2)]);
-        // A class that broke its bound is paired no more; an unmeasured class (3) never.
-        assert!(pair(&model, &pending, &running, &BTreeSet::from([0]), |_, _| true).is_empty());
-        assert!(pair(&model, &[job(13, 3, 1.0)], &running, &none, |_, _| true).is_empty());
+        assert_eq!(pair(&sharing, &more, &running, any), vec![(10, 2)]);
+        // A class that broke its bound is paired no more; an unmeasured class (3) never; nor a
+        // pair seen not to fit, nor where the caller says no.
+        let broken = BTreeSet::from([0]);
+        assert!(pair(&Sharing { broken: &broken, ..sharing }, &pending, &running, any).is_empty());
+        assert!(pair(&sharing, &[job(13, 3, 1.0)], &running, any).is_empty());
+        let unfit = BTreeSet::from([(0, 0)]);
+        assert!(pair(&Sharing { unfit: &unfit, ..sharing }, &pending, &running, any).is_empty());
+        assert!(pair(&sharing, &pending, &running, |q, r| (q, r) != (10, 2)).is_empty());
     }
 }

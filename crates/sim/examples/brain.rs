@@ -31,9 +31,12 @@ fn main() {
         .collect();
     let seeds: u64 = args.get(3).map_or(5, |s| s.parse().expect("seed count"));
     let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
-    let catalog =
+    let mut catalog =
         Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
             .unwrap();
+    let gavel = "../shared/data/colocation/gavel/simulation_throughputs.json";
+    catalog.colocation =
+        Some(wattson_sim::colocation::Colocation::from_gavel_json(&read(gavel), gavel).unwrap());
     let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
     let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
     for kv in args.iter().skip(4) {
@@ -118,6 +121,14 @@ fn main() {
             ];
             let failed: Vec<&str> = checks.iter().filter(|c| !c.1).map(|c| c.0).collect();
             all_ok &= failed.is_empty();
+            if w.shared_jobs > 0 {
+                println!(
+                    "seed {seed}: wattson shared GPUs for {} jobs ({:.1}% of jobs), {:.2}% of their GPU time",
+                    w.shared_jobs,
+                    100.0 * w.shared_jobs as f64 / w.jobs as f64,
+                    100.0 * w.shared_gpu_time
+                );
+            }
             println!(
                 "seed {seed}: {}",
                 if failed.is_empty() {

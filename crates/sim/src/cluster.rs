@@ -125,6 +125,14 @@ pub struct HintDistribution {
     pub defer_fraction: f64,
     /// `[min, max]` deferral window (s) of a deferrable job, drawn uniformly.
     pub defer_window_s: [f64; 2],
+    /// Fraction of 1-GPU jobs whose users let them share a GPU (`--energy-share=yes`); a job
+    /// asking a fraction of a GPU (`gpu_fraction` below 1) always does.
+    #[serde(default)]
+    pub share_fraction: f64,
+    /// The least slowdown bound (fraction) of a job that lets its GPU be shared: users who
+    /// opt in give a bound at least this large (0: their bounds are drawn as everyone's).
+    #[serde(default)]
+    pub share_bound: f64,
 }
 
 /// Tunables of the `wattson` policy (defaults: the engine's [`Tuning`]).
@@ -494,6 +502,12 @@ impl ClusterConfig {
         }
         if (sum - 1.0).abs() > 1e-6 {
             return Err(format!("hints.slowdown probabilities add up to {sum}, not 1"));
+        }
+        if !(0.0..=10.0).contains(&h.share_bound) {
+            return Err(format!("hints.share_bound = {}: allowed 0..=10", h.share_bound));
+        }
+        if !(0.0..=1.0).contains(&h.share_fraction) {
+            return Err(format!("hints.share_fraction = {}: allowed 0..=1", h.share_fraction));
         }
         if !(0.0..=1.0).contains(&h.defer_fraction) {
             return Err(format!("hints.defer_fraction = {}: allowed 0..=1", h.defer_fraction));

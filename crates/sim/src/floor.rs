@@ -109,6 +109,7 @@ pub fn floor(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> (Summary,
         over_budget_s: 0.0,
         deferred: 0,
         level_changes: 0,
+        shared: (0, 0.0),
         suspend_time_s: None,
     };
     (summary(ClusterPolicy::Floor, c, tt, x), series(ClusterPolicy::Floor, origin, &bins))
@@ -131,6 +132,7 @@ mod tests {
             killed: false,
             gpu_types: Vec::new(),
             gpu_fraction: 1.0,
+            share: None,
             workload: 0,
             bound,
             defer_window: 0.0,

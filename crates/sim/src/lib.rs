@@ -12,6 +12,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod colocation;
 pub mod events;
 pub mod floor;
 pub mod limits;

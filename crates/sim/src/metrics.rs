@@ -84,6 +84,10 @@ pub struct Summary {
     pub level_changes: u64,
     /// Jobs that started later than they could have for cheaper electricity.
     pub deferred_jobs: usize,
+    /// Jobs that shared a GPU with another job for some of their run.
+    pub shared_jobs: usize,
+    /// Share of the jobs' GPU time spent on a GPU shared with another job.
+    pub shared_gpu_time: f64,
     /// Energy / slurm-default's.
     pub energy_vs_default: Option<f64>,
     /// Mean JCT / slurm-default's.
@@ -253,6 +257,8 @@ pub(crate) struct Totals {
     pub(crate) deferred: usize,
     pub(crate) level_changes: u64,
     pub(crate) suspend_time_s: Option<f64>,
+    /// Jobs that shared a GPU, and their GPU-seconds shared.
+    pub(crate) shared: (usize, f64),
 }
 
 pub(crate) fn summary(policy: ClusterPolicy, c: &ClusterConfig, t: Times, x: Totals) -> Summary {
@@ -267,6 +273,7 @@ pub(crate) fn summary(policy: ClusterPolicy, c: &ClusterConfig, t: Times, x: Tot
         deferred,
         level_changes,
         suspend_time_s,
+        shared,
     } = x;
     Summary {
         policy: policy.name().to_string(),
@@ -300,6 +307,8 @@ pub(crate) fn summary(policy: ClusterPolicy, c: &ClusterConfig, t: Times, x: Tot
         bound_violations: t.violations,
         level_changes,
         deferred_jobs: deferred,
+        shared_jobs: shared.0,
+        shared_gpu_time: if t.gpu_s > 0.0 { shared.1 / t.gpu_s } else { 0.0 },
         energy_vs_default: None,
         jct_vs_default: None,
         energy_vs_floor: None,
@@ -322,6 +331,10 @@ pub fn summarize(r: &RunResult, jobs: &[SimJob], c: &ClusterConfig) -> (Summary,
         deferred: r.deferred,
         level_changes: r.jobs.iter().map(|j| u64::from(j.level_changes)).sum(),
         suspend_time_s: r.suspend_time_s,
+        shared: (
+            r.jobs.iter().filter(|j| !j.partners.is_empty()).count(),
+            r.jobs.iter().flat_map(|j| &j.partners).map(|p| p.2 - p.1).sum(),
+        ),
     };
     (summary(r.policy, c, t, x), series(r.policy, m.bin_origin, &m.bins))
 }
@@ -366,12 +379,12 @@ pub fn to_csv(r: &Report) -> String {
          jct_mean_s,jct_median_s,jct_p99_s,wait_mean_s,wait_median_s,wait_p99_s,queue_wait_mean_s,queue_wait_p99_s,makespan_s,gpu_util,\
          power_state_changes,peak_kw,over_budget_s,mean_slowdown,bound_violations,level_changes,deferred_jobs,\
          energy_vs_default,jct_vs_default,energy_vs_floor,capture,suspend_time_s,defer_mean_s,wait_large_mean_s,\
-         killed_jobs,knowledge\n",
+         killed_jobs,knowledge,shared_jobs,shared_gpu_time\n",
     );
     for s in &r.summaries {
         let _ = writeln!(
             out,
-            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{}",
+            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{},{},{:.4}",
             s.policy,
             s.jobs,
             s.energy_kwh,
@@ -408,6 +421,8 @@ pub fn to_csv(r: &Report) -> String {
             s.wait_large_mean_s,
             s.killed_jobs,
             r.knowledge,
+            s.shared_jobs,
+            s.shared_gpu_time,
         );
     }
     out

@@ -1,7 +1,8 @@
 //! `key=value` overrides of a cluster file for experiments (the examples' arguments): a
 //! `[wattson]` knob, `order` (every policy's queue order), `slurm_order` (the references'
 //! only), `budget_w`, `perfect` (1: the perfect-knowledge what-if), `max_factor` (`[limits]`)
-//! or `max_bound` (every job's slowdown bound capped at this value).
+//! `max_bound` (every job's slowdown bound capped at this value) `share_fraction` or `share_bound`
+//! (`[hints]`).
 
 use super::SimError;
 use super::cluster::{Budget, ClusterConfig};
@@ -21,6 +22,20 @@ pub fn apply(c: &mut ClusterConfig, kv: &str) -> Result<(), SimError> {
         }
         "perfect" => c.limits.perfect = num()? != 0.0,
         "max_factor" => c.limits.max_factor = num()?,
+        "share_fraction" => {
+            let f = num()?;
+            if !(0.0..=1.0).contains(&f) {
+                return Err(bad("a fraction from 0 to 1"));
+            }
+            c.hints.share_fraction = f;
+        }
+        "share_bound" => {
+            let b = num()?;
+            if !(0.0..=10.0).contains(&b) {
+                return Err(bad("a slowdown bound from 0 to 10"));
+            }
+            c.hints.share_bound = b;
+        }
         "max_bound" => {
             let cap = num()?;
             for p in &mut c.hints.slowdown {

@@ -79,6 +79,9 @@ pub struct SimJob {
     pub gpu_fraction: f64,
     /// Index into the catalog (the same setting on every GPU type).
     pub workload: usize,
+    /// Its co-location class when its user lets it share a GPU and the model knows its
+    /// workload (1-GPU jobs only); `None`: it never shares.
+    pub share: Option<u16>,
     /// Slowdown bound the user gave (fraction).
     pub bound: f64,
     /// How long the job may wait for cheaper electricity (s); 0: not deferrable.
@@ -133,7 +136,7 @@ impl SimJob {
             bounded: c.bounded as u16,
             zeus: c.zeus as u16,
             capped: c.capped as u16,
-            share: None,
+            share: self.share,
         }
     }
 }
@@ -175,6 +178,13 @@ pub fn draw_hints(n: usize, d: &HintDistribution, seed: u64) -> Vec<(f64, f64)> 
         .collect()
 }
 
+/// Draws whether each job's user lets it share a GPU (probability `fraction`), in trace order,
+/// from its own stream so that the other hints do not change with it.
+fn draw_opt_in(n: usize, fraction: f64, seed: u64) -> Vec<bool> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5348_4152_4547_5055);
+    (0..n).map(|_| unit(&mut rng) < fraction).collect()
+}
+
 /// Maps jobs to workloads, draws hints and decides each job's limit for every policy.
 /// Models are fitted once per workload and decisions cached per (workload, bound).
 pub fn prepare(
@@ -195,8 +205,11 @@ pub fn prepare(
     let gpus_of = |ty: usize| u64::from(cluster.groups[ty].nodes) * u64::from(cluster.gpus_per_node);
     let cap = (0..cluster.groups.len()).map(gpus_of).max().unwrap_or(0);
     let mut out = Vec::with_capacity(trace.len());
-    for ((t, (bound, window)), limit) in trace.iter().zip(hints).zip(limits) {
+    let opt_in = draw_opt_in(trace.len(), cluster.hints.share_fraction, seed);
+    for (((t, (bound, window)), limit), shares) in trace.iter().zip(hints).zip(limits).zip(opt_in) {
         let gpu_types = accepted_types(t, cluster)?;
+        let shares = t.gpus == 1 && (shares || t.gpu_fraction < 1.0);
+        let bound = if shares { bound.max(cluster.hints.share_bound) } else { bound };
         if u64::from(t.gpus) > cap {
             let of =
                 if cluster.groups.len() > 1 { "the largest group of one GPU type" } else { "the cluster" };
@@ -246,6 +259,11 @@ pub fn prepare(
             gpu_types,
             gpu_fraction: t.gpu_fraction,
             workload: wi,
+            share: catalog
+                .colocation
+                .as_ref()
+                .filter(|_| shares)
+                .and_then(|c| c.class_of(catalog.get(0, wi))),
             bound,
             defer_window: window,
             choices,
@@ -314,6 +332,8 @@ mod tests {
             slowdown: vec![[0.0, 0.25], [0.1, 0.75]],
             defer_fraction: 0.2,
             defer_window_s: [100.0, 200.0],
+            share_fraction: 0.0,
+            share_bound: 0.0,
         };
         let a = draw_hints(20_000, &d, 7);
         assert_eq!(a, draw_hints(20_000, &d, 7));

@@ -208,6 +208,12 @@ impl Meter {
         });
     }
 
+    /// Adds `dw` (W) to node `n`'s GPU draw from `t` on, its count of running GPUs unchanged:
+    /// a job on a GPU another job holds.
+    pub fn adjust(&mut self, n: usize, t: f64, dw: f64) {
+        self.change(n, t, |m| m.busy_w[n] += dw);
+    }
+
     /// Moves node `n` to `state` at `t`; counts power-downs and boots.
     pub fn set_state(&mut self, n: usize, t: f64, state: NodeState) {
         if self.state[n] == state {

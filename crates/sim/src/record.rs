@@ -28,6 +28,8 @@ pub struct JobRun {
     pub shares: Vec<Share>,
     /// Level changes while it ran.
     pub level_changes: u32,
+    /// The jobs that shared its GPU: (job, from, to) (s).
+    pub partners: Vec<(u32, f64, f64)>,
 }
 
 /// One policy's simulated run.

@@ -165,6 +165,8 @@ type Groups = BTreeMap<GroupKey, Curve>;
 pub struct Catalog {
     /// Per GPU type (the cluster's group order), its workloads in a fixed order.
     pub types: Vec<Vec<Workload>>,
+    /// How workloads slow each other on a shared GPU; `None`: no job shares.
+    pub colocation: Option<super::colocation::Colocation>,
 }
 
 impl Catalog {
@@ -210,7 +212,7 @@ impl Catalog {
                 if names.len() > 1 { " in every file" } else { "" }
             )));
         }
-        Ok(Catalog { types })
+        Ok(Catalog { types, colocation: None })
     }
 
     /// Workloads per type.

@@ -15,6 +15,7 @@ use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, Outcome, TraceFormat};
 
 mod budget;
 mod limits;
+mod share;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -61,7 +62,7 @@ fn check_conservation(c: &ClusterConfig, o: &Outcome) {
         let mut busy = 0.0;
         // Busy GPU-seconds per node.
         let mut busy_gpu_s = vec![0.0; idle_w.len()];
-        for (j, x) in o.jobs.iter().zip(&r.jobs) {
+        for (k, (j, x)) in o.jobs.iter().zip(&r.jobs).enumerate() {
             assert!(x.start.is_finite() && x.end.is_finite(), "{name}: job {} never ran", j.id);
             assert!(
                 x.eligible >= j.submit - 1e-9 && x.alloc >= x.eligible - 1e-9 && x.start >= x.alloc - 1e-9,
@@ -73,6 +74,18 @@ fn check_conservation(c: &ClusterConfig, o: &Outcome) {
             busy += f64::from(j.gpus) * x.gpu_w * (x.end - x.start);
             for &(n, m) in &x.shares {
                 busy_gpu_s[n as usize] += f64::from(m.count_ones()) * (x.end - x.start);
+            }
+            // A GPU two jobs shared was busy once: each pair's stretch is taken off once.
+            let node = x.shares[0].0 as usize;
+            for &(other, from, to) in &x.partners {
+                assert!(
+                    to >= from && from >= x.start - 1e-9 && to <= x.end + 1e-9,
+                    "{name}: job {} shared outside its run",
+                    j.id
+                );
+                if other as usize > k {
+                    busy_gpu_s[node] -= to - from;
+                }
             }
         }
         let (mut on_s, mut off_s, mut down_s, mut boot_s) = (0.0, 0.0, 0.0, 0.0);
@@ -115,24 +128,38 @@ fn check_conservation(c: &ClusterConfig, o: &Outcome) {
     }
 }
 
-/// No GPU in two jobs at once, and jobs run only on powered-on nodes: an interval sweep.
+/// A job's hold on one GPU: (allocated, ended, job index).
+type Held = (f64, f64, usize);
+
+/// No GPU in two jobs at once but recorded partners, and jobs run only on powered-on nodes:
+/// an interval sweep.
 fn check_no_double_booking(c: &ClusterConfig, o: &Outcome) {
     for r in &o.runs {
         let name = r.policy.name();
-        let mut per_gpu: BTreeMap<(u32, u32), Vec<(f64, f64)>> = BTreeMap::new();
-        for x in &r.jobs {
+        let mut per_gpu: BTreeMap<(u32, u32), Vec<Held>> = BTreeMap::new();
+        for (k, x) in r.jobs.iter().enumerate() {
             for &(n, mask) in &x.shares {
                 for g in 0..c.gpus_per_node {
                     if mask & (1u64 << g) != 0 {
-                        per_gpu.entry((n, g)).or_default().push((x.alloc, x.end));
+                        per_gpu.entry((n, g)).or_default().push((x.alloc, x.end, k));
                     }
                 }
             }
         }
+        // Two jobs overlap on a GPU only as partners over exactly that stretch.
+        let partners = |a: usize, b: usize, from: f64, to: f64| {
+            r.jobs[a].partners.iter().any(|p| p.0 as usize == b && p.1 <= from + 1e-9 && to <= p.2 + 1e-9)
+        };
         for (gpu, mut v) in per_gpu {
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
-            for w in v.windows(2) {
-                assert!(w[1].0 >= w[0].1 - 1e-9, "{name}: GPU {gpu:?} double-booked at {}", w[1].0);
+            for (i, a) in v.iter().enumerate() {
+                for b in v[i + 1..].iter().take_while(|b| b.0 < a.1 - 1e-9) {
+                    assert!(
+                        partners(a.2, b.2, b.0, a.1.min(b.1)),
+                        "{name}: GPU {gpu:?} double-booked at {}",
+                        b.0
+                    );
+                }
             }
         }
         let mut on: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();

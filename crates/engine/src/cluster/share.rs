@@ -36,7 +36,7 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
         }
     }
     let may = |queued: u32, running: u32| may_join(s, queued, running);
-    a.share = colocation::pair(sharing.model, &pending, &running, sharing.broken, may);
+    a.share = colocation::pair(&sharing, &pending, &running, may);
 }
 
 /// Whether queued job `queued` may run on running job `running`'s node: it is among the nodes
@@ -79,8 +79,8 @@ mod tests {
         let m = levels();
         let tariff = PriceSchedule::default();
         let model = model();
-        let none = BTreeSet::new();
-        let sharing = Some(Sharing { model: &model, broken: &none });
+        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
+        let sharing = Some(Sharing { model: &model, broken: &none, unfit: &no_pairs });
         let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
         let full = [node(NodePower::On, 0, f64::INFINITY)];
         let run = |id, class| Running {
@@ -107,7 +107,8 @@ mod tests {
         let shared = [run(1, Some(1)), Running { shared: true, ..run(2, Some(0)) }];
         assert!(brain(&p, &Snapshot { running: &shared, ..s }).share.is_empty());
         let broken = BTreeSet::from([0]);
-        let s_broken = Snapshot { sharing: Some(Sharing { model: &model, broken: &broken }), ..s };
+        let s_broken =
+            Snapshot { sharing: Some(Sharing { model: &model, broken: &broken, unfit: &no_pairs }), ..s };
         assert!(brain(&p, &s_broken).share.is_empty());
         // Without the model, or under a reference policy, nothing shares.
         assert!(brain(&p, &Snapshot { sharing: None, ..s }).share.is_empty());

@@ -11,6 +11,8 @@
 //! engine ([`cluster::placement::type_order`]) when it enters the queue, and its view, level
 //! table and times become that type's when the scheduler places it.
 
+use std::collections::BTreeSet;
+
 use wattson_engine::cluster::{self, GpuType, JobView as EngineJob, Level, TunedPolicy, wait_cost::WaitCost};
 
 use super::cluster::ClusterConfig;
@@ -22,6 +24,7 @@ use super::workloads::Catalog;
 
 pub use super::record::{JobRun, RunResult};
 
+mod share;
 mod snapshot;
 
 use snapshot::Bufs;
@@ -32,6 +35,7 @@ struct View<'a> {
     policy: TunedPolicy,
     orders: &'a [Vec<u16>],
     runs: &'a [JobRun],
+    live: &'a [Live],
 }
 
 impl JobView for View<'_> {
@@ -49,6 +53,11 @@ impl JobView for View<'_> {
         &self.orders[j as usize]
     }
     fn shares(&self, j: u32) -> &[Share] {
+        // Of two jobs on one GPU, the one Slurm expects to end last frees it.
+        let l = &self.live[j as usize];
+        if l.partner != NO_PARTNER && (self.live[l.partner as usize].exp_end, l.partner) > (l.exp_end, j) {
+            return &[];
+        }
         &self.runs[j as usize].shares
     }
 }
@@ -70,7 +79,14 @@ struct Live {
     ready: f64,
     epoch: u32,
     released: f64,
+    /// The job sharing its GPU ([`NO_PARTNER`]: none).
+    partner: u32,
+    /// Its time ratio from sharing (1: alone).
+    slow: f64,
 }
+
+/// [`Live::partner`] of a job alone on its GPUs.
+const NO_PARTNER: u32 = u32::MAX;
 
 struct Sim<'a> {
     c: &'a ClusterConfig,
@@ -117,6 +133,10 @@ struct Sim<'a> {
     bufs: Bufs,
     /// What the queue waited and DVFS added, as the policy observes it, and when last seen.
     wait_cost: WaitCost,
+    /// Co-location classes whose measured slowdown broke a job's bound.
+    broken: BTreeSet<usize>,
+    /// Class pairs that were found not to fit on one GPU.
+    unfit: BTreeSet<(usize, usize)>,
     /// Sees every snapshot the policy decides on and its actions.
     observe: &'a mut Observer<'a>,
 }
@@ -168,6 +188,7 @@ pub fn simulate_observed(
             slowdown: w.time_ratio(i) - 1.0,
             shares: Vec::new(),
             level_changes: 0,
+            partners: Vec::new(),
         });
         live.push(Live {
             level,
@@ -179,6 +200,8 @@ pub fn simulate_observed(
             ready: f64::NAN,
             epoch: 0,
             released: f64::NAN,
+            partner: NO_PARTNER,
+            slow: 1.0,
         });
     }
     let mut s = Sim {
@@ -211,6 +234,8 @@ pub fn simulate_observed(
         arrival_types: Vec::new(),
         arr_lo: 0,
         wait_cost: WaitCost::default(),
+        broken: BTreeSet::new(),
+        unfit: BTreeSet::new(),
         future: if c.wattson.clairvoyant {
             jobs.iter().map(|j| (j.submit, j.gpus)).collect()
         } else {
@@ -325,9 +350,9 @@ impl Sim<'_> {
 
     /// Charges job `j`'s current stretch up to `t` (work done, energy, limit·time).
     fn settle(&mut self, t: f64, j: usize) {
-        let full = self.full_time(j, self.live[j].level);
+        let full = self.pace(j);
         let i = usize::from(self.live[j].level);
-        let (p, lim) = (self.workload(j).power[i], self.workload(j).limits[i]);
+        let (p, lim) = (self.draw(j), self.workload(j).limits[i]);
         let dt = t - self.live[j].seg;
         if dt > 0.0 {
             self.learn(self.views[j].model as usize, i);
@@ -367,24 +392,17 @@ impl Sim<'_> {
     fn set_level(&mut self, t: f64, j: u32, level: u16) {
         let ju = j as usize;
         let old = self.live[ju].level;
-        if old == level || self.run_pos[ju] == usize::MAX {
+        // A shared GPU runs at its defaults (the top level, set when the pair formed).
+        if old == level || self.run_pos[ju] == usize::MAX || self.live[ju].partner != NO_PARTNER {
             return;
         }
         if self.runs[ju].start.is_finite() {
             self.settle(t, ju);
-            let (wo, wn) =
-                (self.workload(ju).power[usize::from(old)], self.workload(ju).power[usize::from(level)]);
-            for k in 0..self.runs[ju].shares.len() {
-                let (n, m) = self.runs[ju].shares[k];
-                let g = i64::from(m.count_ones());
-                self.meter.run(n as usize, t, -g, wo);
-                self.meter.run(n as usize, t, g, wn);
-            }
+            let was = self.draw(ju);
             self.live[ju].level = level;
+            self.redraw(t, ju, was);
             self.runs[ju].level_changes += 1;
-            let left = (1.0 - self.live[ju].done).max(0.0) * self.full_time(ju, level);
-            self.live[ju].epoch += 1;
-            self.q.push(t + left, Event::Finish(j, self.live[ju].epoch));
+            self.reschedule(t, ju);
             let ratio = self.workload(ju).time_ratio(usize::from(level));
             self.set_expected_end(j, t + self.limit_left(ju) * ratio);
         } else {
@@ -408,12 +426,12 @@ impl Sim<'_> {
     fn begin(&mut self, t: f64, j: u32) {
         let ju = j as usize;
         let level = self.live[ju].level;
-        let end = t + self.full_time(ju, level);
+        let end = t + self.pace(ju);
         self.set_expected_end(j, t + self.est_time(ju, level));
         self.runs[ju].start = t;
         self.live[ju].seg = t;
         self.live[ju].epoch += 1;
-        let w = self.workload(ju).power[usize::from(level)];
+        let w = self.draw(ju);
         for k in 0..self.runs[ju].shares.len() {
             let (n, m) = self.runs[ju].shares[k];
             self.meter.run(n as usize, t, i64::from(m.count_ones()), w);
@@ -425,14 +443,13 @@ impl Sim<'_> {
         let ju = j as usize;
         self.settle(t, ju);
         let i = usize::from(self.live[ju].level);
-        let (p, lim, ratio) =
-            (self.workload(ju).power[i], self.workload(ju).limits[i], self.workload(ju).time_ratio(i));
+        let (p, lim, ratio) = (self.draw(ju), self.workload(ju).limits[i], self.workload(ju).time_ratio(i));
         let span = t - self.runs[ju].start;
         let work = self.full_time(ju, self.workload(ju).max_idx() as u16);
         let l = self.live[ju];
         let r = &mut self.runs[ju];
         r.end = t;
-        if r.level_changes == 0 || span <= 0.0 {
+        if (r.level_changes == 0 && r.partners.is_empty()) || span <= 0.0 {
             (r.gpu_w, r.limit_w, r.slowdown) = (p, lim, ratio - 1.0);
         } else {
             (r.gpu_w, r.limit_w) = (l.energy / span, l.limit_s / span);
@@ -446,6 +463,14 @@ impl Sim<'_> {
             self.run_pos[moved as usize] = pos;
         }
         self.run_pos[ju] = usize::MAX;
+        if !self.runs[ju].partners.is_empty() {
+            self.judge_sharing(ju);
+        }
+        if self.live[ju].partner != NO_PARTNER {
+            // The partner keeps the GPU.
+            self.part(t, ju);
+            return;
+        }
         for k in 0..self.runs[ju].shares.len() {
             let (n, m) = self.runs[ju].shares[k];
             let nu = n as usize;
@@ -505,6 +530,9 @@ impl Sim<'_> {
                 self.queue.push(j);
             }
         }
+        for &(q, h) in &a.share {
+            self.join(t, q, h);
+        }
         for &(j, l) in &a.levels {
             self.set_level(t, j, l);
         }
@@ -539,6 +567,7 @@ impl Sim<'_> {
             policy: self.policy,
             orders: &self.orders,
             runs: &self.runs,
+            live: &self.live,
         };
         let input = PassInput {
             now: t,

@@ -69,7 +69,7 @@ impl Sim<'_> {
                 elapsed_s,
                 progress,
                 level: l.level,
-                shared: false,
+                shared: l.partner != super::NO_PARTNER,
             });
         }
         let window = self.policy.tuning.forecast_window_s;
@@ -100,7 +100,11 @@ impl Sim<'_> {
             wait_guard: false,
             node: self.c.node,
             job_nodes: &cluster::ANYWHERE,
-            sharing: None,
+            sharing: self.cat.colocation.as_ref().map(|c| cluster::Sharing {
+                model: &c.model,
+                broken: &self.broken,
+                unfit: &self.unfit,
+            }),
         };
         // The waits since the last decision, at this instant's rates (as the controller
         // counts them between its loops).

@@ -1,0 +1,68 @@
+//! Shared GPUs in the simulator: users of 1-GPU jobs opt in, the engine pairs them on a
+//! running job's GPU from its interference model fitted on Gavel's V100 pairs, and the
+//! simulator charges the measured pair slowdowns. Checked from the raw records: energy and
+//! GPU-seconds still add up, two jobs overlap on a GPU only as recorded partners, no pair that
+//! Gavel found not to fit ran, every shared job kept its bound, and only wattson shares.
+
+use wattson_sim::colocation::Colocation;
+use wattson_sim::{ClusterPolicy, TraceFormat};
+
+use super::{check_conservation, check_no_double_booking, data, inputs, read};
+
+#[test]
+fn opted_in_jobs_share_gpus_within_their_bounds_and_every_joule_is_accounted() {
+    let (mut c, mut cat) = inputs();
+    let gavel = data("colocation/gavel/simulation_throughputs.json");
+    cat.colocation = Some(Colocation::from_gavel_json(&read(&gavel), "gavel").expect("Gavel data parses"));
+    let colo = cat.colocation.clone().unwrap();
+    c.hints.share_fraction = 1.0;
+    c.hints.share_bound = 0.5;
+    let name = "traces/itp-elasticflow/cluster04.csv";
+    let mut t = wattson_sim::trace::parse(&read(&data(name)), name, TraceFormat::Auto).unwrap();
+    t.truncate(1500);
+    let o = wattson_sim::run(&c, &cat, &t, name, &wattson_sim::policies::ALL, 1).expect("simulation runs");
+    check_conservation(&c, &o);
+    check_no_double_booking(&c, &o);
+    for r in &o.runs {
+        let shared: Vec<usize> = (0..r.jobs.len()).filter(|&k| !r.jobs[k].partners.is_empty()).collect();
+        if r.policy != ClusterPolicy::Wattson {
+            assert!(shared.is_empty(), "{:?} shares no GPU", r.policy);
+            continue;
+        }
+        assert!(shared.len() >= 20, "wattson shared GPUs for {} jobs only", shared.len());
+        for &k in &shared {
+            let (job, run) = (&o.jobs[k], &r.jobs[k]);
+            assert_eq!(job.gpus, 1, "job {}: only 1-GPU jobs share", job.id);
+            assert!(
+                run.slowdown <= job.bound + 1e-9,
+                "job {} slowed {} > {}",
+                job.id,
+                run.slowdown,
+                job.bound
+            );
+            for &(other, _, _) in &run.partners {
+                let (a, b) = (job.share.expect("an opted-in job"), o.jobs[other as usize].share.unwrap());
+                assert!(
+                    colo.slowdown(a, b).is_some(),
+                    "job {} ran beside a class it does not fit with",
+                    job.id
+                );
+                assert!(
+                    r.jobs[other as usize].partners.iter().any(|p| p.0 as usize == k),
+                    "job {}: its partner does not record it",
+                    job.id
+                );
+            }
+        }
+        let s = o.report.summary(ClusterPolicy::Wattson).unwrap();
+        assert_eq!(s.shared_jobs, shared.len());
+        assert!(s.shared_gpu_time > 0.0 && s.shared_gpu_time < 1.0);
+    }
+    // Without opt-ins nothing shares, and the run is the one without a model.
+    c.hints.share_fraction = 0.0;
+    let none = wattson_sim::run(&c, &cat, &t, name, &[ClusterPolicy::Wattson], 1).unwrap();
+    cat.colocation = None;
+    let bare = wattson_sim::run(&c, &cat, &t, name, &[ClusterPolicy::Wattson], 1).unwrap();
+    assert!(none.runs[0].jobs.iter().all(|x| x.partners.is_empty()));
+    assert_eq!(none.report.summaries[0].energy_kwh, bare.report.summaries[0].energy_kwh);
+}
