@@ -33,6 +33,7 @@ fn job(id: &str, name: &str, energy_j: f64) -> JobRecord {
             slowdown_pct: None,
             tag: Some("bert".into()),
             gpu_freq: None,
+            share: None,
         },
         policy: Some(EnergyPolicy::MinEnergy),
         gpus: vec![gpu(0, energy_j, 300, Method::Counter)],
@@ -133,7 +134,7 @@ fn bad_column_list_names_the_field_and_lists_all() {
         err,
         "unknown field \"Bogus\"; allowed fields: JobID, JobName, User, UID, NodeList, NGPUs, GPUs, Start, End, \
          Elapsed, State, GPUEnergy, GPUEnergyRaw, AvgGPUPower, PeakGPUPower, AvgSMClock, GPUUtil, Method, Split, Events, \
-         Policy, Tag, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source, Scope, EnergyRaw, \
+         Policy, Tag, Share, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source, Scope, EnergyRaw, \
          CPUEnergyRaw, DRAMEnergyRaw, NodeEnergyRaw"
     );
     assert!(Column::parse_list("").is_err());
