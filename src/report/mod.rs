@@ -507,7 +507,9 @@ where
         // What ran; records from before decisions were recorded show what was asked.
         Column::Policy => r.policy.or(r.hints.policy).map(|p| p.to_string()).unwrap_or_default(),
         Column::Tag => r.hints.tag.clone().unwrap_or_default(),
-        Column::Share => r.hints.share.map(|s| wattson_types::job::share_word(s).to_string()).unwrap_or_default(),
+        Column::Share => {
+            r.hints.share.map(|s| wattson_types::job::share_word(s).to_string()).unwrap_or_default()
+        }
         Column::Setting => match &r.dvfs {
             Some(d) => {
                 d.setting.map(|v| format!("{v:.0}{}", d.knob.unit())).unwrap_or_else(|| "probing".to_string())

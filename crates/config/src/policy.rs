@@ -239,7 +239,10 @@ mod tests {
 
     #[test]
     fn sharing_is_asked_or_the_partitions_default() {
-        let cfg = SitePolicy { share_partitions: vec!["inference".into(), "debug".into()], ..SitePolicy::default() };
+        let cfg = SitePolicy {
+            share_partitions: vec!["inference".into(), "debug".into()],
+            ..SitePolicy::default()
+        };
         assert!(cfg.shares(Some(true), &["gpu"]), "asked: anywhere");
         assert!(!cfg.shares(Some(false), &["inference"]), "refused: also in a default partition");
         assert!(cfg.shares(None, &["inference"]));
@@ -252,7 +255,10 @@ mod tests {
     #[test]
     fn half_a_gpus_shards_or_no_rewrite() {
         let with = |n| SitePolicy { shards_per_gpu: n, ..SitePolicy::default() };
-        assert_eq!((with(0).shards_per_job(), with(4).shards_per_job(), with(7).shards_per_job()), (None, Some(2), Some(3)));
+        assert_eq!(
+            (with(0).shards_per_job(), with(4).shards_per_job(), with(7).shards_per_job()),
+            (None, Some(2), Some(3))
+        );
         let parse = |text: &str| crate::Config::parse(text, "t.toml").map(|c| c.policy.shards_per_gpu);
         assert_eq!(parse("[policy]\nshards_per_gpu = 8\n").unwrap(), 8);
         assert_eq!(parse("").unwrap(), 0);

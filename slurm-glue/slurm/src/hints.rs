@@ -141,9 +141,7 @@ impl SubmitHints {
     /// value), so hints given in the environment are enforced as they are recorded.
     pub fn spank_options(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        let mut add = |option: &str, value: String| {
-            out.push((format!("{SPANK_PREFIX}{}", option.replace('-', "_")), value));
-        };
+        let mut add = |option: &str, value: String| out.push((spank_option_name(option), value));
         if let Some(p) = self.hints.policy {
             add("energy", p.to_string());
         }
@@ -165,6 +163,11 @@ impl SubmitHints {
 
 /// How Slurm names a SPANK option of this plugin in a job's SPANK environment.
 pub const SPANK_PREFIX: &str = "_SLURM_SPANK_OPTION_wattson_";
+
+/// The SPANK environment's name of `option` (`energy-share`: `_SLURM_SPANK_OPTION_wattson_energy_share`).
+pub fn spank_option_name(option: &str) -> String {
+    format!("{SPANK_PREFIX}{}", option.replace('-', "_"))
+}
 
 #[cfg(test)]
 mod tests {
@@ -239,7 +242,8 @@ mod tests {
         let options = h.spank_options();
         let entries: Vec<String> = options.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let (back, from_env) = SubmitHints::from_env(entries.iter().map(String::as_str), []).unwrap();
-        assert_eq!((back, from_env), (h, false));
+        assert_eq!((back, from_env), (h.clone(), false));
+        assert_eq!(h.hints.share, Some(true));
         assert_eq!(options[0], ("_SLURM_SPANK_OPTION_wattson_energy".into(), "min-energy".into()));
     }
 }

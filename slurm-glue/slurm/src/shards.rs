@@ -53,7 +53,9 @@ pub enum Kept {
     #[strum(to_string = "it may span several nodes")]
     SeveralNodes,
     /// GPUs are named per socket or task, or with CPUs, memory, binding or clocks per GPU.
-    #[strum(to_string = "it names GPUs per socket, per task, or with per-GPU CPUs, memory, binding or clocks")]
+    #[strum(
+        to_string = "it names GPUs per socket, per task, or with per-GPU CPUs, memory, binding or clocks"
+    )]
     GpusNamedElsewhere,
     /// A request wattson does not read.
     #[strum(to_string = "its GPU request is not one wattson reads")]
@@ -144,7 +146,13 @@ mod tests {
     use super::*;
 
     fn per_node(tres: &str) -> GpuRequest<'_> {
-        GpuRequest { tres_per_node: Some(tres), min_nodes: NO_VAL, max_nodes: NO_VAL, num_tasks: NO_VAL, ..Default::default() }
+        GpuRequest {
+            tres_per_node: Some(tres),
+            min_nodes: NO_VAL,
+            max_nodes: NO_VAL,
+            num_tasks: NO_VAL,
+            ..Default::default()
+        }
     }
 
     fn rewritten(tres: &str) -> String {
