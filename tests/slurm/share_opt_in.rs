@@ -58,6 +58,13 @@ fn opted_in_one_gpu_jobs_share_the_gpu_and_the_others_keep_it_whole() {
     let refused = lab.sbatch(&["--gres=gpu:1", "--energy-share=no", "-p", "inference"], short).unwrap();
     let plain = lab.sbatch(&["--gres=gpu:1"], short).unwrap();
     let by_default = lab.sbatch(&["--gres=gpu:1", "-p", "inference"], short).unwrap();
+    let per_job = lab.sbatch(&["--gpus=1", "--energy-share=yes"], short).unwrap();
+    assert!(
+        field(&lab, per_job, "TresPerNode").ends_with("shard:2"),
+        "{}",
+        field(&lab, per_job, "TresPerNode")
+    );
+    assert_eq!(field(&lab, per_job, "TresPerJob"), "", "--gpus=1 became shards per node");
     assert!(
         field(&lab, refused, "AdminComment").ends_with(",share=no"),
         "{}",
@@ -69,13 +76,13 @@ fn opted_in_one_gpu_jobs_share_the_gpu_and_the_others_keep_it_whole() {
         assert!(field(&lab, id, "TresPerNode").ends_with("gpu:1"), "{}", field(&lab, id, "TresPerNode"));
     }
     std::thread::sleep(Duration::from_millis(1500));
-    for id in [refused, plain, by_default] {
+    for id in [refused, plain, by_default, per_job] {
         let state = lab.job_info(id).map(|j| j.state).unwrap_or_default();
         assert_eq!(state, "PENDING", "job {id}: the GPU's shards are all held\n{}", lab.all_logs());
     }
     assert_eq!([a, b].map(|id| node.record(&id.to_string()).state), [JobState::Running; 2]);
 
-    for id in [a, b, refused, plain, by_default] {
+    for id in [a, b, refused, plain, by_default, per_job] {
         assert_eq!(lab.wait_job(id, Duration::from_secs(90)).state, "COMPLETED", "{}", lab.all_logs());
     }
     let records: Vec<_> = [a, b].iter().map(|id| node.record(&id.to_string())).collect();
