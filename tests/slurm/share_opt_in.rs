@@ -30,6 +30,14 @@ fn field(lab: &SlurmLab, id: u32, name: &str) -> String {
 fn opted_in_one_gpu_jobs_share_the_gpu_and_the_others_keep_it_whole() {
     let (node, lab) = opt_in_cluster();
     node.sim.set_load(0, 0.6).unwrap();
+    // sbatch wraps the help: compare its words.
+    let help = lab.run_ok("sbatch", &["--help"]).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains(
+            "--energy-share=yes|no yes: wattson may put the job on a GPU another opted-in job uses"
+        ),
+        "{help}"
+    );
     // A bad value is refused at sbatch, saying what is allowed.
     let err = lab.sbatch(&["--gres=gpu:1", "--energy-share=maybe"], "#!/bin/sh\ntrue\n").unwrap_err();
     assert!(err.contains("--energy-share=maybe: not one of yes, no"), "{err}");
@@ -100,6 +108,21 @@ fn opted_in_one_gpu_jobs_share_the_gpu_and_the_others_keep_it_whole() {
         assert!(r.begin_ns >= ended, "job {id} began while the sharing jobs ran");
     }
     assert_eq!(node.record(&by_default.to_string()).hints.share, Some(true), "the partition's default");
+
+    // A job naming no partition is judged by Slurm's default one (`lab`), once it is listed
+    // (job_submit rereads wattson.toml when it changes).
+    let toml = std::fs::read_to_string(&node.config).unwrap();
+    let listed =
+        toml.replace("share_partitions = [\"inference\"]", "share_partitions = [\"inference\", \"lab\"]");
+    assert_ne!(toml, listed);
+    std::fs::write(&node.config, listed).unwrap();
+    let unnamed = lab.sbatch(&["--gres=gpu:1"], "#!/bin/sh\ntrue\n").unwrap();
+    assert!(
+        field(&lab, unnamed, "AdminComment").ends_with(",share=yes,shards=2"),
+        "{}",
+        field(&lab, unnamed, "AdminComment")
+    );
+    assert_eq!(lab.wait_job(unnamed, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
     let shown = node.wattson(&[
         "acct",
         "-j",
