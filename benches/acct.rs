@@ -95,7 +95,7 @@ fn job(i: u64, n: u64, rng: &mut Rng) -> JobRecord {
         begin_ns,
         end_ns: Some(end_ns),
         state: JobState::Completed,
-        hints: Hints { policy: Some(policy), slowdown_pct: None, tag: None, gpu_freq: None },
+        hints: Hints { policy: Some(policy), slowdown_pct: None, tag: None, gpu_freq: None, share: None },
         policy: Some(policy),
         gpus,
         dvfs: None,

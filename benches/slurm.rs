@@ -63,6 +63,7 @@ fn main() {
                 1000,
                 "1000",
                 None,
+                &submit::JobShape::default(),
                 now,
                 config,
                 models,

@@ -49,6 +49,9 @@ pub struct BeginArgs {
     /// The GPU clocks the job asked Slurm for (its --gpu-freq): wattson stands aside
     #[arg(long)]
     gpu_freq: Option<String>,
+    /// The job lets wattson put it on a GPU another opted-in job uses: yes or no
+    #[arg(long, value_parser = wattson_types::job::parse_share)]
+    energy_share: Option<bool>,
     /// Other jobs may hold these GPUs at once (gres/shard, MPS): the GPUs' energy is divided
     /// among them. Without it, a job already recorded on these GPUs is closed (its end was lost)
     /// [default: set when $SLURM_SHARDS_ON_NODE or $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is]
@@ -84,6 +87,7 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
                 slowdown_pct: args.energy_slowdown,
                 tag: args.energy_tag,
                 gpu_freq: args.gpu_freq,
+                share: args.energy_share,
             };
             hints.validate()?;
             Request::JobBegin(JobBegin {

@@ -84,6 +84,9 @@ pub enum Column {
     Policy,
     /// Workload tag hint.
     Tag,
+    /// The GPU-sharing opt-in (`--energy-share`, or the partition's default): `yes`, `no`,
+    /// or empty where the job gave none.
+    Share,
     /// Power limit the DVFS models settled on (`probing` until then).
     Setting,
     /// Power limits the models measured in this run.
@@ -204,6 +207,7 @@ impl Column {
             Column::Events => (24, false),
             Column::Policy => (10, false),
             Column::Tag => (12, false),
+            Column::Share => (5, false),
             Column::Setting => (8, false),
             Column::Probes => (6, false),
             Column::Progress => (11, false),
@@ -503,6 +507,9 @@ where
         // What ran; records from before decisions were recorded show what was asked.
         Column::Policy => r.policy.or(r.hints.policy).map(|p| p.to_string()).unwrap_or_default(),
         Column::Tag => r.hints.tag.clone().unwrap_or_default(),
+        Column::Share => {
+            r.hints.share.map(|s| wattson_types::job::share_word(s).to_string()).unwrap_or_default()
+        }
         Column::Setting => match &r.dvfs {
             Some(d) => {
                 d.setting.map(|v| format!("{v:.0}{}", d.knob.unit())).unwrap_or_else(|| "probing".to_string())

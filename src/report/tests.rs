@@ -33,6 +33,7 @@ fn job(id: &str, name: &str, energy_j: f64) -> JobRecord {
             slowdown_pct: None,
             tag: Some("bert".into()),
             gpu_freq: None,
+            share: None,
         },
         policy: Some(EnergyPolicy::MinEnergy),
         gpus: vec![gpu(0, energy_j, 300, Method::Counter)],
@@ -91,6 +92,24 @@ fn derived_columns() {
 }
 
 #[test]
+fn the_share_hint_shows_yes_no_or_nothing() {
+    let rows: Vec<JobRecord> = [Some(true), Some(false), None]
+        .into_iter()
+        .enumerate()
+        .map(|(i, share)| {
+            let mut r = job(&i.to_string(), "t", 0.0);
+            r.hints.share = share;
+            r
+        })
+        .collect();
+    let out = render_in(&rows, &cols("JobID,Share"), Format::Parsable2, 0, &Utc);
+    assert_eq!(out, "JobID|Share\n0|yes\n1|no\n2|\n");
+    let json: serde_json::Value =
+        serde_json::from_str(&render_in(&rows[..1], &DEFAULT_COLUMNS, Format::Json, 0, &Utc)).unwrap();
+    assert_eq!(json["jobs"][0]["hints"]["share"], true);
+}
+
+#[test]
 fn running_jobs_count_to_now_and_end_is_unknown() {
     let mut r = job("5", "t", 0.0);
     r.end_ns = None;
@@ -133,7 +152,7 @@ fn bad_column_list_names_the_field_and_lists_all() {
         err,
         "unknown field \"Bogus\"; allowed fields: JobID, JobName, User, UID, NodeList, NGPUs, GPUs, Start, End, \
          Elapsed, State, GPUEnergy, GPUEnergyRaw, AvgGPUPower, PeakGPUPower, AvgSMClock, GPUUtil, Method, Split, Events, \
-         Policy, Tag, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source, Scope, EnergyRaw, \
+         Policy, Tag, Share, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source, Scope, EnergyRaw, \
          CPUEnergyRaw, DRAMEnergyRaw, NodeEnergyRaw"
     );
     assert!(Column::parse_list("").is_err());

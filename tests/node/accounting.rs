@@ -213,3 +213,18 @@ fn a_step_is_recorded_under_its_jobs_policy_whatever_it_asks() {
     }
     node.end("32");
 }
+
+#[test]
+fn the_share_hint_given_to_job_begin_is_recorded_and_a_bad_one_refused() {
+    let mut node = Node::h100(1);
+    node.start();
+    let begin = |job: &str, share: &str| {
+        node.wattson(&["job", "begin", "--job", job, "--uid", "1000", "--gpus", "0", "--energy-share", share])
+    };
+    let refused = begin("34", "maybe");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("not one of yes, no"));
+    common::assert_ok(&begin("34", "yes"));
+    assert_eq!(node.record("34").hints.share, Some(true));
+    node.end("34");
+}

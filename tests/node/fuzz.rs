@@ -95,6 +95,33 @@ proptest! {
     }
 
     #[test]
+    fn a_gpu_request_is_rewritten_to_shards_only_from_one_whole_gpu(
+        per_node in prop_oneof![".{0,40}", "(gres[:/])?(gpu|shard|mps|nvme)(:[a-z0-9]{0,5}){0,3}"],
+        per_job in prop::option::of("(gres[:/])?(gpu|license)(:[a-z0-9]{0,4}){0,2}"),
+        nodes in prop::sample::select(vec![0u32, 1, 2, 0xffff_fffe]),
+    ) {
+        use wattson_slurm::shards::{GpuRequest, rewrite};
+        let request = GpuRequest {
+            tres_per_node: Some(per_node.as_str()),
+            tres_per_job: per_job.as_deref(),
+            min_nodes: nodes,
+            max_nodes: nodes,
+            num_tasks: nodes,
+            ..GpuRequest::default()
+        };
+        if let Ok(r) = rewrite(&request, Some(3)) {
+            // One whole GPU became 3 shards, and nothing else names a GPU.
+            prop_assert!(r.tres_per_node.ends_with("shard:3"), "{per_node:?} -> {r:?}");
+            let names_gpu = r.tres_per_node.split(',').any(|item| {
+                let name = item.trim().trim_start_matches("gres:").trim_start_matches("gres/");
+                name == "gpu" || name.starts_with("gpu:")
+            });
+            prop_assert!(!names_gpu, "{per_node:?} -> {r:?}");
+            prop_assert!(nodes != 2);
+        }
+    }
+
+    #[test]
     fn the_trace_reader_never_panics(
         text in prop_oneof![
             ".{0,300}",

@@ -17,6 +17,7 @@ mod mail;
 mod models_sync;
 mod plugins;
 mod releases;
+mod share_opt_in;
 mod shared_gpus;
 mod slurm;
 mod slurm_energy;

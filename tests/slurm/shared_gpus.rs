@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::Node;
 use slurm_lab::{LabNode, SlurmLab};
-use wattson_types::job::JobState;
+use wattson_types::job::{JobRecord, JobState};
 use wattson_types::share::Split;
 
 /// wattsond on one simulated H100, and a one-node Slurm whose GPU has 4 shards.
@@ -54,7 +54,13 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
         assert_eq!(r.gpus.len(), 1);
         assert_eq!(r.split(), Some(Split::Equal), "job {}: the fake driver reports no processes", r.key);
     }
-    // Each record is its part: alone, halves, thirds, by the instants the GPU served its counter.
+    assert_parts_add_up(&node, &records);
+}
+
+/// Checks that each of `records` (on GPU 0, overlapping so that one of them always held it)
+/// is its part of the GPU's energy: alone, halves, thirds, by the instants the GPU served
+/// its counter; and that the parts add up to the GPU's truth and, exactly, to its counter.
+pub(super) fn assert_parts_add_up(node: &Node, records: &[JobRecord]) {
     let mut instants: Vec<i64> = records
         .iter()
         .flat_map(|r| {
@@ -64,7 +70,7 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
         .collect();
     instants.sort_unstable();
     instants.dedup();
-    let expected = |r: &wattson_types::job::JobRecord| -> f64 {
+    let expected = |r: &JobRecord| -> f64 {
         let (from, to) = node.read_intervals(r)[0];
         instants
             .windows(2)
@@ -81,7 +87,7 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
             })
             .sum()
     };
-    for r in &records {
+    for r in records {
         let (got, want) = (r.energy_mj(), expected(r));
         assert!(common::rel_err(got, want) < 0.001, "job {}: {got} mJ, its part is {want} mJ", r.key);
     }
@@ -97,7 +103,7 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
 }
 
 /// Waits until wattsond records job `id` as running.
-fn wait_recorded(node: &Node, lab: &SlurmLab, id: u32) {
+pub(super) fn wait_recorded(node: &Node, lab: &SlurmLab, id: u32) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while node.wattson(&["acct", "-j", &id.to_string(), "-X", "-P", "-n", "-o", "State"]).stdout
         != b"RUNNING\n"

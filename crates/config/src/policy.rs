@@ -41,6 +41,15 @@ pub struct SitePolicy {
     #[serde(default = "default_eta", deserialize_with = "eta")]
     #[schemars(extend("x-allowed" = "0 to 1"))]
     pub balanced_eta: f64,
+    /// Partitions whose jobs may share a GPU unless they say `--energy-share=no`; a job
+    /// submitted to several partitions only when every one of them is listed.
+    #[serde(default)]
+    pub share_partitions: Vec<String>,
+    /// Shards (`gres/shard`) per GPU, as in the nodes' gres.conf: job_submit asks half of
+    /// them instead of a whole GPU for an opted-in one-GPU job; 0: opt-ins are only recorded.
+    #[serde(default, deserialize_with = "shards")]
+    #[schemars(extend("x-allowed" = "0, or 2 to 1024"))]
+    pub shards_per_gpu: u32,
 }
 
 impl Default for SitePolicy {
@@ -53,6 +62,8 @@ impl Default for SitePolicy {
             enact: Enact::default(),
             slowdown_pct: default_slowdown_pct(),
             balanced_eta: default_eta(),
+            share_partitions: Vec::new(),
+            shards_per_gpu: 0,
         }
     }
 }
@@ -88,6 +99,15 @@ fn eta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     }
 }
 
+fn shards<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n == 0 || (2..=1024).contains(&n) {
+        Ok(n)
+    } else {
+        Err(serde::de::Error::custom(format!("{n} shards per GPU: not 0 (off), nor from 2 to 1024")))
+    }
+}
+
 fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let pct = u32::deserialize(d)?;
     if (1..=100).contains(&pct) {
@@ -98,6 +118,22 @@ fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 
 impl SitePolicy {
+    /// Whether a job opted in to sharing a GPU: what it asked (`--energy-share`), else the
+    /// default of its partitions (`partitions`: the job's, else Slurm's default one; opted in
+    /// only when every one is in `share_partitions`).
+    pub fn shares(&self, asked: Option<bool>, partitions: &[&str]) -> bool {
+        asked.unwrap_or_else(|| {
+            !partitions.is_empty()
+                && partitions.iter().all(|p| self.share_partitions.iter().any(|listed| listed == p))
+        })
+    }
+
+    /// The shards an opted-in one-GPU job asks instead of its GPU (half a GPU's, so that two
+    /// such jobs share one), or `None` when the site rewrites nothing (`shards_per_gpu = 0`).
+    pub fn shards_per_job(&self) -> Option<u32> {
+        (self.shards_per_gpu >= 2).then_some(self.shards_per_gpu / 2)
+    }
+
     /// Decides the policy of a job of `user` with `hints` (already validated).
     pub fn decide(&self, hints: &Hints, user: &str) -> Decision {
         if let Some(freq) = &hints.gpu_freq {
@@ -199,6 +235,36 @@ mod tests {
         assert_eq!(cfg.decide(&asked, "alice").engine, Objective::MinEnergy { max_slowdown: 0.25 });
         assert_eq!(cfg.decide(&Hints::default(), "alice").engine, Objective::Balanced { eta: 0.5 });
         assert!(!cfg.decide(&hints("perf"), "alice").by_model());
+    }
+
+    #[test]
+    fn sharing_is_asked_or_the_partitions_default() {
+        let cfg = SitePolicy {
+            share_partitions: vec!["inference".into(), "debug".into()],
+            ..SitePolicy::default()
+        };
+        assert!(cfg.shares(Some(true), &["gpu"]), "asked: anywhere");
+        assert!(!cfg.shares(Some(false), &["inference"]), "refused: also in a default partition");
+        assert!(cfg.shares(None, &["inference"]));
+        assert!(cfg.shares(None, &["inference", "debug"]), "every partition listed");
+        assert!(!cfg.shares(None, &["inference", "gpu"]), "one partition not listed");
+        assert!(!cfg.shares(None, &[]), "no partition known");
+        assert!(!SitePolicy::default().shares(None, &["inference"]), "no default by default");
+    }
+
+    #[test]
+    fn half_a_gpus_shards_or_no_rewrite() {
+        let with = |n| SitePolicy { shards_per_gpu: n, ..SitePolicy::default() };
+        assert_eq!(
+            (with(0).shards_per_job(), with(4).shards_per_job(), with(7).shards_per_job()),
+            (None, Some(2), Some(3))
+        );
+        let parse = |text: &str| crate::Config::parse(text, "t.toml").map(|c| c.policy.shards_per_gpu);
+        assert_eq!(parse("[policy]\nshards_per_gpu = 8\n").unwrap(), 8);
+        assert_eq!(parse("").unwrap(), 0);
+        let e = parse("[policy]\nshards_per_gpu = 1\n").unwrap_err().0;
+        assert!(e.contains("nor from 2 to 1024"), "{e}");
+        assert!(parse("[policy]\nshards_per_gpu = 1025\n").is_err());
     }
 
     #[test]

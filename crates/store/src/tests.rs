@@ -39,6 +39,7 @@ fn rec(job_id: u32, step: &str, uid: u32, begin_s: i64, gpus: &[u32]) -> JobReco
             slowdown_pct: Some(5.0),
             tag: Some("bert".into()),
             gpu_freq: None,
+            share: None,
         },
         policy: Some(EnergyPolicy::Balanced),
         gpus: gpus.iter().map(|&i| gpu(i, begin_s * S, 1000)).collect(),

@@ -118,6 +118,25 @@ pub struct Hints {
     /// wattson then stands aside and leaves the job's GPUs to them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_freq: Option<String>,
+    /// Whether the job lets wattson put it on a GPU another opted-in job also uses
+    /// (`--energy-share`, or the site's default for its partitions), accepting a slowdown
+    /// within its bound for less energy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<bool>,
+}
+
+/// Reads `--energy-share`'s value: `yes` or `no`; the error says what is allowed.
+pub fn parse_share(value: &str) -> Result<bool, String> {
+    match value {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err("not one of yes, no".to_string()),
+    }
+}
+
+/// `--energy-share`'s value for an opt-in: `yes` or `no`.
+pub fn share_word(share: bool) -> &'static str {
+    if share { "yes" } else { "no" }
 }
 
 /// Checks a slowdown bound given in percent (`--energy-slowdown`, `[policy] slowdown_pct`):
@@ -373,6 +392,20 @@ mod tests {
     }
 
     #[test]
+    fn the_share_hint_is_yes_or_no_and_absent_from_old_records() {
+        assert_eq!((parse_share("yes"), parse_share("no")), (Ok(true), Ok(false)));
+        for bad in ["", "1", "true", "Yes", "maybe"] {
+            assert_eq!(parse_share(bad).unwrap_err(), "not one of yes, no", "{bad:?}");
+        }
+        assert_eq!((share_word(true), share_word(false)), ("yes", "no"));
+        let old: Hints = serde_json::from_str(r#"{"policy":"perf"}"#).unwrap();
+        assert_eq!(old.share, None);
+        assert_eq!(serde_json::to_string(&old).unwrap(), r#"{"policy":"perf"}"#, "no share: not written");
+        let shared = Hints { share: Some(false), ..Hints::default() };
+        assert_eq!(serde_json::to_string(&shared).unwrap(), r#"{"share":false}"#);
+    }
+
+    #[test]
     fn slowdowns_are_recorded_to_a_hundredth_of_a_percent_and_never_negative_zero() {
         for (given, recorded) in [(-0.0, 0.0), (1e-320, 0.0), (5.004, 5.0), (7.25, 7.25)] {
             let mut hints = Hints { slowdown_pct: Some(given), ..Hints::default() };
@@ -391,6 +424,7 @@ mod tests {
             slowdown_pct: Some(10.0),
             tag: Some("bert".into()),
             gpu_freq: Some("1500,memory=1000".into()),
+            share: Some(true),
         };
         assert!(ok.validate().is_ok());
         assert!(Hints { gpu_freq: Some("hi\ngh".into()), ..Hints::default() }.validate().is_err());

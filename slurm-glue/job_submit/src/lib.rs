@@ -13,9 +13,10 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use wattson_slurm::gpu_freq;
-use wattson_slurm::submit::{self, CachedConfig};
+use wattson_slurm::shards::{GpuRequest, Kept};
+use wattson_slurm::submit::{self, CachedConfig, Share};
 use wattson_slurm::sys::{self, job_desc_msg_t};
-use wattson_slurm_ffi::{error, guard};
+use wattson_slurm_ffi::{error, guard, info};
 
 wattson_slurm_ffi::plugin_identity!("wattson GPU energy decisions", "job_submit/wattson");
 
@@ -91,6 +92,29 @@ unsafe fn set_spank_env(job: &mut job_desc_msg_t, name: &str, value: &str) {
     }
 }
 
+/// A Slurm string field as text; `None` when NULL.
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string.
+unsafe fn text(p: *const c_char) -> Option<String> {
+    // SAFETY: per the contract.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Slurm's default partition (slurmctld's `default_part_name`), for a job that names none;
+/// `None` where slurmctld does not export it (the job then has no partition's default).
+fn default_partition() -> Option<String> {
+    // SAFETY: dlsym in the global scope with a NUL-terminated name.
+    let slot = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"default_part_name".as_ptr()) };
+    if slot.is_null() {
+        return None;
+    }
+    // SAFETY: slurmctld's `char *default_part_name` (NULL or a NUL-terminated string), which
+    // changes only under the partition write lock; slurmctld calls job_submit holding its read
+    // lock.
+    unsafe { text(*slot.cast::<*const c_char>()) }
+}
+
 /// `NAME=value` strings of a Slurm string array.
 ///
 /// # Safety
@@ -126,13 +150,6 @@ pub unsafe extern "C" fn job_submit(
         let gpu_freq = tres_freq.as_deref().and_then(gpu_freq::from_tres_freq).unwrap_or_default();
         // SAFETY: Slurm's own array and count, grown by Slurm's allocator.
         unsafe { set_spank_env(job, gpu_freq::GPU_FREQ_VAR, &gpu_freq) };
-        // Whether the job asks for part of a GPU (shards, MPS), for its nodes' prolog.
-        // SAFETY: Slurm's NUL-terminated tres_per_node, or NULL.
-        let tres_per_node = (!job.tres_per_node.is_null())
-            .then(|| unsafe { CStr::from_ptr(job.tres_per_node) }.to_string_lossy().into_owned());
-        let shares = wattson_slurm::sharing::spank_value(tres_per_node.as_deref());
-        // SAFETY: as above.
-        unsafe { set_spank_env(job, wattson_slurm::sharing::SHARES_GPUS_VAR, shares) };
         // SAFETY: Slurm's arrays with their element counts.
         let spank_env = unsafe { strings(job.spank_job_env, job.spank_job_env_size) };
         let job_env = unsafe { strings(job.environment, job.env_size) };
@@ -157,8 +174,58 @@ pub unsafe extern "C" fn job_submit(
         // SAFETY: Slurm's NUL-terminated account name, or NULL when none was given.
         let account = (!job.account.is_null())
             .then(|| unsafe { CStr::from_ptr(job.account) }.to_string_lossy().into_owned());
-        match submit::decide(spank_env, job_env, uid, &user, account.as_deref(), now, config, models) {
+        // The job's partitions (else Slurm's default one) and GPU request, for GPU sharing.
+        // SAFETY: Slurm's NUL-terminated strings, or NULL.
+        let partition = unsafe { text(job.partition) }.or_else(default_partition).unwrap_or_default();
+        let fields = [
+            job.tres_per_node,
+            job.tres_per_job,
+            job.tres_per_socket,
+            job.tres_per_task,
+            job.cpus_per_tres,
+            job.mem_per_tres,
+            job.tres_bind,
+            job.tres_freq,
+        ];
+        // SAFETY: as above; copied, since the rewrite frees the originals.
+        let fields: Vec<Option<String>> = fields.iter().map(|p| unsafe { text(*p) }).collect();
+        let shape = submit::JobShape {
+            partitions: partition.split(',').map(str::trim).filter(|p| !p.is_empty()).collect(),
+            gpus: GpuRequest {
+                tres_per_node: fields[0].as_deref(),
+                tres_per_job: fields[1].as_deref(),
+                others: fields[2..].iter().map(Option::as_deref).collect(),
+                min_nodes: job.min_nodes,
+                max_nodes: job.max_nodes,
+                num_tasks: job.num_tasks,
+            },
+        };
+        let decided =
+            submit::decide(spank_env, job_env, uid, &user, account.as_deref(), &shape, now, config, models);
+        match decided {
             Ok(decision) => {
+                match &decision.share {
+                    Share::Shards(rewrite) => {
+                        // SAFETY: Slurm-owned string fields, freed and set with Slurm's allocator.
+                        unsafe { set_string(&mut job.tres_per_node, &rewrite.tres_per_node) };
+                        if rewrite.clear_tres_per_job && !job.tres_per_job.is_null() {
+                            // SAFETY: as above; xfree sets the field to NULL.
+                            unsafe { slurm_xfree((&raw mut job.tres_per_job).cast()) };
+                            job.tres_per_job = std::ptr::null_mut();
+                        }
+                    }
+                    // Nothing to enact, nothing to say: the site rewrites none, or no GPU.
+                    Share::Kept(Kept::SiteRewritesNothing | Kept::NoGpu) | Share::No => {}
+                    Share::Kept(kept) => info(&format!(
+                        "job_submit/wattson: a job of uid {uid} opted in to GPU sharing keeps its GPU request: {kept}"
+                    )),
+                }
+                // Whether the job asks for part of a GPU (shards, MPS), for its nodes' prolog.
+                // SAFETY: Slurm's NUL-terminated tres_per_node (as rewritten), or NULL.
+                let tres_per_node = unsafe { text(job.tres_per_node) };
+                let shares = wattson_slurm::sharing::spank_value(tres_per_node.as_deref());
+                // SAFETY: Slurm's own array and count, grown by Slurm's allocator.
+                unsafe { set_spank_env(job, wattson_slurm::sharing::SHARES_GPUS_VAR, shares) };
                 for (name, value) in &decision.spank_options {
                     // SAFETY: Slurm's own array and count, grown by Slurm's allocator.
                     unsafe { set_spank_env(job, name, value) };

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use wattson_types::job::{EnergyPolicy, Hints, check_slowdown_pct};
+use wattson_types::job::{EnergyPolicy, Hints, check_slowdown_pct, parse_share, share_word};
 
 /// One option: its name (`--energy`), argument word and one-line help for `sbatch --help`.
 pub struct OptionSpec {
@@ -17,7 +17,7 @@ pub struct OptionSpec {
 }
 
 /// The options, in the order `sbatch --help` lists them; `val` is the index here.
-pub const OPTIONS: [OptionSpec; 4] = [
+pub const OPTIONS: [OptionSpec; 5] = [
     OptionSpec {
         name: "energy",
         arginfo: "policy",
@@ -37,6 +37,12 @@ pub const OPTIONS: [OptionSpec; 4] = [
         name: "energy-defer",
         arginfo: "duration",
         usage: "the job may start up to this much later when electricity is cheaper, e.g. 6h (wattson)",
+    },
+    OptionSpec {
+        name: "energy-share",
+        arginfo: "yes|no",
+        usage: "yes: wattson may put the job on a GPU another opted-in job uses, accepting a slowdown \
+                within --energy-slowdown to save energy; no: never (wattson)",
     },
 ];
 
@@ -82,6 +88,10 @@ impl SubmitHints {
                     ));
                 }
             },
+            "energy-share" => {
+                let share = parse_share(value).map_err(|e| format!("--energy-share={value}: {e}"))?;
+                self.hints.share = Some(share);
+            }
             other => return Err(format!("unknown wattson option --{other}")),
         }
         Ok(())
@@ -90,8 +100,8 @@ impl SubmitHints {
     /// Reads the hints of a submission: the options SPANK forwarded
     /// (`_SLURM_SPANK_OPTION_wattson_<option>`), taken from the job's SPANK environment only
     /// (an exported look-alike in the job's environment is not an option the nodes see), else
-    /// `WATTSON_ENERGY`, `WATTSON_ENERGY_SLOWDOWN`, `WATTSON_ENERGY_TAG`, `WATTSON_ENERGY_DEFER`
-    /// from the job's environment; the job's `--gpu-freq` from the SPANK environment
+    /// `WATTSON_ENERGY`, `WATTSON_ENERGY_SLOWDOWN`, `WATTSON_ENERGY_TAG`, `WATTSON_ENERGY_DEFER`,
+    /// `WATTSON_ENERGY_SHARE` from the job's environment; the job's `--gpu-freq` from the SPANK environment
     /// ([`crate::gpu_freq`]). Also says whether the hints came from the environment.
     pub fn from_env<'a>(
         spank_env: impl IntoIterator<Item = &'a str>,
@@ -131,9 +141,7 @@ impl SubmitHints {
     /// value), so hints given in the environment are enforced as they are recorded.
     pub fn spank_options(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        let mut add = |option: &str, value: String| {
-            out.push((format!("{SPANK_PREFIX}{}", option.replace('-', "_")), value));
-        };
+        let mut add = |option: &str, value: String| out.push((spank_option_name(option), value));
         if let Some(p) = self.hints.policy {
             add("energy", p.to_string());
         }
@@ -146,12 +154,20 @@ impl SubmitHints {
         if let Some(d) = self.defer {
             add("energy-defer", humantime::format_duration(d).to_string());
         }
+        if let Some(s) = self.hints.share {
+            add("energy-share", share_word(s).to_string());
+        }
         out
     }
 }
 
 /// How Slurm names a SPANK option of this plugin in a job's SPANK environment.
 pub const SPANK_PREFIX: &str = "_SLURM_SPANK_OPTION_wattson_";
+
+/// The SPANK environment's name of `option` (`energy-share`: `_SLURM_SPANK_OPTION_wattson_energy_share`).
+pub fn spank_option_name(option: &str) -> String {
+    format!("{SPANK_PREFIX}{}", option.replace('-', "_"))
+}
 
 #[cfg(test)]
 mod tests {
@@ -164,6 +180,10 @@ mod tests {
         h.set("energy-slowdown", "10").unwrap();
         h.set("energy-tag", "bert-squad").unwrap();
         h.set("energy-defer", "6h").unwrap();
+        h.set("energy-share", "yes").unwrap();
+        assert_eq!(h.hints.share, Some(true));
+        h.set("energy-share", "no").unwrap();
+        assert_eq!(h.hints.share, Some(false));
         assert_eq!(h.hints.policy, Some(EnergyPolicy::MinEnergy));
         assert_eq!(h.hints.slowdown_pct, Some(10.0));
         assert_eq!(h.defer, Some(Duration::from_secs(6 * 3600)));
@@ -180,6 +200,8 @@ mod tests {
         assert!(h.set("energy-defer", "tomorrow").unwrap_err().contains("e.g. 30m, 6h or 2d"));
         assert!(h.set("energy-defer", "30d").is_err());
         assert!(h.set("energy-tag", "").is_err());
+        assert_eq!(h.set("energy-share", "maybe").unwrap_err(), "--energy-share=maybe: not one of yes, no");
+        assert!(h.set("energy-share", "").is_err());
         assert_eq!(h, SubmitHints::default(), "nothing is kept from refused values");
     }
 
@@ -213,13 +235,15 @@ mod tests {
                 "WATTSON_ENERGY_SLOWDOWN=7.5",
                 "WATTSON_ENERGY_TAG=bert",
                 "WATTSON_ENERGY_DEFER=2h",
+                "WATTSON_ENERGY_SHARE=yes",
             ],
         )
         .unwrap();
         let options = h.spank_options();
         let entries: Vec<String> = options.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let (back, from_env) = SubmitHints::from_env(entries.iter().map(String::as_str), []).unwrap();
-        assert_eq!((back, from_env), (h, false));
+        assert_eq!((back, from_env), (h.clone(), false));
+        assert_eq!(h.hints.share, Some(true));
         assert_eq!(options[0], ("_SLURM_SPANK_OPTION_wattson_energy".into(), "min-energy".into()));
     }
 }

@@ -7,6 +7,7 @@ pub mod gpu_freq;
 pub mod hints;
 pub mod node;
 pub mod release;
+pub mod shards;
 pub mod sharing;
 pub mod steps;
 pub mod submit;

@@ -8,10 +8,12 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::hints::SubmitHints;
+use super::hints::{self, SubmitHints};
+use super::shards::{self, GpuRequest, Kept, ShardRewrite};
 use wattson_config::policy::Decision;
 use wattson_config::{Config, EngineConfig};
 use wattson_engine::{ModelTable, Objective};
+use wattson_types::job::share_word;
 use wattson_types::owner::ModelOwner;
 
 /// The variable job_submit adds to a job's SPANK environment with its name, for the nodes'
@@ -30,14 +32,39 @@ pub struct SubmitDecision {
     /// A line for the user, when something differs from what they asked.
     pub message: Option<String>,
     /// SPANK options to write into the job's SPANK environment: the hints read from the job's
-    /// environment, which the nodes would not see otherwise. Empty when sbatch's options carry
-    /// them already.
+    /// environment, which the nodes would not see otherwise, and the share opt-in a partition's
+    /// default gave. Empty when sbatch's options carry them already.
     pub spank_options: Vec<(String, String)>,
+    /// The job's GPU-sharing opt-in and how it is enacted.
+    pub share: Share,
+}
+
+/// What job_submit reads of a job besides its environments, for GPU sharing.
+#[derive(Debug, Clone, Default)]
+pub struct JobShape<'a> {
+    /// The partitions the job may run in: its own (`-p a,b`), else Slurm's default one; empty
+    /// when neither is known.
+    pub partitions: Vec<&'a str>,
+    /// What it asks of GPUs.
+    pub gpus: GpuRequest<'a>,
+}
+
+/// A job's GPU-sharing opt-in (`--energy-share`, else its partitions' default) and what
+/// enacts it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Share {
+    /// Not opted in: the job keeps its GPUs to itself.
+    No,
+    /// Opted in and given half a GPU's shards instead of its one whole GPU.
+    Shards(ShardRewrite),
+    /// Opted in; its request is kept as it is, for this reason.
+    Kept(Kept),
 }
 
 /// Decides for a submission by `uid` (named `user` in the site policy; its Slurm `account`
-/// when given at submission) from its SPANK environment and its job environment (see
-/// [`SubmitHints::from_env`]); the error is the one-line reason the job is refused.
+/// when given at submission; its partitions and GPU request in `job`) from its SPANK
+/// environment and its job environment (see [`SubmitHints::from_env`]); the error is the
+/// one-line reason the job is refused.
 #[allow(clippy::too_many_arguments)]
 pub fn decide<'a>(
     spank_env: impl IntoIterator<Item = &'a str>,
@@ -45,6 +72,7 @@ pub fn decide<'a>(
     uid: u32,
     user: &str,
     account: Option<&str>,
+    job: &JobShape,
     now_s: i64,
     config: &Config,
     models: &ModelTable,
@@ -74,13 +102,39 @@ pub fn decide<'a>(
     if let Some(t) = begin_time_s {
         admin_comment.push_str(&format!(",deferred={}", format_utc(t)));
     }
-    let message = match (&decision.note, begin_time_s) {
+    let opted_in = config.policy.shares(hints.hints.share, &job.partitions);
+    let share = match (opted_in, shards::rewrite(&job.gpus, config.policy.shards_per_job())) {
+        (false, _) => Share::No,
+        (true, Ok(rewrite)) => Share::Shards(rewrite),
+        (true, Err(kept)) => Share::Kept(kept),
+    };
+    if opted_in || hints.hints.share.is_some() {
+        admin_comment.push_str(&format!(",share={}", share_word(opted_in)));
+    }
+    if let Share::Shards(r) = &share {
+        admin_comment.push_str(&format!(",shards={}", r.shards));
+    }
+    let mut message = match (&decision.note, begin_time_s) {
         (Some(note), _) => Some(format!("wattson: {note}")),
         (None, Some(t)) => Some(format!("wattson: deferred to {} (cheaper electricity)", format_utc(t))),
         (None, None) => None,
     };
-    let spank_options = if from_job_env { hints.spank_options() } else { Vec::new() };
-    Ok(SubmitDecision { decision, begin_time_s, admin_comment, message, spank_options })
+    if let Share::Shards(r) = &share {
+        let line = format!(
+            "the job may share its GPU: it asks {} shards (half a GPU) instead of a whole GPU",
+            r.shards
+        );
+        message = Some(match message {
+            Some(m) => format!("{m}; {line}"),
+            None => format!("wattson: {line}"),
+        });
+    }
+    let mut spank_options = if from_job_env { hints.spank_options() } else { Vec::new() };
+    if opted_in && hints.hints.share.is_none() {
+        // The partition's default, for the nodes to record as the job's hint.
+        spank_options.push((hints::spank_option_name("energy-share"), share_word(true).to_string()));
+    }
+    Ok(SubmitDecision { decision, begin_time_s, admin_comment, message, spank_options, share })
 }
 
 /// `,tag=T,model=GPU:530W(slowdown 8.5%)` (or `1755MHz`, on the SM-clock knob) per GPU type
@@ -214,6 +268,7 @@ mod tests {
             1000,
             "alice",
             None,
+            &JobShape::default(),
             0,
             &share,
             &none,
@@ -221,7 +276,8 @@ mod tests {
         .unwrap();
         assert_eq!(d.admin_comment, "wattson:policy=min-energy,power=60%");
         assert_eq!((d.begin_time_s, d.message), (None, None));
-        let d = decide([], [], 1000, "alice", None, 0, &Config::default(), &none).unwrap();
+        let d =
+            decide([], [], 1000, "alice", None, &JobShape::default(), 0, &Config::default(), &none).unwrap();
         assert_eq!(d.decision.policy, EnergyPolicy::Balanced);
         assert_eq!(d.admin_comment, "wattson:policy=balanced");
     }
@@ -242,27 +298,142 @@ mod tests {
         table.insert(&ModelOwner::User(1000), "bert", "H100", entry.clone());
         let env =
             ["_SLURM_SPANK_OPTION_wattson_energy=min-energy", "_SLURM_SPANK_OPTION_wattson_energy_tag=bert"];
-        let d = decide(env, [], 1000, "alice", None, 0, &Config::default(), &table).unwrap();
+        let d = decide(env, [], 1000, "alice", None, &JobShape::default(), 0, &Config::default(), &table)
+            .unwrap();
         // 530 W is the least energy measured within 10% (measured 9.0% slower).
         let prefix = "wattson:policy=min-energy,slowdown=10%,tag=bert,model=H100:530W(slowdown ";
         assert!(d.admin_comment.starts_with(prefix), "{}", d.admin_comment);
         let pct: f64 = d.admin_comment[prefix.len()..].trim_end_matches("%)").parse().unwrap();
         assert!((5.0..=10.0).contains(&pct), "{pct}");
         let env = ["_SLURM_SPANK_OPTION_wattson_energy_tag=gpt"];
-        let d = decide(env, [], 1000, "alice", None, 0, &Config::default(), &table).unwrap();
+        let d = decide(env, [], 1000, "alice", None, &JobShape::default(), 0, &Config::default(), &table)
+            .unwrap();
         assert_eq!(d.admin_comment, "wattson:policy=balanced,tag=gpt,model=none");
         // Models shared within accounts: another user of the account gets its prediction,
         // a user of another account (or none given at submission) does not.
         table.insert(&ModelOwner::Account("physics".into()), "gpt", "H100", entry);
         let by_account = config("[engine]\nmodel_owner = \"account\"\n");
-        let d = decide(env, [], 1001, "bob", Some("physics"), 0, &by_account, &table).unwrap();
+        let d = decide(env, [], 1001, "bob", Some("physics"), &JobShape::default(), 0, &by_account, &table)
+            .unwrap();
         assert!(d.admin_comment.contains("tag=gpt,model=H100:"), "{}", d.admin_comment);
         for account in [Some("chem"), None] {
-            let d = decide(env, [], 1001, "bob", account, 0, &by_account, &table).unwrap();
+            let d =
+                decide(env, [], 1001, "bob", account, &JobShape::default(), 0, &by_account, &table).unwrap();
             assert!(d.admin_comment.ends_with("model=none"), "{account:?}: {}", d.admin_comment);
         }
-        let d = decide(env, [], 1001, "bob", Some("physics"), 0, &Config::default(), &table).unwrap();
+        let d = decide(
+            env,
+            [],
+            1001,
+            "bob",
+            Some("physics"),
+            &JobShape::default(),
+            0,
+            &Config::default(),
+            &table,
+        )
+        .unwrap();
         assert!(d.admin_comment.ends_with("model=none"), "owned by users by default: {}", d.admin_comment);
+    }
+
+    /// A one-node job asking `tres_per_node` in `partitions`.
+    fn shape<'a>(partitions: &[&'a str], tres_per_node: &'a str) -> JobShape<'a> {
+        let gpus = GpuRequest {
+            tres_per_node: Some(tres_per_node),
+            min_nodes: 1,
+            max_nodes: 1,
+            num_tasks: 1,
+            ..GpuRequest::default()
+        };
+        JobShape { partitions: partitions.to_vec(), gpus }
+    }
+
+    #[test]
+    fn an_opted_in_one_gpu_job_asks_half_a_gpus_shards_and_says_so() {
+        let cfg = config("[policy]\nshards_per_gpu = 4\nshare_partitions = [\"inference\"]\n");
+        let none = ModelTable::new();
+        let asked = ["_SLURM_SPANK_OPTION_wattson_energy_share=yes"];
+        let d =
+            decide(asked, [], 1000, "alice", None, &shape(&["gpu"], "gres/gpu:1"), 0, &cfg, &none).unwrap();
+        let rewrite =
+            ShardRewrite { tres_per_node: "gres/shard:2".into(), clear_tres_per_job: false, shards: 2 };
+        assert_eq!(d.share, Share::Shards(rewrite));
+        assert_eq!(d.admin_comment, "wattson:policy=balanced,share=yes,shards=2");
+        assert!(d.message.unwrap().contains("asks 2 shards (half a GPU)"));
+        assert!(d.spank_options.is_empty(), "sbatch's own option reaches the nodes");
+        // The partition's default: opted in without asking, and the nodes are told.
+        let d = decide([], [], 1000, "alice", None, &shape(&["inference"], "gres:gpu:1"), 0, &cfg, &none)
+            .unwrap();
+        assert!(
+            matches!(d.share, Share::Shards(ref r) if r.tres_per_node == "gres:shard:2"),
+            "{:?}",
+            d.share
+        );
+        assert_eq!(d.spank_options, [("_SLURM_SPANK_OPTION_wattson_energy_share".into(), "yes".into())]);
+        // Opted out in a default partition: whole GPU, recorded.
+        let no = ["_SLURM_SPANK_OPTION_wattson_energy_share=no"];
+        let d = decide(no, [], 1000, "alice", None, &shape(&["inference"], "gres:gpu:1"), 0, &cfg, &none)
+            .unwrap();
+        assert_eq!((d.share, d.admin_comment.as_str()), (Share::No, "wattson:policy=balanced,share=no"));
+        // Neither asked nor a default partition (or one of two partitions not listed): nothing.
+        for partitions in [&["gpu"][..], &["inference", "gpu"], &[]] {
+            let d = decide([], [], 1000, "alice", None, &shape(partitions, "gres:gpu:1"), 0, &cfg, &none)
+                .unwrap();
+            assert_eq!(
+                (d.share, d.admin_comment.as_str()),
+                (Share::No, "wattson:policy=balanced"),
+                "{partitions:?}"
+            );
+        }
+        // Opted in, but two GPUs: kept whole, the opt-in recorded.
+        let d =
+            decide(asked, [], 1000, "alice", None, &shape(&["gpu"], "gres:gpu:2"), 0, &cfg, &none).unwrap();
+        assert_eq!(
+            (d.share, d.admin_comment.as_str()),
+            (Share::Kept(Kept::NotOneGpu), "wattson:policy=balanced,share=yes")
+        );
+        // A site without shards per GPU records the opt-in only.
+        let d = decide(
+            asked,
+            [],
+            1000,
+            "alice",
+            None,
+            &shape(&["gpu"], "gres:gpu:1"),
+            0,
+            &Config::default(),
+            &none,
+        )
+        .unwrap();
+        assert_eq!(d.share, Share::Kept(Kept::SiteRewritesNothing));
+        // Through the environment (REST API): the nodes get the option as for the others.
+        let d = decide(
+            [],
+            ["WATTSON_ENERGY_SHARE=yes"],
+            1000,
+            "alice",
+            None,
+            &shape(&["gpu"], "gres:gpu:1"),
+            0,
+            &cfg,
+            &none,
+        )
+        .unwrap();
+        assert!(matches!(d.share, Share::Shards(_)));
+        assert_eq!(d.spank_options, [("_SLURM_SPANK_OPTION_wattson_energy_share".into(), "yes".into())]);
+        let e = decide(
+            [],
+            ["WATTSON_ENERGY_SHARE=maybe"],
+            1000,
+            "alice",
+            None,
+            &shape(&["gpu"], "gres:gpu:1"),
+            0,
+            &cfg,
+            &none,
+        )
+        .unwrap_err();
+        assert_eq!(e, "--energy-share=maybe: not one of yes, no");
     }
 
     #[test]
@@ -273,6 +444,7 @@ mod tests {
             1000,
             "alice",
             None,
+            &JobShape::default(),
             0,
             &Config::default(),
             &ModelTable::new(),
@@ -293,6 +465,7 @@ mod tests {
             1000,
             "bob",
             None,
+            &JobShape::default(),
             now,
             &cfg,
             &ModelTable::new(),
