@@ -76,7 +76,13 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     let names: Vec<String> = zeus.iter().map(|z| z.display().to_string()).collect();
     let files: Vec<(&str, &str)> =
         texts.iter().map(String::as_str).zip(names.iter().map(String::as_str)).collect();
-    let catalog = Catalog::from_zeus_csvs(&files).map_err(|e| e.to_string())?;
+    let mut catalog = Catalog::from_zeus_csvs(&files).map_err(|e| e.to_string())?;
+    if let Some(rel) = &cluster.colocation_json {
+        let path = dir.join(rel);
+        let text = read(&path)?;
+        let colocation = crate::colocation::Colocation::from_gavel_json(&text, &path.display().to_string());
+        catalog.colocation = Some(colocation.map_err(|e| e.to_string())?);
+    }
     let format = match args.format {
         FormatArg::Auto => TraceFormat::Auto,
         FormatArg::Itp => TraceFormat::Itp,

@@ -44,6 +44,11 @@ pub struct ClusterConfig {
     /// How jobs' time limits are drawn where the trace gives none (`[limits]`).
     #[serde(default)]
     pub limits: super::limits::LimitModel,
+    /// Path of Gavel's `simulation_throughputs.json`, relative to the cluster file: how jobs
+    /// slow each other on a shared GPU ([`crate::colocation`]); needed when jobs opt in to
+    /// sharing (`[hints] share_fraction` above 0).
+    #[serde(default)]
+    pub colocation_json: Option<String>,
 }
 
 /// Nodes of one GPU type.
@@ -398,6 +403,12 @@ impl ClusterConfig {
 
     fn validate(&self) -> Result<(), String> {
         self.limits.check()?;
+        if self.hints.share_fraction > 0.0 && self.colocation_json.is_none() {
+            return Err(format!(
+                "hints.share_fraction = {}: jobs that share GPUs need colocation_json (Gavel's pair throughputs)",
+                self.hints.share_fraction
+            ));
+        }
         if self.groups.is_empty() || self.groups.len() > 16 {
             return Err(format!("{} [[group]] tables: allowed 1..=16", self.groups.len()));
         }

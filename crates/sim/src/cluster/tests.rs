@@ -129,3 +129,25 @@ fn set_names_the_knobs_as_the_file_does() {
     let e = w.set_pair("pack=yes").unwrap_err().to_string();
     assert_eq!(e, "override `pack=yes`: the value is not a number");
 }
+
+#[test]
+fn opting_in_to_shared_gpus_needs_the_pair_data_and_sane_shares() {
+    let with = |hints: &str, top: &str| {
+        let text = SMALL.replace(
+            "defer_window_s = [3600.0, 7200.0]\n",
+            &format!("defer_window_s = [3600.0, 7200.0]\n{hints}"),
+        );
+        ClusterConfig::from_toml(&format!("{top}{text}"), "s.toml")
+    };
+    let err = with("share_fraction = 0.5\n", "").unwrap_err().to_string();
+    assert!(
+        err.contains("s.toml: hints.share_fraction = 0.5: jobs that share GPUs need colocation_json"),
+        "{err}"
+    );
+    let c = with("share_fraction = 0.5\nshare_bound = 0.4\n", "colocation_json = \"g.json\"\n").unwrap();
+    assert_eq!((c.hints.share_fraction, c.hints.share_bound), (0.5, 0.4));
+    let err = with("share_fraction = 1.5\n", "colocation_json = \"g.json\"\n").unwrap_err().to_string();
+    assert!(err.contains("hints.share_fraction = 1.5: allowed 0..=1"), "{err}");
+    let err = with("share_bound = -1\n", "").unwrap_err().to_string();
+    assert!(err.contains("hints.share_bound = -1: allowed 0..=10"), "{err}");
+}
