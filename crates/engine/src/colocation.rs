@@ -8,7 +8,7 @@
 //! given `s`, in closed form). [`pair`] decides which pending job may share a running job's
 //! GPU within both jobs' slowdown bounds. Pure: no I/O, deterministic.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One measured pair: class `victim` ran `slowdown` slower (time ratio minus one) while class
 /// `neighbour` shared its GPU.
@@ -33,6 +33,8 @@ pub struct Interference {
     pub measured_slowed: Vec<bool>,
     /// Whether each class was measured slowing another (its pressure is known).
     pub measured_slowing: Vec<bool>,
+    /// Each measured pair's slowdown, `(victim, neighbour)`: the mean of its measurements.
+    pub measured: BTreeMap<(usize, usize), f64>,
 }
 
 /// Alternating steps of the fit.
@@ -47,11 +49,16 @@ impl Interference {
             pressure: vec![1.0; classes],
             measured_slowed: vec![false; classes],
             measured_slowing: vec![false; classes],
+            measured: BTreeMap::new(),
         };
+        let mut sums: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
         for pair in pairs {
             model.measured_slowed[pair.victim] = true;
             model.measured_slowing[pair.neighbour] = true;
+            let s = sums.entry((pair.victim, pair.neighbour)).or_default();
+            *s = (s.0 + pair.slowdown, s.1 + 1.0);
         }
+        model.measured = sums.into_iter().map(|(k, (sum, n))| (k, sum / n)).collect();
         for _ in 0..STEPS {
             model.sensitivity = solve(classes, pairs, |p| (p.victim, p.neighbour), &model.pressure);
             model.pressure = solve(classes, pairs, |p| (p.neighbour, p.victim), &model.sensitivity);
@@ -64,9 +71,13 @@ impl Interference {
         self.sensitivity[victim] * self.pressure[neighbour]
     }
 
-    /// [`Interference::slowdown`] where both classes' figures were measured; `None` otherwise
-    /// (an unknown class is never predicted harmless).
+    /// The pair's measured slowdown where it was measured, else [`Interference::slowdown`]
+    /// where both classes' figures were measured; `None` otherwise (an unknown class is never
+    /// predicted harmless).
     pub fn predict(&self, victim: usize, neighbour: usize) -> Option<f64> {
+        if let Some(&m) = self.measured.get(&(victim, neighbour)) {
+            return Some(m);
+        }
         let known = *self.measured_slowed.get(victim)? && *self.measured_slowing.get(neighbour)?;
         known.then(|| self.slowdown(victim, neighbour))
     }
@@ -177,6 +188,27 @@ mod tests {
         assert!(alone.predict(0, 1).is_some());
     }
 
+    #[test]
+    fn a_measured_pair_is_predicted_as_measured_and_others_by_the_fit() {
+        // A rank-one world, but (2, 2) was measured far below it (2.0), twice (0.1 on average).
+        let s = [0.2, 0.5, 1.0, 0.3];
+        let p = [1.0, 0.4, 2.0, 0.5];
+        let mut pairs = Vec::new();
+        for a in 0..4 {
+            for b in 0..4 {
+                if (a, b) != (2, 2) && (a, b) != (3, 3) {
+                    pairs.push(PairSlowdown { victim: a, neighbour: b, slowdown: s[a] * p[b] });
+                }
+            }
+        }
+        pairs.push(PairSlowdown { victim: 2, neighbour: 2, slowdown: 0.05 });
+        pairs.push(PairSlowdown { victim: 2, neighbour: 2, slowdown: 0.15 });
+        let model = Interference::fit(4, &pairs);
+        assert!((model.predict(2, 2).unwrap() - 0.1).abs() < 1e-12, "the mean of its two measurements");
+        assert!(model.slowdown(2, 2) > 0.3, "the rank-one fit alone says more: {model:?}");
+        assert_eq!(model.predict(3, 3), Some(model.slowdown(3, 3)), "an unmeasured pair: the fit");
+    }
+
     /// Three classes: 0 barely slows anyone and is barely slowed, 1 is sensitive, 2 pushes hard.
     fn three() -> Interference {
         let s = [0.05, 0.5, 0.1];
@@ -194,7 +226,7 @@ mod tests {
         let job = |job, class, bound| Candidate { job, class, bound };
         // Job 10 (class 0, 5%) may join 1 (class 1: slowed 0.5·0.2 = 10% > its 5%) or 2
         // (class 0: 1% each way): it joins 2. Job 11 (class 2) would slow anyone too much.
-        let running = [job(1, 1, 0.05), job(2, 0, 0.05)];
+        let running = [job(1, 1, 0.05), job(2, 0, 0.04)];
         let pending = [job(10, 0, 0.05), job(11, 2, 0.5)];
         let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
         let sharing = Sharing { model: &model, broken: &none, unfit: &no_pairs };
