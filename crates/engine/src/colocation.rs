@@ -194,10 +194,10 @@ mod tests {
         let s = [0.2, 0.5, 1.0, 0.3];
         let p = [1.0, 0.4, 2.0, 0.5];
         let mut pairs = Vec::new();
-        for a in 0..4 {
-            for b in 0..4 {
+        for (a, sa) in s.iter().enumerate() {
+            for (b, pb) in p.iter().enumerate() {
                 if (a, b) != (2, 2) && (a, b) != (3, 3) {
-                    pairs.push(PairSlowdown { victim: a, neighbour: b, slowdown: s[a] * p[b] });
+                    pairs.push(PairSlowdown { victim: a, neighbour: b, slowdown: sa * pb });
                 }
             }
         }
