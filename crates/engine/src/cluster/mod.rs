@@ -460,6 +460,14 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot) -> Actions {
     };
     release(p, s, &mut a);
     share::decide(p, s, &mut a);
+    // The rest see the jobs that start on a shared GPU as running there, not queued.
+    let (queued, running);
+    let s = if a.share.is_empty() {
+        s
+    } else {
+        (queued, running) = share::started(s, &a.share);
+        &Snapshot { queued: &queued, running: &running, ..*s }
+    };
     power::decide(p, s, &mut a);
     levels::decide(p, s, &mut a);
     budget::enforce(p, s, &mut a);

@@ -5,7 +5,7 @@
 //! jobs' bounds (the running job's bound is what its run so far left of it).
 
 use super::levels::allowance;
-use super::{Actions, ClusterPolicy, NodePower, Snapshot, TunedPolicy};
+use super::{Actions, ClusterPolicy, NodePower, Queued, Running, Snapshot, TunedPolicy};
 use crate::colocation::{self, Candidate};
 
 /// Adds to `a.share` the queued jobs that start now on a running job's GPU.
@@ -37,6 +37,29 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     }
     let may = |queued: u32, running: u32| may_join(s, queued, running);
     a.share = colocation::pair(&sharing, &pending, &running, may);
+}
+
+/// The queue and the running jobs once the `pairs` (queued, running) have formed: each
+/// queued job of a pair runs, shared, as does its partner.
+pub fn started(s: &Snapshot, pairs: &[(u32, u32)]) -> (Vec<Queued>, Vec<Running>) {
+    let joins = |id: u32| pairs.iter().any(|&(q, _)| q == id);
+    let hosts = |id: u32| pairs.iter().any(|&(_, r)| r == id);
+    let queued = s.queued.iter().filter(|q| !joins(q.job.id)).copied().collect();
+    let mut running: Vec<Running> =
+        s.running.iter().map(|r| Running { shared: r.shared || hosts(r.job.id), ..*r }).collect();
+    running.extend(s.queued.iter().filter(|q| joins(q.job.id)).map(|q| Running {
+        job: q.job,
+        elapsed_s: 0.0,
+        progress: 0.0,
+        level: top(s, &q.job),
+        shared: true,
+    }));
+    (queued, running)
+}
+
+/// The top level of job `j`'s level table.
+fn top(s: &Snapshot, j: &super::JobView) -> u16 {
+    s.models.get(j.model as usize).map_or(0, |l| l.len().saturating_sub(1) as u16)
 }
 
 /// Whether queued job `queued` may run on running job `running`'s node: it is among the nodes
@@ -97,6 +120,12 @@ mod tests {
         // Job 10 would be slowed 20% by job 1 (over its 10%); with job 2, 1% each way. Job 11
         // did not opt in, nor did job 3.
         assert_eq!(brain(&p, &s).share, vec![(10, 2)]);
+        // Once paired, job 10 is no queued job to boot a node for; unpaired, it would be.
+        let asleep = [full[0], node(NodePower::Off, 8, f64::NEG_INFINITY)];
+        let only = Snapshot { nodes: &asleep, queued: &queued[..1], ..s };
+        let paired = brain(&p, &only);
+        assert_eq!((paired.share, paired.power_up), (vec![(10, 2)], vec![]));
+        assert_eq!(brain(&p, &Snapshot { sharing: None, ..only }).power_up, vec![1]);
         // A free GPU on a powered node: job 10 runs alone.
         let free = [node(NodePower::On, 1, f64::INFINITY)];
         assert!(brain(&p, &Snapshot { nodes: &free, ..s }).share.is_empty());
