@@ -31,17 +31,20 @@ fn main() {
         .collect();
     let seeds: u64 = args.get(3).map_or(5, |s| s.parse().expect("seed count"));
     let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
-    let mut catalog =
-        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
-            .unwrap();
-    let gavel = "../shared/data/colocation/gavel/simulation_throughputs.json";
-    catalog.colocation =
-        Some(wattson_sim::colocation::Colocation::from_gavel_json(&read(gavel), gavel).unwrap());
-    let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
-    let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
     for kv in args.iter().skip(4) {
         wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
     }
+    let mut catalog =
+        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
+            .unwrap();
+    // Shared GPUs: Gavel's pairs as etc/sim/cluster.toml names them (`colocation_json=`: none).
+    if let Some(rel) = &base.colocation_json {
+        let gavel = format!("etc/sim/{rel}");
+        let colocation = wattson_sim::colocation::Colocation::from_gavel_json(&read(&gavel), &gavel);
+        catalog.colocation = Some(colocation.unwrap());
+    }
+    let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
+    let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
     let mut all_ok = true;
     for &nodes in &sizes {
         let mut c = base.clone();

@@ -2,7 +2,7 @@
 //! `[wattson]` knob, `order` (every policy's queue order), `slurm_order` (the references'
 //! only), `budget_w`, `perfect` (1: the perfect-knowledge what-if), `max_factor` (`[limits]`)
 //! `max_bound` (every job's slowdown bound capped at this value) `share_fraction` or `share_bound`
-//! (`[hints]`).
+//! (`[hints]`), or `colocation_json` (empty: no pair data, so no job shares).
 
 use super::SimError;
 use super::cluster::{Budget, ClusterConfig};
@@ -22,6 +22,8 @@ pub fn apply(c: &mut ClusterConfig, kv: &str) -> Result<(), SimError> {
         }
         "perfect" => c.limits.perfect = num()? != 0.0,
         "max_factor" => c.limits.max_factor = num()?,
+        // Empty: no pair data, so no job shares (opted-in jobs keep their `share_bound`).
+        "colocation_json" => c.colocation_json = (!v.is_empty()).then(|| v.to_string()),
         "share_fraction" => {
             let f = num()?;
             if !(0.0..=1.0).contains(&f) {
@@ -45,4 +47,25 @@ pub fn apply(c: &mut ClusterConfig, kv: &str) -> Result<(), SimError> {
         _ => c.wattson.set_pair(kv)?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::tests::SMALL;
+
+    #[test]
+    fn sharing_overrides_set_the_opt_in_and_can_drop_the_pair_data() {
+        let mut c =
+            ClusterConfig::from_toml(&format!("colocation_json = \"g.json\"\n{SMALL}"), "s.toml").unwrap();
+        apply(&mut c, "share_fraction=0.5").unwrap();
+        apply(&mut c, "share_bound=0.4").unwrap();
+        assert_eq!((c.hints.share_fraction, c.hints.share_bound), (0.5, 0.4));
+        assert_eq!(c.colocation_json.as_deref(), Some("g.json"));
+        apply(&mut c, "colocation_json=").unwrap();
+        assert_eq!(c.colocation_json, None);
+        let err = apply(&mut c, "share_fraction=2").unwrap_err().to_string();
+        assert!(err.contains("override `share_fraction=2`: a fraction from 0 to 1"), "{err}");
+        assert!(apply(&mut c, "share_bound=11").is_err());
+    }
 }
