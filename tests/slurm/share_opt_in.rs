@@ -89,8 +89,15 @@ fn opted_in_one_gpu_jobs_share_the_gpu_and_the_others_keep_it_whole() {
         assert_eq!(state, "PENDING", "job {id}: the GPU's shards are all held\n{}", lab.all_logs());
     }
     assert_eq!([a, b].map(|id| node.record(&id.to_string()).state), [JobState::Running; 2]);
-
-    for id in [a, b, refused, plain, by_default, per_job] {
+    // The two waiting shard jobs are held until both sharing jobs end: otherwise one could
+    // join whichever of the two ends last, and the parts below would have a third holder.
+    let waiting = [by_default, per_job].map(|id| id.to_string());
+    lab.run_ok("scontrol", &["hold", &waiting[0], &waiting[1]]);
+    for id in [a, b] {
+        assert_eq!(lab.wait_job(id, Duration::from_secs(90)).state, "COMPLETED", "{}", lab.all_logs());
+    }
+    lab.run_ok("scontrol", &["release", &waiting[0], &waiting[1]]);
+    for id in [refused, plain, by_default, per_job] {
         assert_eq!(lab.wait_job(id, Duration::from_secs(90)).state, "COMPLETED", "{}", lab.all_logs());
     }
     let records: Vec<_> = [a, b].iter().map(|id| node.record(&id.to_string())).collect();
