@@ -2,7 +2,8 @@
 //! load), seeds 1..5, every policy with the shipped defaults, on time limits (drawn as
 //! `[limits]` says), waits counted from submission. Prints each policy's energy, mean and p99
 //! wait, deferral, queueing wait, the largest tenth's mean wait, bound violations and kills, which
-//! of the targets hold per seed, then each policy's means over the seeds.
+//! of the targets hold per seed, then each policy's means over the seeds; for seed 1, what
+//! sharing GPUs could save at most (`sharing bound:`).
 //!
 //! Run: `cargo run --release -p wattson-sim --example brain [-- TRACE NODES,NODES SEEDS
 //! [key=value...]]` (defaults: cluster04.csv, 80,123, 5); the keys are
@@ -77,6 +78,9 @@ fn main() {
         for seed in 1..=seeds {
             let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &wattson_sim::policies::ALL, seed)
                 .unwrap();
+            if seed == 1 {
+                sharing_bound(&c, &catalog, &o);
+            }
             for s in &o.report.summaries {
                 let row = [
                     s.energy_kwh,
@@ -166,4 +170,45 @@ fn add<K: PartialEq, const N: usize>(sums: &mut Vec<(K, [f64; N])>, key: K, row:
         Some((_, acc)) => acc.iter_mut().zip(row).for_each(|(a, x)| *a += x),
         None => sums.push((key, row)),
     }
+}
+
+/// What sharing GPUs could save at most: half the GPU energy (at the top limit) and node-base
+/// share of every 1-GPU job, as if each shared its whole run with no slowdown and the GPU drew
+/// no more than one job alone; and the least slowdown, the worse of the two ways, of a pair
+/// of the co-location classes those jobs have.
+fn sharing_bound(c: &ClusterConfig, catalog: &Catalog, o: &wattson_sim::Outcome) {
+    let base_share_w = c.node.base_w / f64::from(c.gpus_per_node);
+    let ones: Vec<_> = o.jobs.iter().filter(|j| j.gpus == 1).collect();
+    let all_s: f64 = o.jobs.iter().map(|j| f64::from(j.gpus) * j.duration).sum();
+    let ones_s: f64 = ones.iter().map(|j| j.duration).sum();
+    let half_j: f64 = ones
+        .iter()
+        .map(|j| {
+            let w = catalog.get(0, j.workload);
+            j.duration * (w.power[w.max_idx()] + base_share_w) / 2.0
+        })
+        .sum();
+    let ps = o.report.summary(ClusterPolicy::SlurmPowersave).unwrap().energy_kwh;
+    let mut line = format!(
+        "sharing bound: 1-GPU jobs hold {:.1}% of GPU time; at most {:.2} MWh saved ({:.1}% of slurm-powersave's)",
+        100.0 * ones_s / all_s,
+        half_j / 3.6e9,
+        100.0 * half_j / 3.6e6 / ps
+    );
+    if let Some(colo) = &catalog.colocation {
+        let class = |j: &wattson_sim::SimJob| colo.class_of(catalog.get(0, j.workload));
+        let classed_s: f64 = ones.iter().filter(|j| class(j).is_some()).map(|j| j.duration).sum();
+        let classes: std::collections::BTreeSet<u16> = ones.iter().filter_map(|j| class(j)).collect();
+        let least = classes
+            .iter()
+            .flat_map(|&a| classes.iter().map(move |&b| (a, b)))
+            .filter_map(|(a, b)| Some(colo.slowdown(a, b)?.max(colo.slowdown(b, a)?)))
+            .fold(f64::INFINITY, f64::min);
+        line += &format!(
+            "; {:.1}% of their GPU time has a class; least pair slowdown among those classes {:.2}",
+            100.0 * classed_s / ones_s,
+            least
+        );
+    }
+    println!("{line}");
 }

@@ -407,32 +407,13 @@ mod tests {
         .unwrap();
         assert_eq!(d.share, Share::Kept(Kept::SiteRewritesNothing));
         // Through the environment (REST API): the nodes get the option as for the others.
-        let d = decide(
-            [],
-            ["WATTSON_ENERGY_SHARE=yes"],
-            1000,
-            "alice",
-            None,
-            &shape(&["gpu"], "gres:gpu:1"),
-            0,
-            &cfg,
-            &none,
-        )
-        .unwrap();
+        let from_env = |var: &'static str| {
+            decide([], [var], 1000, "alice", None, &shape(&["gpu"], "gres:gpu:1"), 0, &cfg, &none)
+        };
+        let d = from_env("WATTSON_ENERGY_SHARE=yes").unwrap();
         assert!(matches!(d.share, Share::Shards(_)));
         assert_eq!(d.spank_options, [("_SLURM_SPANK_OPTION_wattson_energy_share".into(), "yes".into())]);
-        let e = decide(
-            [],
-            ["WATTSON_ENERGY_SHARE=maybe"],
-            1000,
-            "alice",
-            None,
-            &shape(&["gpu"], "gres:gpu:1"),
-            0,
-            &cfg,
-            &none,
-        )
-        .unwrap_err();
+        let e = from_env("WATTSON_ENERGY_SHARE=maybe").unwrap_err();
         assert_eq!(e, "--energy-share=maybe: not one of yes, no");
     }
 
