@@ -233,6 +233,37 @@ fn entries(list: &str) -> Vec<&str> {
     out
 }
 
+/// GPUs allocated in a `GresUsed=` value: those held whole (`gpu:a100:2(IDX:0-1)`) and those
+/// holding any shard or MPS share of a job (`shard:h100:2(IDX:0-1)`: GPUs 0 and 1), which no
+/// whole-GPU job can have.
+fn gres_used_gpus(used: &str) -> u32 {
+    let parts: std::collections::BTreeSet<(&str, u32)> = entries(used)
+        .into_iter()
+        .filter(|e| e.starts_with("shard:") || e.starts_with("mps:"))
+        .filter_map(|e| {
+            let (name, rest) = e.split_once('(')?;
+            let indices = rest.strip_prefix("IDX:")?.trim_end_matches(')');
+            // `shard:h100:2`: typed; `shard:2`: not.
+            let fields: Vec<&str> = name.split(':').collect();
+            let ty = if fields.len() == 3 { fields[1] } else { "" };
+            Some(index_list(indices).into_iter().map(move |i| (ty, i)))
+        })
+        .flatten()
+        .collect();
+    gres_gpus(used) + parts.len() as u32
+}
+
+/// The indices of an `IDX:` list (`0-1,3`); `N/A` and anything unreadable: none.
+fn index_list(list: &str) -> Vec<u32> {
+    list.split(',')
+        .filter_map(|range| match range.split_once('-') {
+            Some((a, b)) => Some((a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?).collect::<Vec<_>>()),
+            None => range.parse().ok().map(|i| vec![i]),
+        })
+        .flatten()
+        .collect()
+}
+
 /// GPUs of a `Gres=` or `GresUsed=` value: `gpu:4`, `gpu:h100:4(S:0-1)`,
 /// `gpu:a100:2(IDX:0-1),gpu:h100:0(IDX:N/A)`.
 fn gres_gpus(gres: &str) -> u32 {
@@ -287,7 +318,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
         // `GresUsed` (shown with `-d`), else the TRES when Slurm counts gres/gpu there.
         let counted = f.get("CfgTRES").and_then(|t| tres_gpus(t)).is_some();
         let alloc_gpus = match f.get("GresUsed") {
-            Some(used) => Some(gres_gpus(used)),
+            Some(used) => Some(gres_used_gpus(used)),
             None => counted.then(|| f.get("AllocTRES").and_then(|t| tres_gpus(t)).unwrap_or(0)),
         };
         let reason =
@@ -340,12 +371,20 @@ fn timestamp(text: &str) -> Option<i64> {
     Local.from_local_datetime(&naive).earliest().map(|t| t.timestamp())
 }
 
-/// GPUs per node of a `%b` value (`gres:gpu:2`, `gres/gpu:h100:2`, `N/A`).
+/// GPUs per node of a `%b` value (`gres:gpu:2`, `gres/gpu:h100:2`, `N/A`); a request for
+/// shards or MPS (`gres:shard:2`) counts one.
 fn gpus_per_node(tres: &str) -> u32 {
-    tres.split(',')
-        .filter(|e| e.contains("gpu"))
-        .filter_map(|e| e.rsplit(':').next()?.parse::<u32>().ok())
-        .sum()
+    let count = |kind: &str| -> u32 {
+        tres.split(',')
+            .filter(|e| e.contains(kind))
+            .filter_map(|e| e.rsplit(':').next()?.parse::<u32>().ok())
+            .sum()
+    };
+    // Shards or MPS share of a GPU: part of one GPU per node.
+    match count("gpu") {
+        0 if count("shard") + count("mps") > 0 => 1,
+        gpus => gpus,
+    }
 }
 
 /// Parses `squeue -h -o` [`SQUEUE_FORMAT`].

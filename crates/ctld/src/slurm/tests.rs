@@ -26,6 +26,27 @@ fn nodes_power_gpus_and_reasons() {
     assert_eq!((used.gpus, used.alloc_gpus, used.free_gpus()), (4, Some(3), 1));
 }
 
+/// Two GPUs, 8 shards; shard jobs on both GPUs, then on GPU 0 only (the 22.05 lab's
+/// `GresUsed`, the rest of the line cut).
+const SHARDS_ON_BOTH: &str = "NodeName=n1 CPUAlloc=3 Gres=gpu:h100:2,shard:h100:8 GresDrain=N/A GresUsed=gpu:h100:0(IDX:N/A),shard:h100:2(IDX:0-1) State=MIXED Weight=1";
+const SHARDS_ON_ONE: &str = "NodeName=n1 CPUAlloc=1 Gres=gpu:h100:2,shard:h100:8 GresDrain=N/A GresUsed=gpu:h100:0(IDX:N/A),shard:h100:2(IDX:0) State=MIXED Weight=1";
+
+#[test]
+fn a_gpu_that_holds_shards_is_not_free_and_a_shard_job_takes_a_gpu() {
+    let both = &parse_nodes(SHARDS_ON_BOTH).unwrap()[0];
+    assert_eq!((both.gpus, both.alloc_gpus, both.free_gpus()), (2, Some(2), 0));
+    let one = &parse_nodes(SHARDS_ON_ONE).unwrap()[0];
+    assert_eq!((one.alloc_gpus, one.free_gpus()), (Some(1), 1));
+    let mixed = "NodeName=n1 Gres=gpu:4,shard:16 GresUsed=gpu:2(IDX:0,3),shard:4(IDX:1-2) State=MIXED";
+    assert_eq!(parse_nodes(mixed).unwrap()[0].free_gpus(), 0);
+    let jobs = parse_jobs(
+        "7|RUNNING|None|1|gres:shard:2|2026-11-23T23:36:19|0:05|1:00|100|n1|lab||0\n\
+         8|PENDING|Resources|1|gres/shard:2|2026-11-23T23:36:19|0:00|1:00|100||lab||0\n",
+    )
+    .unwrap();
+    assert_eq!(jobs.iter().map(|j| j.gpus).collect::<Vec<_>>(), [1, 1], "part of one GPU each");
+}
+
 #[test]
 fn powered_down_and_resuming_nodes() {
     let off = parse_nodes("NodeName=n2 CPUAlloc=0 Gres=gpu:2 State=IDLE+POWERED_DOWN").unwrap();
