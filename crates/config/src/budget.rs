@@ -37,19 +37,11 @@ pub const RELEASED_MARK: &str = "released=budget";
 /// How many loops old the controller's state file may be for job_submit to hold new jobs.
 pub const LIVE_LOOPS: u32 = 3;
 
-impl BudgetConfig {
-    /// Whether job_submit holds a new job: a budget is set, the job asked for no priority of
-    /// its own (`--hold`, an administrator's), and the controller is live: its state file,
-    /// rewritten every `interval`, is at most [`LIVE_LOOPS`] loops old (`state_age`; `None`:
-    /// no such file). Otherwise the job passes as if no budget were set (fail open).
-    pub fn holds(
-        &self,
-        own_priority: bool,
-        state_age: Option<std::time::Duration>,
-        interval: std::time::Duration,
-    ) -> bool {
-        self.power_w.is_some() && !own_priority && state_age.is_some_and(|age| age <= interval * LIVE_LOOPS)
-    }
+/// Whether the controller is live: its state file, rewritten every `interval`, is at most
+/// [`LIVE_LOOPS`] loops old (`state_age`; `None`: no such file). job_submit holds jobs for its
+/// release only then (fail open).
+pub fn controller_live(state_age: Option<std::time::Duration>, interval: std::time::Duration) -> bool {
+    state_age.is_some_and(|age| age <= interval * LIVE_LOOPS)
 }
 
 #[cfg(test)]
@@ -58,14 +50,12 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn new_jobs_are_held_only_under_a_budget_with_a_live_controller() {
+    fn the_controller_is_live_while_its_state_file_is_at_most_three_loops_old() {
         let s = Duration::from_secs;
-        let budget = BudgetConfig { power_w: Some(5000.0), gpu_max_w: None };
-        assert!(budget.holds(false, Some(s(25)), s(10)));
-        assert!(!budget.holds(false, Some(s(31)), s(10)), "a controller three loops late is down");
-        assert!(!budget.holds(false, None, s(10)), "no controller has run");
-        assert!(!budget.holds(true, Some(s(1)), s(10)), "the job's own hold or priority stays its own");
-        assert!(!BudgetConfig::default().holds(false, Some(s(1)), s(10)), "no budget");
+        assert!(controller_live(Some(s(25)), s(10)));
+        assert!(controller_live(Some(s(30)), s(10)));
+        assert!(!controller_live(Some(s(31)), s(10)), "a controller three loops late is down");
+        assert!(!controller_live(None, s(10)), "no controller has run");
     }
 
     #[test]

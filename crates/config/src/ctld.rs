@@ -109,7 +109,20 @@ pub struct CtldConfig {
     #[serde(default = "default_summary_bins", deserialize_with = "summary_bins")]
     #[schemars(extend("x-allowed" = "1 to 2000"))]
     pub summary_bins: u32,
+    /// The co-location pair file: measured slowdowns of jobs sharing a GPU, by workload tag
+    /// (`--energy-tag`). With it the controller decides which opted-in jobs share a GPU, and
+    /// job_submit holds each opted-in job for that decision; unset: Slurm pairs shard jobs
+    /// as it finds room.
+    #[serde(default)]
+    pub share_pairs: Option<PathBuf>,
 }
+
+/// The entry job_submit adds to the AdminComment of an opted-in job it held for the
+/// controller's co-location decision ([`CtldConfig::share_pairs`]).
+pub const SHARE_HELD_MARK: &str = "held=share";
+
+/// The entry that replaces [`SHARE_HELD_MARK`] once the controller released the job.
+pub const SHARE_RELEASED_MARK: &str = "released=share";
 
 impl Default for CtldConfig {
     fn default() -> Self {
@@ -135,6 +148,7 @@ impl Default for CtldConfig {
             measurements_file: default_measurements_file(),
             summary_wait: default_summary_wait(),
             summary_bins: default_summary_bins(),
+            share_pairs: None,
         }
     }
 }

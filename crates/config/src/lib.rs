@@ -11,6 +11,7 @@ mod engine;
 pub mod link;
 pub mod locate;
 pub mod mail;
+pub mod pairs;
 mod paths;
 pub mod policy;
 pub mod reference;
@@ -265,6 +266,18 @@ impl Config {
         if config.daemon.slurm_user.is_empty() {
             return Err(ConfigError(format!("{origin}: daemon.slurm_user must not be empty")));
         }
+        if config.ctld.share_pairs.is_some() {
+            if config.budget.power_w.is_some() {
+                return Err(ConfigError(format!(
+                    "{origin}: ctld.share_pairs and budget.power_w cannot be set together: each holds jobs at submission for the controller, and one job is released by one decision"
+                )));
+            }
+            if config.policy.shards_per_job().is_none() {
+                return Err(ConfigError(format!(
+                    "{origin}: ctld.share_pairs needs policy.shards_per_gpu (the shards job_submit gives an opted-in job)"
+                )));
+            }
+        }
         paths::check(&config, origin)?;
         Ok(config)
     }
@@ -299,6 +312,17 @@ impl Config {
 mod tests {
     use super::*;
     use wattson_types::gpu::Knob;
+
+    #[test]
+    fn a_pair_file_needs_shards_and_no_budget() {
+        let pairs = "[ctld]\nshare_pairs = \"/etc/wattson/pairs.toml\"\n";
+        let err = Config::parse(pairs, "w.toml").unwrap_err().0;
+        assert!(err.contains("ctld.share_pairs needs policy.shards_per_gpu"), "{err}");
+        let shards = format!("{pairs}[policy]\nshards_per_gpu = 4\n");
+        assert!(Config::parse(&shards, "w.toml").is_ok());
+        let err = Config::parse(&format!("{shards}[budget]\npower_w = 5000\n"), "w.toml").unwrap_err().0;
+        assert!(err.contains("ctld.share_pairs and budget.power_w cannot be set together"), "{err}");
+    }
 
     #[test]
     fn devices_fifos_and_directories_are_refused_without_blocking() {

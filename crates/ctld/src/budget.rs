@@ -39,24 +39,15 @@ pub fn gpu_max_w(config: &Config, nodes: &[Node], levels: &BTreeMap<u32, JobLeve
 pub fn held(jobs: &[Job], requests: &[Request]) -> BTreeMap<u32, f64> {
     requests
         .iter()
-        .filter(|r| marked(&r.admin_comment, HELD_MARK))
+        .filter(|r| r.marked(HELD_MARK))
         .filter(|r| jobs.iter().any(|j| j.id == r.id && j.is_held()))
         .map(|r| (r.id, r.bound()))
         .collect()
 }
 
-/// Whether the comma-separated AdminComment `comment` has the entry `mark`.
-fn marked(comment: &str, mark: &str) -> bool {
-    comment.split(',').any(|e| e.trim() == mark)
-}
-
 /// `comment` with [`HELD_MARK`] replaced by [`RELEASED_MARK`].
 pub fn released_comment(comment: &str) -> String {
-    comment
-        .split(',')
-        .map(|e| if e.trim() == HELD_MARK { RELEASED_MARK } else { e })
-        .collect::<Vec<_>>()
-        .join(",")
+    crate::slurm::request::replace_mark(comment, HELD_MARK, RELEASED_MARK)
 }
 
 /// The pace of running job `id` when the engine's budget shed its power

@@ -20,6 +20,7 @@ pub mod power;
 pub mod power_status;
 pub mod prolog;
 pub mod retry;
+pub mod share;
 pub mod slurm;
 pub mod slurm_program;
 pub mod snapshot;
@@ -62,6 +63,8 @@ pub struct Plan {
     /// Jobs job_submit held for the power budget whose start now fits, each with the
     /// AdminComment it is released with ([`budget`]).
     pub release: Vec<(u32, String)>,
+    /// Opted-in jobs to release beside a partner or alone, and exclusions ([`share`]).
+    pub share: share::Gate,
     /// Idle nodes the arrival forecast wants kept on.
     pub warm_target: usize,
     /// Idle powered-on nodes seen.
@@ -83,14 +86,26 @@ pub struct Planner {
     retries: Retries,
     ledger: Ledger,
     by_type: by_type::ByType,
+    /// The co-location model (`[ctld] share_pairs`); `None`: no job shares by decision.
+    pairs: Option<share::Pairs>,
 }
 
 impl Planner {
-    /// A planner for `config`.
+    /// A planner for `config`, deciding no co-location.
     pub fn new(config: Config) -> Planner {
         let retries = Retries::new(config.ctld.resume_retries, config.ctld.resume_retry_pause.as_secs_f64());
         let (memory, ledger, by_type) = Default::default();
-        Planner { config, memory, retries, ledger, by_type }
+        Planner { config, memory, retries, ledger, by_type, pairs: None }
+    }
+
+    /// This planner, deciding which opted-in jobs share a GPU by `pairs`.
+    pub fn sharing(self, pairs: share::Pairs) -> Planner {
+        Planner { pairs: Some(pairs), ..self }
+    }
+
+    /// Whether it decides co-location.
+    pub fn shares(&self) -> bool {
+        self.pairs.is_some()
     }
 
     /// The engine's view of Slurm's `nodes` and `jobs` at `now` (Unix s), with what the
@@ -106,7 +121,8 @@ impl Planner {
         let c = &self.config.ctld;
         let policy = snapshot::policy(c);
         let view = self.memory.view(now, &policy, c.gpu_idle_w, nodes, jobs, learned);
-        let actions = cluster::decide(&policy, &view.snapshot(now, &self.config));
+        let actions =
+            cluster::decide(&policy, &engine_snapshot(&view, now, &self.config, self.pairs.as_ref()));
         (view, actions)
     }
 
@@ -141,7 +157,7 @@ impl Planner {
         let (view, actions) = self.decide(nodes, jobs, learned, now);
         let c = &self.config.ctld;
         let policy = snapshot::policy(c);
-        let snapshot = view.snapshot(now, &self.config);
+        let snapshot = engine_snapshot(&view, now, &self.config, self.pairs.as_ref());
         // The engine picks only idle powered nodes to power down and sleeping ones to boot;
         // nodes an administrator holds were shown to it as busy.
         let names = |indices: &[u32]| -> Vec<String> {
@@ -181,6 +197,9 @@ impl Planner {
                 .collect(),
             ..Plan::default()
         };
+        if let Some(pairs) = &self.pairs {
+            plan.share = share::gate(pairs, &snapshot, &actions, &learned.shares, jobs, requests);
+        }
         plan.nice = nice_offsets(&actions.queue_order, jobs, c.order_weight);
         plan.restrict =
             self.by_type.plan(&policy, &self.config, nodes, &view.gpu_type_names, &snapshot, requests);
@@ -236,6 +255,16 @@ impl Planner {
     }
 }
 
+/// The engine's snapshot of `view` at `now` under `config`, with the co-location model.
+fn engine_snapshot<'a>(
+    view: &'a snapshot::View,
+    now: f64,
+    config: &'a Config,
+    pairs: Option<&'a share::Pairs>,
+) -> cluster::Snapshot<'a> {
+    cluster::Snapshot { sharing: pairs.map(share::Pairs::sharing), ..view.snapshot(now, config) }
+}
+
 /// The nice values that carry the engine's queue `order` (ids, first first) to Slurm as one
 /// term of each pending job's priority: the first gets `-weight`, each next one `weight / n`
 /// less (n jobs ranked), the last `-weight / n`. Slurm subtracts a job's nice from the priority
@@ -280,8 +309,11 @@ struct ModelsSync {
 }
 
 impl Ctld {
-    /// A controller for `config`.
-    pub fn new(config: Config) -> Ctld {
+    /// A controller for `config`; fails when its pair file (`[ctld] share_pairs`) cannot be
+    /// read.
+    pub fn new(config: Config) -> Result<Ctld, String> {
+        let pairs =
+            config.ctld.share_pairs.as_deref().map(share::Pairs::load).transpose().map_err(|e| e.0)?;
         let slurm = Slurm::new(config.ctld.command_timeout);
         let (interval, state_file) = (config.ctld.interval, config.ctld.state_file.clone());
         let nodes = nodes::Nodes::new(config.link.clone()).within(interval);
@@ -297,12 +329,16 @@ impl Ctld {
             bins: config.ctld.summary_bins,
             timeout: config.ctld.command_timeout,
         };
-        Ctld {
+        let planner = Planner::new(config);
+        Ok(Ctld {
             summaries,
             passes: summarize::passes::Passes::default(),
             host: failover::this_host(),
             role: None,
-            planner: Planner::new(config),
+            planner: match pairs {
+                Some(pairs) => planner.sharing(pairs),
+                None => planner,
+            },
             slurm,
             nodes,
             metrics: metrics::Metrics::default(),
@@ -310,7 +346,7 @@ impl Ctld {
             interval,
             state_file,
             models,
-        }
+        })
     }
 
     /// One loop: read Slurm, plan, act. Returns the plan it carried out.
@@ -337,18 +373,24 @@ impl Ctld {
         let jobs = self.slurm.jobs()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
         let budget = self.planner.has_budget();
-        let requests = if self.planner.places_by_type(nodes, &jobs) || budget && jobs.iter().any(Job::is_held)
+        let shares = self.planner.shares();
+        let requests = if self.planner.places_by_type(nodes, &jobs)
+            || budget && jobs.iter().any(Job::is_held)
+            || shares && !jobs.is_empty()
         {
             self.slurm.requests()?
         } else {
             Vec::new()
         };
         // The running jobs' levels: what the budget counts and the wait-cost bound observes.
-        let learned = if budget || self.nodes.paces() {
+        let mut learned = if budget || self.nodes.paces() {
             self.learn(nodes, &jobs, &requests)
         } else {
-            Default::default()
+            snapshot::Learned::default()
         };
+        if let Some(pairs) = &self.planner.pairs {
+            learned.shares = share::share_jobs(&requests, &jobs, pairs);
+        }
         let mut plan = self.planner.plan_with(nodes, &jobs, &requests, &learned, now);
         self.confirm_idle(&mut plan, now);
         if self.nodes.paces() {
@@ -376,7 +418,12 @@ impl Ctld {
             .collect();
         let levels = self.nodes.levels(&running);
         let gpu_max_w = budget::gpu_max_w(&self.planner.config, nodes, &levels);
-        snapshot::Learned { held: budget::held(jobs, requests), levels, gpu_max_w }
+        snapshot::Learned {
+            held: budget::held(jobs, requests),
+            levels,
+            gpu_max_w,
+            shares: Default::default(),
+        }
     }
 
     /// Saves what `wattson power status` shows.
@@ -523,6 +570,7 @@ impl Ctld {
                 warn!(job, error = %e, "cannot release the job; next loop");
             }
         }
+        self.act_share(&plan.share);
         if !plan.power_down.is_empty() {
             info!(nodes = ?plan.power_down, warm_target, idle, queued,
                 "power_down_asap: idle beyond the warm set the arrival forecast needs");
@@ -534,6 +582,34 @@ impl Ctld {
             self.slurm.update_nodes(&plan.power_up, &["state=power_up"])?;
         }
         Ok(())
+    }
+
+    /// Releases the opted-in jobs `gate` says, each where it may start, and keeps released
+    /// ones off the GPUs of jobs they may not join ([`share`]). A job that started or ended
+    /// meanwhile refuses the update: the next loop sees it.
+    fn act_share(&self, gate: &share::Gate) {
+        for (job, excluded) in &gate.exclude {
+            info!(job, excluded = ?excluded, "excnodelist: off the GPUs of opted-in jobs it may not share with");
+            if let Err(e) = self.slurm.exclude_nodes(*job, excluded) {
+                warn!(job, error = %e, "cannot set the job's excluded nodes");
+            }
+        }
+        for r in &gate.release {
+            let placed = match &r.place {
+                share::Place::Beside { node, partner } => {
+                    info!(job = r.job, partner, node = %node, "release: beside the job the co-location model pairs it with");
+                    self.slurm.require_nodes(r.job, std::slice::from_ref(node))
+                }
+                share::Place::Alone(excluded) => {
+                    info!(job = r.job, excluded = ?excluded, "release: on a GPU of its own");
+                    if excluded.is_empty() { Ok(()) } else { self.slurm.exclude_nodes(r.job, excluded) }
+                }
+            };
+            // Released only where it was placed: a job placed nowhere waits for the next loop.
+            if let Err(e) = placed.and_then(|()| self.slurm.release_held(r.job, &r.comment)) {
+                warn!(job = r.job, error = %e, "cannot release the job; next loop");
+            }
+        }
     }
 
     /// Loops until the process is stopped; a failed loop is logged and the next one tried.

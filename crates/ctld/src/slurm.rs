@@ -550,9 +550,9 @@ impl Slurm {
         self.run("scontrol", &["update", &job, &nice]).map(|_| ()).map_err(|e| e.to_string())
     }
 
-    /// Every job as `scontrol -o show job` shows it ([`request`]).
+    /// Every job as `scontrol -d -o show job` shows it ([`request`]).
     pub fn requests(&self) -> Result<Vec<request::Request>, String> {
-        let text = self.run("scontrol", &["-o", "show", "job"]).map_err(|e| e.to_string())?;
+        let text = self.run("scontrol", &["-d", "-o", "show", "job"]).map_err(|e| e.to_string())?;
         Ok(request::parse_requests(&text))
     }
 
@@ -566,7 +566,17 @@ impl Slurm {
         self.run("scontrol", &["update", &job, &list]).map(|_| ()).map_err(|e| e.to_string())
     }
 
-    /// Releases a job job_submit held for the power budget: its AdminComment becomes
+    /// `scontrol update jobid=<id> nodelist=<nodes>`: the pending job starts on them
+    /// (`ReqNodeList`), names checked first.
+    pub fn require_nodes(&self, job: u32, nodes: &[String]) -> Result<(), String> {
+        for name in nodes {
+            hostlist::check_name(name).map_err(|e| e.to_string())?;
+        }
+        let (job, list) = (format!("jobid={job}"), format!("nodelist={}", hostlist::join(nodes)));
+        self.run("scontrol", &["update", &job, &list]).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Releases a job job_submit held for the controller (power budget, co-location): its AdminComment becomes
     /// `comment` (the controller's mark), then `scontrol release`.
     pub fn release_held(&self, job: u32, comment: &str) -> Result<(), String> {
         let (id, comment) = (format!("jobid={job}"), format!("admincomment={comment}"));

@@ -151,6 +151,8 @@ pub struct Learned {
     pub levels: BTreeMap<u32, JobLevels>,
     /// What one GPU of a job whose table is unknown may draw (W).
     pub gpu_max_w: f64,
+    /// The opted-in jobs, with `[ctld] share_pairs` ([`crate::share`]).
+    pub shares: BTreeMap<u32, crate::share::ShareJob>,
 }
 
 impl Memory {
@@ -232,21 +234,23 @@ impl Memory {
         for job in jobs {
             self.arrivals.entry(job.id).or_insert((job.submit as f64, job.gpus));
             let work_s = job.limit_s.unwrap_or(UNLIMITED_WORK_S).max(1.0);
+            let share = learned.shares.get(&job.id);
             let view_of = |job: &Job| JobView {
                 id: job.id,
                 gpus: job.gpus,
-                bound: 0.0,
+                bound: share.map_or(0.0, |s| s.bound),
                 work_s,
                 model: 0,
                 bounded: 0,
                 zeus: 0,
                 capped: 0,
-                share: None,
+                share: share.and_then(|s| s.class),
             };
             if let Some(&bound) = learned.held.get(&job.id).filter(|_| job.is_held()) {
                 let held = JobView { bound, ..view_of(job) };
                 view.held.push(Held { job: held, submit: job.submit as f64, defer_window_s: 0.0 });
-            } else if job.is_queued() {
+            } else if job.is_queued() || share.is_some_and(|s| s.held) {
+                // A job held for the co-location decision waits for GPUs like any queued one.
                 view.queued.push(Queued { job: view_of(job), eligible: job.submit as f64 });
                 if let Some(usable) = usable.of(job) {
                     view.job_nodes.insert(job.id, usable);
@@ -269,7 +273,7 @@ impl Memory {
                     elapsed_s: job.elapsed_s,
                     progress,
                     level,
-                    shared: false,
+                    shared: share.is_some_and(|s| s.partnered),
                 });
             }
         }

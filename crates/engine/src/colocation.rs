@@ -120,21 +120,14 @@ pub fn pair(
     running: &[Candidate],
     may: impl Fn(u32, u32) -> bool,
 ) -> Vec<(u32, u32)> {
-    let (model, broken) = (sharing.model, sharing.broken);
-    let fits = |a: usize, b: usize| !sharing.unfit.contains(&(a, b)) && !sharing.unfit.contains(&(b, a));
     let mut taken = vec![false; running.len()];
     let mut out = Vec::new();
-    for q in pending.iter().filter(|q| !broken.contains(&q.class)) {
+    for q in pending {
         let best = running
             .iter()
             .enumerate()
-            .filter(|(k, r)| !taken[*k] && !broken.contains(&r.class) && fits(q.class, r.class))
-            .filter(|(_, r)| may(q.job, r.job))
-            .filter_map(|(k, r)| {
-                let q_slowed = model.predict(q.class, r.class)?;
-                let r_slowed = model.predict(r.class, q.class)?;
-                (q_slowed <= q.bound && r_slowed <= r.bound).then_some((k, q_slowed + r_slowed))
-            })
+            .filter(|(k, r)| !taken[*k] && may(q.job, r.job))
+            .filter_map(|(k, r)| Some((k, slowdowns(sharing, q, r)?)))
             .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
         if let Some((k, _)) = best {
             taken[k] = true;
@@ -142,6 +135,22 @@ pub fn pair(
         }
     }
     out
+}
+
+/// The predicted slowdowns of `a` and `b` on one GPU, summed, when both are within their
+/// bounds and neither class is broken, unmeasured or unfit with the other; `None` otherwise.
+pub fn slowdowns(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<f64> {
+    let (broken, unfit) = (sharing.broken, sharing.unfit);
+    if broken.contains(&a.class)
+        || broken.contains(&b.class)
+        || unfit.contains(&(a.class, b.class))
+        || unfit.contains(&(b.class, a.class))
+    {
+        return None;
+    }
+    let a_slowed = sharing.model.predict(a.class, b.class)?;
+    let b_slowed = sharing.model.predict(b.class, a.class)?;
+    (a_slowed <= a.bound && b_slowed <= b.bound).then_some(a_slowed + b_slowed)
 }
 
 /// For each class `k`, the least-squares `x[k]` in `slowdown = x[k]·other[j]` over the pairs

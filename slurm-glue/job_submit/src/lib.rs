@@ -204,8 +204,15 @@ pub unsafe extern "C" fn job_submit(
             submit::decide(spank_env, job_env, uid, &user, account.as_deref(), &shape, now, config, models);
         match decided {
             Ok(decision) => {
+                let mut admin_comment = decision.admin_comment;
                 match &decision.share {
                     Share::Shards(rewrite) => {
+                        if share_holds(config, job.priority != sys::NO_VAL) {
+                            // Held (JobHeldAdmin) until `wattson ctld` decides where it runs:
+                            // on a GPU of its own, or beside the job the co-location model picks.
+                            job.priority = 0;
+                            admin_comment.push_str(&format!(",{}", wattson_config::ctld::SHARE_HELD_MARK));
+                        }
                         // SAFETY: Slurm-owned string fields, freed and set with Slurm's allocator.
                         unsafe { set_string(&mut job.tres_per_node, &rewrite.tres_per_node) };
                         if rewrite.clear_tres_per_job && !job.tres_per_job.is_null() {
@@ -238,7 +245,6 @@ pub unsafe extern "C" fn job_submit(
                     let name = unsafe { CStr::from_ptr(job.name) }.to_string_lossy().into_owned();
                     unsafe { set_spank_env(job, submit::JOB_NAME_VAR, &name) };
                 }
-                let mut admin_comment = decision.admin_comment;
                 if budget_holds(config, job.priority != sys::NO_VAL) {
                     // Held (JobHeldAdmin) until `wattson ctld` finds it room under the budget.
                     job.priority = 0;
@@ -269,26 +275,39 @@ pub unsafe extern "C" fn job_submit(
 }
 
 /// Whether a new job waits for the controller's release under `[budget]`
-/// ([`wattson_config::budget::BudgetConfig::holds`]); the controller's liveness is the age of
-/// its state file (one `stat`). A budget with a silent controller holds nothing, and says so.
+/// ([`wattson_config::budget::BudgetConfig::holds`]). A budget with a silent controller holds
+/// nothing, and says so.
 fn budget_holds(config: &wattson_config::Config, own_priority: bool) -> bool {
-    let budget = &config.budget;
-    if budget.power_w.is_none() {
+    config.budget.power_w.is_some() && controller_holds(config, "[budget] is set", own_priority)
+}
+
+/// Whether an opted-in job given shards waits for the controller's co-location decision
+/// (`[ctld] share_pairs`). With a silent controller it is not held, and Slurm pairs it with
+/// any shard job it finds room beside; the log says so.
+fn share_holds(config: &wattson_config::Config, own_priority: bool) -> bool {
+    config.ctld.share_pairs.is_some() && controller_holds(config, "[ctld] share_pairs is set", own_priority)
+}
+
+/// Whether a job that asked for no priority of its own (an administrator's, `--hold`) is held
+/// for the controller: only while it is live, judged by the age of its state file (one
+/// `stat`). Otherwise logs why it is not (`what` is the setting that asked for the hold).
+fn controller_holds(config: &wattson_config::Config, what: &str, own_priority: bool) -> bool {
+    if own_priority {
         return false;
     }
     let age = std::fs::metadata(&config.ctld.state_file)
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
-    let holds = budget.holds(own_priority, age, config.ctld.interval);
-    if !holds && !own_priority {
+    let live = wattson_config::budget::controller_live(age, config.ctld.interval);
+    if !live {
         error(&format!(
-            "job_submit/wattson: [budget] is set but wattson ctld's {} is {}: the job is not held (fail open)",
+            "job_submit/wattson: {what} but wattson ctld's {} is {}: the job is not held (fail open)",
             config.ctld.state_file.display(),
             age.map_or("missing".to_string(), |a| format!("{} s old", a.as_secs()))
         ));
     }
-    holds
+    live
 }
 
 /// Slurm's job_modify hook (`scontrol update`): nothing to decide; accept.

@@ -18,7 +18,7 @@ pub struct CtldArgs {
 /// Runs the service (or one loop).
 pub fn run(config: Config, args: CtldArgs) -> Result<(), String> {
     wattson_program::init_logging();
-    let mut ctld = crate::Ctld::new(config);
+    let mut ctld = crate::Ctld::new(config)?;
     if args.once {
         let plan = ctld.step()?;
         let names = |v: &[(String, u32)]| v.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(",");

@@ -26,6 +26,9 @@ pub struct Request {
     pub excluded: String,
     /// Whether it names nodes it must run on (`ReqNodeList`).
     pub names_nodes: bool,
+    /// The GPU its shards are on, for a running job on shards of one GPU (`scontrol -d`'s
+    /// `GRES=shard:2(IDX:0)`); `None` otherwise.
+    pub shard_gpu: Option<u32>,
 }
 
 impl Request {
@@ -41,6 +44,16 @@ impl Request {
             .and_then(|v| v.strip_suffix('%')?.parse::<f64>().ok())
             .filter(|b| b.is_finite() && *b >= 0.0)
             .map_or(0.0, |b| b / 100.0)
+    }
+
+    /// Whether job_submit gave it shards for its opt-in to GPU sharing (`shards=N`).
+    pub fn shares(&self) -> bool {
+        self.note("shards").is_some()
+    }
+
+    /// Whether its AdminComment has the entry `mark` (`held=share`).
+    pub fn marked(&self, mark: &str) -> bool {
+        self.admin_comment.split(',').any(|e| e.trim() == mark)
     }
 
     /// The value of `key=` in wattson's AdminComment note.
@@ -59,6 +72,18 @@ fn untyped(tres: &str) -> Option<u32> {
         gpus = Some(n.parse::<u32>().ok()?);
     }
     gpus
+}
+
+/// The AdminComment `comment` with its entry `mark` replaced by `by` (a hold's mark by its
+/// release's).
+pub fn replace_mark(comment: &str, mark: &str, by: &str) -> String {
+    comment.split(',').map(|e| if e.trim() == mark { by } else { e }).collect::<Vec<_>>().join(",")
+}
+
+/// The one GPU of a detail `GRES=` value on shards (`shard:2(IDX:0)`, `shard:h100:2(IDX:1)`).
+fn shard_gpu(gres: &str) -> Option<u32> {
+    let rest = gres.strip_prefix("shard:")?;
+    rest.split_once("(IDX:")?.1.strip_suffix(')')?.parse().ok()
 }
 
 /// Parses `scontrol -o show job`, one job per line; lines without a job id are skipped.
@@ -80,6 +105,7 @@ pub fn parse_requests(text: &str) -> Vec<Request> {
                 untyped_gpus: present("TresPerNode").and_then(|t| untyped(&t)).filter(|&n| n > 0),
                 excluded: present("ExcNodeList").unwrap_or_default(),
                 names_nodes: present("ReqNodeList").is_some(),
+                shard_gpu: f.get("GRES").and_then(|g| shard_gpu(g)),
             })
         })
         .collect()
@@ -94,12 +120,14 @@ mod tests {
         ReqNodeList=(null) ExcNodeList=(null) NodeList= TresPerNode=gres:gpu:2\n\
         JobId=4 JobName=x UserId=bob(1001) Account=(null) ReqNodeList=n1 ExcNodeList=n[2-3] TresPerNode=gres/gpu:h100:1\n\
         JobId=5 JobName=y UserId=bob(1001) TresPerNode=gres/gpu:1,gres/shard:2\n\
-        JobId=6 JobName=z UserId=bob(1001)\n";
+        JobId=6 JobName=z UserId=bob(1001)\n\
+        JobId=7 JobName=s UserId=bob(1001) JOB_GRES=shard:2   Nodes=n1 CPU_IDs=1 Mem=0 GRES=shard:2(IDX:1) \
+        AdminComment=wattson:policy=balanced,share=yes,shards=2,held=share TresPerNode=gres:shard:2\n";
 
     #[test]
     fn a_pending_jobs_request_is_read_with_wattsons_note() {
         let r = parse_requests(SHOW);
-        assert_eq!(r.iter().map(|r| r.id).collect::<Vec<_>>(), [3, 4, 5, 6]);
+        assert_eq!(r.iter().map(|r| r.id).collect::<Vec<_>>(), [3, 4, 5, 6, 7]);
         assert_eq!((r[0].uid, r[0].user.as_str(), r[0].account.as_deref()), (1000, "alice", Some("physics")));
         assert_eq!((r[0].tag(), r[0].bound()), ("bert".to_string(), 0.1));
         assert_eq!((r[0].untyped_gpus, r[0].excluded.as_str(), r[0].names_nodes), (Some(2), "", false));
@@ -108,5 +136,10 @@ mod tests {
         assert_eq!((r[1].tag(), r[1].bound(), r[1].account.as_deref()), ("bob:x".to_string(), 0.0, None));
         assert_eq!(r[2].untyped_gpus, Some(1));
         assert_eq!(r[3].untyped_gpus, None);
+        // A running opted-in job on shards (scontrol -d, 22.05's lab): its GPU and marks.
+        assert_eq!((r[4].shard_gpu, r[4].shares(), r[4].marked("held=share")), (Some(1), true, true));
+        assert_eq!((r[0].shard_gpu, r[0].shares(), r[4].marked("held=budget")), (None, false, false));
+        assert_eq!(shard_gpu("shard:h100:2(IDX:0)"), Some(0));
+        assert_eq!(shard_gpu("gpu:1(IDX:0)"), None, "a whole GPU is no share");
     }
 }

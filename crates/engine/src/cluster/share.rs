@@ -26,17 +26,35 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     if running.is_empty() {
         return;
     }
-    let mut free: u32 = s.nodes.iter().filter(|n| n.power == NodePower::On).map(|n| n.free_gpus).sum();
-    let mut pending = Vec::new();
-    for q in s.queued {
-        if q.job.gpus <= free {
-            free -= q.job.gpus;
-        } else if let Some(class) = q.job.share.filter(|_| q.job.gpus == 1) {
-            pending.push(Candidate { job: q.job.id, class: usize::from(class), bound: q.job.bound });
-        }
-    }
+    let holds = free_gpus_hold(s);
+    let pending: Vec<Candidate> = s
+        .queued
+        .iter()
+        .zip(&holds)
+        .filter(|(_, held)| !**held)
+        .filter_map(|(q, _)| {
+            let class = q.job.share.filter(|_| q.job.gpus == 1)?;
+            Some(Candidate { job: q.job.id, class: usize::from(class), bound: q.job.bound })
+        })
+        .collect();
     let may = |queued: u32, running: u32| may_join(s, queued, running);
     a.share = colocation::pair(&sharing, &pending, &running, may);
+}
+
+/// For each queued job, in queue order, whether the GPUs free on powered-on nodes hold it once
+/// the jobs ahead of it took theirs: a job they do not hold would wait.
+pub fn free_gpus_hold(s: &Snapshot) -> Vec<bool> {
+    let mut free: u32 = s.nodes.iter().filter(|n| n.power == NodePower::On).map(|n| n.free_gpus).sum();
+    s.queued
+        .iter()
+        .map(|q| {
+            let held = q.job.gpus <= free;
+            if held {
+                free -= q.job.gpus;
+            }
+            held
+        })
+        .collect()
 }
 
 /// The queue and the running jobs once the `pairs` (queued, running) have formed: each

@@ -1,0 +1,231 @@
+//! Co-location on a real Slurm (`[ctld] share_pairs`): the engine's pairs
+//! ([`cluster::Actions::share`]) enacted through Slurm's shards.
+//!
+//! Slurm packs shard jobs: one given half a GPU's shards starts beside a job on a half-used
+//! GPU of its node before it takes a free GPU (measured on 22.05). So job_submit holds every
+//! opted-in job given shards (`held=share`) while the controller is live, and the controller
+//! releases it (`released=share`):
+//! - **beside** the running job the engine pairs it with: `ReqNodeList` is that job's node,
+//!   and only when the model lets it join every opted-in job alone on a GPU there;
+//! - **alone**, when the GPUs free on powered nodes hold it: `ExcNodeList` keeps it off the
+//!   nodes of lone opted-in jobs the model does not let it join (its own exclusions kept).
+//!
+//! A job is released only when the model lets it share with every opted-in job released and
+//! not yet started, since Slurm may start those on one GPU in one pass; the exclusions of those
+//! jobs follow the lone jobs each loop. A job whose tag the pair file does not name shares with
+//! none. Jobs that wait stay held.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use wattson_config::ConfigError;
+use wattson_config::ctld::{SHARE_HELD_MARK, SHARE_RELEASED_MARK};
+use wattson_config::pairs::{self, PairMeasurement};
+use wattson_engine::cluster::{self, Snapshot, levels::allowance, share::free_gpus_hold};
+use wattson_engine::colocation::{Candidate, Interference, PairSlowdown, Sharing, slowdowns};
+use wattson_sacct::hostlist;
+
+use crate::slurm::Job;
+use crate::slurm::request::Request;
+
+/// The site's pair file as the engine's interference model, its classes named by tag.
+#[derive(Debug, Clone)]
+pub struct Pairs {
+    tags: Vec<String>,
+    model: Interference,
+    broken: BTreeSet<usize>,
+    unfit: BTreeSet<(usize, usize)>,
+}
+
+impl Pairs {
+    /// The model fitted to `measured` (each tag a class, in sorted order).
+    pub fn new(measured: &[PairMeasurement]) -> Pairs {
+        let tags: Vec<String> = measured
+            .iter()
+            .flat_map(|p| [p.job.clone(), p.with.clone()])
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let class = |tag: &str| tags.binary_search_by(|t| t.as_str().cmp(tag)).unwrap_or(0);
+        let pairs: Vec<PairSlowdown> = measured
+            .iter()
+            .map(|p| PairSlowdown { victim: class(&p.job), neighbour: class(&p.with), slowdown: p.slowdown })
+            .collect();
+        let model = Interference::fit(tags.len(), &pairs);
+        Pairs { tags, model, broken: BTreeSet::new(), unfit: BTreeSet::new() }
+    }
+
+    /// Reads the pair file at `path` ([`pairs::load`]).
+    pub fn load(path: &Path) -> Result<Pairs, ConfigError> {
+        Ok(Pairs::new(&pairs::load(path)?))
+    }
+
+    /// The class of workload `tag`, if the file names it.
+    pub fn class(&self, tag: &str) -> Option<u16> {
+        self.tags.binary_search_by(|t| t.as_str().cmp(tag)).ok().map(|c| c as u16)
+    }
+
+    /// What the engine decides co-location with.
+    pub fn sharing(&self) -> Sharing<'_> {
+        Sharing { model: &self.model, broken: &self.broken, unfit: &self.unfit }
+    }
+}
+
+/// An opted-in job (job_submit gave it shards), as the controller sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShareJob {
+    /// Its class in the pair file; `None`: its tag is not there, and it shares with none.
+    pub class: Option<u16>,
+    /// Its slowdown bound (fraction), as its AdminComment records it.
+    pub bound: f64,
+    /// Whether job_submit holds it for the controller (pending, `held=share`).
+    pub held: bool,
+    /// The node and GPU its shards are on, while it runs.
+    pub gpu: Option<(String, u32)>,
+    /// Whether another opted-in job runs on the same GPU.
+    pub partnered: bool,
+    /// The nodes it excludes (`ExcNodeList`), as Slurm shows them.
+    pub excluded: BTreeSet<String>,
+}
+
+/// The opted-in jobs among `requests`, by id, with what `jobs` (squeue) says of their state.
+pub fn share_jobs(requests: &[Request], jobs: &[Job], pairs: &Pairs) -> BTreeMap<u32, ShareJob> {
+    let state: BTreeMap<u32, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
+    let mut out: BTreeMap<u32, ShareJob> = requests
+        .iter()
+        .filter(|r| r.shares())
+        .filter_map(|r| {
+            let job = state.get(&r.id)?;
+            let gpu = job.is_running().then(|| Some((job.nodes.first()?.clone(), r.shard_gpu?))).flatten();
+            let share = ShareJob {
+                class: pairs.class(&r.tag()),
+                bound: r.bound(),
+                held: job.is_held() && r.marked(SHARE_HELD_MARK),
+                gpu,
+                partnered: false,
+                excluded: hostlist::expand(&r.excluded).unwrap_or_default().into_iter().collect(),
+            };
+            Some((r.id, share))
+        })
+        .collect();
+    let mut on_gpu: BTreeMap<(String, u32), usize> = BTreeMap::new();
+    for gpu in out.values().filter_map(|s| s.gpu.clone()) {
+        *on_gpu.entry(gpu).or_default() += 1;
+    }
+    for s in out.values_mut() {
+        s.partnered = s.gpu.as_ref().is_some_and(|g| on_gpu[g] > 1);
+    }
+    out
+}
+
+/// Where the controller lets Slurm start a held opted-in job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// On this node, beside the running job the engine paired it with.
+    Beside {
+        /// The node (`ReqNodeList`).
+        node: String,
+        /// The job it joins.
+        partner: u32,
+    },
+    /// On a GPU of its own, off these nodes (`ExcNodeList`: its own and the controller's).
+    Alone(Vec<String>),
+}
+
+/// One held job to release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// Job id.
+    pub job: u32,
+    /// Where it may start.
+    pub place: Place,
+    /// Its AdminComment once released (`held=share` become `released=share`).
+    pub comment: String,
+}
+
+/// What the controller asks of Slurm for the opted-in jobs this loop.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gate {
+    /// Held jobs to release, in queue order.
+    pub release: Vec<Release>,
+    /// Released jobs not yet started whose exclusions change: (job, whole `ExcNodeList`).
+    pub exclude: Vec<(u32, Vec<String>)>,
+}
+
+/// This loop's releases and exclusions ([module docs](self)), from the engine's `actions` on
+/// `snapshot`, the opted-in jobs `shares`, `jobs` (squeue) and `requests` (their comments).
+pub fn gate(
+    pairs: &Pairs,
+    snapshot: &Snapshot,
+    actions: &cluster::Actions,
+    shares: &BTreeMap<u32, ShareJob>,
+    jobs: &[Job],
+    requests: &[Request],
+) -> Gate {
+    let sharing = pairs.sharing();
+    let candidate = |id: u32, s: &ShareJob| -> Option<Candidate> {
+        // A running job's bound is what its run so far left of it.
+        let bound = snapshot.running.iter().find(|r| r.job.id == id).map_or(s.bound, allowance);
+        Some(Candidate { job: id, class: usize::from(s.class?), bound })
+    };
+    let allowed = |a: Option<Candidate>, b: Option<Candidate>| match (a, b) {
+        (Some(a), Some(b)) => slowdowns(&sharing, &a, &b).is_some(),
+        _ => false,
+    };
+    // Opted-in jobs alone on a GPU, with their node, and those released but not started.
+    let lone: Vec<(Option<Candidate>, &str)> = shares
+        .iter()
+        .filter(|(_, s)| !s.partnered)
+        .filter_map(|(&id, s)| Some((candidate(id, s), s.gpu.as_ref()?.0.as_str())))
+        .collect();
+    let pending =
+        |id: u32| jobs.iter().any(|j| j.id == id && j.state == Some(wattson_sacct::SlurmState::Pending));
+    let mut visible: Vec<(u32, Option<Candidate>)> = shares
+        .iter()
+        .filter(|&(&id, s)| !s.held && s.gpu.is_none() && pending(id))
+        .map(|(&id, s)| (id, candidate(id, s)))
+        .collect();
+    let kept_off = |c: Option<Candidate>| -> BTreeSet<String> {
+        lone.iter().filter(|(l, _)| !allowed(c, *l)).map(|(_, node)| node.to_string()).collect()
+    };
+    let mut gate = Gate::default();
+    for &(id, _) in &visible {
+        let s = &shares[&id];
+        let whole: BTreeSet<String> = s.excluded.union(&kept_off(candidate(id, s))).cloned().collect();
+        if whole != s.excluded {
+            gate.exclude.push((id, whole.into_iter().collect()));
+        }
+    }
+    for (q, holds) in snapshot.queued.iter().zip(free_gpus_hold(snapshot)) {
+        let id = q.job.id;
+        let Some(s) = shares.get(&id).filter(|s| s.held) else { continue };
+        let me = candidate(id, s);
+        if !visible.iter().all(|&(_, v)| allowed(me, v)) {
+            continue;
+        }
+        let partner = actions.share.iter().find(|&&(j, _)| j == id).map(|&(_, r)| r);
+        let place = match partner.and_then(|r| Some((r, shares.get(&r)?.gpu.as_ref()?.0.clone()))) {
+            Some((partner, node)) => {
+                let here = lone.iter().filter(|(_, n)| *n == node);
+                if !here.clone().all(|(l, _)| allowed(me, *l)) {
+                    continue;
+                }
+                Place::Beside { node, partner }
+            }
+            None if holds => Place::Alone(s.excluded.union(&kept_off(me)).cloned().collect()),
+            None => continue,
+        };
+        let Some(r) = requests.iter().find(|r| r.id == id) else { continue };
+        gate.release.push(Release { job: id, place, comment: released_comment(&r.admin_comment) });
+        visible.push((id, me));
+    }
+    gate
+}
+
+/// `comment` with `held=share` replaced by `released=share`.
+fn released_comment(comment: &str) -> String {
+    crate::slurm::request::replace_mark(comment, SHARE_HELD_MARK, SHARE_RELEASED_MARK)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,150 @@
+//! The co-location gate on Slurm's text: which held opted-in jobs the planner releases, where.
+
+use wattson_config::Config;
+use wattson_config::pairs::PairMeasurement;
+
+use super::*;
+use crate::slurm::request::parse_requests;
+use crate::slurm::{parse_jobs, parse_nodes};
+use crate::{Planner, snapshot};
+
+/// `small` beside `small`: 5% each; `big` beside `big`: 50%. Fitted rank-one, `big` beside
+/// `small` is predicted 50% slower and `small` beside `big` 5%.
+fn pairs() -> Pairs {
+    let pair =
+        |job: &str, with: &str, slowdown| PairMeasurement { job: job.into(), with: with.into(), slowdown };
+    Pairs::new(&[pair("small", "small", 0.05), pair("big", "big", 0.5)])
+}
+
+/// Node `name` with `gpus` H100s (4 shards each), shards held on the GPUs `used` (`0-1`).
+fn node(name: &str, gpus: u32, used: &str) -> String {
+    let held = if used.is_empty() {
+        "shard:h100:0(IDX:N/A)".to_string()
+    } else {
+        format!("shard:h100:2(IDX:{used})")
+    };
+    format!(
+        "NodeName={name} CPUAlloc=1 Gres=gpu:h100:{gpus},shard:h100:{} GresUsed=gpu:h100:0(IDX:N/A),{held} \
+         State=MIXED Weight=1 NodeAddr=127.0.0.1 Partitions=lab\n",
+        gpus * 4
+    )
+}
+
+/// Where an opted-in job is.
+#[derive(Clone, Copy)]
+enum Is {
+    /// Running on this GPU of its node.
+    On(u32),
+    /// Held by job_submit.
+    Held,
+    /// Released by the controller, not started.
+    Released,
+}
+
+/// An opted-in job's `scontrol -d -o show job` line.
+fn request(id: u32, tag: &str, is: Is, excluded: &str) -> String {
+    let (gres, mark) = match is {
+        Is::On(i) => (format!(" GRES=shard:2(IDX:{i})"), ",released=share"),
+        Is::Held => (String::new(), ",held=share"),
+        Is::Released => (String::new(), ",released=share"),
+    };
+    format!(
+        "JobId={id} JobName=j UserId=alice(1000){gres} ExcNodeList={excluded} \
+         AdminComment=wattson:policy=balanced,slowdown=10%,tag={tag},share=yes,shards=2{mark} TresPerNode=gres:shard:2\n"
+    )
+}
+
+/// Squeue lines: running job ids on their node, then pending ones (held, or released).
+fn squeue(running: &[(u32, &str)], held: &[u32], released: &[u32]) -> String {
+    let mut text = String::new();
+    for (id, node) in running {
+        text += &format!(
+            "{id}|RUNNING|None|1|gres:shard:2|2026-11-23T10:00:00|10:00|1:00:00|100|{node}|lab||0\n"
+        );
+    }
+    for id in held {
+        text +=
+            &format!("{id}|PENDING|JobHeldAdmin|1|gres:shard:2|2026-11-23T10:05:00|0:00|1:00:00|0||lab||0\n");
+    }
+    for id in released {
+        text +=
+            &format!("{id}|PENDING|Resources|1|gres:shard:2|2026-11-23T10:05:00|0:00|1:00:00|90||lab||0\n");
+    }
+    text
+}
+
+fn gate_of(nodes: &str, jobs: &str, requests: &str) -> Gate {
+    let (nodes, jobs, requests) =
+        (parse_nodes(nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
+    let pairs = pairs();
+    let learned = snapshot::Learned { shares: share_jobs(&requests, &jobs, &pairs), ..Default::default() };
+    let now = jobs[0].submit as f64 + 600.0;
+    Planner::new(Config::default()).sharing(pairs).plan_with(&nodes, &jobs, &requests, &learned, now).share
+}
+
+fn released(gate: &Gate) -> Vec<(u32, Place)> {
+    gate.release.iter().map(|r| (r.job, r.place.clone())).collect()
+}
+
+#[test]
+fn a_held_job_is_released_beside_the_job_it_pairs_with_and_one_that_would_break_a_bound_waits() {
+    // n1's one GPU runs job 1 (small) alone. Job 2 (small) pairs with it; job 3 (big) would be
+    // slowed 50% beside either (bound 10%), job 4's tag is in no pair: both stay held.
+    let requests = request(1, "small", Is::On(0), "")
+        + &request(2, "small", Is::Held, "")
+        + &request(3, "big", Is::Held, "")
+        + &request(4, "other", Is::Held, "");
+    let gate = gate_of(&node("n1", 1, "0"), &squeue(&[(1, "n1")], &[2, 3, 4], &[]), &requests);
+    assert_eq!(released(&gate), [(2, Place::Beside { node: "n1".into(), partner: 1 })]);
+    assert_eq!(
+        gate.release[0].comment,
+        "wattson:policy=balanced,slowdown=10%,tag=small,share=yes,shards=2,released=share"
+    );
+    assert!(gate.exclude.is_empty());
+
+    // Job 1 shares its GPU with job 2 already: it takes no third.
+    let shared = request(1, "small", Is::On(0), "")
+        + &request(2, "small", Is::On(0), "")
+        + &request(5, "small", Is::Held, "");
+    let gate = gate_of(&node("n1", 1, "0"), &squeue(&[(1, "n1"), (2, "n1")], &[5], &[]), &shared);
+    assert!(gate.release.is_empty(), "{gate:?}");
+}
+
+#[test]
+fn a_job_the_free_gpus_hold_starts_alone_off_the_nodes_of_lone_jobs_it_may_not_join() {
+    // n1 runs job 1 (small) alone on GPU 0 and has GPU 1 free; n2 has both free. Job 3 (big)
+    // would be slowed 50% beside job 1: released alone, kept off n1 and the node it excluded.
+    let requests = request(1, "small", Is::On(0), "") + &request(3, "big", Is::Held, "n9");
+    let nodes = node("n1", 2, "0") + &node("n2", 2, "") + &node("n9", 2, "");
+    let gate = gate_of(&nodes, &squeue(&[(1, "n1")], &[3], &[]), &requests);
+    assert_eq!(released(&gate), [(3, Place::Alone(vec!["n1".into(), "n9".into()]))]);
+
+    // Job 5 (small) may join job 1: released alone with no exclusion (Slurm may pack it beside
+    // job 1). Job 6 (big) may not share with job 5, released and not started: it waits a loop.
+    let requests = request(1, "small", Is::On(0), "")
+        + &request(5, "small", Is::Held, "")
+        + &request(6, "big", Is::Held, "");
+    let gate = gate_of(&nodes, &squeue(&[(1, "n1")], &[5, 6], &[]), &requests);
+    assert_eq!(released(&gate), [(5, Place::Alone(vec![]))]);
+
+    // Next loop job 5 is pending, released: job 6 still waits, and job 3, released before
+    // job 1 started, is now kept off job 1's node.
+    let requests = request(1, "small", Is::On(0), "")
+        + &request(5, "small", Is::Released, "")
+        + &request(6, "big", Is::Held, "")
+        + &request(3, "big", Is::Released, "");
+    let gate = gate_of(&nodes, &squeue(&[(1, "n1")], &[6], &[5, 3]), &requests);
+    assert!(gate.release.is_empty(), "{gate:?}");
+    assert_eq!(gate.exclude, [(3, vec!["n1".to_string()])]);
+}
+
+#[test]
+fn the_pair_file_names_classes_by_tag_and_predicts_pairs_never_measured() {
+    let p = pairs();
+    assert_eq!((p.class("big"), p.class("small"), p.class("other")), (Some(0), Some(1), None));
+    let c = |job, class, bound| Candidate { job, class, bound };
+    let sharing = p.sharing();
+    assert!((slowdowns(&sharing, &c(1, 1, 0.1), &c(2, 1, 0.1)).unwrap() - 0.1).abs() < 1e-9);
+    assert_eq!(slowdowns(&sharing, &c(1, 0, 0.1), &c(2, 1, 0.1)), None, "big beside small: 50%");
+    assert!(slowdowns(&sharing, &c(1, 0, 0.6), &c(2, 1, 0.1)).is_some(), "within a 60% bound");
+}
