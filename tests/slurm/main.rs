@@ -7,6 +7,7 @@ mod ctld;
 mod ctld_basic;
 mod ctld_budget;
 mod ctld_pace;
+mod ctld_share;
 mod ctld_types;
 mod energy_scope;
 mod failover;

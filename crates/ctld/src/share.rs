@@ -152,10 +152,16 @@ pub struct Gate {
     pub exclude: Vec<(u32, Vec<String>)>,
 }
 
+/// The exclusions each released job had of its own when it was released, by job: the
+/// controller's part of its `ExcNodeList` is the rest, replaced as the lone jobs change.
+pub type OwnExclusions = BTreeMap<u32, BTreeSet<String>>;
+
 /// This loop's releases and exclusions ([module docs](self)), from the engine's `actions` on
-/// `snapshot`, the opted-in jobs `shares`, `jobs` (squeue) and `requests` (their comments).
+/// `snapshot`, the opted-in jobs `shares`, `jobs` (squeue) and `requests` (their comments);
+/// keeps `own` up to date.
 pub fn gate(
     pairs: &Pairs,
+    own: &mut OwnExclusions,
     snapshot: &Snapshot,
     actions: &cluster::Actions,
     shares: &BTreeMap<u32, ShareJob>,
@@ -189,9 +195,12 @@ pub fn gate(
         lone.iter().filter(|(l, _)| !allowed(c, *l)).map(|(_, node)| node.to_string()).collect()
     };
     let mut gate = Gate::default();
+    own.retain(|id, _| visible.iter().any(|(v, _)| v == id));
     for &(id, _) in &visible {
         let s = &shares[&id];
-        let whole: BTreeSet<String> = s.excluded.union(&kept_off(candidate(id, s))).cloned().collect();
+        // Released by an earlier controller: all its exclusions count as its own.
+        let mine = own.entry(id).or_insert_with(|| s.excluded.clone());
+        let whole: BTreeSet<String> = mine.union(&kept_off(candidate(id, s))).cloned().collect();
         if whole != s.excluded {
             gate.exclude.push((id, whole.into_iter().collect()));
         }
@@ -216,6 +225,7 @@ pub fn gate(
             None => continue,
         };
         let Some(r) = requests.iter().find(|r| r.id == id) else { continue };
+        own.insert(id, s.excluded.clone());
         gate.release.push(Release { job: id, place, comment: released_comment(&r.admin_comment) });
         visible.push((id, me));
     }

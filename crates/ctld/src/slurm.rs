@@ -59,8 +59,11 @@ pub struct Node {
     pub gpus: u32,
     /// The first GPU type `Gres` names (`gpu:h100:4`: `h100`), if any.
     pub gpu_type: Option<String>,
-    /// GPUs allocated to jobs (`GresUsed`); `None` when Slurm does not say.
+    /// GPUs allocated to jobs (`GresUsed`), whole or in shares; `None` when Slurm does not say.
     pub alloc_gpus: Option<u32>,
+    /// The GPUs `GresUsed` says hold shards or MPS shares of jobs (22.05 forgets a GPU's
+    /// shards once one of two jobs on it ends: [`crate::share`] adds those it knows of).
+    pub shard_gpus: Vec<u32>,
     /// CPUs allocated to jobs.
     pub alloc_cpus: u32,
     /// Scheduling weight (Slurm places jobs on the lowest first).
@@ -233,24 +236,26 @@ fn entries(list: &str) -> Vec<&str> {
     out
 }
 
-/// GPUs allocated in a `GresUsed=` value: those held whole (`gpu:a100:2(IDX:0-1)`) and those
-/// holding any shard or MPS share of a job (`shard:h100:2(IDX:0-1)`: GPUs 0 and 1), which no
-/// whole-GPU job can have.
-fn gres_used_gpus(used: &str) -> u32 {
-    let parts: std::collections::BTreeSet<(&str, u32)> = entries(used)
+/// The GPUs holding shards or MPS shares of jobs in a `GresUsed=` value, by entry
+/// (`shard:h100:2(IDX:0-1)`: GPUs 0 and 1 of that type), which no whole-GPU job can have.
+fn shard_entries(used: &str) -> Vec<Vec<u32>> {
+    entries(used)
         .into_iter()
         .filter(|e| e.starts_with("shard:") || e.starts_with("mps:"))
-        .filter_map(|e| {
-            let (name, rest) = e.split_once('(')?;
-            let indices = rest.strip_prefix("IDX:")?.trim_end_matches(')');
-            // `shard:h100:2`: typed; `shard:2`: not.
-            let fields: Vec<&str> = name.split(':').collect();
-            let ty = if fields.len() == 3 { fields[1] } else { "" };
-            Some(index_list(indices).into_iter().map(move |i| (ty, i)))
-        })
-        .flatten()
-        .collect();
-    gres_gpus(used) + parts.len() as u32
+        .filter_map(|e| Some(index_list(e.split_once("(IDX:")?.1.trim_end_matches(')'))))
+        .collect()
+}
+
+/// GPUs a `GresUsed=` value allocates, whole or in shares.
+fn gres_used_gpus(used: &str) -> u32 {
+    gres_gpus(used) + shard_entries(used).iter().map(|e| e.len() as u32).sum::<u32>()
+}
+
+/// The GPU indices of a `GresUsed=` value that hold shares, sorted (as Slurm numbers them per
+/// type; a job's detail `GRES=shard:2(IDX:0)` names the same).
+fn shard_gpus(used: &str) -> Vec<u32> {
+    let held: std::collections::BTreeSet<u32> = shard_entries(used).into_iter().flatten().collect();
+    held.into_iter().collect()
 }
 
 /// The indices of an `IDX:` list (`0-1,3`); `N/A` and anything unreadable: none.
@@ -317,6 +322,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
         let power = power_of(&flags);
         // `GresUsed` (shown with `-d`), else the TRES when Slurm counts gres/gpu there.
         let counted = f.get("CfgTRES").and_then(|t| tres_gpus(t)).is_some();
+        let shard_gpus = f.get("GresUsed").map_or_else(Vec::new, |u| shard_gpus(u));
         let alloc_gpus = match f.get("GresUsed") {
             Some(used) => Some(gres_used_gpus(used)),
             None => counted.then(|| f.get("AllocTRES").and_then(|t| tres_gpus(t)).unwrap_or(0)),
@@ -327,6 +333,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, String> {
             gpus: f.get("Gres").map_or(0, |g| gres_gpus(g)),
             gpu_type: f.get("Gres").and_then(|g| gres_type(g)),
             alloc_gpus,
+            shard_gpus,
             alloc_cpus: f.get("CPUAlloc").and_then(|c| c.parse().ok()).unwrap_or(0),
             weight: f.get("Weight").and_then(|w| w.parse().ok()).unwrap_or(1),
             addr: f.get("NodeAddr").cloned().unwrap_or_else(|| name.clone()),

@@ -220,7 +220,16 @@ impl Memory {
                 Power::PoweringDown => NodePower::Busy,
                 Power::Off => NodePower::Off,
             };
-            let free_gpus = if managed { node.free_gpus() } else { 0 };
+            // GPUs running opted-in jobs hold shards, whatever `GresUsed` says.
+            let unlisted: BTreeSet<u32> = learned
+                .shares
+                .values()
+                .filter_map(|s| {
+                    s.gpu.as_ref().filter(|(n, i)| *n == node.name && !node.shard_gpus.contains(i))
+                })
+                .map(|(_, i)| *i)
+                .collect();
+            let free_gpus = if managed { node.free_gpus().saturating_sub(unlisted.len() as u32) } else { 0 };
             view.nodes.push(NodeView {
                 power,
                 idle_since,

@@ -148,3 +148,42 @@ fn the_pair_file_names_classes_by_tag_and_predicts_pairs_never_measured() {
     assert_eq!(slowdowns(&sharing, &c(1, 0, 0.1), &c(2, 1, 0.1)), None, "big beside small: 50%");
     assert!(slowdowns(&sharing, &c(1, 0, 0.6), &c(2, 1, 0.1)).is_some(), "within a 60% bound");
 }
+
+#[test]
+fn the_controllers_exclusions_follow_the_lone_jobs_and_the_jobs_own_stay() {
+    let nodes = node("n1", 2, "0") + &node("n2", 2, "") + &node("n9", 2, "");
+    let mut planner = Planner::new(Config::default()).sharing(pairs());
+    let pairs = pairs();
+    let mut planner_loop = |jobs: &str, requests: &str| {
+        let (nodes, jobs, requests) =
+            (parse_nodes(&nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
+        let learned =
+            snapshot::Learned { shares: share_jobs(&requests, &jobs, &pairs), ..Default::default() };
+        let now = jobs[0].submit as f64 + 600.0;
+        planner.plan_with(&nodes, &jobs, &requests, &learned, now).share
+    };
+    // Released alone off n1 (job 1, which it may not join) and n9 (its user's).
+    let gate = planner_loop(
+        &squeue(&[(1, "n1")], &[3], &[]),
+        &(request(1, "small", Is::On(0), "") + &request(3, "big", Is::Held, "n9")),
+    );
+    assert_eq!(released(&gate), [(3, Place::Alone(vec!["n1".into(), "n9".into()]))]);
+    // Job 1 ended before job 3 started: n1 is no longer kept off; n9 is.
+    let gate = planner_loop(
+        &squeue(&[(4, "n2")], &[], &[3]),
+        &(request(4, "other", Is::On(0), "") + &request(3, "big", Is::Released, "n[1,9]")),
+    );
+    assert_eq!(
+        gate.exclude,
+        [(3, vec!["n2".to_string(), "n9".to_string()])],
+        "job 4 (on n2) is no partner either"
+    );
+}
+
+#[test]
+fn a_gpu_running_an_opted_in_job_is_not_free_though_gres_used_forgot_it() {
+    // 22.05 shows no shard in use once one of two jobs on a GPU ends; job 1 still runs on it.
+    let requests = request(1, "small", Is::On(0), "") + &request(3, "big", Is::Held, "");
+    let gate = gate_of(&node("n1", 1, ""), &squeue(&[(1, "n1")], &[3], &[]), &requests);
+    assert!(gate.release.is_empty(), "{gate:?}");
+}

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use wattson_sacct::{SlurmState, hostlist};
 
-use super::{Job, Node, gpus_per_node, gres_gpus, gres_type, gres_used_gpus};
+use super::{Job, Node, gpus_per_node, gres_gpus, gres_type, gres_used_gpus, shard_gpus};
 
 pub mod sacct;
 
@@ -172,6 +172,7 @@ fn node(n: JsonNode) -> Node {
         gpus: gres_gpus(&n.gres),
         gpu_type: gres_type(&n.gres),
         alloc_gpus: n.gres_used.as_deref().map(gres_used_gpus),
+        shard_gpus: n.gres_used.as_deref().map_or_else(Vec::new, shard_gpus),
         alloc_cpus: n.alloc_cpus,
         weight: n.weight.and_then(|w| w.value()).and_then(|w| u32::try_from(w).ok()).unwrap_or(1),
         addr: if n.address.is_empty() { n.name.clone() } else { n.address },
