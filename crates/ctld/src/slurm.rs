@@ -236,14 +236,30 @@ fn entries(list: &str) -> Vec<&str> {
     out
 }
 
-/// The GPUs holding shards or MPS shares of jobs in a `GresUsed=` value, by entry
-/// (`shard:h100:2(IDX:0-1)`: GPUs 0 and 1 of that type), which no whole-GPU job can have.
+/// The GPUs holding shards or MPS shares of jobs in a `GresUsed=` value, by entry, which no
+/// whole-GPU job can have: `shard:h100:2(IDX:0-1)` (22.05: GPUs 0 and 1 of that type),
+/// `shard:h100:2(2/4,0/4)` (23.02 on: shards used of each GPU's, GPU 0).
 fn shard_entries(used: &str) -> Vec<Vec<u32>> {
     entries(used)
         .into_iter()
         .filter(|e| e.starts_with("shard:") || e.starts_with("mps:"))
-        .filter_map(|e| Some(index_list(e.split_once("(IDX:")?.1.trim_end_matches(')'))))
+        .filter_map(|e| Some(held_gpus(e.split_once('(')?.1.trim_end_matches(')'))))
         .collect()
+}
+
+/// The GPUs a GRES entry's parenthesis names as held: an index list (`IDX:0-1,3`; `IDX:N/A`:
+/// none) or each GPU's used and total count (`2/4,0/4`: GPU 0).
+pub(crate) fn held_gpus(paren: &str) -> Vec<u32> {
+    match paren.strip_prefix("IDX:") {
+        Some(list) => index_list(list),
+        None => (0u32..)
+            .zip(paren.split(','))
+            .filter(|(_, counts)| {
+                counts.split_once('/').and_then(|(used, _)| used.parse::<u64>().ok()).unwrap_or(0) > 0
+            })
+            .map(|(i, _)| i)
+            .collect(),
+    }
 }
 
 /// GPUs a `GresUsed=` value allocates, whole or in shares.

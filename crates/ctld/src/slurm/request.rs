@@ -80,10 +80,14 @@ pub fn replace_mark(comment: &str, mark: &str, by: &str) -> String {
     comment.split(',').map(|e| if e.trim() == mark { by } else { e }).collect::<Vec<_>>().join(",")
 }
 
-/// The one GPU of a detail `GRES=` value on shards (`shard:2(IDX:0)`, `shard:h100:2(IDX:1)`).
+/// The one GPU of a detail `GRES=` value on shards: `shard:2(IDX:0)`, `shard:h100:2(IDX:1)`
+/// (22.05), `shard:2(2/4,0/4)` (23.02 on: the GPU whose shards it holds).
 fn shard_gpu(gres: &str) -> Option<u32> {
-    let rest = gres.strip_prefix("shard:")?;
-    rest.split_once("(IDX:")?.1.strip_suffix(')')?.parse().ok()
+    let paren = gres.strip_prefix("shard:")?.split_once('(')?.1.strip_suffix(')')?;
+    match super::held_gpus(paren)[..] {
+        [gpu] => Some(gpu),
+        _ => None,
+    }
 }
 
 /// Parses `scontrol -o show job`, one job per line; lines without a job id are skipped.
@@ -141,5 +145,7 @@ mod tests {
         assert_eq!((r[0].shard_gpu, r[0].shares(), r[4].marked("held=budget")), (None, false, false));
         assert_eq!(shard_gpu("shard:h100:2(IDX:0)"), Some(0));
         assert_eq!(shard_gpu("gpu:1(IDX:0)"), None, "a whole GPU is no share");
+        assert_eq!(shard_gpu("shard:2(0/4,2/4)"), Some(1), "24.11's form: used/total per GPU");
+        assert_eq!(shard_gpu("shard:2(0/4,0/4)"), None);
     }
 }

@@ -39,6 +39,10 @@ fn a_gpu_that_holds_shards_is_not_free_and_a_shard_job_takes_a_gpu() {
     assert_eq!((one.alloc_gpus, one.free_gpus()), (Some(1), 1));
     let mixed = "NodeName=n1 Gres=gpu:4,shard:16 GresUsed=gpu:2(IDX:0,3),shard:4(IDX:1-2) State=MIXED";
     assert_eq!(parse_nodes(mixed).unwrap()[0].free_gpus(), 0);
+    // 24.11 and 26.05 give each GPU's shards used of its total.
+    let counted = "NodeName=n1 Gres=gpu:h100:2,shard:h100:8 GresUsed=gpu:h100:0(IDX:N/A),shard:h100:2(2/4,0/4) State=MIXED";
+    let counted = &parse_nodes(counted).unwrap()[0];
+    assert_eq!((counted.shard_gpus.as_slice(), counted.free_gpus()), (&[0][..], 1));
     let jobs = parse_jobs(
         "7|RUNNING|None|1|gres:shard:2|2026-11-23T23:36:19|0:05|1:00|100|n1|lab||0\n\
          8|PENDING|Resources|1|gres/shard:2|2026-11-23T23:36:19|0:00|1:00|100||lab||0\n",
