@@ -169,6 +169,16 @@ pub(super) fn ctld_log(lab: &SlurmLab) -> String {
     std::fs::read_to_string(lab.dir().join("log/ctld.log")).unwrap_or_default()
 }
 
+/// Waits until the controller has written its state file (job_submit holds jobs for it only
+/// then); panics with its log after 20 s.
+pub(super) fn wait_live(lab: &SlurmLab, state_file: &Path) {
+    let started = Instant::now();
+    while !state_file.exists() {
+        assert!(started.elapsed() < Duration::from_secs(20), "ctld never wrote its state\n{}", ctld_log(lab));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 pub(super) fn start_ctld(lab: &SlurmLab) -> Ctld {
     // Beside the lab's Slurm (another release's root, when the lab runs one), so that it
     // reads that release's scontrol and squeue.

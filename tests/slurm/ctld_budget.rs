@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wattson_harness::node as common;
 use wattson_harness::slurm_lab::{self, LabOptions, SlurmLab};
 
-use super::ctld::{NODES, ctld_log, lab_from, start_ctld};
+use super::ctld::{NODES, ctld_log, lab_from, start_ctld, wait_live};
 
 /// `[ctld.node] base_w` and an H100's idle draw (the engine's prior), as the controller counts.
 const BASE_W: f64 = 400.0;
@@ -64,16 +64,7 @@ fn new_jobs_wait_for_room_under_the_power_budget_and_all_complete() {
     std::fs::copy(lab.dir().join("etc/wattson.toml"), &shared).unwrap();
     let _ctld = start_ctld(&lab);
     // job_submit holds jobs only while the controller is live (its state file is fresh).
-    let state_file = lab.dir().join("ctld.json");
-    let started = Instant::now();
-    while !state_file.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "ctld never wrote its state\n{}",
-            ctld_log(&lab)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_live(&lab, &lab.dir().join("ctld.json"));
 
     let jobs: Vec<u32> =
         (0..4).map(|_| lab.sbatch(&["--gres=gpu:1", "-t", "5"], "#!/bin/sh\nsleep 6\n").unwrap()).collect();

@@ -10,7 +10,7 @@ use wattson_harness::slurm_lab::{LabNode, SlurmLab};
 use wattson_types::job::JobState;
 use wattson_types::share::Split;
 
-use super::ctld::{WATTSON, ctld_log};
+use super::ctld::{WATTSON, ctld_log, wait_live};
 use super::shared_gpus::{assert_parts_add_up, lab_on, wait_recorded};
 
 /// Measured on the site (this test's truth): `small` beside `small` 5% slower, `big` beside
@@ -65,15 +65,7 @@ fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds()
 
     let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
     let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
-    let started = Instant::now();
-    while !state.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "ctld never wrote its state\n{}",
-            ctld_log(&lab)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_live(&lab, &state);
 
     // Two `small` jobs: the first starts alone on the free GPU, the second beside it.
     let a = submit(&lab, "small", 8);
