@@ -216,7 +216,7 @@ pub fn gate(
         let place = match partner.and_then(|r| Some((r, shares.get(&r)?.gpu.as_ref()?.0.clone()))) {
             Some((partner, node)) => {
                 let here = lone.iter().filter(|(_, n)| *n == node);
-                if !here.clone().all(|(l, _)| allowed(me, *l)) {
+                if s.excluded.contains(&node) || !here.clone().all(|(l, _)| allowed(me, *l)) {
                     continue;
                 }
                 Place::Beside { node, partner }

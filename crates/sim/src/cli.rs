@@ -35,7 +35,7 @@ pub struct SimArgs {
     /// Zeus measurements CSV of a one-GPU-type cluster [default: the cluster file's zeus_csv, relative to that file]
     #[arg(long)]
     zeus: Option<PathBuf>,
-    /// Policies: all, or a comma list of slurm-default, slurm-powersave, zeus-per-job, powersave-dvfs, wattson, floor
+    /// Policies: all, or a comma list of slurm-default, slurm-powersave, slurm-shards, zeus-per-job, powersave-dvfs, wattson, uniform-cap, floor
     #[arg(long, default_value = "all")]
     policies: String,
     /// Seed of the per-job slowdown-bound and deferral draws

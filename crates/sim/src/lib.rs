@@ -58,7 +58,7 @@ pub struct Outcome {
 
 /// Runs `policies` over `trace` on `cluster`; `trace_name` labels the report. The idle-timer
 /// policies run at every `slurm.suspend_times_s` and report their least-energy run;
-/// `uniform-cap` runs only with a budget.
+/// `uniform-cap` runs only with a budget, `slurm-shards` only where a job may share a GPU.
 pub fn run(
     cluster: &ClusterConfig,
     catalog: &Catalog,
@@ -74,7 +74,9 @@ pub fn run(
     let mut runs = Vec::new();
     let mut sweep = Vec::new();
     for &p in policies {
-        if p == ClusterPolicy::UniformCap && cluster.budget.is_none() {
+        if p == ClusterPolicy::UniformCap && cluster.budget.is_none()
+            || p == ClusterPolicy::SlurmShards && !jobs.iter().any(|j| j.share.is_some())
+        {
             continue;
         }
         if p == ClusterPolicy::Floor {

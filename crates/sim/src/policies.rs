@@ -19,10 +19,12 @@ use super::trace::TraceJob;
 use super::workloads::{Catalog, FloorMix};
 
 /// Every policy, in report order.
-/// `uniform-cap` runs only when the cluster file sets a budget.
-pub const ALL: [ClusterPolicy; 7] = [
+/// `uniform-cap` runs only when the cluster file sets a budget, `slurm-shards` only where a
+/// job may share a GPU.
+pub const ALL: [ClusterPolicy; 8] = [
     ClusterPolicy::SlurmDefault,
     ClusterPolicy::SlurmPowersave,
+    ClusterPolicy::SlurmShards,
     ClusterPolicy::ZeusPerJob,
     ClusterPolicy::PowersaveDvfs,
     ClusterPolicy::Wattson,

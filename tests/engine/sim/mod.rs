@@ -367,8 +367,9 @@ fn cli_writes_identical_files_twice() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
         for p in wattson_sim::policies::ALL {
-            // The shipped cluster file sets no budget, so the budget reference does not run.
-            let want = p != ClusterPolicy::UniformCap;
+            // The shipped cluster file sets no budget and opts no job in to sharing, so neither
+            // the budget reference nor the shard reference runs.
+            let want = p != ClusterPolicy::UniformCap && p != ClusterPolicy::SlurmShards;
             assert_eq!(stdout.contains(p.name()), want, "table and {}", p.name());
         }
     }

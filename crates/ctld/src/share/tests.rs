@@ -102,6 +102,10 @@ fn a_held_job_is_released_beside_the_job_it_pairs_with_and_one_that_would_break_
     );
     assert!(gate.exclude.is_empty());
 
+    // Its user excluded job 1's node: it waits.
+    let excluded = request(1, "small", Is::On(0), "") + &request(2, "small", Is::Held, "n1");
+    assert!(gate_of(&node("n1", 1, "0"), &squeue(&[(1, "n1")], &[2], &[]), &excluded).release.is_empty());
+
     // Job 1 shares its GPU with job 2 already: it takes no third.
     let shared = request(1, "small", Is::On(0), "")
         + &request(2, "small", Is::On(0), "")

@@ -23,6 +23,7 @@ pub fn fixed_level(kind: ClusterPolicy, job: &JobView) -> Option<u16> {
         ClusterPolicy::UniformCap => Some(job.capped),
         ClusterPolicy::SlurmDefault
         | ClusterPolicy::SlurmPowersave
+        | ClusterPolicy::SlurmShards
         | ClusterPolicy::Wattson
         | ClusterPolicy::Floor => None,
     }

@@ -40,6 +40,10 @@ pub enum ClusterPolicy {
     SlurmDefault,
     /// Slurm's idle timer (`SuspendTime`), max power limit.
     SlurmPowersave,
+    /// [`ClusterPolicy::SlurmPowersave`] with opted-in jobs on shards, packed as Slurm packs
+    /// them: beside any lone opted-in job, whatever the pair does to either (the co-location
+    /// reference; run only where jobs opt in).
+    SlurmShards,
     /// Each job at the engine's `Balanced { eta: 0.5 }` limit; nodes always on.
     ZeusPerJob,
     /// Slurm's idle timer plus each job's own bounded DVFS choice, no cluster awareness.
@@ -62,7 +66,10 @@ impl ClusterPolicy {
 
     /// Whether the policy runs Slurm's idle timer (and so is swept over `SuspendTime`).
     pub fn uses_idle_timer(self) -> bool {
-        matches!(self, ClusterPolicy::SlurmPowersave | ClusterPolicy::PowersaveDvfs)
+        matches!(
+            self,
+            ClusterPolicy::SlurmPowersave | ClusterPolicy::SlurmShards | ClusterPolicy::PowersaveDvfs
+        )
     }
 }
 

@@ -15,7 +15,7 @@ use super::{Actions, ClusterPolicy, NodePower, Snapshot, TunedPolicy, release_ti
 /// Power actions of `p` for `s`.
 pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     match p.kind {
-        ClusterPolicy::SlurmPowersave | ClusterPolicy::PowersaveDvfs => {
+        ClusterPolicy::SlurmPowersave | ClusterPolicy::SlurmShards | ClusterPolicy::PowersaveDvfs => {
             idle_timer(p.tuning.suspend_time_s, s, a)
         }
         ClusterPolicy::Wattson => right_size(p, s, a),

@@ -1,8 +1,9 @@
-//! Co-location: which queued job starts now on the GPU of a running job. Only wattson shares,
-//! only 1-GPU jobs whose users let them share, and only a job that would otherwise wait (the
-//! GPUs free on powered-on nodes are taken by the jobs ahead of it in the queue): a job that can
-//! have a GPU of its own runs alone. Partners come from [`crate::colocation::pair`], within both
-//! jobs' bounds (the running job's bound is what its run so far left of it).
+//! Co-location: which queued job starts now on the GPU of a running job, only 1-GPU jobs whose
+//! users let them share. Under wattson, only a job that would otherwise wait (the GPUs free on
+//! powered-on nodes are taken by the jobs ahead of it in the queue): a job that can have a GPU
+//! of its own runs alone. Partners come from [`crate::colocation::pair`], within both jobs'
+//! bounds (the running job's bound is what its run so far left of it). The reference
+//! `slurm-shards` pairs as Slurm packs shards: every such job beside the first lone one.
 
 use super::levels::allowance;
 use super::{Actions, ClusterPolicy, NodePower, Queued, Running, Snapshot, TunedPolicy};
@@ -11,18 +12,44 @@ use crate::colocation::{self, Candidate};
 /// Adds to `a.share` the queued jobs that start now on a running job's GPU.
 pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     let Some(sharing) = s.sharing else { return };
-    if p.kind != ClusterPolicy::Wattson {
-        return;
+    match p.kind {
+        ClusterPolicy::Wattson => by_model(s, &sharing, a),
+        ClusterPolicy::SlurmShards => packed(s, &sharing, a),
+        _ => {}
     }
-    let running: Vec<Candidate> = s
-        .running
+}
+
+/// The opted-in 1-GPU running jobs that run alone and have begun (a job whose nodes still boot
+/// is no partner yet), as candidates.
+fn lone(s: &Snapshot) -> Vec<Candidate> {
+    s.running
         .iter()
         .filter_map(|r| {
-            // A job whose nodes are still booting (it has not run) is no partner yet.
             let class = r.job.share.filter(|_| r.job.gpus == 1 && !r.shared && r.elapsed_s > 0.0)?;
             Some(Candidate { job: r.job.id, class: usize::from(class), bound: allowance(r) })
         })
-        .collect();
+        .collect()
+}
+
+/// Slurm's packing: each queued opted-in 1-GPU job, in queue order, beside the first lone
+/// opted-in job on a node it may use, whatever the pair's slowdowns (only a pair seen not to
+/// fit on one GPU is not tried again).
+fn packed(s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
+    let mut lone = lone(s);
+    for q in s.queued.iter().filter(|q| q.job.gpus == 1) {
+        let Some(class) = q.job.share.map(usize::from) else { continue };
+        let unfit = |r: &Candidate| {
+            sharing.unfit.contains(&(class, r.class)) || sharing.unfit.contains(&(r.class, class))
+        };
+        if let Some(k) = lone.iter().position(|r| !unfit(r) && may_join(s, q.job.id, r.job)) {
+            a.share.push((q.job.id, lone.remove(k).job));
+        }
+    }
+}
+
+/// wattson's pairs: queued jobs that would otherwise wait, by the interference model.
+fn by_model(s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
+    let running = lone(s);
     if running.is_empty() {
         return;
     }
@@ -38,7 +65,7 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
         })
         .collect();
     let may = |queued: u32, running: u32| may_join(s, queued, running);
-    a.share = colocation::pair(&sharing, &pending, &running, may);
+    a.share = colocation::pair(sharing, &pending, &running, may);
 }
 
 /// For each queued job, in queue order, whether the GPUs free on powered-on nodes hold it once
@@ -167,5 +194,20 @@ mod tests {
         // A shared job runs at the top level, whatever its bound allows.
         let slow = [Running { level: 1, ..shared[1] }];
         assert_eq!(brain(&p, &Snapshot { running: &slow, queued: &[], ..s }).levels, vec![(2, 3)]);
+
+        // Slurm's packing (the reference): beside the first lone opted-in job, whatever it
+        // does to either, with a free GPU or not, broken class or not; only a pair seen not to
+        // fit is not tried again.
+        let shards = TunedPolicy { kind: ClusterPolicy::SlurmShards, ..p };
+        assert_eq!(brain(&shards, &s).share, vec![(10, 1)]);
+        assert_eq!(brain(&shards, &Snapshot { nodes: &free, ..s }).share, vec![(10, 1)]);
+        assert_eq!(brain(&shards, &s_broken).share, vec![(10, 1)]);
+        let unfit = BTreeSet::from([(1, 0)]);
+        let s_unfit =
+            Snapshot { sharing: Some(Sharing { model: &model, broken: &none, unfit: &unfit }), ..s };
+        assert_eq!(brain(&shards, &s_unfit).share, vec![(10, 2)]);
+        assert!(
+            brain(&shards, &Snapshot { running: &shared[..1], queued: &queued[1..], ..s }).share.is_empty()
+        );
     }
 }
