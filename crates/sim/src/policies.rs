@@ -318,6 +318,7 @@ mod tests {
         let want = [
             "slurm-default",
             "slurm-powersave",
+            "slurm-shards",
             "zeus-per-job",
             "powersave-dvfs",
             "wattson",
