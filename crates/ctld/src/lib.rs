@@ -573,7 +573,7 @@ impl Ctld {
                 warn!(job, error = %e, "cannot release the job; next loop");
             }
         }
-        self.act_share(&plan.share);
+        share::enact(&self.slurm, &plan.share);
         if !plan.power_down.is_empty() {
             info!(nodes = ?plan.power_down, warm_target, idle, queued,
                 "power_down_asap: idle beyond the warm set the arrival forecast needs");
@@ -585,34 +585,6 @@ impl Ctld {
             self.slurm.update_nodes(&plan.power_up, &["state=power_up"])?;
         }
         Ok(())
-    }
-
-    /// Releases the opted-in jobs `gate` says, each where it may start, and keeps released
-    /// ones off the GPUs of jobs they may not join ([`share`]). A job that started or ended
-    /// meanwhile refuses the update: the next loop sees it.
-    fn act_share(&self, gate: &share::Gate) {
-        for (job, excluded) in &gate.exclude {
-            info!(job, excluded = ?excluded, "excnodelist: off the GPUs of opted-in jobs it may not share with");
-            if let Err(e) = self.slurm.exclude_nodes(*job, excluded) {
-                warn!(job, error = %e, "cannot set the job's excluded nodes");
-            }
-        }
-        for r in &gate.release {
-            let placed = match &r.place {
-                share::Place::Beside { node, partner } => {
-                    info!(job = r.job, partner, node = %node, "release: beside the job the co-location model pairs it with");
-                    self.slurm.require_nodes(r.job, std::slice::from_ref(node))
-                }
-                share::Place::Alone(excluded) => {
-                    info!(job = r.job, excluded = ?excluded, "release: on a GPU of its own");
-                    if excluded.is_empty() { Ok(()) } else { self.slurm.exclude_nodes(r.job, excluded) }
-                }
-            };
-            // Released only where it was placed: a job placed nowhere waits for the next loop.
-            if let Err(e) = placed.and_then(|()| self.slurm.release_held(r.job, &r.comment)) {
-                warn!(job = r.job, error = %e, "cannot release the job; next loop");
-            }
-        }
     }
 
     /// Loops until the process is stopped; a failed loop is logged and the next one tried.

@@ -25,8 +25,10 @@ use wattson_engine::cluster::{self, Snapshot, levels::allowance, share::free_gpu
 use wattson_engine::colocation::{Candidate, Interference, PairSlowdown, Sharing, slowdowns};
 use wattson_sacct::hostlist;
 
-use crate::slurm::Job;
+use tracing::{info, warn};
+
 use crate::slurm::request::Request;
+use crate::slurm::{Job, Slurm};
 
 /// The site's pair file as the engine's interference model, its classes named by tag.
 #[derive(Debug, Clone)]
@@ -230,6 +232,34 @@ pub fn gate(
         visible.push((id, me));
     }
     gate
+}
+
+/// Asks Slurm for what `gate` says: releases each opted-in job where it may start, and keeps
+/// released ones off the GPUs of jobs they may not join. A job that started or ended meanwhile
+/// refuses the update: the next loop sees it.
+pub fn enact(slurm: &Slurm, gate: &Gate) {
+    for (job, excluded) in &gate.exclude {
+        info!(job, excluded = ?excluded, "excnodelist: off the GPUs of opted-in jobs it may not share with");
+        if let Err(e) = slurm.exclude_nodes(*job, excluded) {
+            warn!(job, error = %e, "cannot set the job's excluded nodes");
+        }
+    }
+    for r in &gate.release {
+        let placed = match &r.place {
+            Place::Beside { node, partner } => {
+                info!(job = r.job, partner, node = %node, "release: beside the job the co-location model pairs it with");
+                slurm.require_nodes(r.job, std::slice::from_ref(node))
+            }
+            Place::Alone(excluded) => {
+                info!(job = r.job, excluded = ?excluded, "release: on a GPU of its own");
+                if excluded.is_empty() { Ok(()) } else { slurm.exclude_nodes(r.job, excluded) }
+            }
+        };
+        // Released only where it was placed: a job placed nowhere waits for the next loop.
+        if let Err(e) = placed.and_then(|()| slurm.release_held(r.job, &r.comment)) {
+            warn!(job = r.job, error = %e, "cannot release the job; next loop");
+        }
+    }
 }
 
 /// `comment` with `held=share` replaced by `released=share`.

@@ -7,7 +7,8 @@ use serde::Deserialize;
 
 use wattson_sacct::{SlurmState, hostlist};
 
-use super::{Job, Node, gpus_per_node, gres_gpus, gres_type, gres_used_gpus, shard_gpus};
+use super::gres::{gpus_per_node, gres_gpus, gres_type, gres_used_gpus, shard_gpus};
+use super::{Job, Node};
 
 pub mod sacct;
 

@@ -84,7 +84,7 @@ pub fn replace_mark(comment: &str, mark: &str, by: &str) -> String {
 /// (22.05), `shard:2(2/4,0/4)` (23.02 on: the GPU whose shards it holds).
 fn shard_gpu(gres: &str) -> Option<u32> {
     let paren = gres.strip_prefix("shard:")?.split_once('(')?.1.strip_suffix(')')?;
-    match super::held_gpus(paren)[..] {
+    match super::gres::held_gpus(paren)[..] {
         [gpu] => Some(gpu),
         _ => None,
     }
