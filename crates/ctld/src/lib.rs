@@ -200,8 +200,7 @@ impl Planner {
             ..Plan::default()
         };
         if let Some(pairs) = &self.pairs {
-            plan.share =
-                share::gate(pairs, &mut self.share_own, &snapshot, &actions, &learned.shares, jobs, requests);
+            plan.share = share::gate(pairs, &mut self.share_own, &snapshot, &actions, &learned.shares);
         }
         plan.nice = nice_offsets(&actions.queue_order, jobs, c.order_weight);
         plan.restrict =

@@ -80,6 +80,8 @@ pub struct ShareJob {
     pub class: Option<u16>,
     /// Its slowdown bound (fraction), as its AdminComment records it.
     pub bound: f64,
+    /// Whether it is pending (held or not).
+    pub pending: bool,
     /// Whether job_submit holds it for the controller (pending, `held=share`).
     pub held: bool,
     /// The node and GPU its shards are on, while it runs.
@@ -88,6 +90,8 @@ pub struct ShareJob {
     pub partnered: bool,
     /// The nodes it excludes (`ExcNodeList`), as Slurm shows them.
     pub excluded: BTreeSet<String>,
+    /// Its AdminComment.
+    pub comment: String,
 }
 
 /// The opted-in jobs among `requests`, by id, with what `jobs` (squeue) says of their state.
@@ -102,10 +106,12 @@ pub fn share_jobs(requests: &[Request], jobs: &[Job], pairs: &Pairs) -> BTreeMap
             let share = ShareJob {
                 class: pairs.class(&r.tag()),
                 bound: r.bound(),
+                pending: job.state == Some(wattson_sacct::SlurmState::Pending),
                 held: job.is_held() && r.marked(SHARE_HELD_MARK),
                 gpu,
                 partnered: false,
                 excluded: hostlist::expand(&r.excluded).unwrap_or_default().into_iter().collect(),
+                comment: r.admin_comment.clone(),
             };
             Some((r.id, share))
         })
@@ -159,16 +165,13 @@ pub struct Gate {
 pub type OwnExclusions = BTreeMap<u32, BTreeSet<String>>;
 
 /// This loop's releases and exclusions ([module docs](self)), from the engine's `actions` on
-/// `snapshot`, the opted-in jobs `shares`, `jobs` (squeue) and `requests` (their comments);
-/// keeps `own` up to date.
+/// `snapshot` and the opted-in jobs `shares`; keeps `own` up to date.
 pub fn gate(
     pairs: &Pairs,
     own: &mut OwnExclusions,
     snapshot: &Snapshot,
     actions: &cluster::Actions,
     shares: &BTreeMap<u32, ShareJob>,
-    jobs: &[Job],
-    requests: &[Request],
 ) -> Gate {
     let sharing = pairs.sharing();
     let candidate = |id: u32, s: &ShareJob| -> Option<Candidate> {
@@ -186,13 +189,8 @@ pub fn gate(
         .filter(|(_, s)| !s.partnered)
         .filter_map(|(&id, s)| Some((candidate(id, s), s.gpu.as_ref()?.0.as_str())))
         .collect();
-    let pending =
-        |id: u32| jobs.iter().any(|j| j.id == id && j.state == Some(wattson_sacct::SlurmState::Pending));
-    let mut visible: Vec<(u32, Option<Candidate>)> = shares
-        .iter()
-        .filter(|&(&id, s)| !s.held && s.gpu.is_none() && pending(id))
-        .map(|(&id, s)| (id, candidate(id, s)))
-        .collect();
+    let mut visible: Vec<(u32, Option<Candidate>)> =
+        shares.iter().filter(|(_, s)| s.pending && !s.held).map(|(&id, s)| (id, candidate(id, s))).collect();
     let kept_off = |c: Option<Candidate>| -> BTreeSet<String> {
         lone.iter().filter(|(l, _)| !allowed(c, *l)).map(|(_, node)| node.to_string()).collect()
     };
@@ -226,9 +224,8 @@ pub fn gate(
             None if holds => Place::Alone(s.excluded.union(&kept_off(me)).cloned().collect()),
             None => continue,
         };
-        let Some(r) = requests.iter().find(|r| r.id == id) else { continue };
         own.insert(id, s.excluded.clone());
-        gate.release.push(Release { job: id, place, comment: released_comment(&r.admin_comment) });
+        gate.release.push(Release { job: id, place, comment: released_comment(&s.comment) });
         visible.push((id, me));
     }
     gate

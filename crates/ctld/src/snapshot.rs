@@ -199,6 +199,11 @@ impl Memory {
             }]],
             ..View::default()
         };
+        // The GPUs running opted-in jobs hold shards, by node, whatever `GresUsed` says.
+        let mut shard_held: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+        for (node, gpu) in learned.shares.values().filter_map(|s| s.gpu.as_ref()) {
+            shard_held.entry(node.as_str()).or_default().insert(*gpu);
+        }
         for node in nodes {
             let managed = !node.is_held_by_admin();
             let up = matches!(node.power, Power::On | Power::PoweringUp);
@@ -220,16 +225,10 @@ impl Memory {
                 Power::PoweringDown => NodePower::Busy,
                 Power::Off => NodePower::Off,
             };
-            // GPUs running opted-in jobs hold shards, whatever `GresUsed` says.
-            let unlisted: BTreeSet<u32> = learned
-                .shares
-                .values()
-                .filter_map(|s| {
-                    s.gpu.as_ref().filter(|(n, i)| *n == node.name && !node.shard_gpus.contains(i))
-                })
-                .map(|(_, i)| *i)
-                .collect();
-            let free_gpus = if managed { node.free_gpus().saturating_sub(unlisted.len() as u32) } else { 0 };
+            let unlisted = shard_held
+                .get(node.name.as_str())
+                .map_or(0, |held| held.iter().filter(|i| !node.shard_gpus.contains(i)).count());
+            let free_gpus = if managed { node.free_gpus().saturating_sub(unlisted as u32) } else { 0 };
             view.nodes.push(NodeView {
                 power,
                 idle_since,

@@ -74,7 +74,7 @@ fn main() {
             "ST s"
         );
         // Per policy, sums over the seeds.
-        let mut sums: Vec<(String, [f64; 8])> = Vec::new();
+        let mut sums: Vec<(String, [f64; 9])> = Vec::new();
         for seed in 1..=seeds {
             let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &wattson_sim::policies::ALL, seed)
                 .unwrap();
@@ -91,6 +91,7 @@ fn main() {
                     s.wait_large_mean_s,
                     s.gpu_busy_kwh,
                     s.capture.unwrap_or(f64::NAN),
+                    s.bound_violations as f64,
                 ];
                 add(&mut sums, s.policy.clone(), row);
                 println!(
@@ -146,9 +147,9 @@ fn main() {
             );
         }
         let n = seeds as f64;
-        for (policy, [e, w, p99, defer, qw, top, gpu, cap]) in &sums {
+        for (policy, [e, w, p99, defer, qw, top, gpu, cap, viol]) in &sums {
             println!(
-                "mean  {policy:<16} {:>8.2} MWh  wait {:.3} h  p99 {:.2} h  defer {:.3} h  qwait {:.3} h  top10 {:.3} h  gpu {:.2} MWh  capture {:.1}%  ({} over {seeds} seeds)",
+                "mean  {policy:<16} {:>8.2} MWh  wait {:.3} h  p99 {:.2} h  defer {:.3} h  qwait {:.3} h  top10 {:.3} h  gpu {:.2} MWh  capture {:.1}%  over bound {:.0} jobs  ({} over {seeds} seeds)",
                 e / n / 1000.0,
                 w / n / 3600.0,
                 p99 / n / 3600.0,
@@ -157,6 +158,7 @@ fn main() {
                 top / n / 3600.0,
                 gpu / n / 1000.0,
                 cap / n * 100.0,
+                viol / n,
                 c.limits.label(),
             );
         }
