@@ -146,6 +146,47 @@ fn jobs_sharing_a_gpu_are_divided_by_their_processes_sm_share() {
     assert_adds_up(&[&r40, &r41]);
 }
 
+#[test]
+fn a_shared_jobs_slowdown_is_its_sm_rate_alone_over_its_rate_beside_another() {
+    let mut node = Node::h100(1);
+    node.start();
+    node.sim.set_load(0, 0.8).unwrap();
+    let (mut p40, mut p41) = (process_of(40), process_of(41));
+    let alone = [ProcessLoad { pid: p40.id(), sm_pct: 80 }];
+    node.sim.set_processes(0, &alone).unwrap();
+    begin_shared(&node, "40", 0, "0");
+    secs(1.6);
+    begin_shared(&node, "41", 0, "0");
+    // Beside job 41, job 40's processes get a quarter of the SMs they had alone.
+    let beside = [ProcessLoad { pid: p40.id(), sm_pct: 20 }, ProcessLoad { pid: p41.id(), sm_pct: 20 }];
+    node.sim.set_processes(0, &beside).unwrap();
+    secs(1.6);
+    node.end("41");
+    node.end("40");
+    for p in [&mut p40, &mut p41] {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    let (r40, r41) = (node.record("40"), node.record("41"));
+    let sm = r40.gpus[0].meter.sm.expect("job 40's SM activity");
+    assert!(sm.alone_s > 1.0 && sm.shared_s > 1.0, "{sm:?}");
+    // At one clock, 80% alone over 20% shared: 4 times as long, a slowdown of 3.
+    let slowdown = sm.slowdown().unwrap();
+    assert!((slowdown - 3.0).abs() < 0.3, "{slowdown} ({sm:?})");
+    // Job 41 never ran alone: no slowdown is measured for it.
+    assert_eq!(r41.gpus[0].meter.sm.and_then(|sm| sm.slowdown()), None, "{:?}", r41.gpus[0].meter.sm);
+
+    // A job that holds its GPU whole is not measured.
+    let mut p42 = process_of(42);
+    node.sim.set_processes(0, &[ProcessLoad { pid: p42.id(), sm_pct: 50 }]).unwrap();
+    assert_ok(&node.wattson(&["job", "begin", "--job", "42", "--uid", "0", "--gpus", "0"]));
+    secs(0.6);
+    node.end("42");
+    let _ = p42.kill();
+    let _ = p42.wait();
+    assert_eq!(node.record("42").gpus[0].meter.sm, None);
+}
+
 fn begin_with(node: &Node, job: &str, gpus: &str, policy: &str) -> String {
     let args = ["job", "begin", "--job", job, "--uid", "1000", "--user", "alice", "--gpus", gpus];
     let out = node.wattson(&[&args[..], &["--energy", policy, "--shares-gpus"]].concat());

@@ -300,6 +300,8 @@ pub struct Ctld {
     host: String,
     /// The role of the last loop ([`failover`]); `None` before the first.
     role: Option<failover::Role>,
+    /// The opted-in jobs seen sharing a GPU, until their nodes' measurements are judged.
+    judge: share::judge::Judge,
 }
 
 /// When and where the nodes' measurements are merged.
@@ -337,6 +339,7 @@ impl Ctld {
             passes: summarize::passes::Passes::default(),
             host: failover::this_host(),
             role: None,
+            judge: Default::default(),
             planner: match pairs {
                 Some(pairs) => planner.sharing(pairs),
                 None => planner,
@@ -390,8 +393,10 @@ impl Ctld {
         } else {
             snapshot::Learned::default()
         };
-        if let Some(pairs) = &self.planner.pairs {
+        if let Some(pairs) = &mut self.planner.pairs {
             learned.shares = share::share_jobs(&requests, &jobs, pairs);
+            self.judge.watch(&learned.shares);
+            self.judge.run(&self.nodes, nodes, &learned.shares, pairs);
         }
         let mut plan = self.planner.plan_with(nodes, &jobs, &requests, &learned, now);
         self.confirm_idle(&mut plan, now);

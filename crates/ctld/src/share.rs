@@ -57,6 +57,22 @@ impl Pairs {
         Pairs { tags, model, broken: BTreeSet::new(), unfit: BTreeSet::new() }
     }
 
+    /// Judges a node's measurement as the simulator judges its own: class `victim` ran
+    /// `slowdown` slower sharing its GPU; over the job's `bound`, the class is paired no more.
+    /// Returns whether it broke the bound.
+    pub fn observe(&mut self, victim: u16, slowdown: f64, bound: f64) -> bool {
+        let broke = slowdown > bound + 1e-6;
+        if broke {
+            self.broken.insert(usize::from(victim));
+        }
+        broke
+    }
+
+    /// The tag of class `class`.
+    pub fn tag(&self, class: u16) -> &str {
+        self.tags.get(usize::from(class)).map_or("", String::as_str)
+    }
+
     /// Reads the pair file at `path` ([`pairs::load`]).
     pub fn load(path: &Path) -> Result<Pairs, ConfigError> {
         Ok(Pairs::new(&pairs::load(path)?))
@@ -263,6 +279,8 @@ pub fn enact(slurm: &Slurm, gate: &Gate) {
 fn released_comment(comment: &str) -> String {
     crate::slurm::request::replace_mark(comment, SHARE_HELD_MARK, SHARE_RELEASED_MARK)
 }
+
+pub mod judge;
 
 #[cfg(test)]
 mod tests;

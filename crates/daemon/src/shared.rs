@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
 use wattson_gpu::{GpuBackend, GpuError};
-use wattson_types::energy::GpuReading;
+use wattson_types::energy::{GpuMeter, GpuReading};
 use wattson_types::job::{JobKey, JobRecord};
 use wattson_types::share::{self, Split};
 
@@ -20,9 +20,11 @@ use wattson_types::share::{self, Split};
 const PROC_READ_LIMIT: u64 = 256 * 1024;
 
 /// Advances every record on GPU `index` with one reading of it (`Err`: the GPU did not
-/// answer), dividing the GPU's energy among the jobs on it when there are several.
+/// answer), dividing the GPU's energy among the jobs on it when there are several. The jobs
+/// that may share it (not in `exclusive`) also gain their SM activity ([`SmActivity`]).
 pub(crate) fn advance_gpu(
     running: &mut BTreeMap<JobKey, JobRecord>,
+    exclusive: &BTreeSet<u32>,
     backend: &dyn GpuBackend,
     index: u32,
     reading: &Result<GpuReading, GpuError>,
@@ -37,14 +39,7 @@ pub(crate) fn advance_gpu(
             return;
         }
     };
-    let jobs = jobs_on(running, index);
-    if jobs.len() < 2 {
-        for gpu in running.values_mut().flat_map(|r| r.gpus.iter_mut()).filter(|g| g.index == index) {
-            gpu.meter.advance(reading);
-        }
-        return;
-    }
-    let jobs: Vec<(u32, u32)> = jobs.into_iter().collect();
+    let jobs: Vec<(u32, u32)> = jobs_on(running, index).into_iter().collect();
     // The interval every record on the GPU shares (they are advanced together): the first's.
     let Some(reference) = running
         .values()
@@ -56,8 +51,30 @@ pub(crate) fn advance_gpu(
     };
     let (interval, since_ns) = reference;
     let since_us = u64::try_from(since_ns / 1000).unwrap_or(0);
-    let sm = sm_by_job(backend, index, since_us, &jobs);
-    let (weights, split) = share::weights(&sm);
+    let shared = jobs.len() > 1;
+    let sm = if shared || jobs.iter().any(|(job, _)| !exclusive.contains(job)) {
+        sm_by_job(backend, index, since_us, &jobs)
+    } else {
+        None
+    };
+    for record in running.values_mut().filter(|r| !exclusive.contains(&r.key.job_id)) {
+        let Some(k) = jobs.iter().position(|&(job, _)| job == record.key.job_id) else { continue };
+        let Some(pct) = sm.as_ref().map(|sm| sm[k].pct) else { continue };
+        for gpu in record.gpus.iter_mut().filter(|g| g.index == index) {
+            note_activity(&mut gpu.meter, &reading, shared, pct);
+        }
+    }
+    if !shared {
+        for gpu in running.values_mut().flat_map(|r| r.gpus.iter_mut()).filter(|g| g.index == index) {
+            gpu.meter.advance(reading);
+        }
+        return;
+    }
+    let sums: Vec<Option<u64>> = match &sm {
+        Some(sm) => sm.iter().map(|s| Some(s.sum)).collect(),
+        None => vec![None; jobs.len()],
+    };
+    let (weights, split) = share::weights(&sums);
     let exact = interval.counter_mj.map(|mj| share::divide_exact(mj, &weights));
     let approx = share::divide(interval.mj, &weights);
     for record in running.values_mut() {
@@ -104,21 +121,43 @@ pub(crate) fn jobs_on(running: &BTreeMap<JobKey, JobRecord>, index: u32) -> BTre
         .collect()
 }
 
-/// Each job's SM utilisation on the GPU (summed over its processes' samples), `None` for
-/// every job where the driver gives no per-process figures.
-fn sm_by_job(backend: &dyn GpuBackend, index: u32, since_us: u64, jobs: &[(u32, u32)]) -> Vec<Option<u64>> {
-    let Ok(samples) = backend.process_utilization(index, since_us) else {
-        return vec![None; jobs.len()];
-    };
-    let mut sums = vec![0u64; jobs.len()];
-    let mut owners: BTreeMap<u32, Option<usize>> = BTreeMap::new();
+/// One job's SM utilisation on a GPU over an interval, from its processes' samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct JobSm {
+    /// Every sample's SM %, summed (the weight its energy share is divided by).
+    sum: u64,
+    /// Each process's mean SM %, summed: the job's share of the SMs, in percent.
+    pct: f64,
+}
+
+/// Each job's SM utilisation on the GPU since `since_us`; `None` where the driver gives no
+/// per-process figures.
+fn sm_by_job(backend: &dyn GpuBackend, index: u32, since_us: u64, jobs: &[(u32, u32)]) -> Option<Vec<JobSm>> {
+    let samples = backend.process_utilization(index, since_us).ok()?;
+    // Per process: its job (place in `jobs`), the sum of its samples and how many.
+    let mut by_pid: BTreeMap<u32, (Option<usize>, u64, u32)> = BTreeMap::new();
     for (pid, sm) in samples {
-        let owner = *owners.entry(pid).or_insert_with(|| job_of_process(pid, jobs));
-        if let Some(k) = owner {
-            sums[k] += u64::from(sm.min(100));
-        }
+        let entry = by_pid.entry(pid).or_insert_with(|| (job_of_process(pid, jobs), 0, 0));
+        entry.1 += u64::from(sm.min(100));
+        entry.2 += 1;
     }
-    sums.into_iter().map(Some).collect()
+    let mut out = vec![JobSm::default(); jobs.len()];
+    for (k, sum, n) in by_pid.into_values().filter_map(|(k, sum, n)| Some((k?, sum, n))) {
+        out[k].sum += sum;
+        out[k].pct += sum as f64 / f64::from(n);
+    }
+    Some(out)
+}
+
+/// Adds a job's SM activity over the interval from its meter's last reading to `reading`:
+/// `pct` percent of the SMs at the reading's clock, alone or beside another job (`shared`).
+/// An interval in which its processes left the SMs idle says nothing of its pace.
+fn note_activity(meter: &mut GpuMeter, reading: &GpuReading, shared: bool, pct: f64) {
+    let secs = (reading.t_ns - meter.last.t_ns) as f64 / 1e9;
+    let clock = f64::from(reading.sm_clock_mhz.unwrap_or(0));
+    if secs > 0.0 && pct > 0.0 && clock > 0.0 {
+        meter.sm.get_or_insert_default().add(shared, secs, pct.min(100.0) / 100.0 * clock * secs);
+    }
 }
 
 /// Which of `jobs` process `pid` belongs to (its place in `jobs`).

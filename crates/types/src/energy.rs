@@ -121,6 +121,10 @@ pub struct GpuMeter {
     /// GPU to itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<crate::share::Split>,
+    /// The job's own SM activity on a GPU it may share, alone and beside others; `None` for
+    /// a GPU the job holds whole, or before its processes were seen on the SMs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm: Option<crate::share::SmActivity>,
 }
 
 /// The GPU's energy over one interval between two readings, before it is divided among the
@@ -154,6 +158,7 @@ impl GpuMeter {
             lost: false,
             events: Vec::new(),
             split: None,
+            sm: None,
         };
         meter.observe_gauges(&first);
         meter

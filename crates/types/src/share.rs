@@ -38,6 +38,49 @@ impl Split {
     }
 }
 
+/// A job's own SM activity on a GPU it may share: its processes' SM utilisation times the SM
+/// clock, summed over the intervals in which they used the SMs (MHz·s), alone on the GPU and
+/// beside another job, with the seconds each covers. For a compute-bound job the rate is its
+/// pace, so the two rates give what sharing cost it ([`SmActivity::slowdown`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SmActivity {
+    /// Seconds alone on the GPU with its processes on the SMs.
+    pub alone_s: f64,
+    /// Its activity over those seconds, MHz·s.
+    pub alone: f64,
+    /// Seconds beside another job with its processes on the SMs.
+    pub shared_s: f64,
+    /// Its activity over those seconds, MHz·s.
+    pub shared: f64,
+}
+
+/// The fewest seconds of each kind (alone, beside another job) a slowdown is measured over.
+pub const MIN_SLOWDOWN_S: f64 = 1.0;
+
+impl SmActivity {
+    /// Adds `secs` seconds of `activity` MHz·s, beside another job or alone (`shared`).
+    pub fn add(&mut self, shared: bool, secs: f64, activity: f64) {
+        if shared {
+            self.shared_s += secs;
+            self.shared += activity;
+        } else {
+            self.alone_s += secs;
+            self.alone += activity;
+        }
+    }
+
+    /// How much slower the job ran beside another job than alone (time ratio minus one, never
+    /// below 0): its rate alone over its rate shared, less one. `None` until it ran at least
+    /// [`MIN_SLOWDOWN_S`] each way with its processes on the SMs.
+    pub fn slowdown(&self) -> Option<f64> {
+        if self.alone_s < MIN_SLOWDOWN_S || self.shared_s < MIN_SLOWDOWN_S {
+            return None;
+        }
+        let (alone, shared) = (self.alone / self.alone_s, self.shared / self.shared_s);
+        (alone > 0.0 && shared > 0.0).then(|| (alone / shared - 1.0).max(0.0))
+    }
+}
+
 /// The weights a GPU's energy is divided by, and the rule they come from: `sm` is each job's
 /// SM utilisation (percent, summed over its processes; `None` where the driver says nothing).
 pub fn weights(sm: &[Option<u64>]) -> (Vec<u64>, Split) {
@@ -157,6 +200,23 @@ mod tests {
             let f = divide(total as f64 + 0.5, &weights);
             assert!((f.iter().sum::<f64>() - (total as f64 + 0.5)).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn a_slowdown_is_the_rate_alone_over_the_rate_shared_once_both_were_seen_long_enough() {
+        let mut sm = SmActivity::default();
+        // 80% of a 1980 MHz clock alone for 3 s, then 20% of it for 2 s beside another job.
+        sm.add(false, 3.0, 0.8 * 1980.0 * 3.0);
+        assert_eq!(sm.slowdown(), None, "never shared");
+        sm.add(true, 0.5, 0.2 * 1980.0 * 0.5);
+        assert_eq!(sm.slowdown(), None, "shared too briefly");
+        sm.add(true, 1.5, 0.2 * 1980.0 * 1.5);
+        assert!((sm.slowdown().unwrap() - 3.0).abs() < 1e-9, "{:?}", sm.slowdown());
+        // Faster beside another job (a clock raised meanwhile) is no slowdown.
+        let faster = SmActivity { alone_s: 2.0, alone: 1000.0, shared_s: 2.0, shared: 1500.0 };
+        assert_eq!(faster.slowdown(), Some(0.0));
+        let never_alone = SmActivity { shared_s: 5.0, shared: 100.0, ..SmActivity::default() };
+        assert_eq!(never_alone.slowdown(), None);
     }
 
     #[test]
