@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use fake_nvml::ProcessLoad;
 use wattson_harness::node::Node;
-use wattson_harness::slurm_lab::{LabNode, SlurmLab};
+use wattson_harness::slurm_lab::{self, LabNode, SlurmLab};
 use wattson_types::job::JobState;
 use wattson_types::share::Split;
 
@@ -22,11 +23,25 @@ fn field(lab: &SlurmLab, id: u32, name: &str) -> String {
     lab.job_info(id).and_then(|j| j.fields.get(name).cloned()).unwrap_or_default()
 }
 
-/// Submits an opted-in 1-GPU job of workload `tag` with a 10% bound, running `secs`.
+/// Submits an opted-in 1-GPU job of workload `tag` with a 10% bound, running `secs`; the job
+/// writes its shell's pid to `<job id>.pid` in the lab's job directory.
 fn submit(lab: &SlurmLab, tag: &str, secs: u32) -> u32 {
     let tag = format!("--energy-tag={tag}");
     let args = ["--gres=gpu:1", "--energy-share=yes", "--energy=min-energy", "--energy-slowdown=10", &tag];
-    lab.sbatch(&args, &format!("#!/bin/sh\nsleep {secs}\n")).unwrap()
+    lab.sbatch(&args, &format!("#!/bin/sh\necho $$ > $SLURM_JOB_ID.pid\nsleep {secs}\n")).unwrap()
+}
+
+/// The pid of job `id`'s shell.
+fn pid_of(lab: &SlurmLab, id: u32) -> u32 {
+    let file = lab.dir().join(format!("jobs/{id}.pid"));
+    let started = Instant::now();
+    loop {
+        if let Some(pid) = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse().ok()) {
+            return pid;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "job {id} wrote no pid\n{}", lab.all_logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn wait_state(lab: &SlurmLab, id: u32, state: &str, what: &str) {
@@ -37,21 +52,41 @@ fn wait_state(lab: &SlurmLab, id: u32, state: &str, what: &str) {
     }
 }
 
-#[test]
-fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds() {
-    let work = tempfile::tempdir().unwrap();
-    let (state, pairs) = (work.path().join("ctld.json"), work.path().join("pairs.toml"));
-    std::fs::write(&pairs, PAIRS).unwrap();
+/// One node with one H100 in 4 shards, wattsond and the plugins reading a wattson.toml whose
+/// `[ctld]` names the pair file `pairs` (written into `work`), and where the controller's
+/// state file goes.
+fn share_lab(work: &std::path::Path, pairs: &str) -> (Node, SlurmLab, std::path::PathBuf) {
+    let (state, pairs_file) = (work.join("ctld.json"), work.join("pairs.toml"));
+    std::fs::write(&pairs_file, pairs).unwrap();
     // job_submit, wattsond and the controller read one wattson.toml.
     let ctld = format!(
-        "[ctld]\ninterval = \"1s\"\nmanage_power = false\nstate_file = {state:?}\nshare_pairs = {pairs:?}\n\
-         [link]\npace = false\nsync_models = false\nsummaries = false\n"
+        "[ctld]\ninterval = \"1s\"\nmanage_power = false\nstate_file = {state:?}\nshare_pairs = {pairs_file:?}\n"
     );
     let node =
         Node::with_sections(fake_nvml::Config::uniform("H100", 1), "200ms", "shards_per_gpu = 4\n", &ctld);
     let lab_node = LabNode { shards: 4, cpus: 4, ..LabNode::new("n1", 1, "h100") };
-    let (node, lab) =
+    let addr = lab_node.addr.clone();
+    let (mut node, lab) =
         lab_on(node, lab_node, false, "SchedulerParameters=batch_sched_delay=0,bf_interval=1\n");
+    // The controller asks wattsond for the records of jobs that shared a GPU, over the link
+    // sealed by the lab's munged: wattsond starts again taking its requests.
+    node.stop();
+    let text = std::fs::read_to_string(&node.config).unwrap();
+    let link = format!(
+        "[link]\nlisten = \"{addr}:{port}\"\nport = {port}\nmunge_socket = {munge:?}\n\
+         pace = false\nsync_models = false\nsummaries = false\n",
+        port = slurm_lab::free_port(),
+        munge = lab.dir().join("run/munge.sock"),
+    );
+    std::fs::write(&node.config, format!("{text}\n{link}")).unwrap();
+    node.start();
+    (node, lab, state)
+}
+
+#[test]
+fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds() {
+    let work = tempfile::tempdir().unwrap();
+    let (node, lab, state) = share_lab(work.path(), PAIRS);
     node.sim.set_load(0, 0.6).unwrap();
 
     // Without a live controller nothing is held (fail open): the job runs at once.
@@ -129,4 +164,69 @@ fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds()
         "{log}"
     );
     assert_eq!(log.matches("release: on a GPU of its own").count(), 3, "{log}");
+}
+
+#[test]
+fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
+    // The pair file says `pushy` beside `pushy` costs 5%; on this GPU it costs far more.
+    let work = tempfile::tempdir().unwrap();
+    let pairs = "[[pair]]\njob = \"pushy\"\nwith = \"pushy\"\nslowdown = 0.05\n";
+    let (node, lab, state) = share_lab(work.path(), pairs);
+    node.sim.set_load(0, 0.8).unwrap();
+    let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
+    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    wait_live(&lab, &state);
+
+    // Job a runs alone with 80% of the SMs; job b is released beside it, and from then on
+    // each gets 20%: a runs 4 times as slowly as alone (the fake driver's truth).
+    let a = submit(&lab, "pushy", 14);
+    wait_state(&lab, a, "RUNNING", "job a starts alone");
+    wait_recorded(&node, &lab, a);
+    let pa = pid_of(&lab, a);
+    node.sim.set_processes(0, &[ProcessLoad { pid: pa, sm_pct: 80 }]).unwrap();
+    let b = submit(&lab, "pushy", 5);
+    wait_recorded(&node, &lab, b);
+    let pb = pid_of(&lab, b);
+    node.sim
+        .set_processes(0, &[ProcessLoad { pid: pa, sm_pct: 20 }, ProcessLoad { pid: pb, sm_pct: 20 }])
+        .unwrap();
+    assert!(
+        field(&lab, b, "AdminComment").ends_with(",released=share"),
+        "{}",
+        field(&lab, b, "AdminComment")
+    );
+    assert_eq!(lab.wait_job(b, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    node.sim.set_processes(0, &[ProcessLoad { pid: pa, sm_pct: 80 }]).unwrap();
+    assert_eq!(lab.wait_job(a, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+
+    // wattsond measured it; the controller asked for it and stops pairing `pushy`.
+    let slowdown = node.record(&a.to_string()).gpus[0].meter.sm.and_then(|sm| sm.slowdown());
+    assert!(slowdown.is_some_and(|s| s > 1.0), "job a's measured slowdown: {slowdown:?}");
+    let started = Instant::now();
+    while !ctld_log(&lab).contains("its class is paired no more") {
+        assert!(started.elapsed() < Duration::from_secs(30), "{}", ctld_log(&lab));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Two more `pushy` jobs: the first starts alone, the second, which the pair file alone
+    // would have paired with it, waits held while the GPU's other half is free.
+    let c = submit(&lab, "pushy", 8);
+    wait_state(&lab, c, "RUNNING", "job c starts alone on the free GPU");
+    wait_recorded(&node, &lab, c);
+    let d = submit(&lab, "pushy", 1);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(lab.job_info(c).unwrap().state, "RUNNING");
+    assert_eq!(lab.job_info(d).unwrap().state, "PENDING");
+    assert!(field(&lab, d, "Reason").starts_with("JobHeld"), "{}", ctld_log(&lab));
+    for id in [c, d] {
+        assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    }
+    let (rc, rd) = (node.record(&c.to_string()), node.record(&d.to_string()));
+    assert!(rd.begin_ns >= rc.end_ns.unwrap(), "job d began beside job c");
+    let log = ctld_log(&lab);
+    assert_eq!(
+        log.matches("release: beside the job the co-location model pairs it with").count(),
+        1,
+        "only job b shared: {log}"
+    );
 }

@@ -432,7 +432,14 @@ impl Core {
                 Ok(reading) => end_ns = end_ns.max(reading.t_ns),
                 Err(e) => warn!(job = %key, gpu = index, error = %e, "GPU did not answer at job end"),
             }
-            shared::advance_gpu(&mut self.running, &self.exclusive, self.backend.as_ref(), index, &reading, end_ns);
+            shared::advance_gpu(
+                &mut self.running,
+                &self.exclusive,
+                self.backend.as_ref(),
+                index,
+                &reading,
+                end_ns,
+            );
         }
         if let Some(advanced) = self.running.get(key) {
             record.gpus.clone_from(&advanced.gpus);
@@ -506,7 +513,14 @@ impl Core {
             self.running.values().flat_map(|r| r.gpus.iter().map(|g| g.index)).collect();
         for index in held {
             let reading = readings.get(index as usize).cloned().unwrap_or(Err(GpuError::Lost));
-            shared::advance_gpu(&mut self.running, &self.exclusive, self.backend.as_ref(), index, &reading, now);
+            shared::advance_gpu(
+                &mut self.running,
+                &self.exclusive,
+                self.backend.as_ref(),
+                index,
+                &reading,
+                now,
+            );
         }
         for record in self.running.values_mut() {
             for gpu in &mut record.gpus {

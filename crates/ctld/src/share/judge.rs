@@ -57,7 +57,12 @@ impl Judge {
     pub fn watch(&mut self, shares: &BTreeMap<u32, ShareJob>) {
         for (&id, s) in shares {
             let (Some(class), Some(gpu), true) = (s.class, &s.gpu, s.partnered) else { continue };
-            self.watched.entry(id).or_insert_with(|| Watched { class, bound: s.bound, node: gpu.0.clone(), asks: ASKS });
+            self.watched.entry(id).or_insert_with(|| Watched {
+                class,
+                bound: s.bound,
+                node: gpu.0.clone(),
+                asks: ASKS,
+            });
         }
     }
 
@@ -76,9 +81,8 @@ impl Judge {
     /// into `pairs`.
     pub fn judge(&mut self, id: u32, records: Option<&[JobRecord]>, pairs: &mut Pairs) -> Option<Verdict> {
         let watched = self.watched.get_mut(&id)?;
-        let ended = records.and_then(|rs| {
-            rs.iter().find(|r| r.key == JobKey::job(id) && r.state == JobState::Completed)
-        });
+        let ended = records
+            .and_then(|rs| rs.iter().find(|r| r.key == JobKey::job(id) && r.state == JobState::Completed));
         let Some(record) = ended else {
             watched.asks -= 1;
             if watched.asks == 0 {
@@ -111,7 +115,9 @@ impl Judge {
         // A node is reached at its `NodeAddr`, else by its name.
         let addrs: Vec<&str> = due
             .iter()
-            .map(|(_, name)| nodes.iter().find(|n| &n.name == name).map_or(name.as_str(), |n| n.addr.as_str()))
+            .map(|(_, name)| {
+                nodes.iter().find(|n| &n.name == name).map_or(name.as_str(), |n| n.addr.as_str())
+            })
             .collect();
         let asks: Vec<(&str, Request)> = due
             .iter()

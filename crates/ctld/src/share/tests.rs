@@ -7,6 +7,9 @@ use super::*;
 use crate::slurm::request::parse_requests;
 use crate::slurm::{parse_jobs, parse_nodes};
 use crate::{Planner, snapshot};
+use wattson_types::energy::{GpuMeter, GpuReading};
+use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
+use wattson_types::share::SmActivity;
 
 /// `small` beside `small`: 5% each; `big` beside `big`: 50%. Fitted rank-one, `big` beside
 /// `small` is predicted 50% slower and `small` beside `big` 5%.
@@ -74,9 +77,12 @@ fn squeue(running: &[(u32, &str)], held: &[u32], released: &[u32]) -> String {
 }
 
 fn gate_of(nodes: &str, jobs: &str, requests: &str) -> Gate {
+    gate_with(pairs(), nodes, jobs, requests)
+}
+
+fn gate_with(pairs: Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
     let (nodes, jobs, requests) =
         (parse_nodes(nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
-    let pairs = pairs();
     let learned = snapshot::Learned { shares: share_jobs(&requests, &jobs, &pairs), ..Default::default() };
     let now = jobs[0].submit as f64 + 600.0;
     Planner::new(Config::default()).sharing(pairs).plan_with(&nodes, &jobs, &requests, &learned, now).share
@@ -190,4 +196,89 @@ fn a_gpu_running_an_opted_in_job_is_not_free_though_gres_used_forgot_it() {
     let requests = request(1, "small", Is::On(0), "") + &request(3, "big", Is::Held, "");
     let gate = gate_of(&node("n1", 1, ""), &squeue(&[(1, "n1")], &[3], &[]), &requests);
     assert!(gate.release.is_empty(), "{gate:?}");
+}
+
+/// Job `id`'s record as its node answers it: ended or not, with its SM activity on GPU 0.
+fn record(id: u32, ended: bool, sm: Option<SmActivity>) -> JobRecord {
+    let mut meter = GpuMeter::begin(GpuReading::default());
+    meter.sm = sm;
+    JobRecord {
+        key: JobKey::job(id),
+        uid: 1000,
+        user: None,
+        name: None,
+        node: "n1".into(),
+        begin_ns: 0,
+        end_ns: ended.then_some(10),
+        state: if ended { JobState::Completed } else { JobState::Running },
+        hints: Default::default(),
+        policy: None,
+        gpus: vec![JobGpu { index: 0, uuid: String::new(), name: String::new(), meter }],
+        dvfs: None,
+        node_share: None,
+    }
+}
+
+/// SM activity that measures a slowdown of `slowdown`.
+fn slowed(slowdown: f64) -> Option<SmActivity> {
+    Some(SmActivity { alone_s: 5.0, alone: 5000.0, shared_s: 5.0, shared: 5000.0 / (1.0 + slowdown) })
+}
+
+#[test]
+fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
+    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &Pairs| {
+        share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
+    };
+    let mut pairs = pairs();
+    let mut judge = judge::Judge::default();
+    // Jobs 1 and 2 (small) share n1's GPU 0; job 3 (small) runs alone on GPU 1.
+    let both = request(1, "small", Is::On(0), "") + &request(2, "small", Is::On(0), "");
+    let lone = request(3, "small", Is::On(1), "");
+    let shares = shares_of(&(both.clone() + &lone), &[(1, "n1"), (2, "n1"), (3, "n1")], &pairs);
+    judge.watch(&shares);
+    assert!(judge.due(&shares).is_empty(), "all still run");
+
+    // Job 1 ended (job 3 too, never shared: never asked): its node is asked for its record.
+    let shares = shares_of(&request(2, "small", Is::On(0), ""), &[(2, "n1")], &pairs);
+    assert_eq!(judge.due(&shares), [(1, "n1".to_string())]);
+    // Not answered, then still open on the node: asked again.
+    assert_eq!(judge.judge(1, None, &mut pairs), None);
+    assert_eq!(judge.judge(1, Some(&[record(1, false, slowed(0.5))]), &mut pairs), None);
+    assert_eq!(judge.due(&shares).len(), 1);
+    // Measured 50% slower beside job 2, over its 10% bound: `small` pairs no more.
+    let verdict = judge.judge(1, Some(&[record(1, true, slowed(0.5))]), &mut pairs).unwrap();
+    assert!(
+        matches!(verdict, judge::Verdict::Measured { slowdown, broke: true } if (slowdown - 0.5).abs() < 1e-9)
+    );
+    assert!(judge.due(&shares).is_empty(), "judged once");
+    // Job 5 (small) would have been released beside job 2, now alone on GPU 0 (as job 2 was
+    // in the first test): it waits.
+    let requests = request(2, "small", Is::On(0), "") + &request(5, "small", Is::Held, "");
+    let squeue_text = squeue(&[(2, "n1")], &[5], &[]);
+    let gate = gate_with(pairs.clone(), &node("n1", 1, "0"), &squeue_text, &requests);
+    assert!(gate.release.is_empty(), "{gate:?}");
+    assert_eq!(
+        released(&gate_of(&node("n1", 1, "0"), &squeue_text, &requests)),
+        [(5, Place::Beside { node: "n1".into(), partner: 2 })],
+        "without the measurement it would have been"
+    );
+
+    // Within its bound, or unmeasured: nothing changes.
+    let mut fresh = self::pairs();
+    let shares = shares_of(&both, &[(1, "n1"), (2, "n1")], &fresh);
+    judge.watch(&shares);
+    let none = BTreeMap::new();
+    assert_eq!(judge.due(&none).len(), 2);
+    let within = judge.judge(1, Some(&[record(1, true, slowed(0.04))]), &mut fresh).unwrap();
+    assert!(matches!(within, judge::Verdict::Measured { broke: false, .. }), "{within:?}");
+    let unmeasured = judge.judge(2, Some(&[record(2, true, None)]), &mut fresh);
+    assert_eq!(unmeasured, Some(judge::Verdict::Unmeasured));
+    assert!(fresh.sharing().broken.is_empty());
+
+    // A node that never answers: the job is given up after a few loops.
+    judge.watch(&shares);
+    for _ in 0..20 {
+        judge.judge(1, None, &mut fresh);
+    }
+    assert_eq!(judge.due(&none), [(2, "n1".to_string())]);
 }
