@@ -174,7 +174,7 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
     let (node, lab, state) = share_lab(work.path(), pairs);
     node.sim.set_load(0, 0.8).unwrap();
     let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
-    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    let ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
     wait_live(&lab, &state);
 
     // Job a runs alone with 80% of the SMs; job b is released beside it, and from then on
@@ -207,6 +207,20 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
         assert!(started.elapsed() < Duration::from_secs(30), "{}", ctld_log(&lab));
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A controller started again remembers it (the state file keeps the tag).
+    std::thread::sleep(Duration::from_secs(2));
+    drop(ctld);
+    let first_log = ctld_log(&lab);
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(saved["share_broken"], serde_json::json!(["pushy"]), "{saved}");
+    let written = std::fs::metadata(&state).unwrap().modified().unwrap();
+    let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
+    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    let started = Instant::now();
+    while std::fs::metadata(&state).unwrap().modified().unwrap() <= written {
+        assert!(started.elapsed() < Duration::from_secs(20), "{}", ctld_log(&lab));
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // Two more `pushy` jobs: the first starts alone, the second, which the pair file alone
     // would have paired with it, waits held while the GPU's other half is free.
@@ -223,7 +237,7 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
     }
     let (rc, rd) = (node.record(&c.to_string()), node.record(&d.to_string()));
     assert!(rd.begin_ns >= rc.end_ns.unwrap(), "job d began beside job c");
-    let log = ctld_log(&lab);
+    let log = first_log + &ctld_log(&lab);
     assert_eq!(
         log.matches("release: beside the job the co-location model pairs it with").count(),
         1,

@@ -316,8 +316,17 @@ impl Ctld {
     /// A controller for `config`; fails when its pair file (`[ctld] share_pairs`) cannot be
     /// read.
     pub fn new(config: Config) -> Result<Ctld, String> {
-        let pairs =
+        let mut pairs =
             config.ctld.share_pairs.as_deref().map(share::Pairs::load).transpose().map_err(|e| e.0)?;
+        if let Some(pairs) = &mut pairs
+            && config.ctld.state_file.exists()
+        {
+            // What a controller before this one learned: the classes paired no more.
+            match power_status::load(&config.ctld.state_file) {
+                Ok(ledger) => pairs.break_tags(&ledger.share_broken),
+                Err(e) => warn!(error = %e, "cannot read the classes paired no more from the state file"),
+            }
+        }
         let slurm = Slurm::new(config.ctld.command_timeout);
         let (interval, state_file) = (config.ctld.interval, config.ctld.state_file.clone());
         let nodes = nodes::Nodes::new(config.link.clone()).within(interval);
@@ -397,6 +406,7 @@ impl Ctld {
             learned.shares = share::share_jobs(&requests, &jobs, pairs);
             self.judge.watch(&learned.shares);
             self.judge.run(&self.nodes, nodes, &learned.shares, pairs);
+            self.planner.ledger.share_broken = pairs.broken_tags();
         }
         let mut plan = self.planner.plan_with(nodes, &jobs, &requests, &learned, now);
         self.confirm_idle(&mut plan, now);

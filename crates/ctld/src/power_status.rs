@@ -48,6 +48,10 @@ pub struct Ledger {
     /// The wait-cost bound as the controller last observed it (absent from an older file).
     #[serde(default)]
     pub wait_cost: WaitCostStatus,
+    /// Workload tags paired no more: a job of theirs was measured slowed over its bound while
+    /// sharing a GPU ([`crate::share::judge`]). Read back when the controller starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub share_broken: Vec<String>,
 }
 
 /// What DVFS did to the queue's waits, as the controller observed it (`[ctld] max_wait_cost`).

@@ -68,6 +68,18 @@ impl Pairs {
         broke
     }
 
+    /// The tags of the classes paired no more, in order.
+    pub fn broken_tags(&self) -> Vec<String> {
+        self.broken.iter().filter_map(|&c| self.tags.get(c).cloned()).collect()
+    }
+
+    /// Pairs the classes of `tags` no more (as a controller before this one learned); a tag
+    /// the pair file no longer names is dropped.
+    pub fn break_tags(&mut self, tags: &[String]) {
+        let classes: Vec<u16> = tags.iter().filter_map(|t| self.class(t)).collect();
+        self.broken.extend(classes.into_iter().map(usize::from));
+    }
+
     /// The tag of class `class`.
     pub fn tag(&self, class: u16) -> &str {
         self.tags.get(usize::from(class)).map_or("", String::as_str)

@@ -251,6 +251,11 @@ fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
         matches!(verdict, judge::Verdict::Measured { slowdown, broke: true } if (slowdown - 0.5).abs() < 1e-9)
     );
     assert!(judge.due(&shares).is_empty(), "judged once");
+    // What the state file keeps, read back by the next controller.
+    assert_eq!(pairs.broken_tags(), ["small"]);
+    let mut next = self::pairs();
+    next.break_tags(&["small".to_string(), "gone".to_string()]);
+    assert_eq!(next.sharing().broken, pairs.sharing().broken);
     // Job 5 (small) would have been released beside job 2, now alone on GPU 0 (as job 2 was
     // in the first test): it waits.
     let requests = request(2, "small", Is::On(0), "") + &request(5, "small", Is::Held, "");
