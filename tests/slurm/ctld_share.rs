@@ -213,6 +213,13 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
     let first_log = ctld_log(&lab);
     let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(saved["share_broken"], serde_json::json!(["pushy"]), "{saved}");
+    let status =
+        lab.command(&*WATTSON).arg("-c").arg(&node.config).args(["power", "status"]).output().unwrap();
+    let status = String::from_utf8_lossy(&status.stdout).to_string();
+    assert!(
+        status.contains("co-location: paired no more (measured over a bound while sharing): pushy"),
+        "{status}"
+    );
     let written = std::fs::metadata(&state).unwrap().modified().unwrap();
     let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
     let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));

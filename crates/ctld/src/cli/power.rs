@@ -53,6 +53,12 @@ pub fn run(config: &Config, command: PowerCommand) -> Result<(), String> {
         100.0 * w.bound,
         if w.guarding { ": past it, no job is slowed" } else { "" }
     );
+    if !ledger.share_broken.is_empty() {
+        println!(
+            "co-location: paired no more (measured over a bound while sharing): {}",
+            ledger.share_broken.join(", ")
+        );
+    }
     println!(
         "{:<16} {:<14} {:<20} {:>10} {:>6} {:>14}  LAST DECISION",
         "NODE", "POWER", "SINCE", "OFF", "CYCLES", "SAVED (est.)"
