@@ -3,9 +3,13 @@
 //! ([`super::workloads::Workload::floor_mix`]), on the GPU type where that costs least, capacity respected (a FIFO list schedule on each type's GPU count), node base power
 //! only for `⌈busy GPUs / GPUs per node⌉` nodes of each type at each instant, no idle GPUs, no off draw, no transitions. Its energy is the
 //! reference; its times are reported but not compared (no placement, no boots).
+//!
+//! A job that may share its GPU (an opted-in 1-GPU job, where pair data is given) may also run
+//! any part of its work beside a partner of the most favourable kind ([`run_of`]), holding half
+//! a GPU, so the floor stays below a policy that shares.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, BinaryHeap};
 
 use super::cluster::ClusterConfig;
 use super::metrics::{PowerSeries, Summary, Totals, cost_of, series, summary, times};
@@ -13,17 +17,106 @@ use super::policies::{ClusterPolicy, SimJob};
 use super::power::{BIN_S, EnergyParts};
 use super::workloads::Catalog;
 
+/// How the floor runs one job, on its floor GPU type ([`SimJob::floor_type`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FloorRun {
+    /// Its run time over its time alone at the top limit.
+    pub time_ratio: f64,
+    /// The GPU draw it is charged, W (all its GPUs).
+    pub gpu_w: f64,
+    /// The GPUs it holds, on average over its run (a job sharing holds half of one).
+    pub gpus: f64,
+}
+
+/// One way to run a second of a job's work at the top limit alone: the time it takes (ratio),
+/// the energy charged for it (J: GPU and node-base share), the GPU draw (W) and the share of a
+/// GPU held.
+#[derive(Debug, Clone, Copy)]
+struct Way {
+    t: f64,
+    e: f64,
+    w: f64,
+    g: f64,
+}
+
+/// The floor's run of job `j`: at its floor mix alone; for an opted-in 1-GPU job where pair
+/// data is given, the least energy (GPU and node-base share) within its bound over every split
+/// of its work between two ways, where one of the two shares: alone at a measured limit, or at
+/// the top limit beside a job of one of `classes` whose pair with it fits on one GPU, slowed as
+/// measured. Beside a partner
+/// it is charged half the GPU's idle draw and its own draw above idle at its pace, held down as
+/// far as a partner drawing the GPU's whole room above idle could hold it (the simulator's
+/// shared draw, [`crate::colocation::shared_draws`], at its least), and half a GPU's node base.
+pub fn run_of(j: &SimJob, catalog: &Catalog, c: &ClusterConfig, classes: &BTreeSet<u16>) -> FloorRun {
+    let ty = j.floor_type;
+    let w = catalog.get(ty, j.workload);
+    let f = j.choices[ty].floor;
+    let gpus = f64::from(j.gpus);
+    let alone = FloorRun { time_ratio: w.mix_time_ratio(f), gpu_w: gpus * w.mix_power(f), gpus };
+    let (Some(colo), Some(class), 1) = (&catalog.colocation, j.share, j.gpus) else { return alone };
+    let base = c.node.base_w / f64::from(c.gpus_per_node);
+    let idle = c.groups[ty].gpu_idle_w();
+    let top = w.max_idx();
+    let room = (w.limits[top] - idle).max(0.0);
+    let above = (w.power[top] - idle).max(0.0);
+    let mut ways: Vec<Way> = (0..w.limits.len())
+        .map(|i| {
+            let t = w.time_ratio(i);
+            Way { t, e: (w.power[i] + base) * t, w: w.power[i], g: 1.0 }
+        })
+        .collect();
+    for &k in classes {
+        let (Some(s), Some(_)) = (colo.slowdown(class, k), colo.slowdown(k, class)) else { continue };
+        let own = above / (1.0 + s);
+        let scale = if own > 0.0 { (room / (own + room)).min(1.0) } else { 1.0 };
+        let drawn = idle / 2.0 + own * scale;
+        let t = 1.0 + s;
+        ways.push(Way { t, e: (drawn + base / 2.0) * t, w: drawn, g: 0.5 });
+    }
+    // The lower convex hull of the ways, at the bound.
+    let t_max = 1.0 + j.bound;
+    let mut best: Option<(f64, Way, Way, f64)> = None;
+    for a in &ways {
+        for b in &ways {
+            let split = if a.t <= t_max && a.t == b.t {
+                Some(1.0)
+            } else if a.t < t_max && b.t > t_max {
+                Some((b.t - t_max) / (b.t - a.t))
+            } else {
+                None
+            };
+            let Some(share) = split else { continue };
+            let e = share * a.e + (1.0 - share) * b.e;
+            if best.is_none_or(|(least, ..)| e < least) {
+                best = Some((e, *a, *b, share));
+            }
+        }
+    }
+    // A split of alone ways only is the floor mix's (which counts the GPU's energy alone).
+    let Some((_, a, b, share)) = best.filter(|(_, a, b, _)| a.g < 1.0 || b.g < 1.0) else { return alone };
+    let time_ratio = share * a.t + (1.0 - share) * b.t;
+    let per = |x: fn(&Way) -> f64| (share * x(&a) * a.t + (1.0 - share) * x(&b) * b.t) / time_ratio;
+    FloorRun { time_ratio, gpu_w: per(|w| w.w), gpus: per(|w| w.g) }
+}
+
+/// Each job's floor run ([`run_of`]), partners drawn from the classes of the jobs that share.
+pub fn runs(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> Vec<FloorRun> {
+    let classes: BTreeSet<u16> = jobs.iter().filter(|j| j.gpus == 1).filter_map(|j| j.share).collect();
+    jobs.iter().map(|j| run_of(j, catalog, c, &classes)).collect()
+}
+
 /// (start, end) of each job in the floor's list schedule: each job on its floor GPU type
-/// ([`SimJob::floor_type`]), in submission order; it starts at its submission or, if that
-/// type's GPUs are taken, when enough of its running jobs have ended (FIFO per type).
-pub fn schedule(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> Vec<(f64, f64)> {
+/// ([`SimJob::floor_type`]), taking its GPUs whole (sharing or not), for `runs`' time, in
+/// submission order; it starts at its submission or, if that type's GPUs are taken, when
+/// enough of its running jobs have ended (FIFO per type).
+pub fn schedule(jobs: &[SimJob], runs: &[FloorRun], catalog: &Catalog, c: &ClusterConfig) -> Vec<(f64, f64)> {
     let types = c.groups.len();
     let mut free: Vec<u64> =
         c.groups.iter().map(|g| u64::from(g.nodes) * u64::from(c.gpus_per_node)).collect();
     let mut ends: Vec<BinaryHeap<Reverse<(u64, u32)>>> = vec![BinaryHeap::new(); types];
     let mut last_start = vec![f64::NEG_INFINITY; types];
     let mut out = Vec::with_capacity(jobs.len());
-    for j in jobs {
+    for (j, run) in jobs.iter().zip(runs) {
         let ty = j.floor_type;
         let mut start = j.submit.max(last_start[ty]);
         while let Some(&Reverse((b, g))) = ends[ty].peek() {
@@ -36,8 +129,7 @@ pub fn schedule(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> Vec<(f
                 break;
             }
         }
-        let w = catalog.get(ty, j.workload);
-        let end = start + j.work_on(ty, catalog) * w.mix_time_ratio(j.choices[ty].floor);
+        let end = start + j.work_on(ty, catalog) * run.time_ratio;
         free[ty] -= u64::from(j.gpus);
         ends[ty].push(Reverse((end.to_bits(), j.gpus)));
         last_start[ty] = start;
@@ -50,26 +142,27 @@ pub fn schedule(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> Vec<(f
 pub fn floor(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> (Summary, PowerSeries) {
     let t0 = jobs.first().map_or(0.0, |j| j.submit);
     let origin = t0 - (t0 + c.trace_start_utc_s as f64).rem_euclid(BIN_S);
-    let spans = schedule(jobs, catalog, c);
+    let runs = runs(jobs, catalog, c);
+    let spans = schedule(jobs, &runs, catalog, c);
     // (time, type, ΔGPUs, Δbusy W), swept in time order.
-    let mut steps: Vec<(f64, usize, i64, f64)> = Vec::with_capacity(2 * jobs.len());
-    for (j, &(a, b)) in jobs.iter().zip(&spans) {
+    let mut steps: Vec<(f64, usize, f64, f64)> = Vec::with_capacity(2 * jobs.len());
+    for ((j, &(a, b)), run) in jobs.iter().zip(&spans).zip(&runs) {
         let ty = j.floor_type;
-        let p = f64::from(j.gpus) * catalog.get(ty, j.workload).mix_power(j.choices[ty].floor);
-        steps.push((a, ty, i64::from(j.gpus), p));
-        steps.push((b, ty, -i64::from(j.gpus), -p));
+        steps.push((a, ty, run.gpus, run.gpu_w));
+        steps.push((b, ty, -run.gpus, -run.gpu_w));
     }
-    steps.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.2.cmp(&y.2)));
-    let gpn = i64::from(c.gpus_per_node);
+    steps.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.2.total_cmp(&y.2)));
+    let gpn = f64::from(c.gpus_per_node);
     let mut parts = EnergyParts::default();
     let mut bins: Vec<f64> = Vec::new();
-    let mut gpus = vec![0i64; c.groups.len()];
+    let mut gpus = vec![0.0f64; c.groups.len()];
     let (mut busy_w, mut peak) = (0.0f64, 0.0f64);
     let mut last = t0;
     for &(t, ty, dg, dp) in &steps {
         if t > last {
-            let nodes: i64 = gpus.iter().map(|g| (g + gpn - 1) / gpn).sum();
-            let base_w = nodes as f64 * c.node.base_w;
+            // Whole nodes for the GPUs held (a rounding residue of shared halves is none).
+            let nodes: f64 = gpus.iter().map(|g| (g / gpn - 1e-9).ceil().max(0.0)).sum();
+            let base_w = nodes * c.node.base_w;
             let busy_now = busy_w.max(0.0);
             parts.gpu_busy_j += busy_now * (t - last);
             parts.node_base_j += base_w * (t - last);
@@ -88,16 +181,14 @@ pub fn floor(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> (Summary,
         }
         gpus[ty] += dg;
         busy_w += dp;
-        if gpus.iter().all(|&g| g == 0) {
+        if gpus.iter().all(|&g| g < 1e-9) {
             busy_w = 0.0;
+            gpus.fill(0.0);
         }
     }
     let t_end = spans.iter().map(|s| s.1).fold(t0, f64::max);
     // Slowdown against the job's top level on the GPU type it runs on, as a daemon measures it.
-    let slow = jobs.iter().map(|j| {
-        let ty = j.floor_type;
-        catalog.get(ty, j.workload).mix_time_ratio(j.choices[ty].floor) - 1.0
-    });
+    let slow = runs.iter().map(|r| r.time_ratio - 1.0);
     let tt = times(jobs, jobs.iter().zip(&spans).zip(slow).map(|((j, &(a, b)), s)| (j.submit, a, b, s)));
     let x = Totals {
         parts,
@@ -152,7 +243,7 @@ mod tests {
         let cat = Catalog::from_zeus_csv(&tiny_zeus(), "z").unwrap();
         // Two jobs of 20 GPUs at t=0 do not fit together (32 GPUs): the second waits.
         let jobs = vec![job(0.0, 20, 1000.0, 0.0, &cat), job(0.0, 20, 1000.0, 0.0, &cat)];
-        let s = schedule(&jobs, &cat, &c);
+        let s = schedule(&jobs, &runs(&jobs, &cat, &c), &cat, &c);
         assert_eq!(s, vec![(0.0, 1000.0), (1000.0, 2000.0)]);
         let (sum, _) = floor(&jobs, &cat, &c);
         // At the max limit (bound 0): 170 W per GPU; 20 GPUs need 3 nodes of 300 W base.
@@ -172,6 +263,44 @@ mod tests {
         assert!((l.energy_kwh * 3.6e6 - want).abs() < 1e-6 * want, "{} vs {want}", l.energy_kwh * 3.6e6);
         let one_limit = 8.0 * 155.0 * 970.0 * (20.0 / 19.4);
         assert!(l.gpu_busy_kwh * 3.6e6 < one_limit, "the split beats the best single limit");
-        assert_eq!(schedule(&loose, &cat, &c), vec![(0.0, 970.0 * 1.05)]);
+        assert_eq!(schedule(&loose, &runs(&loose, &cat, &c), &cat, &c), vec![(0.0, 970.0 * 1.05)]);
+    }
+
+    #[test]
+    fn a_job_that_may_share_runs_beside_a_partner_in_the_floor_where_that_costs_less() {
+        let c = ClusterConfig::from_toml(SMALL, "c").unwrap();
+        let mut cat = Catalog::from_zeus_csv(&tiny_zeus(), "z").unwrap();
+        let alone = |j: &SimJob, cat: &Catalog| run_of(j, cat, &c, &BTreeSet::from([0]));
+        let mut j = job(0.0, 1, 1000.0, 0.1, &cat);
+        j.share = Some(0);
+        // Without pair data it runs alone at its floor mix.
+        let plain = alone(&j, &cat);
+        let w = cat.get(0, 0).clone();
+        assert_eq!(plain.time_ratio, w.mix_time_ratio(j.choices[0].floor));
+        assert_eq!((plain.gpus, plain.gpu_w), (1.0, w.mix_power(j.choices[0].floor)));
+        // resnet50 beside resnet50: 2.0 / 1.9 of the time (5.3% slower).
+        let gavel = r#"{"v100": {"('ResNet-50 (batch size 64)', 1)": {"null": 2.0,
+            "('ResNet-50 (batch size 64)', 1)": [1.9, 1.9]}}}"#;
+        cat.colocation = Some(crate::colocation::Colocation::from_gavel_json(gavel, "g").unwrap());
+        let shared = alone(&j, &cat);
+        let base = c.node.base_w / f64::from(c.gpus_per_node);
+        let energy = |r: &FloorRun| (r.gpu_w + base * r.gpus) * r.time_ratio;
+        assert!(shared.gpus < 1.0 && shared.time_ratio <= 1.1 + 1e-9, "{shared:?}");
+        assert!(energy(&shared) < energy(&plain), "{shared:?} against {plain:?}");
+        // Held down as far as any partner could: half the idle draw and its part above idle
+        // at its pace, scaled by the GPU's room over its own part plus a whole room's.
+        let (idle, top) = (c.groups[0].gpu_idle_w(), w.max_idx());
+        let (s, room) = (2.0 / 1.9 - 1.0, w.limits[top] - idle);
+        let own = (w.power[top] - idle) / (1.0 + s);
+        let way = (idle / 2.0 + own * room / (own + room) + base / 2.0) * (1.0 + s);
+        assert!(energy(&shared) <= way + 1e-9, "{} > {way}", energy(&shared));
+        // A bound below the pair's slowdown, a class with no partner, a job that did not opt
+        // in or holds two GPUs: alone.
+        let strict = SimJob { bound: 0.0, choices: job(0.0, 1, 1000.0, 0.0, &cat).choices, ..j.clone() };
+        assert_eq!(alone(&strict, &cat).gpus, 1.0);
+        assert_eq!(run_of(&j, &cat, &c, &BTreeSet::from([7])), plain);
+        assert_eq!(alone(&SimJob { share: None, ..j.clone() }, &cat), plain);
+        let two = SimJob { gpus: 2, ..j.clone() };
+        assert_eq!(alone(&two, &cat).gpus, 2.0);
     }
 }

@@ -58,6 +58,21 @@ fn opted_in_jobs_share_gpus_within_their_bounds_and_every_joule_is_accounted() {
         assert_eq!(s.shared_jobs, shared.len());
         assert!(s.shared_gpu_time > 0.0 && s.shared_gpu_time < 1.0);
     }
+    // The floor may share as the jobs may: below every policy that keeps the bounds, and
+    // below the floor of the same jobs without pair data.
+    let floor = o.report.summary(ClusterPolicy::Floor).unwrap().energy_kwh;
+    for s in
+        o.report.summaries.iter().filter(|s| {
+            ![ClusterPolicy::Floor, ClusterPolicy::SlurmShards].iter().any(|p| p.name() == s.policy)
+        })
+    {
+        assert!(floor < s.energy_kwh, "the floor {floor} kWh is not below {:?}'s {}", s.policy, s.energy_kwh);
+    }
+    let mut whole = cat.clone();
+    whole.colocation = None;
+    let whole = wattson_sim::run(&c, &whole, &t, name, &[ClusterPolicy::Floor], 1).unwrap();
+    let whole = whole.report.summary(ClusterPolicy::Floor).unwrap().energy_kwh;
+    assert!(floor < whole, "sharing lowers the floor: {floor} against {whole} kWh");
     // Without opt-ins nothing shares, and the run is the one without a model; the shard
     // reference does not run.
     c.hints.share_fraction = 0.0;
