@@ -83,6 +83,24 @@ fn share_lab(work: &std::path::Path, pairs: &str) -> (Node, SlurmLab, std::path:
     (node, lab, state)
 }
 
+/// Submits a 1-second job of workload `tag` while job `running` runs alone on the GPU: it
+/// stays held, with the GPU's other half free, until `running` ends, and begins after it.
+/// Returns its id.
+fn waits_held_beside(node: &Node, lab: &SlurmLab, running: u32, tag: &str) -> u32 {
+    wait_recorded(node, lab, running);
+    let held = submit(lab, tag, 1);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(lab.job_info(running).unwrap().state, "RUNNING");
+    assert_eq!(lab.job_info(held).unwrap().state, "PENDING");
+    assert!(field(lab, held, "Reason").starts_with("JobHeld"), "{}", ctld_log(lab));
+    for id in [running, held] {
+        assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    }
+    let (first, second) = (node.record(&running.to_string()), node.record(&held.to_string()));
+    assert!(second.begin_ns >= first.end_ns.unwrap(), "job {held} began beside job {running}");
+    held
+}
+
 #[test]
 fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds() {
     let work = tempfile::tempdir().unwrap();
@@ -134,15 +152,7 @@ fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds()
     // Once the GPU is free `big` starts alone; a second `big` would be 50% slower beside it
     // (bound 10%): it stays held until the first ends, with the GPU's other half free.
     wait_state(&lab, c, "RUNNING", "the big job starts once the GPU is free");
-    wait_recorded(&node, &lab, c);
-    let d = submit(&lab, "big", 1);
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(lab.job_info(c).unwrap().state, "RUNNING");
-    assert_eq!(lab.job_info(d).unwrap().state, "PENDING");
-    assert!(field(&lab, d, "Reason").starts_with("JobHeld"), "{}", ctld_log(&lab));
-    for id in [c, d] {
-        assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
-    }
+    let d = waits_held_beside(&node, &lab, c, "big");
 
     let records: Vec<_> = [a, b].iter().map(|id| node.record(&id.to_string())).collect();
     for r in &records {
@@ -155,7 +165,6 @@ fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds()
     }
     assert_parts_add_up(&node, &records);
     let (rc, rd) = (node.record(&c.to_string()), node.record(&d.to_string()));
-    assert!(rd.begin_ns >= rc.end_ns.unwrap(), "the second big job began while the first ran");
     assert_eq!((rc.split(), rd.split()), (None, None), "each had the GPU alone");
     let log = ctld_log(&lab);
     assert_eq!(
@@ -233,17 +242,7 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
     // would have paired with it, waits held while the GPU's other half is free.
     let c = submit(&lab, "pushy", 8);
     wait_state(&lab, c, "RUNNING", "job c starts alone on the free GPU");
-    wait_recorded(&node, &lab, c);
-    let d = submit(&lab, "pushy", 1);
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(lab.job_info(c).unwrap().state, "RUNNING");
-    assert_eq!(lab.job_info(d).unwrap().state, "PENDING");
-    assert!(field(&lab, d, "Reason").starts_with("JobHeld"), "{}", ctld_log(&lab));
-    for id in [c, d] {
-        assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
-    }
-    let (rc, rd) = (node.record(&c.to_string()), node.record(&d.to_string()));
-    assert!(rd.begin_ns >= rc.end_ns.unwrap(), "job d began beside job c");
+    waits_held_beside(&node, &lab, c, "pushy");
     let log = first_log + &ctld_log(&lab);
     assert_eq!(
         log.matches("release: beside the job the co-location model pairs it with").count(),

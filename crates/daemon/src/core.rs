@@ -263,7 +263,7 @@ impl Core {
         let account = req.account.clone();
         let readings = self.backend.read_many(&indices);
         for (&index, reading) in indices.iter().zip(&readings) {
-            shared::advance_gpu(&mut self.running, &self.exclusive, self.backend.as_ref(), index, reading, t);
+            self.advance_gpu(index, reading, t);
         }
         for &job in &partners {
             self.hold_for_sharing(job);
@@ -359,6 +359,11 @@ impl Core {
         Ok(Reply::ModelsMerged { node: self.node.clone(), taken })
     }
 
+    /// Advances every record on GPU `index` with one reading of it ([`shared::advance_gpu`]).
+    fn advance_gpu(&mut self, index: u32, reading: &Result<GpuReading, GpuError>, t: i64) {
+        shared::advance_gpu(&mut self.running, &self.exclusive, self.backend.as_ref(), index, reading, t);
+    }
+
     /// Holds a job that comes to share a GPU with another at its GPUs' defaults from now on:
     /// its models stop and its settings are released (defaults never slow a job down).
     fn hold_for_sharing(&mut self, job_id: u32) {
@@ -432,14 +437,7 @@ impl Core {
                 Ok(reading) => end_ns = end_ns.max(reading.t_ns),
                 Err(e) => warn!(job = %key, gpu = index, error = %e, "GPU did not answer at job end"),
             }
-            shared::advance_gpu(
-                &mut self.running,
-                &self.exclusive,
-                self.backend.as_ref(),
-                index,
-                &reading,
-                end_ns,
-            );
+            self.advance_gpu(index, &reading, end_ns);
         }
         if let Some(advanced) = self.running.get(key) {
             record.gpus.clone_from(&advanced.gpus);
@@ -513,14 +511,7 @@ impl Core {
             self.running.values().flat_map(|r| r.gpus.iter().map(|g| g.index)).collect();
         for index in held {
             let reading = readings.get(index as usize).cloned().unwrap_or(Err(GpuError::Lost));
-            shared::advance_gpu(
-                &mut self.running,
-                &self.exclusive,
-                self.backend.as_ref(),
-                index,
-                &reading,
-                now,
-            );
+            self.advance_gpu(index, &reading, now);
         }
         for record in self.running.values_mut() {
             for gpu in &mut record.gpus {
