@@ -40,22 +40,16 @@ pub(crate) fn advance_gpu(
         }
     };
     let jobs: Vec<(u32, u32)> = jobs_on(running, index).into_iter().collect();
-    // The interval every record on the GPU shares (they are advanced together): the first's.
-    let Some(reference) = running
-        .values()
-        .flat_map(|r| r.gpus.iter())
-        .find(|g| g.index == index)
-        .and_then(|g| g.meter.interval_to(&reading).map(|i| (i, g.meter.last.t_ns)))
-    else {
-        return;
-    };
-    let (interval, since_ns) = reference;
-    let since_us = u64::try_from(since_ns / 1000).unwrap_or(0);
     let shared = jobs.len() > 1;
-    let sm = if shared || jobs.iter().any(|(job, _)| !exclusive.contains(job)) {
-        sm_by_job(backend, index, since_us, &jobs)
-    } else {
-        None
+    // The driver's samples since the first record's last reading (the records on a GPU are
+    // advanced together).
+    let since_ns =
+        running.values().flat_map(|r| r.gpus.iter()).find(|g| g.index == index).map(|g| g.meter.last.t_ns);
+    let sm = match since_ns {
+        Some(since_ns) if shared || jobs.iter().any(|(job, _)| !exclusive.contains(job)) => {
+            sm_by_job(backend, index, u64::try_from(since_ns / 1000).unwrap_or(0), &jobs)
+        }
+        _ => None,
     };
     for record in running.values_mut().filter(|r| !exclusive.contains(&r.key.job_id)) {
         let Some(k) = jobs.iter().position(|&(job, _)| job == record.key.job_id) else { continue };
@@ -70,6 +64,15 @@ pub(crate) fn advance_gpu(
         }
         return;
     }
+    // The interval every record on the GPU shares: the first's.
+    let Some(interval) = running
+        .values()
+        .flat_map(|r| r.gpus.iter())
+        .find(|g| g.index == index)
+        .and_then(|g| g.meter.interval_to(&reading))
+    else {
+        return;
+    };
     let sums: Vec<Option<u64>> = match &sm {
         Some(sm) => sm.iter().map(|s| Some(s.sum)).collect(),
         None => vec![None; jobs.len()],
@@ -208,6 +211,78 @@ fn real_uid(text: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wattson_gpu::{GpuInfo, GpuSettings};
+    use wattson_types::job::{JobGpu, JobState};
+
+    /// A backend that is never called for readings: the tests hand them in.
+    struct NoGpus;
+
+    impl GpuBackend for NoGpus {
+        fn devices(&self) -> &[GpuInfo] {
+            &[]
+        }
+        fn read(&self, _: u32) -> Result<GpuReading, GpuError> {
+            Err(GpuError::NotSupported)
+        }
+        fn settings(&self, _: u32) -> Result<GpuSettings, GpuError> {
+            Err(GpuError::NotSupported)
+        }
+        fn compute_processes(&self, _: u32) -> Result<Vec<u32>, GpuError> {
+            Ok(Vec::new())
+        }
+        fn set_power_limit(&self, _: u32, _: u32) -> Result<(), GpuError> {
+            Ok(())
+        }
+        fn set_locked_clocks(&self, _: u32, _: u32, _: u32) -> Result<(), GpuError> {
+            Ok(())
+        }
+        fn reset_locked_clocks(&self, _: u32) -> Result<(), GpuError> {
+            Ok(())
+        }
+    }
+
+    fn reading(t_ns: i64, energy_mj: u64) -> GpuReading {
+        GpuReading { t_ns, energy_mj: Some(energy_mj), ..GpuReading::default() }
+    }
+
+    fn record(key: JobKey, last: GpuReading) -> JobRecord {
+        JobRecord {
+            key,
+            uid: 0,
+            user: None,
+            name: None,
+            node: "n1".into(),
+            begin_ns: last.t_ns,
+            end_ns: None,
+            state: JobState::Running,
+            hints: Default::default(),
+            policy: None,
+            gpus: vec![JobGpu {
+                index: 0,
+                uuid: String::new(),
+                name: String::new(),
+                meter: GpuMeter::begin(last),
+            }],
+            dvfs: None,
+            node_share: None,
+        }
+    }
+
+    #[test]
+    fn each_record_of_a_lone_job_advances_by_its_own_last_reading() {
+        // Job 7's record read the GPU last at 200 s, its step's at 100 s (resumed after a
+        // restart): a reading taken at 150 s is late for the one, new for the other.
+        let s = 1_000_000_000;
+        let step = JobKey { job_id: 7, step: "0".into() };
+        let mut running = BTreeMap::from([
+            (JobKey::job(7), record(JobKey::job(7), reading(200 * s, 20_000))),
+            (step.clone(), record(step.clone(), reading(100 * s, 10_000))),
+        ]);
+        advance_gpu(&mut running, &BTreeSet::from([7]), &NoGpus, 0, &Ok(reading(150 * s, 15_000)), 150 * s);
+        assert_eq!(running[&JobKey::job(7)].gpus[0].meter.last.t_ns, 200 * s, "a late reading is ignored");
+        let meter = &running[&step].gpus[0].meter;
+        assert_eq!((meter.last.t_ns, meter.energy_mj), (150 * s, 5_000.0));
+    }
 
     #[test]
     fn processes_are_placed_by_their_slurm_cgroup_or_environment() {
