@@ -79,6 +79,15 @@ impl SmActivity {
         let (alone, shared) = (self.alone / self.alone_s, self.shared / self.shared_s);
         (alone > 0.0 && shared > 0.0).then(|| (alone / shared - 1.0).max(0.0))
     }
+
+    /// How much longer sharing made the job's run (time ratio minus one, what its slowdown
+    /// bound limits): its time on the SMs over the time its work would have taken alone at its
+    /// rate alone, less one. `None` where [`SmActivity::slowdown`] is.
+    pub fn run_slowdown(&self) -> Option<f64> {
+        let pair = self.slowdown()?;
+        let alone_time = self.alone_s + self.shared_s / (1.0 + pair);
+        Some(((self.alone_s + self.shared_s) / alone_time - 1.0).max(0.0))
+    }
 }
 
 /// The weights a GPU's energy is divided by, and the rule they come from: `sm` is each job's
@@ -212,6 +221,8 @@ mod tests {
         assert_eq!(sm.slowdown(), None, "shared too briefly");
         sm.add(true, 1.5, 0.2 * 1980.0 * 1.5);
         assert!((sm.slowdown().unwrap() - 3.0).abs() < 1e-9, "{:?}", sm.slowdown());
+        // Its 3 s alone and the work of its 2 s shared (0.5 s alone): 5 s for 3.5, 43% longer.
+        assert!((sm.run_slowdown().unwrap() - (5.0 / 3.5 - 1.0)).abs() < 1e-9, "{:?}", sm.run_slowdown());
         // Faster beside another job (a clock raised meanwhile) is no slowdown.
         let faster = SmActivity { alone_s: 2.0, alone: 1000.0, shared_s: 2.0, shared: 1500.0 };
         assert_eq!(faster.slowdown(), Some(0.0));

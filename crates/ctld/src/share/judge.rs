@@ -1,8 +1,9 @@
 //! What sharing cost each opted-in job, as its node measured it: the controller watches the
 //! opted-in jobs that share a GPU; once one has ended it asks the job's node for its record
 //! over the link, whose GPU meter carries the job's SM activity alone and shared
-//! ([`SmActivity`]). A measured slowdown over the job's own bound stops its class from being
-//! paired again ([`Pairs::observe`]), as the simulator does with the true slowdown.
+//! ([`SmActivity`]). Where the slowdown this made of the job's run
+//! ([`SmActivity::run_slowdown`]) broke the job's own bound, its class is paired no more
+//! ([`Pairs::observe`]), as the simulator does with the true slowdown of the run.
 
 use std::collections::BTreeMap;
 
@@ -41,7 +42,7 @@ pub struct Judge {
 /// What a node's measurement of one job said.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// Its slowdown sharing (fraction), within its bound or not.
+    /// The slowdown sharing made of its run (fraction), within its bound or not.
     Measured {
         /// The slowdown.
         slowdown: f64,
@@ -94,7 +95,7 @@ impl Judge {
         let slowdown = record
             .gpus
             .iter()
-            .filter_map(|g| g.meter.sm.as_ref().and_then(SmActivity::slowdown))
+            .filter_map(|g| g.meter.sm.as_ref().and_then(SmActivity::run_slowdown))
             .max_by(f64::total_cmp);
         Some(match slowdown {
             Some(slowdown) => {

@@ -219,9 +219,10 @@ fn record(id: u32, ended: bool, sm: Option<SmActivity>) -> JobRecord {
     }
 }
 
-/// SM activity that measures a slowdown of `slowdown`.
-fn slowed(slowdown: f64) -> Option<SmActivity> {
-    Some(SmActivity { alone_s: 5.0, alone: 5000.0, shared_s: 5.0, shared: 5000.0 / (1.0 + slowdown) })
+/// SM activity of a job that ran 5 s alone and 5 s shared at `pair` times its rate alone: its
+/// run took `10 / (5 + 5 / (1 + pair))` times as long as alone.
+fn slowed(pair: f64) -> Option<SmActivity> {
+    Some(SmActivity { alone_s: 5.0, alone: 5000.0, shared_s: 5.0, shared: 5000.0 / (1.0 + pair) })
 }
 
 #[test]
@@ -245,10 +246,12 @@ fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
     assert_eq!(judge.judge(1, None, &mut pairs), None);
     assert_eq!(judge.judge(1, Some(&[record(1, false, slowed(0.5))]), &mut pairs), None);
     assert_eq!(judge.due(&shares).len(), 1);
-    // Measured 50% slower beside job 2, over its 10% bound: `small` pairs no more.
+    // 50% slower beside job 2 for half its run: its run 20% longer, over its 10% bound:
+    // `small` pairs no more.
     let verdict = judge.judge(1, Some(&[record(1, true, slowed(0.5))]), &mut pairs).unwrap();
     assert!(
-        matches!(verdict, judge::Verdict::Measured { slowdown, broke: true } if (slowdown - 0.5).abs() < 1e-9)
+        matches!(verdict, judge::Verdict::Measured { slowdown, broke: true } if (slowdown - 0.2).abs() < 1e-9),
+        "{verdict:?}"
     );
     assert!(judge.due(&shares).is_empty(), "judged once");
     // What the state file keeps, read back by the next controller.
@@ -274,7 +277,8 @@ fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
     judge.watch(&shares);
     let none = BTreeMap::new();
     assert_eq!(judge.due(&none).len(), 2);
-    let within = judge.judge(1, Some(&[record(1, true, slowed(0.04))]), &mut fresh).unwrap();
+    // 15% slower beside job 2 for half its run: its run 7% longer, within its bound.
+    let within = judge.judge(1, Some(&[record(1, true, slowed(0.15))]), &mut fresh).unwrap();
     assert!(matches!(within, judge::Verdict::Measured { broke: false, .. }), "{within:?}");
     let unmeasured = judge.judge(2, Some(&[record(2, true, None)]), &mut fresh);
     assert_eq!(unmeasured, Some(judge::Verdict::Unmeasured));
