@@ -1,7 +1,8 @@
 //! The lab's Slurm release (`WATTSON_SLURM_RELEASE`, see the harness's `slurm_lab::release`)
 //! and a SPANK plugin loaded into a Slurm of another release than the one it was built for:
 //! Slurm refuses it, the plugin says why in one line naming both releases, and with
-//! `optional` in plugstack.conf jobs run without it.
+//! `optional` in plugstack.conf jobs run without it. And what 24.05 and later offer a job of
+//! several GPUs that may share them (docs/slurm.md, "GPU sharing").
 //! `scripts/test-releases` runs these, and the Slurm-facing subset of `slurm::`, on 24.11 and
 //! 26.05.
 
@@ -77,4 +78,48 @@ fn a_spank_plugin_of_another_release_is_refused_with_both_named_and_jobs_run() {
     assert!(slurmd.contains(&line), "{slurmd}");
     assert!(slurmd.contains("Incompatible Slurm plugin"), "{slurmd}");
     assert!(!slurmd.contains("not accounted"), "{slurmd}");
+}
+
+/// The shards of job `id`, as `scontrol -d` shows them (`shard:4(2/4,2/4)`).
+fn shards_of(lab: &SlurmLab, id: u32) -> String {
+    let shown = lab.run_ok("scontrol", &["-d", "-o", "show", "job", &id.to_string()]);
+    shown.split_whitespace().find_map(|w| w.strip_prefix("GRES=")).unwrap_or_default().to_string()
+}
+
+/// Waits until job `id` runs; its shards then.
+fn running_shards(lab: &SlurmLab, id: u32) -> String {
+    let started = std::time::Instant::now();
+    while lab.job_info(id).map(|j| j.state).unwrap_or_default() != "RUNNING" {
+        assert!(started.elapsed() < Duration::from_secs(30), "job {id} never ran\n{}", lab.all_logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    shards_of(lab, id)
+}
+
+#[test]
+#[ignore = "needs a lab of 24.05 or later: WATTSON_SLURM_RELEASE=24.11 (scripts/test-releases)"]
+fn a_jobs_shards_cover_half_of_each_of_its_gpus_only_one_task_per_sharing() {
+    // What docs/slurm.md says Slurm offers a job of several GPUs that may share them: on a
+    // node of two GPUs with 4 shards each, with MULTIPLE_SHARING_GRES_PJ.
+    assert!(slurm_lab::release().root.is_some(), "set WATTSON_SLURM_RELEASE to 24.11 or 26.05");
+    let node = slurm_lab::LabNode { shards: 8, cpus: 8, ..slurm_lab::LabNode::new("n1", 2, "h100") };
+    let lab = SlurmLab::start(LabOptions {
+        nodes: vec![node],
+        extra_conf: "SelectTypeParameters=CR_Core,MULTIPLE_SHARING_GRES_PJ\n".into(),
+        ..LabOptions::default()
+    });
+    // Shards asked per job fill one GPU before the next.
+    for (asked, held) in [("shard:4", "shard:4(4/4,0/4)"), ("shard:6", "shard:6(4/4,2/4)")] {
+        let id = lab.sbatch(&[&format!("--gres={asked}")], "sleep 30").unwrap();
+        assert_eq!(running_shards(&lab, id), held);
+        lab.run_ok("scancel", &[&id.to_string()]);
+        let _ = lab.wait_job(id, Duration::from_secs(30));
+    }
+    // One task per GPU, each task's shards on a GPU no other task of the job has: half of
+    // each, and a second such job takes the other halves.
+    let per_task = ["--ntasks=2", "--tres-per-task=gres/shard:2", "--gres-flags=one-task-per-sharing"];
+    let a = lab.sbatch(&per_task, "sleep 30").unwrap();
+    assert_eq!(running_shards(&lab, a), "shard:4(2/4,2/4)");
+    let b = lab.sbatch(&per_task, "sleep 30").unwrap();
+    assert_eq!(running_shards(&lab, b), "shard:4(2/4,2/4)");
 }

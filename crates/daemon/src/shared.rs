@@ -41,15 +41,20 @@ pub(crate) fn advance_gpu(
     };
     let jobs: Vec<(u32, u32)> = jobs_on(running, index).into_iter().collect();
     let shared = jobs.len() > 1;
-    // The driver's samples since the first record's last reading (the records on a GPU are
-    // advanced together).
-    let since_ns =
-        running.values().flat_map(|r| r.gpus.iter()).find(|g| g.index == index).map(|g| g.meter.last.t_ns);
-    let sm = match since_ns {
-        Some(since_ns) if shared || jobs.iter().any(|(job, _)| !exclusive.contains(job)) => {
-            sm_by_job(backend, index, u64::try_from(since_ns / 1000).unwrap_or(0), &jobs)
-        }
-        _ => None,
+    // The first record's last reading and its interval to this one: the records on a GPU are
+    // advanced together, so the driver's samples since then and the GPU's energy over it.
+    let Some((since_ns, interval)) = running
+        .values()
+        .flat_map(|r| r.gpus.iter())
+        .find(|g| g.index == index)
+        .map(|g| (g.meter.last.t_ns, g.meter.interval_to(&reading)))
+    else {
+        return;
+    };
+    let sm = if shared || jobs.iter().any(|(job, _)| !exclusive.contains(job)) {
+        sm_by_job(backend, index, u64::try_from(since_ns / 1000).unwrap_or(0), &jobs)
+    } else {
+        None
     };
     for record in running.values_mut().filter(|r| !exclusive.contains(&r.key.job_id)) {
         let Some(k) = jobs.iter().position(|&(job, _)| job == record.key.job_id) else { continue };
@@ -64,15 +69,7 @@ pub(crate) fn advance_gpu(
         }
         return;
     }
-    // The interval every record on the GPU shares: the first's.
-    let Some(interval) = running
-        .values()
-        .flat_map(|r| r.gpus.iter())
-        .find(|g| g.index == index)
-        .and_then(|g| g.meter.interval_to(&reading))
-    else {
-        return;
-    };
+    let Some(interval) = interval else { return };
     let sums: Vec<Option<u64>> = match &sm {
         Some(sm) => sm.iter().map(|s| Some(s.sum)).collect(),
         None => vec![None; jobs.len()],
