@@ -35,6 +35,7 @@ mod replay;
 use std::fmt::Write as _;
 
 use wattson_engine::cluster::ClusterPolicy;
+use wattson_sim::power::NodeState;
 use wattson_sim::{Catalog, ClusterConfig, TraceFormat, TraceJob};
 
 use replay::{Observed, Policy};
@@ -44,6 +45,9 @@ pub(super) const COMPRESSION: f64 = 60.0;
 /// Nodes of the lab, and GPUs per node.
 pub(super) const NODES: u32 = 8;
 pub(super) const GPUS_PER_NODE: u32 = 8;
+/// Slurm's power scan (`power_save_interval`) and ctld's loop (`interval`) in the lab, lab
+/// seconds: the shortest Slurm allows, a trace minute; the simulator models both.
+pub(super) const LAB_TICK_S: u32 = 1;
 /// The idle timer of the reference, trace seconds (30 minutes).
 const SUSPEND_TIME_S: f64 = 1800.0;
 /// Seed of the simulator's draws (time limits, workloads).
@@ -86,9 +90,10 @@ fn cluster(shipped: &ClusterConfig) -> ClusterConfig {
          zeus_csv = \"unused\"\ntrace_start_utc_s = 0\n\
          [node]\nbase_w = {}\noff_w = {}\nshutdown_s = {}\nshutdown_w = {}\nboot_s = {}\nboot_w = {}\n\
          [slurm]\nsuspend_times_s = [{}]\nsuspend_timeout_s = {}\nresume_timeout_s = {}\norder = \"fifo\"\n\
+         power_save_interval_s = {LAB_TICK_S}\n\
          [prices]\nhourly_utc = [{}]\n\
          [hints]\nslowdown = [[0.0, 1.0]]\ndefer_fraction = 0.0\ndefer_window_s = [60.0, 60.0]\n\
-         [wattson]\nforecast_window_s = {}\nqueue_order = \"fifo\"\n",
+         [wattson]\nforecast_window_s = {}\nqueue_order = \"fifo\"\nloop_interval_s = {LAB_TICK_S}\n",
         n.base_w,
         n.off_w,
         n.shutdown_s / c,
@@ -135,6 +140,40 @@ fn observed(o: &Observed) -> Figures {
         power_cycles: o.power_cycles(),
         makespan_s: o.makespan_s,
     }
+}
+
+/// Where one policy's lab and simulation parted: the jobs whose waits differ most, and the
+/// power actions of both in time order (printed when a figure is off its bar).
+fn divergence(name: &str, trace: &[TraceJob], run: &wattson_sim::RunResult, o: &Observed) -> String {
+    let lab = o.wait_by_job();
+    let mut jobs: Vec<(usize, f64, f64)> = run
+        .jobs
+        .iter()
+        .zip(trace)
+        .zip(&lab)
+        .enumerate()
+        .map(|(k, ((j, t), &l))| (k, j.start - t.submit, l))
+        .collect();
+    jobs.sort_by(|a, b| (b.2 - b.1).abs().total_cmp(&(a.2 - a.1).abs()));
+    let mut s = format!("{name}: the jobs whose waits differ most (trace index: sim / lab wait s):");
+    for (k, sim, lab) in jobs.iter().take(8) {
+        let _ = write!(s, " {k}: {sim:.1} / {lab:.1};");
+    }
+    let sim_actions = run
+        .meter
+        .intervals
+        .iter()
+        .filter(|i| matches!(i.state, NodeState::Booting | NodeState::ShuttingDown))
+        .map(|i| (i.from, i.state == NodeState::Booting));
+    let mut sim_actions: Vec<(f64, bool)> = sim_actions.collect();
+    sim_actions.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (label, actions) in [("sim", sim_actions), ("lab", o.power_actions())] {
+        let _ = write!(s, "\n{name}: {label} power actions (s, + boot, - power-down):");
+        for (t, boot) in actions {
+            let _ = write!(s, " {}{t:.1}", if boot { '+' } else { '-' });
+        }
+    }
+    s + "\n"
 }
 
 /// Each row: the policy, the start latency its lab measured (the simulator's too), and the
@@ -190,18 +229,23 @@ fn twin_a_trace_slice_on_real_slurm_matches_the_simulators_prediction() {
     let mut sim = Vec::new();
     let mut real = Vec::new();
     let mut latency = Vec::new();
-    for (policy, kind) in [(timer, ClusterPolicy::SlurmPowersave), (Policy::Ctld, ClusterPolicy::Wattson)] {
+    let mut diverged = String::new();
+    for (policy, kind, name) in [
+        (timer, ClusterPolicy::SlurmPowersave, "SuspendTime"),
+        (Policy::Ctld, ClusterPolicy::Wattson, "wattson ctld"),
+    ] {
         let observed = replay::run(&jobs, &catalog, &cluster, policy);
         cluster.slurm.start_latency_s = observed.start_latency_s;
         let outcome = wattson_sim::run(&cluster, &catalog, &trace, "cluster04-twin", &[kind], SEED).unwrap();
         sim.push(simulated(&outcome.report.summaries[0]));
         real.push(self::observed(&observed));
         latency.push(observed.start_latency_s);
+        diverged += &divergence(name, &trace, &outcome.runs[0], &observed);
     }
     let report = table(&[
         ("slurm-powersave (SuspendTime)", latency[0], sim[0], real[0]),
         ("wattson ctld", latency[1], sim[1], real[1]),
-    ]);
+    ]) + &diverged;
     println!("{report}");
     for (k, name) in ["SuspendTime", "wattson ctld"].iter().enumerate() {
         let (s, o) = (sim[k], real[k]);

@@ -98,6 +98,11 @@ pub struct SlurmSettings {
     /// pass it waits for, the prologs and the launch. Its GPUs are held, idle, meanwhile.
     #[serde(default)]
     pub start_latency_s: f64,
+    /// `SlurmctldParameters=power_save_interval`: Slurm's power thread runs its idle timer,
+    /// the suspend and resume programs and each `SuspendTimeout`'s end on scans this far
+    /// apart (s; 0: at once). Slurm's default is 10.
+    #[serde(default)]
+    pub power_save_interval_s: f64,
     /// The queue order the reference policies' Slurm keeps: `fifo` (`priority/basic`, the
     /// default); `response-ratio` only as a what-if (the order wattson gives Slurm).
     #[serde(default = "default_slurm_order")]
@@ -200,6 +205,10 @@ pub struct WattsonTuning {
     /// (`wattson_engine::cluster::wait_cost`; a large value: off).
     #[serde(default = "default_max_wait_cost")]
     pub max_wait_cost: f64,
+    /// `[ctld] interval`: the controller's power decisions come once per loop, this far
+    /// apart (s; 0: at every event).
+    #[serde(default)]
+    pub loop_interval_s: f64,
     /// Measured bound, not a policy: the forecast sees the coming submissions instead of the
     /// past ones (a perfect arrival forecast).
     #[serde(default)]
@@ -313,6 +322,7 @@ impl Default for WattsonTuning {
             queue_order: default_queue_order(),
             size_exponent: default_size_exponent(),
             max_wait_cost: default_max_wait_cost(),
+            loop_interval_s: 0.0,
             clairvoyant: false,
             learn: true,
         }
@@ -448,6 +458,8 @@ impl ClusterConfig {
             ("slurm.suspend_timeout_s", self.slurm.suspend_timeout_s),
             ("slurm.resume_timeout_s", self.slurm.resume_timeout_s),
             ("slurm.start_latency_s", self.slurm.start_latency_s),
+            ("slurm.power_save_interval_s", self.slurm.power_save_interval_s),
+            ("wattson.loop_interval_s", self.wattson.loop_interval_s),
             ("wattson.forecast_window_s", self.wattson.forecast_window_s),
             ("wattson.min_price_drop", self.wattson.min_price_drop),
             ("wattson.dvfs_min_free", self.wattson.dvfs_min_free),

@@ -54,6 +54,48 @@ fn a_start_latency_delays_each_body_and_holds_its_gpus() {
     assert!(e.contains("slurm.start_latency_s = -1"), "{e}");
 }
 
+/// Slurm's power scan (`[slurm] power_save_interval_s`) and ctld's loop (`[wattson]
+/// loop_interval_s`): Slurm's idle timer fires and a boot begins only on a scan; the
+/// controller powers a node down only on its loop.
+#[test]
+fn power_actions_wait_for_slurms_scan_and_the_controllers_loop() {
+    let (mut c, cat) = inputs();
+    c.groups[0].nodes = 1;
+    c.slurm.suspend_times_s = vec![305.0];
+    // One job ends at 103 s; the next comes at 5003 s, when the node sleeps.
+    let text = "submit,gpus,duration,tag,time_limit\n0,8,103,bert,3600\n5003,8,100,bert,3600\n";
+    let t = wattson_sim::trace::parse(text, "g.csv", TraceFormat::Auto).unwrap();
+    let run = |c: &ClusterConfig, p: ClusterPolicy| {
+        let o = wattson_sim::run(c, &cat, &t, "g.csv", &[p], 1).unwrap();
+        check_conservation(c, &o);
+        let r = o.runs[0].clone();
+        let downs: Vec<f64> =
+            r.meter.intervals.iter().filter(|i| i.state == NodeState::ShuttingDown).map(|i| i.from).collect();
+        (downs, r.jobs[1].start)
+    };
+    let boot = c.node.boot_s;
+    assert_eq!(run(&c, ClusterPolicy::SlurmPowersave), (vec![408.0], 5003.0 + boot), "at once");
+    c.slurm.power_save_interval_s = 10.0;
+    assert_eq!(
+        run(&c, ClusterPolicy::SlurmPowersave),
+        (vec![410.0], 5010.0 + boot),
+        "the timer fires on the scan after 408 s; the resume program runs on the scan after 5003 s"
+    );
+    // The controller sleeps the idle node at once, wakes it for each job, and sleeps it again
+    // when the job ends (the first job's run slowed within its bound).
+    c.slurm.power_save_interval_s = 0.0;
+    let (downs, start) = run(&c, ClusterPolicy::Wattson);
+    assert_eq!((downs.len(), downs[0], downs[2], start), (3, 0.0, 5403.0, 5003.0 + boot), "at once");
+    assert!(downs[1] > 525.0 && downs[1] < 525.5, "{downs:?}");
+    c.wattson.loop_interval_s = 7.0;
+    assert_eq!(
+        run(&c, ClusterPolicy::Wattson),
+        (vec![0.0, 532.0], 5003.0 + boot),
+        "each power-down on the controller's next loop (every 7 s; the run ends with the last job, \
+         before the loop at 5404 s); Slurm wakes the node at once"
+    );
+}
+
 /// A job's `gpu_types` keeps it on those types; a type the cluster lacks is an error.
 #[test]
 fn gpu_types_column_restricts_placement() {

@@ -11,7 +11,7 @@ use wattson_harness::slurm_lab::{self, LabNode, LabOptions, SlurmLab};
 use wattson_sim::power::EnergyParts;
 use wattson_sim::{Catalog, ClusterConfig, SimJob};
 
-use super::{GPUS_PER_NODE, NODES};
+use super::{GPUS_PER_NODE, LAB_TICK_S, NODES};
 use wattson_harness::ctld::{Ctld, run_ctld};
 
 /// Who powers idle nodes down.
@@ -75,6 +75,26 @@ impl Observed {
         w[((0.99 * w.len() as f64).ceil() as usize).clamp(1, w.len()) - 1]
     }
 
+    /// Each job's wait, in trace order, s.
+    pub fn wait_by_job(&self) -> Vec<f64> {
+        self.jobs.iter().map(|j| j.start - j.submit).collect()
+    }
+
+    /// The power actions the hand carried out, in time order: (s, whether a boot).
+    pub fn power_actions(&self) -> Vec<(f64, bool)> {
+        let mut all: Vec<(f64, bool)> = self
+            .power
+            .iter()
+            .flatten()
+            .map(|p| match *p {
+                Power::Off(t) => (t, false),
+                Power::On(t) => (t, true),
+            })
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        all
+    }
+
     /// Power-downs and boots started.
     pub fn power_cycles(&self) -> u64 {
         self.power.iter().map(|p| p.len() as u64).sum()
@@ -123,7 +143,7 @@ fn slurm_conf(policy: Policy, cluster: &ClusterConfig, prolog: &Path, epilog: &P
     let mut conf = format!(
         "SuspendTime={suspend_time}\nSuspendProgram={}\nResumeProgram={}\nResumeFailProgram={}\n\
          PrologSlurmctld={}\nSuspendTimeout={}\nResumeTimeout={}\n\
-         SlurmctldParameters=power_save_interval=1\n\
+         SlurmctldParameters=power_save_interval={LAB_TICK_S}\n\
          SchedulerParameters=batch_sched_delay=0,bf_interval=1\n\
          Prolog={}\nEpilog={}\n",
         program("wattson-suspend"),
@@ -242,7 +262,7 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
     std::fs::write(
         lab.dir().join("etc/wattson.toml"),
         format!(
-            "[ctld]\ninterval = \"1s\"\nforecast_window = \"{}ms\"\nstate_file = \"{state}\"\n\
+            "[ctld]\ninterval = \"{LAB_TICK_S}s\"\nforecast_window = \"{}ms\"\nstate_file = \"{state}\"\n\
              [ctld.node]\nbase_w = {}\noff_w = {}\nshutdown_s = {}\nshutdown_w = {}\nboot_s = {}\nboot_w = {}\n\
              [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
              timeout = \"10s\"\nlog = \"{log}\"\n[link]\nport = {port}\nmunge_socket = {munge:?}\n",
@@ -262,12 +282,26 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
 
     let job_drivers = by_node("d", &drivers);
     let start_latency_s = calibrate(&lab, &names, &stamps);
-    let t0 = Instant::now();
-    let epoch0 = now_s();
+    // The controller decides before the first job is due, as the simulator's does at its
+    // start: the replay's clock starts when its first loop has asked for the idle nodes'
+    // power-down (a job submitted before that loop would find every node up).
     let _ctld: Option<Ctld> = matches!(policy, Policy::Ctld).then(|| {
         let command = slurm_lab::release().command(&wattson);
-        run_ctld(&lab, command, &lab.dir().join("etc/wattson.toml"), &lab.dir().join("log/ctld.log"))
+        let ctld =
+            run_ctld(&lab, command, &lab.dir().join("etc/wattson.toml"), &lab.dir().join("log/ctld.log"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::fs::read_dir(&power).unwrap().next().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "ctld asked for no power-down in 60 s\n{}",
+                std::fs::read_to_string(lab.dir().join("log/ctld.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ctld
     });
+    let t0 = Instant::now();
+    let epoch0 = now_s();
     let mut submitted: Vec<(u32, f64)> = Vec::new();
     let mut power_log: Vec<Vec<Power>> = vec![Vec::new(); names.len()];
     let mut boots: Vec<(f64, usize)> = Vec::new();

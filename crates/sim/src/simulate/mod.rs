@@ -24,6 +24,7 @@ use super::workloads::Catalog;
 
 pub use super::record::{JobRun, RunResult};
 
+mod cadence;
 mod share;
 mod snapshot;
 
@@ -128,6 +129,8 @@ struct Sim<'a> {
     /// Each submission's best GPU type, parallel to `future` when types matter.
     future_types: Vec<u16>,
     next_wake: f64,
+    /// The policy's power decisions and Slurm's power scans ([`cadence`]).
+    cadence: cadence::Cadence,
     done: usize,
     gpu_types: Vec<GpuType>,
     bufs: Bufs,
@@ -243,6 +246,7 @@ pub fn simulate_observed(
         },
         future_types: Vec::new(),
         next_wake: f64::NEG_INFINITY,
+        cadence: cadence::Cadence::new(c, policy.kind, t0),
         done: 0,
         gpu_types: c.groups.iter().map(|g| GpuType { idle_w: g.gpu_idle_w() }).collect(),
         bufs: Bufs::default(),
@@ -485,7 +489,7 @@ impl Sim<'_> {
     fn boot(&mut self, t: f64, n: usize) {
         self.meter.set_state(n, t, NodeState::Booting);
         self.pool.set_tier(n, 1);
-        self.ready_at[n] = t + self.c.node.boot_s;
+        self.ready_at[n] = self.cadence.scan_after(t) + self.c.node.boot_s;
         self.idle_since[n] = t;
         self.q.push(self.ready_at[n], Event::Booted(n as u32));
     }
@@ -493,8 +497,9 @@ impl Sim<'_> {
     fn power_down(&mut self, t: f64, n: usize) {
         self.meter.set_state(n, t, NodeState::ShuttingDown);
         self.pool.set_tier(n, UNAVAILABLE);
-        self.q.push(t + self.c.node.shutdown_s, Event::ShutDown(n as u32, 0));
-        let avail = t + self.c.slurm.suspend_timeout_s;
+        let scan = self.cadence.scan_after(t);
+        self.q.push(scan + self.c.node.shutdown_s, Event::ShutDown(n as u32, 0));
+        let avail = self.cadence.scan_after(scan + self.c.slurm.suspend_timeout_s);
         self.q.push(avail, Event::Available(n as u32, 0));
         self.later.push((avail, n as u32));
     }
@@ -504,7 +509,11 @@ impl Sim<'_> {
     fn step(&mut self, t: f64) {
         for _ in 0..4 {
             self.schedule(t);
-            let acts = self.consult(t);
+            let mut acts = self.consult(t);
+            if !self.cadence.power_loop(t, &mut self.q) {
+                acts.power_up.clear();
+                acts.power_down.clear();
+            }
             let released = !acts.release.is_empty();
             let booted = !acts.power_up.is_empty();
             let reordered = !acts.queue_order.is_empty();
