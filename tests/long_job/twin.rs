@@ -23,8 +23,11 @@
 //! is divided by the same factor; the powers are the shipped ones.
 //!
 //! Slurm's start latency (allocation to a job's body running: the scheduling pass, the
-//! prologs, the launch) is a second or two, a trace minute here: each replay measures it on its
-//! lab before it starts and the simulator models it (`[slurm] start_latency_s`).
+//! prologs, the launch) is a second or two, a trace minute here, and shorter for a job that
+//! waited (no sbatch, no pass to wait for): each replay measures both on its lab before it
+//! starts and the simulator models them (`[slurm] start_latency_s`,
+//! `queued_start_latency_s`). So are Slurm's power scan and ctld's loop, a second each
+//! ([`LAB_TICK_S`]).
 //!
 //! Every job runs at full speed (no slowdown bound): the twin judges the cluster's decisions
 //! (placement, queueing, power states); the DVFS decisions on measured curves are judged by
@@ -178,15 +181,16 @@ fn divergence(name: &str, trace: &[TraceJob], run: &wattson_sim::RunResult, o: &
 
 /// Each row: the policy, the start latency its lab measured (the simulator's too), and the
 /// simulated and observed figures.
-fn table(rows: &[(&str, f64, Figures, Figures)]) -> String {
+fn table(rows: &[(&str, (f64, f64), Figures, Figures)]) -> String {
     let mut t = String::from(
-        "| policy | start latency s | energy kJ (sim / Slurm) | of it busy GPUs kJ | mean wait s | p99 wait s | power cycles | makespan s |\n|---|---|---|---|---|---|---|---|\n",
+        "| policy | start latency s (idle / queued) | energy kJ (sim / Slurm) | of it busy GPUs kJ | mean wait s | p99 wait s | power cycles | makespan s |\n|---|---|---|---|---|---|---|---|\n",
     );
     for (name, latency_s, s, o) in rows {
         let _ = writeln!(
             t,
-            "| {name} | {:.2} | {:.0} / {:.0} ({:+.1}%) | {:.0} / {:.0} | {:.1} / {:.1} ({:+.1}%) | {:.1} / {:.1} | {} / {} | {:.0} / {:.0} |",
-            latency_s,
+            "| {name} | {:.2} / {:.2} | {:.0} / {:.0} ({:+.1}%) | {:.0} / {:.0} | {:.1} / {:.1} ({:+.1}%) | {:.1} / {:.1} | {} / {} | {:.0} / {:.0} |",
+            latency_s.0,
+            latency_s.1,
             s.energy_kj,
             o.energy_kj,
             100.0 * (o.energy_kj / s.energy_kj - 1.0),
@@ -236,10 +240,11 @@ fn twin_a_trace_slice_on_real_slurm_matches_the_simulators_prediction() {
     ] {
         let observed = replay::run(&jobs, &catalog, &cluster, policy);
         cluster.slurm.start_latency_s = observed.start_latency_s;
+        cluster.slurm.queued_start_latency_s = Some(observed.queued_start_latency_s);
         let outcome = wattson_sim::run(&cluster, &catalog, &trace, "cluster04-twin", &[kind], SEED).unwrap();
         sim.push(simulated(&outcome.report.summaries[0]));
         real.push(self::observed(&observed));
-        latency.push(observed.start_latency_s);
+        latency.push((observed.start_latency_s, observed.queued_start_latency_s));
         diverged += &divergence(name, &trace, &outcome.runs[0], &observed);
     }
     let report = table(&[

@@ -51,6 +51,16 @@ pub struct ClusterConfig {
     pub colocation_json: Option<String>,
 }
 
+impl SlurmSettings {
+    /// A job's start latency: `queued_start_latency_s` if it `waited`, else `start_latency_s`.
+    pub fn start_latency(&self, waited: bool) -> f64 {
+        match self.queued_start_latency_s {
+            Some(queued) if waited => queued,
+            _ => self.start_latency_s,
+        }
+    }
+}
+
 /// Nodes of one GPU type.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -98,6 +108,10 @@ pub struct SlurmSettings {
     /// pass it waits for, the prologs and the launch. Its GPUs are held, idle, meanwhile.
     #[serde(default)]
     pub start_latency_s: f64,
+    /// The same for a job that waited, started when GPUs came free or its nodes came up
+    /// rather than on its submission (s; default: `start_latency_s`).
+    #[serde(default)]
+    pub queued_start_latency_s: Option<f64>,
     /// `SlurmctldParameters=power_save_interval`: Slurm's power thread runs its idle timer,
     /// the suspend and resume programs and each `SuspendTimeout`'s end on scans this far
     /// apart (s; 0: at once). Slurm's default is 10.
@@ -458,6 +472,7 @@ impl ClusterConfig {
             ("slurm.suspend_timeout_s", self.slurm.suspend_timeout_s),
             ("slurm.resume_timeout_s", self.slurm.resume_timeout_s),
             ("slurm.start_latency_s", self.slurm.start_latency_s),
+            ("slurm.queued_start_latency_s", self.slurm.queued_start_latency_s.unwrap_or(0.0)),
             ("slurm.power_save_interval_s", self.slurm.power_save_interval_s),
             ("wattson.loop_interval_s", self.wattson.loop_interval_s),
             ("wattson.forecast_window_s", self.wattson.forecast_window_s),

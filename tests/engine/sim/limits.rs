@@ -48,6 +48,11 @@ fn a_start_latency_delays_each_body_and_holds_its_gpus() {
     let j = &o.runs[0].jobs;
     assert_eq!((j[0].alloc, j[0].start, j[0].end), (0.0, 5.0, 105.0));
     assert_eq!((j[1].alloc, j[1].start, j[1].end), (105.0, 110.0, 160.0));
+    // A job that waited (here for the GPUs) has its own latency: no sbatch, no pass to wait for.
+    c.slurm.queued_start_latency_s = Some(1.0);
+    let o = wattson_sim::run(&c, &cat, &t, "g.csv", &[ClusterPolicy::SlurmDefault], 1).unwrap();
+    let j = &o.runs[0].jobs;
+    assert_eq!((j[0].start, j[1].alloc, j[1].start), (5.0, 105.0, 106.0));
     let bad = read(&Path::new(ROOT).join("etc/sim/cluster.toml"))
         .replace("start_latency_s = 0.0", "start_latency_s = -1.0");
     let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();

@@ -54,6 +54,9 @@ pub(super) struct Observed {
     /// The lab's start latency: from sbatch to a job's body running on an idle node
     /// (median of one probe job per node, before the replay).
     pub start_latency_s: f64,
+    /// The same for a queued job: from the body of the job ahead ending to its own running
+    /// (median of one pair of probe jobs per node, before the replay).
+    pub queued_start_latency_s: f64,
 }
 
 impl Observed {
@@ -281,7 +284,7 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
     .unwrap();
 
     let job_drivers = by_node("d", &drivers);
-    let start_latency_s = calibrate(&lab, &names, &stamps);
+    let calibration = calibrate(&lab, &names, &stamps);
     // The controller decides before the first job is due, as the simulator's does at its
     // start: the replay's clock starts when its first loop has asked for the idle nodes'
     // power-down (a job submitted before that loop would find every node up).
@@ -300,8 +303,15 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
         }
         ctld
     });
-    let t0 = Instant::now();
-    let epoch0 = now_s();
+    // Under Slurm's timer the replay's clock starts when the first node went idle, so that no
+    // node has been idle longer than the simulator's (idle from its start); ctld's starts now.
+    let (t0, epoch0) = match policy {
+        Policy::Timer { .. } => {
+            let behind = Duration::from_secs_f64((now_s() - calibration.idle_from).max(0.0));
+            (Instant::now() - behind, calibration.idle_from)
+        }
+        Policy::Ctld => (Instant::now(), now_s()),
+    };
     let mut submitted: Vec<(u32, f64)> = Vec::new();
     let mut power_log: Vec<Vec<Power>> = vec![Vec::new(); names.len()];
     let mut boots: Vec<(f64, usize)> = Vec::new();
@@ -405,27 +415,62 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
     let makespan_s = ran.iter().map(|r| r.end).fold(0.0, f64::max);
     let parts = energy(cluster, &power_log, &busy_gpu_s, busy_j, makespan_s);
     lab.stop();
-    Observed { jobs: ran, power: power_log, parts, makespan_s, start_latency_s }
+    Observed {
+        jobs: ran,
+        power: power_log,
+        parts,
+        makespan_s,
+        start_latency_s: calibration.start_latency_s,
+        queued_start_latency_s: calibration.queued_start_latency_s,
+    }
 }
 
-/// The lab's start latency, before the replay: one short job per node at once, twice (the
-/// first round warms each node's first launch up and is not counted), the median time from
-/// sbatch to a job's body running. Each node's idle time then starts about when the replay's
-/// does, as the simulator's nodes are idle from its start.
-fn calibrate(lab: &SlurmLab, names: &[String], stamps: &Path) -> f64 {
-    let round = |r: usize| -> Vec<f64> {
+/// What the probes before a replay measured.
+struct Calibration {
+    /// From sbatch to a job's body running on an idle node (median), s.
+    start_latency_s: f64,
+    /// From a job's body ending to the body of the job queued behind it running (median), s.
+    queued_start_latency_s: f64,
+    /// When the first node went idle for good (the earliest end of the last probes), epoch s.
+    idle_from: f64,
+}
+
+/// The lab's start latencies, before the replay: on every node, a job queued behind one
+/// holding all the node's GPUs (from that job's body ending to its own running), then, on
+/// all nodes at once, a short job on the idle node (from sbatch to its body running); twice
+/// (the first round warms each node's first launch up and is not counted), the medians of
+/// the second. The last probes end within a moment of each other, so every node's idle time
+/// starts about when the replay's does, as the simulator's nodes are idle from its start.
+fn calibrate(lab: &SlurmLab, names: &[String], stamps: &Path) -> Calibration {
+    let round = |r: usize| -> Vec<(f64, f64, f64)> {
+        let together = std::sync::Barrier::new(names.len());
         std::thread::scope(|s| {
             let handles: Vec<_> = names
                 .iter()
                 .map(|n| {
+                    let together = &together;
                     s.spawn(move || {
-                        let stamp = stamps.join(format!("probe-{r}-{n}"));
-                        let script = format!("#!/bin/bash\ndate +%s.%N >{}\n", stamp.display());
+                        let stamp = |what: &str| stamps.join(format!("probe-{r}-{n}-{what}"));
+                        let read = |what: &str| -> f64 {
+                            std::fs::read_to_string(stamp(what)).unwrap().trim().parse().unwrap()
+                        };
+                        let body = |what: &str, sleep: &str| {
+                            format!("#!/bin/bash\n{sleep}date +%s.%N >{}\n", stamp(what).display())
+                        };
+                        let all = format!("--gres=gpu:{GPUS_PER_NODE}");
+                        let first =
+                            lab.sbatch(&[&all, "-w", n, "-J", "probe"], &body("first", "sleep 1\n")).unwrap();
+                        let queued = lab
+                            .sbatch(&["--gres=gpu:1", "-w", n, "-J", "probe"], &body("queued", ""))
+                            .unwrap();
+                        lab.wait_job(first, Duration::from_secs(60));
+                        lab.wait_job(queued, Duration::from_secs(60));
+                        together.wait();
                         let at = now_s();
-                        let id = lab.sbatch(&["--gres=gpu:1", "-w", n, "-J", "probe"], &script).unwrap();
+                        let id =
+                            lab.sbatch(&["--gres=gpu:1", "-w", n, "-J", "probe"], &body("idle", "")).unwrap();
                         lab.wait_job(id, Duration::from_secs(60));
-                        let body: f64 = std::fs::read_to_string(&stamp).unwrap().trim().parse().unwrap();
-                        body - at
+                        (read("idle") - at, read("queued") - read("first"), read("idle"))
                     })
                 })
                 .collect();
@@ -433,9 +478,18 @@ fn calibrate(lab: &SlurmLab, names: &[String], stamps: &Path) -> f64 {
         })
     };
     round(0);
-    let mut latencies = round(1);
-    latencies.sort_by(f64::total_cmp);
-    latencies[latencies.len() / 2]
+    let measured = round(1);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let queued: Vec<f64> = measured.iter().map(|m| m.1).collect();
+    assert!(queued.iter().all(|&q| q > 0.0), "a queued probe began before the job ahead ended: {queued:?}");
+    Calibration {
+        start_latency_s: median(measured.iter().map(|m| m.0).collect()),
+        queued_start_latency_s: median(queued),
+        idle_from: measured.iter().map(|m| m.2).fold(f64::INFINITY, f64::min),
+    }
 }
 
 /// `job`'s record on `daemon`, once its end is recorded.

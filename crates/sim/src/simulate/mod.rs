@@ -417,9 +417,15 @@ impl Sim<'_> {
         self.runtime[ju] = self.est_time(ju, level);
     }
 
+    /// Whether job `j`, allocated or launched at `t`, waited: Slurm starts it on another
+    /// event than its release (GPUs coming free, its nodes coming up).
+    fn waited(&self, t: f64, j: u32) -> bool {
+        t > self.runs[j as usize].eligible
+    }
+
     /// Job `j`'s nodes are up at `t`: its body begins after Slurm's start latency.
     fn launch(&mut self, t: f64, j: u32) {
-        let latency = self.c.slurm.start_latency_s;
+        let latency = self.c.slurm.start_latency(self.waited(t, j));
         if latency > 0.0 {
             self.q.push(t + latency, Event::Launch(j));
         } else {
@@ -605,7 +611,7 @@ impl Sim<'_> {
             }
             self.runs[ju].alloc = t;
             self.runs[ju].shares = shares;
-            self.live[ju].ready = ready + self.c.slurm.start_latency_s;
+            self.live[ju].ready = ready + self.c.slurm.start_latency(self.waited(ready, j));
             self.run_pos[ju] = self.running.len();
             self.running.push(j);
             let end = self.live[ju].ready + self.runtime[ju];
