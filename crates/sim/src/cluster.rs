@@ -51,16 +51,6 @@ pub struct ClusterConfig {
     pub colocation_json: Option<String>,
 }
 
-impl SlurmSettings {
-    /// A job's start latency: `queued_start_latency_s` if it `waited`, else `start_latency_s`.
-    pub fn start_latency(&self, waited: bool) -> f64 {
-        match self.queued_start_latency_s {
-            Some(queued) if waited => queued,
-            _ => self.start_latency_s,
-        }
-    }
-}
-
 /// Nodes of one GPU type.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,6 +111,16 @@ pub struct SlurmSettings {
     /// default); `response-ratio` only as a what-if (the order wattson gives Slurm).
     #[serde(default = "default_slurm_order")]
     pub order: QueueOrder,
+}
+
+impl SlurmSettings {
+    /// A job's start latency: `queued_start_latency_s` if it `waited`, else `start_latency_s`.
+    pub fn start_latency(&self, waited: bool) -> f64 {
+        match self.queued_start_latency_s {
+            Some(queued) if waited => queued,
+            _ => self.start_latency_s,
+        }
+    }
 }
 
 fn default_slurm_order() -> QueueOrder {
