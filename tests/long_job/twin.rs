@@ -41,7 +41,7 @@ use wattson_engine::cluster::ClusterPolicy;
 use wattson_sim::power::NodeState;
 use wattson_sim::{Catalog, ClusterConfig, TraceFormat, TraceJob};
 
-use replay::{Observed, Policy};
+use replay::{Calibration, Observed, Policy};
 
 /// Trace seconds per lab second.
 pub(super) const COMPRESSION: f64 = 60.0;
@@ -146,7 +146,7 @@ fn observed(o: &Observed) -> Figures {
 }
 
 /// Where one policy's lab and simulation parted: the jobs whose waits differ most, and the
-/// power actions of both in time order (printed when a figure is off its bar).
+/// power actions of both in time order (printed with the table).
 fn divergence(name: &str, trace: &[TraceJob], run: &wattson_sim::RunResult, o: &Observed) -> String {
     let lab = o.wait_by_job();
     let mut jobs: Vec<(usize, f64, f64)> = run
@@ -162,13 +162,13 @@ fn divergence(name: &str, trace: &[TraceJob], run: &wattson_sim::RunResult, o: &
     for (k, sim, lab) in jobs.iter().take(8) {
         let _ = write!(s, " {k}: {sim:.1} / {lab:.1};");
     }
-    let sim_actions = run
+    let mut sim_actions: Vec<(f64, bool)> = run
         .meter
         .intervals
         .iter()
         .filter(|i| matches!(i.state, NodeState::Booting | NodeState::ShuttingDown))
-        .map(|i| (i.from, i.state == NodeState::Booting));
-    let mut sim_actions: Vec<(f64, bool)> = sim_actions.collect();
+        .map(|i| (i.from, i.state == NodeState::Booting))
+        .collect();
     sim_actions.sort_by(|a, b| a.0.total_cmp(&b.0));
     for (label, actions) in [("sim", sim_actions), ("lab", o.power_actions())] {
         let _ = write!(s, "\n{name}: {label} power actions (s, + boot, - power-down):");
@@ -179,18 +179,18 @@ fn divergence(name: &str, trace: &[TraceJob], run: &wattson_sim::RunResult, o: &
     s + "\n"
 }
 
-/// Each row: the policy, the start latency its lab measured (the simulator's too), and the
+/// Each row: the policy, the start latencies its lab measured (the simulator's too), and the
 /// simulated and observed figures.
-fn table(rows: &[(&str, (f64, f64), Figures, Figures)]) -> String {
+fn table(rows: &[(&str, Calibration, Figures, Figures)]) -> String {
     let mut t = String::from(
         "| policy | start latency s (idle / queued) | energy kJ (sim / Slurm) | of it busy GPUs kJ | mean wait s | p99 wait s | power cycles | makespan s |\n|---|---|---|---|---|---|---|---|\n",
     );
-    for (name, latency_s, s, o) in rows {
+    for (name, latency, s, o) in rows {
         let _ = writeln!(
             t,
             "| {name} | {:.2} / {:.2} | {:.0} / {:.0} ({:+.1}%) | {:.0} / {:.0} | {:.1} / {:.1} ({:+.1}%) | {:.1} / {:.1} | {} / {} | {:.0} / {:.0} |",
-            latency_s.0,
-            latency_s.1,
+            latency.start_latency_s,
+            latency.queued_start_latency_s,
             s.energy_kj,
             o.energy_kj,
             100.0 * (o.energy_kj / s.energy_kj - 1.0),
@@ -239,12 +239,12 @@ fn twin_a_trace_slice_on_real_slurm_matches_the_simulators_prediction() {
         (Policy::Ctld, ClusterPolicy::Wattson, "wattson ctld"),
     ] {
         let observed = replay::run(&jobs, &catalog, &cluster, policy);
-        cluster.slurm.start_latency_s = observed.start_latency_s;
-        cluster.slurm.queued_start_latency_s = Some(observed.queued_start_latency_s);
+        cluster.slurm.start_latency_s = observed.calibration.start_latency_s;
+        cluster.slurm.queued_start_latency_s = Some(observed.calibration.queued_start_latency_s);
         let outcome = wattson_sim::run(&cluster, &catalog, &trace, "cluster04-twin", &[kind], SEED).unwrap();
         sim.push(simulated(&outcome.report.summaries[0]));
         real.push(self::observed(&observed));
-        latency.push((observed.start_latency_s, observed.queued_start_latency_s));
+        latency.push(observed.calibration);
         diverged += &divergence(name, &trace, &outcome.runs[0], &observed);
     }
     let report = table(&[

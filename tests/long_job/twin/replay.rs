@@ -51,17 +51,13 @@ pub(super) struct Observed {
     pub parts: EnergyParts,
     /// From the first submission to the last job's end, s.
     pub makespan_s: f64,
-    /// The lab's start latency: from sbatch to a job's body running on an idle node
-    /// (median of one probe job per node, before the replay).
-    pub start_latency_s: f64,
-    /// The same for a queued job: from the body of the job ahead ending to its own running
-    /// (median of one pair of probe jobs per node, before the replay).
-    pub queued_start_latency_s: f64,
+    /// The lab's start latencies, measured by probe jobs before the replay.
+    pub calibration: Calibration,
 }
 
 impl Observed {
     fn waits(&self) -> Vec<f64> {
-        let mut w: Vec<f64> = self.jobs.iter().map(|j| j.start - j.submit).collect();
+        let mut w = self.wait_by_job();
         w.sort_by(f64::total_cmp);
         w
     }
@@ -415,22 +411,16 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
     let makespan_s = ran.iter().map(|r| r.end).fold(0.0, f64::max);
     let parts = energy(cluster, &power_log, &busy_gpu_s, busy_j, makespan_s);
     lab.stop();
-    Observed {
-        jobs: ran,
-        power: power_log,
-        parts,
-        makespan_s,
-        start_latency_s: calibration.start_latency_s,
-        queued_start_latency_s: calibration.queued_start_latency_s,
-    }
+    Observed { jobs: ran, power: power_log, parts, makespan_s, calibration }
 }
 
 /// What the probes before a replay measured.
-struct Calibration {
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Calibration {
     /// From sbatch to a job's body running on an idle node (median), s.
-    start_latency_s: f64,
+    pub start_latency_s: f64,
     /// From a job's body ending to the body of the job queued behind it running (median), s.
-    queued_start_latency_s: f64,
+    pub queued_start_latency_s: f64,
     /// When the first node went idle for good (the earliest end of the last probes), epoch s.
     idle_from: f64,
 }
