@@ -205,7 +205,7 @@ pub fn gate(
     let candidate = |id: u32, s: &ShareJob| -> Option<Candidate> {
         // A running job's bound is what its run so far left of it.
         let bound = snapshot.running.iter().find(|r| r.job.id == id).map_or(s.bound, allowance);
-        Some(Candidate { job: id, class: usize::from(s.class?), bound })
+        Some(Candidate { job: id, class: usize::from(s.class?), gpus: 1, bound })
     };
     let allowed = |a: Option<Candidate>, b: Option<Candidate>| match (a, b) {
         (Some(a), Some(b)) => slowdowns(&sharing, &a, &b).is_some(),

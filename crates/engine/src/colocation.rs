@@ -96,14 +96,17 @@ pub struct Sharing<'a> {
     pub unfit: &'a BTreeSet<(usize, usize)>,
 }
 
-/// A job that may share its GPU: its class in the model, and the most it may be slowed (its
-/// slowdown bound, e.g. 0.10 for 10%). Only jobs whose users opted in are candidates.
+/// A job that may share its GPUs: its class in the model, its GPU count, and the most it may be
+/// slowed (its slowdown bound, e.g. 0.10 for 10%). Only jobs whose users opted in are
+/// candidates; a job of several GPUs shares each of them with one partner of as many GPUs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
     /// The job.
     pub job: u32,
     /// Its workload class (an index into the model's classes).
     pub class: usize,
+    /// How many GPUs it has: it shares only with a job of as many, each GPU with it.
+    pub gpus: u32,
     /// The most it may be slowed, as a time ratio minus one.
     pub bound: f64,
 }
@@ -137,11 +140,13 @@ pub fn pair(
     out
 }
 
-/// The predicted slowdowns of `a` and `b` on one GPU, summed, when both are within their
-/// bounds and neither class is broken, unmeasured or unfit with the other; `None` otherwise.
+/// The predicted slowdowns of `a` and `b` sharing their GPUs, summed, when both are within
+/// their bounds, they have as many GPUs, and neither class is broken, unmeasured or unfit with
+/// the other; `None` otherwise.
 pub fn slowdowns(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<f64> {
     let (broken, unfit) = (sharing.broken, sharing.unfit);
-    if broken.contains(&a.class)
+    if a.gpus != b.gpus
+        || broken.contains(&a.class)
         || broken.contains(&b.class)
         || unfit.contains(&(a.class, b.class))
         || unfit.contains(&(b.class, a.class))
@@ -232,7 +237,7 @@ mod tests {
     #[test]
     fn a_pending_job_shares_with_the_running_job_that_keeps_both_within_their_bounds() {
         let model = three();
-        let job = |job, class, bound| Candidate { job, class, bound };
+        let job = |job, class, bound| Candidate { job, class, gpus: 1, bound };
         // Job 10 (class 0, 5%) may join 1 (class 1: slowed 0.5·0.2 = 10% > its 5%) or 2
         // (class 0: 1% each way): it joins 2. Job 11 (class 2) would slow anyone too much.
         let running = [job(1, 1, 0.05), job(2, 0, 0.04)];
@@ -252,5 +257,11 @@ mod tests {
         let unfit = BTreeSet::from([(0, 0)]);
         assert!(pair(&Sharing { unfit: &unfit, ..sharing }, &pending, &running, any).is_empty());
         assert!(pair(&sharing, &pending, &running, |q, r| (q, r) != (10, 2)).is_empty());
+        // Only jobs of as many GPUs pair: a 2-GPU job 10 finds 2 only once 2 has two GPUs too.
+        let two = |c: Candidate| Candidate { gpus: 2, ..c };
+        assert!(pair(&sharing, &[two(job(10, 0, 0.05))], &running, any).is_empty());
+        let running = [job(1, 1, 0.05), two(job(2, 0, 0.04))];
+        assert_eq!(pair(&sharing, &[two(job(10, 0, 0.05))], &running, any), vec![(10, 2)]);
+        assert!(pair(&sharing, &[job(10, 0, 0.05)], &running, any).is_empty());
     }
 }

@@ -131,6 +131,10 @@ fn default_bf() -> usize {
     100
 }
 
+fn one_gpu() -> u32 {
+    1
+}
+
 /// An optional cluster power budget.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -149,10 +153,16 @@ pub struct HintDistribution {
     pub defer_fraction: f64,
     /// `[min, max]` deferral window (s) of a deferrable job, drawn uniformly.
     pub defer_window_s: [f64; 2],
-    /// Fraction of 1-GPU jobs whose users let them share a GPU (`--energy-share=yes`); a job
-    /// asking a fraction of a GPU (`gpu_fraction` below 1) always does.
+    /// Fraction of the jobs of at most `share_gpus` GPUs whose users let them share their GPUs
+    /// (`--energy-share=yes`); a job asking a fraction of a GPU (`gpu_fraction` below 1)
+    /// always does.
     #[serde(default)]
     pub share_fraction: f64,
+    /// The most GPUs a job that may share has (default 1: 1-GPU jobs only). A job of several
+    /// shares all of them with one partner of as many; at most a node's GPUs, since Slurm's
+    /// shards enact it on one node (docs/slurm.md).
+    #[serde(default = "one_gpu")]
+    pub share_gpus: u32,
     /// The least slowdown bound (fraction) of a job that lets its GPU be shared: users who
     /// opt in give a bound at least this large (0: their bounds are drawn as everyone's).
     #[serde(default)]
@@ -546,6 +556,12 @@ impl ClusterConfig {
         }
         if !(0.0..=1.0).contains(&h.share_fraction) {
             return Err(format!("hints.share_fraction = {}: allowed 0..=1", h.share_fraction));
+        }
+        if !(1..=self.gpus_per_node).contains(&h.share_gpus) {
+            return Err(format!(
+                "hints.share_gpus = {}: allowed 1..={} (a job shares its GPUs on one node)",
+                h.share_gpus, self.gpus_per_node
+            ));
         }
         if !(0.0..=1.0).contains(&h.defer_fraction) {
             return Err(format!("hints.defer_fraction = {}: allowed 0..=1", h.defer_fraction));

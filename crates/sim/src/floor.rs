@@ -4,9 +4,9 @@
 //! only for `⌈busy GPUs / GPUs per node⌉` nodes of each type at each instant, no idle GPUs, no off draw, no transitions. Its energy is the
 //! reference; its times are reported but not compared (no placement, no boots).
 //!
-//! A job that may share its GPU (an opted-in 1-GPU job, where pair data is given) may also run
-//! any part of its work beside a partner of the most favourable kind ([`run_of`]), holding half
-//! a GPU, so the floor stays below a policy that shares.
+//! A job that may share its GPUs (an opted-in job, where pair data is given) may also run any
+//! part of its work beside a partner of as many GPUs and the most favourable kind
+//! ([`run_of`]), holding half of each GPU, so the floor stays below a policy that shares.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -39,21 +39,21 @@ struct Way {
     g: f64,
 }
 
-/// The floor's run of job `j`: at its floor mix alone; for an opted-in 1-GPU job where pair
-/// data is given, the least energy (GPU and node-base share) within its bound over every split
-/// of its work between two ways, where one of the two shares: alone at a measured limit, or at
-/// the top limit beside a job of one of `classes` whose pair with it fits on one GPU, slowed as
-/// measured. Beside a partner
+/// The floor's run of job `j`: at its floor mix alone; for an opted-in job where pair data is
+/// given, the least energy (GPU and node-base share) within its bound over every split of its
+/// work between two ways, where one of the two shares: alone at a measured limit, or at the
+/// top limit beside a job of one of `partners` (GPU count, class) of as many GPUs whose pair
+/// with it fits on one GPU, slowed as measured; each of its GPUs alike. Beside a partner
 /// it is charged half the GPU's idle draw and its own draw above idle at its pace, held down as
 /// far as a partner drawing the GPU's whole room above idle could hold it (the simulator's
 /// shared draw, [`crate::colocation::shared_draws`], at its least), and half a GPU's node base.
-pub fn run_of(j: &SimJob, catalog: &Catalog, c: &ClusterConfig, classes: &BTreeSet<u16>) -> FloorRun {
+pub fn run_of(j: &SimJob, catalog: &Catalog, c: &ClusterConfig, partners: &BTreeSet<(u32, u16)>) -> FloorRun {
     let ty = j.floor_type;
     let w = catalog.get(ty, j.workload);
     let f = j.choices[ty].floor;
     let gpus = f64::from(j.gpus);
     let alone = FloorRun { time_ratio: w.mix_time_ratio(f), gpu_w: gpus * w.mix_power(f), gpus };
-    let (Some(colo), Some(class), 1) = (&catalog.colocation, j.share, j.gpus) else { return alone };
+    let (Some(colo), Some(class)) = (&catalog.colocation, j.share) else { return alone };
     let base = c.node.base_w / f64::from(c.gpus_per_node);
     let idle = c.groups[ty].gpu_idle_w();
     let top = w.max_idx();
@@ -65,7 +65,7 @@ pub fn run_of(j: &SimJob, catalog: &Catalog, c: &ClusterConfig, classes: &BTreeS
             Way { t, e: (w.power[i] + base) * t, w: w.power[i], g: 1.0 }
         })
         .collect();
-    for &k in classes {
+    for &(_, k) in partners.iter().filter(|(g, _)| *g == j.gpus) {
         let (Some(s), Some(_)) = (colo.slowdown(class, k), colo.slowdown(k, class)) else { continue };
         let own = above / (1.0 + s);
         let scale = if own > 0.0 { (room / (own + room)).min(1.0) } else { 1.0 };
@@ -96,13 +96,13 @@ pub fn run_of(j: &SimJob, catalog: &Catalog, c: &ClusterConfig, classes: &BTreeS
     let Some((_, a, b, share)) = best.filter(|(_, a, b, _)| a.g < 1.0 || b.g < 1.0) else { return alone };
     let time_ratio = share * a.t + (1.0 - share) * b.t;
     let per = |x: fn(&Way) -> f64| (share * x(&a) * a.t + (1.0 - share) * x(&b) * b.t) / time_ratio;
-    FloorRun { time_ratio, gpu_w: per(|w| w.w), gpus: per(|w| w.g) }
+    FloorRun { time_ratio, gpu_w: gpus * per(|w| w.w), gpus: gpus * per(|w| w.g) }
 }
 
 /// Each job's floor run ([`run_of`]), partners drawn from the classes of the jobs that share.
 pub fn runs(jobs: &[SimJob], catalog: &Catalog, c: &ClusterConfig) -> Vec<FloorRun> {
-    let classes: BTreeSet<u16> = jobs.iter().filter(|j| j.gpus == 1).filter_map(|j| j.share).collect();
-    jobs.iter().map(|j| run_of(j, catalog, c, &classes)).collect()
+    let partners: BTreeSet<(u32, u16)> = jobs.iter().filter_map(|j| Some((j.gpus, j.share?))).collect();
+    jobs.iter().map(|j| run_of(j, catalog, c, &partners)).collect()
 }
 
 /// (start, end) of each job in the floor's list schedule: each job on its floor GPU type
@@ -270,7 +270,7 @@ mod tests {
     fn a_job_that_may_share_runs_beside_a_partner_in_the_floor_where_that_costs_less() {
         let c = ClusterConfig::from_toml(SMALL, "c").unwrap();
         let mut cat = Catalog::from_zeus_csv(&tiny_zeus(), "z").unwrap();
-        let alone = |j: &SimJob, cat: &Catalog| run_of(j, cat, &c, &BTreeSet::from([0]));
+        let alone = |j: &SimJob, cat: &Catalog| run_of(j, cat, &c, &BTreeSet::from([(1, 0)]));
         let mut j = job(0.0, 1, 1000.0, 0.1, &cat);
         j.share = Some(0);
         // Without pair data it runs alone at its floor mix.
@@ -295,12 +295,19 @@ mod tests {
         let way = (idle / 2.0 + own * room / (own + room) + base / 2.0) * (1.0 + s);
         assert!(energy(&shared) <= way + 1e-9, "{} > {way}", energy(&shared));
         // A bound below the pair's slowdown, a class with no partner, a job that did not opt
-        // in or holds two GPUs: alone.
+        // in, or one of two GPUs with no partner of two: alone.
         let strict = SimJob { bound: 0.0, choices: job(0.0, 1, 1000.0, 0.0, &cat).choices, ..j.clone() };
         assert_eq!(alone(&strict, &cat).gpus, 1.0);
-        assert_eq!(run_of(&j, &cat, &c, &BTreeSet::from([7])), plain);
+        assert_eq!(run_of(&j, &cat, &c, &BTreeSet::from([(1, 7)])), plain);
         assert_eq!(alone(&SimJob { share: None, ..j.clone() }, &cat), plain);
         let two = SimJob { gpus: 2, ..j.clone() };
         assert_eq!(alone(&two, &cat).gpus, 2.0);
+        // With a partner of two GPUs, each of its GPUs runs as the 1-GPU job's one.
+        let paired = run_of(&two, &cat, &c, &BTreeSet::from([(2, 0)]));
+        assert_eq!(paired.time_ratio, shared.time_ratio);
+        assert!(
+            (paired.gpus - 2.0 * shared.gpus).abs() < 1e-12
+                && (paired.gpu_w - 2.0 * shared.gpu_w).abs() < 1e-9
+        );
     }
 }

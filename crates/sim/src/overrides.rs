@@ -1,8 +1,9 @@
 //! `key=value` overrides of a cluster file for experiments (the examples' arguments): a
 //! `[wattson]` knob, `order` (every policy's queue order), `slurm_order` (the references'
 //! only), `budget_w`, `perfect` (1: the perfect-knowledge what-if), `max_factor` (`[limits]`)
-//! `max_bound` (every job's slowdown bound capped at this value) `share_fraction` or `share_bound`
-//! (`[hints]`), or `colocation_json` (empty: no pair data, so no job shares).
+//! `max_bound` (every job's slowdown bound capped at this value) `share_fraction`,
+//! `share_gpus` or `share_bound` (`[hints]`), or `colocation_json` (empty: no pair data, so no
+//! job shares).
 
 use super::SimError;
 use super::cluster::{Budget, ClusterConfig};
@@ -30,6 +31,15 @@ pub fn apply(c: &mut ClusterConfig, kv: &str) -> Result<(), SimError> {
                 return Err(bad("a fraction from 0 to 1"));
             }
             c.hints.share_fraction = f;
+        }
+        "share_gpus" => {
+            c.hints.share_gpus =
+                v.parse().ok().filter(|g| (1..=c.gpus_per_node).contains(g)).ok_or_else(|| {
+                    bad(&format!(
+                        "a GPU count from 1 to a node's {} (a job shares on one node)",
+                        c.gpus_per_node
+                    ))
+                })?;
         }
         "share_bound" => {
             let b = num()?;

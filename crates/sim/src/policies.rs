@@ -210,7 +210,7 @@ pub fn prepare(
     let opt_in = draw_opt_in(trace.len(), cluster.hints.share_fraction, seed);
     for (((t, (bound, window)), limit), shares) in trace.iter().zip(hints).zip(limits).zip(opt_in) {
         let gpu_types = accepted_types(t, cluster)?;
-        let shares = t.gpus == 1 && (shares || t.gpu_fraction < 1.0);
+        let shares = t.gpus <= cluster.hints.share_gpus && (shares || t.gpu_fraction < 1.0);
         let bound = if shares { bound.max(cluster.hints.share_bound) } else { bound };
         if u64::from(t.gpus) > cap {
             let of =
@@ -336,6 +336,7 @@ mod tests {
             defer_fraction: 0.2,
             defer_window_s: [100.0, 200.0],
             share_fraction: 0.0,
+            share_gpus: 1,
             share_bound: 0.0,
         };
         let a = draw_hints(20_000, &d, 7);

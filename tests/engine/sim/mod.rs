@@ -75,8 +75,8 @@ fn check_conservation(c: &ClusterConfig, o: &Outcome) {
             for &(n, m) in &x.shares {
                 busy_gpu_s[n as usize] += f64::from(m.count_ones()) * (x.end - x.start);
             }
-            // A GPU two jobs shared was busy once: each pair's stretch is taken off once.
-            let node = x.shares[0].0 as usize;
+            // A GPU two jobs shared was busy once: each pair's stretch is taken off once, on
+            // each GPU they shared (all of the job's).
             for &(other, from, to) in &x.partners {
                 assert!(
                     to >= from && from >= x.start - 1e-9 && to <= x.end + 1e-9,
@@ -84,7 +84,9 @@ fn check_conservation(c: &ClusterConfig, o: &Outcome) {
                     j.id
                 );
                 if other as usize > k {
-                    busy_gpu_s[node] -= to - from;
+                    for &(n, m) in &x.shares {
+                        busy_gpu_s[n as usize] -= f64::from(m.count_ones()) * (to - from);
+                    }
                 }
             }
         }

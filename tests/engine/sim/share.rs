@@ -1,26 +1,48 @@
-//! Shared GPUs in the simulator: users of 1-GPU jobs opt in, the engine pairs them on a
-//! running job's GPU from its interference model fitted on Gavel's V100 pairs, and the
+//! Shared GPUs in the simulator: users of 1-GPU jobs (and, with `[hints] share_gpus`, of
+//! jobs of several GPUs) opt in, the engine pairs them on a running job's GPUs from its interference model fitted on Gavel's V100 pairs, and the
 //! simulator charges the measured pair slowdowns. Checked from the raw records: energy and
 //! GPU-seconds still add up, two jobs overlap on a GPU only as recorded partners, no pair that
 //! Gavel found not to fit ran, every job wattson paired kept its bound, and besides wattson
 //! only the reference `slurm-shards` shares (packing as Slurm does, so it breaks bounds).
 
 use wattson_sim::colocation::Colocation;
-use wattson_sim::{ClusterPolicy, TraceFormat};
+use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, Outcome, TraceFormat, TraceJob};
 
 use super::{check_conservation, check_no_double_booking, data, inputs, read};
 
-#[test]
-fn opted_in_jobs_share_gpus_within_their_bounds_and_every_joule_is_accounted() {
+const TRACE: &str = "traces/itp-elasticflow/cluster04.csv";
+
+/// The cluster and catalog with Gavel's pairs, every job of at most `share_gpus` GPUs opted in
+/// at a 50% bound, and the trace's first 1500 jobs.
+fn sharing_inputs(share_gpus: u32) -> (ClusterConfig, Catalog, Vec<TraceJob>) {
     let (mut c, mut cat) = inputs();
     let gavel = data("colocation/gavel/simulation_throughputs.json");
     cat.colocation = Some(Colocation::from_gavel_json(&read(&gavel), "gavel").expect("Gavel data parses"));
-    let colo = cat.colocation.clone().unwrap();
     c.hints.share_fraction = 1.0;
     c.hints.share_bound = 0.5;
-    let name = "traces/itp-elasticflow/cluster04.csv";
-    let mut t = wattson_sim::trace::parse(&read(&data(name)), name, TraceFormat::Auto).unwrap();
+    c.hints.share_gpus = share_gpus;
+    let mut t = wattson_sim::trace::parse(&read(&data(TRACE)), TRACE, TraceFormat::Auto).unwrap();
     t.truncate(1500);
+    (c, cat, t)
+}
+
+/// The floor is below every policy that keeps the bounds.
+fn check_floor_below_bound_keepers(o: &Outcome) {
+    let floor = o.report.summary(ClusterPolicy::Floor).unwrap().energy_kwh;
+    for s in
+        o.report.summaries.iter().filter(|s| {
+            ![ClusterPolicy::Floor, ClusterPolicy::SlurmShards].iter().any(|p| p.name() == s.policy)
+        })
+    {
+        assert!(floor < s.energy_kwh, "the floor {floor} kWh is not below {:?}'s {}", s.policy, s.energy_kwh);
+    }
+}
+
+#[test]
+fn opted_in_jobs_share_gpus_within_their_bounds_and_every_joule_is_accounted() {
+    let (mut c, mut cat, t) = sharing_inputs(1);
+    let colo = cat.colocation.clone().unwrap();
+    let name = TRACE;
     let o = wattson_sim::run(&c, &cat, &t, name, &wattson_sim::policies::ALL, 1).expect("simulation runs");
     check_conservation(&c, &o);
     check_no_double_booking(&c, &o);
@@ -60,14 +82,8 @@ fn opted_in_jobs_share_gpus_within_their_bounds_and_every_joule_is_accounted() {
     }
     // The floor may share as the jobs may: below every policy that keeps the bounds, and
     // below the floor of the same jobs without pair data.
+    check_floor_below_bound_keepers(&o);
     let floor = o.report.summary(ClusterPolicy::Floor).unwrap().energy_kwh;
-    for s in
-        o.report.summaries.iter().filter(|s| {
-            ![ClusterPolicy::Floor, ClusterPolicy::SlurmShards].iter().any(|p| p.name() == s.policy)
-        })
-    {
-        assert!(floor < s.energy_kwh, "the floor {floor} kWh is not below {:?}'s {}", s.policy, s.energy_kwh);
-    }
     let mut whole = cat.clone();
     whole.colocation = None;
     let whole = wattson_sim::run(&c, &whole, &t, name, &[ClusterPolicy::Floor], 1).unwrap();
@@ -83,4 +99,39 @@ fn opted_in_jobs_share_gpus_within_their_bounds_and_every_joule_is_accounted() {
     let bare = wattson_sim::run(&c, &cat, &t, name, &[ClusterPolicy::Wattson], 1).unwrap();
     assert!(none.runs[0].jobs.iter().all(|x| x.partners.is_empty()));
     assert_eq!(none.report.summaries[0].energy_kwh, bare.report.summaries[0].energy_kwh);
+}
+
+#[test]
+fn a_job_of_several_gpus_shares_all_of_them_with_one_partner_of_as_many() {
+    let (c, cat, t) = sharing_inputs(8);
+    let o = wattson_sim::run(&c, &cat, &t, TRACE, &wattson_sim::policies::ALL, 1).expect("simulation runs");
+    check_conservation(&c, &o);
+    check_no_double_booking(&c, &o);
+    check_floor_below_bound_keepers(&o);
+    for r in
+        o.runs.iter().filter(|r| [ClusterPolicy::Wattson, ClusterPolicy::SlurmShards].contains(&r.policy))
+    {
+        let shared: Vec<usize> = (0..r.jobs.len()).filter(|&k| !r.jobs[k].partners.is_empty()).collect();
+        let wide = shared.iter().filter(|&&k| o.jobs[k].gpus > 1).count();
+        assert!(wide >= 10, "{:?}: {wide} jobs of several GPUs shared", r.policy);
+        for &k in &shared {
+            for &(other, _, _) in &r.jobs[k].partners {
+                let o_k = other as usize;
+                assert_eq!(
+                    o.jobs[o_k].gpus, o.jobs[k].gpus,
+                    "job {}: a partner of another size",
+                    o.jobs[k].id
+                );
+                assert_eq!(
+                    r.jobs[o_k].shares, r.jobs[k].shares,
+                    "job {}: not on all its partner's GPUs",
+                    o.jobs[k].id
+                );
+            }
+        }
+        if r.policy == ClusterPolicy::Wattson {
+            let over = shared.iter().filter(|&&k| r.jobs[k].slowdown > o.jobs[k].bound + 1e-9).count();
+            assert_eq!(over, 0, "wattson paired jobs beyond their bounds");
+        }
+    }
 }

@@ -152,7 +152,7 @@ fn a_job_the_free_gpus_hold_starts_alone_off_the_nodes_of_lone_jobs_it_may_not_j
 fn the_pair_file_names_classes_by_tag_and_predicts_pairs_never_measured() {
     let p = pairs();
     assert_eq!((p.class("big"), p.class("small"), p.class("other")), (Some(0), Some(1), None));
-    let c = |job, class, bound| Candidate { job, class, bound };
+    let c = |job, class, bound| Candidate { job, class, gpus: 1, bound };
     let sharing = p.sharing();
     assert!((slowdowns(&sharing, &c(1, 1, 0.1), &c(2, 1, 0.1)).unwrap() - 0.1).abs() < 1e-9);
     assert_eq!(slowdowns(&sharing, &c(1, 0, 0.1), &c(2, 1, 0.1)), None, "big beside small: 50%");

@@ -1,5 +1,6 @@
-//! Co-location: which queued job starts now on the GPU of a running job, only 1-GPU jobs whose
-//! users let them share. Under wattson, only a job that would otherwise wait (the GPUs free on
+//! Co-location: which queued job starts now on the GPUs of a running job, only jobs whose
+//! users let them share, each paired with a job of as many GPUs (each GPU of one shared with
+//! the other). Under wattson, only a job that would otherwise wait (the GPUs free on
 //! powered-on nodes are taken by the jobs ahead of it in the queue): a job that can have a GPU
 //! of its own runs alone. Partners come from [`crate::colocation::pair`], within both jobs'
 //! bounds (the running job's bound is what its run so far left of it). The reference
@@ -19,27 +20,34 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     }
 }
 
-/// The opted-in 1-GPU running jobs that run alone and have begun (a job whose nodes still boot
+/// The opted-in running jobs that run alone and have begun (a job whose nodes still boot
 /// is no partner yet), as candidates.
 fn lone(s: &Snapshot) -> Vec<Candidate> {
     s.running
         .iter()
         .filter_map(|r| {
-            let class = r.job.share.filter(|_| r.job.gpus == 1 && !r.shared && r.elapsed_s > 0.0)?;
-            Some(Candidate { job: r.job.id, class: usize::from(class), bound: allowance(r) })
+            let class = r.job.share.filter(|_| !r.shared && r.elapsed_s > 0.0)?;
+            Some(Candidate {
+                job: r.job.id,
+                class: usize::from(class),
+                gpus: r.job.gpus,
+                bound: allowance(r),
+            })
         })
         .collect()
 }
 
-/// Slurm's packing: each queued opted-in 1-GPU job, in queue order, beside the first lone
-/// opted-in job on a node it may use, whatever the pair's slowdowns (only a pair seen not to
+/// Slurm's packing: each queued opted-in job, in queue order, beside the first lone opted-in
+/// job of as many GPUs on a node it may use, whatever the pair's slowdowns (only a pair seen not to
 /// fit on one GPU is not tried again).
 fn packed(s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
     let mut lone = lone(s);
-    for q in s.queued.iter().filter(|q| q.job.gpus == 1) {
+    for q in s.queued {
         let Some(class) = q.job.share.map(usize::from) else { continue };
         let unfit = |r: &Candidate| {
-            sharing.unfit.contains(&(class, r.class)) || sharing.unfit.contains(&(r.class, class))
+            r.gpus != q.job.gpus
+                || sharing.unfit.contains(&(class, r.class))
+                || sharing.unfit.contains(&(r.class, class))
         };
         if let Some(k) = lone.iter().position(|r| !unfit(r) && may_join(s, q.job.id, r.job)) {
             a.share.push((q.job.id, lone.remove(k).job));
@@ -60,8 +68,8 @@ fn by_model(s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
         .zip(&holds)
         .filter(|(_, held)| !**held)
         .filter_map(|(q, _)| {
-            let class = q.job.share.filter(|_| q.job.gpus == 1)?;
-            Some(Candidate { job: q.job.id, class: usize::from(class), bound: q.job.bound })
+            let class = q.job.share?;
+            Some(Candidate { job: q.job.id, class: usize::from(class), gpus: q.job.gpus, bound: q.job.bound })
         })
         .collect();
     let may = |queued: u32, running: u32| may_join(s, queued, running);
@@ -209,5 +217,15 @@ mod tests {
         assert!(
             brain(&shards, &Snapshot { running: &shared[..1], queued: &queued[1..], ..s }).share.is_empty()
         );
+
+        // A job of two GPUs pairs only with a running job of two, under either policy.
+        let two = |job: JobView| JobView { gpus: 2, ..job };
+        let wide = [Queued { job: two(one(12, Some(0))), eligible: 0.0 }];
+        assert!(brain(&p, &Snapshot { queued: &wide, ..s }).share.is_empty());
+        assert!(brain(&shards, &Snapshot { queued: &wide, ..s }).share.is_empty());
+        let pair_of_two = [run(1, Some(1)), Running { job: two(one(2, Some(0))), ..run(2, Some(0)) }];
+        let s_two = Snapshot { queued: &wide, running: &pair_of_two, ..s };
+        assert_eq!(brain(&p, &s_two).share, vec![(12, 2)]);
+        assert_eq!(brain(&shards, &s_two).share, vec![(12, 2)]);
     }
 }
