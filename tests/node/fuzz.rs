@@ -95,23 +95,34 @@ proptest! {
     }
 
     #[test]
-    fn a_gpu_request_is_rewritten_to_shards_only_from_one_whole_gpu(
+    fn a_gpu_request_is_rewritten_to_shards_only_from_whole_gpus_the_site_shares(
         per_node in prop_oneof![".{0,40}", "(gres[:/])?(gpu|shard|mps|nvme)(:[a-z0-9]{0,5}){0,3}"],
         per_job in prop::option::of("(gres[:/])?(gpu|license)(:[a-z0-9]{0,4}){0,2}"),
         nodes in prop::sample::select(vec![0u32, 1, 2, 0xffff_fffe]),
+        tasks in prop::sample::select(vec![0u32, 1, 2, 3, 0xffff_fffe]),
+        most_gpus in 1u32..4,
+        one_task_per_sharing in any::<bool>(),
     ) {
-        use wattson_slurm::shards::{GpuRequest, rewrite};
+        use wattson_slurm::shards::{GpuRequest, ShareRule, rewrite};
         let request = GpuRequest {
             tres_per_node: Some(per_node.as_str()),
             tres_per_job: per_job.as_deref(),
             min_nodes: nodes,
             max_nodes: nodes,
-            num_tasks: nodes,
+            num_tasks: tasks,
             ..GpuRequest::default()
         };
-        if let Ok(r) = rewrite(&request, Some(3)) {
-            // One whole GPU became 3 shards, and nothing else names a GPU.
-            prop_assert!(r.tres_per_node.ends_with("shard:3"), "{per_node:?} -> {r:?}");
+        let rule = ShareRule { shards: Some(3), most_gpus, one_task_per_sharing };
+        if let Ok(r) = rewrite(&request, rule) {
+            // Each whole GPU became 3 shards (per node for one GPU, per task, one task per GPU,
+            // for several), and nothing else names a GPU.
+            prop_assert!(r.gpus >= 1 && r.gpus <= most_gpus, "{per_node:?} -> {r:?}");
+            if r.gpus == 1 {
+                prop_assert!(r.tres_per_node.ends_with("shard:3") && r.tres_per_task.is_none(), "{per_node:?} -> {r:?}");
+            } else {
+                prop_assert!(one_task_per_sharing && nodes == 1 && tasks == r.gpus, "{per_node:?} -> {r:?}");
+                prop_assert_eq!(r.tres_per_task.as_deref(), Some("gres/shard:3"));
+            }
             let names_gpu = r.tres_per_node.split(',').any(|item| {
                 let name = item.trim().trim_start_matches("gres:").trim_start_matches("gres/");
                 name == "gpu" || name.starts_with("gpu:")

@@ -277,6 +277,12 @@ impl Config {
                     "{origin}: ctld.share_pairs needs policy.shards_per_gpu (the shards job_submit gives an opted-in job)"
                 )));
             }
+            if config.policy.share_gpus > 1 {
+                return Err(ConfigError(format!(
+                    "{origin}: ctld.share_pairs pairs jobs of one GPU only; policy.share_gpus = {} would leave jobs of several GPUs to Slurm's packing, whatever their bounds (set it to 1)",
+                    config.policy.share_gpus
+                )));
+            }
         }
         paths::check(&config, origin)?;
         Ok(config)
@@ -314,7 +320,7 @@ mod tests {
     use wattson_types::gpu::Knob;
 
     #[test]
-    fn a_pair_file_needs_shards_and_no_budget() {
+    fn a_pair_file_needs_shards_no_budget_and_jobs_of_one_gpu() {
         let pairs = "[ctld]\nshare_pairs = \"/etc/wattson/pairs.toml\"\n";
         let err = Config::parse(pairs, "w.toml").unwrap_err().0;
         assert!(err.contains("ctld.share_pairs needs policy.shards_per_gpu"), "{err}");
@@ -322,6 +328,13 @@ mod tests {
         assert!(Config::parse(&shards, "w.toml").is_ok());
         let err = Config::parse(&format!("{shards}[budget]\npower_w = 5000\n"), "w.toml").unwrap_err().0;
         assert!(err.contains("ctld.share_pairs and budget.power_w cannot be set together"), "{err}");
+        let err = Config::parse(
+            &shards.replace("shards_per_gpu = 4", "shards_per_gpu = 4\nshare_gpus = 2"),
+            "w.toml",
+        )
+        .unwrap_err()
+        .0;
+        assert!(err.contains("ctld.share_pairs pairs jobs of one GPU only"), "{err}");
     }
 
     #[test]

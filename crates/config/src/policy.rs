@@ -50,6 +50,12 @@ pub struct SitePolicy {
     #[serde(default, deserialize_with = "shards")]
     #[schemars(extend("x-allowed" = "0, or 2 to 1024"))]
     pub shards_per_gpu: u32,
+    /// The most GPUs of an opted-in job that job_submit rewrites to shards (default 1). A job of
+    /// N > 1 GPUs on one node with N tasks gets half of each GPU, one per task (Slurm 24.05 or
+    /// later with `SelectTypeParameters=...,MULTIPLE_SHARING_GRES_PJ`; docs/slurm.md).
+    #[serde(default = "one_gpu", deserialize_with = "gpu_count")]
+    #[schemars(extend("x-allowed" = "1 to 64"))]
+    pub share_gpus: u32,
 }
 
 impl Default for SitePolicy {
@@ -64,6 +70,7 @@ impl Default for SitePolicy {
             balanced_eta: default_eta(),
             share_partitions: Vec::new(),
             shards_per_gpu: 0,
+            share_gpus: 1,
         }
     }
 }
@@ -105,6 +112,19 @@ fn shards<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
         Ok(n)
     } else {
         Err(serde::de::Error::custom(format!("{n} shards per GPU: not 0 (off), nor from 2 to 1024")))
+    }
+}
+
+fn one_gpu() -> u32 {
+    1
+}
+
+fn gpu_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if (1..=64).contains(&n) {
+        Ok(n)
+    } else {
+        Err(serde::de::Error::custom(format!("{n} GPUs: not from 1 to 64")))
     }
 }
 
@@ -265,6 +285,10 @@ mod tests {
         let e = parse("[policy]\nshards_per_gpu = 1\n").unwrap_err().0;
         assert!(e.contains("nor from 2 to 1024"), "{e}");
         assert!(parse("[policy]\nshards_per_gpu = 1025\n").is_err());
+        let gpus = |text: &str| crate::Config::parse(text, "t.toml").map(|c| c.policy.share_gpus);
+        assert_eq!((gpus("").unwrap(), gpus("[policy]\nshare_gpus = 8\n").unwrap()), (1, 8));
+        let e = gpus("[policy]\nshare_gpus = 0\n").unwrap_err().0;
+        assert!(e.contains("not from 1 to 64"), "{e}");
     }
 
     #[test]

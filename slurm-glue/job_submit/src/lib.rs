@@ -73,6 +73,20 @@ unsafe fn set_string(slot: *mut *mut c_char, value: &str) {
     }
 }
 
+/// Frees a string field of Slurm's and sets it to NULL.
+///
+/// # Safety
+/// `slot` must point to a field of a Slurm structure holding NULL or a string Slurm allocated.
+unsafe fn clear_string(slot: *mut *mut c_char) {
+    // SAFETY: per the contract; xfree sets the field to NULL, as does the line after it.
+    unsafe {
+        if !(*slot).is_null() {
+            slurm_xfree(slot.cast());
+        }
+        *slot = std::ptr::null_mut();
+    }
+}
+
 /// Sets `name=value` in the job's SPANK environment (what the nodes' SPANK options read) with
 /// Slurm's own function, and keeps the array's count in step.
 ///
@@ -180,8 +194,8 @@ pub unsafe extern "C" fn job_submit(
         let fields = [
             job.tres_per_node,
             job.tres_per_job,
-            job.tres_per_socket,
             job.tres_per_task,
+            job.tres_per_socket,
             job.cpus_per_tres,
             job.mem_per_tres,
             job.tres_bind,
@@ -194,11 +208,13 @@ pub unsafe extern "C" fn job_submit(
             gpus: GpuRequest {
                 tres_per_node: fields[0].as_deref(),
                 tres_per_job: fields[1].as_deref(),
-                others: fields[2..].iter().map(Option::as_deref).collect(),
+                tres_per_task: fields[2].as_deref(),
+                others: fields[3..].iter().map(Option::as_deref).collect(),
                 min_nodes: job.min_nodes,
                 max_nodes: job.max_nodes,
                 num_tasks: job.num_tasks,
             },
+            one_task_per_sharing: wattson_slurm::GRES_ONE_TASK_PER_SHARING.is_some(),
         };
         let decided =
             submit::decide(spank_env, job_env, uid, &user, account.as_deref(), &shape, now, config, models);
@@ -214,11 +230,23 @@ pub unsafe extern "C" fn job_submit(
                             admin_comment.push_str(&format!(",{}", wattson_config::ctld::SHARE_HELD_MARK));
                         }
                         // SAFETY: Slurm-owned string fields, freed and set with Slurm's allocator.
-                        unsafe { set_string(&mut job.tres_per_node, &rewrite.tres_per_node) };
-                        if rewrite.clear_tres_per_job && !job.tres_per_job.is_null() {
-                            // SAFETY: as above; xfree sets the field to NULL.
-                            unsafe { slurm_xfree((&raw mut job.tres_per_job).cast()) };
-                            job.tres_per_job = std::ptr::null_mut();
+                        unsafe {
+                            if rewrite.tres_per_node.is_empty() {
+                                clear_string(&mut job.tres_per_node);
+                            } else {
+                                set_string(&mut job.tres_per_node, &rewrite.tres_per_node);
+                            }
+                        }
+                        if let (Some(per_task), Some(flag)) =
+                            (&rewrite.tres_per_task, wattson_slurm::GRES_ONE_TASK_PER_SHARING)
+                        {
+                            // SAFETY: as above.
+                            unsafe { set_string(&mut job.tres_per_task, per_task) };
+                            job.bitflags |= flag;
+                        }
+                        if rewrite.clear_tres_per_job {
+                            // SAFETY: as above.
+                            unsafe { clear_string(&mut job.tres_per_job) };
                         }
                     }
                     // Nothing to enact, nothing to say: the site rewrites none, or no GPU.
@@ -228,9 +256,11 @@ pub unsafe extern "C" fn job_submit(
                     )),
                 }
                 // Whether the job asks for part of a GPU (shards, MPS), for its nodes' prolog.
-                // SAFETY: Slurm's NUL-terminated tres_per_node (as rewritten), or NULL.
-                let tres_per_node = unsafe { text(job.tres_per_node) };
-                let shares = wattson_slurm::sharing::spank_value(tres_per_node.as_deref());
+                // SAFETY: Slurm's NUL-terminated TRES lists (as rewritten), or NULL.
+                let asked =
+                    unsafe { [text(job.tres_per_node), text(job.tres_per_task), text(job.tres_per_job)] };
+                let asked: Vec<Option<&str>> = asked.iter().map(Option::as_deref).collect();
+                let shares = wattson_slurm::sharing::spank_value(&asked);
                 // SAFETY: Slurm's own array and count, grown by Slurm's allocator.
                 unsafe { set_spank_env(job, wattson_slurm::sharing::SHARES_GPUS_VAR, shares) };
                 for (name, value) in &decision.spank_options {

@@ -12,4 +12,6 @@ pub mod sharing;
 pub mod steps;
 pub mod submit;
 
-pub use wattson_slurm_sys::{BINDINGS_SOURCE, release_of, slurm_version, sys, version_string};
+pub use wattson_slurm_sys::{
+    BINDINGS_SOURCE, GRES_ONE_TASK_PER_SHARING, release_of, slurm_version, sys, version_string,
+};

@@ -8,9 +8,10 @@ pub use wattson_types::share::SHARES_GPUS_VAR;
 /// The GRES that put a job on part of a GPU that other jobs may hold too.
 const SHARING_GRES: [&str; 2] = ["shard", "mps"];
 
-/// Whether a job's per-node TRES as Slurm keeps them (`gres:shard:2` on 22.05,
-/// `gres/shard:2`, `gres/mps:a100:50` later; several separated by `,`) ask for part of a GPU.
-pub fn from_tres_per_node(tres: &str) -> bool {
+/// Whether a job's TRES list as Slurm keeps them (`gres:shard:2` on 22.05, `gres/shard:2`,
+/// `gres/mps:a100:50` later; several separated by `,`; per node, per task or per job) ask for
+/// part of a GPU.
+pub fn from_tres(tres: &str) -> bool {
     tres.split(',').any(|item| {
         let item = item.trim();
         let rest = item.strip_prefix("gres:").or_else(|| item.strip_prefix("gres/")).unwrap_or(item);
@@ -19,10 +20,11 @@ pub fn from_tres_per_node(tres: &str) -> bool {
     })
 }
 
-/// The value job_submit gives [`SHARES_GPUS_VAR`]: `1` for a job on part
-/// of a GPU, empty otherwise (so that a value the user set is overwritten).
-pub fn spank_value(tres_per_node: Option<&str>) -> &'static str {
-    if tres_per_node.is_some_and(from_tres_per_node) { "1" } else { "" }
+/// The value job_submit gives [`SHARES_GPUS_VAR`] from the job's TRES lists (per node, per
+/// task, per job; NULL ones `None`): `1` for a job on part of a GPU, empty otherwise (so that
+/// a value the user set is overwritten).
+pub fn spank_value(tres: &[Option<&str>]) -> &'static str {
+    if tres.iter().flatten().any(|t| from_tres(t)) { "1" } else { "" }
 }
 
 /// Whether a job shares its GPUs, from its prolog's environment (`env` gives a variable's
@@ -38,15 +40,19 @@ mod tests {
 
     #[test]
     fn shards_and_mps_share_a_gpu_and_whole_gpus_do_not() {
-        assert!(from_tres_per_node("gres:shard:1"));
-        assert!(from_tres_per_node("gres/shard:2"));
-        assert!(from_tres_per_node("gres/gpu:1,gres/mps:a100:50"));
-        assert!(!from_tres_per_node("gres:gpu:1"));
-        assert!(!from_tres_per_node("gres/gpu:h100:2"));
-        assert!(!from_tres_per_node("gres/shardx:1"));
-        assert!(!from_tres_per_node(""));
-        assert_eq!(spank_value(Some("gres:shard:1")), "1");
-        assert_eq!((spank_value(Some("gres:gpu:1")), spank_value(None)), ("", ""));
+        assert!(from_tres("gres:shard:1"));
+        assert!(from_tres("gres/shard:2"));
+        assert!(from_tres("gres/gpu:1,gres/mps:a100:50"));
+        assert!(!from_tres("gres:gpu:1"));
+        assert!(!from_tres("gres/gpu:h100:2"));
+        assert!(!from_tres("gres/shardx:1"));
+        assert!(!from_tres(""));
+        assert_eq!(spank_value(&[Some("gres:shard:1")]), "1");
+        assert_eq!((spank_value(&[Some("gres:gpu:1")]), spank_value(&[None])), ("", ""));
+        // Shards asked per task (24.05 and later: `--tres-per-task`, or job_submit's rewrite of a
+        // job of several GPUs) put the job on part of each GPU too.
+        assert_eq!(spank_value(&[None, Some("cpu=4,gres/shard:2"), None]), "1");
+        assert_eq!(spank_value(&[Some("gres/gpu:2"), Some("cpu=4"), None]), "");
     }
 
     #[test]

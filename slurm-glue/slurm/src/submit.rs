@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::hints::{self, SubmitHints};
-use super::shards::{self, GpuRequest, Kept, ShardRewrite};
+use super::shards::{self, GpuRequest, Kept, ShardRewrite, ShareRule};
 use wattson_config::policy::Decision;
 use wattson_config::{Config, EngineConfig};
 use wattson_engine::{ModelTable, Objective};
@@ -47,6 +47,8 @@ pub struct JobShape<'a> {
     pub partitions: Vec<&'a str>,
     /// What it asks of GPUs.
     pub gpus: GpuRequest<'a>,
+    /// Whether this Slurm gives each task its shards on a GPU of its own (24.05 and later).
+    pub one_task_per_sharing: bool,
 }
 
 /// A job's GPU-sharing opt-in (`--energy-share`, else its partitions' default) and what
@@ -55,7 +57,7 @@ pub struct JobShape<'a> {
 pub enum Share {
     /// Not opted in: the job keeps its GPUs to itself.
     No,
-    /// Opted in and given half a GPU's shards instead of its one whole GPU.
+    /// Opted in and given half a GPU's shards instead of each of its whole GPUs.
     Shards(ShardRewrite),
     /// Opted in; its request is kept as it is, for this reason.
     Kept(Kept),
@@ -103,7 +105,12 @@ pub fn decide<'a>(
         admin_comment.push_str(&format!(",deferred={}", format_utc(t)));
     }
     let opted_in = config.policy.shares(hints.hints.share, &job.partitions);
-    let share = match (opted_in, shards::rewrite(&job.gpus, config.policy.shards_per_job())) {
+    let rule = ShareRule {
+        shards: config.policy.shards_per_job(),
+        most_gpus: config.policy.share_gpus,
+        one_task_per_sharing: job.one_task_per_sharing,
+    };
+    let share = match (opted_in, shards::rewrite(&job.gpus, rule)) {
         (false, _) => Share::No,
         (true, Ok(rewrite)) => Share::Shards(rewrite),
         (true, Err(kept)) => Share::Kept(kept),
@@ -113,6 +120,9 @@ pub fn decide<'a>(
     }
     if let Share::Shards(r) = &share {
         admin_comment.push_str(&format!(",shards={}", r.shards));
+        if r.gpus > 1 {
+            admin_comment.push_str(&format!(",shared_gpus={}", r.gpus));
+        }
     }
     let mut message = match (&decision.note, begin_time_s) {
         (Some(note), _) => Some(format!("wattson: {note}")),
@@ -120,10 +130,17 @@ pub fn decide<'a>(
         (None, None) => None,
     };
     if let Share::Shards(r) = &share {
-        let line = format!(
-            "the job may share its GPU: it asks {} shards (half a GPU) instead of a whole GPU",
-            r.shards
-        );
+        let line = if r.gpus == 1 {
+            format!(
+                "the job may share its GPU: it asks {} shards (half a GPU) instead of a whole GPU",
+                r.shards
+            )
+        } else {
+            format!(
+                "the job may share its GPUs: each of its {} tasks asks {} shards (half a GPU) of a GPU of its own instead of {} whole GPUs",
+                r.gpus, r.shards, r.gpus
+            )
+        };
         message = Some(match message {
             Some(m) => format!("{m}; {line}"),
             None => format!("wattson: {line}"),
@@ -345,7 +362,7 @@ mod tests {
             num_tasks: 1,
             ..GpuRequest::default()
         };
-        JobShape { partitions: partitions.to_vec(), gpus }
+        JobShape { partitions: partitions.to_vec(), gpus, one_task_per_sharing: false }
     }
 
     #[test]
@@ -355,8 +372,13 @@ mod tests {
         let asked = ["_SLURM_SPANK_OPTION_wattson_energy_share=yes"];
         let d =
             decide(asked, [], 1000, "alice", None, &shape(&["gpu"], "gres/gpu:1"), 0, &cfg, &none).unwrap();
-        let rewrite =
-            ShardRewrite { tres_per_node: "gres/shard:2".into(), clear_tres_per_job: false, shards: 2 };
+        let rewrite = ShardRewrite {
+            tres_per_node: "gres/shard:2".into(),
+            clear_tres_per_job: false,
+            shards: 2,
+            gpus: 1,
+            tres_per_task: None,
+        };
         assert_eq!(d.share, Share::Shards(rewrite));
         assert_eq!(d.admin_comment, "wattson:policy=balanced,share=yes,shards=2");
         assert!(d.message.unwrap().contains("asks 2 shards (half a GPU)"));
@@ -415,6 +437,31 @@ mod tests {
         assert_eq!(d.spank_options, [("_SLURM_SPANK_OPTION_wattson_energy_share".into(), "yes".into())]);
         let e = from_env("WATTSON_ENERGY_SHARE=maybe").unwrap_err();
         assert_eq!(e, "--energy-share=maybe: not one of yes, no");
+    }
+
+    #[test]
+    fn a_site_that_shares_jobs_of_several_gpus_gives_each_task_half_a_gpu_on_a_later_slurm() {
+        let cfg = config("[policy]\nshards_per_gpu = 4\nshare_gpus = 2\n");
+        let none = ModelTable::new();
+        let asked = ["_SLURM_SPANK_OPTION_wattson_energy_share=yes"];
+        let two = |later| {
+            let mut job = shape(&["gpu"], "gres/gpu:2");
+            (job.gpus.num_tasks, job.one_task_per_sharing) = (2, later);
+            decide(asked, [], 1000, "alice", None, &job, 0, &cfg, &none).unwrap()
+        };
+        let d = two(true);
+        assert!(
+            matches!(d.share, Share::Shards(ref r) if r.gpus == 2 && r.tres_per_task.as_deref() == Some("gres/shard:2")),
+            "{:?}",
+            d.share
+        );
+        assert_eq!(d.admin_comment, "wattson:policy=balanced,share=yes,shards=2,shared_gpus=2");
+        let said = d.message.unwrap();
+        assert!(
+            said.contains("each of its 2 tasks asks 2 shards (half a GPU) of a GPU of its own"),
+            "{said}"
+        );
+        assert_eq!(two(false).share, Share::Kept(Kept::ReleaseCannotShareSeveral));
     }
 
     #[test]

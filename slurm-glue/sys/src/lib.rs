@@ -16,6 +16,13 @@ pub const BINDINGS_SOURCE: &str = env!("WATTSON_SLURM_BINDINGS_SOURCE");
 /// The headers' directory the build read (or would have read), `.../include/slurm`.
 pub const HEADERS: &str = env!("WATTSON_SLURM_HEADERS");
 
+/// The job flag (`job_desc_msg_t::bitflags`) that gives each task of a job its sharing GRES
+/// on a GPU no other task of the job has (`--gres-flags=one-task-per-sharing`), on the
+/// releases that have it (24.05 and later): `SLURM_BIT(38)` there. bindgen does not evaluate
+/// `SLURM_BIT`, so it is written here and checked against the headers by a test.
+pub const GRES_ONE_TASK_PER_SHARING: Option<u64> =
+    if sys::SLURM_VERSION_NUMBER >= 0x18_05_00 { Some(1 << 38) } else { None };
+
 /// The Slurm version the bindings (and so the plugins) are built for, as Slurm writes it
 /// (`22.05.8`): slurmctld loads a job_submit plugin of exactly its own version only.
 pub fn slurm_version() -> String {
@@ -56,6 +63,21 @@ mod tests {
             .find_map(|l| l.strip_prefix("#define SLURM_VERSION_NUMBER 0x"))
             .expect("slurm_version.h defines SLURM_VERSION_NUMBER");
         assert_eq!(super::version_string(u32::from_str_radix(hex.trim(), 16).unwrap()), v);
+    }
+
+    #[test]
+    fn the_one_task_per_sharing_flag_is_the_headers() {
+        if super::BINDINGS_SOURCE != "generated" {
+            // The committed 22.05.8 bindings: a release without the flag.
+            assert_eq!(super::GRES_ONE_TASK_PER_SHARING, None);
+            return;
+        }
+        let header = std::fs::read_to_string(format!("{}/slurm.h", super::HEADERS)).unwrap();
+        let bit = header.lines().find_map(|l| {
+            let rest = l.strip_prefix("#define GRES_ONE_TASK_PER_SHARING")?.trim_start();
+            rest.strip_prefix("SLURM_BIT(")?.split(')').next()?.parse::<u32>().ok()
+        });
+        assert_eq!(super::GRES_ONE_TASK_PER_SHARING, bit.map(|b| 1u64 << b), "the headers say bit {bit:?}");
     }
 
     #[test]
