@@ -123,3 +123,57 @@ fn a_jobs_shards_cover_half_of_each_of_its_gpus_only_one_task_per_sharing() {
     let b = lab.sbatch(&per_task, "sleep 30").unwrap();
     assert_eq!(running_shards(&lab, b), "shard:4(2/4,2/4)");
 }
+
+#[test]
+#[ignore = "needs a lab of 24.05 or later: WATTSON_SLURM_RELEASE=24.11 (scripts/test-releases)"]
+fn opted_in_jobs_of_two_gpus_and_two_tasks_share_both_gpus_each_charged_its_part() {
+    // job_submit with `[policy] share_gpus = 2` on a node of two simulated H100s with 4 shards
+    // each and MULTIPLE_SHARING_GRES_PJ: a job of 2 GPUs and 2 tasks asks half of each GPU.
+    assert!(slurm_lab::release().root.is_some(), "set WATTSON_SLURM_RELEASE to 24.11 or 26.05");
+    let policy = "enact = \"share\"\nshards_per_gpu = 4\nshare_gpus = 2\n";
+    let node = common::Node::with_sections(fake_nvml::Config::uniform("H100", 2), "200ms", policy, "");
+    let lab_node = slurm_lab::LabNode { shards: 8, cpus: 8, ..slurm_lab::LabNode::new("n1", 2, "h100") };
+    let select = "SelectTypeParameters=CR_Core,MULTIPLE_SHARING_GRES_PJ\n";
+    let (node, lab) = super::slurm::plugged_lab(node, lab_node, false, "", &[], false, select);
+    node.sim.set_load(0, 0.6).unwrap();
+    node.sim.set_load(1, 0.3).unwrap();
+    let opted = ["-N1", "-n2", "--gres=gpu:2", "--energy-share=yes"];
+    let long = "#!/bin/sh\nsleep 6\n";
+    let (a, said) = lab.sbatch_verbose(&opted, long).unwrap();
+    assert!(said.contains("each of its 2 tasks asks 2 shards (half a GPU) of a GPU of its own"), "{said}");
+    let b = lab.sbatch(&opted, long).unwrap();
+    // Both run at once, each on half of both GPUs.
+    for id in [a, b] {
+        assert_eq!(running_shards(&lab, id), "shard:4(2/4,2/4)", "job {id}\n{}", lab.all_logs());
+        super::shared_gpus::wait_recorded(&node, &lab, id);
+        let info = lab.job_info(id).unwrap();
+        let admin = info.fields.get("AdminComment").cloned().unwrap_or_default();
+        assert!(admin.ends_with(",share=yes,shards=2,shared_gpus=2"), "{admin}");
+    }
+    // One that asks two GPUs for one task keeps them whole, and waits for them.
+    let whole =
+        lab.sbatch(&["-N1", "-n1", "--gres=gpu:2", "--energy-share=yes"], "#!/bin/sh\ntrue\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(lab.job_info(whole).map(|j| j.state).unwrap_or_default(), "PENDING", "{}", lab.all_logs());
+    for id in [a, b, whole] {
+        assert_eq!(lab.wait_job(id, Duration::from_secs(90)).state, "COMPLETED", "{}", lab.all_logs());
+    }
+    assert!(
+        lab.log("slurmctld").contains("keeps its GPU request: it asks several GPUs but not one task per GPU"),
+        "{}",
+        lab.log("slurmctld")
+    );
+    // Each record holds both GPUs, shared and said so; on each GPU the two parts are each
+    // job's share of the fake driver's truth and add up to the GPU's counter.
+    let records: Vec<_> = [a, b].iter().map(|id| node.record(&id.to_string())).collect();
+    for r in &records {
+        let gpus: Vec<u32> = r.gpus.iter().map(|g| g.index).collect();
+        assert_eq!(gpus, [0, 1], "job {}", r.key);
+        assert_eq!(r.split(), Some(wattson_types::share::Split::Equal), "job {}", r.key);
+    }
+    for k in 0..2 {
+        super::shared_gpus::assert_parts_add_up_on(&node, &records, k);
+    }
+    let alone = node.record(&whole.to_string());
+    assert!(alone.begin_ns >= records.iter().map(|r| r.end_ns.unwrap()).max().unwrap());
+}

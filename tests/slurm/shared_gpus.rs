@@ -61,17 +61,27 @@ fn jobs_on_shards_of_one_gpu_each_get_their_part_and_the_parts_add_up_to_the_gpu
 /// is its part of the GPU's energy: alone, halves, thirds, by the instants the GPU served
 /// its counter; and that the parts add up to the GPU's truth and, exactly, to its counter.
 pub(super) fn assert_parts_add_up(node: &Node, records: &[JobRecord]) {
+    assert_parts_add_up_on(node, records, 0);
+}
+
+/// [`assert_parts_add_up`] on the `k`-th GPU of each of `records` (all on the same GPUs, in
+/// the same order), that GPU being the fake driver's `place`-th.
+pub(super) fn assert_parts_add_up_on(node: &Node, records: &[JobRecord], k: usize) {
+    let place = node.sim_gpu(&records[0].gpus[k]);
+    assert!(records.iter().all(|r| node.sim_gpu(&r.gpus[k]) == place), "the records' {k}-th GPUs differ");
+    let interval = |r: &JobRecord| node.read_intervals(r)[k];
     let mut instants: Vec<i64> = records
         .iter()
         .flat_map(|r| {
-            let (x, y) = node.read_intervals(r)[0];
+            let (x, y) = interval(r);
             [x, y]
         })
         .collect();
     instants.sort_unstable();
     instants.dedup();
+    let truth = |from, to| node.sim.truth_energy_mj(place, from, to).unwrap();
     let expected = |r: &JobRecord| -> f64 {
-        let (from, to) = node.read_intervals(r)[0];
+        let (from, to) = interval(r);
         instants
             .windows(2)
             .filter(|w| w[0] >= from && w[1] <= to)
@@ -79,27 +89,32 @@ pub(super) fn assert_parts_add_up(node: &Node, records: &[JobRecord]) {
                 let holders = records
                     .iter()
                     .filter(|o| {
-                        let (f, t) = node.read_intervals(o)[0];
+                        let (f, t) = interval(o);
                         f <= w[0] && w[1] <= t
                     })
                     .count();
-                node.sim.truth_energy_mj(0, w[0], w[1]).unwrap() / holders as f64
+                truth(w[0], w[1]) / holders as f64
             })
             .sum()
     };
     for r in records {
-        let (got, want) = (r.energy_mj(), expected(r));
-        assert!(common::rel_err(got, want) < 0.001, "job {}: {got} mJ, its part is {want} mJ", r.key);
+        let (got, want) = (r.gpus[k].meter.energy_mj, expected(r));
+        assert!(
+            common::rel_err(got, want) < 0.001,
+            "job {} on GPU {place}: {got} mJ, its part is {want} mJ",
+            r.key
+        );
     }
     let (first, last) = (instants[0], instants[instants.len() - 1]);
-    let sum: f64 = records.iter().map(|r| r.energy_mj()).sum();
-    let truth = node.sim.truth_energy_mj(0, first, last).unwrap();
-    let parts: Vec<(String, f64)> = records.iter().map(|r| (r.key.to_string(), r.energy_mj())).collect();
-    println!("parts (mJ): {parts:?}, sum {sum}, the GPU's truth {truth}");
-    assert!(common::rel_err(sum, truth) < 0.001, "parts {sum} mJ vs the GPU's {truth} mJ");
-    let counter = records.iter().map(|r| r.gpus[0].meter.last.energy_mj.unwrap()).max().unwrap()
-        - records.iter().map(|r| r.gpus[0].meter.begin_counter_mj.unwrap()).min().unwrap();
-    assert_eq!(sum, counter as f64, "the parts add up to the GPU's counter difference exactly");
+    let sum: f64 = records.iter().map(|r| r.gpus[k].meter.energy_mj).sum();
+    let truth = truth(first, last);
+    let parts: Vec<(String, f64)> =
+        records.iter().map(|r| (r.key.to_string(), r.gpus[k].meter.energy_mj)).collect();
+    println!("GPU {place}: parts (mJ): {parts:?}, sum {sum}, the GPU's truth {truth}");
+    assert!(common::rel_err(sum, truth) < 0.001, "GPU {place}: parts {sum} mJ vs the GPU's {truth} mJ");
+    let counter = records.iter().map(|r| r.gpus[k].meter.last.energy_mj.unwrap()).max().unwrap()
+        - records.iter().map(|r| r.gpus[k].meter.begin_counter_mj.unwrap()).min().unwrap();
+    assert_eq!(sum, counter as f64, "GPU {place}: the parts add up to its counter difference exactly");
 }
 
 /// Waits until wattsond records job `id` as running.
