@@ -77,5 +77,19 @@ mod tests {
         let err = apply(&mut c, "share_fraction=2").unwrap_err().to_string();
         assert!(err.contains("override `share_fraction=2`: a fraction from 0 to 1"), "{err}");
         assert!(apply(&mut c, "share_bound=11").is_err());
+        // Jobs of up to a node's 8 GPUs may share; not more, nor none.
+        assert_eq!(c.hints.share_gpus, 1, "1-GPU jobs only by default");
+        apply(&mut c, "share_gpus=8").unwrap();
+        assert_eq!(c.hints.share_gpus, 8);
+        for bad in ["share_gpus=9", "share_gpus=0", "share_gpus=two"] {
+            let err = apply(&mut c, bad).unwrap_err().to_string();
+            assert!(err.contains("a GPU count from 1 to a node's 8"), "{err}");
+        }
+        let file = |g: u32| {
+            let text = SMALL.replace("[hints]", &format!("[hints]\nshare_gpus = {g}"));
+            ClusterConfig::from_toml(&text, "s.toml").map(|c| c.hints.share_gpus)
+        };
+        assert_eq!(file(4).unwrap(), 4);
+        assert!(file(9).unwrap_err().to_string().contains("hints.share_gpus = 9: allowed 1..=8"));
     }
 }
