@@ -146,6 +146,9 @@ pub fn rewrite(request: &GpuRequest, rule: ShareRule) -> Result<ShardRewrite, Ke
         [one] => one.count.ok_or(Kept::Unreadable)?,
         _ => return Err(Kept::NotOneGpu),
     };
+    if count == 0 {
+        return Err(Kept::NoGpu);
+    }
     if count > u64::from(rule.most_gpus) {
         return Err(if rule.most_gpus == 1 { Kept::NotOneGpu } else { Kept::MoreThanSiteShares });
     }
@@ -254,6 +257,7 @@ mod tests {
         assert_eq!(kept(per_node("gres/shard:1")), Kept::SharesAlready);
         assert_eq!(kept(per_node("gres/gpu:1,gres/mps:50")), Kept::SharesAlready);
         assert_eq!(kept(per_node("gres/nvme:1")), Kept::NoGpu);
+        assert_eq!(kept(per_node("gres/gpu:0")), Kept::NoGpu);
         assert_eq!(kept(GpuRequest { tres_per_node: None, ..per_node("") }), Kept::NoGpu);
         assert_eq!(kept(per_node("gres/gpu:x:y")), Kept::Unreadable);
         let both = GpuRequest { tres_per_job: Some("gres/gpu:1"), ..per_node("gres/gpu:1") };
