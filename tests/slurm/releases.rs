@@ -2,7 +2,8 @@
 //! and a SPANK plugin loaded into a Slurm of another release than the one it was built for:
 //! Slurm refuses it, the plugin says why in one line naming both releases, and with
 //! `optional` in plugstack.conf jobs run without it. And what 24.05 and later offer a job of
-//! several GPUs that may share them (docs/slurm.md, "GPU sharing").
+//! several GPUs that may share them, and job_submit's rewrite of such jobs (docs/slurm.md,
+//! "GPU sharing").
 //! `scripts/test-releases` runs these, and the Slurm-facing subset of `slurm::`, on 24.11 and
 //! 26.05.
 
