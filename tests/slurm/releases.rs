@@ -178,3 +178,40 @@ fn opted_in_jobs_of_two_gpus_and_two_tasks_share_both_gpus_each_charged_its_part
     let alone = node.record(&whole.to_string());
     assert!(alone.begin_ns >= records.iter().map(|r| r.end_ns.unwrap()).max().unwrap());
 }
+
+#[test]
+#[ignore = "needs a lab of 24.05 or later: WATTSON_SLURM_RELEASE=24.11 (scripts/test-releases)"]
+fn slurm_packs_jobs_of_two_gpus_onto_half_used_gpus_and_mixes_partners_of_other_sizes() {
+    // Where Slurm puts one-task-per-sharing jobs of 2 GPUs (2 tasks of 2 shards) on a node of
+    // four GPUs with 4 shards each (docs/slurm.md): what `wattson ctld` would have to steer
+    // to pair such jobs by its model.
+    assert!(slurm_lab::release().root.is_some(), "set WATTSON_SLURM_RELEASE to 24.11 or 26.05");
+    let node = slurm_lab::LabNode { shards: 16, cpus: 16, ..slurm_lab::LabNode::new("n1", 4, "h100") };
+    let lab = SlurmLab::start(LabOptions {
+        nodes: vec![node],
+        extra_conf: "SelectTypeParameters=CR_Core,MULTIPLE_SHARING_GRES_PJ\n".into(),
+        ..LabOptions::default()
+    });
+    let per_task = ["-N1", "--ntasks=2", "--tres-per-task=gres/shard:2", "--gres-flags=one-task-per-sharing"];
+    // Alike: the second job takes the other halves of the first one's GPUs, the third two free
+    // GPUs, the fourth the third one's other halves.
+    let alike: Vec<String> =
+        (0..4).map(|_| running_shards(&lab, lab.sbatch(&per_task, "sleep 60").unwrap())).collect();
+    let (first, second) = ("shard:4(2/4,2/4,0/4,0/4)", "shard:4(0/4,0/4,2/4,2/4)");
+    assert_eq!(alike, [first, first, second, second]);
+    for id in lab.run_ok("squeue", &["-h", "-o", "%i"]).split_whitespace() {
+        lab.run_ok("scancel", &[id]);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !lab.run_ok("squeue", &["-h", "-o", "%i"]).trim().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the jobs never left\n{}", lab.all_logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Mixed: a 1-GPU shard job packs onto a half-used GPU of a 2-GPU job, and the next 2-GPU
+    // job straddles: the 2-GPU job's other half, and a free GPU.
+    assert_eq!(running_shards(&lab, lab.sbatch(&per_task, "sleep 60").unwrap()), first);
+    let one = lab.sbatch(&["-N1", "--gres=shard:2"], "sleep 60").unwrap();
+    assert_eq!(running_shards(&lab, one), "shard:2(2/4,0/4,0/4,0/4)");
+    let straddling = lab.sbatch(&per_task, "sleep 60").unwrap();
+    assert_eq!(running_shards(&lab, straddling), "shard:4(0/4,2/4,2/4,0/4)");
+}
