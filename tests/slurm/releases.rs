@@ -89,13 +89,27 @@ fn shards_of(lab: &SlurmLab, id: u32) -> String {
 
 /// Waits until job `id` runs; its shards then.
 fn running_shards(lab: &SlurmLab, id: u32) -> String {
-    let started = std::time::Instant::now();
-    while lab.job_info(id).map(|j| j.state).unwrap_or_default() != "RUNNING" {
-        assert!(started.elapsed() < Duration::from_secs(30), "job {id} never ran\n{}", lab.all_logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    lab.wait_running(id, Duration::from_secs(30));
     shards_of(lab, id)
 }
+
+/// A lab of one node of `gpus` H100s with 4 shards each, where a job may hold shards of
+/// several GPUs (`MULTIPLE_SHARING_GRES_PJ`).
+fn several_gpus_sharing_lab(gpus: u32) -> SlurmLab {
+    let node = slurm_lab::LabNode {
+        shards: 4 * gpus,
+        cpus: 4 * gpus,
+        ..slurm_lab::LabNode::new("n1", gpus, "h100")
+    };
+    SlurmLab::start(LabOptions {
+        nodes: vec![node],
+        extra_conf: MULTIPLE_SHARING.into(),
+        ..LabOptions::default()
+    })
+}
+
+/// The slurm.conf line that lets a job hold shards of several GPUs.
+const MULTIPLE_SHARING: &str = "SelectTypeParameters=CR_Core,MULTIPLE_SHARING_GRES_PJ\n";
 
 #[test]
 #[ignore = "needs a lab of 24.05 or later: WATTSON_SLURM_RELEASE=24.11 (scripts/test-releases)"]
@@ -103,12 +117,7 @@ fn a_jobs_shards_cover_half_of_each_of_its_gpus_only_one_task_per_sharing() {
     // What docs/slurm.md says Slurm offers a job of several GPUs that may share them: on a
     // node of two GPUs with 4 shards each, with MULTIPLE_SHARING_GRES_PJ.
     assert!(slurm_lab::release().root.is_some(), "set WATTSON_SLURM_RELEASE to 24.11 or 26.05");
-    let node = slurm_lab::LabNode { shards: 8, cpus: 8, ..slurm_lab::LabNode::new("n1", 2, "h100") };
-    let lab = SlurmLab::start(LabOptions {
-        nodes: vec![node],
-        extra_conf: "SelectTypeParameters=CR_Core,MULTIPLE_SHARING_GRES_PJ\n".into(),
-        ..LabOptions::default()
-    });
+    let lab = several_gpus_sharing_lab(2);
     // Shards asked per job fill one GPU before the next.
     for (asked, held) in [("shard:4", "shard:4(4/4,0/4)"), ("shard:6", "shard:6(4/4,2/4)")] {
         let id = lab.sbatch(&[&format!("--gres={asked}")], "sleep 30").unwrap();
@@ -134,8 +143,7 @@ fn opted_in_jobs_of_two_gpus_and_two_tasks_share_both_gpus_each_charged_its_part
     let policy = "enact = \"share\"\nshards_per_gpu = 4\nshare_gpus = 2\n";
     let node = common::Node::with_sections(fake_nvml::Config::uniform("H100", 2), "200ms", policy, "");
     let lab_node = slurm_lab::LabNode { shards: 8, cpus: 8, ..slurm_lab::LabNode::new("n1", 2, "h100") };
-    let select = "SelectTypeParameters=CR_Core,MULTIPLE_SHARING_GRES_PJ\n";
-    let (node, lab) = super::slurm::plugged_lab(node, lab_node, false, "", &[], false, select);
+    let (node, lab) = super::slurm::plugged_lab(node, lab_node, false, "", &[], false, MULTIPLE_SHARING);
     node.sim.set_load(0, 0.6).unwrap();
     node.sim.set_load(1, 0.3).unwrap();
     let opted = ["-N1", "-n2", "--gres=gpu:2", "--energy-share=yes"];
@@ -186,26 +194,17 @@ fn slurm_packs_jobs_of_two_gpus_onto_half_used_gpus_and_mixes_partners_of_other_
     // four GPUs with 4 shards each (docs/slurm.md): what `wattson ctld` would have to steer
     // to pair such jobs by its model.
     assert!(slurm_lab::release().root.is_some(), "set WATTSON_SLURM_RELEASE to 24.11 or 26.05");
-    let node = slurm_lab::LabNode { shards: 16, cpus: 16, ..slurm_lab::LabNode::new("n1", 4, "h100") };
-    let lab = SlurmLab::start(LabOptions {
-        nodes: vec![node],
-        extra_conf: "SelectTypeParameters=CR_Core,MULTIPLE_SHARING_GRES_PJ\n".into(),
-        ..LabOptions::default()
-    });
+    let lab = several_gpus_sharing_lab(4);
     let per_task = ["-N1", "--ntasks=2", "--tres-per-task=gres/shard:2", "--gres-flags=one-task-per-sharing"];
     // Alike: the second job takes the other halves of the first one's GPUs, the third two free
     // GPUs, the fourth the third one's other halves.
-    let alike: Vec<String> =
-        (0..4).map(|_| running_shards(&lab, lab.sbatch(&per_task, "sleep 60").unwrap())).collect();
+    let ids: Vec<u32> = (0..4).map(|_| lab.sbatch(&per_task, "sleep 60").unwrap()).collect();
+    let alike: Vec<String> = ids.iter().map(|&id| running_shards(&lab, id)).collect();
     let (first, second) = ("shard:4(2/4,2/4,0/4,0/4)", "shard:4(0/4,0/4,2/4,2/4)");
     assert_eq!(alike, [first, first, second, second]);
-    for id in lab.run_ok("squeue", &["-h", "-o", "%i"]).split_whitespace() {
-        lab.run_ok("scancel", &[id]);
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !lab.run_ok("squeue", &["-h", "-o", "%i"]).trim().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the jobs never left\n{}", lab.all_logs());
-        std::thread::sleep(Duration::from_millis(200));
+    for id in ids {
+        lab.run_ok("scancel", &[&id.to_string()]);
+        lab.wait_job(id, Duration::from_secs(30));
     }
     // Mixed: a 1-GPU shard job packs onto a half-used GPU of a 2-GPU job, and the next 2-GPU
     // job straddles: the 2-GPU job's other half, and a free GPU.

@@ -175,16 +175,16 @@ fn add<K: PartialEq, const N: usize>(sums: &mut Vec<(K, [f64; N])>, key: K, row:
 }
 
 /// What sharing GPUs could save at most: half the GPU energy (at the top limit) and node-base
-/// share of every job that may share (at most `[hints] share_gpus` GPUs), as if each shared its whole run with no slowdown and the GPU drew
-/// no more than one job alone; and the least slowdown, the worse of the two ways, of a pair
-/// of the co-location classes those jobs have.
+/// share of every job that may share (at most `[hints] share_gpus` GPUs), as if each shared
+/// its whole run with no slowdown and the GPU drew no more than one job alone; and the least
+/// slowdown, the worse of the two ways, of a pair of the co-location classes those jobs have.
 fn sharing_bound(c: &ClusterConfig, catalog: &Catalog, o: &wattson_sim::Outcome) {
     let base_share_w = c.node.base_w / f64::from(c.gpus_per_node);
-    let ones: Vec<_> = o.jobs.iter().filter(|j| j.gpus <= c.hints.share_gpus).collect();
-    let gpu_s = |j: &&wattson_sim::SimJob| f64::from(j.gpus) * j.duration;
-    let all_s: f64 = o.jobs.iter().map(|j| gpu_s(&j)).sum();
-    let ones_s: f64 = ones.iter().map(gpu_s).sum();
-    let half_j: f64 = ones
+    let may_share: Vec<_> = o.jobs.iter().filter(|j| j.gpus <= c.hints.share_gpus).collect();
+    let gpu_s = |j: &wattson_sim::SimJob| f64::from(j.gpus) * j.duration;
+    let all_s: f64 = o.jobs.iter().map(gpu_s).sum();
+    let may_share_s: f64 = may_share.iter().map(|j| gpu_s(j)).sum();
+    let half_j: f64 = may_share
         .iter()
         .map(|j| {
             let w = catalog.get(0, j.workload);
@@ -195,14 +195,14 @@ fn sharing_bound(c: &ClusterConfig, catalog: &Catalog, o: &wattson_sim::Outcome)
     let mut line = format!(
         "sharing bound: jobs of at most {} GPUs hold {:.1}% of GPU time; at most {:.2} MWh saved ({:.1}% of slurm-powersave's)",
         c.hints.share_gpus,
-        100.0 * ones_s / all_s,
+        100.0 * may_share_s / all_s,
         half_j / 3.6e9,
         100.0 * half_j / 3.6e6 / ps
     );
     if let Some(colo) = &catalog.colocation {
         let class = |j: &wattson_sim::SimJob| colo.class_of(catalog.get(0, j.workload));
-        let classed_s: f64 = ones.iter().filter(|j| class(j).is_some()).map(gpu_s).sum();
-        let classes: std::collections::BTreeSet<u16> = ones.iter().filter_map(|j| class(j)).collect();
+        let classed_s: f64 = may_share.iter().filter(|j| class(j).is_some()).map(|j| gpu_s(j)).sum();
+        let classes: std::collections::BTreeSet<u16> = may_share.iter().filter_map(|j| class(j)).collect();
         let least = classes
             .iter()
             .flat_map(|&a| classes.iter().map(move |&b| (a, b)))
@@ -210,7 +210,7 @@ fn sharing_bound(c: &ClusterConfig, catalog: &Catalog, o: &wattson_sim::Outcome)
             .fold(f64::INFINITY, f64::min);
         line += &format!(
             "; {:.1}% of their GPU time has a class; least pair slowdown among those classes {:.2}",
-            100.0 * classed_s / ones_s,
+            100.0 * classed_s / may_share_s,
             least
         );
     }
