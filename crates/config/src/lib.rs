@@ -277,12 +277,6 @@ impl Config {
                     "{origin}: ctld.share_pairs needs policy.shards_per_gpu (the shards job_submit gives an opted-in job)"
                 )));
             }
-            if config.policy.share_gpus > 1 {
-                return Err(ConfigError(format!(
-                    "{origin}: ctld.share_pairs pairs jobs of one GPU only; policy.share_gpus = {} would leave jobs of several GPUs to Slurm's packing, whatever their bounds (set it to 1)",
-                    config.policy.share_gpus
-                )));
-            }
         }
         paths::check(&config, origin)?;
         Ok(config)
@@ -328,13 +322,9 @@ mod tests {
         assert!(Config::parse(&shards, "w.toml").is_ok());
         let err = Config::parse(&format!("{shards}[budget]\npower_w = 5000\n"), "w.toml").unwrap_err().0;
         assert!(err.contains("ctld.share_pairs and budget.power_w cannot be set together"), "{err}");
-        let err = Config::parse(
-            &shards.replace("shards_per_gpu = 4", "shards_per_gpu = 4\nshare_gpus = 2"),
-            "w.toml",
-        )
-        .unwrap_err()
-        .0;
-        assert!(err.contains("ctld.share_pairs pairs jobs of one GPU only"), "{err}");
+        // Jobs of several GPUs are paired by the controller too.
+        let several = shards.replace("shards_per_gpu = 4", "shards_per_gpu = 4\nshare_gpus = 2");
+        assert_eq!(Config::parse(&several, "w.toml").unwrap().policy.share_gpus, 2);
     }
 
     #[test]

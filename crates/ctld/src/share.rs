@@ -14,6 +14,10 @@
 //! not yet started, since Slurm may start those on one GPU in one pass; the exclusions of those
 //! jobs follow the lone jobs each loop. A job whose tag the pair file does not name shares with
 //! none. Jobs that wait stay held.
+//!
+//! A job of several GPUs (job_submit's `shared_gpus=N`, one task per GPU on shards) is a
+//! candidate of `N` GPUs: the model lets it join only a job of as many, so it is kept off the
+//! nodes of lone opted-in jobs of other sizes, where Slurm would put it across two partners.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -108,13 +112,15 @@ pub struct ShareJob {
     pub class: Option<u16>,
     /// Its slowdown bound (fraction), as its AdminComment records it.
     pub bound: f64,
+    /// GPUs it shares, each with one partner (`shared_gpus=`; 1 without).
+    pub gpus: u32,
     /// Whether it is pending (held or not).
     pub pending: bool,
     /// Whether job_submit holds it for the controller (pending, `held=share`).
     pub held: bool,
-    /// The node and GPU its shards are on, while it runs.
-    pub gpu: Option<(String, u32)>,
-    /// Whether another opted-in job runs on the same GPU.
+    /// The node and GPUs its shards are on, while it runs.
+    pub placed: Option<(String, Vec<u32>)>,
+    /// Whether another opted-in job runs on one of its GPUs.
     pub partnered: bool,
     /// The nodes it excludes (`ExcNodeList`), as Slurm shows them.
     pub excluded: BTreeSet<String>,
@@ -130,13 +136,18 @@ pub fn share_jobs(requests: &[Request], jobs: &[Job], pairs: &Pairs) -> BTreeMap
         .filter(|r| r.shares())
         .filter_map(|r| {
             let job = state.get(&r.id)?;
-            let gpu = job.is_running().then(|| Some((job.nodes.first()?.clone(), r.shard_gpu?))).flatten();
+            let placed = job
+                .is_running()
+                .then(|| Some((job.nodes.first()?.clone(), r.shard_gpus.clone())))
+                .flatten()
+                .filter(|(_, gpus)| !gpus.is_empty());
             let share = ShareJob {
                 class: pairs.class(&r.tag()),
                 bound: r.bound(),
+                gpus: r.shared_gpus(),
                 pending: job.state == Some(wattson_sacct::SlurmState::Pending),
                 held: job.is_held() && r.marked(SHARE_HELD_MARK),
-                gpu,
+                placed,
                 partnered: false,
                 excluded: hostlist::expand(&r.excluded).unwrap_or_default().into_iter().collect(),
                 comment: r.admin_comment.clone(),
@@ -145,11 +156,14 @@ pub fn share_jobs(requests: &[Request], jobs: &[Job], pairs: &Pairs) -> BTreeMap
         })
         .collect();
     let mut on_gpu: BTreeMap<(String, u32), usize> = BTreeMap::new();
-    for gpu in out.values().filter_map(|s| s.gpu.clone()) {
-        *on_gpu.entry(gpu).or_default() += 1;
+    for (node, gpus) in out.values().filter_map(|s| s.placed.as_ref()) {
+        for &gpu in gpus {
+            *on_gpu.entry((node.clone(), gpu)).or_default() += 1;
+        }
     }
     for s in out.values_mut() {
-        s.partnered = s.gpu.as_ref().is_some_and(|g| on_gpu[g] > 1);
+        let shared = |(node, gpus): &(String, Vec<u32>)| gpus.iter().any(|&g| on_gpu[&(node.clone(), g)] > 1);
+        s.partnered = s.placed.as_ref().is_some_and(shared);
     }
     out
 }
@@ -205,7 +219,7 @@ pub fn gate(
     let candidate = |id: u32, s: &ShareJob| -> Option<Candidate> {
         // A running job's bound is what its run so far left of it.
         let bound = snapshot.running.iter().find(|r| r.job.id == id).map_or(s.bound, allowance);
-        Some(Candidate { job: id, class: usize::from(s.class?), gpus: 1, bound })
+        Some(Candidate { job: id, class: usize::from(s.class?), gpus: s.gpus, bound })
     };
     let allowed = |a: Option<Candidate>, b: Option<Candidate>| match (a, b) {
         (Some(a), Some(b)) => slowdowns(&sharing, &a, &b).is_some(),
@@ -215,7 +229,7 @@ pub fn gate(
     let lone: Vec<(Option<Candidate>, &str)> = shares
         .iter()
         .filter(|(_, s)| !s.partnered)
-        .filter_map(|(&id, s)| Some((candidate(id, s), s.gpu.as_ref()?.0.as_str())))
+        .filter_map(|(&id, s)| Some((candidate(id, s), s.placed.as_ref()?.0.as_str())))
         .collect();
     let mut visible: Vec<(u32, Option<Candidate>)> =
         shares.iter().filter(|(_, s)| s.pending && !s.held).map(|(&id, s)| (id, candidate(id, s))).collect();
@@ -241,7 +255,7 @@ pub fn gate(
             continue;
         }
         let partner = actions.share.iter().find(|&&(j, _)| j == id).map(|&(_, r)| r);
-        let place = match partner.and_then(|r| Some((r, shares.get(&r)?.gpu.as_ref()?.0.clone()))) {
+        let place = match partner.and_then(|r| Some((r, shares.get(&r)?.placed.as_ref()?.0.clone()))) {
             Some((partner, node)) => {
                 let here = lone.iter().filter(|(_, n)| *n == node);
                 if s.excluded.contains(&node) || !here.clone().all(|(l, _)| allowed(me, *l)) {

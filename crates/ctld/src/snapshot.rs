@@ -201,8 +201,8 @@ impl Memory {
         };
         // The GPUs running opted-in jobs hold shards, by node, whatever `GresUsed` says.
         let mut shard_held: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-        for (node, gpu) in learned.shares.values().filter_map(|s| s.gpu.as_ref()) {
-            shard_held.entry(node.as_str()).or_default().insert(*gpu);
+        for (node, gpus) in learned.shares.values().filter_map(|s| s.placed.as_ref()) {
+            shard_held.entry(node.as_str()).or_default().extend(gpus);
         }
         for node in nodes {
             let managed = !node.is_held_by_admin();
@@ -245,7 +245,9 @@ impl Memory {
             let share = learned.shares.get(&job.id);
             let view_of = |job: &Job| JobView {
                 id: job.id,
-                gpus: job.gpus,
+                // An opted-in job on shards asks part of each GPU it shares (per task, where
+                // squeue's per-node request may not show it): as many GPUs as it shares.
+                gpus: share.map_or(job.gpus, |s| s.gpus),
                 bound: share.map_or(0.0, |s| s.bound),
                 work_s,
                 model: 0,

@@ -57,11 +57,11 @@ impl Judge {
     /// Notes the opted-in jobs of known class sharing a GPU in `shares`.
     pub fn watch(&mut self, shares: &BTreeMap<u32, ShareJob>) {
         for (&id, s) in shares {
-            let (Some(class), Some(gpu), true) = (s.class, &s.gpu, s.partnered) else { continue };
+            let (Some(class), Some((node, _)), true) = (s.class, &s.placed, s.partnered) else { continue };
             self.watched.entry(id).or_insert_with(|| Watched {
                 class,
                 bound: s.bound,
-                node: gpu.0.clone(),
+                node: node.clone(),
                 asks: ASKS,
             });
         }
@@ -72,7 +72,7 @@ impl Judge {
     pub fn due(&self, shares: &BTreeMap<u32, ShareJob>) -> Vec<(u32, String)> {
         self.watched
             .iter()
-            .filter(|(id, _)| shares.get(id).is_none_or(|s| s.gpu.is_none()))
+            .filter(|(id, _)| shares.get(id).is_none_or(|s| s.placed.is_none()))
             .map(|(&id, w)| (id, w.node.clone()))
             .collect()
     }

@@ -57,6 +57,23 @@ fn request(id: u32, tag: &str, is: Is, excluded: &str) -> String {
     )
 }
 
+/// A held or running opted-in job of two GPUs, one task per GPU on shards (`shared_gpus=2`),
+/// running on the GPUs `on` as 24.11 shows them (`GRES=shard:4(2/4,2/4)`).
+fn request_of_two(id: u32, tag: &str, on: Option<[u32; 2]>) -> String {
+    let (gres, mark) = match on {
+        Some(gpus) => {
+            let each: Vec<&str> = (0..=gpus[1]).map(|i| if gpus.contains(&i) { "2/4" } else { "0/4" }).collect();
+            (format!(" GRES=shard:4({})", each.join(",")), ",released=share")
+        }
+        None => (String::new(), ",held=share"),
+    };
+    format!(
+        "JobId={id} JobName=j UserId=alice(1000){gres} ExcNodeList= \
+         AdminComment=wattson:policy=balanced,slowdown=10%,tag={tag},share=yes,shards=2,shared_gpus=2{mark} \
+         TresPerTask=cpu:1,gres/shard:2\n"
+    )
+}
+
 /// Squeue lines: running job ids on their node, then pending ones (held, or released).
 fn squeue(running: &[(u32, &str)], held: &[u32], released: &[u32]) -> String {
     let mut text = String::new();
@@ -146,6 +163,44 @@ fn a_job_the_free_gpus_hold_starts_alone_off_the_nodes_of_lone_jobs_it_may_not_j
     let gate = gate_of(&nodes, &squeue(&[(1, "n1")], &[6], &[5, 3]), &requests);
     assert!(gate.release.is_empty(), "{gate:?}");
     assert_eq!(gate.exclude, [(3, vec!["n1".to_string()])]);
+}
+
+#[test]
+fn a_job_of_two_gpus_joins_only_a_lone_job_of_two_and_is_kept_off_jobs_of_other_sizes() {
+    // n1's two GPUs run job 1 (2 GPUs, small) alone; none is free. Job 5 (2 GPUs, small)
+    // joins it on both; job 6 (1 GPU, small) may not: it would share one GPU of job 1's two.
+    let requests = request_of_two(1, "small", Some([0, 1]))
+        + &request_of_two(5, "small", None)
+        + &request(6, "small", Is::Held, "");
+    let jobs = squeue(&[(1, "n1")], &[5, 6], &[]);
+    let shares = share_jobs(&parse_requests(&requests), &parse_jobs(&jobs).unwrap(), &pairs());
+    assert_eq!((shares[&1].gpus, shares[&1].placed.clone()), (2, Some(("n1".to_string(), vec![0, 1]))));
+    assert_eq!((shares[&5].gpus, shares[&6].gpus), (2, 1));
+    let gate = gate_of(&node("n1", 2, "0-1"), &jobs, &requests);
+    assert_eq!(released(&gate), [(5, Place::Beside { node: "n1".into(), partner: 1 })]);
+
+    // Both run on GPUs 0 and 1: partners.
+    let both = request_of_two(1, "small", Some([0, 1])) + &request_of_two(5, "small", Some([0, 1]));
+    let shares = share_jobs(
+        &parse_requests(&both),
+        &parse_jobs(&squeue(&[(1, "n1"), (5, "n1")], &[], &[])).unwrap(),
+        &pairs(),
+    );
+    assert!(shares[&1].partnered && shares[&5].partnered);
+
+    // A third GPU of n1 runs job 2 (1 GPU, small) alone: Slurm could put job 5 across jobs 1
+    // and 2, so it waits.
+    let requests = request_of_two(1, "small", Some([0, 1]))
+        + &request(2, "small", Is::On(2), "")
+        + &request_of_two(5, "small", None);
+    let running = [(1, "n1"), (2, "n1")];
+    let gate = gate_of(&node("n1", 3, "0-2"), &squeue(&running, &[5], &[]), &requests);
+    assert!(gate.release.is_empty(), "{gate:?}");
+
+    // n2's free GPUs hold it: released alone, kept off n1.
+    let nodes = node("n1", 3, "0-2") + &node("n2", 4, "");
+    let gate = gate_of(&nodes, &squeue(&running, &[5], &[]), &requests);
+    assert_eq!(released(&gate), [(5, Place::Alone(vec!["n1".into()]))]);
 }
 
 #[test]

@@ -26,9 +26,9 @@ pub struct Request {
     pub excluded: String,
     /// Whether it names nodes it must run on (`ReqNodeList`).
     pub names_nodes: bool,
-    /// The GPU its shards are on, for a running job on shards of one GPU (`scontrol -d`'s
-    /// `GRES=shard:2(IDX:0)`); `None` otherwise.
-    pub shard_gpu: Option<u32>,
+    /// The GPUs its shards are on, for a running job on shards (`scontrol -d`'s
+    /// `GRES=shard:2(IDX:0)` or `GRES=shard:4(2/4,2/4)`); empty otherwise.
+    pub shard_gpus: Vec<u32>,
 }
 
 impl Request {
@@ -49,6 +49,12 @@ impl Request {
     /// Whether job_submit gave it shards for its opt-in to GPU sharing (`shards=N`).
     pub fn shares(&self) -> bool {
         self.note("shards").is_some()
+    }
+
+    /// GPUs it shares, each with one partner, as job_submit recorded them (`shared_gpus=2`;
+    /// 1 without).
+    pub fn shared_gpus(&self) -> u32 {
+        self.note("shared_gpus").and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(1)
     }
 
     /// Whether its AdminComment has the entry `mark` (`held=share`).
@@ -80,14 +86,11 @@ pub fn replace_mark(comment: &str, mark: &str, by: &str) -> String {
     comment.split(',').map(|e| if e.trim() == mark { by } else { e }).collect::<Vec<_>>().join(",")
 }
 
-/// The one GPU of a detail `GRES=` value on shards: `shard:2(IDX:0)`, `shard:h100:2(IDX:1)`
-/// (22.05), `shard:2(2/4,0/4)` (23.02 on: the GPU whose shards it holds).
-fn shard_gpu(gres: &str) -> Option<u32> {
-    let paren = gres.strip_prefix("shard:")?.split_once('(')?.1.strip_suffix(')')?;
-    match super::gres::held_gpus(paren)[..] {
-        [gpu] => Some(gpu),
-        _ => None,
-    }
+/// The GPUs of a detail `GRES=` value on shards: `shard:2(IDX:0)`, `shard:h100:2(IDX:1)`
+/// (22.05), `shard:4(2/4,2/4)` (23.02 on: the GPUs whose shards it holds); none for GPUs.
+fn shard_gpus(gres: &str) -> Vec<u32> {
+    let paren = gres.strip_prefix("shard:").and_then(|s| s.split_once('(')?.1.strip_suffix(')'));
+    paren.map_or_else(Vec::new, super::gres::held_gpus)
 }
 
 /// Parses `scontrol -o show job`, one job per line; lines without a job id are skipped.
@@ -109,7 +112,7 @@ pub fn parse_requests(text: &str) -> Vec<Request> {
                 untyped_gpus: present("TresPerNode").and_then(|t| untyped(&t)).filter(|&n| n > 0),
                 excluded: present("ExcNodeList").unwrap_or_default(),
                 names_nodes: present("ReqNodeList").is_some(),
-                shard_gpu: f.get("GRES").and_then(|g| shard_gpu(g)),
+                shard_gpus: f.get("GRES").map_or_else(Vec::new, |g| shard_gpus(g)),
             })
         })
         .collect()
@@ -141,11 +144,19 @@ mod tests {
         assert_eq!(r[2].untyped_gpus, Some(1));
         assert_eq!(r[3].untyped_gpus, None);
         // A running opted-in job on shards (scontrol -d, 22.05's lab): its GPU and marks.
-        assert_eq!((r[4].shard_gpu, r[4].shares(), r[4].marked("held=share")), (Some(1), true, true));
-        assert_eq!((r[0].shard_gpu, r[0].shares(), r[4].marked("held=budget")), (None, false, false));
-        assert_eq!(shard_gpu("shard:h100:2(IDX:0)"), Some(0));
-        assert_eq!(shard_gpu("gpu:1(IDX:0)"), None, "a whole GPU is no share");
-        assert_eq!(shard_gpu("shard:2(0/4,2/4)"), Some(1), "24.11's form: used/total per GPU");
-        assert_eq!(shard_gpu("shard:2(0/4,0/4)"), None);
+        assert_eq!((r[4].shard_gpus.as_slice(), r[4].shares(), r[4].marked("held=share")), (&[1][..], true, true));
+        assert_eq!((r[0].shard_gpus.as_slice(), r[0].shares(), r[4].marked("held=budget")), (&[][..], false, false));
+        assert_eq!((r[4].shared_gpus(), r[0].shared_gpus()), (1, 1));
+        assert_eq!(shard_gpus("shard:h100:2(IDX:0)"), [0]);
+        assert!(shard_gpus("gpu:1(IDX:0)").is_empty(), "a whole GPU is no share");
+        assert_eq!(shard_gpus("shard:2(0/4,2/4)"), [1], "24.11's form: used/total per GPU");
+        assert!(shard_gpus("shard:2(0/4,0/4)").is_empty());
+        // A job of two GPUs sharing both (24.05 on, one task per sharing).
+        assert_eq!(shard_gpus("shard:4(0/4,2/4,2/4,0/4)"), [1, 2]);
+        let two = parse_requests(
+            "JobId=8 UserId=bob(1001) GRES=shard:4(2/4,2/4) \
+             AdminComment=wattson:policy=balanced,share=yes,shards=2,shared_gpus=2\n",
+        );
+        assert_eq!((two[0].shard_gpus.as_slice(), two[0].shared_gpus()), (&[0, 1][..], 2));
     }
 }
