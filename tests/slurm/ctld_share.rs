@@ -16,16 +16,16 @@ use super::shared_gpus::{assert_parts_add_up, lab_on, wait_recorded};
 
 /// Measured on the site (this test's truth): `small` beside `small` 5% slower, `big` beside
 /// `big` 50%.
-const PAIRS: &str = "[[pair]]\njob = \"small\"\nwith = \"small\"\nslowdown = 0.05\n\
+pub(crate) const PAIRS: &str = "[[pair]]\njob = \"small\"\nwith = \"small\"\nslowdown = 0.05\n\
                      [[pair]]\njob = \"big\"\nwith = \"big\"\nslowdown = 0.5\n";
 
-fn field(lab: &SlurmLab, id: u32, name: &str) -> String {
+pub(crate) fn field(lab: &SlurmLab, id: u32, name: &str) -> String {
     lab.job_info(id).and_then(|j| j.fields.get(name).cloned()).unwrap_or_default()
 }
 
 /// Submits an opted-in 1-GPU job of workload `tag` with a 10% bound, running `secs`; the job
 /// writes its shell's pid to `<job id>.pid` in the lab's job directory.
-fn submit(lab: &SlurmLab, tag: &str, secs: u32) -> u32 {
+pub(crate) fn submit(lab: &SlurmLab, tag: &str, secs: u32) -> u32 {
     let tag = format!("--energy-tag={tag}");
     let args = ["--gres=gpu:1", "--energy-share=yes", "--energy=min-energy", "--energy-slowdown=10", &tag];
     lab.sbatch(&args, &format!("#!/bin/sh\necho $$ > $SLURM_JOB_ID.pid\nsleep {secs}\n")).unwrap()
@@ -56,18 +56,31 @@ fn wait_state(lab: &SlurmLab, id: u32, state: &str, what: &str) {
 /// `[ctld]` names the pair file `pairs` (written into `work`), and where the controller's
 /// state file goes.
 fn share_lab(work: &std::path::Path, pairs: &str) -> (Node, SlurmLab, std::path::PathBuf) {
+    share_lab_of(work, pairs, 1, "", "")
+}
+
+/// [`share_lab`] with `gpus` H100s of 4 shards each, `policy` added to `[policy]` and
+/// `extra_conf` to slurm.conf.
+pub(crate) fn share_lab_of(
+    work: &std::path::Path,
+    pairs: &str,
+    gpus: u32,
+    policy: &str,
+    extra_conf: &str,
+) -> (Node, SlurmLab, std::path::PathBuf) {
     let (state, pairs_file) = (work.join("ctld.json"), work.join("pairs.toml"));
     std::fs::write(&pairs_file, pairs).unwrap();
     // job_submit, wattsond and the controller read one wattson.toml.
     let ctld = format!(
         "[ctld]\ninterval = \"1s\"\nmanage_power = false\nstate_file = {state:?}\nshare_pairs = {pairs_file:?}\n"
     );
+    let policy = format!("shards_per_gpu = 4\n{policy}");
     let node =
-        Node::with_sections(fake_nvml::Config::uniform("H100", 1), "200ms", "shards_per_gpu = 4\n", &ctld);
-    let lab_node = LabNode { shards: 4, cpus: 4, ..LabNode::new("n1", 1, "h100") };
+        Node::with_sections(fake_nvml::Config::uniform("H100", gpus as usize), "200ms", &policy, &ctld);
+    let lab_node = LabNode { shards: 4 * gpus, cpus: 4 * gpus, ..LabNode::new("n1", gpus, "h100") };
     let addr = lab_node.addr.clone();
-    let (mut node, lab) =
-        lab_on(node, lab_node, false, "SchedulerParameters=batch_sched_delay=0,bf_interval=1\n");
+    let conf = format!("SchedulerParameters=batch_sched_delay=0,bf_interval=1\n{extra_conf}");
+    let (mut node, lab) = lab_on(node, lab_node, false, &conf);
     // The controller asks wattsond for the records of jobs that shared a GPU, over the link
     // sealed by the lab's munged: wattsond starts again taking its requests.
     node.stop();

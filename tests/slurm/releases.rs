@@ -214,3 +214,78 @@ fn slurm_packs_jobs_of_two_gpus_onto_half_used_gpus_and_mixes_partners_of_other_
     let straddling = lab.sbatch(&per_task, "sleep 60").unwrap();
     assert_eq!(running_shards(&lab, straddling), "shard:4(0/4,2/4,2/4,0/4)");
 }
+
+#[test]
+#[ignore = "needs a lab of 24.05 or later: WATTSON_SLURM_RELEASE=24.11 (scripts/test-releases)"]
+fn ctld_pairs_jobs_of_two_gpus_on_both_and_keeps_them_off_the_gpu_of_a_job_of_one() {
+    // `wattson ctld` with a pair file and `[policy] share_gpus = 2`, on a node of four
+    // simulated H100s with 4 shards each: opted-in jobs of 2 GPUs and 2 tasks pair by the
+    // model, and one never goes where Slurm would put it across a job of one GPU and a free
+    // GPU (measured above).
+    use super::ctld::{WATTSON, ctld_log, wait_live};
+    use super::ctld_share::{PAIRS, field, share_lab_of, submit};
+    assert!(slurm_lab::release().root.is_some(), "set WATTSON_SLURM_RELEASE to 24.11 or 26.05");
+    let work = tempfile::tempdir().unwrap();
+    let (node, lab, state) = share_lab_of(work.path(), PAIRS, 4, "share_gpus = 2\n", MULTIPLE_SHARING);
+    for k in 0..4 {
+        node.sim.set_load(k, 0.5).unwrap();
+    }
+    let command = slurm_lab::release().command(&*WATTSON);
+    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    wait_live(&lab, &state);
+    let two = |secs: u32| {
+        let args = ["-N1", "-n2", "--gres=gpu:2", "--energy-share=yes", "--energy=min-energy"];
+        let args = [&args[..], &["--energy-slowdown=10", "--energy-tag=small"]].concat();
+        lab.sbatch(&args, &format!("#!/bin/sh\nsleep {secs}\n")).unwrap()
+    };
+    // `small` beside `small`: the second job of two GPUs joins the first on both.
+    let a = two(14);
+    assert_eq!(running_shards(&lab, a), "shard:4(2/4,2/4,0/4,0/4)", "{}", ctld_log(&lab));
+    super::shared_gpus::wait_recorded(&node, &lab, a);
+    let b = two(14);
+    assert_eq!(running_shards(&lab, b), "shard:4(2/4,2/4,0/4,0/4)", "{}", ctld_log(&lab));
+    super::shared_gpus::wait_recorded(&node, &lab, b);
+    // A job of one GPU takes half of a free GPU.
+    let c = submit(&lab, "small", 10);
+    assert_eq!(running_shards(&lab, c), "shard:2(0/4,0/4,2/4,0/4)", "{}", ctld_log(&lab));
+    super::shared_gpus::wait_recorded(&node, &lab, c);
+    // Another job of two GPUs would take the other half of c's GPU and half of the free one:
+    // it waits, held, until c ends.
+    let d = two(1);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(lab.job_info(d).unwrap().state, "PENDING", "{}", ctld_log(&lab));
+    assert!(field(&lab, d, "Reason").starts_with("JobHeld"), "{}", ctld_log(&lab));
+    for id in [a, b, c, d] {
+        assert_eq!(lab.wait_job(id, Duration::from_secs(90)).state, "COMPLETED", "{}", lab.all_logs());
+    }
+    let records: Vec<_> = [a, b].iter().map(|id| node.record(&id.to_string())).collect();
+    for r in &records {
+        let gpus: Vec<u32> = r.gpus.iter().map(|g| g.index).collect();
+        assert_eq!(
+            (gpus, r.split()),
+            (vec![0, 1], Some(wattson_types::share::Split::Equal)),
+            "job {}",
+            r.key
+        );
+    }
+    for k in 0..2 {
+        super::shared_gpus::assert_parts_add_up_on(&node, &records, k);
+    }
+    let (rc, rd) = (node.record(&c.to_string()), node.record(&d.to_string()));
+    assert!(rd.begin_ns >= rc.end_ns.unwrap(), "job {d} began beside job {c}");
+    assert_eq!(rd.split(), None, "job {d} had its GPUs alone");
+
+    // With three GPUs free beside a lone job of one GPU, a job of two is kept off the node:
+    // Slurm would pack it onto that job's GPU and a free one.
+    let e = submit(&lab, "small", 8);
+    super::shared_gpus::wait_recorded(&node, &lab, e);
+    let f = two(1);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(lab.job_info(f).unwrap().state, "PENDING", "{}", ctld_log(&lab));
+    assert_eq!(field(&lab, f, "ExcNodeList"), "n1", "{}", ctld_log(&lab));
+    for id in [e, f] {
+        assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    }
+    let (re, rf) = (node.record(&e.to_string()), node.record(&f.to_string()));
+    assert!(rf.begin_ns >= re.end_ns.unwrap(), "job {f} began beside job {e}");
+}

@@ -144,8 +144,14 @@ mod tests {
         assert_eq!(r[2].untyped_gpus, Some(1));
         assert_eq!(r[3].untyped_gpus, None);
         // A running opted-in job on shards (scontrol -d, 22.05's lab): its GPU and marks.
-        assert_eq!((r[4].shard_gpus.as_slice(), r[4].shares(), r[4].marked("held=share")), (&[1][..], true, true));
-        assert_eq!((r[0].shard_gpus.as_slice(), r[0].shares(), r[4].marked("held=budget")), (&[][..], false, false));
+        assert_eq!(
+            (r[4].shard_gpus.as_slice(), r[4].shares(), r[4].marked("held=share")),
+            (&[1][..], true, true)
+        );
+        assert_eq!(
+            (r[0].shard_gpus.as_slice(), r[0].shares(), r[4].marked("held=budget")),
+            (&[][..], false, false)
+        );
         assert_eq!((r[4].shared_gpus(), r[0].shared_gpus()), (1, 1));
         assert_eq!(shard_gpus("shard:h100:2(IDX:0)"), [0]);
         assert!(shard_gpus("gpu:1(IDX:0)").is_empty(), "a whole GPU is no share");
