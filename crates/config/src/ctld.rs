@@ -69,6 +69,11 @@ pub struct CtldConfig {
     #[serde(default = "default_max_wait_cost", deserialize_with = "max_wait_cost")]
     #[schemars(extend("x-allowed" = "0 to 100"))]
     pub max_wait_cost: f64,
+    /// No job is slowed while fewer than this share of the cluster's GPUs are unallocated (0
+    /// to 1; 0: no such gate), as the simulator's `[wattson] dvfs_min_free`.
+    #[serde(default, deserialize_with = "dvfs_min_free")]
+    #[schemars(extend("x-allowed" = "0 to 1"))]
+    pub dvfs_min_free: f64,
     /// The node power model (`[ctld.node]`, the simulator's `[node]`: one type, one set of
     /// defaults).
     #[serde(default, deserialize_with = "node_costs")]
@@ -138,6 +143,7 @@ impl Default for CtldConfig {
             queue_order: default_queue_order(),
             raise_after_runs: default_raise_after_runs(),
             max_wait_cost: default_max_wait_cost(),
+            dvfs_min_free: 0.0,
             order_weight: default_order_weight(),
             node: NodeCosts::default(),
             gpu_idle_w: None,
@@ -266,6 +272,10 @@ fn max_wait_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     crate::number_in(d, 0.0, 100.0, "")
 }
 
+fn dvfs_min_free<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    crate::number_in(d, 0.0, 1.0, "")
+}
+
 fn default_raise_after_runs() -> f64 {
     wattson_engine::cluster::Tuning::default().raise_after_runs
 }
@@ -380,5 +390,13 @@ mod tests {
         assert!(e.contains("allowed 1s to 1h"), "{e}");
         let e = Config::parse("[ctld.node]\nbase_w = -5.0\n", "w.toml").unwrap_err().0;
         assert!(e.contains("allowed 0 to 100000"), "{e}");
+    }
+
+    #[test]
+    fn the_dvfs_gate_is_a_share_of_the_gpus() {
+        let c = Config::parse("[ctld]\ndvfs_min_free = 0.15\n", "w.toml").unwrap();
+        assert_eq!((c.ctld.dvfs_min_free, Config::default().ctld.dvfs_min_free), (0.15, 0.0));
+        let e = Config::parse("[ctld]\ndvfs_min_free = 15\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("15: allowed 0 to 1"), "{e}");
     }
 }

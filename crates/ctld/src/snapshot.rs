@@ -111,6 +111,7 @@ pub fn policy(c: &CtldConfig) -> TunedPolicy {
             raise_after_runs: c.raise_after_runs,
             type_aware: c.place_by_type,
             max_wait_cost: c.max_wait_cost,
+            dvfs_min_free: c.dvfs_min_free,
             ..Tuning::default()
         },
     }

@@ -320,4 +320,13 @@ fn past_the_wait_cost_bound_every_running_job_goes_to_full_speed_and_the_status_
     let (pace, status) = run(1.0);
     assert_eq!(pace, Pace::Saving);
     assert!(!status.guarding && (status.observed - expected).abs() < 1e-9, "{status:?}");
+
+    // `dvfs_min_free`: no job is slowed while too few GPUs are unallocated (job 5 holds all
+    // four of n1's).
+    let gated = |share: f64| {
+        let mut config = Config::default();
+        config.ctld.dvfs_min_free = share;
+        Planner::new(config).plan_with(&nodes, &alone, &[], &learned, t0).running[0].1
+    };
+    assert_eq!((gated(0.0), gated(0.25)), (Pace::Saving, Pace::Full));
 }
