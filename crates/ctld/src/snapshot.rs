@@ -241,14 +241,15 @@ impl Memory {
         }
         let mut usable = Usable::new(nodes, &view.managed);
         for job in jobs {
-            self.arrivals.entry(job.id).or_insert((job.submit as f64, job.gpus));
-            let work_s = job.limit_s.unwrap_or(UNLIMITED_WORK_S).max(1.0);
             let share = learned.shares.get(&job.id);
+            // An opted-in job on shards asks part of each GPU it shares (per task, where
+            // squeue's per-node request may not show it): as many GPUs as it shares.
+            let gpus = share.map_or(job.gpus, |s| s.gpus);
+            self.arrivals.entry(job.id).or_insert((job.submit as f64, gpus));
+            let work_s = job.limit_s.unwrap_or(UNLIMITED_WORK_S).max(1.0);
             let view_of = |job: &Job| JobView {
                 id: job.id,
-                // An opted-in job on shards asks part of each GPU it shares (per task, where
-                // squeue's per-node request may not show it): as many GPUs as it shares.
-                gpus: share.map_or(job.gpus, |s| s.gpus),
+                gpus,
                 bound: share.map_or(0.0, |s| s.bound),
                 work_s,
                 model: 0,
