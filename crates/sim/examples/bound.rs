@@ -12,8 +12,9 @@
 //! waits.
 //!
 //! Run: `cargo run --release -p wattson-sim --example bound [-- TRACE NODES,NODES SEEDS
-//! key=value...]` (defaults: cluster04.csv, 80,123, 5; `key=value` sets a `[wattson]` knob of
-//! every wattson run, e.g. `min_price_drop=100` turns deferral off; wattson keeps Slurm's FIFO
+//! key=value...]` (defaults: cluster04.csv, 80,123, 5; `key=value` overrides the cluster file as
+//! the brain example's do: a `[wattson]` knob of every wattson run, e.g. `min_price_drop=100`
+//! turns deferral off, or the opt-in to sharing, `share_fraction=1 share_bound=0.5`; wattson keeps Slurm's FIFO
 //! order and raises for every queued job, as before the queue order, unless
 //! `queue_order=response-ratio` or `raise_after_runs=...`). Reads `etc/sim/cluster.toml` and
 //! `../shared/data`.
@@ -116,7 +117,7 @@ fn main() {
     base.wattson.queue_order = QueueOrder::Fifo;
     base.wattson.raise_after_runs = 0.0;
     for kv in args.iter().skip(4) {
-        base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
+        wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
     }
     let catalog =
         Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
