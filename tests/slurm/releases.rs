@@ -239,10 +239,10 @@ fn ctld_pairs_jobs_of_two_gpus_on_both_and_keeps_them_off_the_gpu_of_a_job_of_on
         lab.sbatch(&args, &format!("#!/bin/sh\nsleep {secs}\n")).unwrap()
     };
     // `small` beside `small`: the second job of two GPUs joins the first on both.
-    let a = two(14);
+    let a = two(20);
     assert_eq!(running_shards(&lab, a), "shard:4(2/4,2/4,0/4,0/4)", "{}", ctld_log(&lab));
     super::shared_gpus::wait_recorded(&node, &lab, a);
-    let b = two(14);
+    let b = two(20);
     assert_eq!(running_shards(&lab, b), "shard:4(2/4,2/4,0/4,0/4)", "{}", ctld_log(&lab));
     super::shared_gpus::wait_recorded(&node, &lab, b);
     // A job of one GPU takes half of a free GPU.
