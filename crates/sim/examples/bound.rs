@@ -14,8 +14,8 @@
 //! Run: `cargo run --release -p wattson-sim --example bound [-- TRACE NODES,NODES SEEDS
 //! key=value...]` (defaults: cluster04.csv, 80,123, 5; `key=value` overrides the cluster file as
 //! the brain example's do: a `[wattson]` knob of every wattson run, e.g. `min_price_drop=100`
-//! turns deferral off, or the opt-in to sharing, `share_fraction=1 share_bound=0.5`; wattson keeps Slurm's FIFO
-//! order and raises for every queued job, as before the queue order, unless
+//! turns deferral off, or the opt-in to sharing, `share_fraction=1 share_bound=0.5`; wattson
+//! keeps Slurm's FIFO order and raises for every queued job, as before the queue order, unless
 //! `queue_order=response-ratio` or `raise_after_runs=...`). Reads `etc/sim/cluster.toml` and
 //! `../shared/data`.
 
