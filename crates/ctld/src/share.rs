@@ -155,15 +155,17 @@ pub fn share_jobs(requests: &[Request], jobs: &[Job], pairs: &Pairs) -> BTreeMap
             Some((r.id, share))
         })
         .collect();
-    let mut on_gpu: BTreeMap<(String, u32), usize> = BTreeMap::new();
+    let mut on_gpu: BTreeMap<(&str, u32), usize> = BTreeMap::new();
     for (node, gpus) in out.values().filter_map(|s| s.placed.as_ref()) {
         for &gpu in gpus {
-            *on_gpu.entry((node.clone(), gpu)).or_default() += 1;
+            *on_gpu.entry((node.as_str(), gpu)).or_default() += 1;
         }
     }
-    for s in out.values_mut() {
-        let shared = |(node, gpus): &(String, Vec<u32>)| gpus.iter().any(|&g| on_gpu[&(node.clone(), g)] > 1);
-        s.partnered = s.placed.as_ref().is_some_and(shared);
+    let shared = |(node, gpus): &(String, Vec<u32>)| gpus.iter().any(|&g| on_gpu[&(node.as_str(), g)] > 1);
+    let partnered: BTreeSet<u32> =
+        out.iter().filter(|(_, s)| s.placed.as_ref().is_some_and(shared)).map(|(&id, _)| id).collect();
+    for (id, s) in &mut out {
+        s.partnered = partnered.contains(id);
     }
     out
 }
