@@ -1,7 +1,8 @@
 //! `wattson ctld` deciding co-location on a real Slurm (`[ctld] share_pairs`): one node, one
 //! simulated H100 with 4 shards, all three plugins and wattsond. job_submit holds each
 //! opted-in job; the controller releases it beside a running job the pair file lets it join
-//! within both bounds, or on a GPU of its own, and never beside one that would break a bound.
+//! within both bounds, or on a GPU of its own, and never beside one that would break a bound;
+//! a job whose partner ends before it starts gets its own node list back.
 
 use std::time::{Duration, Instant};
 
@@ -262,4 +263,56 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
         1,
         "only job b shared: {log}"
     );
+}
+
+/// Waits until job `id`'s field `name` satisfies `ok`.
+fn wait_field(lab: &SlurmLab, id: u32, name: &str, ok: impl Fn(&str) -> bool, what: &str) {
+    let started = Instant::now();
+    loop {
+        let value = field(lab, id, name);
+        if ok(&value) {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{what}: {name}={value}\n{}", ctld_log(lab));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_job_released_beside_a_partner_that_ends_first_gets_its_own_node_list_back() {
+    let work = tempfile::tempdir().unwrap();
+    let (node, lab, state) = share_lab(work.path(), PAIRS);
+    let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
+    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    wait_live(&lab, &state);
+
+    // Of the node's 4 CPUs, a job without GPUs holds 2 and the partner 1.
+    let cpus = lab.sbatch(&["-c", "2"], "#!/bin/sh\nsleep 120\n").unwrap();
+    wait_state(&lab, cpus, "RUNNING", "the CPU job starts");
+    let partner = submit(&lab, "small", 120);
+    wait_recorded(&node, &lab, partner);
+    // A `small` job of 3 CPUs pairs with it: released beside it (`ReqNodeList=n1`), it waits
+    // for CPUs.
+    let args = [
+        "--gres=gpu:1",
+        "--energy-share=yes",
+        "--energy=min-energy",
+        "--energy-slowdown=10",
+        "--energy-tag=small",
+        "-c",
+        "3",
+    ];
+    let job = lab.sbatch(&args, "#!/bin/sh\nsleep 1\n").unwrap();
+    wait_field(&lab, job, "ReqNodeList", |v| v == "n1", "released beside its partner");
+    assert!(field(&lab, job, "AdminComment").ends_with(",released=share"), "{}", ctld_log(&lab));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(lab.job_info(job).unwrap().state, "PENDING");
+
+    // The partner ends first: the node list the controller gave the job is taken back.
+    lab.run_ok("scancel", &[&partner.to_string()]);
+    wait_field(&lab, job, "ReqNodeList", |v| matches!(v, "" | "(null)"), "its node list given back");
+    assert_eq!(lab.job_info(job).unwrap().state, "PENDING", "still short of CPUs");
+    assert_eq!(ctld_log(&lab).matches("reqnodelist: its partner is gone").count(), 1, "{}", ctld_log(&lab));
+    lab.run_ok("scancel", &[&cpus.to_string()]);
+    assert_eq!(lab.wait_job(job, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
 }

@@ -88,7 +88,7 @@ impl ByType {
         let per_node = s.nodes.iter().map(|n| n.gpus).max().unwrap_or(1).max(1);
         let base_share_w = s.node.base_w / f64::from(per_node);
         let mut out = Vec::new();
-        for r in requests.iter().filter(|r| pending.contains(&r.id) && !r.names_nodes) {
+        for r in requests.iter().filter(|r| pending.contains(&r.id) && !r.names_nodes()) {
             let Some(per_node_gpus) = r.untyped_gpus else { continue };
             let Some(queued) = s.queued.iter().find(|q| q.job.id == r.id) else { continue };
             let (owner, tag) = (config.engine.model_owner.owner(r.uid, r.account.as_deref()), r.tag());

@@ -88,8 +88,8 @@ pub struct Planner {
     by_type: by_type::ByType,
     /// The co-location model (`[ctld] share_pairs`); `None`: no job shares by decision.
     pairs: Option<share::Pairs>,
-    /// The exclusions of its own each released opted-in job had.
-    share_own: share::OwnExclusions,
+    /// What the controller changed of the opted-in jobs it released, to give back.
+    share_released: share::Released,
 }
 
 impl Planner {
@@ -97,7 +97,7 @@ impl Planner {
     pub fn new(config: Config) -> Planner {
         let retries = Retries::new(config.ctld.resume_retries, config.ctld.resume_retry_pause.as_secs_f64());
         let (memory, ledger, by_type) = Default::default();
-        Planner { config, memory, retries, ledger, by_type, pairs: None, share_own: Default::default() }
+        Planner { config, memory, retries, ledger, by_type, pairs: None, share_released: Default::default() }
     }
 
     /// This planner, deciding which opted-in jobs share a GPU by `pairs`.
@@ -200,7 +200,7 @@ impl Planner {
             ..Plan::default()
         };
         if let Some(pairs) = &self.pairs {
-            plan.share = share::gate(pairs, &mut self.share_own, &snapshot, &actions, &learned.shares);
+            plan.share = share::gate(pairs, &mut self.share_released, &snapshot, &actions, &learned.shares);
         }
         plan.nice = nice_offsets(&actions.queue_order, jobs, c.order_weight);
         plan.restrict =

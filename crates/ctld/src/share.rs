@@ -12,8 +12,10 @@
 //!
 //! A job is released only when the model lets it share with every opted-in job released and
 //! not yet started, since Slurm may start those on one GPU in one pass; the exclusions of those
-//! jobs follow the lone jobs each loop. A job whose tag the pair file does not name shares with
-//! none. Jobs that wait stay held.
+//! jobs follow the lone jobs each loop. A job released beside a partner that ends, or takes
+//! another partner, before it starts gets its own `ReqNodeList` back and is then kept off
+//! GPUs as one released alone. A job whose tag the pair file does not name shares with none.
+//! Jobs that wait stay held.
 //!
 //! A job of several GPUs (job_submit's `shared_gpus=N`, one task per GPU on shards) is a
 //! candidate of `N` GPUs: the model lets it join only a job of as many, so it is kept off the
@@ -124,6 +126,8 @@ pub struct ShareJob {
     pub partnered: bool,
     /// The nodes it excludes (`ExcNodeList`), as Slurm shows them.
     pub excluded: BTreeSet<String>,
+    /// The nodes it must run on (`ReqNodeList`), as Slurm shows them.
+    pub required: Vec<String>,
     /// Its AdminComment.
     pub comment: String,
 }
@@ -150,6 +154,7 @@ pub fn share_jobs(requests: &[Request], jobs: &[Job], pairs: &Pairs) -> BTreeMap
                 placed,
                 partnered: false,
                 excluded: hostlist::expand(&r.excluded).unwrap_or_default().into_iter().collect(),
+                required: hostlist::expand(&r.required).unwrap_or_default(),
                 comment: r.admin_comment.clone(),
             };
             Some((r.id, share))
@@ -200,19 +205,28 @@ pub struct Release {
 pub struct Gate {
     /// Held jobs to release, in queue order.
     pub release: Vec<Release>,
+    /// Jobs released beside a partner, not started, whose partner is gone: (job, its own
+    /// `ReqNodeList` back; empty: none).
+    pub require: Vec<(u32, Vec<String>)>,
     /// Released jobs not yet started whose exclusions change: (job, whole `ExcNodeList`).
     pub exclude: Vec<(u32, Vec<String>)>,
 }
 
-/// The exclusions each released job had of its own when it was released, by job: the
-/// controller's part of its `ExcNodeList` is the rest, replaced as the lone jobs change.
-pub type OwnExclusions = BTreeMap<u32, BTreeSet<String>>;
+/// What the controller changed of the released jobs not yet started, to give back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Released {
+    /// The exclusions each had of its own when released: the controller's part of its
+    /// `ExcNodeList` is the rest, replaced as the lone jobs change.
+    pub own: BTreeMap<u32, BTreeSet<String>>,
+    /// Those released beside a partner: (partner, its node, the job's own `ReqNodeList`).
+    pub beside: BTreeMap<u32, (u32, String, Vec<String>)>,
+}
 
 /// This loop's releases and exclusions ([module docs](self)), from the engine's `actions` on
-/// `snapshot` and the opted-in jobs `shares`; keeps `own` up to date.
+/// `snapshot` and the opted-in jobs `shares`; keeps `released` up to date.
 pub fn gate(
     pairs: &Pairs,
-    own: &mut OwnExclusions,
+    released: &mut Released,
     snapshot: &Snapshot,
     actions: &cluster::Actions,
     shares: &BTreeMap<u32, ShareJob>,
@@ -239,7 +253,19 @@ pub fn gate(
         lone.iter().filter(|(l, _)| !allowed(c, *l)).map(|(_, node)| node.to_string()).collect()
     };
     let mut gate = Gate::default();
+    let Released { own, beside } = released;
     own.retain(|id, _| visible.iter().any(|(v, _)| v == id));
+    beside.retain(|id, _| visible.iter().any(|(v, _)| v == id));
+    // A partner that ended or took another partner no longer holds a place for it.
+    beside.retain(|&id, (partner, node, mine)| {
+        let waits = shares
+            .get(partner)
+            .is_some_and(|p| !p.partnered && p.placed.as_ref().is_some_and(|(n, _)| n == node));
+        if !waits {
+            gate.require.push((id, mine.clone()));
+        }
+        waits
+    });
     for &(id, _) in &visible {
         let s = &shares[&id];
         // Released by an earlier controller: all its exclusions count as its own.
@@ -263,6 +289,7 @@ pub fn gate(
                 if s.excluded.contains(&node) || !here.clone().all(|(l, _)| allowed(me, *l)) {
                     continue;
                 }
+                beside.insert(id, (partner, node.clone(), s.required.clone()));
                 Place::Beside { node, partner }
             }
             None if holds => Place::Alone(s.excluded.union(&kept_off(me)).cloned().collect()),
@@ -279,6 +306,12 @@ pub fn gate(
 /// released ones off the GPUs of jobs they may not join. A job that started or ended meanwhile
 /// refuses the update: the next loop sees it.
 pub fn enact(slurm: &Slurm, gate: &Gate) {
+    for (job, required) in &gate.require {
+        info!(job, required = ?required, "reqnodelist: its partner is gone, its own node list back");
+        if let Err(e) = slurm.require_nodes(*job, required) {
+            warn!(job, error = %e, "cannot give the job its node list back");
+        }
+    }
     for (job, excluded) in &gate.exclude {
         info!(job, excluded = ?excluded, "excnodelist: off the GPUs of opted-in jobs it may not share with");
         if let Err(e) = slurm.exclude_nodes(*job, excluded) {

@@ -488,7 +488,7 @@ impl Slurm {
     }
 
     /// `scontrol update jobid=<id> nodelist=<nodes>`: the pending job starts on them
-    /// (`ReqNodeList`), names checked first.
+    /// (`ReqNodeList`; none: anywhere), names checked first.
     pub fn require_nodes(&self, job: u32, nodes: &[String]) -> Result<(), String> {
         for name in nodes {
             hostlist::check_name(name).map_err(|e| e.to_string())?;

@@ -250,6 +250,49 @@ fn the_controllers_exclusions_follow_the_lone_jobs_and_the_jobs_own_stay() {
 }
 
 #[test]
+fn a_job_released_beside_a_partner_that_ends_before_it_starts_gets_its_own_node_list_back() {
+    // Job 2's user asked for n1 or n2 (`--nodelist` of several, `-N1`), then for no node.
+    let asked = |line: String, nodes: &str| {
+        line.replace(" ExcNodeList=", &format!(" ReqNodeList={nodes} ExcNodeList="))
+    };
+    for (own, back) in [("n[1-2]", vec!["n1".to_string(), "n2".to_string()]), ("", vec![])] {
+        let nodes = node("n1", 1, "0") + &node("n2", 1, "0");
+        let mut planner = Planner::new(Config::default()).sharing(pairs());
+        let pairs = pairs();
+        let mut planner_loop = |jobs: &str, requests: &str| {
+            let (nodes, jobs, requests) =
+                (parse_nodes(&nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
+            let learned =
+                snapshot::Learned { shares: share_jobs(&requests, &jobs, &pairs), ..Default::default() };
+            let now = jobs[0].submit as f64 + 600.0;
+            planner.plan_with(&nodes, &jobs, &requests, &learned, now).share
+        };
+        let running = [(1, "n1"), (4, "n2")];
+        let lone = request(1, "small", Is::On(0), "") + &request(4, "big", Is::On(0), "");
+        let gate = planner_loop(
+            &squeue(&running, &[2], &[]),
+            &(lone.clone() + &asked(request(2, "small", Is::Held, ""), own)),
+        );
+        assert_eq!(released(&gate), [(2, Place::Beside { node: "n1".into(), partner: 1 })], "{own}");
+        // Slurm has not started it yet: its partner still waits for it, nothing changes.
+        let beside = asked(request(2, "small", Is::Released, "n2"), "n1");
+        let gate = planner_loop(&squeue(&running, &[], &[2]), &(lone.clone() + &beside));
+        assert_eq!((gate.require.len(), gate.exclude.len()), (0, 0), "{own}: {gate:?}");
+        // Job 1 ended first: job 2 gets its own node list back, kept off n2 (job 4, big).
+        let gate =
+            planner_loop(&squeue(&[(4, "n2")], &[], &[2]), &(request(4, "big", Is::On(0), "") + &beside));
+        assert_eq!(gate.require, [(2, back.clone())], "{own}");
+        assert_eq!(gate.exclude, [], "{own}: n2 is excluded already");
+        // Given back once.
+        let gate = planner_loop(
+            &squeue(&[(4, "n2")], &[], &[2]),
+            &(request(4, "big", Is::On(0), "") + &asked(request(2, "small", Is::Released, "n2"), own)),
+        );
+        assert!(gate.require.is_empty(), "{own}: {gate:?}");
+    }
+}
+
+#[test]
 fn a_gpu_running_an_opted_in_job_is_not_free_though_gres_used_forgot_it() {
     // 22.05 shows no shard in use once one of two jobs on a GPU ends; job 1 still runs on it.
     let requests = request(1, "small", Is::On(0), "") + &request(3, "big", Is::Held, "");

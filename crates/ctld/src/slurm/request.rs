@@ -24,8 +24,8 @@ pub struct Request {
     pub untyped_gpus: Option<u32>,
     /// The nodes it excludes (`ExcNodeList`, as Slurm prints it: a host list or empty).
     pub excluded: String,
-    /// Whether it names nodes it must run on (`ReqNodeList`).
-    pub names_nodes: bool,
+    /// The nodes it must run on (`ReqNodeList`, a host list as Slurm shows it; empty: none).
+    pub required: String,
     /// The GPUs its shards are on, for a running job on shards (`scontrol -d`'s
     /// `GRES=shard:2(IDX:0)` or `GRES=shard:4(2/4,2/4)`); empty otherwise.
     pub shard_gpus: Vec<u32>,
@@ -49,6 +49,11 @@ impl Request {
     /// Whether job_submit gave it shards for its opt-in to GPU sharing (`shards=N`).
     pub fn shares(&self) -> bool {
         self.note("shards").is_some()
+    }
+
+    /// Whether it names nodes it must run on (`ReqNodeList`).
+    pub fn names_nodes(&self) -> bool {
+        !self.required.is_empty()
     }
 
     /// GPUs it shares, each with one partner, as job_submit recorded them (`shared_gpus=2`;
@@ -111,7 +116,7 @@ pub fn parse_requests(text: &str) -> Vec<Request> {
                 admin_comment: present("AdminComment").unwrap_or_default(),
                 untyped_gpus: present("TresPerNode").and_then(|t| untyped(&t)).filter(|&n| n > 0),
                 excluded: present("ExcNodeList").unwrap_or_default(),
-                names_nodes: present("ReqNodeList").is_some(),
+                required: present("ReqNodeList").unwrap_or_default(),
                 shard_gpus: f.get("GRES").map_or_else(Vec::new, |g| shard_gpus(g)),
             })
         })
@@ -137,9 +142,9 @@ mod tests {
         assert_eq!(r.iter().map(|r| r.id).collect::<Vec<_>>(), [3, 4, 5, 6, 7]);
         assert_eq!((r[0].uid, r[0].user.as_str(), r[0].account.as_deref()), (1000, "alice", Some("physics")));
         assert_eq!((r[0].tag(), r[0].bound()), ("bert".to_string(), 0.1));
-        assert_eq!((r[0].untyped_gpus, r[0].excluded.as_str(), r[0].names_nodes), (Some(2), "", false));
+        assert_eq!((r[0].untyped_gpus, r[0].excluded.as_str(), r[0].names_nodes()), (Some(2), "", false));
         // A typed request is never a candidate; names and exclusions are kept.
-        assert_eq!((r[1].untyped_gpus, r[1].excluded.as_str(), r[1].names_nodes), (None, "n[2-3]", true));
+        assert_eq!((r[1].untyped_gpus, r[1].excluded.as_str(), r[1].names_nodes()), (None, "n[2-3]", true));
         assert_eq!((r[1].tag(), r[1].bound(), r[1].account.as_deref()), ("bob:x".to_string(), 0.0, None));
         assert_eq!(r[2].untyped_gpus, Some(1));
         assert_eq!(r[3].untyped_gpus, None);
