@@ -99,11 +99,18 @@ fn gate_of(nodes: &str, jobs: &str, requests: &str) -> Gate {
 }
 
 fn gate_with(pairs: Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
+    let mut planner = Planner::new(Config::default()).sharing(pairs.clone());
+    planner_loop(&mut planner, &pairs, nodes, jobs, requests)
+}
+
+/// One loop of `planner` (which keeps what it released) on Slurm's text, 10 minutes after the
+/// first job's submission.
+fn planner_loop(planner: &mut Planner, pairs: &Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
     let (nodes, jobs, requests) =
         (parse_nodes(nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
-    let learned = snapshot::Learned { shares: share_jobs(&requests, &jobs, &pairs), ..Default::default() };
+    let learned = snapshot::Learned { shares: share_jobs(&requests, &jobs, pairs), ..Default::default() };
     let now = jobs[0].submit as f64 + 600.0;
-    Planner::new(Config::default()).sharing(pairs).plan_with(&nodes, &jobs, &requests, &learned, now).share
+    planner.plan_with(&nodes, &jobs, &requests, &learned, now).share
 }
 
 fn released(gate: &Gate) -> Vec<(u32, Place)> {
@@ -221,16 +228,9 @@ fn the_pair_file_names_classes_by_tag_and_predicts_pairs_never_measured() {
 #[test]
 fn the_controllers_exclusions_follow_the_lone_jobs_and_the_jobs_own_stay() {
     let nodes = node("n1", 2, "0") + &node("n2", 2, "") + &node("n9", 2, "");
-    let mut planner = Planner::new(Config::default()).sharing(pairs());
-    let pairs = pairs();
-    let mut planner_loop = |jobs: &str, requests: &str| {
-        let (nodes, jobs, requests) =
-            (parse_nodes(&nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
-        let learned =
-            snapshot::Learned { shares: share_jobs(&requests, &jobs, &pairs), ..Default::default() };
-        let now = jobs[0].submit as f64 + 600.0;
-        planner.plan_with(&nodes, &jobs, &requests, &learned, now).share
-    };
+    let (pairs, mut planner) = (pairs(), Planner::new(Config::default()).sharing(pairs()));
+    let mut planner_loop =
+        |jobs: &str, requests: &str| planner_loop(&mut planner, &pairs, &nodes, jobs, requests);
     // Released alone off n1 (job 1, which it may not join) and n9 (its user's).
     let gate = planner_loop(
         &squeue(&[(1, "n1")], &[3], &[]),
@@ -257,16 +257,9 @@ fn a_job_released_beside_a_partner_that_ends_before_it_starts_gets_its_own_node_
     };
     for (own, back) in [("n[1-2]", vec!["n1".to_string(), "n2".to_string()]), ("", vec![])] {
         let nodes = node("n1", 1, "0") + &node("n2", 1, "0");
-        let mut planner = Planner::new(Config::default()).sharing(pairs());
-        let pairs = pairs();
-        let mut planner_loop = |jobs: &str, requests: &str| {
-            let (nodes, jobs, requests) =
-                (parse_nodes(&nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
-            let learned =
-                snapshot::Learned { shares: share_jobs(&requests, &jobs, &pairs), ..Default::default() };
-            let now = jobs[0].submit as f64 + 600.0;
-            planner.plan_with(&nodes, &jobs, &requests, &learned, now).share
-        };
+        let (pairs, mut planner) = (pairs(), Planner::new(Config::default()).sharing(pairs()));
+        let mut planner_loop =
+            |jobs: &str, requests: &str| planner_loop(&mut planner, &pairs, &nodes, jobs, requests);
         let running = [(1, "n1"), (4, "n2")];
         let lone = request(1, "small", Is::On(0), "") + &request(4, "big", Is::On(0), "");
         let gate = planner_loop(
