@@ -88,8 +88,6 @@ pub struct Planner {
     by_type: by_type::ByType,
     /// The co-location model (`[ctld] share_pairs`); `None`: no job shares by decision.
     pairs: Option<share::Pairs>,
-    /// What the controller changed of the opted-in jobs it released, to give back.
-    share_released: share::Released,
 }
 
 impl Planner {
@@ -97,12 +95,19 @@ impl Planner {
     pub fn new(config: Config) -> Planner {
         let retries = Retries::new(config.ctld.resume_retries, config.ctld.resume_retry_pause.as_secs_f64());
         let (memory, ledger, by_type) = Default::default();
-        Planner { config, memory, retries, ledger, by_type, pairs: None, share_released: Default::default() }
+        Planner { config, memory, retries, ledger, by_type, pairs: None }
     }
 
     /// This planner, deciding which opted-in jobs share a GPU by `pairs`.
     pub fn sharing(self, pairs: share::Pairs) -> Planner {
         Planner { pairs: Some(pairs), ..self }
+    }
+
+    /// This planner, going on from the opted-in jobs a controller before it released and
+    /// that have not started (its state file's `share_released`).
+    pub fn going_on(mut self, released: share::Released) -> Planner {
+        self.ledger.share_released = released;
+        self
     }
 
     /// Whether it decides co-location.
@@ -200,7 +205,8 @@ impl Planner {
             ..Plan::default()
         };
         if let Some(pairs) = &self.pairs {
-            plan.share = share::gate(pairs, &mut self.share_released, &snapshot, &actions, &learned.shares);
+            plan.share =
+                share::gate(pairs, &mut self.ledger.share_released, &snapshot, &actions, &learned.shares);
         }
         plan.nice = nice_offsets(&actions.queue_order, jobs, c.order_weight);
         plan.restrict =
@@ -318,13 +324,18 @@ impl Ctld {
     pub fn new(config: Config) -> Result<Ctld, String> {
         let mut pairs =
             config.ctld.share_pairs.as_deref().map(share::Pairs::load).transpose().map_err(|e| e.0)?;
+        let mut released = share::Released::default();
         if let Some(pairs) = &mut pairs
             && config.ctld.state_file.exists()
         {
-            // What a controller before this one learned: the classes paired no more.
+            // What a controller before this one learned and did: the classes paired no more,
+            // the jobs it released that have not started.
             match power_status::load(&config.ctld.state_file) {
-                Ok(ledger) => pairs.break_tags(&ledger.share_broken),
-                Err(e) => warn!(error = %e, "cannot read the classes paired no more from the state file"),
+                Ok(ledger) => {
+                    pairs.break_tags(&ledger.share_broken);
+                    released = ledger.share_released;
+                }
+                Err(e) => warn!(error = %e, "cannot read the co-location state from the state file"),
             }
         }
         let slurm = Slurm::new(config.ctld.command_timeout);
@@ -342,7 +353,7 @@ impl Ctld {
             bins: config.ctld.summary_bins,
             timeout: config.ctld.command_timeout,
         };
-        let planner = Planner::new(config);
+        let planner = Planner::new(config).going_on(released);
         Ok(Ctld {
             summaries,
             passes: summarize::passes::Passes::default(),

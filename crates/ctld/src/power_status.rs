@@ -52,6 +52,10 @@ pub struct Ledger {
     /// sharing a GPU ([`crate::share::judge`]). Read back when the controller starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub share_broken: Vec<String>,
+    /// What the controller changed of the opted-in jobs it released that have not started,
+    /// to give back ([`crate::share::gate`]). Read back when the controller starts.
+    #[serde(default, skip_serializing_if = "crate::share::Released::is_empty")]
+    pub share_released: crate::share::Released,
 }
 
 /// What DVFS did to the queue's waits, as the controller observed it (`[ctld] max_wait_cost`).

@@ -212,14 +212,33 @@ pub struct Gate {
     pub exclude: Vec<(u32, Vec<String>)>,
 }
 
-/// What the controller changed of the released jobs not yet started, to give back.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What the controller changed of the released jobs not yet started, to give back; kept in
+/// the state file for the controller after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Released {
     /// The exclusions each had of its own when released: the controller's part of its
     /// `ExcNodeList` is the rest, replaced as the lone jobs change.
     pub own: BTreeMap<u32, BTreeSet<String>>,
-    /// Those released beside a partner: (partner, its node, the job's own `ReqNodeList`).
-    pub beside: BTreeMap<u32, (u32, String, Vec<String>)>,
+    /// Those released beside a partner.
+    pub beside: BTreeMap<u32, Beside>,
+}
+
+impl Released {
+    /// Whether no released job waits to start.
+    pub fn is_empty(&self) -> bool {
+        self.own.is_empty() && self.beside.is_empty()
+    }
+}
+
+/// A job released beside a partner: where, and the node list its user gave it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Beside {
+    /// The running job it joins.
+    pub partner: u32,
+    /// The partner's node, its `ReqNodeList` now.
+    pub node: String,
+    /// Its own `ReqNodeList` before (empty: none).
+    pub own: Vec<String>,
 }
 
 /// This loop's releases and exclusions ([module docs](self)), from the engine's `actions` on
@@ -257,12 +276,12 @@ pub fn gate(
     own.retain(|id, _| visible.iter().any(|(v, _)| v == id));
     beside.retain(|id, _| visible.iter().any(|(v, _)| v == id));
     // A partner that ended or took another partner no longer holds a place for it.
-    beside.retain(|&id, (partner, node, mine)| {
+    beside.retain(|&id, b| {
         let waits = shares
-            .get(partner)
-            .is_some_and(|p| !p.partnered && p.placed.as_ref().is_some_and(|(n, _)| n == node));
+            .get(&b.partner)
+            .is_some_and(|p| !p.partnered && p.placed.as_ref().is_some_and(|(n, _)| *n == b.node));
         if !waits {
-            gate.require.push((id, mine.clone()));
+            gate.require.push((id, b.own.clone()));
         }
         waits
     });
@@ -289,7 +308,7 @@ pub fn gate(
                 if s.excluded.contains(&node) || !here.clone().all(|(l, _)| allowed(me, *l)) {
                     continue;
                 }
-                beside.insert(id, (partner, node.clone(), s.required.clone()));
+                beside.insert(id, Beside { partner, node: node.clone(), own: s.required.clone() });
                 Place::Beside { node, partner }
             }
             None if holds => Place::Alone(s.excluded.union(&kept_off(me)).cloned().collect()),

@@ -251,36 +251,46 @@ fn the_controllers_exclusions_follow_the_lone_jobs_and_the_jobs_own_stay() {
 
 #[test]
 fn a_job_released_beside_a_partner_that_ends_before_it_starts_gets_its_own_node_list_back() {
-    // Job 2's user asked for n1 or n2 (`--nodelist` of several, `-N1`), then for no node.
+    // Job 2's user asked for n1 or n2 (`--nodelist` of several, `-N1`), then for no node; the
+    // controller goes on, or another starts from its state file.
     let asked = |line: String, nodes: &str| {
         line.replace(" ExcNodeList=", &format!(" ReqNodeList={nodes} ExcNodeList="))
     };
-    for (own, back) in [("n[1-2]", vec!["n1".to_string(), "n2".to_string()]), ("", vec![])] {
-        let nodes = node("n1", 1, "0") + &node("n2", 1, "0");
+    let nodes = node("n1", 1, "0") + &node("n2", 1, "0");
+    let state = tempfile::tempdir().unwrap();
+    let both = || vec!["n1".to_string(), "n2".to_string()];
+    for (own, back, restarted) in [("n[1-2]", both(), false), ("", vec![], false), ("n[1-2]", both(), true)] {
         let (pairs, mut planner) = (pairs(), Planner::new(Config::default()).sharing(pairs()));
-        let mut planner_loop =
-            |jobs: &str, requests: &str| planner_loop(&mut planner, &pairs, &nodes, jobs, requests);
         let running = [(1, "n1"), (4, "n2")];
         let lone = request(1, "small", Is::On(0), "") + &request(4, "big", Is::On(0), "");
-        let gate = planner_loop(
-            &squeue(&running, &[2], &[]),
-            &(lone.clone() + &asked(request(2, "small", Is::Held, ""), own)),
-        );
+        let held = lone.clone() + &asked(request(2, "small", Is::Held, ""), own);
+        let gate = planner_loop(&mut planner, &pairs, &nodes, &squeue(&running, &[2], &[]), &held);
         assert_eq!(released(&gate), [(2, Place::Beside { node: "n1".into(), partner: 1 })], "{own}");
         // Slurm has not started it yet: its partner still waits for it, nothing changes.
         let beside = asked(request(2, "small", Is::Released, "n2"), "n1");
-        let gate = planner_loop(&squeue(&running, &[], &[2]), &(lone.clone() + &beside));
-        assert_eq!((gate.require.len(), gate.exclude.len()), (0, 0), "{own}: {gate:?}");
-        // Job 1 ended first: job 2 gets its own node list back, kept off n2 (job 4, big).
         let gate =
-            planner_loop(&squeue(&[(4, "n2")], &[], &[2]), &(request(4, "big", Is::On(0), "") + &beside));
-        assert_eq!(gate.require, [(2, back.clone())], "{own}");
+            planner_loop(&mut planner, &pairs, &nodes, &squeue(&running, &[], &[2]), &(lone + &beside));
+        assert_eq!((gate.require.len(), gate.exclude.len()), (0, 0), "{own}: {gate:?}");
+        if restarted {
+            let file = state.path().join("ctld.json");
+            crate::power_status::save(planner.ledger(), &file).unwrap();
+            let before = crate::power_status::load(&file).unwrap();
+            planner = Planner::new(Config::default()).sharing(pairs.clone()).going_on(before.share_released);
+        }
+        // Job 1 ended first: job 2 gets its own node list back, kept off n2 (job 4, big).
+        let after = |requested: &str| {
+            (
+                squeue(&[(4, "n2")], &[], &[2]),
+                request(4, "big", Is::On(0), "") + &asked(request(2, "small", Is::Released, "n2"), requested),
+            )
+        };
+        let (jobs, requests) = after("n1");
+        let gate = planner_loop(&mut planner, &pairs, &nodes, &jobs, &requests);
+        assert_eq!(gate.require, [(2, back)], "{own}, restarted: {restarted}");
         assert_eq!(gate.exclude, [], "{own}: n2 is excluded already");
         // Given back once.
-        let gate = planner_loop(
-            &squeue(&[(4, "n2")], &[], &[2]),
-            &(request(4, "big", Is::On(0), "") + &asked(request(2, "small", Is::Released, "n2"), own)),
-        );
+        let (jobs, requests) = after(own);
+        let gate = planner_loop(&mut planner, &pairs, &nodes, &jobs, &requests);
         assert!(gate.require.is_empty(), "{own}: {gate:?}");
     }
 }
