@@ -13,9 +13,9 @@
 //! A job is released only when the model lets it share with every opted-in job released and
 //! not yet started, since Slurm may start those on one GPU in one pass; the exclusions of those
 //! jobs follow the lone jobs each loop. A job released beside a partner that ends, or takes
-//! another partner, before it starts gets its own `ReqNodeList` back and is then kept off
-//! GPUs as one released alone. A job whose tag the pair file does not name shares with none.
-//! Jobs that wait stay held.
+//! another partner, before it starts, or whose partner's node gains a lone job it may not join,
+//! gets its own `ReqNodeList` back and is then kept off GPUs as one released alone. A job whose
+//! tag the pair file does not name shares with none. Jobs that wait stay held.
 //!
 //! A job of several GPUs (job_submit's `shared_gpus=N`, one task per GPU on shards) is a
 //! candidate of `N` GPUs: the model lets it join only a job of as many, so it is kept off the
@@ -275,11 +275,14 @@ pub fn gate(
     let Released { own, beside } = released;
     own.retain(|id, _| visible.iter().any(|(v, _)| v == id));
     beside.retain(|id, _| visible.iter().any(|(v, _)| v == id));
-    // A partner that ended or took another partner no longer holds a place for it.
+    // Its place is gone once the partner ended or took another partner, or once a lone job it
+    // may not join runs on the partner's node (Slurm might start it there).
     beside.retain(|&id, b| {
-        let waits = shares
+        let partner_waits = shares
             .get(&b.partner)
             .is_some_and(|p| !p.partnered && p.placed.as_ref().is_some_and(|(n, _)| *n == b.node));
+        let me = candidate(id, &shares[&id]);
+        let waits = partner_waits && lone.iter().filter(|(_, n)| *n == b.node).all(|(l, _)| allowed(me, *l));
         if !waits {
             gate.require.push((id, b.own.clone()));
         }

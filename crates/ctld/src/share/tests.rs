@@ -296,6 +296,31 @@ fn a_job_released_beside_a_partner_that_ends_before_it_starts_gets_its_own_node_
 }
 
 #[test]
+fn a_job_released_beside_a_partner_gets_its_node_list_back_once_a_job_it_may_not_join_runs_there() {
+    let n1 = |gpu_used: &str, shards_on: &str| {
+        format!(
+            "NodeName=n1 CPUAlloc=2 Gres=gpu:h100:2,shard:h100:8 GresUsed=gpu:h100:{gpu_used},\
+             shard:h100:2(IDX:{shards_on}) State=MIXED Weight=1 NodeAddr=127.0.0.1 Partitions=lab\n"
+        )
+    };
+    let (pairs, mut planner) = (pairs(), Planner::new(Config::default()).sharing(pairs()));
+    // Job 1 (small) alone on GPU 0 of n1, job 8 (not opted in) on GPU 1: job 2 joins job 1.
+    let whole = "8|RUNNING|None|1|gres:gpu:1|2026-11-23T10:00:00|10:00|1:00:00|100|n1|lab||0\n";
+    let jobs = squeue(&[(1, "n1")], &[2], &[]) + whole;
+    let held = request(1, "small", Is::On(0), "") + &request(2, "small", Is::Held, "");
+    let gate = planner_loop(&mut planner, &pairs, &n1("1(IDX:1)", "0"), &jobs, &held);
+    assert_eq!(released(&gate), [(2, Place::Beside { node: "n1".into(), partner: 1 })]);
+    // Before it starts, job 8 ends and job 5 (big, 50% slower beside it) starts alone on GPU 1.
+    let jobs = squeue(&[(1, "n1"), (5, "n1")], &[], &[2]);
+    let requests = request(1, "small", Is::On(0), "")
+        + &request(5, "big", Is::On(1), "")
+        + &request(2, "small", Is::Released, "").replace(" ExcNodeList=", " ReqNodeList=n1 ExcNodeList=");
+    let gate = planner_loop(&mut planner, &pairs, &n1("0(IDX:N/A)", "0-1"), &jobs, &requests);
+    assert_eq!(gate.require, [(2, vec![])], "{gate:?}");
+    assert_eq!(gate.exclude, [(2, vec!["n1".to_string()])]);
+}
+
+#[test]
 fn a_gpu_running_an_opted_in_job_is_not_free_though_gres_used_forgot_it() {
     // 22.05 shows no shard in use once one of two jobs on a GPU ends; job 1 still runs on it.
     let requests = request(1, "small", Is::On(0), "") + &request(3, "big", Is::Held, "");
