@@ -312,7 +312,12 @@ fn a_job_released_beside_a_partner_that_ends_first_gets_its_own_node_list_back()
     lab.run_ok("scancel", &[&partner.to_string()]);
     wait_field(&lab, job, "ReqNodeList", |v| matches!(v, "" | "(null)"), "its node list given back");
     assert_eq!(lab.job_info(job).unwrap().state, "PENDING", "still short of CPUs");
-    assert_eq!(ctld_log(&lab).matches("reqnodelist: its partner is gone").count(), 1, "{}", ctld_log(&lab));
+    assert_eq!(
+        ctld_log(&lab).matches("reqnodelist: its place beside its partner is gone").count(),
+        1,
+        "{}",
+        ctld_log(&lab)
+    );
     lab.run_ok("scancel", &[&cpus.to_string()]);
     assert_eq!(lab.wait_job(job, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
 }

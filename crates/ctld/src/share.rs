@@ -205,7 +205,7 @@ pub struct Release {
 pub struct Gate {
     /// Held jobs to release, in queue order.
     pub release: Vec<Release>,
-    /// Jobs released beside a partner, not started, whose partner is gone: (job, its own
+    /// Jobs released beside a partner, not started, whose place there is gone: (job, its own
     /// `ReqNodeList` back; empty: none).
     pub require: Vec<(u32, Vec<String>)>,
     /// Released jobs not yet started whose exclusions change: (job, whole `ExcNodeList`).
@@ -224,7 +224,7 @@ pub struct Released {
 }
 
 impl Released {
-    /// Whether no released job waits to start.
+    /// Whether it holds nothing to give back.
     pub fn is_empty(&self) -> bool {
         self.own.is_empty() && self.beside.is_empty()
     }
@@ -329,7 +329,7 @@ pub fn gate(
 /// refuses the update: the next loop sees it.
 pub fn enact(slurm: &Slurm, gate: &Gate) {
     for (job, required) in &gate.require {
-        info!(job, required = ?required, "reqnodelist: its partner is gone, its own node list back");
+        info!(job, required = ?required, "reqnodelist: its place beside its partner is gone, its own node list back");
         if let Err(e) = slurm.require_nodes(*job, required) {
             warn!(job, error = %e, "cannot give the job its node list back");
         }
