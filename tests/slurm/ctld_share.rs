@@ -46,11 +46,7 @@ fn pid_of(lab: &SlurmLab, id: u32) -> u32 {
 }
 
 fn wait_state(lab: &SlurmLab, id: u32, state: &str, what: &str) {
-    let started = Instant::now();
-    while lab.job_info(id).map(|j| j.state).unwrap_or_default() != state {
-        assert!(started.elapsed() < Duration::from_secs(60), "{what}\n{}\n{}", ctld_log(lab), lab.all_logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_field(lab, id, "JobState", |v| v == state, what);
 }
 
 /// One node with one H100 in 4 shards, wattsond and the plugins reading a wattson.toml whose
@@ -265,7 +261,7 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
     );
 }
 
-/// Waits until job `id`'s field `name` satisfies `ok`.
+/// Waits (a minute at most) until job `id`'s field `name` satisfies `ok`.
 fn wait_field(lab: &SlurmLab, id: u32, name: &str, ok: impl Fn(&str) -> bool, what: &str) {
     let started = Instant::now();
     loop {
@@ -273,7 +269,12 @@ fn wait_field(lab: &SlurmLab, id: u32, name: &str, ok: impl Fn(&str) -> bool, wh
         if ok(&value) {
             return;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "{what}: {name}={value}\n{}", ctld_log(lab));
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what}: {name}={value}\n{}\n{}",
+            ctld_log(lab),
+            lab.all_logs()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }

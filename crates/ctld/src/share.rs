@@ -274,10 +274,13 @@ pub fn gate(
     let mut gate = Gate::default();
     let Released { own, beside } = released;
     own.retain(|id, _| visible.iter().any(|(v, _)| v == id));
-    beside.retain(|id, _| visible.iter().any(|(v, _)| v == id));
-    // Its place is gone once the partner ended or took another partner, or once a lone job it
-    // may not join runs on the partner's node (Slurm might start it there).
+    // A job that started or ended is forgotten. Its place is gone once the partner ended or
+    // took another partner, or once a lone job it may not join runs on the partner's node
+    // (Slurm might start it there).
     beside.retain(|&id, b| {
+        if !visible.iter().any(|&(v, _)| v == id) {
+            return false;
+        }
         let partner_waits = shares
             .get(&b.partner)
             .is_some_and(|p| !p.partnered && p.placed.as_ref().is_some_and(|(n, _)| *n == b.node));

@@ -113,6 +113,11 @@ fn planner_loop(planner: &mut Planner, pairs: &Pairs, nodes: &str, jobs: &str, r
     planner.plan_with(&nodes, &jobs, &requests, &learned, now).share
 }
 
+/// `line` (a job's) with `ReqNodeList=nodes` added.
+fn requiring(line: String, nodes: &str) -> String {
+    line.replace(" ExcNodeList=", &format!(" ReqNodeList={nodes} ExcNodeList="))
+}
+
 fn released(gate: &Gate) -> Vec<(u32, Place)> {
     gate.release.iter().map(|r| (r.job, r.place.clone())).collect()
 }
@@ -253,9 +258,6 @@ fn the_controllers_exclusions_follow_the_lone_jobs_and_the_jobs_own_stay() {
 fn a_job_released_beside_a_partner_that_ends_before_it_starts_gets_its_own_node_list_back() {
     // Job 2's user asked for n1 or n2 (`--nodelist` of several, `-N1`), then for no node; the
     // controller goes on, or another starts from its state file.
-    let asked = |line: String, nodes: &str| {
-        line.replace(" ExcNodeList=", &format!(" ReqNodeList={nodes} ExcNodeList="))
-    };
     let nodes = node("n1", 1, "0") + &node("n2", 1, "0");
     let state = tempfile::tempdir().unwrap();
     let both = || vec!["n1".to_string(), "n2".to_string()];
@@ -263,11 +265,11 @@ fn a_job_released_beside_a_partner_that_ends_before_it_starts_gets_its_own_node_
         let (pairs, mut planner) = (pairs(), Planner::new(Config::default()).sharing(pairs()));
         let running = [(1, "n1"), (4, "n2")];
         let lone = request(1, "small", Is::On(0), "") + &request(4, "big", Is::On(0), "");
-        let held = lone.clone() + &asked(request(2, "small", Is::Held, ""), own);
+        let held = lone.clone() + &requiring(request(2, "small", Is::Held, ""), own);
         let gate = planner_loop(&mut planner, &pairs, &nodes, &squeue(&running, &[2], &[]), &held);
         assert_eq!(released(&gate), [(2, Place::Beside { node: "n1".into(), partner: 1 })], "{own}");
         // Slurm has not started it yet: its partner still waits for it, nothing changes.
-        let beside = asked(request(2, "small", Is::Released, "n2"), "n1");
+        let beside = requiring(request(2, "small", Is::Released, "n2"), "n1");
         let gate =
             planner_loop(&mut planner, &pairs, &nodes, &squeue(&running, &[], &[2]), &(lone + &beside));
         assert_eq!((gate.require.len(), gate.exclude.len()), (0, 0), "{own}: {gate:?}");
@@ -281,7 +283,8 @@ fn a_job_released_beside_a_partner_that_ends_before_it_starts_gets_its_own_node_
         let after = |requested: &str| {
             (
                 squeue(&[(4, "n2")], &[], &[2]),
-                request(4, "big", Is::On(0), "") + &asked(request(2, "small", Is::Released, "n2"), requested),
+                request(4, "big", Is::On(0), "")
+                    + &requiring(request(2, "small", Is::Released, "n2"), requested),
             )
         };
         let (jobs, requests) = after("n1");
@@ -314,7 +317,7 @@ fn a_job_released_beside_a_partner_gets_its_node_list_back_once_a_job_it_may_not
     let jobs = squeue(&[(1, "n1"), (5, "n1")], &[], &[2]);
     let requests = request(1, "small", Is::On(0), "")
         + &request(5, "big", Is::On(1), "")
-        + &request(2, "small", Is::Released, "").replace(" ExcNodeList=", " ReqNodeList=n1 ExcNodeList=");
+        + &requiring(request(2, "small", Is::Released, ""), "n1");
     let gate = planner_loop(&mut planner, &pairs, &n1("0(IDX:N/A)", "0-1"), &jobs, &requests);
     assert_eq!(gate.require, [(2, vec![])], "{gate:?}");
     assert_eq!(gate.exclude, [(2, vec!["n1".to_string()])]);
