@@ -119,6 +119,9 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
     ctld.warm_shortfall = c.wattson.warm_shortfall;
     ctld.queue_order = c.wattson.queue_order;
     ctld.raise_after_runs = c.wattson.raise_after_runs;
+    ctld.congestion_raise = c.wattson.congestion_raise;
+    ctld.dvfs_horizon = std::time::Duration::from_secs_f64(c.wattson.dvfs_horizon_s);
+    ctld.share_first = c.wattson.share_first;
     assert_eq!(
         wattson_ctld::snapshot::policy(&config.ctld),
         policy,

@@ -53,23 +53,24 @@ fn wait_state(lab: &SlurmLab, id: u32, state: &str, what: &str) {
 /// `[ctld]` names the pair file `pairs` (written into `work`), and where the controller's
 /// state file goes.
 fn share_lab(work: &std::path::Path, pairs: &str) -> (Node, SlurmLab, std::path::PathBuf) {
-    share_lab_of(work, pairs, 1, "", "")
+    share_lab_of(work, pairs, 1, "", "", "")
 }
 
-/// [`share_lab`] with `gpus` H100s of 4 shards each, `policy` added to `[policy]` and
-/// `extra_conf` to slurm.conf.
+/// [`share_lab`] with `gpus` H100s of 4 shards each, `policy` added to `[policy]`,
+/// `extra_conf` to slurm.conf and `extra_ctld` to `[ctld]`.
 pub(crate) fn share_lab_of(
     work: &std::path::Path,
     pairs: &str,
     gpus: u32,
     policy: &str,
     extra_conf: &str,
+    extra_ctld: &str,
 ) -> (Node, SlurmLab, std::path::PathBuf) {
     let (state, pairs_file) = (work.join("ctld.json"), work.join("pairs.toml"));
     std::fs::write(&pairs_file, pairs).unwrap();
     // job_submit, wattsond and the controller read one wattson.toml.
     let ctld = format!(
-        "[ctld]\ninterval = \"1s\"\nmanage_power = false\nstate_file = {state:?}\nshare_pairs = {pairs_file:?}\n"
+        "[ctld]\ninterval = \"1s\"\nmanage_power = false\nstate_file = {state:?}\nshare_pairs = {pairs_file:?}\n{extra_ctld}"
     );
     let policy = format!("shards_per_gpu = 4\n{policy}");
     let node =
@@ -183,6 +184,47 @@ fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds()
         "{log}"
     );
     assert_eq!(log.matches("release: on a GPU of its own").count(), 3, "{log}");
+}
+
+#[test]
+fn with_share_first_a_job_joins_a_fitting_partner_though_a_gpu_of_its_own_is_free() {
+    let work = tempfile::tempdir().unwrap();
+    let (node, lab, state) = share_lab_of(work.path(), PAIRS, 2, "", "", "share_first = true\n");
+    let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
+    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    wait_live(&lab, &state);
+
+    // Two `small` jobs on a node of two GPUs: the first starts alone, the second beside it,
+    // though the other GPU is free. (A job Slurm shows run for 0 s is no partner yet: its
+    // nodes may still boot.)
+    let a = submit(&lab, "small", 6);
+    wait_recorded(&node, &lab, a);
+    std::thread::sleep(Duration::from_secs(2));
+    let b = submit(&lab, "small", 6);
+    wait_recorded(&node, &lab, b);
+    assert_eq!(
+        [a, b].map(|id| lab.job_info(id).unwrap().state),
+        ["RUNNING", "RUNNING"],
+        "{}",
+        ctld_log(&lab)
+    );
+    assert_eq!(field(&lab, b, "ReqNodeList"), "n1", "{}", ctld_log(&lab));
+    for id in [a, b] {
+        assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    }
+    let records: Vec<_> = [a, b].iter().map(|id| node.record(&id.to_string())).collect();
+    for r in &records {
+        assert_eq!((r.gpus.len(), r.split()), (1, Some(Split::Equal)), "{}", r.key);
+    }
+    assert_eq!(records[0].gpus[0].index, records[1].gpus[0].index, "one GPU for both");
+    assert_parts_add_up(&node, &records);
+    let log = ctld_log(&lab);
+    assert_eq!(
+        log.matches("release: beside the job the co-location model pairs it with").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(log.matches("release: on a GPU of its own").count(), 1, "{log}");
 }
 
 #[test]

@@ -226,7 +226,7 @@ fn ctld_pairs_jobs_of_two_gpus_on_both_and_keeps_them_off_the_gpu_of_a_job_of_on
     use super::ctld_share::{PAIRS, field, share_lab_of, submit};
     assert!(slurm_lab::release().root.is_some(), "set WATTSON_SLURM_RELEASE to 24.11 or 26.05");
     let work = tempfile::tempdir().unwrap();
-    let (node, lab, state) = share_lab_of(work.path(), PAIRS, 4, "share_gpus = 2\n", MULTIPLE_SHARING);
+    let (node, lab, state) = share_lab_of(work.path(), PAIRS, 4, "share_gpus = 2\n", MULTIPLE_SHARING, "");
     for k in 0..4 {
         node.sim.set_load(k, 0.5).unwrap();
     }

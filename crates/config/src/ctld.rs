@@ -74,6 +74,20 @@ pub struct CtldConfig {
     #[serde(default, deserialize_with = "dvfs_min_free")]
     #[schemars(extend("x-allowed" = "0 to 1"))]
     pub dvfs_min_free: f64,
+    /// No job is slowed while the GPUs expected free this far ahead (free now, plus what
+    /// running jobs release by then at full speed, less the arrivals forecast from the last
+    /// `forecast_window`) fall below zero (0s to 1d; 0s: no such gate), as the simulator's
+    /// `[wattson] dvfs_horizon_s`.
+    #[serde(default, deserialize_with = "dvfs_horizon")]
+    #[schemars(with = "String", extend("x-allowed" = "0s to 1d"))]
+    pub dvfs_horizon: Duration,
+    /// How far the running jobs a late pending job waits for (all of them while a gate above
+    /// is closed) are raised toward full speed (0 to 1): 1, the GPUs' defaults; below, the
+    /// level of each job's table that gives up this share of its slowdown bound, as the
+    /// simulator's `[wattson] congestion_raise`.
+    #[serde(default = "default_congestion_raise", deserialize_with = "congestion_raise")]
+    #[schemars(extend("x-allowed" = "0 to 1"))]
+    pub congestion_raise: f64,
     /// The node power model (`[ctld.node]`, the simulator's `[node]`: one type, one set of
     /// defaults).
     #[serde(default, deserialize_with = "node_costs")]
@@ -120,6 +134,11 @@ pub struct CtldConfig {
     /// as it finds room.
     #[serde(default)]
     pub share_pairs: Option<PathBuf>,
+    /// With `share_pairs`: an opted-in job is released beside a running job the model pairs it
+    /// with even where a GPU of its own is free (that GPU's node may then power down); `false`:
+    /// only a job that would otherwise wait shares. As the simulator's `[wattson] share_first`.
+    #[serde(default)]
+    pub share_first: bool,
 }
 
 /// The entry job_submit adds to the AdminComment of an opted-in job it held for the
@@ -144,6 +163,8 @@ impl Default for CtldConfig {
             raise_after_runs: default_raise_after_runs(),
             max_wait_cost: default_max_wait_cost(),
             dvfs_min_free: 0.0,
+            dvfs_horizon: Duration::ZERO,
+            congestion_raise: default_congestion_raise(),
             order_weight: default_order_weight(),
             node: NodeCosts::default(),
             gpu_idle_w: None,
@@ -155,6 +176,7 @@ impl Default for CtldConfig {
             summary_wait: default_summary_wait(),
             summary_bins: default_summary_bins(),
             share_pairs: None,
+            share_first: false,
         }
     }
 }
@@ -273,6 +295,18 @@ fn max_wait_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 }
 
 fn dvfs_min_free<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    crate::number_in(d, 0.0, 1.0, "")
+}
+
+fn dvfs_horizon<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration_in(d, Duration::ZERO, Duration::from_secs(86400))
+}
+
+/// Full speed: the controller's raise before `congestion_raise` existed.
+fn default_congestion_raise() -> f64 {
+    1.0
+}
+fn congestion_raise<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     crate::number_in(d, 0.0, 1.0, "")
 }
 
@@ -398,5 +432,18 @@ mod tests {
         assert_eq!((c.ctld.dvfs_min_free, Config::default().ctld.dvfs_min_free), (0.15, 0.0));
         let e = Config::parse("[ctld]\ndvfs_min_free = 15\n", "w.toml").unwrap_err().0;
         assert!(e.contains("15: allowed 0 to 1"), "{e}");
+    }
+
+    #[test]
+    fn the_horizon_gate_and_the_partial_raise_are_bounded_and_off_by_default() {
+        let c =
+            Config::parse("[ctld]\ndvfs_horizon = \"10m\"\ncongestion_raise = 0.925\n", "w.toml").unwrap();
+        assert_eq!((c.ctld.dvfs_horizon, c.ctld.congestion_raise), (Duration::from_secs(600), 0.925));
+        let d = Config::default().ctld;
+        assert_eq!((d.dvfs_horizon, d.congestion_raise, d.share_first), (Duration::ZERO, 1.0, false));
+        let e = Config::parse("[ctld]\ncongestion_raise = 1.5\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("1.5: allowed 0 to 1"), "{e}");
+        let e = Config::parse("[ctld]\ndvfs_horizon = \"2d\"\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("allowed 0s to 1day"), "{e}");
     }
 }

@@ -7,19 +7,17 @@
 //!   controller marks it `released=budget` and releases it. A job held by its owner or an
 //!   administrator is never released here.
 //! - Running jobs' level tables come from their nodes (`JobLevels`); a job whose power the
-//!   engine's budget shed runs at the engine's level (`Pace::Level`), never beyond its own
+//!   engine's budget shed runs at the engine's level ([`crate::pace`]), never beyond its own
 //!   slowdown bound; the others keep the pace they would have without a budget.
 
 use std::collections::BTreeMap;
 
 use wattson_config::Config;
 use wattson_config::budget::{HELD_MARK, RELEASED_MARK};
-use wattson_engine::cluster::{Actions, Level};
-use wattson_protocol::Pace;
 
 use crate::slurm::request::Request;
 use crate::slurm::{Job, Node};
-use crate::snapshot::{JobLevels, Learned};
+use crate::snapshot::JobLevels;
 
 /// What a GPU of a job whose table the controller does not know may draw (W): `[budget]
 /// gpu_max_w`, else the largest of the engine's priors for the GPU types Slurm's `Gres`
@@ -50,52 +48,9 @@ pub fn released_comment(comment: &str) -> String {
     crate::slurm::request::replace_mark(comment, HELD_MARK, RELEASED_MARK)
 }
 
-/// The pace of running job `id` when the engine's budget shed its power
-/// ([`Actions::shed`]): the level it chose, raised to the first level within the job's own
-/// slowdown bound. `None` otherwise, or when its node gave no table: it is paced as without a
-/// budget.
-pub fn pace(learned: &Learned, actions: &Actions, id: u32) -> Option<Pace> {
-    actions.shed.binary_search(&id).ok()?;
-    let known = learned.levels.get(&id).filter(|l| !l.levels.is_empty())?;
-    let chosen = actions.levels.iter().rev().find(|(j, _)| *j == id).map_or(known.level, |&(_, l)| l);
-    Some(Pace::Level(within_bound(&known.levels, chosen, known.bound)))
-}
-
-/// The first level at or above `level` whose pessimistic slowdown is within `bound` (the top
-/// level, the defaults, always is).
-fn within_bound(levels: &[Level], level: u16, bound: f64) -> u16 {
-    let top = levels.len().saturating_sub(1);
-    (usize::from(level).min(top)..top).find(|&i| levels[i].slowdown_hi <= bound).unwrap_or(top) as u16
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn level(setting: f64, slowdown_hi: f64) -> Level {
-        Level { setting, slowdown_hi, energy_ratio: 1.0, power_w: setting, cap_w: setting }
-    }
-
-    #[test]
-    fn a_level_beyond_the_jobs_bound_is_raised_to_the_first_within_it() {
-        let levels = [level(300.0, 0.4), level(400.0, 0.15), level(500.0, 0.05), level(700.0, 0.0)];
-        assert_eq!(within_bound(&levels, 0, 0.1), 2);
-        assert_eq!(within_bound(&levels, 1, 0.2), 1);
-        assert_eq!(within_bound(&levels, 0, 0.0), 3);
-        assert_eq!(within_bound(&levels, 9, 0.5), 3, "beyond the table: the top");
-    }
-
-    #[test]
-    fn a_job_the_budget_shed_runs_at_the_engines_level_and_others_keep_their_own_pace() {
-        let mut learned = Learned::default();
-        let levels = vec![level(300.0, 0.05), level(700.0, 0.0)];
-        learned.levels.insert(7, JobLevels { levels, level: 1, bound: 0.1 });
-        let shed = Actions { levels: vec![(7, 0)], shed: vec![7], ..Actions::default() };
-        assert_eq!(pace(&learned, &shed, 7), Some(Pace::Level(0)));
-        let chosen = Actions { levels: vec![(7, 0)], ..Actions::default() };
-        assert_eq!(pace(&learned, &chosen, 7), None, "not shed: its pace without a budget");
-        assert_eq!(pace(&learned, &Actions { shed: vec![8], ..shed }, 8), None, "no table");
-    }
 
     #[test]
     fn only_jobs_held_for_the_budget_are_the_controllers_to_release() {

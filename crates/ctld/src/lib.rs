@@ -16,6 +16,7 @@ pub mod failover;
 pub mod metrics;
 pub mod models;
 pub mod nodes;
+pub mod pace;
 pub mod power;
 pub mod power_status;
 pub mod prolog;
@@ -190,9 +191,7 @@ impl Planner {
                 .iter()
                 .filter(|j| j.is_running())
                 .map(|j| {
-                    let pace = budget::pace(learned, &actions, j.id).unwrap_or(
-                        if actions.raised.binary_search(&j.id).is_ok() { Pace::Full } else { Pace::Saving },
-                    );
+                    let pace = pace::of(learned, &actions, j.id, c.congestion_raise);
                     (j.id, pace, j.nodes.iter().filter_map(addr).collect())
                 })
                 .collect(),

@@ -112,6 +112,9 @@ pub fn policy(c: &CtldConfig) -> TunedPolicy {
             type_aware: c.place_by_type,
             max_wait_cost: c.max_wait_cost,
             dvfs_min_free: c.dvfs_min_free,
+            dvfs_horizon_s: c.dvfs_horizon.as_secs_f64(),
+            congestion_raise: c.congestion_raise,
+            share_first: c.share_first,
             ..Tuning::default()
         },
     }

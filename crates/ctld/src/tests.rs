@@ -275,7 +275,7 @@ fn under_a_budget_running_jobs_go_down_a_level_before_a_held_job_is_released_and
 }
 
 #[test]
-fn past_the_wait_cost_bound_every_running_job_goes_to_full_speed_and_the_status_says_so() {
+fn past_the_wait_cost_bound_or_a_closed_gate_running_jobs_are_raised_and_the_status_says_so() {
     // n1's 4 GPUs run job 5 at its lower level (5% slower, bound 10%); after an hour job 9
     // (4 GPUs) has waited 10 minutes for them: 171 s of job 5's lag is 171 s of its wait.
     let nodes = parse_nodes(&node("n1", "ALLOCATED", 4, "")).unwrap();
@@ -329,4 +329,17 @@ fn past_the_wait_cost_bound_every_running_job_goes_to_full_speed_and_the_status_
         Planner::new(config).plan_with(&nodes, &alone, &[], &learned, t0).running[0].1
     };
     assert_eq!((gated(0.0), gated(0.25)), (Pace::Saving, Pace::Full));
+
+    // `dvfs_horizon`: nor while the GPUs expected free that far ahead fall short (none is
+    // free, none is freed within a minute, and the last hour's submission forecasts more).
+    let paced = |horizon: u64, raise: f64| {
+        let mut config = Config::default();
+        config.ctld.dvfs_horizon = std::time::Duration::from_secs(horizon);
+        config.ctld.congestion_raise = raise;
+        Planner::new(config).plan_with(&nodes, &alone, &[], &learned, t0).running[0].1
+    };
+    assert_eq!((paced(0, 1.0), paced(60, 1.0)), (Pace::Saving, Pace::Full));
+    // `congestion_raise` below 1: the engine's level that gives up that share of the job's
+    // bound (half of it: the 5% level still fits; nine tenths: only the top does).
+    assert_eq!((paced(60, 0.5), paced(60, 0.9)), (Pace::Level(0), Pace::Level(1)));
 }

@@ -237,6 +237,10 @@ pub struct WattsonTuning {
     /// past ones (a perfect arrival forecast).
     #[serde(default)]
     pub clairvoyant: bool,
+    /// Pair an opted-in job with a running job the co-location model lets it join even where
+    /// a free GPU would hold it; `false`: only a job that would otherwise wait shares.
+    #[serde(default)]
+    pub share_first: bool,
     /// Refit each workload's model on every limit its jobs have run at (the daemons' records),
     /// not only on the three probes.
     #[serde(default = "yes")]
@@ -309,6 +313,7 @@ impl WattsonTuning {
             "max_wait_cost" => self.max_wait_cost = value,
             "clairvoyant" => self.clairvoyant = flag(value),
             "learn" => self.learn = flag(value),
+            "share_first" => self.share_first = flag(value),
             _ => return Err(SimError::Input(format!("unknown [wattson] knob `{key}`"))),
         }
         Ok(())
@@ -348,6 +353,7 @@ impl Default for WattsonTuning {
             max_wait_cost: default_max_wait_cost(),
             loop_interval_s: 0.0,
             clairvoyant: false,
+            share_first: false,
             learn: true,
         }
     }
@@ -420,6 +426,7 @@ impl ClusterConfig {
             size_exponent: self.wattson.size_exponent,
             slurm_order: self.slurm.order,
             max_wait_cost: self.wattson.max_wait_cost,
+            share_first: self.wattson.share_first,
         }
     }
 

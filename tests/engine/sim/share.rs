@@ -135,3 +135,32 @@ fn a_job_of_several_gpus_shares_all_of_them_with_one_partner_of_as_many() {
         }
     }
 }
+
+#[test]
+fn with_share_first_more_jobs_pair_before_taking_a_free_gpu_and_all_keep_their_bounds() {
+    let (mut c, cat, t) = sharing_inputs(8);
+    let wattson = [ClusterPolicy::Wattson];
+    let shared = |o: &Outcome| o.runs[0].jobs.iter().filter(|r| !r.partners.is_empty()).count();
+    let waiting = wattson_sim::run(&c, &cat, &t, TRACE, &wattson, 1).expect("simulation runs");
+    c.wattson.share_first = true;
+    let first = wattson_sim::run(&c, &cat, &t, TRACE, &wattson, 1).expect("simulation runs");
+    check_conservation(&c, &first);
+    check_no_double_booking(&c, &first);
+    let (before, after) = (shared(&waiting), shared(&first));
+    assert!(after > 2 * before, "share_first paired {after} jobs, against {before} that would wait");
+    let r = &first.runs[0];
+    let over = (0..r.jobs.len())
+        .filter(|&k| !r.jobs[k].partners.is_empty() && r.jobs[k].slowdown > first.jobs[k].bound + 1e-9);
+    assert_eq!(over.count(), 0, "wattson paired jobs beyond their bounds");
+    // Jobs that joined a partner the instant they were submitted: released and paired in one
+    // decision, before Slurm's pass could give them a GPU of their own.
+    let at_once = (0..r.jobs.len())
+        .filter(|&k| {
+            r.jobs[k]
+                .partners
+                .first()
+                .is_some_and(|p| p.1 == r.jobs[k].start && r.jobs[k].start == first.jobs[k].submit)
+        })
+        .count();
+    assert!(at_once > 0, "no job joined a partner at its submission");
+}

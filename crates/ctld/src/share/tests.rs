@@ -179,6 +179,25 @@ fn a_job_the_free_gpus_hold_starts_alone_off_the_nodes_of_lone_jobs_it_may_not_j
 }
 
 #[test]
+fn with_share_first_a_job_the_free_gpus_hold_is_released_beside_the_job_it_pairs_with() {
+    // As above: n1 runs job 1 (small) on GPU 0 and has GPU 1 free, n2 is free. Job 5 (small)
+    // may join job 1. With [ctld] share_first it is released beside job 1, not alone.
+    let requests = request(1, "small", Is::On(0), "") + &request(5, "small", Is::Held, "");
+    let nodes = node("n1", 2, "0") + &node("n2", 2, "");
+    let jobs = squeue(&[(1, "n1")], &[5], &[]);
+    assert_eq!(released(&gate_of(&nodes, &jobs, &requests)), [(5, Place::Alone(vec![]))]);
+    let mut config = Config::default();
+    config.ctld.share_first = true;
+    let mut planner = Planner::new(config).sharing(pairs());
+    let gate = planner_loop(&mut planner, &pairs(), &nodes, &jobs, &requests);
+    assert_eq!(released(&gate), [(5, Place::Beside { node: "n1".into(), partner: 1 })]);
+    // Job 3 (big) would be slowed 50% beside job 1: alone, kept off n1, share_first or not.
+    let requests = request(1, "small", Is::On(0), "") + &request(3, "big", Is::Held, "");
+    let gate = planner_loop(&mut planner, &pairs(), &nodes, &squeue(&[(1, "n1")], &[3], &[]), &requests);
+    assert_eq!(released(&gate), [(3, Place::Alone(vec!["n1".into()]))]);
+}
+
+#[test]
 fn a_job_of_two_gpus_joins_only_a_lone_job_of_two_and_is_kept_off_jobs_of_other_sizes() {
     // n1's two GPUs run job 1 (2 GPUs, small) alone; none is free. Job 5 (2 GPUs, small)
     // joins it on both; job 6 (1 GPU, small) may not: it would share one GPU of job 1's two.

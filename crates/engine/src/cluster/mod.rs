@@ -323,6 +323,10 @@ pub struct Tuning {
     /// The most wattson's DVFS may lengthen the queue's waits, as a share of what they would
     /// be without it ([`wait_cost`]); past it wattson slows no job.
     pub max_wait_cost: f64,
+    /// wattson pairs an opted-in job with a running one the co-location model lets it join
+    /// even where a free GPU would hold it, so that the GPU left free may power down with its
+    /// node; `false`: only a job that would otherwise wait shares ([`share`]).
+    pub share_first: bool,
 }
 
 impl Default for Tuning {
@@ -346,6 +350,7 @@ impl Default for Tuning {
             size_exponent: 0.5,
             slurm_order: QueueOrder::Fifo,
             max_wait_cost: 0.05,
+            share_first: false,
         }
     }
 }
@@ -468,12 +473,12 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot) -> Actions {
     release(p, s, &mut a);
     share::decide(p, s, &mut a);
     // The rest see the jobs that start on a shared GPU as running there, not queued.
-    let (queued, running);
+    let (queued, held, running);
     let s = if a.share.is_empty() {
         s
     } else {
-        (queued, running) = share::started(s, &a.share);
-        &Snapshot { queued: &queued, running: &running, ..*s }
+        (queued, held, running) = share::started(s, &a.share);
+        &Snapshot { queued: &queued, held: &held, running: &running, ..*s }
     };
     power::decide(p, s, &mut a);
     levels::decide(p, s, &mut a);

@@ -1,20 +1,22 @@
 //! Co-location: which queued job starts now on the GPUs of a running job, only jobs whose
 //! users let them share, each paired with a job of as many GPUs (each GPU of one shared with
 //! the other). Under wattson, only a job that would otherwise wait (the GPUs free on
-//! powered-on nodes are taken by the jobs ahead of it in the queue): a job that can have a GPU
-//! of its own runs alone. Partners come from [`crate::colocation::pair`], within both jobs'
-//! bounds (the running job's bound is what its run so far left of it). The reference
-//! `slurm-shards` pairs as Slurm packs shards: every such job beside the first lone one.
+//! powered-on nodes are taken by the jobs ahead of it in the queue), so that a job that can
+//! have a GPU of its own runs alone; with `share_first`, any opted-in job, and one released
+//! from hold now, before Slurm gives it a free GPU. Partners come from
+//! [`crate::colocation::pair`], within both jobs' bounds (the running job's bound is what its
+//! run so far left of it). The reference `slurm-shards` pairs as Slurm packs shards: every
+//! such job beside the first lone one.
 
 use super::levels::allowance;
-use super::{Actions, ClusterPolicy, NodePower, Queued, Running, Snapshot, TunedPolicy};
+use super::{Actions, ClusterPolicy, Held, NodePower, Queued, Running, Snapshot, TunedPolicy};
 use crate::colocation::{self, Candidate};
 
 /// Adds to `a.share` the queued jobs that start now on a running job's GPU.
 pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     let Some(sharing) = s.sharing else { return };
     match p.kind {
-        ClusterPolicy::Wattson => by_model(s, &sharing, a),
+        ClusterPolicy::Wattson => by_model(p, s, &sharing, a),
         ClusterPolicy::SlurmShards => packed(s, &sharing, a),
         _ => {}
     }
@@ -55,21 +57,21 @@ fn packed(s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
     }
 }
 
-/// wattson's pairs: queued jobs that would otherwise wait, by the interference model.
-fn by_model(s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
+/// wattson's pairs by the interference model: the queued jobs that would otherwise wait, or,
+/// with `share_first`, every queued job and those released from hold now (in that order).
+fn by_model(p: &TunedPolicy, s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
     let running = lone(s);
     if running.is_empty() {
         return;
     }
-    let holds = free_gpus_hold(s);
-    let pending: Vec<Candidate> = s
-        .queued
-        .iter()
-        .zip(&holds)
-        .filter(|(_, held)| !**held)
-        .filter_map(|(q, _)| {
-            let class = q.job.share?;
-            Some(Candidate { job: q.job.id, class: usize::from(class), gpus: q.job.gpus, bound: q.job.bound })
+    let first = p.tuning.share_first;
+    let waiting =
+        s.queued.iter().zip(free_gpus_hold(s)).filter(|(_, holds)| first || !holds).map(|(q, _)| q.job);
+    let released = s.held.iter().filter(|h| first && a.release.contains(&h.job.id)).map(|h| h.job);
+    let pending: Vec<Candidate> = waiting
+        .chain(released)
+        .filter_map(|j| {
+            Some(Candidate { job: j.id, class: usize::from(j.share?), gpus: j.gpus, bound: j.bound })
         })
         .collect();
     let may = |queued: u32, running: u32| may_join(s, queued, running);
@@ -92,22 +94,24 @@ pub fn free_gpus_hold(s: &Snapshot) -> Vec<bool> {
         .collect()
 }
 
-/// The queue and the running jobs once the `pairs` (queued, running) have formed: each
-/// queued job of a pair runs, shared, as does its partner.
-pub fn started(s: &Snapshot, pairs: &[(u32, u32)]) -> (Vec<Queued>, Vec<Running>) {
+/// The queue, the held jobs and the running jobs once the `pairs` (queued or held, running)
+/// have formed: each joining job of a pair runs, shared, as does its partner.
+pub fn started(s: &Snapshot, pairs: &[(u32, u32)]) -> (Vec<Queued>, Vec<Held>, Vec<Running>) {
     let joins = |id: u32| pairs.iter().any(|&(q, _)| q == id);
     let hosts = |id: u32| pairs.iter().any(|&(_, r)| r == id);
     let queued = s.queued.iter().filter(|q| !joins(q.job.id)).copied().collect();
+    let held = s.held.iter().filter(|h| !joins(h.job.id)).copied().collect();
     let mut running: Vec<Running> =
         s.running.iter().map(|r| Running { shared: r.shared || hosts(r.job.id), ..*r }).collect();
-    running.extend(s.queued.iter().filter(|q| joins(q.job.id)).map(|q| Running {
-        job: q.job,
+    let joined = s.queued.iter().map(|q| q.job).chain(s.held.iter().map(|h| h.job));
+    running.extend(joined.filter(|j| joins(j.id)).map(|job| Running {
+        job,
         elapsed_s: 0.0,
         progress: 0.0,
-        level: top(s, &q.job),
+        level: top(s, &job),
         shared: true,
     }));
-    (queued, running)
+    (queued, held, running)
 }
 
 /// The top level of job `j`'s level table.
@@ -227,5 +231,48 @@ mod tests {
         let s_two = Snapshot { queued: &wide, running: &pair_of_two, ..s };
         assert_eq!(brain(&p, &s_two).share, vec![(12, 2)]);
         assert_eq!(brain(&shards, &s_two).share, vec![(12, 2)]);
+    }
+
+    #[test]
+    fn with_share_first_an_opted_in_job_joins_a_fitting_partner_though_a_free_gpu_would_hold_it() {
+        let m = levels();
+        let tariff = PriceSchedule::default();
+        let model = model();
+        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
+        let sharing = Some(Sharing { model: &model, broken: &none, unfit: &no_pairs });
+        let waits = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+        let first = TunedPolicy { tuning: Tuning { share_first: true, ..Tuning::default() }, ..waits };
+        let free = [node(NodePower::On, 1, f64::INFINITY)];
+        let running =
+            [Running { job: one(2, Some(0)), elapsed_s: 10.0, progress: 0.01, level: 3, shared: false }];
+        let queued = [Queued { job: one(10, Some(0)), eligible: 0.0 }];
+        let s = Snapshot { sharing, ..snap(100.0, &free, &m, &queued, &running, &[], &tariff) };
+        // The free GPU holds job 10: it runs alone unless pairing comes first.
+        assert!(brain(&waits, &s).share.is_empty());
+        assert_eq!(brain(&first, &s).share, vec![(10, 2)]);
+        // A job released from hold now pairs before Slurm's pass could give it the free GPU,
+        // and the rest of the decision sees it running (not held, not queued).
+        let held = [Held { job: one(11, Some(0)), submit: 100.0, defer_window_s: 0.0 }];
+        let arriving = Snapshot { queued: &[], held: &held, ..s };
+        let a = brain(&first, &arriving);
+        assert_eq!((a.release, a.share), (vec![11], vec![(11, 2)]));
+        let (queued, held_left, running) = started(&arriving, &[(11, 2)]);
+        assert!(queued.is_empty() && held_left.is_empty());
+        assert_eq!(
+            running.iter().map(|r| (r.job.id, r.shared)).collect::<Vec<_>>(),
+            vec![(2, true), (11, true)]
+        );
+        // A held job not yet due (deferred) is not paired, nor one that did not opt in.
+        let night = 23.0 * 3600.0 + 10.0;
+        let later = [Held { defer_window_s: 7200.0, submit: night, ..held[0] }];
+        let tou = PriceSchedule { hourly_utc: (0..24).map(|h| if h < 6 { 0.1 } else { 0.3 }).collect() };
+        let deferred = Snapshot { held: &later, tariff: &tou, now: night, ..arriving };
+        assert!(brain(&first, &deferred).share.is_empty());
+        let plain = [Held { job: one(12, None), ..held[0] }];
+        assert!(brain(&first, &Snapshot { held: &plain, ..arriving }).share.is_empty());
+        // Without a fitting partner it runs alone, as without share_first.
+        let unfit = [Queued { job: one(13, Some(1)), eligible: 0.0 }];
+        let hostile = [Running { job: one(3, Some(1)), ..running[0] }];
+        assert!(brain(&first, &Snapshot { queued: &unfit, running: &hostile, ..s }).share.is_empty());
     }
 }
