@@ -259,7 +259,8 @@ impl Memory {
                 bounded: 0,
                 zeus: 0,
                 capped: 0,
-                share: share.and_then(|s| s.class),
+                // A job released and still pending is Slurm's to place: no longer paired.
+                share: share.filter(|s| s.held || !s.pending).and_then(|s| s.class),
             };
             if let Some(&bound) = learned.held.get(&job.id).filter(|_| job.is_held()) {
                 let held = JobView { bound, ..view_of(job) };

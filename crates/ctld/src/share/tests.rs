@@ -198,6 +198,26 @@ fn with_share_first_a_job_the_free_gpus_hold_is_released_beside_the_job_it_pairs
 }
 
 #[test]
+fn a_released_job_that_still_waits_is_no_longer_the_engines_to_pair_and_gets_a_node_booted() {
+    // n1's one GPU runs job 1 (small) alone; n2 sleeps. Job 5 (small), released alone, still
+    // pends (short of CPUs on n1, say): the controller no longer places it, so the engine
+    // must not count it as paired with job 1, and boots n2 for it.
+    let requests = request(1, "small", Is::On(0), "") + &request(5, "small", Is::Released, "");
+    let asleep = "NodeName=n2 CPUAlloc=0 Gres=gpu:h100:1,shard:h100:4 \
+                  GresUsed=gpu:h100:0(IDX:N/A),shard:h100:0(IDX:N/A) State=IDLE+POWERED_DOWN Weight=1 \
+                  NodeAddr=127.0.0.1 Partitions=lab\n";
+    let nodes = parse_nodes(&(node("n1", 1, "0") + asleep)).unwrap();
+    let jobs = parse_jobs(&squeue(&[(1, "n1")], &[], &[5])).unwrap();
+    let requests = parse_requests(&requests);
+    let learned = snapshot::Learned { shares: share_jobs(&requests, &jobs, &pairs()), ..Default::default() };
+    // Two hours on: no recent submission keeps a node warm; only job 5 can boot one.
+    let now = jobs[0].submit as f64 + 7200.0;
+    let plan =
+        Planner::new(Config::default()).sharing(pairs()).plan_with(&nodes, &jobs, &requests, &learned, now);
+    assert_eq!(plan.power_up, ["n2"], "{plan:?}");
+}
+
+#[test]
 fn a_job_of_two_gpus_joins_only_a_lone_job_of_two_and_is_kept_off_jobs_of_other_sizes() {
     // n1's two GPUs run job 1 (2 GPUs, small) alone; none is free. Job 5 (2 GPUs, small)
     // joins it on both; job 6 (1 GPU, small) may not: it would share one GPU of job 1's two.
