@@ -112,6 +112,19 @@ fn waits_held_beside(node: &Node, lab: &SlurmLab, running: u32, tag: &str) -> u3
     held
 }
 
+/// Submits a `small` job running `secs`, then, once it has run a second (a job Slurm shows
+/// run for 0 s is no partner yet: its nodes may still boot), a second one; both must run.
+fn two_running(node: &Node, lab: &SlurmLab, secs: u32) -> [u32; 2] {
+    let a = submit(lab, "small", secs);
+    wait_recorded(node, lab, a);
+    std::thread::sleep(Duration::from_secs(2));
+    let b = submit(lab, "small", secs);
+    wait_recorded(node, lab, b);
+    let states = [a, b].map(|id| lab.job_info(id).unwrap().state);
+    assert_eq!(states, ["RUNNING", "RUNNING"], "{}", ctld_log(lab));
+    [a, b]
+}
+
 #[test]
 fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds() {
     let work = tempfile::tempdir().unwrap();
@@ -132,21 +145,9 @@ fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds()
     wait_live(&lab, &state);
 
     // Two `small` jobs: the first starts alone on the free GPU, the second beside it.
-    let a = submit(&lab, "small", 8);
+    let [a, b] = two_running(&node, &lab, 8);
     let comment = field(&lab, a, "AdminComment");
-    assert!(
-        comment.ends_with(",share=yes,shards=2,held=share") || comment.ends_with("released=share"),
-        "{comment}"
-    );
-    wait_recorded(&node, &lab, a);
-    let b = submit(&lab, "small", 8);
-    wait_recorded(&node, &lab, b);
-    assert_eq!(
-        [a, b].map(|id| lab.job_info(id).unwrap().state),
-        ["RUNNING", "RUNNING"],
-        "{}",
-        ctld_log(&lab)
-    );
+    assert!(comment.ends_with(",share=yes,shards=2,released=share"), "{comment}");
     assert!(
         field(&lab, b, "AdminComment").ends_with(",released=share"),
         "{}",
@@ -195,19 +196,8 @@ fn with_share_first_a_job_joins_a_fitting_partner_though_a_gpu_of_its_own_is_fre
     wait_live(&lab, &state);
 
     // Two `small` jobs on a node of two GPUs: the first starts alone, the second beside it,
-    // though the other GPU is free. (A job Slurm shows run for 0 s is no partner yet: its
-    // nodes may still boot.)
-    let a = submit(&lab, "small", 6);
-    wait_recorded(&node, &lab, a);
-    std::thread::sleep(Duration::from_secs(2));
-    let b = submit(&lab, "small", 6);
-    wait_recorded(&node, &lab, b);
-    assert_eq!(
-        [a, b].map(|id| lab.job_info(id).unwrap().state),
-        ["RUNNING", "RUNNING"],
-        "{}",
-        ctld_log(&lab)
-    );
+    // though the other GPU is free.
+    let [a, b] = two_running(&node, &lab, 6);
     assert_eq!(field(&lab, b, "ReqNodeList"), "n1", "{}", ctld_log(&lab));
     for id in [a, b] {
         assert_eq!(lab.wait_job(id, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
