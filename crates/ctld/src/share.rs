@@ -214,7 +214,7 @@ pub struct Gate {
 
 /// What the controller changed of the released jobs not yet started, to give back; kept in
 /// the state file for the controller after it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Released {
     /// The exclusions each had of its own when released: the controller's part of its
     /// `ExcNodeList` is the rest, replaced as the lone jobs change.
@@ -230,8 +230,14 @@ impl Released {
     }
 }
 
-/// A job released beside a partner: where, and the node list its user gave it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// How long a job released beside a partner may pend there before the controller gives it its
+/// own node list back (s). Slurm tries a released job at once and again at each backfill pass
+/// (`bf_interval`, 30 s by default): a job still pending after this is short of CPUs or memory
+/// on that node, and would otherwise wait there while GPUs are free elsewhere.
+pub const BESIDE_PATIENCE_S: f64 = 120.0;
+
+/// A job released beside a partner: where, when, and the node list its user gave it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Beside {
     /// The running job it joins.
     pub partner: u32,
@@ -239,6 +245,10 @@ pub struct Beside {
     pub node: String,
     /// Its own `ReqNodeList` before (empty: none).
     pub own: Vec<String>,
+    /// When it was released (Unix s; 0 from a state file written before this was kept: long
+    /// ago).
+    #[serde(default)]
+    pub at: f64,
 }
 
 /// This loop's releases and exclusions ([module docs](self)), from the engine's `actions` on
@@ -275,8 +285,8 @@ pub fn gate(
     let Released { own, beside } = released;
     own.retain(|id, _| visible.iter().any(|(v, _)| v == id));
     // A job that started or ended is forgotten. Its place is gone once the partner ended or
-    // took another partner, or once a lone job it may not join runs on the partner's node
-    // (Slurm might start it there).
+    // took another partner, once a lone job it may not join runs on the partner's node (Slurm
+    // might start it there), or once it pended there longer than BESIDE_PATIENCE_S.
     beside.retain(|&id, b| {
         if !visible.iter().any(|&(v, _)| v == id) {
             return false;
@@ -285,7 +295,9 @@ pub fn gate(
             .get(&b.partner)
             .is_some_and(|p| !p.partnered && p.placed.as_ref().is_some_and(|(n, _)| *n == b.node));
         let me = candidate(id, &shares[&id]);
-        let waits = partner_waits && lone.iter().filter(|(_, n)| *n == b.node).all(|(l, _)| allowed(me, *l));
+        let waits = partner_waits
+            && snapshot.now - b.at <= BESIDE_PATIENCE_S
+            && lone.iter().filter(|(_, n)| *n == b.node).all(|(l, _)| allowed(me, *l));
         if !waits {
             gate.require.push((id, b.own.clone()));
         }
@@ -314,7 +326,8 @@ pub fn gate(
                 if s.excluded.contains(&node) || !here.clone().all(|(l, _)| allowed(me, *l)) {
                     continue;
                 }
-                beside.insert(id, Beside { partner, node: node.clone(), own: s.required.clone() });
+                let own = s.required.clone();
+                beside.insert(id, Beside { partner, node: node.clone(), own, at: snapshot.now });
                 Place::Beside { node, partner }
             }
             None if holds => Place::Alone(s.excluded.union(&kept_off(me)).cloned().collect()),
@@ -332,7 +345,7 @@ pub fn gate(
 /// refuses the update: the next loop sees it.
 pub fn enact(slurm: &Slurm, gate: &Gate) {
     for (job, required) in &gate.require {
-        info!(job, required = ?required, "reqnodelist: its place beside its partner is gone, its own node list back");
+        info!(job, required = ?required, "reqnodelist: its place beside its partner is gone (the partner ended or took another, a job it may not join runs there, or it pended there too long), its own node list back");
         if let Err(e) = slurm.require_nodes(*job, required) {
             warn!(job, error = %e, "cannot give the job its node list back");
         }

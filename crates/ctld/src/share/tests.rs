@@ -106,10 +106,22 @@ fn gate_with(pairs: Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
 /// One loop of `planner` (which keeps what it released) on Slurm's text, 10 minutes after the
 /// first job's submission.
 fn planner_loop(planner: &mut Planner, pairs: &Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
+    planner_loop_at(planner, pairs, nodes, jobs, requests, 600.0)
+}
+
+/// [`planner_loop`] `after_s` seconds after the first job's submission.
+fn planner_loop_at(
+    planner: &mut Planner,
+    pairs: &Pairs,
+    nodes: &str,
+    jobs: &str,
+    requests: &str,
+    after_s: f64,
+) -> Gate {
     let (nodes, jobs, requests) =
         (parse_nodes(nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
     let learned = snapshot::Learned { shares: share_jobs(&requests, &jobs, pairs), ..Default::default() };
-    let now = jobs[0].submit as f64 + 600.0;
+    let now = jobs[0].submit as f64 + after_s;
     planner.plan_with(&nodes, &jobs, &requests, &learned, now).share
 }
 
@@ -335,6 +347,27 @@ fn a_job_released_beside_a_partner_that_ends_before_it_starts_gets_its_own_node_
         let gate = planner_loop(&mut planner, &pairs, &nodes, &jobs, &requests);
         assert!(gate.require.is_empty(), "{own}: {gate:?}");
     }
+}
+
+#[test]
+fn a_job_released_beside_a_partner_that_still_pends_after_the_patience_gets_its_node_list_back() {
+    // Job 2 joins job 1 on n1 but pends there (short of CPUs on n1, say) while job 1 runs on:
+    // past BESIDE_PATIENCE_S it gets its own node list back, free to run elsewhere.
+    let nodes = node("n1", 2, "0") + &node("n2", 1, "");
+    let mut config = Config::default();
+    config.ctld.share_first = true;
+    let (pairs, mut planner) = (pairs(), Planner::new(config).sharing(pairs()));
+    let lone = request(1, "small", Is::On(0), "");
+    let held = lone.clone() + &request(2, "small", Is::Held, "");
+    let gate = planner_loop(&mut planner, &pairs, &nodes, &squeue(&[(1, "n1")], &[2], &[]), &held);
+    assert_eq!(released(&gate), [(2, Place::Beside { node: "n1".into(), partner: 1 })]);
+    let pending = lone + &requiring(request(2, "small", Is::Released, ""), "n1");
+    let jobs = squeue(&[(1, "n1")], &[], &[2]);
+    let after =
+        |planner: &mut Planner, s: f64| planner_loop_at(planner, &pairs, &nodes, &jobs, &pending, 600.0 + s);
+    assert!(after(&mut planner, BESIDE_PATIENCE_S - 1.0).require.is_empty(), "still within its patience");
+    assert_eq!(after(&mut planner, BESIDE_PATIENCE_S + 1.0).require, [(2, vec![])]);
+    assert!(after(&mut planner, BESIDE_PATIENCE_S + 2.0).require.is_empty(), "given back once");
 }
 
 #[test]
