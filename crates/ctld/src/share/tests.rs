@@ -6,7 +6,7 @@ use wattson_config::pairs::PairMeasurement;
 use super::*;
 use crate::slurm::request::parse_requests;
 use crate::slurm::{parse_jobs, parse_nodes};
-use crate::{Planner, snapshot};
+use crate::{Plan, Planner, snapshot};
 use wattson_types::energy::{GpuMeter, GpuReading};
 use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
 use wattson_types::share::SmActivity;
@@ -104,25 +104,26 @@ fn gate_with(pairs: Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
 }
 
 /// One loop of `planner` (which keeps what it released) on Slurm's text, 10 minutes after the
-/// first job's submission.
+/// first job's submission: its co-location gate.
 fn planner_loop(planner: &mut Planner, pairs: &Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
-    planner_loop_at(planner, pairs, nodes, jobs, requests, 600.0)
+    plan_at(planner, pairs, nodes, jobs, requests, 600.0).share
 }
 
-/// [`planner_loop`] `after_s` seconds after the first job's submission.
-fn planner_loop_at(
+/// The whole plan of one loop of `planner` on Slurm's text, `after_s` seconds after the first
+/// job's submission.
+fn plan_at(
     planner: &mut Planner,
     pairs: &Pairs,
     nodes: &str,
     jobs: &str,
     requests: &str,
     after_s: f64,
-) -> Gate {
+) -> Plan {
     let (nodes, jobs, requests) =
         (parse_nodes(nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
     let learned = snapshot::Learned { shares: share_jobs(&requests, &jobs, pairs), ..Default::default() };
     let now = jobs[0].submit as f64 + after_s;
-    planner.plan_with(&nodes, &jobs, &requests, &learned, now).share
+    planner.plan_with(&nodes, &jobs, &requests, &learned, now)
 }
 
 /// `line` (a job's) with `ReqNodeList=nodes` added.
@@ -218,14 +219,10 @@ fn a_released_job_that_still_waits_is_no_longer_the_engines_to_pair_and_gets_a_n
     let asleep = "NodeName=n2 CPUAlloc=0 Gres=gpu:h100:1,shard:h100:4 \
                   GresUsed=gpu:h100:0(IDX:N/A),shard:h100:0(IDX:N/A) State=IDLE+POWERED_DOWN Weight=1 \
                   NodeAddr=127.0.0.1 Partitions=lab\n";
-    let nodes = parse_nodes(&(node("n1", 1, "0") + asleep)).unwrap();
-    let jobs = parse_jobs(&squeue(&[(1, "n1")], &[], &[5])).unwrap();
-    let requests = parse_requests(&requests);
-    let learned = snapshot::Learned { shares: share_jobs(&requests, &jobs, &pairs()), ..Default::default() };
+    let (nodes, jobs) = (node("n1", 1, "0") + asleep, squeue(&[(1, "n1")], &[], &[5]));
+    let (pairs, mut planner) = (pairs(), Planner::new(Config::default()).sharing(pairs()));
     // Two hours on: no recent submission keeps a node warm; only job 5 can boot one.
-    let now = jobs[0].submit as f64 + 7200.0;
-    let plan =
-        Planner::new(Config::default()).sharing(pairs()).plan_with(&nodes, &jobs, &requests, &learned, now);
+    let plan = plan_at(&mut planner, &pairs, &nodes, &jobs, &requests, 7200.0);
     assert_eq!(plan.power_up, ["n2"], "{plan:?}");
 }
 
@@ -364,7 +361,7 @@ fn a_job_released_beside_a_partner_that_still_pends_after_the_patience_gets_its_
     let pending = lone + &requiring(request(2, "small", Is::Released, ""), "n1");
     let jobs = squeue(&[(1, "n1")], &[], &[2]);
     let after =
-        |planner: &mut Planner, s: f64| planner_loop_at(planner, &pairs, &nodes, &jobs, &pending, 600.0 + s);
+        |planner: &mut Planner, s: f64| plan_at(planner, &pairs, &nodes, &jobs, &pending, 600.0 + s).share;
     assert!(after(&mut planner, BESIDE_PATIENCE_S - 1.0).require.is_empty(), "still within its patience");
     assert_eq!(after(&mut planner, BESIDE_PATIENCE_S + 1.0).require, [(2, vec![])]);
     assert!(after(&mut planner, BESIDE_PATIENCE_S + 2.0).require.is_empty(), "given back once");
