@@ -3,7 +3,7 @@
 //! 14 simulations: slurm-default, zeus-per-job, wattson, and slurm-powersave and powersave-dvfs
 //! at four `SuspendTime` values each, plus the floor's list schedule.
 //! Baselines in the same run: parsing the trace alone, and slurm-default alone.
-//! Run: `cargo bench --bench sim` (reads ../shared/data; fails if it is missing).
+//! Run: `cargo bench --bench sim` (reads `data/`; fails if it is missing).
 
 use std::path::Path;
 use std::time::Instant;
@@ -34,9 +34,8 @@ fn time(mut f: impl FnMut() -> usize) -> (f64, f64, usize) {
 fn main() {
     let cluster = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
     let catalog =
-        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
-            .unwrap();
-    let dir = "../shared/data/traces/itp-elasticflow";
+        Catalog::from_zeus_csv(&read("data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus").unwrap();
+    let dir = "data/traces/itp-elasticflow";
     let c04 = read(&format!("{dir}/cluster04.csv"));
     let all: Vec<(String, String)> =
         (1..=10).map(|i| (format!("cluster{i:02}.csv"), read(&format!("{dir}/cluster{i:02}.csv")))).collect();

@@ -101,7 +101,7 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
     let mut c = ClusterConfig::from_toml(&text.replace("nodes = 80", "nodes = 10"), "cluster.toml").unwrap();
     c.hints.slowdown = vec![[0.0, 1.0]];
     c.hints.defer_fraction = 0.0;
-    let data = Path::new(ROOT).join("../shared/data");
+    let data = Path::new(ROOT).join("data");
     let zeus = std::fs::read_to_string(data.join("dvfs/zeus-power-limit/summary_power_v100.csv")).unwrap();
     let cat = Catalog::from_zeus_csv(&zeus, "zeus").unwrap();
     let trace_text = std::fs::read_to_string(data.join("traces/itp-elasticflow/195job.csv")).unwrap();

@@ -1,6 +1,6 @@
 //! Held-out check of the co-location interference model (`wattson_engine::colocation`) on
 //! Gavel's measured pair throughputs (Gavel, OSDI'20, stanford-futuredata/gavel @ c4fa4009,
-//! `scheduler/simulation_throughputs.json`, MIT), in `../shared/data/colocation/gavel/`.
+//! `scheduler/simulation_throughputs.json`, MIT), in `data/colocation/gavel/`.
 //!
 //! Per GPU type (K80, P100, V100), the 26 single-GPU job types and every ordered pair that fits
 //! on one GPU: a pair's slowdown is the job's throughput alone over its throughput sharing,
@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 
 use wattson_engine::colocation::{Interference, PairSlowdown};
 
-const DATA: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/colocation/gavel/simulation_throughputs.json");
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/colocation/gavel/simulation_throughputs.json");
 
 /// The single-GPU job types' names, and their measured pairs, on GPU type `gpu`.
 fn pairs(data: &serde_json::Value, gpu: &str) -> (Vec<String>, Vec<PairSlowdown>) {
@@ -50,7 +49,7 @@ fn mean_abs(errors: impl Iterator<Item = f64>) -> f64 {
 #[test]
 fn the_interference_model_predicts_held_out_pairs_better_than_each_jobs_own_mean() {
     let text = std::fs::read_to_string(DATA).unwrap_or_else(|e| {
-        panic!("Gavel data missing at {DATA} ({e}): the check needs ../shared/data/colocation/gavel")
+        panic!("Gavel data missing at {DATA} ({e}): the check needs data/colocation/gavel")
     });
     let data: serde_json::Value = serde_json::from_str(&text).unwrap();
     println!("GPU   classes  fit pairs  held out  mean slowdown  MAE model  MAE own mean  MAE mean");

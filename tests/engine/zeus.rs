@@ -1,5 +1,5 @@
 //! Validation of the power-limit model and chooser on Zeus's measurements (Zeus, NSDI'23,
-//! ml-energy/zeus @ 75a8b939, Apache-2.0), in `../shared/data/dvfs/zeus-power-limit/`.
+//! ml-energy/zeus @ 75a8b939, Apache-2.0), in `data/dvfs/zeus-power-limit/`.
 //!
 //! Per (GPU, dataset, network, batch size, optimizer) with ≥ 5 power limits: fit from three
 //! probes (lowest, middle, highest limit) and predict time and energy at every other limit;
@@ -17,7 +17,7 @@ use wattson_engine::{
     ChooserConfig, Knob, Objective, ProbeConfig, Sample, Step, choose, first_probes, fit, next_step,
 };
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/dvfs/zeus-power-limit");
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/dvfs/zeus-power-limit");
 const GPUS: [&str; 4] = ["v100", "a40", "p100", "rtx6000"];
 const BOUNDS: [f64; 3] = [0.05, 0.10, 0.20];
 
@@ -27,7 +27,7 @@ type Curve = Vec<(f64, f64, f64)>;
 fn load(gpu: &str) -> BTreeMap<String, Curve> {
     let path = format!("{DATA}/summary_power_{gpu}.csv");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("Zeus data missing at {path} ({e}): the validation needs ../shared/data/dvfs/zeus-power-limit")
+        panic!("Zeus data missing at {path} ({e}): the validation needs data/dvfs/zeus-power-limit")
     });
     let mut lines = text.lines();
     let header = lines.next().expect("empty CSV");

@@ -57,8 +57,8 @@ const SUSPEND_TIME_S: f64 = 1800.0;
 const SEED: u64 = 1;
 
 fn data(path: &str) -> String {
-    let full = format!("{}/../shared/data/{path}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e} (the twin needs ../shared/data)"))
+    let full = format!("{}/data/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e} (the twin needs data)"))
 }
 
 /// The slice, compressed, each job with the time limit the shipped model draws for it.

@@ -1,6 +1,6 @@
 //! The DVFS models end to end on simulated GPUs that run workloads as they were measured:
 //! each fake GPU follows a Zeus curve (NSDI'23, `ml-energy/zeus @ 75a8b939`, Apache-2.0, read
-//! from `../shared/data/dvfs/zeus-power-limit/` with the simulator's reader) with a seeded noise
+//! from `data/dvfs/zeus-power-limit/` with the simulator's reader) with a seeded noise
 //! on its speed, not a law of the engine's family. The real `wattsond` probes and settles each
 //! job; the slowdown bound and the saving are judged on the truth the fake GPU knows (its
 //! curve at the setting it ran), not on what wattson measured.
@@ -19,7 +19,7 @@ use common::{Node, assert_ok};
 use fake_nvml::{CurvePoint, GpuConfig, MeasuredCurve, Noise, Sim};
 use wattson_sim::Catalog;
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/dvfs/zeus-power-limit");
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/dvfs/zeus-power-limit");
 
 /// Seconds per unit of work at a curve's top limit (the measured times are scaled to it).
 const UNIT_S: f64 = 0.05;
@@ -84,7 +84,7 @@ const ROUNDS: [(f64, [&str; 4]); 3] = [
 fn curve(ty: &GpuType, workload: &str, seed: u64) -> MeasuredCurve {
     let path = format!("{DATA}/summary_power_{}.csv", ty.csv);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("Zeus data missing at {path} ({e}): this test needs ../shared/data/dvfs/zeus-power-limit")
+        panic!("Zeus data missing at {path} ({e}): this test needs data/dvfs/zeus-power-limit")
     });
     let catalog = Catalog::from_zeus_csv(&text, &path).unwrap();
     let w = catalog.types[0]

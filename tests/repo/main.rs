@@ -1,6 +1,8 @@
-//! The repository's own rules: the crates' layering, and man pages and completions.
+//! The repository's own rules: the crates' layering, man pages and completions, and that it carries
+//! the data it reads.
 //! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
 
 mod bindings;
 mod docs;
 mod layering;
+mod self_contained;

@@ -15,6 +15,7 @@ mod fan_out;
 mod gpu_freq;
 mod jobstats;
 mod mail;
+mod micro_update;
 mod models_sync;
 mod plugins;
 mod releases;

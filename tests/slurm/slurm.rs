@@ -17,7 +17,7 @@ const MAX_W: u32 = 700_000;
 /// plugin given `spank_args`, Slurm's daemons `daemon_env`, Slurm's accounting (slurmdbd on
 /// MariaDB) when `accounting`, and `extra_conf` lines in slurm.conf.
 pub(super) fn plugged_lab(
-    mut node: Node,
+    node: Node,
     lab_node: LabNode,
     test_hooks: bool,
     spank_args: &str,
@@ -25,6 +25,21 @@ pub(super) fn plugged_lab(
     accounting: bool,
     extra_conf: &str,
 ) -> (Node, SlurmLab) {
+    let (node, options) =
+        plugged_options(node, lab_node, test_hooks, spank_args, daemon_env, accounting, extra_conf);
+    (node, SlurmLab::start(options))
+}
+
+/// [`plugged_lab`]'s wattsond, started, and the options of its lab, not yet started.
+pub(super) fn plugged_options(
+    mut node: Node,
+    lab_node: LabNode,
+    test_hooks: bool,
+    spank_args: &str,
+    daemon_env: &[(&str, &str)],
+    accounting: bool,
+    extra_conf: &str,
+) -> (Node, LabOptions) {
     node.start();
     let plugins = node.dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
@@ -40,7 +55,7 @@ pub(super) fn plugged_lab(
     if !spank_args.is_empty() {
         spank = format!("{spank} {spank_args}");
     }
-    let lab = SlurmLab::start(LabOptions {
+    let options = LabOptions {
         nodes: vec![lab_node],
         plugstack: Some(format!("{spank}\n")),
         job_submit_plugins: Some("wattson".into()),
@@ -49,8 +64,8 @@ pub(super) fn plugged_lab(
         accounting,
         extra_conf: extra_conf.to_string(),
         ..Default::default()
-    });
-    (node, lab)
+    };
+    (node, options)
 }
 
 /// A node with wattsond on 4 simulated H100s, and a one-node Slurm whose plugins talk to it.
@@ -408,13 +423,13 @@ fn a_job_outlives_slurmd_and_slurmctld_restarts_capped_and_exactly_accounted() {
 }
 
 /// slurm.conf for Slurm's own energy accounting fed by wattson (docs/slurm.md).
-const ENERGY_CONF: &str = "AcctGatherEnergyType=acct_gather_energy/wattson\n\
+pub(super) const ENERGY_CONF: &str = "AcctGatherEnergyType=acct_gather_energy/wattson\n\
     JobAcctGatherType=jobacct_gather/linux\nJobAcctGatherFrequency=task=1\n\
     PrologFlags=Alloc,Contain\nAcctGatherNodeFreq=1";
 
 /// A step's (or the job's) `ConsumedEnergyRaw` in joules from `sstat`/`sacct` output lines
 /// `JobID|ConsumedEnergyRaw`, for the line whose id is `id`.
-fn energy_of(lines: &str, id: &str) -> Option<u64> {
+pub(super) fn energy_of(lines: &str, id: &str) -> Option<u64> {
     lines
         .lines()
         .find_map(|l| l.split_once('|').filter(|(j, _)| *j == id).and_then(|(_, e)| e.trim().parse().ok()))

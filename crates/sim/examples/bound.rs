@@ -17,7 +17,7 @@
 //! turns deferral off, or the opt-in to sharing, `share_fraction=1 share_bound=0.5`; wattson
 //! keeps Slurm's FIFO order and raises for every queued job, as before the queue order, unless
 //! `queue_order=response-ratio` or `raise_after_runs=...`). Reads `etc/sim/cluster.toml` and
-//! `../shared/data`.
+//! `data/`.
 
 use std::path::Path;
 
@@ -120,9 +120,8 @@ fn main() {
         wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
     }
     let catalog =
-        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
-            .unwrap();
-    let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
+        Catalog::from_zeus_csv(&read("data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus").unwrap();
+    let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
     let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
     let models = wattson_sim::policies::level_tables(&catalog).unwrap();
     for &nodes in &sizes {

@@ -8,7 +8,7 @@
 //! Run: `cargo run --release -p wattson-sim --example brain [-- TRACE NODES,NODES SEEDS
 //! [key=value...]]` (defaults: cluster04.csv, 80,123, 5); the keys are
 //! [`wattson_sim::overrides`]' (e.g. `order=fifo` for every policy, `perfect=1`). Reads
-//! `etc/sim/cluster.toml` and `../shared/data`.
+//! `etc/sim/cluster.toml` and `data/`.
 
 use std::path::Path;
 
@@ -36,15 +36,14 @@ fn main() {
         wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
     }
     let mut catalog =
-        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
-            .unwrap();
+        Catalog::from_zeus_csv(&read("data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus").unwrap();
     // Shared GPUs: Gavel's pairs as etc/sim/cluster.toml names them (`colocation_json=`: none).
     if let Some(rel) = &base.colocation_json {
         let gavel = format!("etc/sim/{rel}");
         let colocation = wattson_sim::colocation::Colocation::from_gavel_json(&read(&gavel), &gavel);
         catalog.colocation = Some(colocation.unwrap());
     }
-    let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
+    let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
     let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
     let mut all_ok = true;
     for &nodes in &sizes {

@@ -84,9 +84,8 @@ fn main() {
         wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
     }
     let cat =
-        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
-            .unwrap();
-    let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
+        Catalog::from_zeus_csv(&read("data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus").unwrap();
+    let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
     let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
     let stem = trace_name.trim_end_matches(".csv");
     for &nodes in &sizes {

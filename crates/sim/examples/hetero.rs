@@ -5,7 +5,7 @@
 //!
 //! Run: `cargo run --release -p wattson-sim --example hetero [-- TRACE SEEDS [key=value...]]`
 //! (defaults: cluster04.csv, 3; `key=value` sets a `[wattson]` knob, e.g. `type_max_cost=1.3`).
-//! Reads `etc/sim/cluster-hetero.toml` and `../shared/data`.
+//! Reads `etc/sim/cluster-hetero.toml` and `data/`.
 
 use std::path::Path;
 
@@ -31,7 +31,7 @@ fn main() {
     let files: Vec<(&str, &str)> =
         texts.iter().zip(&base.groups).map(|(t, g)| (t.as_str(), g.gpu.as_str())).collect();
     let catalog = Catalog::from_zeus_csvs(&files).unwrap();
-    let text = read(&Path::new(ROOT).join("../shared/data/traces/itp-elasticflow").join(&trace_name));
+    let text = read(&Path::new(ROOT).join("data/traces/itp-elasticflow").join(&trace_name));
     let trace = wattson_sim::trace::parse(&text, &trace_name, TraceFormat::Auto).unwrap();
     let groups: Vec<String> = base.groups.iter().map(|g| format!("{} {}", g.nodes, g.gpu)).collect();
     println!("== {trace_name} on {} nodes of 8 GPUs", groups.join(" + "));

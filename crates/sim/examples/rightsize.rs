@@ -9,7 +9,7 @@
 //!
 //! Run: `cargo run --release -p wattson-sim --example rightsize [-- SEEDS [key=value...]]`
 //! (default 1 seed; `key=value` sets a `[wattson]` knob, e.g. `warm_shortfall=0.5`). Reads
-//! `etc/sim/cluster.toml` and `../shared/data`.
+//! `etc/sim/cluster.toml` and `data/`.
 
 use std::path::Path;
 
@@ -61,15 +61,14 @@ fn main() {
         base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
     }
     let catalog =
-        Catalog::from_zeus_csv(&read("../shared/data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus")
-            .unwrap();
+        Catalog::from_zeus_csv(&read("data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus").unwrap();
     let (mut energy_pct, mut wait_pct, mut no_worse, mut undominated) = (0.0, 0.0, 0, 0);
     println!(
         "{:<14} {:>5} {:>11} {:>9} {:>11} {:>8} {:>9} {:>8}  beaten by SuspendTime",
         "trace", "nodes", "timer kWh", "wait h", "wattson kWh", "energy", "wait h", "wait"
     );
     for (trace_name, nodes) in CASES {
-        let text = read(&format!("../shared/data/traces/itp-elasticflow/{trace_name}"));
+        let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
         let trace = wattson_sim::trace::parse(&text, trace_name, TraceFormat::Auto).unwrap();
         let mut c = base.clone();
         c.groups[0].nodes = nodes;

@@ -22,7 +22,11 @@ use wattson_slurm::node::PluginArgs;
 use wattson_slurm::sys::{self, acct_energy_type, acct_gather_energy_t};
 use wattson_slurm_ffi::{error, guard};
 
-wattson_slurm_ffi::plugin_identity!("wattson GPU energy via wattsond", "acct_gather_energy/wattson");
+wattson_slurm_ffi::plugin_identity!(
+    "wattson GPU energy via wattsond",
+    "acct_gather_energy/wattson",
+    follows_micro = "acct_gather_energy_wattson.so"
+);
 
 const SLURM_SUCCESS: c_int = sys::SLURM_SUCCESS as c_int;
 const SLURM_ERROR: c_int = sys::SLURM_ERROR;

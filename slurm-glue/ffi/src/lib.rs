@@ -1,10 +1,16 @@
 //! What wattson's Slurm plugins share at the C boundary: the symbols that name a plugin to
 //! Slurm ([`plugin_identity!`]), log lines through Slurm's own logger, and a guard that keeps
 //! every panic on the Rust side, so a bug in wattson never takes down slurmctld, slurmd or
-//! slurmstepd.
+//! slurmstepd. A plugin whose version Slurm checks to the micro release follows a micro update
+//! of its series ([`micro`]).
 
-use std::ffi::{CString, c_char};
+pub mod micro;
+
+use std::ffi::{CStr, CString, c_char};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 unsafe extern "C" {
     fn slurm_info(fmt: *const c_char, ...);
@@ -15,8 +21,10 @@ unsafe extern "C" {
 pub const SLURM_VERSION_NUMBER: u32 = wattson_slurm_sys::sys::SLURM_VERSION_NUMBER;
 
 /// Exports the symbols Slurm reads to load a plugin: `plugin_name` and `plugin_type` as C's
-/// `const char[]` (NUL-terminated arrays, not pointers) and `plugin_version`, which must be
-/// exactly the running Slurm's release (the bindings come from its headers).
+/// `const char[]` (NUL-terminated arrays, not pointers) and `plugin_version`, the Slurm release
+/// the bindings come from. Given the plugin's file name, the plugin also follows a micro
+/// release of its series at load ([`follow_the_running_release`]), for the plugin types whose
+/// version Slurm checks to the micro (job_submit, acct_gather_energy; not SPANK).
 #[macro_export]
 macro_rules! plugin_identity {
     ($name:literal, $kind:literal) => {
@@ -25,8 +33,89 @@ macro_rules! plugin_identity {
         #[unsafe(no_mangle)]
         pub static plugin_type: [u8; $kind.len() + 1] = $crate::nul_terminated($kind);
         #[unsafe(no_mangle)]
-        pub static plugin_version: u32 = $crate::SLURM_VERSION_NUMBER;
+        pub static plugin_version: ::std::sync::atomic::AtomicU32 =
+            ::std::sync::atomic::AtomicU32::new($crate::SLURM_VERSION_NUMBER);
     };
+    ($name:literal, $kind:literal, follows_micro = $file:literal) => {
+        $crate::plugin_identity!($name, $kind);
+        /// Runs when the dynamic loader maps the plugin, before Slurm reads `plugin_version`.
+        #[used]
+        #[unsafe(link_section = ".init_array")]
+        static FOLLOW_THE_RUNNING_RELEASE: extern "C" fn() = {
+            extern "C" fn at_load() {
+                $crate::follow_the_running_release(&plugin_version, $file);
+            }
+            at_load
+        };
+    };
+}
+
+/// Sets `version` (the plugin's `plugin_version`) to the running Slurm's release where that is a
+/// micro release of the series the plugin was built for, and logs one line saying so (not in
+/// slurmstepd, which loads the plugin for every step). Outside a Slurm process, or where
+/// libslurm names no single release of the series, it leaves the built version. Never unwinds.
+pub fn follow_the_running_release(version: &AtomicU32, plugin: &str) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(library) = libslurm_path() else { return };
+        // libslurm is a few MB; a larger file is not it.
+        let Ok(bytes) = read_bounded(&library, 256 << 20) else { return };
+        let built = SLURM_VERSION_NUMBER;
+        let micros = micro::micros_in(&bytes, built);
+        let line = match micro::follow(built, &micros) {
+            micro::Follow::Same => return,
+            micro::Follow::Micro(running) => {
+                version.store(running, Ordering::Release);
+                micro::followed_line(plugin, built, running)
+            }
+            micro::Follow::Unknown => {
+                micro::unknown_line(plugin, built, &library.display().to_string(), &micros)
+            }
+        };
+        let in_stepd = std::fs::read_to_string("/proc/self/comm").is_ok_and(|c| c.trim() == "slurmstepd");
+        if !in_stepd {
+            info_at_load(&line);
+        }
+    }));
+}
+
+/// [`info`] for code that runs as the plugin is mapped: looks `slurm_info` up rather than
+/// linking it, so that a test binary holding the constructor links without libslurm.
+fn info_at_load(message: &str) {
+    // SAFETY: dlsym in the global scope with a NUL-terminated name.
+    let log = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"slurm_info".as_ptr()) };
+    if log.is_null() {
+        return;
+    }
+    // SAFETY: libslurm's `void slurm_info(const char *, ...)`.
+    let log =
+        unsafe { std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(*const c_char, ...)>(log) };
+    let line = c_string(message);
+    // SAFETY: a constant "%s" format with one valid NUL-terminated string argument.
+    unsafe { log(c"%s".as_ptr(), line.as_ptr()) }
+}
+
+/// The file of the libslurm this process runs with, found from one of its functions; None
+/// outside a Slurm process.
+fn libslurm_path() -> Option<std::path::PathBuf> {
+    // SAFETY: dlsym in the global scope with a NUL-terminated name.
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"slurm_api_version".as_ptr()) };
+    if symbol.is_null() {
+        return None;
+    }
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `symbol` is an address in a loaded object; `info` is a valid out-parameter.
+    if unsafe { libc::dladdr(symbol, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
+}
+
+fn read_bounded(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// `text` as a NUL-terminated byte array of length `N` (its length plus one), at compile time.

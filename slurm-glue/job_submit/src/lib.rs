@@ -18,7 +18,11 @@ use wattson_slurm::submit::{self, CachedConfig, Share};
 use wattson_slurm::sys::{self, job_desc_msg_t};
 use wattson_slurm_ffi::{error, guard, info};
 
-wattson_slurm_ffi::plugin_identity!("wattson GPU energy decisions", "job_submit/wattson");
+wattson_slurm_ffi::plugin_identity!(
+    "wattson GPU energy decisions",
+    "job_submit/wattson",
+    follows_micro = "job_submit_wattson.so"
+);
 
 const SLURM_SUCCESS: c_int = sys::SLURM_SUCCESS as c_int;
 const SLURM_ERROR: c_int = sys::SLURM_ERROR;

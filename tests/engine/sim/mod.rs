@@ -1,6 +1,6 @@
 //! `wattson sim` checks on real data: ElasticFlow's ITP trace (microsoft/elasticflow-traces @
 //! 277ed24d, MIT) and Zeus's V100 measurements (ml-energy/zeus @ 75a8b939, Apache-2.0), read
-//! from `../shared/data`. A missing file fails the test. Debug-mode fast: the 195-job trace and
+//! from `data/`. A missing file fails the test. Debug-mode fast: the 195-job trace and
 //! a 1,500-job prefix of cluster04; the full trace runs in `benches/sim.rs`.
 //!
 //! Every check here recomputes its quantity from the simulator's raw per-job and per-node
@@ -20,8 +20,8 @@ mod share;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn data(rel: &str) -> PathBuf {
-    let p = Path::new(ROOT).join("../shared/data").join(rel);
-    assert!(p.exists(), "data file missing: {} (the simulator tests need ../shared/data)", p.display());
+    let p = Path::new(ROOT).join("data").join(rel);
+    assert!(p.exists(), "data file missing: {} (the simulator tests need data/)", p.display());
     p
 }
 

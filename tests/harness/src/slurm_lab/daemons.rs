@@ -34,7 +34,7 @@ impl SlurmLab {
 
     pub(super) fn write_config(&self, opts: &LabOptions) {
         let lab = self.path.display().to_string();
-        let sys_dir = system_plugin_dir();
+        let sys_dir = opts.micro_release.as_ref().map_or_else(system_plugin_dir, |m| m.plugin_dir.clone());
         let plugin_dir = match &opts.plugin_dir {
             Some(extra) => format!("{}:{}", extra.display(), sys_dir.display()),
             None => sys_dir.display().to_string(),
@@ -213,7 +213,8 @@ impl SlurmLab {
         } else {
             let args =
                 vec!["-D".to_string(), "-i".to_string(), "-f".to_string(), self.conf.display().to_string()];
-            self.spawn_daemon("slurmctld", daemon_bin("slurmctld"), &args)
+            let env = self.slurm_env.clone();
+            self.spawn_daemon_with("slurmctld", daemon_bin("slurmctld"), &args, &env)
         };
         self.slurmctld = Some(child);
         self.wait_ctld_up(START_TIMEOUT);
@@ -238,7 +239,7 @@ impl SlurmLab {
         .into_iter()
         .chain(extra.iter().map(|a| a.to_string()))
         .collect::<Vec<_>>();
-        let env = self.nodes[i].env.clone();
+        let env: Vec<(String, String)> = self.nodes[i].env.iter().chain(&self.slurm_env).cloned().collect();
         let child = self.spawn_daemon_with(&format!("slurmd-{name}"), daemon_bin("slurmd"), &args, &env);
         self.slurmds.push((name, child));
     }

@@ -24,6 +24,7 @@
 mod accounting;
 pub mod backup;
 mod daemons;
+pub mod micro;
 mod release;
 
 pub use daemons::{ensure_slurm_installed, free_port, install_plugin, run_with_timeout, system_plugin_dir};
@@ -115,6 +116,9 @@ pub struct LabOptions {
     pub accounting: bool,
     /// A backup slurmctld beside the primary ([`backup`]; this machine's Slurm only).
     pub backup_controller: bool,
+    /// Run slurmctld, slurmd and the clients as this renumbered micro release of the lab's
+    /// Slurm ([`micro`]); slurmdbd and munged stay as installed.
+    pub micro_release: Option<micro::MicroRelease>,
 }
 
 impl Default for LabOptions {
@@ -128,6 +132,7 @@ impl Default for LabOptions {
             daemon_env: Vec::new(),
             accounting: false,
             backup_controller: false,
+            micro_release: None,
         }
     }
 }
@@ -176,6 +181,8 @@ pub struct SlurmLab {
     pids: Vec<u32>,
     script_seq: AtomicU32,
     daemon_env: Vec<(String, String)>,
+    /// `LD_LIBRARY_PATH` of slurmctld, slurmd and the clients (a renumbered micro release).
+    slurm_env: Vec<(String, String)>,
 }
 
 static INSTALL: OnceLock<Result<(), String>> = OnceLock::new();
@@ -249,6 +256,9 @@ impl SlurmLab {
             pids: Vec::new(),
             script_seq: AtomicU32::new(0),
             daemon_env: opts.daemon_env.clone(),
+            slurm_env: (opts.micro_release.iter())
+                .map(|m| ("LD_LIBRARY_PATH".to_string(), m.lib_dir.display().to_string()))
+                .collect(),
         };
         if std::env::var_os("SLURM_LAB_KEEP").is_some_and(|v| v != "0" && !v.is_empty())
             && let Some(d) = lab.dir.take()
@@ -356,6 +366,7 @@ impl SlurmLab {
             }
         }
         cmd.env("SLURM_CONF", &self.conf);
+        cmd.envs(self.slurm_env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 
