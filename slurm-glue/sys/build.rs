@@ -62,10 +62,16 @@ fn generate(include: &Path) -> Result<String, String> {
     if !include.join("spank.h").is_file() {
         return Err(format!("no Slurm headers in {} (Debian: libslurm-dev)", include.display()));
     }
-    let parent = include.parent().unwrap_or(Path::new("/usr/include"));
+    // Only `slurm/` on the include path: the C library's headers stay those of the target
+    // (a build for an older glibc gives bindgen that glibc's headers; see scripts/build-portable).
+    let staged = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR")).join("include");
+    std::fs::create_dir_all(&staged).map_err(|e| format!("{}: {e}", staged.display()))?;
+    let link = staged.join("slurm");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(include, &link).map_err(|e| format!("{}: {e}", link.display()))?;
     let builder = bindgen::Builder::default()
         .header_contents("wattson_slurm.h", "#include <slurm/spank.h>\n#include <slurm/slurm.h>\n")
-        .clang_arg(format!("-I{}", parent.display()))
+        .clang_arg(format!("-I{}", staged.display()))
         .allowlist_function("spank_.*")
         .allowlist_function("slurm_(info|error|verbose|debug)")
         .allowlist_type("spank_option")
