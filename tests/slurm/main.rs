@@ -18,6 +18,7 @@ mod mail;
 mod micro_update;
 mod models_sync;
 mod plugins;
+mod prolog_epilog;
 mod releases;
 mod share_opt_in;
 mod shared_gpus;
