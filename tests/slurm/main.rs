@@ -3,6 +3,7 @@
 
 mod acct_flags;
 mod capture;
+mod cgroups;
 mod ctld;
 mod ctld_basic;
 mod ctld_budget;

@@ -60,8 +60,8 @@ impl SlurmLab {
              SlurmdDebug=info\n\
              PluginDir={plugin_dir}\n\
              PlugStackConfig={lab}/etc/plugstack.conf\n\
-             ProctrackType=proctrack/linuxproc\n\
-             TaskPlugin=task/none\n\
+             ProctrackType={proctrack}\n\
+             TaskPlugin={task}\n\
              SelectType=select/cons_tres\n\
              SelectTypeParameters=CR_Core\n\
              SchedulerType=sched/backfill\n\
@@ -79,6 +79,8 @@ impl SlurmLab {
             accounting = self.accounting_conf(),
             ctld_port = self.ctld_port,
             controllers = self.controller_conf(opts.backup_controller),
+            proctrack = if opts.cgroups { "proctrack/cgroup" } else { "proctrack/linuxproc" },
+            task = if opts.cgroups { "task/cgroup,task/affinity" } else { "task/none" },
         );
         let shards = self.nodes.iter().any(|n| n.shards > 0);
         let _ = writeln!(c, "GresTypes={}", if shards { "gpu,shard" } else { "gpu" });
@@ -121,6 +123,12 @@ impl SlurmLab {
         fs::write(etc.join("gres.conf"), gres).expect("write gres.conf");
         fs::write(etc.join("plugstack.conf"), opts.plugstack.clone().unwrap_or_default())
             .expect("write plugstack.conf");
+        if opts.cgroups {
+            // These machines mount cgroup v1 controllers (an empty v2 hierarchy beside them).
+            fs::write(etc.join("cgroup.conf"), "CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n")
+                .expect("write cgroup.conf");
+            set_mode(&etc.join("cgroup.conf"), 0o644);
+        }
         for f in ["slurm.conf", "gres.conf", "plugstack.conf"] {
             set_mode(&etc.join(f), 0o644);
         }

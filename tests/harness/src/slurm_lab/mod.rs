@@ -119,6 +119,9 @@ pub struct LabOptions {
     /// Run slurmctld, slurmd and the clients as this renumbered micro release of the lab's
     /// Slurm ([`micro`]); slurmdbd and munged stay as installed.
     pub micro_release: Option<micro::MicroRelease>,
+    /// Run Slurm as sites do, on cgroups: `proctrack/cgroup`, `task/cgroup,task/affinity`, and
+    /// `cgroup.conf` with `ConstrainDevices=yes` (cgroup v1: this kind of machine's layout).
+    pub cgroups: bool,
 }
 
 impl Default for LabOptions {
@@ -133,6 +136,7 @@ impl Default for LabOptions {
             accounting: false,
             backup_controller: false,
             micro_release: None,
+            cgroups: false,
         }
     }
 }
