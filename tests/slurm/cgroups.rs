@@ -36,7 +36,8 @@ fn under_task_cgroup_a_job_opens_only_its_own_gpus_device_files() {
         .collect();
     assert_eq!(gpus.len(), 2, "{out}");
     for i in 0..4 {
-        let said = out.lines().find_map(|l| l.strip_prefix(&format!("{i}="))).unwrap_or_else(|| panic!("{out}"));
+        let said =
+            out.lines().find_map(|l| l.strip_prefix(&format!("{i}="))).unwrap_or_else(|| panic!("{out}"));
         if gpus.contains(&i) {
             assert!(said.contains("No such device or address"), "GPU {i} is the job's: {said}\n{out}");
         } else {

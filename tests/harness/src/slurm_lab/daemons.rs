@@ -84,6 +84,12 @@ impl SlurmLab {
         );
         let shards = self.nodes.iter().any(|n| n.shards > 0);
         let _ = writeln!(c, "GresTypes={}", if shards { "gpu,shard" } else { "gpu" });
+        if opts.cgroups {
+            // Slurm's cgroup v1 paths (`/slurm/uid_<uid>/job_<id>`) are the machine's, shared by
+            // every lab: job ids of their own (the controller's port, unique among running
+            // labs, times 1000) keep one lab's job end from killing another lab's job.
+            let _ = writeln!(c, "FirstJobId={}", u32::from(self.ctld_port) * 1000);
+        }
         if let Some(js) = &opts.job_submit_plugins {
             let _ = writeln!(c, "JobSubmitPlugins={js}");
         }

@@ -136,7 +136,7 @@ impl Default for LabOptions {
             accounting: false,
             backup_controller: false,
             micro_release: None,
-            cgroups: false,
+            cgroups: std::env::var("WATTSON_LAB_CGROUPS").is_ok_and(|v| v == "1"),
         }
     }
 }
