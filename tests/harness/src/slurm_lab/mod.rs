@@ -6,7 +6,8 @@
 //! per node (all children of the test process), and fake GPUs (character devices, major 195) as GRES.
 //! Include it from an integration test with `mod slurm_lab;`. Needs root (CI runs as root).
 //!
-//! Set `SLURM_LAB_KEEP=1` to keep lab directories (their path is printed) for post-mortems.
+//! Set `SLURM_LAB_KEEP=1` to keep lab directories (their path is printed) for post-mortems, and
+//! `WATTSON_LAB_CGROUPS=1` to run every lab on cgroups as sites do (`LabOptions::cgroups`).
 //!
 //! Notes for plugin tests:
 //! - The first batch job after a lab starts waits ~3 s (slurmctld's scheduler only starts running ~3 s
