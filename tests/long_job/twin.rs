@@ -58,7 +58,8 @@ const SEED: u64 = 1;
 
 fn data(path: &str) -> String {
     let full = format!("{}/data/{path}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e} (the twin needs data)"))
+    std::fs::read_to_string(&full)
+        .unwrap_or_else(|e| panic!("{full}: {e} (the twin needs the repository's data/)"))
 }
 
 /// The slice, compressed, each job with the time limit the shipped model draws for it.

@@ -57,7 +57,7 @@ macro_rules! plugin_identity {
 pub fn follow_the_running_release(version: &AtomicU32, plugin: &str) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(library) = libslurm_path() else { return };
-        // libslurm is a few MB; a larger file is not it.
+        // A local file the daemon has mapped already (a few MB); read at most 256 MiB of it.
         let Ok(bytes) = read_bounded(&library, 256 << 20) else { return };
         let built = SLURM_VERSION_NUMBER;
         let micros = micro::micros_in(&bytes, built);
