@@ -78,15 +78,26 @@ pub fn follow_the_running_release(version: &AtomicU32, plugin: &str) {
     }));
 }
 
-/// [`info`] for code that runs as the plugin is mapped: looks `slurm_info` up rather than
-/// linking it, so that a test binary holding the constructor links without libslurm.
-fn info_at_load(message: &str) {
+/// [`info`] for code that runs as the plugin is mapped (see [`log_at_load`]).
+pub fn info_at_load(message: &str) {
+    log_at_load(c"slurm_info", message);
+}
+
+/// [`error`] for code that runs as the plugin is mapped (see [`log_at_load`]).
+pub fn error_at_load(message: &str) {
+    log_at_load(c"slurm_error", message);
+}
+
+/// Logs through libslurm's `logger` (`slurm_info`, `slurm_error`), looked up rather than
+/// linked, so that code run at load (and a test binary holding it) needs no libslurm: outside
+/// a Slurm process it logs nothing.
+fn log_at_load(logger: &CStr, message: &str) {
     // SAFETY: dlsym in the global scope with a NUL-terminated name.
-    let log = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"slurm_info".as_ptr()) };
+    let log = unsafe { libc::dlsym(libc::RTLD_DEFAULT, logger.as_ptr()) };
     if log.is_null() {
         return;
     }
-    // SAFETY: libslurm's `void slurm_info(const char *, ...)`.
+    // SAFETY: libslurm's loggers are `void f(const char *, ...)`.
     let log =
         unsafe { std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(*const c_char, ...)>(log) };
     let line = c_string(message);

@@ -8,6 +8,8 @@
 
 use std::collections::BTreeSet;
 
+use wattson_slurm_sys::version_string as version;
+
 /// What the plugin built for `built` does in a process whose libslurm names `found` releases.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Follow {
@@ -72,10 +74,6 @@ pub fn unknown_line(plugin: &str, built: u32, library: &str, micros: &BTreeSet<u
         if found.is_empty() { "none of its series".to_string() } else { found.join(" and ") },
         version(built)
     )
-}
-
-fn version(number: u32) -> String {
-    format!("{}.{:02}.{}", number >> 16, (number >> 8) & 0xff, number & 0xff)
 }
 
 #[cfg(test)]

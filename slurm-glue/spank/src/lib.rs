@@ -89,28 +89,16 @@ static CHECK_RELEASE_AT_LOAD: extern "C" fn() = check_release_at_load;
 extern "C" fn check_release_at_load() {
     // Never unwinds into the loader; outside a Slurm process (no libslurm) it does nothing.
     let _ = std::panic::catch_unwind(|| {
-        // SAFETY: dlsym in the global scope with NUL-terminated names.
-        let (version, log) = unsafe {
-            (
-                libc::dlsym(libc::RTLD_DEFAULT, c"slurm_api_version".as_ptr()),
-                libc::dlsym(libc::RTLD_DEFAULT, c"slurm_error".as_ptr()),
-            )
-        };
-        if version.is_null() || log.is_null() {
+        // SAFETY: dlsym in the global scope with a NUL-terminated name.
+        let version = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"slurm_api_version".as_ptr()) };
+        if version.is_null() {
             return;
         }
-        // SAFETY: libslurm's `long slurm_api_version(void)` and `void slurm_error(const char *, ...)`.
-        let (version, log) = unsafe {
-            (
-                std::mem::transmute::<*mut c_void, extern "C" fn() -> c_long>(version),
-                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_char, ...)>(log),
-            )
-        };
+        // SAFETY: libslurm's `long slurm_api_version(void)`.
+        let version = unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> c_long>(version) };
         let running_api = release::api_of(version() as u32);
         if let Err(mismatch) = release::check(&wattson_slurm::slurm_version(), running_api) {
-            let line = CString::new(mismatch.to_string()).unwrap_or_default();
-            // SAFETY: a constant "%s" format with one NUL-terminated string.
-            unsafe { log(c"%s".as_ptr(), line.as_ptr()) };
+            wattson_slurm_ffi::error_at_load(&mismatch.to_string());
         }
     });
 }
