@@ -21,7 +21,7 @@ use wattson_config::Config;
 
 /// Exact per-job GPU energy accounting for Slurm clusters.
 #[derive(Debug, Parser)]
-#[command(name = "wattson", version = version(), about, long_about = None)]
+#[command(name = "wattson", version = wattson_program::version(), about, long_about = None)]
 pub struct Cli {
     /// Configuration file [default: wattson.toml beside $SLURM_CONF's slurm.conf, else
     /// /etc/wattson/wattson.toml, else /etc/slurm/wattson.toml, the first that exists]
@@ -61,15 +61,6 @@ enum Command {
     /// One job's GPU energy at a glance, like seff: energy, kWh per GPU-hour, power, the
     /// setting and why, what it saved, cost and CO2.
     JobSummary(job_summary::JobSummaryArgs),
-}
-
-/// `--version`: wattson's own with the commit it was built from, and the Slurm release its
-/// plugins are built for.
-fn version() -> &'static str {
-    static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!("{}; commit {}", wattson_program::version(), env!("WATTSON_COMMIT"))
-    });
-    VERSION.as_str()
 }
 
 /// Runs the command line; returns the process exit code.

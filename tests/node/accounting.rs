@@ -172,6 +172,40 @@ fn a_job_whose_end_was_lost_is_closed_when_its_gpus_are_given_away() {
     assert_exact(&node, &new, handover, end, EXACT);
 }
 
+/// The same after a restart of wattsond between the lost end and the next job (a kill -9,
+/// then a clean stop): the resumed record still holds its GPU whole, so the next job closes
+/// it instead of sharing the GPU's energy with it (issue 55, item 1: it was halved).
+#[test]
+fn a_job_whose_end_was_lost_is_closed_after_a_restart_when_its_gpus_are_given_away() {
+    let mut node = Node::h100(1);
+    node.start();
+    node.sim.set_load(0, 0.6).unwrap();
+    for (old, new) in [("40", "41"), ("41", "42")] {
+        let begin = node.begin(old, 1000, "0");
+        secs(0.4);
+        // Job `old` ends while wattsond is down: its Epilog never reaches it.
+        if old == "40" {
+            node.kill9();
+        } else {
+            node.stop();
+        }
+        node.start();
+        let handover = node.begin(new, 1001, "0");
+        let lost = node.record(old);
+        assert_eq!(lost.state, JobState::Completed, "job {old}'s record was left running");
+        assert_exact(&node, &lost, begin, handover, EXACT);
+        secs(0.4);
+        let end = node.end(new);
+        let record = node.record(new);
+        assert_eq!(record.split(), None, "job {new} shared its GPU with job {old}'s stale record");
+        assert_exact(&node, &record, handover, end, EXACT);
+    }
+    let log = node.log();
+    assert_eq!(log.matches("ending the job whose end was never reported").count(), 2, "{log}");
+    // A job that shares its GPUs gets no setting: these had theirs.
+    assert!(!log.contains("job shares its GPUs"), "{log}");
+}
+
 #[test]
 fn steps_are_metered_on_their_jobs_gpus_and_end_with_their_job() {
     let mut node = Node::h100(2);

@@ -258,3 +258,24 @@ fn only_the_gpu_crate_depends_on_nvml_wrapper() {
         .collect();
     assert!(others.is_empty(), "only wattson-gpu may depend on nvml-wrapper directly: {}", others.join("; "));
 }
+
+/// The programs need no Slurm bindings (nor bindgen and libclang to build them): they read
+/// the Slurm release as text (crates/program/build.rs). Only the Slurm glue links them.
+#[test]
+fn only_the_slurm_glue_links_slurms_bindings() {
+    let g = graph();
+    let outside: Vec<String> = g
+        .direct_dependents("wattson-slurm-sys")
+        .into_iter()
+        .filter(|(member, kinds)| {
+            !kinds.iter().all(|k| *k == "dev") && !PLUGIN_CRATES.contains(&member.as_str())
+        })
+        .map(|(member, _)| member)
+        .collect();
+    assert!(outside.is_empty(), "only the Slurm glue may depend on wattson-slurm-sys: {outside:?}");
+    let programs = violations(&g, &PROGRAMS, &["wattson-slurm-sys", "wattson-slurm", "wattson-slurm-ffi"]);
+    assert!(programs.is_empty(), "a program links Slurm's bindings:\n{}", programs.join("\n"));
+}
+
+/// The packages of wattson's programs: the command, the daemon, the controller, the simulator.
+pub const PROGRAMS: [&str; 4] = ["wattson", "wattson-daemon", "wattson-ctld", "wattson-sim"];

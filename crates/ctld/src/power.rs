@@ -19,7 +19,7 @@ use wattson_config::ctld::PowerConfig;
 
 use crate::slurm;
 use crate::slurm_program::{self, PATH};
-use wattson_sacct::deadline;
+use wattson_deadline as deadline;
 use wattson_sacct::hostlist;
 
 /// Actions run at once, at most.

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use wattson_config::Config;
 
-use wattson_sacct::{deadline, hostlist};
+use wattson_deadline as deadline;
+use wattson_sacct::hostlist;
 
 use crate::{slurm, slurm_program};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 
-use wattson_sacct::deadline::{self, CommandError};
+use wattson_deadline::{self as deadline, CommandError};
 use wattson_sacct::{SlurmState, hostlist};
 
 use gres::{gpus_per_node, gres_gpus, gres_type, gres_used_gpus, shard_gpus};

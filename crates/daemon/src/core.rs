@@ -25,7 +25,7 @@ use wattson_config::policy::{Decision, SitePolicy};
 use wattson_engine::Measurements;
 use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
-use wattson_store::{AcctQuery, BeginOutcome, Store};
+use wattson_store::{AcctQuery, BeginOutcome, Hold, Store};
 use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, SeriesPoint};
 use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
 
@@ -65,7 +65,8 @@ pub struct Core {
     last_node: Option<crate::node_energy::NodeTotals>,
     /// Jobs that share a GPU with another job: held at their GPUs' defaults (by job id).
     sharing: BTreeSet<u32>,
-    /// Jobs begun since the daemon started that hold whole GPUs, no one else's (by job id).
+    /// Jobs that hold whole GPUs, no one else's (by job id); kept in the store with their
+    /// records, so that a restart does not make them look shared.
     exclusive: BTreeSet<u32>,
 }
 
@@ -88,8 +89,11 @@ impl Core {
         for (key, reason) in quarantined {
             error!(job = %key, reason = %reason, "a running job's record cannot be read: moved to the store's quarantine table; the job is no longer metered");
         }
+        let whole =
+            store.running_whole().map_err(|e| format!("cannot read running jobs from the store: {e}"))?;
         // By UUID: NVML may have numbered the GPUs otherwise since the last start.
         let running = identity::match_gpus(backend.as_ref(), &mut store, resumed, clock.wall_ns())?;
+        let exclusive = running.keys().filter(|key| whole.contains(key)).map(|key| key.job_id).collect();
         for key in running.keys() {
             info!(job = %key, "resumed running job from the store");
         }
@@ -109,7 +113,7 @@ impl Core {
             node_share: None,
             last_node: None,
             sharing: BTreeSet::new(),
-            exclusive: BTreeSet::new(),
+            exclusive,
         };
         // Jobs that shared a GPU when the daemon stopped stay at their defaults.
         let indices: BTreeSet<u32> =
@@ -288,7 +292,8 @@ impl Core {
         // Recorded with the start: the policy that runs, which may differ from the one asked.
         let decision = self.decision_of(&record);
         record.policy = Some(decision.policy);
-        let outcome = self.store.begin_job(&record).map_err(|e| {
+        let hold = if whole { Hold::Whole } else { Hold::Shared };
+        let outcome = self.store.begin_job(&record, hold).map_err(|e| {
             Error::new(ErrorCode::Store, format!("job {}: cannot record the start: {e}", req.job))
         })?;
         info!(job = %record.key, uid = record.uid, account = account.as_deref().unwrap_or(""), gpus = ?indices, "job began");

@@ -1,20 +1,21 @@
-//! What every wattson program starts with: the `--version` line (wattson's version and the
-//! Slurm release its plugins are built for) and logging to journald or stderr.
+//! What every wattson program starts with: the `--version` line (wattson's version, the commit
+//! it was built from and the Slurm release its plugins are built for) and logging to journald
+//! or stderr.
 
 use std::sync::LazyLock;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
-/// `--version`: wattson's own, and the Slurm release its plugins are built for (slurmctld
-/// loads a job_submit plugin of exactly its own release only).
+/// `--version`: wattson's own, the commit, and the Slurm release the plugins of the same build
+/// are for (slurmctld loads a job_submit plugin of its own release series only).
 pub fn version() -> &'static str {
     static VERSION: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "{} (Slurm plugins built for Slurm {})",
-            env!("CARGO_PKG_VERSION"),
-            wattson_slurm_sys::slurm_version()
-        )
+        let slurm = match env!("WATTSON_SLURM_RELEASE") {
+            "" => "built without Slurm's headers, so without Slurm plugins".to_string(),
+            release => format!("Slurm plugins built for Slurm {release}"),
+        };
+        format!("{} (commit {}; {slurm})", env!("CARGO_PKG_VERSION"), env!("WATTSON_COMMIT"))
     });
     VERSION.as_str()
 }

@@ -4,7 +4,6 @@
 //! controller; no configuration, no async runtime.
 
 pub mod comment;
-pub mod deadline;
 pub mod hostlist;
 pub mod state;
 pub mod summary;
@@ -15,7 +14,7 @@ use std::time::Duration;
 
 pub use state::SlurmState;
 
-use crate::deadline::CommandError;
+use wattson_deadline::CommandError;
 
 /// Why Slurm's states could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +48,7 @@ pub fn job_states(jobs: &[u32], timeout: Duration) -> Result<BTreeMap<String, Sl
 /// Runs a `sacct` command: its output, or [`AccountingError::Absent`] where this host or
 /// cluster keeps no accounting.
 pub fn sacct_run(sacct: &mut Command, timeout: Duration) -> Result<String, AccountingError> {
-    match deadline::run(sacct, timeout) {
+    match wattson_deadline::run(sacct, timeout) {
         Ok(text) => Ok(text),
         Err(CommandError::Start { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
             Err(AccountingError::Absent)

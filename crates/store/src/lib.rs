@@ -21,6 +21,7 @@ mod settings;
 
 pub use settings::GpuChange;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -288,10 +289,10 @@ impl Store {
     }
 
     /// Records the start of a job or step as RUNNING (its `state` and `end_ns` are ignored),
-    /// with its GPUs and their first meters. Idempotent: an identical RUNNING record gives
-    /// [`BeginOutcome::AlreadyRunning`]; a RUNNING record with the same key but another uid or
-    /// other GPU indices gives [`StoreError::Conflict`].
-    pub fn begin_job(&mut self, rec: &JobRecord) -> Result<BeginOutcome, StoreError> {
+    /// with its GPUs, their first meters and how it holds them. Idempotent: an identical
+    /// RUNNING record gives [`BeginOutcome::AlreadyRunning`]; a RUNNING record with the same
+    /// key but another uid or other GPU indices gives [`StoreError::Conflict`].
+    pub fn begin_job(&mut self, rec: &JobRecord, hold: Hold) -> Result<BeginOutcome, StoreError> {
         let hints = serde_json::to_string(&rec.hints).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some((id, uid)) = tx
@@ -316,8 +317,8 @@ impl Store {
             });
         }
         tx.prepare_cached(
-            "INSERT INTO jobs (job_id, step, uid, user, name, node, begin_ns, state, hints, policy) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9)",
+            "INSERT INTO jobs (job_id, step, uid, user, name, node, begin_ns, state, hints, policy, whole) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9, ?10)",
         )?
         .execute(params![
             rec.key.job_id,
@@ -328,7 +329,8 @@ impl Store {
             rec.node,
             rec.begin_ns,
             hints,
-            rec.policy.map(<&str>::from)
+            rec.policy.map(<&str>::from),
+            hold == Hold::Whole
         ])?;
         let id = tx.last_insert_rowid();
         for gpu in &rec.gpus {
@@ -438,6 +440,17 @@ impl Store {
         query::running(&self.conn)
     }
 
+    /// The RUNNING records that hold their GPUs whole ([`Hold::Whole`]), by key.
+    pub fn running_whole(&self) -> Result<BTreeSet<JobKey>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT job_id, step FROM jobs WHERE state = 'RUNNING' AND whole = 1")?;
+        let keys = stmt
+            .query_map([], |r| Ok(JobKey { job_id: r.get(0)?, step: r.get(1)? }))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(keys)
+    }
+
     /// Records matching `q`, ordered by begin time, then job id, then step (a job before its
     /// steps). See [`AcctQuery`].
     pub fn query(&self, q: &AcctQuery) -> Result<Vec<JobRecord>, StoreError> {
@@ -460,6 +473,16 @@ impl Store {
     pub fn samples(&self, key: &JobKey) -> Result<Vec<SeriesPoint>, StoreError> {
         query::samples(&self.conn, key)
     }
+}
+
+/// How a record holds its GPUs, kept with it across restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Whole, no other job's: Slurm gives such a GPU to one job at a time, so a record still
+    /// running there when another job begins on it lost its end.
+    Whole,
+    /// Possibly with other jobs: a step, or a job that shares its GPUs (shards, MPS).
+    Shared,
 }
 
 /// The row id of the RUNNING record of `key`.

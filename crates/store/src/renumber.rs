@@ -40,6 +40,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Hold;
     use wattson_types::energy::{GpuMeter, GpuReading};
     use wattson_types::gpu::GpuSetting;
     use wattson_types::job::{JobGpu, JobRecord, JobState};
@@ -73,7 +74,7 @@ mod tests {
             dvfs: None,
             node_share: None,
         };
-        store.begin_job(&record).unwrap();
+        store.begin_job(&record, Hold::Shared).unwrap();
         store.move_running_gpus(&record.key, &[(0, 1), (1, 0)]).unwrap();
         let running = store.running_jobs().unwrap();
         let moved: Vec<(u32, &str)> = running[0].gpus.iter().map(|g| (g.index, g.uuid.as_str())).collect();

@@ -155,6 +155,12 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE jobs ADD COLUMN node_share TEXT;
     ",
+    // v10: whether a record holds its GPUs whole (no other job's: Slurm gives such a GPU to one
+    // job at a time), so that a restart keeps it (the lost-end rule closes such a record when
+    // its GPUs go to another job). Earlier records: 0, not known to.
+    "
+    ALTER TABLE jobs ADD COLUMN whole INTEGER NOT NULL DEFAULT 0 CHECK (whole IN (0, 1));
+    ",
 ];
 
 /// The schema version this binary writes and understands.

@@ -59,7 +59,7 @@ fn round_trip_with_meters_and_events() {
     let (_d, path) = tmp();
     let mut st = Store::open(&path).unwrap();
     let r = rec(42, "", 1000, 100, &[0, 1]);
-    assert_eq!(st.begin_job(&r).unwrap(), BeginOutcome::Inserted);
+    assert_eq!(st.begin_job(&r, Hold::Shared).unwrap(), BeginOutcome::Inserted);
     let mut gpus = r.gpus.clone();
     gpus[0].meter.advance(GpuReading { t_ns: 160 * S, energy_mj: Some(5_000_000), ..Default::default() });
     gpus[1].meter.advance(GpuReading {
@@ -96,7 +96,7 @@ fn round_trip_with_meters_and_events() {
     // The reader cannot write.
     drop(ro);
     let mut ro = Store::open_read_only(&path).unwrap();
-    assert!(ro.begin_job(&rec(43, "", 1, 1, &[0])).is_err());
+    assert!(ro.begin_job(&rec(43, "", 1, 1, &[0]), Hold::Shared).is_err());
 }
 
 #[test]
@@ -104,18 +104,24 @@ fn begin_is_idempotent_and_conflicts_are_refused() {
     let (_d, path) = tmp();
     let mut st = Store::open(&path).unwrap();
     let r = rec(7, "0", 1000, 10, &[1, 0]);
-    assert_eq!(st.begin_job(&r).unwrap(), BeginOutcome::Inserted);
+    assert_eq!(st.begin_job(&r, Hold::Shared).unwrap(), BeginOutcome::Inserted);
     // Same key, uid and GPUs (other order, other meters): a retry.
     let mut again = rec(7, "0", 1000, 11, &[0, 1]);
     again.name = Some("other".into());
-    assert_eq!(st.begin_job(&again).unwrap(), BeginOutcome::AlreadyRunning);
-    assert!(matches!(st.begin_job(&rec(7, "0", 1001, 10, &[0, 1])), Err(StoreError::Conflict { .. })));
-    assert!(matches!(st.begin_job(&rec(7, "0", 1000, 10, &[0])), Err(StoreError::Conflict { .. })));
+    assert_eq!(st.begin_job(&again, Hold::Shared).unwrap(), BeginOutcome::AlreadyRunning);
+    assert!(matches!(
+        st.begin_job(&rec(7, "0", 1001, 10, &[0, 1]), Hold::Shared),
+        Err(StoreError::Conflict { .. })
+    ));
+    assert!(matches!(
+        st.begin_job(&rec(7, "0", 1000, 10, &[0]), Hold::Shared),
+        Err(StoreError::Conflict { .. })
+    ));
     let all = st.query(&AcctQuery::default()).unwrap();
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].name.as_deref(), Some("train"));
     // Another step of the same job is a different key.
-    assert_eq!(st.begin_job(&rec(7, "batch", 1000, 10, &[0])).unwrap(), BeginOutcome::Inserted);
+    assert_eq!(st.begin_job(&rec(7, "batch", 1000, 10, &[0]), Hold::Shared).unwrap(), BeginOutcome::Inserted);
 }
 
 #[test]
@@ -125,7 +131,7 @@ fn ending_or_updating_a_job_that_is_not_running_fails() {
     let key = JobKey::job(5);
     assert!(matches!(st.end_job(&key, 1, &[]), Err(StoreError::NotRunning(k)) if k == key));
     assert_eq!(st.save_meters_many(&[(key.clone(), vec![])], &[]).unwrap(), vec![key.clone()]);
-    st.begin_job(&rec(5, "", 1, 1, &[0])).unwrap();
+    st.begin_job(&rec(5, "", 1, 1, &[0]), Hold::Shared).unwrap();
     st.end_job(&key, 2 * S, &[]).unwrap();
     assert!(matches!(st.end_job(&key, 3 * S, &[]), Err(StoreError::NotRunning(_))));
 }
@@ -134,7 +140,7 @@ fn ending_or_updating_a_job_that_is_not_running_fails() {
 fn one_running_row_per_key_but_ids_may_be_reused_after_completion() {
     let (_d, path) = tmp();
     let mut st = Store::open(&path).unwrap();
-    st.begin_job(&rec(9, "", 1, 10, &[0])).unwrap();
+    st.begin_job(&rec(9, "", 1, 10, &[0]), Hold::Shared).unwrap();
     // The partial unique index itself refuses a second RUNNING row.
     let dup = st.conn.execute(
         "INSERT INTO jobs (job_id, step, uid, node, begin_ns, state) VALUES (9, '', 1, 'n', 0, 'RUNNING')",
@@ -142,7 +148,7 @@ fn one_running_row_per_key_but_ids_may_be_reused_after_completion() {
     );
     assert!(dup.is_err());
     st.end_job(&JobKey::job(9), 20 * S, &[]).unwrap();
-    assert_eq!(st.begin_job(&rec(9, "", 2, 30, &[3])).unwrap(), BeginOutcome::Inserted);
+    assert_eq!(st.begin_job(&rec(9, "", 2, 30, &[3]), Hold::Shared).unwrap(), BeginOutcome::Inserted);
     let both = st.query(&AcctQuery { jobs: vec![JobKey::job(9)], ..Default::default() }).unwrap();
     assert_eq!(
         both.iter().map(|r| (r.uid, r.state)).collect::<Vec<_>>(),
@@ -158,8 +164,8 @@ fn save_meters_many_updates_all_jobs_in_one_tick_and_skips_stale_keys() {
     let mut st = Store::open(&path).unwrap();
     let a = rec(1, "", 1, 1, &[0, 1]);
     let b = rec(2, "", 1, 1, &[2]);
-    st.begin_job(&a).unwrap();
-    st.begin_job(&b).unwrap();
+    st.begin_job(&a, Hold::Shared).unwrap();
+    st.begin_job(&b, Hold::Shared).unwrap();
     let mut ga = a.gpus.clone();
     ga[1].meter.energy_mj = 77.0;
     let mut gb = b.gpus.clone();
@@ -238,7 +244,7 @@ fn garbage_file_is_an_error_naming_the_path() {
 fn immutable_fallback_only_without_pending_wal() {
     let (_d, path) = tmp();
     let mut st = Store::open(&path).unwrap();
-    st.begin_job(&rec(1, "", 1, 1, &[0])).unwrap();
+    st.begin_job(&rec(1, "", 1, 1, &[0]), Hold::Shared).unwrap();
     // While the writer is open, the WAL holds committed frames: no fallback.
     assert!(open_immutable(&path).unwrap().is_none());
     drop(st);
@@ -260,16 +266,16 @@ fn query_filters() {
     let (_d, path) = tmp();
     let mut st = Store::open(&path).unwrap();
     // job 10: [100, 200] uid 1, with steps 10.batch and 10.0
-    st.begin_job(&rec(10, "", 1, 100, &[0])).unwrap();
-    st.begin_job(&rec(10, "batch", 1, 100, &[0])).unwrap();
-    st.begin_job(&rec(10, "0", 1, 150, &[0])).unwrap();
+    st.begin_job(&rec(10, "", 1, 100, &[0]), Hold::Shared).unwrap();
+    st.begin_job(&rec(10, "batch", 1, 100, &[0]), Hold::Shared).unwrap();
+    st.begin_job(&rec(10, "0", 1, 150, &[0]), Hold::Shared).unwrap();
     for step in ["0", "batch", ""] {
         st.end_job(&JobKey { job_id: 10, step: step.into() }, 200 * S, &[]).unwrap();
     }
     // job 11: [300, 400] uid 2; job 12: running since 500, uid 1
-    st.begin_job(&rec(11, "", 2, 300, &[1])).unwrap();
+    st.begin_job(&rec(11, "", 2, 300, &[1]), Hold::Shared).unwrap();
     st.end_job(&JobKey::job(11), 400 * S, &[]).unwrap();
-    st.begin_job(&rec(12, "", 1, 500, &[2])).unwrap();
+    st.begin_job(&rec(12, "", 1, 500, &[2]), Hold::Shared).unwrap();
 
     let ids = |q: AcctQuery| st.query(&q).unwrap().iter().map(|r| r.key.to_string()).collect::<Vec<_>>();
     assert_eq!(ids(AcctQuery::default()), ["10", "10.batch", "10.0", "11", "12"]);
@@ -312,10 +318,10 @@ fn thousands_of_job_ids_in_one_query() {
     let (_d, path) = tmp();
     let mut st = Store::open(&path).unwrap();
     for job in 1..=30 {
-        st.begin_job(&rec(job, "", 7, i64::from(job), &[0])).unwrap();
+        st.begin_job(&rec(job, "", 7, i64::from(job), &[0]), Hold::Shared).unwrap();
     }
-    st.begin_job(&rec(5, "0", 7, 5, &[0])).unwrap();
-    st.begin_job(&rec(6, "0", 7, 6, &[0])).unwrap();
+    st.begin_job(&rec(5, "0", 7, 5, &[0]), Hold::Shared).unwrap();
+    st.begin_job(&rec(6, "0", 7, 6, &[0]), Hold::Shared).unwrap();
     let mut jobs: Vec<JobKey> = (1..=5000).map(|j| JobKey::job(j * 3)).collect();
     jobs.push(JobKey { job_id: 5, step: "0".into() });
     jobs.extend((0..2000).map(|s| JobKey { job_id: 9999, step: s.to_string() }));
@@ -331,7 +337,7 @@ fn a_corrupt_page_is_found_at_open() {
     {
         let mut st = Store::open(&path).unwrap();
         for job in 1..=300 {
-            st.begin_job(&rec(job, "", 7, i64::from(job), &[0, 1])).unwrap();
+            st.begin_job(&rec(job, "", 7, i64::from(job), &[0, 1]), Hold::Shared).unwrap();
         }
         assert!(st.is_intact().unwrap());
     }
@@ -352,7 +358,7 @@ fn durability_child() {
     let Some(path) = std::env::var_os(CHILD_ENV) else { return };
     let mut st = Store::open(Path::new(&path)).unwrap();
     let r = rec(77, "", 4242, 1, &[0, 1]);
-    st.begin_job(&r).unwrap();
+    st.begin_job(&r, Hold::Shared).unwrap();
     let mut gpus = r.gpus.clone();
     gpus[0].meter.energy_mj = 123_456.0;
     st.end_job(&r.key, 9 * S, &gpus).unwrap();
@@ -526,7 +532,7 @@ fn a_jobs_node_share_is_kept_while_it_runs_after_it_ends_and_in_imports() {
     let dir = tempfile::tempdir().unwrap();
     let mut st = Store::open(&dir.path().join("w.db")).unwrap();
     let r = rec(42, "", 1000, 100, &[0]);
-    st.begin_job(&r).unwrap();
+    st.begin_job(&r, Hold::Shared).unwrap();
     assert_eq!(st.running_jobs().unwrap()[0].node_share, None, "nothing measured yet");
     let share = NodeShare { scope: EnergyScope::GpuCpu, cpu_mj: Some(1500.5), dram_mj: None, node_mj: None };
     let stale = JobKey::job(7);
@@ -539,4 +545,18 @@ fn a_jobs_node_share_is_kept_while_it_runs_after_it_ends_and_in_imports() {
     st.import([copy]).unwrap();
     let got = st.query(&AcctQuery { jobs: vec![JobKey::job(43)], ..AcctQuery::default() }).unwrap();
     assert_eq!(got[0].node_share, Some(share));
+}
+
+#[test]
+fn how_a_running_record_holds_its_gpus_survives_a_reopen() {
+    let (_d, path) = tmp();
+    {
+        let mut st = Store::open(&path).unwrap();
+        st.begin_job(&rec(1, "", 1, 1, &[0]), Hold::Whole).unwrap();
+        st.begin_job(&rec(2, "", 1, 1, &[1]), Hold::Shared).unwrap();
+        st.begin_job(&rec(3, "", 1, 1, &[2]), Hold::Whole).unwrap();
+        st.end_job(&JobKey::job(3), 2 * S, &[]).unwrap();
+    }
+    let st = Store::open(&path).unwrap();
+    assert_eq!(st.running_whole().unwrap(), BTreeSet::from([JobKey::job(1)]));
 }
