@@ -7,15 +7,28 @@
 //! gathered every node's part, so an end-of-job mail is sent from a detached process that waits
 //! for it (`[mail] wait`) and goes without it when it does not come: Slurm is never held up,
 //! and no mail is lost. Other mails go to the mailer at once, untouched.
+//!
+//! Waiting costs Slurm's accounting a `sacct` call per look: a waiting mail looks after 3 s,
+//! then twice as long each time, at most a minute apart, and at most [`MAX_WAITING`] mails
+//! wait at once; more go at once, saying where the summary will be.
 
 use std::io::{Read, Write};
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use wattson_config::Config;
 
-/// How often an end-of-job mail looks for the job's summary.
+/// The first pause of an end-of-job mail before it looks for the job's summary again.
 const POLL: Duration = Duration::from_secs(3);
+/// The longest pause between two looks.
+const MAX_POLL: Duration = Duration::from_secs(60);
+/// The most end-of-job mails that wait for their summaries at once (those of the user Slurm
+/// runs `MailProg` as); a thousand jobs ending together put a few dozen `sacct` calls a minute
+/// on slurmdbd, not hundreds a second.
+pub const MAX_WAITING: usize = 32;
+/// The name a waiting mail's process goes by (`/proc/PID/comm`), by which they are counted.
+const WAITING_NAME: &str = "wattson-mailw";
 /// The most of a mail's body read from Slurm.
 const MAX_BODY: u64 = 64 << 10;
 /// The longest the mailer may take.
@@ -67,10 +80,16 @@ pub fn main() -> ExitCode {
     let mut body = Vec::new();
     let _ = std::io::stdin().take(MAX_BODY).read_to_end(&mut body);
     if let Some(MailEvent { job, ended: true }) = event {
-        if detach() {
-            return ExitCode::SUCCESS;
+        let waiting = processes_named(Path::new("/proc"), nix::unistd::getuid().as_raw(), WAITING_NAME);
+        if waiting >= MAX_WAITING {
+            body.extend_from_slice(too_many(job, waiting).as_bytes());
+        } else {
+            if detach() {
+                return ExitCode::SUCCESS;
+            }
+            let _ = nix::sys::prctl::set_name(&std::ffi::CString::new(WAITING_NAME).expect("no NUL"));
+            body.extend_from_slice(summary_part(&config, job).as_bytes());
         }
-        body.extend_from_slice(summary_part(&config, job).as_bytes());
     }
     match send(&config.mail.program, &args, &body) {
         Ok(()) => ExitCode::SUCCESS,
@@ -107,6 +126,7 @@ fn detach() -> bool {
 /// why there is none.
 fn summary_part(config: &Config, job: u32) -> String {
     let deadline = Instant::now() + config.mail.wait;
+    let mut look = 0;
     loop {
         let written = wattson_sacct::comment::from_accounting(job, config.ctld.command_timeout);
         if let Ok(Some(_)) = written {
@@ -122,8 +142,36 @@ fn summary_part(config: &Config, job: u32) -> String {
                 humantime::format_duration(config.mail.wait)
             );
         }
-        std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+        std::thread::sleep(pause(look).min(deadline.saturating_duration_since(Instant::now())));
+        look += 1;
     }
+}
+
+/// The pause after look `look` (from 0) for a job's summary: [`POLL`], doubling, at most
+/// [`MAX_POLL`].
+pub fn pause(look: u32) -> Duration {
+    POLL.saturating_mul(1 << look.min(16)).min(MAX_POLL)
+}
+
+/// User `uid`'s processes named `name` in `proc` (a `/proc`): with [`WAITING_NAME`], the
+/// end-of-job mails waiting for their summaries.
+pub fn processes_named(proc: &Path, uid: u32, name: &str) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(proc) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .filter(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
+        .count()
+}
+
+/// The text added to an end-of-job mail that does not wait: `waiting` others already do.
+fn too_many(job: u32, waiting: usize) -> String {
+    format!(
+        "\nwattson: {waiting} other mails are waiting for their jobs' energy summaries, so this one \
+         goes without; once written, `wattson job-summary {job}` shows it.\n"
+    )
 }
 
 /// Hands `body` to the mailer with Slurm's `args`, waiting at most [`MAILER_TIMEOUT`].
@@ -177,6 +225,44 @@ mod tests {
         assert_eq!(event(&tricky, None, Some("Began")), Some(MailEvent { job: 5, ended: false }));
         assert_eq!(event(&args("hello"), None, None), None);
         assert_eq!(event(&[], None, None), None);
+    }
+
+    #[test]
+    fn a_waiting_mail_looks_less_and_less_often() {
+        let pauses: Vec<u64> = (0..8).map(|look| pause(look).as_secs()).collect();
+        assert_eq!(pauses, [3, 6, 12, 24, 48, 60, 60, 60]);
+        assert_eq!(pause(u32::MAX), MAX_POLL);
+        // Five minutes of waiting: 9 looks, not the 100 of a look every 3 s.
+        let mut waited = Duration::ZERO;
+        let looks = (0..).take_while(|&look| {
+            waited += pause(look);
+            waited < Duration::from_secs(300)
+        });
+        assert_eq!(looks.count() + 1, 9);
+    }
+
+    /// Waiting mails are counted by their process name, only the user's own (here a name of
+    /// this test's own, so that no other process counts).
+    #[test]
+    fn waiting_mails_are_counted_by_name_and_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("wmtest{}", std::process::id() % 1_000_000);
+        let waiting = dir.path().join(&name);
+        std::fs::copy("/bin/sleep", &waiting).unwrap();
+        let mut children: Vec<_> =
+            (0..3).map(|_| Command::new(&waiting).arg("30").spawn().unwrap()).collect();
+        // Not a mail: another program of this user.
+        children.push(Command::new("/bin/sleep").arg("30").spawn().unwrap());
+        let uid = nix::unistd::getuid().as_raw();
+        let counted = processes_named(Path::new("/proc"), uid, &name);
+        let other_user = processes_named(Path::new("/proc"), uid + 1, &name);
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert_eq!(counted, 3);
+        assert_eq!(other_user, 0);
+        assert!(too_many(7, 32).contains("wattson job-summary 7"));
     }
 
     #[test]
