@@ -59,30 +59,26 @@ fn gone(pid: i32) -> bool {
 /// caller waited for the child's end: a daemon's sampling stopped for its lifetime.
 #[test]
 fn a_child_left_behind_holding_the_output_is_killed_and_not_waited_for() {
-    let dir = std::env::temp_dir().join(format!("wattson-deadline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pid_file = dir.join("left-behind");
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("left-behind");
     let script = format!("echo 412 Watts; sleep 60 & echo $! > {}", pid_file.display());
     let started = Instant::now();
     let answer = sh(&script, Duration::from_secs(30)).unwrap();
     assert_eq!(answer, "412 Watts\n");
     assert!(started.elapsed() < Duration::from_secs(10), "waited {:?} for the child", started.elapsed());
     assert!(gone(pid_in(&pid_file)), "the child left behind still runs");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// At the deadline the whole group goes: the program and what it started (a grandchild that
 /// hangs with the output closed included).
 #[test]
 fn at_the_deadline_the_whole_process_group_is_killed() {
-    let dir = std::env::temp_dir().join(format!("wattson-deadline-group-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pid_file = dir.join("grandchild");
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("grandchild");
     let script = format!("sleep 60 >/dev/null 2>&1 & echo $! > {}; sleep 60", pid_file.display());
     let started = Instant::now();
     let slow = sh(&script, Duration::from_millis(500)).unwrap_err();
     assert!(matches!(slow, CommandError::Timeout { .. }), "{slow}");
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(gone(pid_in(&pid_file)), "the grandchild outlived the deadline");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
