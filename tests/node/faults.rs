@@ -187,6 +187,29 @@ fn a_corrupted_store_is_kept_aside_loudly_and_the_gpus_restored() {
     assert!(node.record("2").energy_j() > 0.0);
 }
 
+/// A store truncated to nothing while the daemon was down (its WAL too): the start says so
+/// at error level and returns every GPU to its defaults (the restore journal went with the
+/// file), then serves. Before: a new store was written into it without a word, and a GPU
+/// capped for a job stayed capped (issue 55, item 9).
+#[test]
+fn an_emptied_store_is_said_loudly_and_the_gpus_restored() {
+    let mut node = Node::h100(2);
+    node.start();
+    begin_capped(&node, "1", "0");
+    assert_eq!(limit_mw(&node, 0), 420_000);
+    node.kill9();
+    std::fs::write(&node.store, b"").unwrap();
+    let _ = std::fs::remove_file(node.store.with_extension("db-wal"));
+    let _ = std::fs::remove_file(node.store.with_extension("db-shm"));
+
+    node.start();
+    assert!(node.log().contains("the store was an empty file"), "{}", node.log());
+    assert_eq!(limit_mw(&node, 0), 700_000, "a GPU stayed capped after the journal was lost");
+    node.begin("2", 1000, "1");
+    node.end("2");
+    assert!(node.record("2").energy_j() > 0.0);
+}
+
 /// `kill -9` at each step of a setting change (the daemon kills itself there with SIGKILL, a
 /// hook of debug builds): after the restart a running job's GPU carries its setting, a GPU
 /// whose job ended is back at its defaults, the job's record is whole, and the daemon serves.

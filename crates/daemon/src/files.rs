@@ -65,6 +65,9 @@ pub fn lock_store(store: &Path) -> Result<StoreLock, String> {
 pub enum Opened {
     /// The file was sound.
     Intact(Store),
+    /// The file was there but empty (0 bytes: truncated, or its first write lost): its records
+    /// and restore journal, if it had any, are gone; `store` is new, written into it.
+    WasEmpty(Store),
     /// The file was corrupt: it (and its WAL) now lie at `aside`, and `store` is fresh.
     Replaced {
         /// The fresh store.
@@ -145,8 +148,11 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// A file that is not a wattson store at all is refused ([`check_store_file`]).
 pub fn open_store(path: &Path) -> Result<Opened, String> {
     check_store_file(path)?;
+    let empty = std::fs::metadata(path).is_ok_and(|m| m.len() == 0)
+        && std::fs::metadata(with_suffix(path, "-wal")).map_or(true, |m| m.len() == 0);
     match Store::open(path) {
         Ok(store) => match store.is_intact() {
+            Ok(true) if empty => return Ok(Opened::WasEmpty(store)),
             Ok(true) => return Ok(Opened::Intact(store)),
             Ok(false) => {}
             Err(e) => return Err(format!("cannot check the store: {e}")),

@@ -122,6 +122,14 @@ pub async fn run(config: Config) -> Result<(), String> {
     let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
     info!(gpus = backend.devices().len(), driver = ?backend.driver_version(), "GPUs found");
     let pool = Arc::new(GpuPool::new(Arc::new(backend), GPU_DEADLINE));
+    // A new store has no restore journal: every GPU goes back to its defaults.
+    let restore_all = || {
+        for index in 0..pool.devices().len() as u32 {
+            if let Err(e) = pool.restore_defaults(index) {
+                warn!(gpu = index, error = %e, "cannot restore GPU defaults");
+            }
+        }
+    };
     let store = match files::open_store(store_path)? {
         files::Opened::Intact(store) => store,
         files::Opened::Replaced { store, aside } => {
@@ -130,11 +138,16 @@ pub async fn run(config: Config) -> Result<(), String> {
                 kept_aside = %aside.display(),
                 "the store is corrupt: kept aside, starting a fresh one; every GPU goes back to its defaults"
             );
-            for index in 0..pool.devices().len() as u32 {
-                if let Err(e) = pool.restore_defaults(index) {
-                    warn!(gpu = index, error = %e, "cannot restore GPU defaults");
-                }
-            }
+            restore_all();
+            store
+        }
+        files::Opened::WasEmpty(store) => {
+            error!(
+                store = %store_path.display(),
+                "the store was an empty file (0 bytes): whatever it held is gone; a new store is \
+                 written into it, and every GPU goes back to its defaults"
+            );
+            restore_all();
             store
         }
     };
