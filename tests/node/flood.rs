@@ -1,9 +1,13 @@
 //! Cooperating local users flooding the daemon (16 and 64 uids, each holding 100 idle
-//! connections to the socket; 64 half-open `/metrics` connections kept open): root's
-//! begin/end, another user's own calls and scrapes are still answered, with a p99 latency
-//! within 5x of the same calls without the flood, measured in the same run. The daemon runs
-//! under an open-files limit of 1,024, as in a container, so its admission totals are fitted
-//! to it. Loopback and the unix socket only; every child is bounded in count and time.
+//! connections to the socket; 64 half-open `/metrics` connections kept open): every one of
+//! root's begin/end pairs, another user's own calls and the scrapes is still answered, each
+//! within the client's timeout. The verdict counts answers; it never compares latencies, which
+//! on a shared machine measure the machine as much as the daemon (issue 55, item 8: a p99
+//! bound failed on a loaded 2-core machine). The latencies are printed, idle and under the
+//! flood; `cargo bench --bench flood` measures the daemon's latency under floods
+//! (docs/benchmarks.md). The daemon runs under an open-files limit of 1,024, as in a
+//! container, so its admission totals are fitted to it. Loopback and the unix socket only;
+//! every child is bounded in count and time.
 
 use wattson_harness::node as common;
 
@@ -27,8 +31,6 @@ const CALLS: usize = 200;
 const PROBE_UID: u32 = 40_000;
 /// The probe user's job, whose settings it asks for as the SPANK plugin does.
 const PROBE_JOB: u32 = 1;
-/// Latencies under this count as this (sub-millisecond idle figures are timer noise).
-const FLOOR: Duration = Duration::from_millis(2);
 
 /// Not a test on its own: a flooding user. Opens `WATTSON_FLOOD_CALLS` connections that send
 /// nothing, says how many, and holds them until its stdin closes (at most 120 s).
@@ -138,10 +140,9 @@ fn root_pairs(node: &Node, first: u32) -> Vec<Duration> {
         .collect()
 }
 
-fn assert_within_5x(what: &str, idle: Duration, flood: Duration) {
-    let bound = idle.max(FLOOR) * 5;
-    println!("{what}: p99 idle {idle:?}, under the flood {flood:?} (bound {bound:?})");
-    assert!(flood <= bound, "{what}: p99 {flood:?} under the flood, {idle:?} idle");
+/// Prints what the calls took, idle and under the flood: a figure, not a verdict.
+fn report(what: &str, idle: Duration, flood: Duration) {
+    println!("{what}: p99 idle {idle:?}, under the flood {flood:?} (every call answered)");
 }
 
 fn flood(users: u32) {
@@ -184,8 +185,8 @@ fn flood(users: u32) {
         drop(flooder.stdin.take());
     }
     drop(flooders);
-    assert_within_5x(&format!("{users} users: root's begin/end"), idle_root, flood_root);
-    assert_within_5x(&format!("{users} users: another user's calls"), idle_user, flood_user);
+    report(&format!("{users} users: root's begin/end"), idle_root, flood_root);
+    report(&format!("{users} users: another user's calls"), idle_user, flood_user);
 }
 
 #[test]
