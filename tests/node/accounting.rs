@@ -180,7 +180,7 @@ fn a_job_whose_end_was_lost_is_closed_after_a_restart_when_its_gpus_are_given_aw
     let mut node = Node::h100(1);
     node.start();
     node.sim.set_load(0, 0.6).unwrap();
-    for (old, new) in [("40", "41"), ("41", "42")] {
+    for (old, new) in [("40", "41"), ("42", "43")] {
         let begin = node.begin(old, 1000, "0");
         secs(0.4);
         // Job `old` ends while wattsond is down: its Epilog never reaches it.
