@@ -5,10 +5,11 @@
 //! exits are killed then too: its answer never waits on them. One thread, no helper threads:
 //! a run that ends has left nothing of the caller's behind.
 
+use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::process::{ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -65,8 +66,8 @@ pub fn run(command: &mut Command, timeout: Duration) -> Result<String, CommandEr
         .spawn()
         .map_err(|error| CommandError::Start { program: program.clone(), error })?;
     let group = Pid::from_raw(child.id() as i32);
-    let mut out = Stream::Stdout(child.stdout.take(), Vec::new());
-    let mut err = Stream::Stderr(child.stderr.take(), Vec::new());
+    let mut out = Stream::of(child.stdout.take().map(OwnedFd::from));
+    let mut err = Stream::of(child.stderr.take().map(OwnedFd::from));
     let mut exited = false;
     let finished = loop {
         // Not reaped yet: while it is a zombie its process group id cannot be reused, so
@@ -106,48 +107,37 @@ fn wait_flags() -> WaitPidFlag {
     WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT
 }
 
-/// One of the child's output streams and what was read from it; `None` once at its end.
-enum Stream {
-    Stdout(Option<ChildStdout>, Vec<u8>),
-    Stderr(Option<ChildStderr>, Vec<u8>),
+/// One of the child's output streams and what was read from it; no pipe once at its end.
+struct Stream {
+    pipe: Option<File>,
+    bytes: Vec<u8>,
 }
 
 impl Stream {
+    fn of(pipe: Option<OwnedFd>) -> Stream {
+        Stream { pipe: pipe.map(File::from), bytes: Vec::new() }
+    }
+
     fn open(&self) -> bool {
-        match self {
-            Stream::Stdout(pipe, _) => pipe.is_some(),
-            Stream::Stderr(pipe, _) => pipe.is_some(),
-        }
+        self.pipe.is_some()
     }
 
     fn text(&self) -> String {
-        let (Stream::Stdout(_, bytes) | Stream::Stderr(_, bytes)) = self;
-        String::from_utf8_lossy(bytes).into_owned()
+        String::from_utf8_lossy(&self.bytes).into_owned()
     }
 
     /// Reads what is there (the poll said so); closes the stream at its end or on an error.
     fn read_some(&mut self) {
+        let Some(pipe) = &mut self.pipe else { return };
         let mut chunk = [0u8; 64 * 1024];
-        let (read, bytes) = match self {
-            Stream::Stdout(Some(pipe), bytes) => (pipe.read(&mut chunk), bytes),
-            Stream::Stderr(Some(pipe), bytes) => (pipe.read(&mut chunk), bytes),
-            _ => return,
-        };
-        match read {
-            Ok(0) => self.close(),
+        match pipe.read(&mut chunk) {
+            Ok(0) => self.pipe = None,
             Ok(n) => {
-                let room = MAX_OUTPUT.saturating_sub(bytes.len()).min(n);
-                bytes.extend_from_slice(&chunk[..room]);
+                let room = MAX_OUTPUT.saturating_sub(self.bytes.len()).min(n);
+                self.bytes.extend_from_slice(&chunk[..room]);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => self.close(),
-        }
-    }
-
-    fn close(&mut self) {
-        match self {
-            Stream::Stdout(pipe, _) => *pipe = None,
-            Stream::Stderr(pipe, _) => *pipe = None,
+            Err(_) => self.pipe = None,
         }
     }
 }
@@ -155,33 +145,26 @@ impl Stream {
 /// Waits up to `wait` for output on the open streams and reads what came.
 fn read_ready(out: &mut Stream, err: &mut Stream, wait: Duration) {
     let timeout = PollTimeout::try_from(wait).unwrap_or(PollTimeout::ZERO);
-    let ready = {
-        let mut fds = Vec::with_capacity(2);
-        let mut which = Vec::with_capacity(2);
-        if let Stream::Stdout(Some(pipe), _) = &*out {
-            fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
-            which.push(0);
-        }
-        if let Stream::Stderr(Some(pipe), _) = &*err {
-            fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
-            which.push(1);
-        }
-        if fds.is_empty() {
-            std::thread::sleep(wait);
-            return;
-        }
+    let mut streams: Vec<&mut Stream> = [out, err].into_iter().filter(|s| s.open()).collect();
+    if streams.is_empty() {
+        std::thread::sleep(wait);
+        return;
+    }
+    let ready: Vec<bool> = {
+        let mut fds: Vec<PollFd> = streams
+            .iter()
+            .filter_map(|s| s.pipe.as_ref())
+            .map(|pipe| PollFd::new(pipe.as_fd(), PollFlags::POLLIN))
+            .collect();
         if poll(&mut fds, timeout).is_err() {
             return;
         }
-        which
-            .into_iter()
-            .zip(&fds)
-            .filter(|(_, fd)| fd.any().unwrap_or(true))
-            .map(|(which, _)| which)
-            .collect::<Vec<_>>()
+        fds.iter().map(|fd| fd.any().unwrap_or(true)).collect()
     };
-    for which in ready {
-        if which == 0 { out.read_some() } else { err.read_some() }
+    for (stream, ready) in streams.iter_mut().zip(ready) {
+        if ready {
+            stream.read_some();
+        }
     }
 }
 
