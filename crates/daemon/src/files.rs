@@ -164,11 +164,7 @@ pub fn open_store(path: &Path) -> Result<Opened, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default();
-    let with = |suffix: &str| {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        PathBuf::from(name)
-    };
+    let with = |suffix: &str| with_suffix(path, suffix);
     let aside = with(&format!(".corrupt-{stamp}"));
     for suffix in ["", "-wal", "-shm"] {
         match std::fs::rename(with(suffix), with(&format!(".corrupt-{stamp}{suffix}"))) {
