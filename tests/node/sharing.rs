@@ -146,6 +146,56 @@ fn jobs_sharing_a_gpu_are_divided_by_their_processes_sm_share() {
     assert_adds_up(&[&r40, &r41]);
 }
 
+/// A process of user `uid` with environment `env` (nothing else).
+fn process_as(uid: u32, env: &[(&str, &str)]) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new("sleep");
+    command.arg("30").current_dir("/").env_clear().envs(env.iter().copied()).uid(uid).gid(uid);
+    command.spawn().unwrap()
+}
+
+#[test]
+fn a_co_tenant_that_names_another_job_or_none_is_charged_its_own_use() {
+    let mut node = Node::h100(1);
+    node.start();
+    node.sim.set_load(0, 0.8).unwrap();
+    // Job 50 is user 1000's, job 51 user 1001's. User 1001's processes name job 50 or no job;
+    // one of user 1002, who has no job on the GPU, uses it too.
+    let mut processes = [
+        process_as(1000, &[("SLURM_JOB_ID", "50")]),
+        process_as(1001, &[("SLURM_JOB_ID", "50")]),
+        process_as(1001, &[]),
+        process_as(1002, &[("SLURM_JOB_ID", "51")]),
+    ];
+    let loads: Vec<ProcessLoad> = processes
+        .iter()
+        .zip([30, 40, 20, 10])
+        .map(|(p, sm_pct)| ProcessLoad { pid: p.id(), sm_pct })
+        .collect();
+    node.sim.set_processes(0, &loads).unwrap();
+    begin_shared(&node, "50", 1000, "0");
+    secs(0.4);
+    begin_shared(&node, "51", 1001, "0");
+    secs(1.0);
+    node.end("50");
+    secs(0.4);
+    node.end("51");
+    for p in &mut processes {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    let (r50, r51) = (node.record("50"), node.record("51"));
+    let (t0, t2) = instants(&node, &r50);
+    let (t1, t3) = instants(&node, &r51);
+    assert!(t0 < t1 && t1 < t2 && t2 < t3);
+    let (alone50, shared, alone51) = (truth(&node, t0, t1), truth(&node, t1, t2), truth(&node, t2, t3));
+    // Shared: job 50 has 30 of 100, job 51 40 + 20, and 10 is no job's.
+    assert_near("50", r50.energy_mj(), alone50 + shared * 0.3);
+    assert_near("51", r51.energy_mj(), shared * 0.6 + alone51);
+    let log = node.log();
+    assert!(log.contains("processes of no job on this shared GPU use it"), "{log}");
+}
+
 #[test]
 fn a_shared_jobs_slowdown_is_its_sm_rate_alone_over_its_rate_beside_another() {
     let mut node = Node::h100(1);

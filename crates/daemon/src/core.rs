@@ -36,6 +36,9 @@ pub struct Tick {
     pub readings: Vec<Result<GpuReading, GpuError>>,
     /// Each running job's GPU energy so far: (job, GPU index, mJ).
     pub job_energy: Vec<(JobKey, u32, f64)>,
+    /// Each shared GPU's energy that processes of no job on it used since the daemon started
+    /// (GPU index, mJ).
+    pub unattributed: BTreeMap<u32, f64>,
 }
 
 /// The daemon's state.
@@ -68,6 +71,8 @@ pub struct Core {
     /// Jobs that hold whole GPUs, no one else's (by job id); kept in the store with their
     /// records, so that a restart does not make them look shared.
     exclusive: BTreeSet<u32>,
+    /// Each shared GPU's energy used by processes of no job on it, given to no job (mJ).
+    unattributed: BTreeMap<u32, f64>,
 }
 
 impl Core {
@@ -114,6 +119,7 @@ impl Core {
             last_node: None,
             sharing: BTreeSet::new(),
             exclusive,
+            unattributed: BTreeMap::new(),
         };
         // Jobs that shared a GPU when the daemon stopped stay at their defaults.
         let indices: BTreeSet<u32> =
@@ -365,8 +371,17 @@ impl Core {
     }
 
     /// Advances every record on GPU `index` with one reading of it ([`shared::advance_gpu`]).
+    /// Energy that processes of no job used is counted apart, and said once per GPU.
     fn advance_gpu(&mut self, index: u32, reading: &Result<GpuReading, GpuError>, t: i64) {
-        shared::advance_gpu(&mut self.running, &self.exclusive, self.backend.as_ref(), index, reading, t);
+        let advanced =
+            shared::advance_gpu(&mut self.running, &self.exclusive, self.backend.as_ref(), index, reading, t);
+        if advanced.unattributed_mj > 0.0 {
+            let total = self.unattributed.entry(index).or_default();
+            if *total == 0.0 {
+                warn!(gpu = index, pids = ?advanced.unattributed_pids, "processes of no job on this shared GPU use it: their part of its energy is given to no job, counted as the GPU's unattributed energy (wattson_gpu_unattributed_energy_joules)");
+            }
+            *total += advanced.unattributed_mj;
+        }
     }
 
     /// Holds a job that comes to share a GPU with another at its GPUs' defaults from now on:
@@ -560,7 +575,7 @@ impl Core {
                 }
             }
         }
-        Tick { readings, job_energy }
+        Tick { readings, job_energy, unattributed: self.unattributed.clone() }
     }
 }
 

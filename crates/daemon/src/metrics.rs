@@ -73,6 +73,7 @@ pub struct Metrics {
     registry: Registry,
     power_w: Gauges,
     energy_j: Counters,
+    unattributed_j: Counters,
     sm_clock_hz: Gauges,
     util_ratio: Gauges,
     gpu_up: Gauges,
@@ -104,6 +105,12 @@ impl Metrics {
             "Energy the GPU consumed since its driver loaded (NVML's energy counter)",
             energy_j.clone(),
         );
+        let unattributed_j = Counters::default();
+        registry.register(
+            "wattson_gpu_unattributed_energy_joules",
+            "Energy of a shared GPU that processes of no job on it used, given to no job",
+            unattributed_j.clone(),
+        );
         let gpu_labels = gpus
             .iter()
             .map(|g| {
@@ -119,6 +126,7 @@ impl Metrics {
             registry,
             power_w,
             energy_j,
+            unattributed_j,
             sm_clock_hz,
             util_ratio,
             gpu_up,
@@ -149,6 +157,11 @@ impl Metrics {
                 None => {
                     self.energy_j.remove(labels);
                 }
+            }
+        }
+        for (&index, &mj) in &tick.unattributed {
+            if let Some(labels) = self.gpu_labels.get(index as usize) {
+                self.unattributed_j.get_or_create(labels).set(mj / 1e3);
             }
         }
         let Some(job_energy_j) = &self.job_energy_j else { return };
@@ -260,6 +273,7 @@ mod tests {
         m.observe(&Tick {
             readings: vec![Ok(reading), Err(GpuError::Lost)],
             job_energy: vec![(JobKey::job(42), 0, 12_345.0)],
+            unattributed: [(1, 2_500.0)].into(),
         });
         let text = m.encode();
         assert!(
@@ -287,12 +301,20 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"wattson_job_gpu_energy_joules{job="42",step="",gpu="0"} 12.345"#), "{text}");
-        m.observe(&Tick { readings: vec![Ok(reading), Ok(reading)], job_energy: vec![] });
+        assert!(
+            text.contains(r#"wattson_gpu_unattributed_energy_joules_total{gpu="1",uuid="GPU-1",model="NVIDIA H100",node="n1"} 2.5"#),
+            "{text}"
+        );
+        m.observe(&Tick { readings: vec![Ok(reading), Ok(reading)], ..Tick::default() });
         assert!(!m.encode().contains("job=\"42\""));
 
         // Without `[metrics] jobs`, no job id or job energy is served.
         let mut m = Metrics::new("n1", &[gpu(0)], false);
-        m.observe(&Tick { readings: vec![Ok(reading)], job_energy: vec![(JobKey::job(42), 0, 1.0)] });
+        m.observe(&Tick {
+            readings: vec![Ok(reading)],
+            job_energy: vec![(JobKey::job(42), 0, 1.0)],
+            ..Tick::default()
+        });
         let text = m.encode();
         assert!(text.contains("wattson_gpu_power_watts") && !text.contains("wattson_job"), "{text}");
     }

@@ -3,10 +3,13 @@
 //! over the interval is divided among the jobs on it (a job's steps get their job's part).
 //!
 //! The weights are each job's processes' SM utilisation from the driver's per-process figures,
-//! else equal ([`wattson_types::share`]). A process belongs to the job named by its Slurm cgroup
-//! (`.../job_<id>/...`); without one (`proctrack/linuxproc`), to the job in its environment's
-//! `SLURM_JOB_ID` if the process runs as that job's owner, so a user can move energy only
-//! among their own jobs.
+//! else equal ([`wattson_types::share`]). A process counts only for a job of its own user (its
+//! real uid is the job's owner), so a user can move energy only among their own jobs: for the
+//! job named by its Slurm cgroup (`.../slurmstepd.scope/job_<id>/...` under `system.slice` or
+//! the root, `/slurm/uid_<n>/job_<id>/...`), else by its environment's `SLURM_JOB_ID`, else for
+//! all its user's jobs on the GPU in equal parts. A process of a user with no job on the GPU
+//! counts for nobody: its part of the GPU's energy is given to no job and counted apart as the
+//! GPU's unattributed energy ([`Advanced::unattributed_mj`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -19,6 +22,15 @@ use wattson_types::share::{self, Split};
 /// Most bytes read of a process's `environ` or `cgroup` file.
 const PROC_READ_LIMIT: u64 = 256 * 1024;
 
+/// What advancing a GPU's records left to no job.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Advanced {
+    /// The GPU's energy over the interval that processes of no job on it used (mJ).
+    pub unattributed_mj: f64,
+    /// Those processes.
+    pub unattributed_pids: Vec<u32>,
+}
+
 /// Advances every record on GPU `index` with one reading of it (`Err`: the GPU did not
 /// answer), dividing the GPU's energy among the jobs on it when there are several. The jobs
 /// that may share it (not in `exclusive`) also gain their SM activity ([`SmActivity`]).
@@ -29,14 +41,14 @@ pub(crate) fn advance_gpu(
     index: u32,
     reading: &Result<GpuReading, GpuError>,
     now: i64,
-) {
+) -> Advanced {
     let reading = match reading {
         Ok(reading) => *reading,
         Err(_) => {
             for gpu in running.values_mut().flat_map(|r| r.gpus.iter_mut()).filter(|g| g.index == index) {
                 gpu.meter.mark_lost(now);
             }
-            return;
+            return Advanced::default();
         }
     };
     let jobs: Vec<(u32, u32)> = jobs_on(running, index).into_iter().collect();
@@ -49,7 +61,7 @@ pub(crate) fn advance_gpu(
         .find(|g| g.index == index)
         .map(|g| (g.meter.last.t_ns, g.meter.interval_to(&reading)))
     else {
-        return;
+        return Advanced::default();
     };
     let sm = if shared || jobs.iter().any(|(job, _)| !exclusive.contains(job)) {
         sm_by_job(backend, index, u64::try_from(since_ns / 1000).unwrap_or(0), &jobs)
@@ -58,7 +70,7 @@ pub(crate) fn advance_gpu(
     };
     for record in running.values_mut().filter(|r| !exclusive.contains(&r.key.job_id)) {
         let Some(k) = jobs.iter().position(|&(job, _)| job == record.key.job_id) else { continue };
-        let Some(pct) = sm.as_ref().map(|sm| sm[k].pct) else { continue };
+        let Some(pct) = sm.as_ref().map(|sm| sm.jobs[k].pct) else { continue };
         for gpu in record.gpus.iter_mut().filter(|g| g.index == index) {
             note_activity(&mut gpu.meter, &reading, shared, pct);
         }
@@ -67,16 +79,29 @@ pub(crate) fn advance_gpu(
         for gpu in running.values_mut().flat_map(|r| r.gpus.iter_mut()).filter(|g| g.index == index) {
             gpu.meter.advance(reading);
         }
-        return;
+        return Advanced::default();
     }
-    let Some(interval) = interval else { return };
-    let sums: Vec<Option<u64>> = match &sm {
-        Some(sm) => sm.iter().map(|s| Some(s.sum)).collect(),
+    let Some(interval) = interval else { return Advanced::default() };
+    // The jobs' weights, then the unattributed processes' where there are any: the last part
+    // of the GPU's energy is then no job's.
+    let mut sums: Vec<Option<u64>> = match &sm {
+        Some(sm) => sm.jobs.iter().map(|s| Some(s.sum)).collect(),
         None => vec![None; jobs.len()],
     };
+    let nobody = sm.as_ref().filter(|sm| sm.nobody > 0);
+    if let Some(sm) = nobody {
+        sums.push(Some(sm.nobody));
+    }
     let (weights, split) = share::weights(&sums);
     let exact = interval.counter_mj.map(|mj| share::divide_exact(mj, &weights));
     let approx = share::divide(interval.mj, &weights);
+    let advanced = match nobody {
+        Some(sm) => Advanced {
+            unattributed_mj: exact.as_ref().map_or(approx[jobs.len()], |parts| parts[jobs.len()] as f64),
+            unattributed_pids: sm.nobody_pids.clone(),
+        },
+        None => Advanced::default(),
+    };
     for record in running.values_mut() {
         let Some(k) = jobs.iter().position(|&(job, _)| job == record.key.job_id) else { continue };
         for gpu in record.gpus.iter_mut().filter(|g| g.index == index) {
@@ -92,6 +117,7 @@ pub(crate) fn advance_gpu(
             gpu.meter.split = Some(gpu.meter.split.map_or(split, |s| Split::combine(s, split)));
         }
     }
+    advanced
 }
 
 /// The jobs whose end was lost, to close as a job that holds whole GPUs (`job_id`) begins on
@@ -130,21 +156,42 @@ struct JobSm {
     pct: f64,
 }
 
-/// Each job's SM utilisation on the GPU since `since_us`; `None` where the driver gives no
+/// The SM utilisation on a GPU over an interval, by job.
+#[derive(Debug, Default, PartialEq)]
+struct SmByJob {
+    /// Each job's (in the order of the jobs on the GPU).
+    jobs: Vec<JobSm>,
+    /// Every sample's SM % of the processes of no job on the GPU, summed.
+    nobody: u64,
+    /// Those processes.
+    nobody_pids: Vec<u32>,
+}
+
+/// The SM utilisation on the GPU since `since_us`, by job; `None` where the driver gives no
 /// per-process figures.
-fn sm_by_job(backend: &dyn GpuBackend, index: u32, since_us: u64, jobs: &[(u32, u32)]) -> Option<Vec<JobSm>> {
+fn sm_by_job(backend: &dyn GpuBackend, index: u32, since_us: u64, jobs: &[(u32, u32)]) -> Option<SmByJob> {
     let samples = backend.process_utilization(index, since_us).ok()?;
-    // Per process: its job (place in `jobs`), the sum of its samples and how many.
-    let mut by_pid: BTreeMap<u32, (Option<usize>, u64, u32)> = BTreeMap::new();
+    // Per process: the sum of its samples and how many.
+    let mut by_pid: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
     for (pid, sm) in samples {
-        let entry = by_pid.entry(pid).or_insert_with(|| (job_of_process(pid, jobs), 0, 0));
-        entry.1 += u64::from(sm.min(100));
-        entry.2 += 1;
+        let entry = by_pid.entry(pid).or_default();
+        entry.0 += u64::from(sm.min(100));
+        entry.1 += 1;
     }
-    let mut out = vec![JobSm::default(); jobs.len()];
-    for (k, sum, n) in by_pid.into_values().filter_map(|(k, sum, n)| Some((k?, sum, n))) {
-        out[k].sum += sum;
-        out[k].pct += sum as f64 / f64::from(n);
+    let mut out = SmByJob { jobs: vec![JobSm::default(); jobs.len()], ..SmByJob::default() };
+    for (pid, (sum, n)) in by_pid {
+        let owners = jobs_of_process(pid, jobs);
+        if owners.is_empty() {
+            out.nobody += sum;
+            out.nobody_pids.push(pid);
+            continue;
+        }
+        // Several jobs of the process's user: equal parts, the odd units to the first.
+        let each = sum / owners.len() as u64;
+        for (i, &k) in owners.iter().enumerate() {
+            out.jobs[k].sum += if i == 0 { sum - each * (owners.len() as u64 - 1) } else { each };
+            out.jobs[k].pct += sum as f64 / f64::from(n) / owners.len() as f64;
+        }
     }
     Some(out)
 }
@@ -160,19 +207,30 @@ fn note_activity(meter: &mut GpuMeter, reading: &GpuReading, shared: bool, pct: 
     }
 }
 
-/// Which of `jobs` process `pid` belongs to (its place in `jobs`).
-fn job_of_process(pid: u32, jobs: &[(u32, u32)]) -> Option<usize> {
-    job_of_process_in(&std::path::Path::new("/proc").join(pid.to_string()), jobs)
+/// Which of `jobs` (id, owner uid) process `pid` works for, by their places in `jobs`: one job,
+/// several of its user's (their parts equal), or none (a process of no job's owner, or gone).
+fn jobs_of_process(pid: u32, jobs: &[(u32, u32)]) -> Vec<usize> {
+    jobs_of_process_in(&std::path::Path::new("/proc").join(pid.to_string()), jobs)
 }
 
-/// [`job_of_process`] for the process whose `/proc` directory is `proc_dir`.
-fn job_of_process_in(proc_dir: &std::path::Path, jobs: &[(u32, u32)]) -> Option<usize> {
-    if let Some(job) = read_limited(&proc_dir.join("cgroup")).and_then(|text| cgroup_job(&text)) {
-        return jobs.iter().position(|&(id, _)| id == job);
+/// [`jobs_of_process`] for the process whose `/proc` directory is `proc_dir`.
+fn jobs_of_process_in(proc_dir: &std::path::Path, jobs: &[(u32, u32)]) -> Vec<usize> {
+    let Some(uid) = read_limited(&proc_dir.join("status")).and_then(|text| real_uid(&text)) else {
+        return Vec::new();
+    };
+    let own: Vec<usize> = (0..jobs.len()).filter(|&k| jobs[k].1 == uid).collect();
+    if own.is_empty() {
+        return own;
     }
-    let uid = read_limited(&proc_dir.join("status")).and_then(|text| real_uid(&text))?;
-    let job = read_limited(&proc_dir.join("environ")).and_then(|text| environ_job(&text))?;
-    jobs.iter().position(|&(id, owner)| id == job && owner == uid)
+    // A job the process names (its Slurm cgroup first) counts only if it is its user's.
+    let named = [
+        read_limited(&proc_dir.join("cgroup")).and_then(|text| cgroup_job(&text)),
+        read_limited(&proc_dir.join("environ")).and_then(|text| environ_job(&text)),
+    ];
+    match named.into_iter().flatten().find_map(|job| own.iter().find(|&&k| jobs[k].0 == job)) {
+        Some(&k) => vec![k],
+        None => own,
+    }
 }
 
 fn read_limited(path: &std::path::Path) -> Option<String> {
@@ -181,17 +239,25 @@ fn read_limited(path: &std::path::Path) -> Option<String> {
     Some(String::from_utf8_lossy(&text).into_owned())
 }
 
-/// The job of a Slurm cgroup path in `/proc/<pid>/cgroup`: a `job_<id>` directory right under
-/// Slurm's own (`.../slurmstepd.scope/job_42/...` on cgroup v2, `.../uid_1000/job_42/...` on
-/// v1). A `job_<id>` anywhere else (a container's or a CI runner's cgroup) is not Slurm's.
+/// The job of a Slurm cgroup path in `/proc/<pid>/cgroup`: a `job_<id>` directory in Slurm's
+/// own tree (`/system.slice/slurmstepd.scope/job_42/...` or `/slurmstepd.scope/job_42/...` on
+/// cgroup v2, `/slurm/uid_1000/job_42/...` on v1; a node of several slurmd's prefixes the scope
+/// or `slurm` with its name). A `job_<id>` anywhere else (a container's, a CI runner's, or one a
+/// user made in a cgroup tree delegated to them) is not Slurm's.
 fn cgroup_job(text: &str) -> Option<u32> {
     text.lines().filter_map(|line| line.splitn(3, ':').nth(2)).find_map(|path| {
-        let parts: Vec<&str> = path.split('/').collect();
-        parts.windows(2).find_map(|pair| {
-            let slurm_parent = pair[0].ends_with("slurmstepd.scope")
-                || pair[0].strip_prefix("uid_").is_some_and(|uid| uid.parse::<u32>().is_ok());
-            slurm_parent.then(|| pair[1].strip_prefix("job_")?.parse().ok()).flatten()
-        })
+        let parts: Vec<&str> = path.split('/').skip(1).collect();
+        let job = match parts.as_slice() {
+            ["system.slice", scope, job, ..] | [scope, job, ..] if scope.ends_with("slurmstepd.scope") => job,
+            [slurm, uid, job, ..]
+                if (*slurm == "slurm" || slurm.starts_with("slurm_"))
+                    && uid.strip_prefix("uid_").is_some_and(|uid| uid.parse::<u32>().is_ok()) =>
+            {
+                job
+            }
+            _ => return None,
+        };
+        job.strip_prefix("job_")?.parse().ok()
     })
 }
 
@@ -285,8 +351,10 @@ mod tests {
     fn processes_are_placed_by_their_slurm_cgroup_or_environment() {
         let v2 = "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n";
         assert_eq!(cgroup_job(v2), Some(4242));
+        assert_eq!(cgroup_job("0::/slurmstepd.scope/job_5/step_0\n"), Some(5), "slurmd outside systemd");
         let v1 = "12:devices:/slurm/uid_1000/job_17/step_batch\n4:cpu:/\n";
         assert_eq!(cgroup_job(v1), Some(17));
+        assert_eq!(cgroup_job("3:cpuset:/slurm_node7/uid_0/job_18/step_0\n"), Some(18));
         assert_eq!(cgroup_job("0::/user.slice/job_x\n"), None);
         assert_eq!(environ_job("A=1\0SLURM_JOB_ID=99\0B=2"), Some(99));
         assert_eq!(environ_job("SLURM_JOB_IDX=5"), None);
@@ -299,6 +367,12 @@ mod tests {
         assert_eq!(cgroup_job("4:memory:/process_api/job_9\n0::/\n"), None);
         let many = "0::/system.slice/node7_slurmstepd.scope/job_31/step_batch/user/task_0\n";
         assert_eq!(cgroup_job(many), Some(31), "a node of several slurmd's names its scope");
+        // A user's delegated tree (systemd `Delegate=yes`) may hold any name the user likes.
+        let delegated =
+            "0::/user.slice/user-1001.slice/user@1001.service/app.slice/slurmstepd.scope/job_40\n";
+        assert_eq!(cgroup_job(delegated), None);
+        assert_eq!(cgroup_job("0::/user.slice/uid_1001/job_40\n"), None);
+        assert_eq!(cgroup_job("5:pids:/user.slice/slurm/uid_1001/job_40\n"), None);
     }
 
     /// A `/proc/<pid>` directory with the files the daemon reads.
@@ -315,13 +389,39 @@ mod tests {
     fn a_process_claims_a_job_by_its_environment_only_as_the_jobs_owner() {
         let outside = "0::/user.slice/user-1000.slice/session-3.scope\n";
         let proc = fake_proc(outside, 1000, "HOME=/x\0SLURM_JOB_ID=77\0");
-        assert_eq!(job_of_process_in(proc.path(), &[(76, 1000), (77, 1000)]), Some(1));
-        assert_eq!(job_of_process_in(proc.path(), &[(77, 1001)]), None, "another user's job");
-        assert_eq!(job_of_process_in(proc.path(), &[(78, 1000)]), None);
+        assert_eq!(jobs_of_process_in(proc.path(), &[(76, 1000), (77, 1000)]), vec![1]);
+        assert_eq!(jobs_of_process_in(proc.path(), &[(77, 1001)]), Vec::<usize>::new(), "another user's job");
         // Slurm's cgroup outranks the environment, whoever wrote it.
         let inside = "0::/system.slice/slurmstepd.scope/job_76/step_0/user/task_0\n";
         let proc = fake_proc(inside, 1000, "SLURM_JOB_ID=77\0");
-        assert_eq!(job_of_process_in(proc.path(), &[(76, 1000), (77, 1000)]), Some(0));
+        assert_eq!(jobs_of_process_in(proc.path(), &[(76, 1000), (77, 1000)]), vec![0]);
+    }
+
+    #[test]
+    fn a_process_counts_for_its_own_users_jobs_whatever_job_it_names() {
+        let honest = (40, 1000);
+        let cheat = (41, 1001);
+        let outside = "0::/user.slice/user-1001.slice/session-3.scope\n";
+        // Naming the other user's job, or none, a process still works for its own user's job.
+        for environ in ["SLURM_JOB_ID=40\0", "HOME=/x\0"] {
+            let proc = fake_proc(outside, 1001, environ);
+            assert_eq!(jobs_of_process_in(proc.path(), &[honest, cheat]), vec![1], "{environ:?}");
+        }
+        // So does one in a cgroup named like Slurm's in the user's delegated tree, or in Slurm's
+        // own tree under another user's job.
+        for cgroup in [
+            "0::/user.slice/user-1001.slice/user@1001.service/app.slice/slurmstepd.scope/job_40\n",
+            "0::/system.slice/slurmstepd.scope/job_40/step_0\n",
+        ] {
+            let proc = fake_proc(cgroup, 1001, "SLURM_JOB_ID=40\0");
+            assert_eq!(jobs_of_process_in(proc.path(), &[honest, cheat]), vec![1], "{cgroup}");
+        }
+        // A process of a user with two jobs on the GPU that names neither counts for both.
+        let proc = fake_proc(outside, 1001, "");
+        assert_eq!(jobs_of_process_in(proc.path(), &[honest, cheat, (42, 1001)]), vec![1, 2]);
+        // A process of a user with no job on the GPU counts for nobody.
+        let proc = fake_proc(outside, 1002, "SLURM_JOB_ID=40\0");
+        assert_eq!(jobs_of_process_in(proc.path(), &[honest, cheat]), Vec::<usize>::new());
     }
 
     #[test]
@@ -346,6 +446,6 @@ mod tests {
         let pid = child.id();
         let _ = child.kill();
         let _ = child.wait();
-        assert_eq!(job_of_process(pid, &[(77, me)]), None, "a process that is gone");
+        assert_eq!(jobs_of_process(pid, &[(77, me)]), Vec::<usize>::new(), "a process that is gone");
     }
 }
