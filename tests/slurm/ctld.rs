@@ -532,23 +532,22 @@ fn slurm_starts_pending_jobs_in_the_order_ctld_gives_them() {
 }
 
 /// The link serves only credentials MUNGE vouches for, from root or SlurmUser, once each:
-/// another user's request, a replayed one and garbage are refused, and nothing is done.
+/// another user's request, a replayed one and garbage are refused, unsealed, and nothing is
+/// done. Root's answer is sealed for root alone and names the request it answers, so no one
+/// else obtains a credential of root's from the link.
 #[test]
 fn the_link_refuses_other_users_replays_and_garbage() {
     let (lab, _power, daemons) = lab("");
     let munge = lab.dir().join("run/munge.sock");
-    let port = std::fs::read_to_string(lab.dir().join("etc/wattson.toml"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("port = ").map(|p| p.parse::<u16>().unwrap()))
-        .unwrap();
+    let port = link_port(&lab);
+    let as_user = |uid: &str, program: &str| {
+        let mut command = Command::new("setpriv");
+        command.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups", program, "-S"]);
+        command.arg(&munge);
+        command
+    };
     let seal = |uid: &str, payload: &str| {
-        let out = Command::new("setpriv")
-            .args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups", "munge", "-S"])
-            .arg(&munge)
-            .args(["-s", payload])
-            .output()
-            .unwrap();
+        let out = as_user(uid, "munge").args(["-s", payload]).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
@@ -560,21 +559,75 @@ fn the_link_refuses_other_users_replays_and_garbage() {
         s.write_all(b"\n").unwrap();
         let mut answer = String::new();
         std::io::BufReader::new(s).read_line(&mut answer).unwrap();
-        Command::new("unmunge").arg("-S").arg(&munge).args(["-m", "/dev/null"]).stdin_bytes(&answer)
+        answer
     };
+    let unmunge_as =
+        |uid: &str, answer: &str| as_user(uid, "unmunge").args(["-m", "/dev/null"]).stdin_bytes(answer);
+    let sealed = |answer: &str| answer.starts_with("MUNGE:");
     let pace = "{\"op\":\"job_pace\",\"job\":1,\"pace\":\"full\"}";
     let idle = "{\"op\":\"confirm_idle\"}";
-    assert!(ask(&seal("0", idle)).contains("\"idle\""));
-    let nobody = ask(&seal("65534", pace));
-    assert!(nobody.contains("permission_denied"), "{nobody}");
+
     let cred = seal("0", idle);
-    assert!(ask(&cred).contains("\"idle\""));
+    let answer = ask(&cred);
+    assert!(sealed(&answer), "{answer}");
+    let opened = unmunge_as("0", &answer);
+    assert!(opened.contains("\"idle\"") && opened.contains(wattson_link::REPLY_TAG), "{opened}");
+    let hash = Command::new("sha256sum").stdin_bytes(cred.trim());
+    let hash = hash.split_whitespace().next().unwrap();
+    assert!(opened.contains(&format!("\"request\":\"{hash}\"")), "the request's hash: {opened}");
+    // Root's answer opens for root only: munged refuses it to anyone else.
+    let stolen = unmunge_as("65534", &ask(&seal("0", idle)));
+    assert!(stolen.to_lowercase().contains("unauthorized"), "{stolen}");
     let replay = ask(&cred);
-    assert!(replay.contains("permission_denied") && replay.to_lowercase().contains("replay"), "{replay}");
+    assert!(!sealed(&replay) && replay.contains("permission_denied"), "{replay}");
+    assert!(replay.to_lowercase().contains("replay"), "{replay}");
+    let nobody = ask(&seal("65534", pace));
+    assert!(!sealed(&nobody) && nobody.contains("permission_denied"), "{nobody}");
     let garbage = ask("MUNGE:not-a-credential:");
-    assert!(garbage.contains("permission_denied"), "{garbage}");
+    assert!(!sealed(&garbage) && garbage.contains("permission_denied"), "{garbage}");
     assert!(daemons[0].log().contains("link: request refused"), "{}", daemons[0].log());
+
+    // Hundreds of silent connections at once, renewed as the daemon drops them, do not keep
+    // the controller's requests from their answers within its timeout.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = std::collections::VecDeque::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(s) = std::net::TcpStream::connect(("127.0.0.2", port)) {
+                    held.push_back(s);
+                }
+                if held.len() > 400 {
+                    held.pop_front();
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let link = wattson_link::Munge::new(Some(&munge)).unwrap();
+    let target = std::net::SocketAddr::from(([127, 0, 0, 2], port));
+    let timeout = wattson_config::link::LinkConfig::default().timeout;
+    let answered = (0..8)
+        .filter(|_| {
+            let request = wattson_protocol::Request::ConfirmIdle {};
+            wattson_link::call(&link, target, &request, timeout).is_ok()
+        })
+        .count();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    flood.join().unwrap();
+    assert_eq!(answered, 8, "the controller's requests answered beside the silent connections");
     lab.stop();
+}
+
+/// The link port in the lab's wattson.toml.
+fn link_port(lab: &SlurmLab) -> u16 {
+    std::fs::read_to_string(lab.dir().join("etc/wattson.toml"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("port = ").map(|p| p.parse::<u16>().unwrap()))
+        .unwrap()
 }
 
 /// Feeds `input` to a command and returns its standard output.

@@ -1,9 +1,11 @@
 //! The controller's requests over TCP ([`wattson_link`]): each connection carries one line, a
 //! MUNGE credential sealing the request; the sender's uid comes from MUNGE, never from the
-//! request, and only root and SlurmUser are served. The answer is sealed by this daemon
-//! (root), so the controller knows who answered. Bounded like the socket: a deadline on every
-//! read and write, a cap on connections at once and on the line's length.
-
+//! request, and only root and SlurmUser are served. Their answer is sealed by this daemon
+//! (root) for the requester's uid alone and bound to the request; every other answer (a bad
+//! credential, another user) goes back unsealed, so no one else ever gets a credential of
+//! root's. Bounded like the socket: the request line within [`LINE_TIMEOUT`] of the
+//! connection, a deadline on the answer, a cap on connections at once and on the line's
+//! length.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,10 +16,15 @@ use tracing::{debug, info, warn};
 
 use crate::server::{Services, dispatch};
 use wattson_link::Munge;
-use wattson_protocol::{Error, ErrorCode, Response};
+use wattson_protocol::{Error, ErrorCode};
 
-/// Connections served at once; more wait in the kernel's backlog.
-const CONNECTIONS: usize = 32;
+/// Connections served at once; more wait in the kernel's backlog. Silent ones give their
+/// place back within [`LINE_TIMEOUT`], so hundreds of them a second do not starve the controller.
+pub const CONNECTIONS: usize = 256;
+
+/// How long a connection may take to send its request line: the controller sends it at once,
+/// a few kilobytes (a merge of models up to 1 MiB), over the cluster's network.
+pub const LINE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Serves the controller's requests on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, services: Arc<Services>, munge: Munge, timeout: Duration) {
@@ -51,40 +58,50 @@ async fn handle(
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read.take(wattson_link::MAX_LINE as u64));
     let mut line = String::new();
-    let response: Response = match tokio::time::timeout(timeout, reader.read_line(&mut line)).await {
-        Err(_) => Err(Error::new(ErrorCode::BadRequest, format!("no complete request within {timeout:?}"))),
-        Ok(Err(e)) => Err(Error::new(ErrorCode::BadRequest, format!("cannot read request: {e}"))),
+    let answer = match tokio::time::timeout(LINE_TIMEOUT, reader.read_line(&mut line)).await {
+        Err(_) => refusal(ErrorCode::BadRequest, format!("no complete request within {LINE_TIMEOUT:?}")),
+        Ok(Err(e)) => refusal(ErrorCode::BadRequest, format!("cannot read request: {e}")),
         Ok(Ok(_)) => {
-            let opener = munge.clone();
-            match tokio::task::spawn_blocking(move || wattson_link::open_request(&opener, &line)).await {
+            let (opener, request_line) = (munge.clone(), line.clone());
+            match tokio::task::spawn_blocking(move || wattson_link::open_request(&opener, &request_line))
+                .await
+            {
                 Ok(Ok((uid, request))) if services.access.is_privileged(uid) => {
                     info!(uid, ?request, "link: controller request");
-                    match tokio::time::timeout(timeout, dispatch(services, request, uid)).await {
+                    let response = match tokio::time::timeout(timeout, dispatch(services, request, uid)).await
+                    {
                         Ok(response) => response,
                         Err(_) => Err(Error::new(ErrorCode::Busy, format!("no answer within {timeout:?}"))),
-                    }
+                    };
+                    tokio::task::spawn_blocking(move || {
+                        wattson_link::seal_reply(&munge, &line, uid, &response)
+                    })
+                    .await
+                    .ok()
+                    .flatten()
                 }
                 Ok(Ok((uid, _))) => {
                     warn!(uid, "link: request from a user other than root and SlurmUser refused");
-                    Err(Error::new(
+                    refusal(
                         ErrorCode::PermissionDenied,
                         format!("permission denied: only root and SlurmUser may use the link (uid {uid})"),
-                    ))
+                    )
                 }
                 Ok(Err(e)) => {
                     warn!(error = %e, "link: request refused");
-                    Err(e)
+                    Some(wattson_link::refusal(&e))
                 }
-                Err(e) => Err(Error::new(ErrorCode::Internal, e.to_string())),
+                Err(e) => refusal(ErrorCode::Internal, e.to_string()),
             }
         }
     };
-    let sealed = tokio::task::spawn_blocking(move || wattson_link::seal_response(&munge, &response))
-        .await
-        .ok()
-        .flatten();
-    if let Some(out) = sealed {
+    if let Some(out) = answer {
         tokio::time::timeout(timeout, write.write_all(&out)).await.map_err(std::io::Error::other)??;
     }
     write.shutdown().await
+}
+
+/// An unsealed refusal line ([`wattson_link::refusal`]).
+fn refusal(code: ErrorCode, message: String) -> Option<Vec<u8>> {
+    Some(wattson_link::refusal(&Error::new(code, message)))
 }

@@ -92,12 +92,20 @@ impl Munge {
         Ok(ctx)
     }
 
-    /// Seals `payload` in a credential (a line of base64 text).
-    pub fn seal(&self, payload: &[u8]) -> Result<String, MungeError> {
+    /// Seals `payload` in a credential (a line of base64 text) that only the process of uid
+    /// `reader` may open (munged refuses it to any other uid).
+    pub fn seal(&self, payload: &[u8], reader: u32) -> Result<String, MungeError> {
         if payload.len() > MAX_PAYLOAD {
             return Err(MungeError(format!("payload of {} bytes is over {MAX_PAYLOAD}", payload.len())));
         }
         let ctx = self.ctx()?;
+        // SAFETY: MUNGE_OPT_UID_RESTRICTION takes one `uid_t`.
+        let rc = unsafe {
+            sys::munge_ctx_set(ctx.0, sys::munge_opt_MUNGE_OPT_UID_RESTRICTION as c_int, reader as sys::uid_t)
+        };
+        if rc != 0 {
+            return Err(ctx.error(rc));
+        }
         let mut cred: *mut c_char = ptr::null_mut();
         // SAFETY: buf/len describe `payload`; `cred` receives a malloc'd string we free.
         let rc = unsafe {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::thread;
 
-use wattson_link::{Munge, open_request, seal_response};
+use wattson_link::{Munge, open_request, refusal, seal_reply};
 use wattson_protocol::Reply;
 
 /// Threads answering requests.
@@ -59,8 +59,11 @@ fn answer(stream: TcpStream, munge: &Munge) {
     if BufReader::new(&stream).read_line(&mut line).is_err() {
         return;
     }
-    let response = open_request(munge, &line).map(|_| Reply::Idle { node: "fake".into() });
-    if let Some(sealed) = seal_response(munge, &response) {
-        let _ = (&stream).write_all(&sealed);
+    let answer = match open_request(munge, &line) {
+        Ok((uid, _)) => seal_reply(munge, &line, uid, &Ok(Reply::Idle { node: "fake".into() })),
+        Err(e) => Some(refusal(&e)),
+    };
+    if let Some(answer) = answer {
+        let _ = (&stream).write_all(&answer);
     }
 }
