@@ -10,7 +10,9 @@
 //!
 //! Waiting costs Slurm's accounting a `sacct` call per look: a waiting mail looks after 3 s,
 //! then twice as long each time, at most a minute apart, and at most [`MAX_WAITING`] mails
-//! wait at once; more go at once, saying where the summary will be.
+//! wait at once; more go at once, saying where the summary will be. A job that asked Slurm
+//! for no GPU (no `gpu`, `shard` or `mps` GRES) has no wattson record: its mail goes at once,
+//! untouched.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -87,8 +89,10 @@ pub fn main() -> ExitCode {
             if detach() {
                 return ExitCode::SUCCESS;
             }
-            let _ = nix::sys::prctl::set_name(&std::ffi::CString::new(WAITING_NAME).expect("no NUL"));
-            body.extend_from_slice(summary_part(&config, job).as_bytes());
+            if !asked_no_gpu(job, config.ctld.command_timeout) {
+                let _ = nix::sys::prctl::set_name(&std::ffi::CString::new(WAITING_NAME).expect("no NUL"));
+                body.extend_from_slice(summary_part(&config, job).as_bytes());
+            }
         }
     }
     match send(&config.mail.program, &args, &body) {
@@ -145,6 +149,30 @@ fn summary_part(config: &Config, job: u32) -> String {
         std::thread::sleep(pause(look).min(deadline.saturating_duration_since(Instant::now())));
         look += 1;
     }
+}
+
+/// Whether slurmctld says `job` asked for no GPU (`scontrol show job`, which knows a job for
+/// `MinJobAge` after its end); `false` where it cannot say.
+fn asked_no_gpu(job: u32, timeout: Duration) -> bool {
+    let mut scontrol = Command::new("scontrol");
+    scontrol.args(["show", "job", "-o", &job.to_string()]);
+    wattson_deadline::run(&mut scontrol, timeout).is_ok_and(|text| {
+        text.lines().any(|line| line.starts_with(&format!("JobId={job} "))) && !requests_gpus(&text)
+    })
+}
+
+/// Whether `scontrol show job -o` text asks for GPUs or parts of one: a `gpu`, `shard` or
+/// `mps` GRES in any of its `TresPer*` requests or its `TRES`. A user's job name or command
+/// that looks like one only makes the mail wait, as it would for any GPU job.
+pub fn requests_gpus(text: &str) -> bool {
+    text.split_whitespace().filter_map(|token| token.split_once('=')).any(|(key, value)| {
+        (key.starts_with("TresPer") || key == "TRES")
+            && value.split(',').any(|part| {
+                ["gres/gpu", "gres:gpu", "gres/shard", "gres:shard", "gres/mps", "gres:mps"]
+                    .iter()
+                    .any(|kind| part.starts_with(kind))
+            })
+    })
 }
 
 /// The pause after look `look` (from 0) for a job's summary: [`POLL`], doubling, at most
@@ -225,6 +253,24 @@ mod tests {
         assert_eq!(event(&tricky, None, Some("Began")), Some(MailEvent { job: 5, ended: false }));
         assert_eq!(event(&args("hello"), None, None), None);
         assert_eq!(event(&[], None, None), None);
+    }
+
+    #[test]
+    fn a_job_asks_for_gpus_by_any_of_slurms_request_forms() {
+        let job = |fields: &str| format!("JobId=7 JobName=x UserId=bob(1001) {fields} NodeList=n1\n");
+        for asked in [
+            "TresPerNode=gres:gpu:1",
+            "TresPerNode=gres/gpu:h100:2",
+            "TresPerJob=gres:gpu:4",
+            "TresPerTask=cpu:1,gres/shard:2",
+            "TresPerSocket=gres/mps:50",
+            "TRES=cpu=1,mem=1G,node=1,billing=1,gres/gpu=1",
+        ] {
+            assert!(requests_gpus(&job(asked)), "{asked}");
+        }
+        for none in ["TRES=cpu=2,mem=4G,node=1,billing=2", "TresPerTask=cpu:4", "Comment=gres/gpu:1"] {
+            assert!(!requests_gpus(&job(none)), "{none}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The end-of-job mail on a real Slurm: with `MailProg` set to `wattson-mail`, the mail Slurm
 //! sends when a job ends carries the job's energy summary once `wattson ctld` has written it to
 //! Slurm's accounting, the mail it sends when a job begins goes out at once and untouched, and
-//! slurmctld is not held up meanwhile.
+//! slurmctld is not held up meanwhile; a job without GPUs gets its mail at once.
 
 use wattson_harness::node as common;
 use wattson_harness::slurm_lab;
@@ -127,5 +127,19 @@ fn the_end_of_job_mail_carries_the_jobs_energy_summary() {
     let joules = number.trim().parse::<f64>().unwrap_or_else(|e| panic!("{shown}: {e}")) * scale;
     let truth = record.energy_j();
     assert!((joules - truth).abs() <= 0.005 * truth, "{shown} vs the record's {truth} J");
+
+    // A job that asked for no GPU has no wattson record: its mail goes at once, untouched,
+    // instead of waiting (here up to 2 minutes) for a summary that never comes.
+    let cpu_only = lab.sbatch(&["--mail-type=END", "--mail-user=bob"], "#!/bin/sh\nsleep 1\n").unwrap();
+    assert_eq!(lab.wait_job(cpu_only, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mail = loop {
+        if let Some(mail) = mails().into_iter().find(|m| m.contains(&format!("Job_id={cpu_only} "))) {
+            break mail;
+        }
+        assert!(Instant::now() < deadline, "no mail for the CPU-only job: {:?}\n{}", mails(), lab.all_logs());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(mail.contains("Ended") && mail.contains("bob") && !mail.contains("wattson"), "{mail}");
     lab.stop();
 }
