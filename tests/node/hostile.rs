@@ -161,6 +161,64 @@ fn directories_users_can_write_are_refused_for_the_daemons_files() {
     }
 }
 
+/// What the configuration has the daemon load, run or read that a user could change (the
+/// NVML library, the BMC's program, the socket's directory, the powercap tree) is refused by
+/// `--check-config` and at start, naming the key: a user's edit would run as root, answer
+/// root's `job begin`, or add energy to jobs.
+#[test]
+fn programs_libraries_sockets_and_meters_a_user_could_change_are_refused() {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    let node = Node::h100(1);
+    let root_dir = node.dir.path();
+    let users = root_dir.join("users");
+    std::fs::create_dir(&users).unwrap();
+    chown(&users, Some(NOBODY), Some(NOBODY)).unwrap();
+    let library = common::fake_library();
+    let mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    // The library in a user's directory, owned by a user, writable by all.
+    let in_users = users.join("libnvidia-ml.so");
+    std::fs::copy(&library, &in_users).unwrap();
+    let owned = root_dir.join("owned.so");
+    std::fs::copy(&library, &owned).unwrap();
+    chown(&owned, Some(NOBODY), None).unwrap();
+    let open = root_dir.join("open.so");
+    std::fs::copy(&library, &open).unwrap();
+    mode(&open, 0o666);
+    // A BMC program a user owns; a powercap tree in a user's directory.
+    let ipmi = root_dir.join("ipmitool");
+    std::fs::write(&ipmi, "#!/bin/sh\necho 'Instantaneous power reading: 100 Watts'\n").unwrap();
+    mode(&ipmi, 0o755);
+    chown(&ipmi, Some(NOBODY), None).unwrap();
+    let powercap = users.join("powercap");
+    std::fs::create_dir(&powercap).unwrap();
+    let lib = library.to_str().unwrap();
+    let socket = node.socket.to_str().unwrap();
+    let energy = |lines: &str| format!("{lib:?}\n[energy]\n{lines}");
+    for (key, from, to) in [
+        ("gpu.nvml_library", lib.to_string(), in_users.display().to_string()),
+        ("gpu.nvml_library", lib.to_string(), owned.display().to_string()),
+        ("gpu.nvml_library", lib.to_string(), open.display().to_string()),
+        ("daemon.socket", socket.to_string(), users.join("wattsond.sock").display().to_string()),
+        (
+            "energy.ipmi_command",
+            format!("{lib:?}"),
+            energy(&format!("scope = \"node\"\nipmi_command = [{ipmi:?}]")),
+        ),
+        ("energy.powercap", format!("{lib:?}"), energy(&format!("powercap = {powercap:?}"))),
+    ] {
+        let config = node.config_with("hostile.toml", &from, &to);
+        let why = if to.contains("open.so") { "writable by other users" } else { "belongs to uid 65534" };
+        let checked = common::check_config(&config);
+        let err = String::from_utf8_lossy(&checked.stderr);
+        assert!(!checked.status.success() && err.contains(key) && err.contains(why), "{key} {to}: {err}");
+        let out = node.daemon_refusing(&config);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(key) && err.contains(why), "{key} {to}: {err}");
+    }
+}
+
 /// `status` shows a user the GPUs and their own jobs only (Slurm's `PrivateData=jobs` habit);
 /// root sees every job. `/metrics` serves no job ids unless the site asks for them.
 #[test]

@@ -96,18 +96,43 @@ pub fn check_config(config: &Config) -> Result<(), String> {
     }
     files::check_store_file(store)?;
     safedir::EngineDirs::check(&config.engine)?;
+    if let Some(dir) = parent(&config.daemon.socket) {
+        safedir::TrustedDir::check(dir, "the directory of daemon.socket")?;
+    }
+    check_named(config)?;
     node_energy::NodeMeters::open(&config.energy, wattson_types::now_ns()).map(drop)
+}
+
+/// The directory of `path`, if it names one.
+fn parent(path: &std::path::Path) -> Option<&std::path::Path> {
+    path.parent().filter(|d| !d.as_os_str().is_empty())
+}
+
+/// Checks that nobody but root can change what the configuration has the daemon load, run or
+/// read besides its own files: the NVML library, the BMC's program (`scope = "node"`) and the
+/// powercap tree the node's meters read. A user who could would run code as root or add
+/// energy to jobs.
+fn check_named(config: &Config) -> Result<(), String> {
+    if let Some(library) = &config.gpu.nvml_library {
+        safedir::check_file(library, "gpu.nvml_library")?;
+    }
+    if config.energy.scope == wattson_config::energy::EnergyScope::Node {
+        safedir::check_file(std::path::Path::new(&config.energy.ipmi_command[0]), "energy.ipmi_command")?;
+    }
+    safedir::TrustedDir::check(&config.energy.powercap, "energy.powercap")
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Errors are start-up failures, worded for a person.
 pub async fn run(config: Config) -> Result<(), String> {
     server::check_free(&config.daemon.socket)?;
     let store_path = &config.daemon.store;
-    let parent =
-        |path: &std::path::Path| path.parent().filter(|d| !d.as_os_str().is_empty()).map(|d| d.to_path_buf());
     if let Some(dir) = parent(store_path) {
-        files::trusted_dir(&dir, "the store's directory")?;
+        files::trusted_dir(dir, "the store's directory")?;
     }
+    if let Some(dir) = parent(&config.daemon.socket) {
+        files::trusted_dir(dir, "the directory of daemon.socket")?;
+    }
+    check_named(&config)?;
     // Opened once, here, and used only through their handles.
     let dirs = safedir::EngineDirs::open(&config.engine)?;
     files::check_store_file(store_path)?;

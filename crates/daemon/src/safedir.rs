@@ -217,6 +217,45 @@ fn check_model_table(dir: &TrustedDir, name: &str, path: &Path) -> Result<(), St
     }
 }
 
+/// Checks that nobody but root can change the file at `path` (a program the daemon runs, a
+/// library it loads) or what its path names: its directory as [`TrustedDir::check`] checks
+/// one, every link on the way root's, the file root's and writable by root only. `what` names
+/// it in errors (a config key).
+pub fn check_file(path: &Path, what: &str) -> Result<(), String> {
+    check_file_at(path, 0).map_err(|e| format!("{what} {}: {e}", path.display()))
+}
+
+fn check_file_at(path: &Path, links: usize) -> Result<(), String> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err("names no file".into());
+    };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let fd = resolve(dir, false)?.ok_or_else(|| format!("{} does not exist", dir.display()))?;
+    let st = match fstatat(&fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Err(Errno::ENOENT) => return Err("no such file".into()),
+        other => other.map_err(|e| format!("cannot inspect {}: {e}", path.display()))?,
+    };
+    let mode = st.st_mode & 0o7777;
+    if !trusted_owner(st.st_uid) {
+        return Err(format!("{} belongs to uid {}: it must be root's", path.display(), st.st_uid));
+    }
+    match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+        SFlag::S_IFLNK if links < MAX_LINKS => {
+            let target = PathBuf::from(
+                readlinkat(&fd, name).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            );
+            check_file_at(&dir.join(target), links + 1)
+        }
+        SFlag::S_IFLNK => Err(format!("too many links at {}", path.display())),
+        SFlag::S_IFREG if mode & 0o022 != 0 => Err(format!(
+            "{} is writable by other users (mode {mode:o}); only root may be able to change it",
+            path.display()
+        )),
+        SFlag::S_IFREG => Ok(()),
+        _ => Err(format!("{} is not a regular file", path.display())),
+    }
+}
+
 /// Whether `uid` may own what the daemon relies on: root, or the daemon's own user.
 fn trusted_owner(uid: u32) -> bool {
     uid == 0 || uid == nix::unistd::geteuid().as_raw()
@@ -377,5 +416,26 @@ mod tests {
         chmod(&top.path().join("real"), 0o1777);
         TrustedDir::open(&top.path().join("alias/p"), "x").unwrap();
         assert!(TrustedDir::open(&top.path().join("real"), "x").is_err());
+    }
+
+    #[test]
+    fn a_file_is_followed_through_roots_links_to_a_file_only_root_can_change() {
+        let top = tempfile::tempdir().unwrap();
+        chmod(top.path(), 0o755);
+        let lib = top.path().join("lib.so.1");
+        std::fs::write(&lib, b"x").unwrap();
+        chmod(&lib, 0o755);
+        std::os::unix::fs::symlink("lib.so.1", top.path().join("lib.so")).unwrap();
+        check_file(&top.path().join("lib.so"), "gpu.nvml_library").unwrap();
+        // The file a root link points at is judged, not the link.
+        std::os::unix::fs::chown(&lib, Some(65534), None).unwrap();
+        let err = check_file(&top.path().join("lib.so"), "gpu.nvml_library").unwrap_err();
+        assert!(err.starts_with("gpu.nvml_library") && err.contains("belongs to uid 65534"), "{err}");
+        std::os::unix::fs::chown(&lib, Some(0), None).unwrap();
+        chmod(&lib, 0o775);
+        assert!(check_file(&lib, "k").unwrap_err().contains("writable by other users"));
+        assert!(check_file(&top.path().join("none"), "k").unwrap_err().contains("no such file"));
+        std::fs::create_dir(top.path().join("dir")).unwrap();
+        assert!(check_file(&top.path().join("dir"), "k").unwrap_err().contains("not a regular file"));
     }
 }
