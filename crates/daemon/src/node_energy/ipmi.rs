@@ -1,6 +1,7 @@
 //! The whole node's power from the BMC: `ipmitool dcmi power reading` (or the configured
-//! command), run with a deadline at each sample, its instantaneous reading integrated over
-//! the daemon's sampling.
+//! command), run with a deadline, its instantaneous readings integrated. The command runs on a
+//! thread of its own ([`Bmc`]), so a slow or hung BMC never holds the GPUs' sampling: each
+//! sample takes the total of the latest reading finished.
 
 use std::process::Command;
 use std::time::Duration;
@@ -80,6 +81,41 @@ impl Ipmi {
             self.total_mj += (w0 + watts) / 2.0 * (t_ns - t0) as f64 / 1e6;
         }
         self.last = Some((t_ns, watts));
+    }
+}
+
+/// An [`Ipmi`] meter owned by a thread of its own, asked for readings by message.
+#[derive(Debug)]
+pub struct Bmc {
+    /// Asks for a reading; holds at most one not yet taken.
+    ask: std::sync::mpsc::SyncSender<()>,
+    /// The meter's total after its latest reading, mJ.
+    total: tokio::sync::watch::Receiver<f64>,
+}
+
+impl Bmc {
+    /// Moves `meter` to a thread of its own, which ends with the returned handle.
+    pub fn spawn(mut meter: Ipmi) -> Result<Bmc, String> {
+        let (ask, asks) = std::sync::mpsc::sync_channel::<()>(1);
+        let (done, total) = tokio::sync::watch::channel(meter.total_mj);
+        std::thread::Builder::new()
+            .name("wattsond-bmc".into())
+            .spawn(move || {
+                for () in asks {
+                    if done.send(meter.read(wattson_types::now_ns())).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the BMC's reader thread: {e}"))?;
+        Ok(Bmc { ask, total })
+    }
+
+    /// The node's energy since the meter began as of the latest reading finished (mJ), never
+    /// waiting; asks for a new reading unless one is already asked for.
+    pub fn total(&mut self) -> f64 {
+        let _ = self.ask.try_send(());
+        *self.total.borrow()
     }
 }
 

@@ -30,7 +30,7 @@ pub struct NodeTotals {
 pub struct NodeMeters {
     scope: EnergyScope,
     rapl: Option<rapl::Rapl>,
-    ipmi: Option<ipmi::Ipmi>,
+    ipmi: Option<ipmi::Bmc>,
 }
 
 impl NodeMeters {
@@ -66,7 +66,7 @@ impl NodeMeters {
                      set scope to \"gpu\" or \"gpu+cpu\" here"
                 )
             })?;
-            Some(meter)
+            Some(ipmi::Bmc::spawn(meter)?)
         } else {
             None
         };
@@ -83,13 +83,53 @@ impl NodeMeters {
         }
     }
 
-    /// Reads every meter at `t_ns` (blocking: the IPMI command runs within its deadline).
+    /// Reads every meter at `t_ns`; the node's total is the BMC's latest reading's, taken on
+    /// its own thread (at most a reading behind, never waited for).
     pub fn read(&mut self, t_ns: i64) -> NodeTotals {
         let (cpu_mj, dram_mj) = match self.rapl.as_mut().map(rapl::Rapl::read) {
             Some(totals) => (Some(totals.cpu_mj), totals.dram_mj),
             None => (None, None),
         };
-        let node_mj = self.ipmi.as_mut().map(|m| m.read(t_ns));
+        let node_mj = self.ipmi.as_mut().map(ipmi::Bmc::total);
         NodeTotals { t_ns, cpu_mj, dram_mj, node_mj }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_slow_bmc_never_holds_the_sampling() {
+        let dir = tempfile::tempdir().unwrap();
+        let (reading, done, powercap) =
+            (dir.path().join("reading"), dir.path().join("done"), dir.path().join("pc"));
+        std::fs::create_dir(&powercap).unwrap();
+        std::fs::write(&reading, "Instantaneous power reading: 400 Watts\n").unwrap();
+        // The first reading (at the start) is at once; every later one takes 5 s, then leaves
+        // a mark.
+        let script = format!(
+            "if [ -e {d}.first ]; then sleep 5; touch {d}; else touch {d}.first; fi; cat {r}",
+            d = done.display(),
+            r = reading.display()
+        );
+        let config = EnergyConfig {
+            scope: EnergyScope::Node,
+            powercap,
+            ipmi_command: vec!["/bin/sh".into(), "-c".into(), script],
+            ipmi_timeout: Duration::from_secs(30),
+        };
+        let mut meters = NodeMeters::open(&config, 0).unwrap();
+        for t in 1..=5 {
+            assert_eq!(meters.read(t).node_mj, Some(0.0), "no later reading has finished");
+        }
+        assert!(!done.exists(), "the samples went on before the slow reading ended");
+        let started = std::time::Instant::now();
+        while meters.read(6).node_mj == Some(0.0) {
+            assert!(started.elapsed() < Duration::from_secs(60), "the slow reading never arrived");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(done.exists());
     }
 }
