@@ -262,3 +262,81 @@ fn the_share_hint_given_to_job_begin_is_recorded_and_a_bad_one_refused() {
     assert_eq!(node.record("34").hints.share, Some(true));
     node.end("34");
 }
+
+/// A kill -9 load run: begins and ends at 50 pairs a second on four GPUs, wattsond killed five
+/// times with the calls going on (the ends sent while it is down are lost). Every job's record
+/// is exact against its GPU's truth over its readings, none is split with a stale record, and
+/// every record whose end was lost is closed when its GPU is given to the next job.
+#[test]
+fn a_kill_9_load_run_keeps_every_job_exact() {
+    use std::time::Instant;
+    use wattson_protocol::{Reply, Request};
+    use wattson_types::job::JobKey;
+
+    const GPUS: u32 = 4;
+    let mut node = Node::h100(GPUS as usize);
+    node.start();
+    for gpu in 0..GPUS {
+        node.sim.set_load(gpu, 0.5 + 0.1 * f64::from(gpu)).unwrap();
+    }
+    let socket = node.socket.clone();
+    let call = |request: &Request| wattson_protocol::call(&socket, request, Duration::from_secs(2));
+    // Each GPU's running job (by id), the jobs begun, and those whose end was answered.
+    let mut on_gpu: Vec<Option<u32>> = vec![None; GPUS as usize];
+    let (mut begun, mut ended) = (Vec::new(), Vec::new());
+    let mut next_job = 1000u32;
+    let started = Instant::now();
+    let mut kills = 0;
+    let mut down_since: Option<Instant> = None;
+    let mut tick = 0u32;
+    // Back from the last kill, a second more: every GPU goes to a new job after it.
+    let mut last_back: Option<Instant> = None;
+    while last_back.is_none_or(|at| at.elapsed() < Duration::from_secs(1)) {
+        // A pair every 20 ms: the next GPU's job ends and another begins there.
+        let gpu = (tick % GPUS) as usize;
+        tick += 1;
+        if let Some(job) = on_gpu[gpu].take()
+            && matches!(call(&Request::JobEnd { job: JobKey::job(job) }), Ok(Reply::Ended { .. }))
+        {
+            ended.push(job);
+        }
+        next_job += 1;
+        if matches!(call(&common::job_begin(next_job, gpu as u32)), Ok(Reply::Begun { .. })) {
+            begun.push(next_job);
+            on_gpu[gpu] = Some(next_job);
+        }
+        sleep(Duration::from_millis(20));
+        // Killed every 2 s, back 0.5 s later.
+        let since = started.elapsed();
+        match down_since {
+            None if kills < 5 && since > Duration::from_secs(2 * (kills + 1)) => {
+                node.kill9();
+                kills += 1;
+                down_since = Some(Instant::now());
+            }
+            Some(at) if at.elapsed() > Duration::from_millis(500) => {
+                node.start();
+                down_since = None;
+                if kills == 5 {
+                    last_back = Some(Instant::now());
+                }
+            }
+            _ => {}
+        }
+    }
+    for job in on_gpu.into_iter().flatten() {
+        node.end(&job.to_string());
+        ended.push(job);
+    }
+    let lost: Vec<u32> = begun.iter().copied().filter(|j| !ended.contains(j)).collect();
+    assert!(!lost.is_empty() && ended.len() > 100, "{} ended, {} lost", ended.len(), lost.len());
+    for job in &begun {
+        let record = node.record(&job.to_string());
+        assert_eq!(record.state, JobState::Completed, "job {job} was left running");
+        assert_eq!(record.split(), None, "job {job} shared its GPU with a stale record");
+        let (truth, got) = (node.truth_mj(&record)[0], record.gpus[0].meter.energy_mj);
+        assert!(common::rel_err(got, truth) < EXACT, "job {job}: {got} mJ against the GPU's {truth} mJ");
+    }
+    let log = node.log();
+    assert!(log.matches("ending the job whose end was never reported").count() >= lost.len(), "{log}");
+}
