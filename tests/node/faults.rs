@@ -437,6 +437,45 @@ fn a_running_record_that_cannot_be_read_is_quarantined_and_the_daemon_starts() {
     assert_eq!(node.acct_json(&["-j", "2"]).len(), 1, "acct works");
 }
 
+/// A completed record damaged on disk is left out of every query that covers it (the others
+/// are answered) and moved to the store's quarantine, logged.
+#[test]
+fn a_completed_record_that_cannot_be_read_is_left_out_and_quarantined() {
+    let mut node = Node::h100(1);
+    node.start();
+    let args = ["job", "begin", "--job", "1", "--uid", "1000", "--gpus", "0", "--energy-tag", "damaged"];
+    assert_ok(&node.wattson(&args));
+    node.end("1");
+    node.begin("2", 1000, "0");
+    node.end("2");
+    node.stop();
+    drop(wattson_store::Store::open(&node.store).unwrap());
+    let mut bytes = std::fs::read(&node.store).unwrap();
+    let (from, to) = (b"\"damaged\"", b"[damaged]");
+    let mut hits = 0;
+    for i in 0..bytes.len() - from.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            hits += 1;
+        }
+    }
+    assert!(hits > 0, "the tag is in the store file");
+    std::fs::write(&node.store, &bytes).unwrap();
+
+    node.start();
+    let keys = |records: Vec<serde_json::Value>| -> Vec<String> {
+        records.iter().map(|r| r["job_id"].to_string()).collect()
+    };
+    assert_eq!(keys(node.acct_json(&["-j", "1,2"])), ["2"], "the readable record is answered");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !node.log().contains("a record cannot be read: moved to the store's quarantine") {
+        assert!(std::time::Instant::now() < deadline, "{}", node.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(node.log().contains("job 1"), "{}", node.log());
+    assert_eq!(keys(node.acct_json(&[])), ["2"]);
+}
+
 /// A daemon whose socket file was removed while it ran (say by hand), and a second daemon with
 /// its own store that took the socket's path since: when the first one stops, it leaves the
 /// second one's socket alone.

@@ -370,6 +370,21 @@ impl Core {
         Ok(Reply::ModelsMerged { node: self.node.clone(), taken })
     }
 
+    /// Moves the records of `rows` that still cannot be read to the store's quarantine, each
+    /// logged (a reader met them; [`wattson_store::Store::query_readable`]).
+    pub fn quarantine(&mut self, rows: &[i64]) {
+        let now = self.now();
+        for &row in rows {
+            match self.store.quarantine_unreadable(row, now) {
+                Ok(Some(reason)) => {
+                    error!(reason = %reason, "a record cannot be read: moved to the store's quarantine table; acct leaves it out")
+                }
+                Ok(None) => {}
+                Err(e) => warn!(error = %e, "cannot move an unreadable record to the quarantine table"),
+            }
+        }
+    }
+
     /// Advances every record on GPU `index` with one reading of it ([`shared::advance_gpu`]).
     /// Energy that processes of no job used is counted apart, and said once per GPU.
     fn advance_gpu(&mut self, index: u32, reading: &Result<GpuReading, GpuError>, t: i64) {

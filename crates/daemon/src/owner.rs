@@ -31,6 +31,7 @@ enum Command {
     Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
     NodeEnergy(crate::node_energy::NodeTotals, oneshot::Sender<()>),
     Shutdown(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<()>),
+    Quarantine(Vec<i64>),
 }
 
 /// The running jobs as of the owner's last command, for readers.
@@ -110,6 +111,12 @@ impl Owner {
         let _ = self.ask(|tx| Command::Shutdown(readings, tx)).await;
     }
 
+    /// Moves the records of these rows, which a reader could not read, to the store's
+    /// quarantine (if they still cannot be read); answers nothing and never waits.
+    pub fn quarantine(&self, rows: Vec<i64>) {
+        let _ = self.commands.try_send(Command::Quarantine(rows));
+    }
+
     async fn ask<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Error> {
         let (tx, rx) = oneshot::channel();
         match self.commands.try_send(command(tx)) {
@@ -162,6 +169,10 @@ fn run(mut core: Core, inbox: Receiver<Command>, publish: watch::Sender<Running>
             }
             Command::Sample(readings, reply) => {
                 let _ = reply.send(core.sample(readings));
+                false
+            }
+            Command::Quarantine(rows) => {
+                core.quarantine(&rows);
                 false
             }
             Command::NodeEnergy(totals, reply) => {

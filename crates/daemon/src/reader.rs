@@ -11,7 +11,7 @@ use tracing::warn;
 use crate::owner::Owner;
 use wattson_protocol::{AcctQuery, Error, ErrorCode, MAX_SUMMARY_BINS, Reply};
 use wattson_store::Store;
-use wattson_types::job::{JobKey, JobState};
+use wattson_types::job::{JobKey, JobRecord, JobState};
 use wattson_types::summary::{MAX_STEPS, NodeSummary, power_traces};
 
 /// Queries waiting beyond this are refused as busy.
@@ -90,7 +90,7 @@ fn serve(store: Store, owner: Owner, node: &str, inbox: Receiver<Query>) {
     while let Ok((ask, reply)) = inbox.recv() {
         let _ = reply.send(match ask {
             Ask::Acct(filter) => query(&store, &owner, &filter),
-            Ask::Series(job) => series(&store, job),
+            Ask::Series(job) => series(&store, &owner, job),
             Ask::Summary { job, bins } => summary(&store, &owner, node, job, bins),
         });
     }
@@ -101,10 +101,10 @@ pub(crate) fn no_record(job: &JobKey) -> Error {
     Error::new(ErrorCode::NotRunning, format!("job {job} has no record on this node"))
 }
 
-fn series(store: &Store, job: JobKey) -> Result<Reply, Error> {
+fn series(store: &Store, owner: &Owner, job: JobKey) -> Result<Reply, Error> {
     let store_error = |e: wattson_store::StoreError| Error::new(ErrorCode::Store, e.to_string());
     let query = AcctQuery { jobs: vec![job.clone()], ..AcctQuery::default() };
-    let records = store.query(&query).map_err(store_error)?;
+    let records = readable(store, owner, &query)?;
     let Some(record) = records.iter().rev().find(|r| r.key == job) else {
         return Err(no_record(&job));
     };
@@ -140,8 +140,18 @@ fn summary(store: &Store, owner: &Owner, node: &str, job: u32, bins: u32) -> Res
     Ok(Reply::JobSummary { summary })
 }
 
+/// The records of `filter` that can be read; those that cannot go to the owner for the
+/// store's quarantine, so that one damaged record never fails every query that covers it.
+fn readable(store: &Store, owner: &Owner, filter: &AcctQuery) -> Result<Vec<JobRecord>, Error> {
+    let read = store.query_readable(filter).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
+    if !read.unreadable.is_empty() {
+        owner.quarantine(read.unreadable.iter().map(|u| u.id).collect());
+    }
+    Ok(read.records)
+}
+
 fn query(store: &Store, owner: &Owner, filter: &AcctQuery) -> Result<Reply, Error> {
-    let mut records = store.query(filter).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
+    let mut records = readable(store, owner, filter)?;
     if records.iter().any(|r| r.state == JobState::Running) {
         let running = owner.running();
         for record in records.iter_mut().filter(|r| r.state == JobState::Running) {

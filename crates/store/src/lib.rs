@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
-pub use query::AcctQuery;
+pub use query::{AcctQuery, Readable, Unreadable};
 use schema::{MigrateError, SCHEMA_VERSION};
 use wattson_types::energy::SeriesPoint;
 use wattson_types::job::{JobGpu, JobKey, JobRecord};

@@ -1,10 +1,13 @@
-//! Running records that cannot be read (their JSON damaged on disk, or by hand) are moved out
-//! of `jobs` into `quarantine`, as they were found, so that the daemon starts and every query
-//! keeps working; the daemon logs each.
+//! Records that cannot be read (their JSON damaged on disk, or by hand) are moved out of
+//! `jobs` into `quarantine`, as they were found, so that the daemon starts and every query
+//! keeps working: running ones at the start, completed ones when a query meets them
+//! ([`Store::query_readable`]); the daemon logs each.
 
 use rusqlite::params;
 
 use super::{Store, StoreError, query};
+use crate::AcctQuery;
+use crate::query::Readable;
 use wattson_types::job::{JobKey, JobRecord};
 
 /// Records moved to quarantine: which, and why.
@@ -65,6 +68,25 @@ impl Store {
         Ok(())
     }
 
+    /// Records matching `q` as [`Store::query`] gives them, leaving out those that cannot be
+    /// read, which come back apart for [`Store::quarantine_unreadable`].
+    pub fn query_readable(&self, q: &AcctQuery) -> Result<Readable, StoreError> {
+        query::run_readable(&self.conn, q)
+    }
+
+    /// Moves the record of row `id` to `quarantine` at `now` if it still cannot be read;
+    /// whether it did.
+    pub fn quarantine_unreadable(&mut self, id: i64, now: i64) -> Result<Option<String>, StoreError> {
+        let reason = match query::load_by_id(&self.conn, id) {
+            Ok(_) | Err(StoreError::Sqlite(rusqlite::Error::QueryReturnedNoRows)) => return Ok(None),
+            Err(StoreError::Corrupt(reason)) => reason,
+            Err(StoreError::Sqlite(e)) if is_bad_value(&e) => e.to_string(),
+            Err(e) => return Err(e),
+        };
+        self.quarantine(id, &reason, now)?;
+        Ok(Some(reason))
+    }
+
     /// How many records are in quarantine.
     pub fn quarantined(&self) -> Result<usize, StoreError> {
         Ok(self.conn.query_row("SELECT count(*) FROM quarantine", [], |r| r.get::<_, i64>(0))? as usize)
@@ -73,7 +95,7 @@ impl Store {
 
 /// Whether SQLite's error is a value of the wrong type or range in a row (a damaged row),
 /// not a failure of the store itself.
-fn is_bad_value(e: &rusqlite::Error) -> bool {
+pub(crate) fn is_bad_value(e: &rusqlite::Error) -> bool {
     matches!(
         e,
         rusqlite::Error::FromSqlConversionFailure(..)
@@ -85,6 +107,33 @@ fn is_bad_value(e: &rusqlite::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_completed_record_that_cannot_be_read_is_left_out_of_queries_and_quarantined() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+        store
+            .conn
+            .execute_batch(
+                "INSERT INTO jobs (id, job_id, step, uid, node, begin_ns, end_ns, state, hints)
+                     VALUES (1, 7, '', 1000, 'n1', 1, 2, 'COMPLETED', '{}'),
+                            (2, 8, '', 1000, 'n1', 2, 3, 'COMPLETED', '{\"tag\":[oops'),
+                            (3, 9, '', 1000, 'n1', 3, 4, 'COMPLETED', '{}');",
+            )
+            .unwrap();
+        let all = AcctQuery::default();
+        assert!(store.query(&all).is_err(), "the strict query fails on the damaged record");
+        let read = store.query_readable(&all).unwrap();
+        let keys: Vec<u32> = read.records.iter().map(|r| r.key.job_id).collect();
+        assert_eq!(keys, [7, 9]);
+        assert_eq!((read.unreadable.len(), read.unreadable[0].id), (1, 2));
+        assert!(read.unreadable[0].reason.contains("job 8: hints"), "{:?}", read.unreadable);
+        assert!(store.quarantine_unreadable(2, 5).unwrap().is_some());
+        assert_eq!(store.quarantine_unreadable(2, 5).unwrap(), None, "gone from jobs");
+        assert_eq!(store.quarantine_unreadable(1, 5).unwrap(), None, "a readable record stays");
+        assert_eq!(store.quarantined().unwrap(), 1);
+        assert_eq!(store.query(&all).unwrap().len(), 2);
+    }
 
     #[test]
     fn a_running_record_with_damaged_json_is_moved_aside_and_the_others_kept() {

@@ -101,6 +101,56 @@ fn collect(conn: &Connection, sql: &str, params: Vec<Value>) -> Result<Vec<JobRe
     raws.into_iter().map(|raw| finish(conn, raw)).collect()
 }
 
+/// [`collect`], leaving out the records that cannot be read (damaged on disk or by hand):
+/// those come back apart, by row id, with the reason.
+fn collect_readable(conn: &Connection, sql: &str, params: Vec<Value>) -> Result<Readable, StoreError> {
+    let mut stmt = conn.prepare_cached(&sql.replacen(JOB_COLS, "id, job_id, step", 1))?;
+    let rows = stmt
+        .query_map(params_from_iter(params), |r| {
+            Ok((r.get::<_, i64>(0)?, JobKey { job_id: r.get(1)?, step: r.get(2)? }))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut out = Readable::default();
+    for (id, key) in rows {
+        match load_by_id(conn, id) {
+            Ok(record) => out.records.push(record),
+            Err(StoreError::Corrupt(reason)) => out.unreadable.push(Unreadable { id, key, reason }),
+            Err(StoreError::Sqlite(e)) if crate::quarantine::is_bad_value(&e) => {
+                let reason = format!("job {key}: {e}");
+                out.unreadable.push(Unreadable { id, key, reason });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// The records of a query that can be read, and those that cannot.
+#[derive(Debug, Default)]
+pub struct Readable {
+    /// The records read, in the query's order.
+    pub records: Vec<JobRecord>,
+    /// The records that cannot be read.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A record that cannot be read: its row, its key and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unreadable {
+    /// Its row in `jobs` (what [`crate::Store::quarantine_unreadable`] takes).
+    pub id: i64,
+    /// Its job or step.
+    pub key: JobKey,
+    /// Why it cannot be read.
+    pub reason: String,
+}
+
+/// [`run`], leaving out the records that cannot be read ([`collect_readable`]).
+pub(super) fn run_readable(conn: &Connection, q: &AcctQuery) -> Result<Readable, StoreError> {
+    let (sql, params) = build(q, false);
+    collect_readable(conn, &sql, params)
+}
+
 /// The record with row id `id`.
 pub(super) fn load_by_id(conn: &Connection, id: i64) -> Result<JobRecord, StoreError> {
     let raw = conn

@@ -363,7 +363,11 @@ fn fetch(config: &Config, filter: AcctQuery) -> Result<Vec<JobRecord>, String> {
             };
             let store = Store::open_read_only(&config.daemon.store)
                 .map_err(|e| format!("wattsond is not running and the store cannot be read: {e}"))?;
-            store.query(&filter).map_err(|e| e.to_string())
+            let read = store.query_readable(&filter).map_err(|e| e.to_string())?;
+            for unreadable in &read.unreadable {
+                eprintln!("wattson: left out a record that cannot be read: {}", unreadable.reason);
+            }
+            Ok(read.records)
         }
         Err(e) => Err(e.to_string()),
     }
