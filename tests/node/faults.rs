@@ -415,6 +415,19 @@ fn a_running_record_that_cannot_be_read_is_quarantined_and_the_daemon_starts() {
     let begin2 = common::Bracket(t0, wattson_types::now_ns());
     std::thread::sleep(Duration::from_millis(300));
     node.stop();
+    damage_the_tag(&node);
+
+    node.start();
+    assert!(node.log().contains("cannot be read") && node.log().contains("job=1"), "{}", node.log());
+    let end2 = node.end("2");
+    common::assert_exact(&node, &node.record("2"), begin2, end2, 1e-3);
+    assert!(node.acct_json(&["-j", "1"]).is_empty(), "the damaged record is out of the job tables");
+    assert_eq!(node.acct_json(&["-j", "2"]).len(), 1, "acct works");
+}
+
+/// Damages the records tagged `damaged` in the stopped node's store file: the tag's JSON
+/// string becomes an unparsable array.
+fn damage_the_tag(node: &Node) {
     // The last connection closing writes the log into the file itself.
     drop(wattson_store::Store::open(&node.store).unwrap());
     let mut bytes = std::fs::read(&node.store).unwrap();
@@ -428,13 +441,6 @@ fn a_running_record_that_cannot_be_read_is_quarantined_and_the_daemon_starts() {
     }
     assert!(hits > 0, "the tag is in the store file");
     std::fs::write(&node.store, &bytes).unwrap();
-
-    node.start();
-    assert!(node.log().contains("cannot be read") && node.log().contains("job=1"), "{}", node.log());
-    let end2 = node.end("2");
-    common::assert_exact(&node, &node.record("2"), begin2, end2, 1e-3);
-    assert!(node.acct_json(&["-j", "1"]).is_empty(), "the damaged record is out of the job tables");
-    assert_eq!(node.acct_json(&["-j", "2"]).len(), 1, "acct works");
 }
 
 /// A completed record damaged on disk is left out of every query that covers it (the others
@@ -449,18 +455,7 @@ fn a_completed_record_that_cannot_be_read_is_left_out_and_quarantined() {
     node.begin("2", 1000, "0");
     node.end("2");
     node.stop();
-    drop(wattson_store::Store::open(&node.store).unwrap());
-    let mut bytes = std::fs::read(&node.store).unwrap();
-    let (from, to) = (b"\"damaged\"", b"[damaged]");
-    let mut hits = 0;
-    for i in 0..bytes.len() - from.len() {
-        if &bytes[i..i + from.len()] == from {
-            bytes[i..i + from.len()].copy_from_slice(to);
-            hits += 1;
-        }
-    }
-    assert!(hits > 0, "the tag is in the store file");
-    std::fs::write(&node.store, &bytes).unwrap();
+    damage_the_tag(&node);
 
     node.start();
     let keys = |records: Vec<serde_json::Value>| -> Vec<String> {
@@ -476,36 +471,40 @@ fn a_completed_record_that_cannot_be_read_is_left_out_and_quarantined() {
     assert_eq!(keys(node.acct_json(&[])), ["2"]);
 }
 
-/// A daemon whose socket file was removed while it ran (say by hand), and a second daemon with
-/// its own store that took the socket's path since: when the first one stops, it leaves the
-/// second one's socket alone.
+/// A daemon whose socket file was removed while it ran (say by hand) makes it again: clients
+/// reach it within seconds, and the log says so. When another file takes the path (another
+/// daemon's socket), the daemon leaves it alone, says so, and does not remove it at its stop.
 #[test]
-fn a_stopping_daemon_leaves_another_daemons_socket_alone() {
+fn a_removed_socket_is_made_again_and_another_daemons_is_left_alone() {
     let mut node = Node::h100(1);
     node.start();
-    std::fs::remove_file(&node.socket).unwrap();
-    let other_store = node.dir.path().join("other").join("wattson.db");
-    let config = node.config_with("second.toml", node.store.to_str().unwrap(), other_store.to_str().unwrap());
-    let mut second = Command::new(wattson_harness::programs::program("wattsond"))
-        .arg("-c")
-        .arg(&config)
-        .env(fake_nvml::DIR_ENV, node.sim.dir())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     let socket = node.socket.clone();
     let status =
         || wattson_protocol::call(&socket, &wattson_protocol::Request::Status {}, Duration::from_secs(1));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while status().is_err() {
-        assert!(std::time::Instant::now() < deadline, "the second daemon did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    std::fs::remove_file(&node.socket).unwrap();
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}\n{}", node.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    until("the daemon answering again", &|| status().is_ok());
+    assert!(node.log().contains("the socket was removed: listening there again"), "{}", node.log());
+
+    // Another daemon's socket, put in place in one step (the path is never missing).
+    let other_path = node.dir.path().join("other.sock");
+    let other = std::os::unix::net::UnixListener::bind(&other_path).unwrap();
+    std::fs::rename(&other_path, &node.socket).unwrap();
+    until("the daemon saying another file took its path", &|| {
+        node.log().contains("another file took the socket's path")
+    });
     node.stop();
-    let answered = status().is_ok();
-    let _ = second.kill();
-    let _ = second.wait();
-    assert!(answered, "the first daemon removed the second one's socket");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&node.socket).is_ok(),
+        "the first daemon removed the other's socket"
+    );
+    drop(other);
 }
 
 /// `wattsond --check-config` makes every check the start makes, not only the configuration's

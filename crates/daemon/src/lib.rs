@@ -20,6 +20,7 @@ pub mod safedir;
 pub mod sampler;
 pub mod server;
 mod shared;
+pub mod socket;
 #[cfg(test)]
 mod tests;
 
@@ -124,7 +125,7 @@ fn check_named(config: &Config) -> Result<(), String> {
 
 /// Runs the daemon until SIGTERM or SIGINT. Errors are start-up failures, worded for a person.
 pub async fn run(config: Config) -> Result<(), String> {
-    server::check_free(&config.daemon.socket)?;
+    socket::check_free(&config.daemon.socket)?;
     let store_path = &config.daemon.store;
     if let Some(dir) = parent(store_path) {
         files::trusted_dir(dir, "the store's directory")?;
@@ -187,15 +188,14 @@ pub async fn run(config: Config) -> Result<(), String> {
     for name in unknown {
         warn!(user = %name, "configured user does not exist on this node; ignored");
     }
-    let listener = server::bind(&config.daemon.socket)?;
-    let bound = server::identity(&config.daemon.socket);
+    let socket = socket::Socket::bind(&config.daemon.socket)?;
 
     // One sample before serving, so resumed jobs catch up and metrics are never empty.
     sampler.sample_once().await;
     let services =
         Arc::new(Services { owner: owner.clone(), reader, sampler: sampler_handle.clone(), access });
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(server::serve(listener, services.clone(), config.daemon.request_timeout, admission_limits()));
+    tasks.spawn(server::serve(socket, services.clone(), config.daemon.request_timeout, admission_limits()));
     tasks.spawn(sampler.run(config.daemon.sample_interval));
     if let Some(addr) = config.link.listen {
         let munge =
@@ -231,10 +231,8 @@ pub async fn run(config: Config) -> Result<(), String> {
     // return to defaults any GPU still changed for a job that is not running.
     let readings = tokio::task::spawn_blocking(move || pool.read_all()).await.unwrap_or_default();
     owner.shutdown(readings).await;
-    // Only the socket this daemon made: another daemon may have taken the path since.
-    if bound.is_some() && server::identity(&config.daemon.socket) == bound {
-        let _ = std::fs::remove_file(&config.daemon.socket);
-    }
+    // The socket's file goes with the server's task, and only if it is still this daemon's.
+    while tasks.join_next().await.is_some() {}
     info!("wattsond stopped");
     Ok(())
 }

@@ -6,18 +6,18 @@
 //! anyone else; a malformed request gets a one-line error with a code.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 use tracing::{debug, warn};
 
 use crate::admission::{Admission, Admit, Limits};
 use crate::asks::SamplerHandle;
 use crate::owner::Owner;
 use crate::reader::Reader;
+use crate::socket::Socket;
 use wattson_protocol::access::Access;
 use wattson_protocol::{Error, ErrorCode, Reply, Request, Response};
 use wattson_types::job::JobKey;
@@ -34,46 +34,12 @@ pub struct Services {
     pub access: Access,
 }
 
-/// Refuses a socket path where another daemon answers.
-pub fn check_free(path: &Path) -> Result<(), String> {
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        return Err(format!("another wattsond is already listening on {}", path.display()));
-    }
-    Ok(())
-}
-
-/// Which file `path` is now (device and inode), without following a link.
-pub fn identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
-/// Binds the socket at `path`, refusing if another daemon answers there.
-pub fn bind(path: &Path) -> Result<UnixListener, String> {
-    check_free(path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot remove stale socket {}: {e}", path.display())),
-    }
-    let listener =
-        UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-    // Everyone may connect; what they may do is decided from their credentials.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|e| format!("cannot set permissions on {}: {e}", path.display()))?;
-    Ok(listener)
-}
-
 /// Serves connections until the task is dropped. Root and SlurmUser are always served at
 /// once; other users' connections are admitted as [`crate::admission`] says: served, parked
 /// until one of the user's connections ends (backpressure, not a refusal to spin on), or
 /// refused when even the waiting room is full. No user can take the file descriptors or the
-/// tasks that Slurm's calls need.
-pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Duration, limits: Limits) {
+/// tasks that Slurm's calls need. The socket is kept at its path ([`Socket::keep`]).
+pub async fn serve(mut socket: Socket, services: Arc<Services>, timeout: Duration, limits: Limits) {
     let mut admission = Admission::new(limits);
     let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
     let start = |stream: UnixStream, uid: u32, counted: bool| {
@@ -86,9 +52,12 @@ pub async fn serve(listener: UnixListener, services: Arc<Services>, timeout: Dur
             }
         });
     };
+    let mut check = tokio::time::interval(crate::socket::CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
+            _ = check.tick() => socket.keep(),
+            accepted = socket.listener.accept() => {
                 let stream = match accepted {
                     Ok((stream, _)) => stream,
                     Err(e) => {
