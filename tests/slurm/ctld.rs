@@ -551,7 +551,7 @@ fn the_link_refuses_other_users_replays_and_garbage() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    let ask = |line: &str| -> String {
+    let ask = move |line: &str| -> String {
         use std::io::{BufRead, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.2", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -586,6 +586,34 @@ fn the_link_refuses_other_users_replays_and_garbage() {
     let garbage = ask("MUNGE:not-a-credential:");
     assert!(!sealed(&garbage) && garbage.contains("permission_denied"), "{garbage}");
     assert!(daemons[0].log().contains("link: request refused"), "{}", daemons[0].log());
+
+    // A flood of garbage credentials queues for the link's one MUNGE thread: it does not start
+    // a thread per connection (the daemon's threads counted all along; 2 spare for the
+    // sampler's own).
+    let pid = daemons[0].pid();
+    let threads = move || std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count());
+    let before = threads();
+    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let most = {
+        let flooding = flooding.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(threads());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            most
+        })
+    };
+    let garbage: Vec<_> =
+        (0..200).map(|_| std::thread::spawn(move || ask("MUNGE:not-a-credential:"))).collect();
+    for sender in garbage {
+        assert!(sender.join().unwrap().contains("permission_denied"));
+    }
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    let most = most.join().unwrap();
+    let allowed = before + 2;
+    assert!(most <= allowed, "{before} threads before the flood, {most} during it (at most {allowed})");
 
     // Hundreds of silent connections at once, renewed as the daemon drops them, do not keep
     // the controller's requests from their answers within its timeout.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::server::{Services, dispatch};
 use wattson_link::Munge;
@@ -29,6 +29,12 @@ pub const LINE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Serves the controller's requests on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, services: Arc<Services>, munge: Munge, timeout: Duration) {
     let slots = Arc::new(Semaphore::new(CONNECTIONS));
+    let munge = match Munged::spawn(munge) {
+        Ok(munged) => munged,
+        Err(e) => {
+            return error!(error = %e, "link: cannot start its MUNGE thread; not serving the controller");
+        }
+    };
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
         let (stream, peer) = match listener.accept().await {
@@ -49,10 +55,41 @@ pub async fn serve(listener: TcpListener, services: Arc<Services>, munge: Munge,
     }
 }
 
+/// A MUNGE call the link's thread makes.
+type Call = Box<dyn FnOnce(&Munge) + Send>;
+
+/// munged, called one call at a time (opening a request, sealing an answer; each a local
+/// socket round trip) from a thread of the link's own: a flood of requests queues for it
+/// instead of starting a thread per connection, and never holds the daemon's other work.
+#[derive(Clone)]
+struct Munged {
+    calls: std::sync::mpsc::SyncSender<Call>,
+}
+
+impl Munged {
+    /// Starts the thread; it ends when the last handle is dropped.
+    fn spawn(munge: Munge) -> std::io::Result<Munged> {
+        let (calls, queue) = std::sync::mpsc::sync_channel::<Call>(CONNECTIONS);
+        std::thread::Builder::new().name("link-munge".into()).spawn(move || {
+            for call in queue {
+                call(&munge);
+            }
+        })?;
+        Ok(Munged { calls })
+    }
+
+    /// Runs `call` on the thread; `None` if its queue is full or it stopped.
+    async fn call<T: Send + 'static>(&self, call: impl FnOnce(&Munge) -> T + Send + 'static) -> Option<T> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        self.calls.try_send(Box::new(move |munge| drop(done.send(call(munge))))).ok()?;
+        answer.await.ok()
+    }
+}
+
 async fn handle(
     stream: TcpStream,
     services: &Services,
-    munge: Munge,
+    munge: Munged,
     timeout: Duration,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
@@ -62,36 +99,29 @@ async fn handle(
         Err(_) => refusal(ErrorCode::BadRequest, format!("no complete request within {LINE_TIMEOUT:?}")),
         Ok(Err(e)) => refusal(ErrorCode::BadRequest, format!("cannot read request: {e}")),
         Ok(Ok(_)) => {
-            let (opener, request_line) = (munge.clone(), line.clone());
-            match tokio::task::spawn_blocking(move || wattson_link::open_request(&opener, &request_line))
-                .await
-            {
-                Ok(Ok((uid, request))) if services.access.is_privileged(uid) => {
+            let request_line = line.clone();
+            match munge.call(move |m| wattson_link::open_request(m, &request_line)).await {
+                Some(Ok((uid, request))) if services.access.is_privileged(uid) => {
                     info!(uid, ?request, "link: controller request");
                     let response = match tokio::time::timeout(timeout, dispatch(services, request, uid)).await
                     {
                         Ok(response) => response,
                         Err(_) => Err(Error::new(ErrorCode::Busy, format!("no answer within {timeout:?}"))),
                     };
-                    tokio::task::spawn_blocking(move || {
-                        wattson_link::seal_reply(&munge, &line, uid, &response)
-                    })
-                    .await
-                    .ok()
-                    .flatten()
+                    munge.call(move |m| wattson_link::seal_reply(m, &line, uid, &response)).await.flatten()
                 }
-                Ok(Ok((uid, _))) => {
+                Some(Ok((uid, _))) => {
                     warn!(uid, "link: request from a user other than root and SlurmUser refused");
                     refusal(
                         ErrorCode::PermissionDenied,
                         format!("permission denied: only root and SlurmUser may use the link (uid {uid})"),
                     )
                 }
-                Ok(Err(e)) => {
+                Some(Err(e)) => {
                     warn!(error = %e, "link: request refused");
                     Some(wattson_link::refusal(&e))
                 }
-                Err(e) => refusal(ErrorCode::Internal, e.to_string()),
+                None => refusal(ErrorCode::Busy, "the link's MUNGE queue is full; retry".into()),
             }
         }
     };
