@@ -247,6 +247,37 @@ fn request_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+impl ConfigError {
+    /// `message` about `key` (`section.name`), as `origin:line: message` at the line of `text`
+    /// that sets the key, or `origin: message` where the file does not set it (a default).
+    pub(crate) fn at(text: &str, origin: &str, key: &str, message: &str) -> ConfigError {
+        match line_of(text, key) {
+            Some(line) => ConfigError(format!("{origin}:{line}: {message}")),
+            None => ConfigError(format!("{origin}: {message}")),
+        }
+    }
+}
+
+/// The line (from 1) of `text` that sets `key` (`section.name`): under its `[section]`
+/// header, or as a dotted key before any header.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let (section, name) = key.split_once('.')?;
+    let mut current = "";
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[').and_then(|h| h.split(']').next()) {
+            current = header.trim();
+            continue;
+        }
+        let Some((set, _)) = line.split_once('=') else { continue };
+        let set = set.trim();
+        if (current == section && set == name) || (current.is_empty() && set == key) {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 impl Config {
     /// Parses `text`, naming `origin` (a path) in errors as `origin:line: message`.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
@@ -258,27 +289,28 @@ impl Config {
                 None => ConfigError(format!("{origin}: {message}")),
             }
         })?;
+        let at = |key: &str, message: &str| Err(ConfigError::at(text, origin, key, message));
         if config.engine.probe_settle >= config.engine.probe_window {
-            return Err(ConfigError(format!(
-                "{origin}: engine.probe_settle must be shorter than engine.probe_window"
-            )));
+            return at("engine.probe_settle", "engine.probe_settle must be shorter than engine.probe_window");
         }
         if config.daemon.slurm_user.is_empty() {
-            return Err(ConfigError(format!("{origin}: daemon.slurm_user must not be empty")));
+            return at("daemon.slurm_user", "daemon.slurm_user must not be empty");
         }
         if config.ctld.share_pairs.is_some() {
             if config.budget.power_w.is_some() {
-                return Err(ConfigError(format!(
-                    "{origin}: ctld.share_pairs and budget.power_w cannot be set together: each holds jobs at submission for the controller, and one job is released by one decision"
-                )));
+                return at(
+                    "ctld.share_pairs",
+                    "ctld.share_pairs and budget.power_w cannot be set together: each holds jobs at submission for the controller, and one job is released by one decision",
+                );
             }
             if config.policy.shards_per_job().is_none() {
-                return Err(ConfigError(format!(
-                    "{origin}: ctld.share_pairs needs policy.shards_per_gpu (the shards job_submit gives an opted-in job)"
-                )));
+                return at(
+                    "ctld.share_pairs",
+                    "ctld.share_pairs needs policy.shards_per_gpu (the shards job_submit gives an opted-in job)",
+                );
             }
         }
-        paths::check(&config, origin)?;
+        paths::check(&config, text, origin)?;
         Ok(config)
     }
 

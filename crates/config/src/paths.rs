@@ -7,31 +7,35 @@ use super::{Config, ConfigError};
 
 /// Refuses paths that cannot be what their key needs, and a `/metrics` open beyond this
 /// host that the site did not say it meant.
-pub(crate) fn check(config: &Config, origin: &str) -> Result<(), ConfigError> {
-    let err = |message: String| Err(ConfigError(format!("{origin}: {message}")));
+pub(crate) fn check(config: &Config, text: &str, origin: &str) -> Result<(), ConfigError> {
+    let err = |key: &str, message: String| Err(ConfigError::at(text, origin, key, &message));
     for (key, path) in [
         ("daemon.store", &config.daemon.store),
         ("daemon.socket", &config.daemon.socket),
         ("engine.models_file", &config.engine.models_file),
     ] {
         if let Some(why) = not_a_file_name(path) {
-            return err(format!("{key} {path:?} {why}; give the path of a file"));
+            return err(key, format!("{key} {path:?} {why}; give the path of a file"));
         }
     }
     let progress = &config.engine.progress_dir;
     if progress.as_os_str().is_empty() || progress.parent().is_none() {
-        return err(format!(
-            "engine.progress_dir {progress:?} must be a directory of its own, not / or empty"
-        ));
+        return err(
+            "engine.progress_dir",
+            format!("engine.progress_dir {progress:?} must be a directory of its own, not / or empty"),
+        );
     }
     if let Some(addr) = config.metrics.listen
         && !addr.ip().is_loopback()
         && !config.metrics.public
     {
-        return err(format!(
-            "metrics.listen {addr} serves /metrics to anyone who can reach the port; listen on \
-             127.0.0.1, or set metrics.public = true if that is meant"
-        ));
+        return err(
+            "metrics.listen",
+            format!(
+                "metrics.listen {addr} serves /metrics to anyone who can reach the port; listen on \
+                 127.0.0.1, or set metrics.public = true if that is meant"
+            ),
+        );
     }
     Ok(())
 }
@@ -66,6 +70,19 @@ mod tests {
         assert!(refused("[engine]\nprogress_dir = \"/\"\n").contains("engine.progress_dir"));
         assert!(refused("[engine]\nprogress_dir = \"\"\n").contains("engine.progress_dir"));
         Config::parse("[daemon]\nstore = \"/var/lib/wattson/w.db\"\n", "w.toml").unwrap();
+    }
+
+    #[test]
+    fn errors_found_after_parsing_name_the_line_that_set_the_key() {
+        let text = "# a site's file\n[daemon]\nnode_name = \"n1\"\nstore = \"/\"\n";
+        assert!(refused(text).starts_with("w.toml:4: daemon.store"), "{}", refused(text));
+        let text = "[engine]\nprobe_window = \"1s\"\nprobe_settle = \"2s\"\n";
+        assert!(refused(text).starts_with("w.toml:3: engine.probe_settle"), "{}", refused(text));
+        let text = "metrics.listen = \"0.0.0.0:9400\"\n";
+        assert!(refused(text).starts_with("w.toml:1: metrics.listen"), "{}", refused(text));
+        // A default the file does not set has no line.
+        let text = "[engine]\nprobe_window = \"1s\"\n";
+        assert!(refused(text).starts_with("w.toml: engine.probe_settle"), "{}", refused(text));
     }
 
     #[test]
