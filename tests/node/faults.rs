@@ -73,6 +73,30 @@ fn a_second_daemon_on_the_same_store_refuses_to_start() {
     assert_eq!(limit_mw(&node, 0), 420_000, "the refused daemon touched the running job's GPU");
 }
 
+/// Two daemons on other stores would both meter, set and restore the same GPUs: the second
+/// refuses to start, naming the GPU and the first one's pid, and touches nothing.
+#[test]
+fn a_second_daemon_on_another_store_refuses_the_same_gpus() {
+    let mut node = Node::h100(2);
+    node.start();
+    begin_capped(&node, "1", "0");
+    let text = std::fs::read_to_string(&node.config).unwrap();
+    let (store, socket) =
+        (node.dir.path().join("other").join("wattson.db"), node.dir.path().join("other.sock"));
+    let text = text
+        .replace(node.store.to_str().unwrap(), store.to_str().unwrap())
+        .replace(node.socket.to_str().unwrap(), socket.to_str().unwrap());
+    let other = node.dir.path().join("other.toml");
+    std::fs::write(&other, text).unwrap();
+    let out = node.daemon_refusing(&other);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second daemon drove the same GPUs: {err}");
+    let (pid, uuid) = (node.pid().to_string(), node.gpu_uuid(0));
+    assert!(err.contains("drives GPU") && err.contains(&pid) && err.contains(&uuid), "{err}");
+    assert!(!socket.exists(), "the refused daemon left a socket");
+    assert_eq!(limit_mw(&node, 0), 420_000, "the refused daemon touched the running job's GPU");
+}
+
 /// Every user's jobs are in the store: only root (and SlurmUser's group) may read the file, its
 /// WAL and its shared memory; a user asks the daemon, which shows them their own jobs.
 #[test]

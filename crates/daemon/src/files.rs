@@ -28,7 +28,7 @@ pub fn lock_path(store: &Path) -> PathBuf {
 /// meter and both restore the same GPUs.
 pub fn lock_store(store: &Path) -> Result<StoreLock, String> {
     let path = lock_path(store);
-    let mut file = OpenOptions::new()
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
@@ -37,18 +37,73 @@ pub fn lock_store(store: &Path) -> Result<StoreLock, String> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
         .map_err(|e| format!("cannot open the lock {}: {e}", path.display()))?;
+    match take(file, &path)? {
+        Taken::Ours(file) => Ok(StoreLock { _file: file }),
+        Taken::Held(who) => Err(format!(
+            "another wattsond{who} is using the store {}; stop it first (its lock: {})",
+            store.display(),
+            path.display()
+        )),
+    }
+}
+
+/// Where the GPUs' locks are: one file per GPU UUID, the same for every daemon on the node
+/// whatever its configuration (the unit's runtime directory, kept across restarts).
+pub const GPU_LOCKS: &str = "/run/wattson/gpus";
+
+/// The exclusive locks on the node's GPUs, held for the life of the daemon.
+#[derive(Debug)]
+pub struct GpuLocks {
+    _files: Vec<File>,
+}
+
+/// Takes a lock on each GPU (by UUID) in `dir`, or says which daemon drives one already: two
+/// daemons on other stores would both meter, set and restore the same GPUs.
+pub fn lock_gpus(dir: &Path, uuids: &[String]) -> Result<GpuLocks, String> {
+    let locks = TrustedDir::open(dir, "the GPUs' lock directory")?;
+    let mut files = Vec::with_capacity(uuids.len());
+    for uuid in uuids {
+        let name: String =
+            uuid.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        let name = format!("{name}.lock");
+        let path = dir.join(&name);
+        let file =
+            locks.open_lock(&name).map_err(|e| format!("cannot open the lock {}: {e}", path.display()))?;
+        match take(file, &path)? {
+            Taken::Ours(file) => files.push(file),
+            Taken::Held(who) => {
+                return Err(format!(
+                    "another wattsond{who} drives GPU {uuid} (another store or configuration); one \
+                     daemon per node: stop it first (its lock: {})",
+                    path.display()
+                ));
+            }
+        }
+    }
+    Ok(GpuLocks { _files: files })
+}
+
+/// A lock file taken, or held by another process.
+enum Taken {
+    /// This daemon's now, its pid written in it.
+    Ours(File),
+    /// Another's: ` (pid N)` as it wrote, or nothing.
+    Held(String),
+}
+
+/// Takes the exclusive lock on `file` (at `path`) and writes this process's pid in it.
+fn take(mut file: File, path: &Path) -> Result<Taken, String> {
     match file.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             let holder = holder.trim();
-            let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
-            return Err(format!(
-                "another wattsond{who} is using the store {}; stop it first (its lock: {})",
-                store.display(),
-                path.display()
-            ));
+            return Ok(Taken::Held(if holder.is_empty() {
+                String::new()
+            } else {
+                format!(" (pid {holder})")
+            }));
         }
         Err(TryLockError::Error(e)) => return Err(format!("cannot lock {}: {e}", path.display())),
     }
@@ -58,7 +113,7 @@ pub fn lock_store(store: &Path) -> Result<StoreLock, String> {
         writeln!(file, "{}", std::process::id())
     };
     write_pid(&mut file).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(StoreLock { _file: file })
+    Ok(Taken::Ours(file))
 }
 
 /// How the store was opened.

@@ -147,6 +147,9 @@ pub async fn run(config: Config) -> Result<(), String> {
             .map_err(|e| e.to_string())??;
     let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
     info!(gpus = backend.devices().len(), driver = ?backend.driver_version(), "GPUs found");
+    // Held until the process ends: one daemon per GPU, taken before any GPU is touched.
+    let uuids: Vec<String> = backend.devices().iter().map(|g| g.uuid.clone()).collect();
+    let _gpu_locks = files::lock_gpus(std::path::Path::new(files::GPU_LOCKS), &uuids)?;
     let pool = Arc::new(GpuPool::new(Arc::new(backend), GPU_DEADLINE));
     // A new store has no restore journal: every GPU goes back to its defaults.
     let restore_all = || {

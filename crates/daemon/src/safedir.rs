@@ -93,6 +93,17 @@ impl TrustedDir {
         Ok(file)
     }
 
+    /// Opens `name` for reading and writing, created (mode 0600) if missing, never through a
+    /// link: a lock file, kept between runs.
+    pub fn open_lock(&self, name: &str) -> std::io::Result<File> {
+        let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let file = File::from(openat(&self.fd, name, flags, Mode::from_bits_truncate(0o600))?);
+        if !file.metadata()?.file_type().is_file() {
+            return Err(std::io::Error::other(format!("{name} is not a plain file")));
+        }
+        Ok(file)
+    }
+
     /// Opens `name` for reading if it is a plain file (never a link, a pipe or a device,
     /// never blocking).
     pub fn open_file(&self, name: &str) -> std::io::Result<File> {

@@ -21,7 +21,8 @@ pub struct GpuConfig {
     /// Marketing name reported by `nvmlDeviceGetName`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// UUID ("GPU-…"); defaults to a value derived from the index.
+    /// UUID ("GPU-…"); defaults to a value derived from the driver directory and the index
+    /// ([`uuid_in`]), so that no two simulations share a GPU, as no two machines do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
     /// PCI bus id ("00000000:17:00.0"); defaults to bus 0x17 + index.
@@ -333,17 +334,34 @@ fn resolve(g: &GpuConfig, index: usize) -> Result<GpuSpec, String> {
     })
 }
 
-/// Deterministic, well-formed UUID for GPU `index`.
+/// Deterministic, well-formed UUID for GPU `index` of a configuration not yet given a driver
+/// directory.
 pub fn default_uuid(index: usize) -> String {
+    uuid_from(0, index)
+}
+
+/// The UUID of GPU `index` simulated in driver directory `dir`: deterministic, and another in
+/// every directory.
+pub fn uuid_in(dir: &std::path::Path, index: usize) -> String {
+    // FNV-1a over the directory's path.
+    let seed = dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    uuid_from(seed, index)
+}
+
+fn uuid_from(seed: u64, index: usize) -> String {
     // A fixed odd multiplier spreads consecutive indices over the hex digits.
-    let x = (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let x = (seed ^ (index as u64 + 1)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     format!(
         "GPU-{:08x}-{:04x}-4{:03x}-a{:03x}-{:012x}",
         (x >> 32) as u32,
         (x >> 16) as u16,
         (x & 0xfff) as u16,
         index & 0xfff,
-        index
+        (seed ^ index as u64) & 0xffff_ffff_ffff
     )
 }
 

@@ -45,6 +45,11 @@ fn bad_input(msg: &str) -> io::Error {
 impl Sim {
     /// Creates (or re-creates) a driver directory: writes `config.toml` and fresh state and history.
     pub fn create(dir: &Path, config: &Config) -> io::Result<Sim> {
+        let absolute = std::path::absolute(dir)?;
+        let mut config = config.clone();
+        for (index, gpu) in config.gpu.iter_mut().enumerate() {
+            gpu.uuid.get_or_insert_with(|| config::uuid_in(&absolute, index));
+        }
         let text = config.to_toml();
         Config::from_toml(&text)?;
         std::fs::create_dir_all(dir)?;

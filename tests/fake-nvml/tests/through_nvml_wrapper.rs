@@ -79,7 +79,9 @@ fn fake_driver_through_nvml_wrapper() {
     // Identity and lookups.
     assert_eq!(nvml.device_count().unwrap(), 3);
     assert!(nvml.sys_driver_version().unwrap().starts_with("550."));
-    let spec0 = cfg.spec(0).unwrap();
+    // The simulation's own configuration: its GPUs' UUIDs are its directory's.
+    let spec0 = Config::load(sim.dir()).unwrap().spec(0).unwrap();
+    assert_ne!(spec0.uuid, cfg.spec(0).unwrap().uuid, "another machine's GPU 0");
     let mut dev0 = nvml.device_by_index(0).unwrap();
     assert_eq!(dev0.name().unwrap(), "NVIDIA H100 80GB HBM3");
     assert_eq!(dev0.uuid().unwrap(), spec0.uuid);
