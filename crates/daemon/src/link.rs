@@ -6,6 +6,7 @@
 //! root's. Bounded like the socket: the request line within [`LINE_TIMEOUT`] of the
 //! connection, a deadline on the answer, a cap on connections at once and on the line's
 //! length.
+
 use std::sync::Arc;
 use std::time::Duration;
 
