@@ -15,6 +15,7 @@ mod failover;
 mod fan_out;
 mod gpu_freq;
 mod jobstats;
+mod link;
 mod mail;
 mod micro_update;
 mod models_sync;
