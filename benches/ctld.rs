@@ -199,7 +199,7 @@ fn summary_passes() {
             now += 10;
             let pass = passes.pass(
                 now,
-                |lookback| Ok(summarize::parse_ended(&sacct(now, lookback, &written))),
+                |lookback| Ok(slurm::ended::parse_ended(&sacct(now, lookback, &written))),
                 write,
             );
             written.extend(pass.unwrap().written.iter().map(|(j, _)| *j));
@@ -207,7 +207,7 @@ fn summary_passes() {
         let time = |lookback: Duration, written: &std::collections::BTreeSet<u32>| {
             let text = sacct(now, lookback, written);
             let started = Instant::now();
-            std::hint::black_box(summarize::parse_ended(&text));
+            std::hint::black_box(slurm::ended::parse_ended(&text));
             (text.lines().count(), started.elapsed())
         };
         let (rows, took) = time(passes.lookback(now + 10), &written);

@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::Plan;
+use crate::plan::Plan;
 use crate::slurm::{Node, Power};
 
 type Labels = Vec<(&'static str, &'static str)>;

@@ -2,6 +2,7 @@
 //! node updates wattson asks of it. Parsing is pure, for tests; [`Slurm`] runs the commands,
 //! reading their JSON where the running release has it ([`Form`]) and their text elsewhere.
 
+pub mod ended;
 pub mod gres;
 pub mod json;
 pub mod request;

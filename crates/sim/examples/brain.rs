@@ -199,7 +199,10 @@ fn sharing_bound(c: &ClusterConfig, catalog: &Catalog, o: &wattson_sim::Outcome)
         100.0 * half_j / 3.6e6 / ps
     );
     if let Some(colo) = &catalog.colocation {
-        let class = |j: &wattson_sim::SimJob| colo.class_of(catalog.get(0, j.workload));
+        let class = |j: &wattson_sim::SimJob| {
+            let w = catalog.get(0, j.workload);
+            colo.class_of(&w.network, w.batch)
+        };
         let classed_s: f64 = may_share.iter().filter(|j| class(j).is_some()).map(|j| gpu_s(j)).sum();
         let classes: std::collections::BTreeSet<u16> = may_share.iter().filter_map(|j| class(j)).collect();
         let least = classes

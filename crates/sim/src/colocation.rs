@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use wattson_engine::colocation::{Interference, PairSlowdown};
 
 use super::SimError;
-use super::workloads::Workload;
 
 /// Measured pair slowdowns and the engine's model fitted on them.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,17 +78,18 @@ impl Colocation {
         self.truth.get(&(victim, neighbour)).copied()
     }
 
-    /// The class of workload `w`: its network's Gavel type at the batch size nearest (in
-    /// ratio) to its own; `None` for a network Gavel did not measure.
-    pub fn class_of(&self, w: &Workload) -> Option<u16> {
-        let (_, gavel) = NETWORKS.iter().find(|(zeus, _)| *zeus == w.network)?;
+    /// The class of a workload of Zeus network `network` at `batch_size`: the network's Gavel type
+    /// at the batch size nearest (in ratio) to its own; `None` for a network Gavel did not
+    /// measure.
+    pub fn class_of(&self, network: &str, batch_size: u32) -> Option<u16> {
+        let (_, gavel) = NETWORKS.iter().find(|(zeus, _)| *zeus == network)?;
         let prefix = format!("('{gavel} (batch size ");
         self.names
             .iter()
             .enumerate()
             .filter_map(|(i, n)| {
                 let batch: f64 = n.strip_prefix(&prefix)?.split(')').next()?.parse().ok()?;
-                Some((i as u16, (batch / f64::from(w.batch.max(1))).ln().abs()))
+                Some((i as u16, (batch / f64::from(batch_size.max(1))).ln().abs()))
             })
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(i, _)| i)
@@ -129,17 +129,9 @@ mod tests {
         let c = Colocation::from_gavel_json(text, "g.json").unwrap();
         assert_eq!(c.slowdown(0, 0), Some(1.0));
         assert_eq!(c.slowdown(1, 0), None, "a pair that does not fit is not measured");
-        let w = |network: &str, batch| Workload {
-            name: String::new(),
-            network: network.into(),
-            batch,
-            limits: vec![],
-            time: vec![],
-            power: vec![],
-        };
-        assert_eq!(c.class_of(&w("resnet50", 128)), Some(0));
-        assert_eq!(c.class_of(&w("bert_base_uncased", 8)), Some(1));
-        assert_eq!(c.class_of(&w("deepspeech2", 32)), None);
+        assert_eq!(c.class_of("resnet50", 128), Some(0));
+        assert_eq!(c.class_of("bert_base_uncased", 8), Some(1));
+        assert_eq!(c.class_of("deepspeech2", 32), None);
         assert!(
             Colocation::from_gavel_json("{}", "g.json")
                 .unwrap_err()

@@ -261,11 +261,10 @@ pub fn prepare(
             gpu_types,
             gpu_fraction: t.gpu_fraction,
             workload: wi,
-            share: catalog
-                .colocation
-                .as_ref()
-                .filter(|_| shares)
-                .and_then(|c| c.class_of(catalog.get(0, wi))),
+            share: catalog.colocation.as_ref().filter(|_| shares).and_then(|c| {
+                let w = catalog.get(0, wi);
+                c.class_of(&w.network, w.batch)
+            }),
             bound,
             defer_window: window,
             choices,

@@ -7,7 +7,7 @@ use tracing::warn;
 use wattson_sacct::hostlist;
 
 use super::{JsonError, Number, Reply, reply};
-use crate::summarize::Ended;
+use crate::slurm::ended::Ended;
 
 /// `sacct --json`.
 pub const ENDED: &str = "sacct --json";
@@ -36,7 +36,7 @@ struct Comments {
 }
 
 /// Parses `sacct --json`, keeping the jobs that ended on nodes and hold no summary (as
-/// [`crate::summarize::parse_ended`] does with the text form). A job whose node list cannot
+/// [`crate::slurm::ended::parse_ended`] does with the text form). A job whose node list cannot
 /// be read is left out, with a warning.
 pub fn parse_ended(text: &str) -> Result<Vec<Ended>, JsonError> {
     let reply: Reply<JsonEnded> = reply(ENDED, text)?;
@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn the_json_and_text_of_one_release_read_the_same() {
         for (json, text, ..) in RELEASES {
-            assert_eq!(parse_ended(json).unwrap(), crate::summarize::parse_ended(text));
+            assert_eq!(parse_ended(json).unwrap(), crate::slurm::ended::parse_ended(text));
         }
     }
 
