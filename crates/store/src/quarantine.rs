@@ -36,7 +36,7 @@ impl Store {
                     self.quarantine(id, &reason, now)?;
                     quarantined.push((key, reason));
                 }
-                Err(StoreError::Sqlite(e)) if is_bad_value(&e) => {
+                Err(StoreError::Sqlite(e)) if query::is_bad_value(&e) => {
                     let reason = format!("job {key}: {e}");
                     self.quarantine(id, &reason, now)?;
                     quarantined.push((key, reason));
@@ -80,7 +80,7 @@ impl Store {
         let reason = match query::load_by_id(&self.conn, id) {
             Ok(_) | Err(StoreError::Sqlite(rusqlite::Error::QueryReturnedNoRows)) => return Ok(None),
             Err(StoreError::Corrupt(reason)) => reason,
-            Err(StoreError::Sqlite(e)) if is_bad_value(&e) => e.to_string(),
+            Err(StoreError::Sqlite(e)) if query::is_bad_value(&e) => e.to_string(),
             Err(e) => return Err(e),
         };
         self.quarantine(id, &reason, now)?;
@@ -91,17 +91,6 @@ impl Store {
     pub fn quarantined(&self) -> Result<usize, StoreError> {
         Ok(self.conn.query_row("SELECT count(*) FROM quarantine", [], |r| r.get::<_, i64>(0))? as usize)
     }
-}
-
-/// Whether SQLite's error is a value of the wrong type or range in a row (a damaged row),
-/// not a failure of the store itself.
-pub(crate) fn is_bad_value(e: &rusqlite::Error) -> bool {
-    matches!(
-        e,
-        rusqlite::Error::FromSqlConversionFailure(..)
-            | rusqlite::Error::InvalidColumnType(..)
-            | rusqlite::Error::IntegralValueOutOfRange(..)
-    )
 }
 
 #[cfg(test)]

@@ -115,7 +115,7 @@ fn collect_readable(conn: &Connection, sql: &str, params: Vec<Value>) -> Result<
         match load_by_id(conn, id) {
             Ok(record) => out.records.push(record),
             Err(StoreError::Corrupt(reason)) => out.unreadable.push(Unreadable { id, key, reason }),
-            Err(StoreError::Sqlite(e)) if crate::quarantine::is_bad_value(&e) => {
+            Err(StoreError::Sqlite(e)) if is_bad_value(&e) => {
                 let reason = format!("job {key}: {e}");
                 out.unreadable.push(Unreadable { id, key, reason });
             }
@@ -255,4 +255,15 @@ pub(super) fn samples(conn: &Connection, key: &JobKey) -> Result<Vec<SeriesPoint
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Whether SQLite's error is a value of the wrong type or range in a row (a damaged row),
+/// not a failure of the store itself.
+pub(crate) fn is_bad_value(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+    )
 }
