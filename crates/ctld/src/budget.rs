@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use wattson_config::Config;
 use wattson_config::budget::{HELD_MARK, RELEASED_MARK};
 
+use crate::nodes::JobLevels;
 use crate::slurm::request::Request;
 use crate::slurm::{Job, Node};
-use crate::snapshot::JobLevels;
 
 /// What a GPU of a job whose table the controller does not know may draw (W): `[budget]
 /// gpu_max_w`, else the largest of the engine's priors for the GPU types Slurm's `Gres`

@@ -9,10 +9,20 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use wattson_config::link::LinkConfig;
+use wattson_engine::cluster::Level;
 use wattson_link::{LinkError, Munge};
 use wattson_protocol::{ErrorCode, Pace, Reply, Request};
 
-use crate::snapshot::JobLevels;
+/// A running job's DVFS levels, as its node gives them ([`wattson_protocol::Reply::JobLevels`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobLevels {
+    /// Its level table, the top level (the GPUs' defaults) last.
+    pub levels: Vec<Level>,
+    /// The level it runs at now.
+    pub level: u16,
+    /// Its slowdown bound (fraction).
+    pub bound: f64,
+}
 
 /// A node's answer (`Ok(Err(..))`: its refusal), or why it could not be asked.
 pub(crate) type Answer = Result<Result<Reply, wattson_protocol::Error>, String>;

@@ -34,7 +34,7 @@ fn within_bound(levels: &[Level], level: u16, bound: f64) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::JobLevels;
+    use crate::nodes::JobLevels;
 
     fn level(setting: f64, slowdown_hi: f64) -> Level {
         Level { setting, slowdown_hi, energy_ratio: 1.0, power_w: setting, cap_w: setting }

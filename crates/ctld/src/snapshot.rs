@@ -12,6 +12,7 @@ use wattson_engine::cluster::{
     Snapshot, TunedPolicy, Tuning, wait_cost::WaitCost,
 };
 
+use crate::nodes::JobLevels;
 use crate::slurm::{Job, Node, Power};
 
 /// Work assumed for a job without a time limit (s).
@@ -132,17 +133,6 @@ pub fn gpu_idle_w(c: &CtldConfig, nodes: &[Node]) -> f64 {
         let named = nodes.iter().find(|n| n.gpus > 0).and_then(|n| n.gpu_type.as_deref());
         wattson_engine::idle_w_of(named.unwrap_or(""))
     })
-}
-
-/// A running job's DVFS levels, as its node gives them ([`wattson_protocol::Reply::JobLevels`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobLevels {
-    /// Its level table, the top level (the GPUs' defaults) last.
-    pub levels: Vec<Level>,
-    /// The level it runs at now.
-    pub level: u16,
-    /// Its slowdown bound (fraction).
-    pub bound: f64,
 }
 
 /// What the controller learned beyond Slurm's listings, for the power budget.

@@ -248,7 +248,7 @@ fn under_a_budget_running_jobs_go_down_a_level_before_a_held_job_is_released_and
     let mut learned = snapshot::Learned::default();
     learned.levels.insert(
         5,
-        snapshot::JobLevels { levels: vec![level(300.0, 0.05), level(700.0, 0.0)], level: 1, bound: 0.1 },
+        crate::nodes::JobLevels { levels: vec![level(300.0, 0.05), level(700.0, 0.0)], level: 1, bound: 0.1 },
     );
     learned.held = budget::held(&jobs, &requests);
     learned.gpu_max_w = 700.0;
@@ -296,7 +296,7 @@ fn past_the_wait_cost_bound_or_a_closed_gate_running_jobs_are_raised_and_the_sta
     let mut learned = snapshot::Learned::default();
     learned.levels.insert(
         5,
-        snapshot::JobLevels { levels: vec![level(300.0, 0.05), level(700.0, 0.0)], level: 0, bound: 0.1 },
+        crate::nodes::JobLevels { levels: vec![level(300.0, 0.05), level(700.0, 0.0)], level: 0, bound: 0.1 },
     );
     let t0 = alone[0].submit as f64 + 600.0;
     let run = |bound: f64| {
