@@ -25,7 +25,7 @@ use wattson_config::policy::{Decision, SitePolicy};
 use wattson_engine::Measurements;
 use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
-use wattson_store::{AcctQuery, BeginOutcome, Hold, Store};
+use wattson_store::{AcctQuery, BeginOutcome, Hold, Store, Unreadable};
 use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, SeriesPoint};
 use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
 
@@ -372,9 +372,9 @@ impl Core {
 
     /// Moves the records of `rows` that still cannot be read to the store's quarantine, each
     /// logged (a reader met them; [`wattson_store::Store::query_readable`]).
-    pub fn quarantine(&mut self, rows: &[i64]) {
+    pub fn quarantine(&mut self, rows: &[Unreadable]) {
         let now = self.now();
-        for &row in rows {
+        for row in rows {
             match self.store.quarantine_unreadable(row, now) {
                 Ok(Some(reason)) => {
                     error!(reason = %reason, "a record cannot be read: moved to the store's quarantine table; acct leaves it out")

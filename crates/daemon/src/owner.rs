@@ -13,6 +13,7 @@ use crate::core::{Core, Tick};
 use wattson_engine::Measurements;
 use wattson_gpu::GpuError;
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
+use wattson_store::Unreadable;
 use wattson_types::energy::GpuReading;
 use wattson_types::job::{JobKey, JobRecord};
 
@@ -31,7 +32,7 @@ enum Command {
     Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
     NodeEnergy(crate::node_energy::NodeTotals, oneshot::Sender<()>),
     Shutdown(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<()>),
-    Quarantine(Vec<i64>),
+    Quarantine(Vec<Unreadable>),
 }
 
 /// The running jobs as of the owner's last command, for readers.
@@ -111,9 +112,9 @@ impl Owner {
         let _ = self.ask(|tx| Command::Shutdown(readings, tx)).await;
     }
 
-    /// Moves the records of these rows, which a reader could not read, to the store's
-    /// quarantine (if they still cannot be read); answers nothing and never waits.
-    pub fn quarantine(&self, rows: Vec<i64>) {
+    /// Moves the records a reader could not read to the store's quarantine (if they still
+    /// cannot be read); answers nothing and never waits.
+    pub fn quarantine(&self, rows: Vec<Unreadable>) {
         let _ = self.commands.try_send(Command::Quarantine(rows));
     }
 

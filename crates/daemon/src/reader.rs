@@ -145,7 +145,7 @@ fn summary(store: &Store, owner: &Owner, node: &str, job: u32, bins: u32) -> Res
 fn readable(store: &Store, owner: &Owner, filter: &AcctQuery) -> Result<Vec<JobRecord>, Error> {
     let read = store.query_readable(filter).map_err(|e| Error::new(ErrorCode::Store, e.to_string()))?;
     if !read.unreadable.is_empty() {
-        owner.quarantine(read.unreadable.iter().map(|u| u.id).collect());
+        owner.quarantine(read.unreadable);
     }
     Ok(read.records)
 }

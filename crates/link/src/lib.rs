@@ -9,7 +9,7 @@
 //! replayed or expired credential.
 //!
 //! Blocking and small: the controller calls it from its loop; wattsond's async server uses
-//! [`open_request`] and [`seal_response`] around its own dispatch.
+//! [`open_request`], [`seal_reply`] and [`refusal`] around its own dispatch.
 
 pub mod munge;
 

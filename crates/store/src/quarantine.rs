@@ -7,7 +7,7 @@ use rusqlite::params;
 
 use super::{Store, StoreError, query};
 use crate::AcctQuery;
-use crate::query::Readable;
+use crate::query::{Readable, Unreadable};
 use wattson_types::job::{JobKey, JobRecord};
 
 /// Records moved to quarantine: which, and why.
@@ -20,31 +20,11 @@ impl Store {
         &mut self,
         now: i64,
     ) -> Result<(Vec<JobRecord>, Quarantined), StoreError> {
-        let ids: Vec<(i64, JobKey)> = self
-            .conn
-            .prepare(
-                "SELECT id, job_id, step FROM jobs WHERE state = 'RUNNING' ORDER BY begin_ns, job_id, step",
-            )?
-            .query_map([], |r| Ok((r.get(0)?, JobKey { job_id: r.get(1)?, step: r.get(2)? })))?
-            .collect::<rusqlite::Result<_>>()?;
-        let mut records = Vec::with_capacity(ids.len());
-        let mut quarantined = Vec::new();
-        for (id, key) in ids {
-            match query::load_by_id(&self.conn, id) {
-                Ok(record) => records.push(record),
-                Err(StoreError::Corrupt(reason)) => {
-                    self.quarantine(id, &reason, now)?;
-                    quarantined.push((key, reason));
-                }
-                Err(StoreError::Sqlite(e)) if query::is_bad_value(&e) => {
-                    let reason = format!("job {key}: {e}");
-                    self.quarantine(id, &reason, now)?;
-                    quarantined.push((key, reason));
-                }
-                Err(e) => return Err(e),
-            }
+        let read = query::running_readable(&self.conn)?;
+        for unreadable in &read.unreadable {
+            self.quarantine(unreadable.id, &unreadable.reason, now)?;
         }
-        Ok((records, quarantined))
+        Ok((read.records, read.unreadable.into_iter().map(|u| (u.key, u.reason)).collect()))
     }
 
     /// Moves the record of row `id` (with its GPUs and series) to `quarantine`.
@@ -74,17 +54,21 @@ impl Store {
         query::run_readable(&self.conn, q)
     }
 
-    /// Moves the record of row `id` to `quarantine` at `now` if it still cannot be read;
-    /// whether it did.
-    pub fn quarantine_unreadable(&mut self, id: i64, now: i64) -> Result<Option<String>, StoreError> {
-        let reason = match query::load_by_id(&self.conn, id) {
-            Ok(_) | Err(StoreError::Sqlite(rusqlite::Error::QueryReturnedNoRows)) => return Ok(None),
-            Err(StoreError::Corrupt(reason)) => reason,
-            Err(StoreError::Sqlite(e)) if query::is_bad_value(&e) => e.to_string(),
-            Err(e) => return Err(e),
-        };
-        self.quarantine(id, &reason, now)?;
-        Ok(Some(reason))
+    /// Moves the record a query could not read to `quarantine` at `now` if it still cannot be
+    /// read; why, if it did.
+    pub fn quarantine_unreadable(
+        &mut self,
+        row: &Unreadable,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        match query::read_row(&self.conn, row.id, row.key.clone()) {
+            Ok(Ok(_)) | Err(StoreError::Sqlite(rusqlite::Error::QueryReturnedNoRows)) => Ok(None),
+            Ok(Err(unreadable)) => {
+                self.quarantine(unreadable.id, &unreadable.reason, now)?;
+                Ok(Some(unreadable.reason))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// How many records are in quarantine.
@@ -117,9 +101,11 @@ mod tests {
         assert_eq!(keys, [7, 9]);
         assert_eq!((read.unreadable.len(), read.unreadable[0].id), (1, 2));
         assert!(read.unreadable[0].reason.contains("job 8: hints"), "{:?}", read.unreadable);
-        assert!(store.quarantine_unreadable(2, 5).unwrap().is_some());
-        assert_eq!(store.quarantine_unreadable(2, 5).unwrap(), None, "gone from jobs");
-        assert_eq!(store.quarantine_unreadable(1, 5).unwrap(), None, "a readable record stays");
+        let damaged = &read.unreadable[0];
+        assert!(store.quarantine_unreadable(damaged, 5).unwrap().is_some());
+        assert_eq!(store.quarantine_unreadable(damaged, 5).unwrap(), None, "gone from jobs");
+        let readable = Unreadable { id: 1, key: JobKey::job(7), reason: String::new() };
+        assert_eq!(store.quarantine_unreadable(&readable, 5).unwrap(), None, "a readable record stays");
         assert_eq!(store.quarantined().unwrap(), 1);
         assert_eq!(store.query(&all).unwrap().len(), 2);
     }

@@ -112,17 +112,30 @@ fn collect_readable(conn: &Connection, sql: &str, params: Vec<Value>) -> Result<
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut out = Readable::default();
     for (id, key) in rows {
-        match load_by_id(conn, id) {
+        match read_row(conn, id, key)? {
             Ok(record) => out.records.push(record),
-            Err(StoreError::Corrupt(reason)) => out.unreadable.push(Unreadable { id, key, reason }),
-            Err(StoreError::Sqlite(e)) if is_bad_value(&e) => {
-                let reason = format!("job {key}: {e}");
-                out.unreadable.push(Unreadable { id, key, reason });
-            }
-            Err(e) => return Err(e),
+            Err(unreadable) => out.unreadable.push(unreadable),
         }
     }
     Ok(out)
+}
+
+/// The record of row `id` (job `key`), or why it cannot be read; `Err` where the store itself
+/// failed (a row that is gone among them).
+pub(super) fn read_row(
+    conn: &Connection,
+    id: i64,
+    key: JobKey,
+) -> Result<Result<JobRecord, Unreadable>, StoreError> {
+    match load_by_id(conn, id) {
+        Ok(record) => Ok(Ok(record)),
+        Err(StoreError::Corrupt(reason)) => Ok(Err(Unreadable { id, key, reason })),
+        Err(StoreError::Sqlite(e)) if is_bad_value(&e) => {
+            let reason = format!("job {key}: {e}");
+            Ok(Err(Unreadable { id, key, reason }))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The records of a query that can be read, and those that cannot.
@@ -137,7 +150,7 @@ pub struct Readable {
 /// A record that cannot be read: its row, its key and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Unreadable {
-    /// Its row in `jobs` (what [`crate::Store::quarantine_unreadable`] takes).
+    /// Its row in `jobs`.
     pub id: i64,
     /// Its job or step.
     pub key: JobKey,
@@ -149,6 +162,11 @@ pub struct Unreadable {
 pub(super) fn run_readable(conn: &Connection, q: &AcctQuery) -> Result<Readable, StoreError> {
     let (sql, params) = build(q, false);
     collect_readable(conn, &sql, params)
+}
+
+/// [`running`], leaving out the records that cannot be read ([`collect_readable`]).
+pub(super) fn running_readable(conn: &Connection) -> Result<Readable, StoreError> {
+    collect_readable(conn, &format!("SELECT {JOB_COLS} FROM jobs WHERE state = 'RUNNING'{ORDER}"), Vec::new())
 }
 
 /// The record with row id `id`.
@@ -259,7 +277,7 @@ pub(super) fn samples(conn: &Connection, key: &JobKey) -> Result<Vec<SeriesPoint
 
 /// Whether SQLite's error is a value of the wrong type or range in a row (a damaged row),
 /// not a failure of the store itself.
-pub(crate) fn is_bad_value(e: &rusqlite::Error) -> bool {
+fn is_bad_value(e: &rusqlite::Error) -> bool {
     matches!(
         e,
         rusqlite::Error::FromSqlConversionFailure(..)
