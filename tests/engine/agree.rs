@@ -95,10 +95,33 @@ fn job_text(s: &Snapshot, gpn: u32, nodes_of: &dyn Fn(u32) -> Vec<u32>) -> Strin
     out
 }
 
+/// Every knob of the engine's `Tuning` away from its default: the simulator reads these lines
+/// as its `[wattson]` table and the controller as `[ctld]`.
+const KNOBS: &str = "\
+forecast_window_s = 1800.0
+warm_break_evens = 1.5
+keep_break_evens = 0.5
+warm_shortfall = 0.25
+pack = false
+min_price_drop = 0.3
+dvfs_min_free = 0.1
+dvfs_horizon_s = 600.0
+congestion_raise = 0.5
+raise_after_runs = 0.5
+count_node_base = false
+type_aware = false
+type_max_cost = 3.0
+queue_order = \"response-ratio\"
+size_exponent = 0.75
+max_wait_cost = 0.1
+share_first = true
+";
+
 #[test]
 fn the_controller_decides_as_the_simulator_on_the_same_states() {
     let text = std::fs::read_to_string(Path::new(ROOT).join("etc/sim/cluster.toml")).unwrap();
-    let mut c = ClusterConfig::from_toml(&text.replace("nodes = 80", "nodes = 10"), "cluster.toml").unwrap();
+    let text = text.replace("nodes = 80", "nodes = 10").replace("[wattson]\n", &format!("[wattson]\n{KNOBS}"));
+    let mut c = ClusterConfig::from_toml(&text, "cluster.toml").unwrap();
     c.hints.slowdown = vec![[0.0, 1.0]];
     c.hints.defer_fraction = 0.0;
     let data = Path::new(ROOT).join("data");
@@ -110,23 +133,30 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
     let models = wattson_sim::policies::level_tables(&cat).unwrap();
     let policy = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: c.tuning(1800.0) };
 
-    // The controller configured as the simulated cluster: its node model, the same tunables.
-    let mut config = wattson_config::Config::default();
-    let ctld = &mut config.ctld;
-    ctld.node = c.node;
-    ctld.gpu_idle_w = Some(c.groups[0].gpu_idle_w());
-    ctld.forecast_window = std::time::Duration::from_secs_f64(c.wattson.forecast_window_s);
-    ctld.warm_shortfall = c.wattson.warm_shortfall;
-    ctld.queue_order = c.wattson.queue_order;
-    ctld.raise_after_runs = c.wattson.raise_after_runs;
-    ctld.congestion_raise = c.wattson.congestion_raise;
-    ctld.dvfs_horizon = std::time::Duration::from_secs_f64(c.wattson.dvfs_horizon_s);
-    ctld.share_first = c.wattson.share_first;
+    // The controller configured from the same knob lines, and as the simulated cluster: its
+    // node model.
+    let mut config = wattson_config::Config::parse(&format!("[ctld]\n{KNOBS}"), "wattson.toml").unwrap();
+    config.ctld.node = c.node;
+    config.ctld.gpu_idle_w = Some(c.groups[0].gpu_idle_w());
+    let defaults = cluster::Tuning::default();
+    for key in cluster::Tuning::KEYS {
+        assert!(KNOBS.contains(&format!("\n{key} = ")) || KNOBS.starts_with(&format!("{key} = ")), "{key} is not set here");
+    }
+    let fields = |t: &cluster::Tuning| serde_json::to_value(t).unwrap();
+    for (key, value) in fields(&policy.tuning).as_object().unwrap() {
+        assert_ne!(Some(value), fields(&defaults).get(key), "{key}: the simulator did not take it");
+    }
     assert_eq!(
         wattson_ctld::snapshot::policy(&config.ctld),
         policy,
         "one policy, as each side configures it"
     );
+    // Slurm's text carries whole seconds: an idle node's sleep at a fraction of its break-even
+    // time would fall between them, so the replay keeps idle nodes the default way, both sides.
+    c.wattson.tuning.keep_break_evens = defaults.keep_break_evens;
+    config.ctld.tuning.keep_break_evens = defaults.keep_break_evens;
+    let policy = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: c.tuning(1800.0) };
+    assert_eq!(wattson_ctld::snapshot::policy(&config.ctld), policy);
     let mut planner = Planner::new(config.clone());
 
     let gpn = c.gpus_per_node;
@@ -180,4 +210,16 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
     eprintln!("compared {compared} states; power_down/power_up/queue_order/raised/queue>1: {seen:?}");
     assert!(compared > 400, "{compared}");
     assert!(seen.iter().all(|&n| n >= 10), "{seen:?}");
+}
+
+#[test]
+fn the_controller_and_the_simulator_ship_the_same_defaults() {
+    let shipped = std::fs::read_to_string(Path::new(ROOT).join("etc/sim/cluster.toml")).unwrap();
+    let sim = ClusterConfig::from_toml(&shipped, "cluster.toml").unwrap().wattson.tuning;
+    let ctld = wattson_config::Config::default().ctld.tuning;
+    assert_eq!(sim, cluster::Tuning::default(), "the simulator's shipped cluster file sets no knob");
+    assert_eq!(ctld, sim, "wattson ctld's defaults are the simulator's");
+    let example = std::fs::read_to_string(Path::new(ROOT).join("etc/wattson.toml")).unwrap();
+    let example = wattson_config::Config::parse(&example, "etc/wattson.toml").unwrap().ctld.tuning;
+    assert_eq!(example, sim, "etc/wattson.toml shows the shipped values");
 }

@@ -108,7 +108,7 @@ fn cluster(shipped: &ClusterConfig) -> ClusterConfig {
         s.suspend_timeout_s / c,
         s.resume_timeout_s / c,
         ["0.1"; 24].join(","),
-        shipped.wattson.forecast_window_s / c,
+        shipped.wattson.tuning.forecast_window_s / c,
     );
     ClusterConfig::from_toml(&toml, "twin").unwrap()
 }

@@ -95,7 +95,7 @@ pub(super) fn lab_of_types(
     let power = lab.dir().join("power");
     std::fs::create_dir(&power).unwrap();
     let toml = format!(
-        "[ctld]\ninterval = \"1s\"\nforecast_window = \"1m\"\nstate_file = \"{state}\"\n{ctld}\n\
+        "[ctld]\ninterval = \"1s\"\nforecast_window_s = 60\nstate_file = \"{state}\"\n{ctld}\n\
          [ctld.node]\nboot_s = 2\nshutdown_s = 1\n\
          [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
          timeout = \"10s\"\nlog = \"{log}\"\n[link]\nport = {port}\nmunge_socket = {munge:?}\n",

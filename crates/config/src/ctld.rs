@@ -1,18 +1,18 @@
 //! `[ctld]` and `[power]`: the controller service that right-sizes the cluster, and the power
 //! programs Slurm runs to suspend and resume nodes.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use wattson_engine::cluster::{NodeCosts, QueueOrder};
+use wattson_engine::cluster::{NodeCosts, Tuning};
 
 use crate::duration_in;
 
 /// `[ctld]` section: `wattson ctld`'s loop and the node power model it decides with.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct CtldConfig {
     /// Power nodes down and up (`false`: leave node power to Slurm and the administrator).
     #[serde(default = "default_true")]
@@ -21,11 +21,6 @@ pub struct CtldConfig {
     /// powered nodes); they replace `Weight=` from slurm.conf while ctld runs.
     #[serde(default = "default_true")]
     pub weights: bool,
-    /// On a cluster of several GPU types, keep each pending job that asked for untyped GPUs
-    /// off the nodes of every type but the one the policy ranks for its workload (by the
-    /// model table's energy under its bound), through its excluded nodes.
-    #[serde(default = "default_true")]
-    pub place_by_type: bool,
     /// Where the controller keeps what `wattson power status` shows (rewritten every loop).
     #[serde(default = "default_state_file")]
     pub state_file: PathBuf,
@@ -37,57 +32,12 @@ pub struct CtldConfig {
     #[serde(default = "default_command_timeout", deserialize_with = "command_timeout")]
     #[schemars(with = "String", extend("x-allowed" = "1s to 5m"))]
     pub command_timeout: Duration,
-    /// Window of the arrival forecast that sizes the warm set (1m to 1d).
-    #[serde(default = "default_forecast_window", deserialize_with = "forecast_window")]
-    #[schemars(with = "String", extend("x-allowed" = "1m to 1d"))]
-    pub forecast_window: Duration,
-    /// The warm set is the fewest idle nodes that the forecast demand within its horizon
-    /// outgrows with at most this probability (0.01 to 0.99; lower keeps more nodes on).
-    #[serde(default = "default_warm_shortfall", deserialize_with = "warm_shortfall")]
-    #[schemars(extend("x-allowed" = "0.01 to 0.99"))]
-    pub warm_shortfall: f64,
-    /// The order pending jobs start in: `fifo` leaves Slurm's priorities alone;
-    /// `response-ratio` gives each pending job a nice by its rank in the engine's order (wait
-    /// per unit of size), so that the order is one term of the priority Slurm computes.
-    #[serde(default = "default_queue_order")]
-    pub queue_order: QueueOrder,
     /// With `response-ratio`, the most priority the engine's order adds to a pending job, as
     /// a negative nice (1 to 1,000,000,000): weigh it against priority/multifactor's
     /// `PriorityWeight*`.
     #[serde(default = "default_order_weight", deserialize_with = "order_weight")]
     #[schemars(extend("x-allowed" = "1 to 1000000000"))]
     pub order_weight: u32,
-    /// A pending job makes the running jobs it waits for run at full speed only once it has
-    /// waited this many times its own time limit (0 to 100; 0: at once), as the simulator's
-    /// `[wattson] raise_after_runs`.
-    #[serde(default = "default_raise_after_runs", deserialize_with = "raise_after_runs")]
-    #[schemars(extend("x-allowed" = "0 to 100"))]
-    pub raise_after_runs: f64,
-    /// The most wattson's DVFS may lengthen the queue's waits, as a share of the waits without
-    /// it, as the controller observes them (0.05: 5%); past it no job is slowed until the
-    /// share is back under a tenth of it, as the simulator's `[wattson] max_wait_cost`.
-    #[serde(default = "default_max_wait_cost", deserialize_with = "max_wait_cost")]
-    #[schemars(extend("x-allowed" = "0 to 100"))]
-    pub max_wait_cost: f64,
-    /// No job is slowed while fewer than this share of the cluster's GPUs are unallocated (0
-    /// to 1; 0: no such gate), as the simulator's `[wattson] dvfs_min_free`.
-    #[serde(default, deserialize_with = "dvfs_min_free")]
-    #[schemars(extend("x-allowed" = "0 to 1"))]
-    pub dvfs_min_free: f64,
-    /// No job is slowed while the GPUs expected free this far ahead (free now, plus what
-    /// running jobs release by then at full speed, less the arrivals forecast from the last
-    /// `forecast_window`) fall below zero (0s to 1d; 0s: no such gate), as the simulator's
-    /// `[wattson] dvfs_horizon_s`.
-    #[serde(default, deserialize_with = "dvfs_horizon")]
-    #[schemars(with = "String", extend("x-allowed" = "0s to 1d"))]
-    pub dvfs_horizon: Duration,
-    /// How far the running jobs a late pending job waits for (all of them while a gate above
-    /// is closed) are raised toward full speed (0 to 1): 1, the GPUs' defaults; below, the
-    /// level of each job's table that gives up this share of its slowdown bound, as the
-    /// simulator's `[wattson] congestion_raise`.
-    #[serde(default = "default_congestion_raise", deserialize_with = "congestion_raise")]
-    #[schemars(extend("x-allowed" = "0 to 1"))]
-    pub congestion_raise: f64,
     /// The node power model (`[ctld.node]`, the simulator's `[node]`: one type, one set of
     /// defaults).
     #[serde(default, deserialize_with = "node_costs")]
@@ -134,11 +84,27 @@ pub struct CtldConfig {
     /// as it finds room.
     #[serde(default)]
     pub share_pairs: Option<PathBuf>,
-    /// With `share_pairs`: an opted-in job is released beside a running job the model pairs it
-    /// with even where a GPU of its own is free (that GPU's node may then power down); `false`:
-    /// only a job that would otherwise wait shares. As the simulator's `[wattson] share_first`.
-    #[serde(default)]
-    pub share_first: bool,
+    /// The cluster policy's knobs, declared with their defaults and ranges by the engine (the
+    /// simulator's `[wattson]` table takes the same).
+    #[serde(flatten)]
+    pub tuning: Tuning,
+    /// Keys that are neither the controller's nor a knob: refused by [`crate::Config::parse`]
+    /// (serde cannot deny unknown keys beside a flattened table).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, toml::Value>,
+}
+
+/// The first knob of `[ctld]` in `text` whose value the engine's [`Tuning`] refuses, with
+/// why: the parser's own error for a flattened table points at the table, not the key.
+pub(crate) fn knob_error(text: &str) -> Option<(String, String)> {
+    let file: toml::Table = text.parse().ok()?;
+    let ctld = file.get("ctld")?.as_table()?;
+    ctld.iter().filter(|(key, _)| Tuning::KEYS.contains(&key.as_str())).find_map(|(key, value)| {
+        let one = toml::Table::from_iter([(key.clone(), value.clone())]);
+        let refused = one.try_into::<Tuning>().err()?;
+        Some((key.clone(), refused.message().trim_end().to_string()))
+    })
 }
 
 /// The entry job_submit adds to the AdminComment of an opted-in job it held for the
@@ -153,18 +119,9 @@ impl Default for CtldConfig {
         CtldConfig {
             manage_power: true,
             weights: true,
-            place_by_type: true,
             state_file: default_state_file(),
             interval: default_interval(),
             command_timeout: default_command_timeout(),
-            forecast_window: default_forecast_window(),
-            warm_shortfall: default_warm_shortfall(),
-            queue_order: default_queue_order(),
-            raise_after_runs: default_raise_after_runs(),
-            max_wait_cost: default_max_wait_cost(),
-            dvfs_min_free: 0.0,
-            dvfs_horizon: Duration::ZERO,
-            congestion_raise: default_congestion_raise(),
             order_weight: default_order_weight(),
             node: NodeCosts::default(),
             gpu_idle_w: None,
@@ -176,7 +133,8 @@ impl Default for CtldConfig {
             summary_wait: default_summary_wait(),
             summary_bins: default_summary_bins(),
             share_pairs: None,
-            share_first: false,
+            tuning: Tuning::default(),
+            unknown: BTreeMap::new(),
         }
     }
 }
@@ -268,13 +226,6 @@ fn default_interval() -> Duration {
 fn default_command_timeout() -> Duration {
     Duration::from_secs(10)
 }
-fn default_forecast_window() -> Duration {
-    Duration::from_secs(3600)
-}
-fn default_queue_order() -> QueueOrder {
-    QueueOrder::Fifo
-}
-
 fn default_order_weight() -> u32 {
     10_000
 }
@@ -285,39 +236,6 @@ fn order_weight<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     } else {
         Err(serde::de::Error::custom(format!("{n}: allowed 1 to 1000000000")))
     }
-}
-fn default_max_wait_cost() -> f64 {
-    wattson_engine::cluster::Tuning::default().max_wait_cost
-}
-
-fn max_wait_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    crate::number_in(d, 0.0, 100.0, "")
-}
-
-fn dvfs_min_free<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    crate::number_in(d, 0.0, 1.0, "")
-}
-
-fn dvfs_horizon<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    duration_in(d, Duration::ZERO, Duration::from_secs(86400))
-}
-
-/// Full speed: the controller's raise before `congestion_raise` existed.
-fn default_congestion_raise() -> f64 {
-    1.0
-}
-fn congestion_raise<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    crate::number_in(d, 0.0, 1.0, "")
-}
-
-fn default_raise_after_runs() -> f64 {
-    wattson_engine::cluster::Tuning::default().raise_after_runs
-}
-fn raise_after_runs<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    crate::number_in(d, 0.0, 100.0, "")
-}
-fn default_warm_shortfall() -> f64 {
-    wattson_engine::cluster::Tuning::default().warm_shortfall
 }
 fn default_resume_retries() -> u32 {
     3
@@ -334,12 +252,6 @@ fn interval<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 }
 fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::from_secs(1), Duration::from_secs(300))
-}
-fn forecast_window<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    duration_in(d, Duration::from_secs(60), Duration::from_secs(86400))
-}
-fn warm_shortfall<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    crate::number_in(d, 0.01, 0.99, "")
 }
 fn transition<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::from_secs(1), Duration::from_secs(3600))
@@ -427,23 +339,31 @@ mod tests {
     }
 
     #[test]
-    fn the_dvfs_gate_is_a_share_of_the_gpus() {
-        let c = Config::parse("[ctld]\ndvfs_min_free = 0.15\n", "w.toml").unwrap();
-        assert_eq!((c.ctld.dvfs_min_free, Config::default().ctld.dvfs_min_free), (0.15, 0.0));
-        let e = Config::parse("[ctld]\ndvfs_min_free = 15\n", "w.toml").unwrap_err().0;
-        assert!(e.contains("15: allowed 0 to 1"), "{e}");
-    }
-
-    #[test]
-    fn the_horizon_gate_and_the_partial_raise_are_bounded_and_off_by_default() {
-        let c =
-            Config::parse("[ctld]\ndvfs_horizon = \"10m\"\ncongestion_raise = 0.925\n", "w.toml").unwrap();
-        assert_eq!((c.ctld.dvfs_horizon, c.ctld.congestion_raise), (Duration::from_secs(600), 0.925));
-        let d = Config::default().ctld;
-        assert_eq!((d.dvfs_horizon, d.congestion_raise, d.share_first), (Duration::ZERO, 1.0, false));
-        let e = Config::parse("[ctld]\ncongestion_raise = 1.5\n", "w.toml").unwrap_err().0;
-        assert!(e.contains("1.5: allowed 0 to 1"), "{e}");
-        let e = Config::parse("[ctld]\ndvfs_horizon = \"2d\"\n", "w.toml").unwrap_err().0;
-        assert!(e.contains("allowed 0s to 1day"), "{e}");
+    fn the_policy_knobs_are_the_engines_with_their_ranges_and_lines() {
+        let c = Config::parse(
+            "[ctld]\ndvfs_min_free = 0.15\ndvfs_horizon_s = 600\ncongestion_raise = 0.925\n",
+            "w.toml",
+        )
+        .unwrap();
+        let t = c.ctld.tuning;
+        assert_eq!((t.dvfs_min_free, t.dvfs_horizon_s, t.congestion_raise), (0.15, 600.0, 0.925));
+        assert_eq!(Config::default().ctld.tuning, wattson_engine::cluster::Tuning::default());
+        let e = Config::parse("[ctld]\ninterval = \"5s\"\n\ndvfs_min_free = 15\n", "w.toml").unwrap_err().0;
+        assert_eq!(e, "w.toml:4: ctld.dvfs_min_free = 15: allowed 0 to 1");
+        let e = Config::parse("[ctld]\nqueue_order = \"lifo\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2:") && e.contains("fifo") && e.contains("response-ratio"), "{e}");
+        let e = Config::parse("[ctld]\nwarm = 1\n", "w.toml").unwrap_err().0;
+        assert_eq!(e, "w.toml:2: ctld.warm is not a key of [ctld] (see wattson.toml(5))");
+        // Keys of earlier releases say what they became.
+        let e = Config::parse("[ctld]\ninterval = \"5s\"\nplace_by_type = false\n", "w.toml").unwrap_err().0;
+        assert!(
+            e.starts_with("w.toml:3: ctld.place_by_type")
+                && e.ends_with("it is now type_aware (see wattson.toml(5))"),
+            "{e}"
+        );
+        let e = Config::parse("[ctld]\nforecast_window = \"1h\"\n", "w.toml").unwrap_err().0;
+        assert!(e.contains("it is now forecast_window_s, in seconds"), "{e}");
+        // What only the simulator sets is no key of the controller's.
+        assert!(Config::parse("[ctld]\nsuspend_time_s = 60\n", "w.toml").is_err());
     }
 }

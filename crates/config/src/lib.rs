@@ -282,6 +282,14 @@ impl Config {
     /// Parses `text`, naming `origin` (a path) in errors as `origin:line: message`.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| {
+            if let Some((key, message)) = ctld::knob_error(text) {
+                return ConfigError::at(
+                    text,
+                    origin,
+                    &format!("ctld.{key}"),
+                    &format!("ctld.{key}: {message}"),
+                );
+            }
             let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
             let message = e.message().trim_end();
             match line {
@@ -290,6 +298,19 @@ impl Config {
             }
         })?;
         let at = |key: &str, message: &str| Err(ConfigError::at(text, origin, key, message));
+        if let Some(key) = config.ctld.unknown.keys().next() {
+            let renamed = match key.as_str() {
+                "forecast_window" => "; it is now forecast_window_s, in seconds",
+                "dvfs_horizon" => "; it is now dvfs_horizon_s, in seconds",
+                "place_by_type" => "; it is now type_aware",
+                _ => "",
+            };
+            let message = format!("ctld.{key} is not a key of [ctld]{renamed} (see wattson.toml(5))");
+            return at(&format!("ctld.{key}"), &message);
+        }
+        if let Err((key, message)) = config.ctld.tuning.check() {
+            return at(&format!("ctld.{key}"), &format!("ctld.{message}"));
+        }
         if config.engine.probe_settle >= config.engine.probe_window {
             return at("engine.probe_settle", "engine.probe_settle must be shorter than engine.probe_window");
         }
@@ -416,14 +437,14 @@ mod tests {
         let e = Config::parse("[ctld]\nsummary_bins = 0\n", "x.toml").unwrap_err().0;
         assert!(e.contains("outside 1 to 2000"), "{e}");
         assert_eq!(
-            Config::parse("[ctld]\nwarm_shortfall = 0.5\n", "x.toml").unwrap().ctld.warm_shortfall,
+            Config::parse("[ctld]\nwarm_shortfall = 0.5\n", "x.toml").unwrap().ctld.tuning.warm_shortfall,
             0.5
         );
         let e = Config::parse("[ctld]\nwarm_shortfall = 1.0\n", "x.toml").unwrap_err().0;
-        assert!(e.contains("allowed 0.01 to 0.99"), "{e}");
+        assert_eq!(e, "x.toml:2: ctld.warm_shortfall = 1: allowed 0.01 to 0.99");
         let ordered = Config::parse("[ctld]\nqueue_order = \"response-ratio\"\n", "x.toml").unwrap();
-        assert_eq!(ordered.ctld.queue_order, wattson_engine::cluster::QueueOrder::ResponseRatio);
-        assert_eq!(Config::default().ctld.queue_order, wattson_engine::cluster::QueueOrder::Fifo);
+        assert_eq!(ordered.ctld.tuning.queue_order, wattson_engine::cluster::QueueOrder::ResponseRatio);
+        assert_eq!(Config::default().ctld.tuning.queue_order, wattson_engine::cluster::QueueOrder::Fifo);
         let e = Config::parse("[ctld]\nqueue_order = \"lifo\"\n", "x.toml").unwrap_err().0;
         assert!(e.starts_with("x.toml:2") && e.contains("fifo") && e.contains("response-ratio"), "{e}");
     }

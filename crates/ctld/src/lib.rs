@@ -108,11 +108,11 @@ impl Planner {
     }
 
     /// Whether this loop places by GPU type, and so needs the pending jobs' [`Request`]s:
-    /// `[ctld] place_by_type`, several GPU types, a job waiting for resources.
+    /// `[ctld] type_aware`, several GPU types, a job waiting for resources.
     ///
     /// [`Request`]: slurm::request::Request
     pub fn places_by_type(&self, nodes: &[Node], jobs: &[Job]) -> bool {
-        self.config.ctld.place_by_type && by_type::several_types(nodes) && jobs.iter().any(Job::is_queued)
+        self.config.ctld.tuning.type_aware && by_type::several_types(nodes) && jobs.iter().any(Job::is_queued)
     }
 
     /// [`Planner::plan`], placing by GPU type the queued jobs of `requests`, and keeping the
@@ -154,7 +154,7 @@ impl Planner {
                 .iter()
                 .filter(|j| j.is_running())
                 .map(|j| {
-                    let pace = pace::of(learned, &actions, j.id, c.congestion_raise);
+                    let pace = pace::of(learned, &actions, j.id, c.tuning.congestion_raise);
                     (j.id, pace, j.nodes.iter().filter_map(addr).collect())
                 })
                 .collect(),
@@ -198,7 +198,7 @@ impl Planner {
         self.ledger.observe(nodes, now, &snapshot::node_costs(c), snapshot::gpu_idle_w(c, nodes));
         self.ledger.wait_cost = power_status::WaitCostStatus {
             observed: view.wait_cost,
-            bound: c.max_wait_cost,
+            bound: c.tuning.max_wait_cost,
             guarding: view.wait_guard,
         };
         let why = |what: &str| {

@@ -9,7 +9,7 @@ use wattson_config::Config;
 use wattson_config::ctld::CtldConfig;
 use wattson_engine::cluster::{
     ClusterPolicy, GpuType, Held, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Queued, Running,
-    Snapshot, TunedPolicy, Tuning, wait_cost::WaitCost,
+    Snapshot, TunedPolicy, wait_cost::WaitCost,
 };
 
 use crate::nodes::JobLevels;
@@ -100,25 +100,10 @@ impl View {
     }
 }
 
-/// The cluster policy the controller runs: wattson's, with the `[ctld]` settings over the
-/// engine's defaults (the simulator's `[wattson]` table sets the same tunables).
+/// The cluster policy the controller runs: wattson's, with `[ctld]`'s knobs (the simulator's
+/// `[wattson]` table takes the same [`Tuning`]).
 pub fn policy(c: &CtldConfig) -> TunedPolicy {
-    TunedPolicy {
-        kind: ClusterPolicy::Wattson,
-        tuning: Tuning {
-            forecast_window_s: c.forecast_window.as_secs_f64(),
-            warm_shortfall: c.warm_shortfall,
-            queue_order: c.queue_order,
-            raise_after_runs: c.raise_after_runs,
-            type_aware: c.place_by_type,
-            max_wait_cost: c.max_wait_cost,
-            dvfs_min_free: c.dvfs_min_free,
-            dvfs_horizon_s: c.dvfs_horizon.as_secs_f64(),
-            congestion_raise: c.congestion_raise,
-            share_first: c.share_first,
-            ..Tuning::default()
-        },
-    }
+    TunedPolicy { kind: ClusterPolicy::Wattson, tuning: c.tuning }
 }
 
 /// The node power model of `[ctld.node]`.

@@ -86,7 +86,7 @@ fn the_warm_set_follows_the_configured_shortfall() {
     let submitted = jobs[0].submit as f64;
     let plan_with = |shortfall: f64| {
         let mut config = Config::default();
-        config.ctld.warm_shortfall = shortfall;
+        config.ctld.tuning.warm_shortfall = shortfall;
         Planner::new(config).plan(&nodes, &jobs, submitted + 600.0)
     };
     let (tight, lax) = (plan_with(0.25), plan_with(0.5));
@@ -110,7 +110,7 @@ fn with_the_response_ratio_order_pending_jobs_get_nice_offsets_in_the_engines_or
     let now = jobs[0].submit as f64 + 3600.0;
     let mut config = Config::default();
     assert!(Planner::new(config.clone()).plan(&nodes, &jobs, now).nice.is_empty(), "fifo: Slurm's own");
-    config.ctld.queue_order = QueueOrder::ResponseRatio;
+    config.ctld.tuning.queue_order = QueueOrder::ResponseRatio;
     config.ctld.order_weight = 1000;
     let plan = Planner::new(config.clone()).plan(&nodes, &jobs, now);
     assert_eq!(plan.nice, [(11, -1000), (10, -500)], "{plan:?}");
@@ -301,7 +301,7 @@ fn past_the_wait_cost_bound_or_a_closed_gate_running_jobs_are_raised_and_the_sta
     let t0 = alone[0].submit as f64 + 600.0;
     let run = |bound: f64| {
         let mut config = Config::default();
-        config.ctld.max_wait_cost = bound;
+        config.ctld.tuning.max_wait_cost = bound;
         let mut planner = Planner::new(config);
         planner.plan_with(&nodes, &alone, &[], &learned, t0);
         let plan = planner.plan_with(&nodes, &queued, &[], &learned, t0 + 3600.0);
@@ -325,17 +325,17 @@ fn past_the_wait_cost_bound_or_a_closed_gate_running_jobs_are_raised_and_the_sta
     // four of n1's).
     let gated = |share: f64| {
         let mut config = Config::default();
-        config.ctld.dvfs_min_free = share;
+        config.ctld.tuning.dvfs_min_free = share;
         Planner::new(config).plan_with(&nodes, &alone, &[], &learned, t0).running[0].1
     };
     assert_eq!((gated(0.0), gated(0.25)), (Pace::Saving, Pace::Full));
 
-    // `dvfs_horizon`: nor while the GPUs expected free that far ahead fall short (none is
+    // `dvfs_horizon_s`: nor while the GPUs expected free that far ahead fall short (none is
     // free, none is freed within a minute, and the last hour's submission forecasts more).
     let paced = |horizon: u64, raise: f64| {
         let mut config = Config::default();
-        config.ctld.dvfs_horizon = std::time::Duration::from_secs(horizon);
-        config.ctld.congestion_raise = raise;
+        config.ctld.tuning.dvfs_horizon_s = horizon as f64;
+        config.ctld.tuning.congestion_raise = raise;
         Planner::new(config).plan_with(&nodes, &alone, &[], &learned, t0).running[0].1
     };
     assert_eq!((paced(0, 1.0), paced(60, 1.0)), (Pace::Saving, Pace::Full));

@@ -114,8 +114,8 @@ fn main() {
     let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
     // The bound is of DVFS alone: Slurm's FIFO order, as the references, and every queued job
     // raises the running jobs it waits for (`queue_order=...`, `raise_after_runs=...` override).
-    base.wattson.queue_order = QueueOrder::Fifo;
-    base.wattson.raise_after_runs = 0.0;
+    base.wattson.tuning.queue_order = QueueOrder::Fifo;
+    base.wattson.tuning.raise_after_runs = 0.0;
     for kv in args.iter().skip(4) {
         wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
     }

@@ -53,7 +53,7 @@ fn main() {
             "== {trace_name} on {nodes} nodes x {} GPUs; the policies know {}; order: wattson {:?}, references {:?}",
             c.gpus_per_node,
             c.limits.label(),
-            c.wattson.queue_order,
+            c.wattson.tuning.queue_order,
             c.slurm.order
         );
         println!(

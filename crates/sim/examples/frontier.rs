@@ -40,7 +40,7 @@ const WATTSON: [&str; 14] = [
     "max_wait_cost=100 congestion_raise=0.5 raise_after_runs=4",
     "max_wait_cost=100 congestion_raise=1 raise_after_runs=4",
     "max_wait_cost=100 congestion_raise=0 raise_after_runs=0",
-    "max_wait_cost=100 dvfs_min_free=2 congestion_raise=1",
+    "max_wait_cost=100 dvfs_min_free=1 congestion_raise=1",
     "max_wait_cost=100 dvfs_min_free=0.2 congestion_raise=1 raise_after_runs=0",
     "max_wait_cost=100 dvfs_min_free=0.3 congestion_raise=1 raise_after_runs=0",
 ];

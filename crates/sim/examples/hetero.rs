@@ -50,7 +50,7 @@ fn main() {
         let mut rows = Vec::new();
         for aware in [true, false] {
             let mut c = base.clone();
-            c.wattson.type_aware = aware;
+            c.wattson.tuning.type_aware = aware;
             let list: &[ClusterPolicy] = if aware { &policies } else { &[ClusterPolicy::Wattson] };
             let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, list, seed).unwrap();
             for s in &o.report.summaries {

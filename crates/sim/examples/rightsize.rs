@@ -53,10 +53,9 @@ fn main() {
     let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
     // DVFS off (the capacity gate closed: every job at full speed), deferral off, and Slurm's
     // FIFO order: only node power differs from the timer.
-    for (k, v) in [("dvfs_min_free", 2.0), ("congestion_raise", 1.0), ("min_price_drop", 100.0)] {
-        base.wattson.set(k, v).unwrap();
+    for kv in ["dvfs_min_free=1", "congestion_raise=1", "min_price_drop=100", "queue_order=fifo"] {
+        base.wattson.set_pair(kv).unwrap();
     }
-    base.wattson.queue_order = wattson_engine::cluster::QueueOrder::Fifo;
     for kv in args.iter().skip(2) {
         base.wattson.set_pair(kv).unwrap_or_else(|e| panic!("{e}"));
     }

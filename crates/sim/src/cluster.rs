@@ -3,8 +3,7 @@
 //! Pure: [`ClusterConfig::from_toml`] takes the file's text and its name (for messages); the
 //! CLI reads the file. Errors read `file: what is wrong`.
 
-use serde::Deserialize;
-use strum::VariantNames;
+use serde::{Deserialize, Serialize};
 
 use wattson_engine::cluster::{NodeCosts, QueueOrder, Tuning};
 use wattson_types::prices::PriceSchedule;
@@ -38,9 +37,10 @@ pub struct ClusterConfig {
     pub budget: Option<Budget>,
     /// Per-job hints drawn from a seeded distribution (the traces carry none).
     pub hints: HintDistribution,
-    /// Tunables of the `wattson` policy.
-    #[serde(default)]
-    pub wattson: WattsonTuning,
+    /// `[wattson]`: the policy's knobs and the simulator's own settings (read apart from the
+    /// rest, by [`WattsonConfig::from_table`]).
+    #[serde(skip)]
+    pub wattson: WattsonConfig,
     /// How jobs' time limits are drawn where the trace gives none (`[limits]`).
     #[serde(default)]
     pub limits: super::limits::LimitModel,
@@ -169,193 +169,77 @@ pub struct HintDistribution {
     pub share_bound: f64,
 }
 
-/// Tunables of the `wattson` policy (defaults: the engine's [`Tuning`]).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WattsonTuning {
-    /// Window of the arrival-rate forecast (s).
-    #[serde(default = "default_forecast")]
-    pub forecast_window_s: f64,
-    /// Warm-set horizon beyond the boot time, in break-even times.
-    #[serde(default = "default_warm")]
-    pub warm_break_evens: f64,
-    /// An idle node outside the warm set sleeps after this many break-even times idle.
-    #[serde(default = "default_keep")]
-    pub keep_break_evens: f64,
-    /// The warm set is the fewest idle nodes that the forecast demand within its horizon
-    /// outgrows with at most this probability (0.01 to 0.99).
-    #[serde(default = "default_shortfall")]
-    pub warm_shortfall: f64,
-    /// Pack jobs onto powered nodes (best fit); `false`: Slurm's first fit.
-    #[serde(default = "yes")]
-    pub pack: bool,
-    /// Defer a job only for at least this relative price drop.
-    #[serde(default = "default_min_price_drop")]
-    pub min_price_drop: f64,
-    /// Slow jobs only while at least this fraction of GPUs is unallocated and no job waits.
-    #[serde(default = "default_dvfs_min_free")]
-    pub dvfs_min_free: f64,
-    /// Slow jobs only while the GPUs expected free this far ahead are not negative (s; 0: off).
-    #[serde(default)]
-    pub dvfs_horizon_s: f64,
-    /// How far running jobs that a late queued job waits for are raised toward full speed (1: the
-    /// top level, 0: their own bound).
-    #[serde(default = "default_raise")]
-    pub congestion_raise: f64,
-    /// A queued job gets the running jobs it waits for raised only once it has waited this
-    /// many times its own run at full speed (0: at once).
-    #[serde(default = "default_raise_after")]
-    pub raise_after_runs: f64,
-    /// Count each GPU's share of its node's base draw in wattson's level choice.
-    #[serde(default = "yes")]
-    pub count_node_base: bool,
-    /// On several GPU types, place each job where its predicted energy under its bound is
-    /// least; `false`: the type-oblivious reference (configuration order, as Slurm).
-    #[serde(default = "yes")]
-    pub type_aware: bool,
-    /// With `type_aware`, a GPU type where a job is predicted to use more than this multiple
-    /// of its best type's energy is not offered to it (it waits for a better type).
-    #[serde(default = "default_type_max_cost")]
-    pub type_max_cost: f64,
-    /// The order wattson keeps Slurm's queue in: `response-ratio` (wait per unit of size) or
-    /// `fifo`.
-    #[serde(default = "default_queue_order")]
-    pub queue_order: QueueOrder,
-    /// With `response-ratio`, the power of a job's GPU-seconds its wait is divided by.
-    #[serde(default = "default_size_exponent")]
-    pub size_exponent: f64,
-    /// The most wattson's DVFS may lengthen the queue's waits, as a share of the waits
-    /// without it, as the policy observes them; past it wattson slows no job
-    /// (`wattson_engine::cluster::wait_cost`; a large value: off).
-    #[serde(default = "default_max_wait_cost")]
-    pub max_wait_cost: f64,
+/// `[wattson]`: the engine's knobs ([`Tuning`]; the controller's `[ctld]` takes the same) and
+/// what only a simulation sets.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct WattsonConfig {
+    /// The policy's knobs.
+    pub tuning: Tuning,
+    /// What the simulator alone sets.
+    pub sim: SimOnly,
+}
+
+/// The keys of `[wattson]` that are not the engine's knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimOnly {
     /// `[ctld] interval`: the controller's power decisions come once per loop, this far
     /// apart (s; 0: at every event).
-    #[serde(default)]
     pub loop_interval_s: f64,
     /// Measured bound, not a policy: the forecast sees the coming submissions instead of the
     /// past ones (a perfect arrival forecast).
-    #[serde(default)]
     pub clairvoyant: bool,
-    /// Pair an opted-in job with a running job the co-location model lets it join even where
-    /// a free GPU would hold it; `false`: only a job that would otherwise wait shares.
-    #[serde(default)]
-    pub share_first: bool,
     /// Refit each workload's model on every limit its jobs have run at (the daemons' records),
     /// not only on the three probes.
-    #[serde(default = "yes")]
     pub learn: bool,
 }
 
-fn yes() -> bool {
-    true
+impl Default for SimOnly {
+    fn default() -> Self {
+        SimOnly { loop_interval_s: 0.0, clairvoyant: false, learn: true }
+    }
 }
 
-fn default_max_wait_cost() -> f64 {
-    Tuning::default().max_wait_cost
-}
-
-fn default_dvfs_min_free() -> f64 {
-    Tuning::default().dvfs_min_free
-}
-
-fn default_forecast() -> f64 {
-    Tuning::default().forecast_window_s
-}
-fn default_warm() -> f64 {
-    Tuning::default().warm_break_evens
-}
-fn default_shortfall() -> f64 {
-    Tuning::default().warm_shortfall
-}
-fn default_raise() -> f64 {
-    Tuning::default().congestion_raise
-}
-fn default_raise_after() -> f64 {
-    Tuning::default().raise_after_runs
-}
-fn default_keep() -> f64 {
-    Tuning::default().keep_break_evens
-}
-fn default_type_max_cost() -> f64 {
-    Tuning::default().type_max_cost
-}
-fn default_queue_order() -> QueueOrder {
-    Tuning::default().queue_order
-}
-fn default_size_exponent() -> f64 {
-    Tuning::default().size_exponent
-}
-fn default_min_price_drop() -> f64 {
-    Tuning::default().min_price_drop
-}
-
-impl WattsonTuning {
-    /// Sets the knob named `key` (as in the cluster file's `[wattson]` table) to `value`;
-    /// booleans take 0 or 1. For experiments: `brain -- TRACE NODES SEEDS key=value`.
-    pub fn set(&mut self, key: &str, value: f64) -> Result<(), SimError> {
-        let flag = |v: f64| v != 0.0;
-        match key {
-            "forecast_window_s" => self.forecast_window_s = value,
-            "warm_break_evens" => self.warm_break_evens = value,
-            "keep_break_evens" => self.keep_break_evens = value,
-            "warm_shortfall" => self.warm_shortfall = value,
-            "pack" => self.pack = flag(value),
-            "min_price_drop" => self.min_price_drop = value,
-            "dvfs_min_free" => self.dvfs_min_free = value,
-            "dvfs_horizon_s" => self.dvfs_horizon_s = value,
-            "congestion_raise" => self.congestion_raise = value,
-            "raise_after_runs" => self.raise_after_runs = value,
-            "count_node_base" => self.count_node_base = flag(value),
-            "type_aware" => self.type_aware = flag(value),
-            "type_max_cost" => self.type_max_cost = value,
-            "size_exponent" => self.size_exponent = value,
-            "max_wait_cost" => self.max_wait_cost = value,
-            "clairvoyant" => self.clairvoyant = flag(value),
-            "learn" => self.learn = flag(value),
-            "share_first" => self.share_first = flag(value),
-            _ => return Err(SimError::Input(format!("unknown [wattson] knob `{key}`"))),
+impl WattsonConfig {
+    /// Reads the `[wattson]` table: the knobs as the engine declares and checks them, the rest
+    /// as [`SimOnly`]. Errors name the key.
+    pub fn from_table(table: toml::Table) -> Result<WattsonConfig, String> {
+        let (knobs, rest): (toml::Table, toml::Table) =
+            table.into_iter().partition(|(key, _)| Tuning::KEYS.contains(&key.as_str()));
+        let refused = |e: toml::de::Error| format!("[wattson]: {}", e.message().trim());
+        let tuning: Tuning = knobs.try_into().map_err(refused)?;
+        tuning.check().map_err(|(_, why)| format!("wattson.{why}"))?;
+        let sim: SimOnly = rest.try_into().map_err(refused)?;
+        if !(sim.loop_interval_s.is_finite() && sim.loop_interval_s >= 0.0) {
+            return Err(format!(
+                "wattson.loop_interval_s = {}: must be a finite number >= 0",
+                sim.loop_interval_s
+            ));
         }
-        Ok(())
+        Ok(WattsonConfig { tuning, sim })
     }
 
-    /// Sets a knob from a `key=value` command-line override (see [`WattsonTuning::set`]).
+    /// Sets one key from a `key=value` override, as the file would (`pack=false`,
+    /// `queue_order=fifo`; a boolean may be written 0 or 1).
     pub fn set_pair(&mut self, pair: &str) -> Result<(), SimError> {
         let bad = |why: &str| SimError::Input(format!("override `{pair}`: {why}"));
-        let (key, value) = pair.split_once('=').ok_or_else(|| bad("expected key=value"))?;
-        if key == "queue_order" {
-            let names = QueueOrder::VARIANTS.join(", ");
-            self.queue_order = value.parse().map_err(|_| bad(&format!("the order is one of {names}")))?;
-            return Ok(());
+        let (key, text) = pair.split_once('=').ok_or_else(|| bad("expected key=value"))?;
+        let mut table = toml::Table::try_from(self.tuning).map_err(|e| bad(&e.to_string()))?;
+        table.extend(toml::Table::try_from(self.sim).map_err(|e| bad(&e.to_string()))?);
+        if !table.contains_key(key) {
+            return Err(bad(&format!("unknown [wattson] knob `{key}`")));
         }
-        self.set(key, value.parse().map_err(|_| bad("the value is not a number"))?)
-    }
-}
-
-impl Default for WattsonTuning {
-    fn default() -> Self {
-        WattsonTuning {
-            forecast_window_s: default_forecast(),
-            warm_break_evens: default_warm(),
-            keep_break_evens: default_keep(),
-            warm_shortfall: default_shortfall(),
-            pack: true,
-            min_price_drop: default_min_price_drop(),
-            dvfs_min_free: default_dvfs_min_free(),
-            dvfs_horizon_s: 0.0,
-            congestion_raise: default_raise(),
-            raise_after_runs: default_raise_after(),
-            count_node_base: true,
-            type_aware: true,
-            type_max_cost: default_type_max_cost(),
-            queue_order: default_queue_order(),
-            size_exponent: default_size_exponent(),
-            max_wait_cost: default_max_wait_cost(),
-            loop_interval_s: 0.0,
-            clairvoyant: false,
-            share_first: false,
-            learn: true,
-        }
+        let value = match (&table[key], text) {
+            (toml::Value::Boolean(_), "0" | "1") => toml::Value::Boolean(text == "1"),
+            _ => format!("v = {text}")
+                .parse::<toml::Table>()
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .unwrap_or_else(|| toml::Value::String(text.to_string())),
+        };
+        table.insert(key.to_string(), value);
+        *self = WattsonConfig::from_table(table).map_err(|why| bad(&why))?;
+        Ok(())
     }
 }
 
@@ -380,8 +264,15 @@ impl ClusterConfig {
             }
             v.insert("group".to_string(), toml::Value::Array(vec![toml::Value::Table(g)]));
         }
+        let wattson = match v.remove("wattson") {
+            Some(toml::Value::Table(t)) => t,
+            Some(_) => return Err(err("wattson must be a table ([wattson])".to_string())),
+            None => toml::Table::new(),
+        };
+        let wattson = WattsonConfig::from_table(wattson).map_err(err)?;
         let c: ClusterConfig =
             v.try_into().map_err(|e: toml::de::Error| err(e.to_string().trim().to_string()))?;
+        let c = ClusterConfig { wattson, ..c };
         c.validate().map_err(err)?;
         Ok(c)
     }
@@ -407,27 +298,7 @@ impl ClusterConfig {
 
     /// The engine's tunables for a run with Slurm's `SuspendTime` at `suspend_time_s`.
     pub fn tuning(&self, suspend_time_s: f64) -> Tuning {
-        Tuning {
-            suspend_time_s,
-            forecast_window_s: self.wattson.forecast_window_s,
-            warm_break_evens: self.wattson.warm_break_evens,
-            keep_break_evens: self.wattson.keep_break_evens,
-            warm_shortfall: self.wattson.warm_shortfall,
-            pack: self.wattson.pack,
-            min_price_drop: self.wattson.min_price_drop,
-            dvfs_min_free: self.wattson.dvfs_min_free,
-            dvfs_horizon_s: self.wattson.dvfs_horizon_s,
-            congestion_raise: self.wattson.congestion_raise,
-            raise_after_runs: self.wattson.raise_after_runs,
-            count_node_base: self.wattson.count_node_base,
-            type_aware: self.wattson.type_aware,
-            type_max_cost: self.wattson.type_max_cost,
-            queue_order: self.wattson.queue_order,
-            size_exponent: self.wattson.size_exponent,
-            slurm_order: self.slurm.order,
-            max_wait_cost: self.wattson.max_wait_cost,
-            share_first: self.wattson.share_first,
-        }
+        Tuning { suspend_time_s, slurm_order: self.slurm.order, ..self.wattson.tuning }
     }
 
     /// The uniform per-GPU power limit that keeps every node, all powered on and every GPU at
@@ -484,22 +355,11 @@ impl ClusterConfig {
             ("node.shutdown_w", n.shutdown_w),
             ("node.boot_s", n.boot_s),
             ("node.boot_w", n.boot_w),
-            ("wattson.warm_break_evens", self.wattson.warm_break_evens),
-            ("wattson.keep_break_evens", self.wattson.keep_break_evens),
             ("slurm.suspend_timeout_s", self.slurm.suspend_timeout_s),
             ("slurm.resume_timeout_s", self.slurm.resume_timeout_s),
             ("slurm.start_latency_s", self.slurm.start_latency_s),
             ("slurm.queued_start_latency_s", self.slurm.queued_start_latency_s.unwrap_or(0.0)),
             ("slurm.power_save_interval_s", self.slurm.power_save_interval_s),
-            ("wattson.loop_interval_s", self.wattson.loop_interval_s),
-            ("wattson.forecast_window_s", self.wattson.forecast_window_s),
-            ("wattson.min_price_drop", self.wattson.min_price_drop),
-            ("wattson.dvfs_min_free", self.wattson.dvfs_min_free),
-            ("wattson.dvfs_horizon_s", self.wattson.dvfs_horizon_s),
-            ("wattson.congestion_raise", self.wattson.congestion_raise),
-            ("wattson.raise_after_runs", self.wattson.raise_after_runs),
-            ("wattson.size_exponent", self.wattson.size_exponent),
-            ("wattson.max_wait_cost", self.wattson.max_wait_cost),
         ];
         for (key, v) in nonneg {
             if !(v.is_finite() && v >= 0.0) {
@@ -525,19 +385,6 @@ impl ClusterConfig {
                 "slurm.suspend_times_s = {:?}: give one or more finite values >= 0",
                 self.slurm.suspend_times_s
             ));
-        }
-        let q = self.wattson.warm_shortfall;
-        if !(0.01..=0.99).contains(&q) {
-            return Err(format!("wattson.warm_shortfall = {q}: allowed 0.01 to 0.99"));
-        }
-        if !(self.wattson.type_max_cost >= 1.0 && self.wattson.type_max_cost.is_finite()) {
-            return Err(format!(
-                "wattson.type_max_cost = {}: must be a finite number >= 1",
-                self.wattson.type_max_cost
-            ));
-        }
-        if self.wattson.forecast_window_s <= 0.0 {
-            return Err("wattson.forecast_window_s must be > 0".to_string());
         }
         if let Some(b) = self.budget
             && !(b.power_w.is_finite() && b.power_w > 0.0)

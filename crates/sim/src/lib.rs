@@ -120,7 +120,7 @@ pub fn run(
 }
 
 /// wattson's knob sweep for the Pareto plot: the shipped tuning with `congestion_raise` at 0
-/// and 1, with DVFS off (`dvfs_min_free` above 1 and `congestion_raise` 1), with Slurm's FIFO
+/// and 1, with DVFS off (`dvfs_min_free` 1 and `congestion_raise` 1), with the response-ratio
 /// queue order, and with `warm_break_evens` 0 and 4.
 pub fn sweep_wattson(
     cluster: &ClusterConfig,
@@ -134,10 +134,13 @@ pub fn sweep_wattson(
     let variants = [
         ("congestion_raise=0", wattson_engine::cluster::Tuning { congestion_raise: 0.0, ..shipped }),
         ("congestion_raise=1", wattson_engine::cluster::Tuning { congestion_raise: 1.0, ..shipped }),
-        ("queue_order=fifo", wattson_engine::cluster::Tuning { queue_order: QueueOrder::Fifo, ..shipped }),
+        (
+            "queue_order=response-ratio",
+            wattson_engine::cluster::Tuning { queue_order: QueueOrder::ResponseRatio, ..shipped },
+        ),
         (
             "dvfs off",
-            wattson_engine::cluster::Tuning { dvfs_min_free: 2.0, congestion_raise: 1.0, ..shipped },
+            wattson_engine::cluster::Tuning { dvfs_min_free: 1.0, congestion_raise: 1.0, ..shipped },
         ),
         ("warm_break_evens=0", wattson_engine::cluster::Tuning { warm_break_evens: 0.0, ..shipped }),
         ("warm_break_evens=4", wattson_engine::cluster::Tuning { warm_break_evens: 4.0, ..shipped }),

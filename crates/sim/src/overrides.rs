@@ -19,7 +19,7 @@ pub fn apply(c: &mut ClusterConfig, kv: &str) -> Result<(), SimError> {
         "slurm_order" => c.slurm.order = order()?,
         "order" => {
             c.slurm.order = order()?;
-            c.wattson.queue_order = c.slurm.order;
+            c.wattson.tuning.queue_order = c.slurm.order;
         }
         "perfect" => c.limits.perfect = num()? != 0.0,
         "max_factor" => c.limits.max_factor = num()?,

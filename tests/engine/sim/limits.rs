@@ -92,7 +92,7 @@ fn power_actions_wait_for_slurms_scan_and_the_controllers_loop() {
     let (downs, start) = run(&c, ClusterPolicy::Wattson);
     assert_eq!((downs.len(), downs[0], downs[2], start), (3, 0.0, 5403.0, 5003.0 + boot), "at once");
     assert!(downs[1] > 525.0 && downs[1] < 525.5, "{downs:?}");
-    c.wattson.loop_interval_s = 7.0;
+    c.wattson.sim.loop_interval_s = 7.0;
     assert_eq!(
         run(&c, ClusterPolicy::Wattson),
         (vec![0.0, 532.0], 5003.0 + boot),
@@ -177,7 +177,7 @@ fn cluster04_under_time_limits_and_one_order() {
             o.report.summaries[0].clone()
         };
         let unbounded = wattson_with(&["max_wait_cost=100"]);
-        let dvfs_off = wattson_with(&["max_wait_cost=100", "dvfs_min_free=2", "congestion_raise=1"]);
+        let dvfs_off = wattson_with(&["max_wait_cost=100", "dvfs_min_free=1", "congestion_raise=1"]);
         eprintln!(
             "{nodes} nodes: shipped {} kWh {} s; unbounded {} kWh {} s; DVFS off {} kWh {} s",
             w.energy_kwh,

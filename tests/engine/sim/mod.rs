@@ -281,7 +281,7 @@ fn hetero_cluster_placement_by_energy_beats_type_oblivious() {
         let mut got = Vec::new();
         for aware in [true, false] {
             let mut c = base.clone();
-            c.wattson.type_aware = aware;
+            c.wattson.tuning.type_aware = aware;
             let o = wattson_sim::run(
                 &c,
                 &cat,

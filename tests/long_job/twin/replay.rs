@@ -261,11 +261,11 @@ pub(super) fn run(jobs: &[SimJob], catalog: &Catalog, cluster: &ClusterConfig, p
     std::fs::write(
         lab.dir().join("etc/wattson.toml"),
         format!(
-            "[ctld]\ninterval = \"{LAB_TICK_S}s\"\nforecast_window = \"{}ms\"\nstate_file = \"{state}\"\n\
+            "[ctld]\ninterval = \"{LAB_TICK_S}s\"\nforecast_window_s = {}\nstate_file = \"{state}\"\n\
              [ctld.node]\nbase_w = {}\noff_w = {}\nshutdown_s = {}\nshutdown_w = {}\nboot_s = {}\nboot_w = {}\n\
              [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
              timeout = \"10s\"\nlog = \"{log}\"\n[link]\nport = {port}\nmunge_socket = {munge:?}\n",
-            (cluster.wattson.forecast_window_s * 1000.0).round(),
+            cluster.wattson.tuning.forecast_window_s,
             node.base_w,
             node.off_w,
             node.shutdown_s,

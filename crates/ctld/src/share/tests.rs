@@ -200,7 +200,7 @@ fn with_share_first_a_job_the_free_gpus_hold_is_released_beside_the_job_it_pairs
     let jobs = squeue(&[(1, "n1")], &[5], &[]);
     assert_eq!(released(&gate_of(&nodes, &jobs, &requests)), [(5, Place::Alone(vec![]))]);
     let mut config = Config::default();
-    config.ctld.share_first = true;
+    config.ctld.tuning.share_first = true;
     let mut planner = Planner::new(config).sharing(pairs());
     let gate = planner_loop(&mut planner, &pairs(), &nodes, &jobs, &requests);
     assert_eq!(released(&gate), [(5, Place::Beside { node: "n1".into(), partner: 1 })]);
@@ -352,7 +352,7 @@ fn a_job_released_beside_a_partner_that_still_pends_after_the_patience_gets_its_
     // past BESIDE_PATIENCE_S it gets its own node list back, free to run elsewhere.
     let nodes = node("n1", 2, "0") + &node("n2", 1, "");
     let mut config = Config::default();
-    config.ctld.share_first = true;
+    config.ctld.tuning.share_first = true;
     let (pairs, mut planner) = (pairs(), Planner::new(config).sharing(pairs()));
     let lone = request(1, "small", Is::On(0), "");
     let held = lone.clone() + &request(2, "small", Is::Held, "");

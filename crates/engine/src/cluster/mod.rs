@@ -20,6 +20,7 @@ pub mod order;
 pub mod placement;
 pub mod power;
 pub mod share;
+mod tuning;
 pub mod wait_cost;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,7 @@ use wattson_types::prices::PriceSchedule;
 
 pub use crate::colocation::Sharing;
 pub use order::QueueOrder;
+pub use tuning::Tuning;
 
 /// A cluster policy: the references the simulator compares and wattson's own.
 #[derive(
@@ -266,93 +268,6 @@ impl NodeCosts {
 pub struct GpuType {
     /// Idle draw of one GPU (W).
     pub idle_w: f64,
-}
-
-/// Tunables of the policies (`[wattson]` of the cluster file, and Slurm's timer).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Tuning {
-    /// Slurm's `SuspendTime` for the idle-timer references (s).
-    pub suspend_time_s: f64,
-    /// Window of the arrival-rate forecast (s).
-    pub forecast_window_s: f64,
-    /// Warm-set horizon beyond the boot time, in break-even times: idle nodes expected to be
-    /// needed within `boot_s + warm_break_evens · break_even` stay on.
-    pub warm_break_evens: f64,
-    /// An idle node outside the warm set sleeps after this many break-even times idle (0: at
-    /// once; 1: the ski-rental timer).
-    pub keep_break_evens: f64,
-    /// The warm set is the fewest idle nodes that the demand forecast within its horizon
-    /// outgrows with at most this probability (0.01 to 0.99 in the configurations; lower keeps
-    /// more nodes warm).
-    pub warm_shortfall: f64,
-    /// wattson packs jobs (best fit on powered nodes); `false`: first fit, as Slurm.
-    pub pack: bool,
-    /// Defer a job only into an hour at least this much cheaper (relative).
-    pub min_price_drop: f64,
-    /// wattson slows jobs below the top level only while at least this fraction of the
-    /// cluster's GPUs is unallocated (and no job waits).
-    pub dvfs_min_free: f64,
-    /// wattson slows jobs only while the GPUs expected free this far ahead (free now, plus
-    /// those released by running jobs, minus forecast arrivals) are not negative (s; 0: off).
-    pub dvfs_horizon_s: f64,
-    /// How far running jobs that a late queued job waits for ([`levels::waited_for`]) are raised
-    /// toward full speed: 1 = the top level, 0 = their own bound; in between, that share of the
-    /// bound is given up. With the capacity gates closed, every running job is raised so.
-    pub congestion_raise: f64,
-    /// A queued job makes the running jobs it waits for be raised only once it has waited this
-    /// many times its own run at full speed (0: at once).
-    pub raise_after_runs: f64,
-    /// wattson's level choice counts each GPU's share of its node's base draw
-    /// (`base_w / gpus`) for as long as the job runs.
-    pub count_node_base: bool,
-    /// On a cluster of several GPU types, wattson places each job on the type where its
-    /// predicted energy under its bound is least ([`placement::type_order`]); `false`: in
-    /// configuration order, as Slurm.
-    pub type_aware: bool,
-    /// With `type_aware`, a GPU type where a job is predicted to use more than this multiple
-    /// of its best type's energy is not offered to it.
-    pub type_max_cost: f64,
-    /// The order wattson keeps Slurm's queue in ([`order`]).
-    pub queue_order: QueueOrder,
-    /// With [`QueueOrder::ResponseRatio`], the power of a job's GPU-seconds its wait is
-    /// divided by (0: by wait alone; 1: per GPU-second).
-    pub size_exponent: f64,
-    /// The order the reference policies' Slurm keeps (FIFO, Slurm's default; another only as
-    /// a what-if comparison).
-    pub slurm_order: QueueOrder,
-    /// The most wattson's DVFS may lengthen the queue's waits, as a share of what they would
-    /// be without it ([`wait_cost`]); past it wattson slows no job.
-    pub max_wait_cost: f64,
-    /// wattson pairs an opted-in job with a running one the co-location model lets it join
-    /// even where a free GPU would hold it, so that the GPU left free may power down with its
-    /// node; `false`: only a job that would otherwise wait shares ([`share`]).
-    pub share_first: bool,
-}
-
-impl Default for Tuning {
-    fn default() -> Self {
-        Tuning {
-            suspend_time_s: 1800.0,
-            forecast_window_s: 3600.0,
-            warm_break_evens: 1.0,
-            keep_break_evens: 0.0,
-            warm_shortfall: 0.3,
-            pack: true,
-            min_price_drop: 0.2,
-            dvfs_min_free: 0.0,
-            dvfs_horizon_s: 0.0,
-            congestion_raise: 0.5,
-            raise_after_runs: 1.0,
-            count_node_base: true,
-            type_aware: true,
-            type_max_cost: 2.0,
-            queue_order: QueueOrder::ResponseRatio,
-            size_exponent: 0.5,
-            slurm_order: QueueOrder::Fifo,
-            max_wait_cost: 0.05,
-            share_first: false,
-        }
-    }
 }
 
 /// Everything the policy may know at one instant.

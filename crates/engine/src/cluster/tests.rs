@@ -159,13 +159,16 @@ fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let m = levels();
     let tariff = PriceSchedule::default();
     let nodes = [node(NodePower::On, 0, f64::INFINITY)];
-    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+    let p = TunedPolicy {
+        kind: ClusterPolicy::Wattson,
+        tuning: Tuning { congestion_raise: 0.5, ..Tuning::default() },
+    };
     // Fresh job, bound 10%: the least energy within 0.10 is level 1 (0.85).
     let fresh = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 3, shared: false }];
     let a = decide(&p, &snap(0.0, &nodes, &m, &[], &fresh, &[], &tariff));
     assert_eq!(a.levels, vec![(7, 1)]);
     // A job queued just now is not late: the running job keeps saving. Once the queued job
-    // has waited its own run (1000 s) it is: by default (congestion_raise = 0.5) the job it
+    // has waited its own run (1000 s) it is: with congestion_raise = 0.5 the job it
     // waits for gives up half the bound (0.05 admits level 2 at 0.02); with
     // congestion_raise = 1, full speed.
     let slow = [Running { job: job(7, 0.10), elapsed_s: 0.0, progress: 0.0, level: 1, shared: false }];
@@ -437,8 +440,9 @@ fn only_the_jobs_the_queue_waits_for_are_raised() {
     let s = snap(0.0, &four, &m, &q, &r, &[], &tariff);
     assert_eq!(levels::waited_for(&p, &s), Vec::<u32>::new());
     assert_eq!(decide(&p, &s).levels, Vec::new());
-    // DVFS gated off (dvfs_min_free above all): every job is raised, waited for or not.
-    let gated = TunedPolicy { tuning: Tuning { dvfs_min_free: 2.0, ..p.tuning }, ..p };
+    // DVFS gated off (dvfs_min_free 1: only with every GPU free): every job is raised,
+    // waited for or not.
+    let gated = TunedPolicy { tuning: Tuning { dvfs_min_free: 1.0, ..p.tuning }, ..p };
     assert_eq!(decide(&gated, &s).levels, vec![(3, 3), (1, 3), (2, 3)]);
 }
 
@@ -503,7 +507,10 @@ fn wattson_orders_the_queue_by_wait_per_unit_of_size_and_references_keep_fifo() 
     // (8 GPUs) 150 s. Keys wait / sqrt(GPUs·1000): 200/89.44 = 2.24, 100/31.62 = 3.16,
     // 150/89.44 = 1.68: the small job first, then the two large ones in FIFO order.
     let q = [sized(1, 8, 0.0), sized(2, 1, 100.0), sized(3, 8, 50.0)];
-    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+    let p = TunedPolicy {
+        kind: ClusterPolicy::Wattson,
+        tuning: Tuning { queue_order: QueueOrder::ResponseRatio, ..Tuning::default() },
+    };
     assert_eq!(decide(&p, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order, vec![2, 1, 3]);
     // Nobody starves: a job √8 times larger has only to have waited √8 times as long. At
     // 1000 s job 1 (1000/89.44 = 11.18) goes before a 1-GPU job queued at 800 s (200/31.62 =
@@ -515,8 +522,8 @@ fn wattson_orders_the_queue_by_wait_per_unit_of_size_and_references_keep_fifo() 
     // size_exponent 0: by wait alone, which is FIFO by the time each entered the queue.
     let by_wait = TunedPolicy { tuning: Tuning { size_exponent: 0.0, ..p.tuning }, ..p };
     assert_eq!(decide(&by_wait, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order, vec![1, 3, 2]);
-    // FIFO for wattson, and the references' Slurm: the queue is left as it is.
-    let fifo = TunedPolicy { tuning: Tuning { queue_order: QueueOrder::Fifo, ..p.tuning }, ..p };
+    // FIFO for wattson (the default), and the references' Slurm: the queue is left as it is.
+    let fifo = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
     assert!(decide(&fifo, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order.is_empty());
     let slurm = TunedPolicy { kind: ClusterPolicy::SlurmPowersave, tuning: Tuning::default() };
     assert!(decide(&slurm, &snap(200.0, &nodes, &m, &q, &[], &[], &tariff)).queue_order.is_empty());

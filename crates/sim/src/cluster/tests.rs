@@ -77,57 +77,68 @@ fn errors_name_the_file_and_the_problem() {
     let e = ClusterConfig::from_toml(&format!("{SMALL}[wattson]\nsize_exponent = -0.5\n"), "c.toml")
         .unwrap_err()
         .to_string();
-    assert_eq!(e, "c.toml: wattson.size_exponent = -0.5: must be a finite number >= 0");
+    assert_eq!(e, "c.toml: wattson.size_exponent = -0.5: allowed 0 to 4");
+    let e = ClusterConfig::from_toml(&format!("{SMALL}[wattson]\nqueue_order = \"lifo\"\n"), "c.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("c.toml: [wattson]: unknown variant `lifo`"), "{e}");
+    let e = ClusterConfig::from_toml(&format!("{SMALL}[wattson]\nsuspend_time_s = 60\n"), "c.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown field `suspend_time_s`"), "not a knob of wattson: {e}");
     let bad = SMALL.replace("nodes = 4", "nodes = 4\nbogus = 1");
     let e = ClusterConfig::from_toml(&bad, "c.toml").unwrap_err().to_string();
     assert!(e.starts_with("c.toml: ") && e.contains("bogus"), "{e}");
 }
 
 #[test]
-fn set_names_the_knobs_as_the_file_does() {
+fn an_override_sets_a_key_as_the_file_does() {
     let knobs = [
-        ("forecast_window_s", "600.0", 600.0),
-        ("warm_break_evens", "2.5", 2.5),
-        ("keep_break_evens", "1.0", 1.0),
-        ("warm_shortfall", "0.5", 0.5),
-        ("pack", "false", 0.0),
-        ("min_price_drop", "0.5", 0.5),
-        ("dvfs_min_free", "0.3", 0.3),
-        ("dvfs_horizon_s", "7200.0", 7200.0),
-        ("congestion_raise", "0.25", 0.25),
-        ("size_exponent", "1.0", 1.0),
-        ("raise_after_runs", "0.0", 0.0),
-        ("count_node_base", "false", 0.0),
-        ("type_aware", "false", 0.0),
-        ("type_max_cost", "3.0", 3.0),
-        ("clairvoyant", "true", 1.0),
-        ("learn", "false", 0.0),
+        ("forecast_window_s", "600.0"),
+        ("warm_break_evens", "2.5"),
+        ("keep_break_evens", "1.0"),
+        ("warm_shortfall", "0.5"),
+        ("pack", "false"),
+        ("min_price_drop", "0.5"),
+        ("dvfs_min_free", "0.3"),
+        ("dvfs_horizon_s", "7200.0"),
+        ("congestion_raise", "0.25"),
+        ("size_exponent", "1.0"),
+        ("raise_after_runs", "0.0"),
+        ("count_node_base", "false"),
+        ("type_aware", "false"),
+        ("type_max_cost", "3.0"),
+        ("queue_order", "\"response-ratio\""),
+        ("max_wait_cost", "0.5"),
+        ("share_first", "true"),
+        ("loop_interval_s", "10.0"),
+        ("clairvoyant", "true"),
+        ("learn", "false"),
     ];
-    for (key, literal, value) in knobs {
+    let set_in_file: Vec<&str> = knobs.iter().map(|(key, _)| *key).collect();
+    for key in wattson_engine::cluster::Tuning::KEYS {
+        assert!(set_in_file.contains(key), "{key} is not tried here");
+    }
+    for (key, literal) in knobs {
         let file = ClusterConfig::from_toml(&format!("{SMALL}[wattson]\n{key} = {literal}\n"), "w.toml")
             .unwrap_or_else(|e| panic!("{key}: {e}"));
         let mut set = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson;
         assert_ne!(set, file.wattson, "{key}: the test value is the default");
-        set.set(key, value).unwrap();
+        set.set_pair(&format!("{key}={}", literal.trim_matches('"'))).unwrap();
         assert_eq!(set, file.wattson, "{key}");
     }
-    let e = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson.set("warm", 1.0).unwrap_err();
-    assert_eq!(e.to_string(), "unknown [wattson] knob `warm`");
     let mut w = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson;
-    w.set_pair("congestion_raise=0.25").unwrap();
-    assert_eq!(w.congestion_raise, 0.25);
-    // The one knob that is a name, not a number.
-    let file =
-        ClusterConfig::from_toml(&format!("{SMALL}[wattson]\nqueue_order = \"fifo\"\n"), "w.toml").unwrap();
-    let mut set = ClusterConfig::from_toml(SMALL, "w.toml").unwrap().wattson;
-    assert_eq!(set.queue_order, QueueOrder::ResponseRatio);
-    set.set_pair("queue_order=fifo").unwrap();
-    assert_eq!(set, file.wattson);
+    let e = w.set_pair("warm=1").unwrap_err().to_string();
+    assert_eq!(e, "override `warm=1`: unknown [wattson] knob `warm`");
+    w.set_pair("pack=0").unwrap();
+    assert!(!w.tuning.pack, "a boolean may be written 0 or 1");
     let e = w.set_pair("queue_order=lifo").unwrap_err().to_string();
-    assert_eq!(e, "override `queue_order=lifo`: the order is one of fifo, response-ratio");
+    assert!(e.starts_with("override `queue_order=lifo`: [wattson]: unknown variant `lifo`"), "{e}");
     assert_eq!(w.set_pair("pack").unwrap_err().to_string(), "override `pack`: expected key=value");
     let e = w.set_pair("pack=yes").unwrap_err().to_string();
-    assert_eq!(e, "override `pack=yes`: the value is not a number");
+    assert!(e.starts_with("override `pack=yes`: [wattson]: invalid type"), "{e}");
+    let e = w.set_pair("congestion_raise=2").unwrap_err().to_string();
+    assert_eq!(e, "override `congestion_raise=2`: wattson.congestion_raise = 2: allowed 0 to 1");
 }
 
 #[test]

@@ -31,7 +31,7 @@ impl Cadence {
     pub(super) fn new(c: &ClusterConfig, policy: ClusterPolicy, t0: f64) -> Cadence {
         let scan_s = c.slurm.power_save_interval_s;
         let loop_s = match policy {
-            ClusterPolicy::Wattson => c.wattson.loop_interval_s,
+            ClusterPolicy::Wattson => c.wattson.sim.loop_interval_s,
             p if p.uses_idle_timer() => scan_s,
             _ => 0.0,
         };

@@ -239,7 +239,7 @@ pub fn simulate_observed(
         wait_cost: WaitCost::default(),
         broken: BTreeSet::new(),
         unfit: BTreeSet::new(),
-        future: if c.wattson.clairvoyant {
+        future: if c.wattson.sim.clairvoyant {
             jobs.iter().map(|j| (j.submit, j.gpus)).collect()
         } else {
             Vec::new()
@@ -252,7 +252,7 @@ pub fn simulate_observed(
         bufs: Bufs::default(),
         observe,
     };
-    if c.wattson.clairvoyant && s.types_matter() {
+    if c.wattson.sim.clairvoyant && s.types_matter() {
         s.future_types = (0..jobs.len() as u32).map(|j| s.type_order(j)[0]).collect();
     }
     for (i, j) in jobs.iter().enumerate() {
@@ -373,7 +373,7 @@ impl Sim<'_> {
     /// The daemons have measured level table `w` (a workload on a GPU type) at limit `i`: the
     /// engine refits it on everything measured so far (a refit that fails keeps the old table).
     fn learn(&mut self, w: usize, i: usize) {
-        if !self.c.wattson.learn || self.measured[w].contains(&i) {
+        if !self.c.wattson.sim.learn || self.measured[w].contains(&i) {
             return;
         }
         self.measured[w].push(i);

@@ -76,7 +76,7 @@ impl Sim<'_> {
         while self.arr_lo < self.arrivals.len() && self.arrivals[self.arr_lo].0 < t - window {
             self.arr_lo += 1;
         }
-        let (arrivals, arrival_types, arr) = if self.c.wattson.clairvoyant {
+        let (arrivals, arrival_types, arr) = if self.c.wattson.sim.clairvoyant {
             // The measured bound: the forecast window holds the *coming* submissions.
             let lo = self.future.partition_point(|x| x.0 <= t);
             let hi = self.future.partition_point(|x| x.0 <= t + window);
