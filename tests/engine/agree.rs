@@ -120,7 +120,8 @@ share_first = true
 #[test]
 fn the_controller_decides_as_the_simulator_on_the_same_states() {
     let text = std::fs::read_to_string(Path::new(ROOT).join("etc/sim/cluster.toml")).unwrap();
-    let text = text.replace("nodes = 80", "nodes = 10").replace("[wattson]\n", &format!("[wattson]\n{KNOBS}"));
+    let text =
+        text.replace("nodes = 80", "nodes = 10").replace("[wattson]\n", &format!("[wattson]\n{KNOBS}"));
     let mut c = ClusterConfig::from_toml(&text, "cluster.toml").unwrap();
     c.hints.slowdown = vec![[0.0, 1.0]];
     c.hints.defer_fraction = 0.0;
@@ -140,7 +141,10 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
     config.ctld.gpu_idle_w = Some(c.groups[0].gpu_idle_w());
     let defaults = cluster::Tuning::default();
     for key in cluster::Tuning::KEYS {
-        assert!(KNOBS.contains(&format!("\n{key} = ")) || KNOBS.starts_with(&format!("{key} = ")), "{key} is not set here");
+        assert!(
+            KNOBS.contains(&format!("\n{key} = ")) || KNOBS.starts_with(&format!("{key} = ")),
+            "{key} is not set here"
+        );
     }
     let fields = |t: &cluster::Tuning| serde_json::to_value(t).unwrap();
     for (key, value) in fields(&policy.tuning).as_object().unwrap() {

@@ -13,29 +13,27 @@ use crate::duration_in;
 
 /// `[ctld]` section: `wattson ctld`'s loop and the node power model it decides with.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 pub struct CtldConfig {
     /// Power nodes down and up (`false`: leave node power to Slurm and the administrator).
-    #[serde(default = "default_true")]
     pub manage_power: bool,
     /// Set node weights so that Slurm places jobs as the policy ranks nodes (best fit on
     /// powered nodes); they replace `Weight=` from slurm.conf while ctld runs.
-    #[serde(default = "default_true")]
     pub weights: bool,
     /// Where the controller keeps what `wattson power status` shows (rewritten every loop).
-    #[serde(default = "default_state_file")]
     pub state_file: PathBuf,
     /// How often Slurm's state is read and the policy asked (1s to 1h).
-    #[serde(default = "default_interval", deserialize_with = "interval")]
+    #[serde(deserialize_with = "interval")]
     #[schemars(with = "String", extend("x-allowed" = "1s to 1h"))]
     pub interval: Duration,
     /// Longest a Slurm command may take before it is killed (1s to 5m).
-    #[serde(default = "default_command_timeout", deserialize_with = "command_timeout")]
+    #[serde(deserialize_with = "command_timeout")]
     #[schemars(with = "String", extend("x-allowed" = "1s to 5m"))]
     pub command_timeout: Duration,
     /// With `response-ratio`, the most priority the engine's order adds to a pending job, as
     /// a negative nice (1 to 1,000,000,000): weigh it against priority/multifactor's
     /// `PriorityWeight*`.
-    #[serde(default = "default_order_weight", deserialize_with = "order_weight")]
+    #[serde(deserialize_with = "order_weight")]
     #[schemars(extend("x-allowed" = "1 to 1000000000"))]
     pub order_weight: u32,
     /// The node power model (`[ctld.node]`, the simulator's `[node]`: one type, one set of
@@ -49,7 +47,7 @@ pub struct CtldConfig {
     pub gpu_idle_w: Option<f64>,
     /// How many times a node whose resume failed is powered up again before it is left down
     /// for an administrator (0 to 20).
-    #[serde(default = "default_resume_retries", deserialize_with = "resume_retries")]
+    #[serde(deserialize_with = "resume_retries")]
     #[schemars(extend("x-allowed" = "0 to 20"))]
     pub resume_retries: u32,
     /// Where the controller's counters are written after every loop, in Prometheus' text
@@ -57,25 +55,24 @@ pub struct CtldConfig {
     #[serde(default)]
     pub metrics_file: Option<PathBuf>,
     /// Pause before the first retry; each further one waits twice as long (1s to 1h).
-    #[serde(default = "default_resume_retry_pause", deserialize_with = "transition")]
+    #[serde(deserialize_with = "transition")]
     #[schemars(with = "String", extend("x-allowed" = "1s to 1h"))]
     pub resume_retry_pause: Duration,
     /// How often the nodes' DVFS measurements are merged (with `[link] sync_models`; 1s to
     /// 1d). The model table is written to `[engine] models_file`, where job_submit reads it.
-    #[serde(default = "default_models_sync", deserialize_with = "models_sync")]
+    #[serde(deserialize_with = "models_sync")]
     #[schemars(with = "String", extend("x-allowed" = "1s to 1d"))]
     pub models_sync: Duration,
     /// Where the controller keeps its merge of every node's measurements (so the models of
     /// nodes that are powered down are not lost).
-    #[serde(default = "default_measurements_file")]
     pub measurements_file: PathBuf,
     /// How long after a job ends its summary waits for a node that does not answer (or has not
     /// closed its record) before it is written without that node (0s to 1d).
-    #[serde(default = "default_summary_wait", deserialize_with = "summary_wait")]
+    #[serde(deserialize_with = "summary_wait")]
     #[schemars(with = "String", extend("x-allowed" = "0s to 1d"))]
     pub summary_wait: Duration,
     /// Bins of each GPU's power trace in a job's summary (1 to 2000).
-    #[serde(default = "default_summary_bins", deserialize_with = "summary_bins")]
+    #[serde(deserialize_with = "summary_bins")]
     #[schemars(extend("x-allowed" = "1 to 2000"))]
     pub summary_bins: u32,
     /// The co-location pair file: measured slowdowns of jobs sharing a GPU, by workload tag
@@ -119,19 +116,19 @@ impl Default for CtldConfig {
         CtldConfig {
             manage_power: true,
             weights: true,
-            state_file: default_state_file(),
-            interval: default_interval(),
-            command_timeout: default_command_timeout(),
-            order_weight: default_order_weight(),
+            state_file: PathBuf::from("/var/lib/wattson/ctld.json"),
+            interval: Duration::from_secs(10),
+            command_timeout: Duration::from_secs(10),
+            order_weight: 10_000,
             node: NodeCosts::default(),
             gpu_idle_w: None,
-            resume_retries: default_resume_retries(),
+            resume_retries: 3,
             metrics_file: None,
-            resume_retry_pause: default_resume_retry_pause(),
-            models_sync: default_models_sync(),
-            measurements_file: default_measurements_file(),
-            summary_wait: default_summary_wait(),
-            summary_bins: default_summary_bins(),
+            resume_retry_pause: Duration::from_secs(60),
+            models_sync: Duration::from_secs(300),
+            measurements_file: PathBuf::from("/var/lib/wattson/measurements.json"),
+            summary_wait: Duration::from_secs(600),
+            summary_bins: 120,
             share_pairs: None,
             tuning: Tuning::default(),
             unknown: BTreeMap::new(),
@@ -141,7 +138,7 @@ impl Default for CtldConfig {
 
 /// `[power]` section: what `wattson power suspend|resume` run for each node.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct PowerConfig {
     /// Program and arguments that power a node off; `{node}` is replaced by the node's name.
     /// Empty: nothing is run, the request is only logged (a dry run).
@@ -151,7 +148,7 @@ pub struct PowerConfig {
     #[serde(default, deserialize_with = "argv")]
     pub resume: Vec<String>,
     /// Longest one action may run before it is killed and counted as failed (1s to 1h).
-    #[serde(default = "default_action_timeout", deserialize_with = "transition")]
+    #[serde(deserialize_with = "transition")]
     #[schemars(with = "String", extend("x-allowed" = "1s to 1h"))]
     pub timeout: Duration,
     /// File the power programs append a line to for every action (besides the journal).
@@ -168,7 +165,7 @@ impl Default for PowerConfig {
         PowerConfig {
             suspend: Vec::new(),
             resume: Vec::new(),
-            timeout: default_action_timeout(),
+            timeout: Duration::from_secs(60),
             log: None,
             group: Vec::new(),
         }
@@ -189,20 +186,11 @@ pub struct PowerGroup {
     pub resume: Vec<String>,
 }
 
-fn default_models_sync() -> Duration {
-    Duration::from_secs(300)
-}
 fn models_sync<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::from_secs(1), Duration::from_secs(86_400))
 }
-fn default_summary_wait() -> Duration {
-    Duration::from_secs(600)
-}
 fn summary_wait<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::ZERO, Duration::from_secs(86_400))
-}
-fn default_summary_bins() -> u32 {
-    120
 }
 fn summary_bins<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let bins = u32::deserialize(d)?;
@@ -211,24 +199,6 @@ fn summary_bins<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     }
     Ok(bins)
 }
-fn default_measurements_file() -> PathBuf {
-    PathBuf::from("/var/lib/wattson/measurements.json")
-}
-fn default_state_file() -> PathBuf {
-    PathBuf::from("/var/lib/wattson/ctld.json")
-}
-fn default_true() -> bool {
-    true
-}
-fn default_interval() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_command_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_order_weight() -> u32 {
-    10_000
-}
 fn order_weight<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let n = u32::deserialize(d)?;
     if (1..=1_000_000_000).contains(&n) {
@@ -236,15 +206,6 @@ fn order_weight<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     } else {
         Err(serde::de::Error::custom(format!("{n}: allowed 1 to 1000000000")))
     }
-}
-fn default_resume_retries() -> u32 {
-    3
-}
-fn default_resume_retry_pause() -> Duration {
-    Duration::from_secs(60)
-}
-fn default_action_timeout() -> Duration {
-    Duration::from_secs(60)
 }
 
 fn interval<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

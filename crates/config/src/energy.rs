@@ -11,20 +11,19 @@ use crate::duration_in;
 
 /// `[energy]` section, read by wattsond.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct EnergyConfig {
     /// The energy Slurm gets as a job's `ConsumedEnergy`: `gpu`, `gpu+cpu` or `node`.
     #[serde(default, deserialize_with = "scope")]
     pub scope: EnergyScope,
     /// Linux powercap's directory, where the RAPL zones (`intel-rapl:N`) are read.
-    #[serde(default = "default_powercap")]
     pub powercap: PathBuf,
     /// The command that prints the BMC's DCMI power reading (an argv, the program an absolute
     /// path; never a shell), run at every sample with `scope = "node"`.
-    #[serde(default = "default_ipmi_command", deserialize_with = "ipmi_command")]
+    #[serde(deserialize_with = "ipmi_command")]
     pub ipmi_command: Vec<String>,
     /// Longest one run of `ipmi_command` may take before it is killed (100ms to 30s).
-    #[serde(default = "default_ipmi_timeout", deserialize_with = "ipmi_timeout")]
+    #[serde(deserialize_with = "ipmi_timeout")]
     #[schemars(with = "String", extend("x-allowed" = "100ms to 30s"))]
     pub ipmi_timeout: Duration,
 }
@@ -33,21 +32,11 @@ impl Default for EnergyConfig {
     fn default() -> EnergyConfig {
         EnergyConfig {
             scope: EnergyScope::default(),
-            powercap: default_powercap(),
-            ipmi_command: default_ipmi_command(),
-            ipmi_timeout: default_ipmi_timeout(),
+            powercap: PathBuf::from("/sys/class/powercap"),
+            ipmi_command: ["/usr/bin/ipmitool", "dcmi", "power", "reading"].map(String::from).to_vec(),
+            ipmi_timeout: Duration::from_secs(2),
         }
     }
-}
-
-fn default_powercap() -> PathBuf {
-    PathBuf::from("/sys/class/powercap")
-}
-fn default_ipmi_command() -> Vec<String> {
-    ["/usr/bin/ipmitool", "dcmi", "power", "reading"].map(String::from).to_vec()
-}
-fn default_ipmi_timeout() -> Duration {
-    Duration::from_secs(2)
 }
 
 fn scope<'de, D: Deserializer<'de>>(d: D) -> Result<EnergyScope, D::Error> {

@@ -14,22 +14,22 @@ use crate::{duration_in, number_in};
 /// `[engine]` section: how wattsond measures workloads it does not know, and where it keeps
 /// what it learned.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
     /// How long each probed power limit is held and measured.
-    #[serde(default = "default_probe_window", deserialize_with = "probe_duration")]
+    #[serde(deserialize_with = "probe_duration")]
     #[schemars(with = "String", extend("x-allowed" = "100ms to 1h"))]
     pub probe_window: Duration,
     /// How long after a change the GPU is left to settle before measuring.
-    #[serde(default = "default_probe_settle", deserialize_with = "probe_duration")]
+    #[serde(deserialize_with = "probe_duration")]
     #[schemars(with = "String", extend("x-allowed" = "100ms to 1h"))]
     pub probe_settle: Duration,
     /// Most probe windows per job (at least 3).
-    #[serde(default = "default_max_probes", deserialize_with = "max_probes")]
+    #[serde(deserialize_with = "max_probes")]
     #[schemars(extend("x-allowed" = "3 to 50"))]
     pub max_probes: usize,
     /// Step between candidate power limits, W.
-    #[serde(default = "default_power_limit_step", deserialize_with = "power_limit_step")]
+    #[serde(deserialize_with = "power_limit_step")]
     #[schemars(extend("x-allowed" = "1 to 100"))]
     pub power_limit_step_w: f64,
     /// The DVFS knob the models turn: the power limit (the default) or the locked SM clock.
@@ -40,18 +40,16 @@ pub struct EngineConfig {
     #[serde(default)]
     pub knobs: BTreeMap<String, Knob>,
     /// Lowest SM clock offered to the models, as a fraction of the GPU's top clock.
-    #[serde(default = "default_sm_clock_floor", deserialize_with = "sm_clock_floor")]
+    #[serde(deserialize_with = "sm_clock_floor")]
     #[schemars(extend("x-allowed" = "0.3 to 1"))]
     pub sm_clock_floor: f64,
     /// Step between candidate SM clocks, MHz (among the clocks the GPU supports).
-    #[serde(default = "default_sm_clock_step", deserialize_with = "sm_clock_step")]
+    #[serde(deserialize_with = "sm_clock_step")]
     #[schemars(extend("x-allowed" = "1 to 200"))]
     pub sm_clock_step_mhz: f64,
     /// Directory of the per-job progress files (`WATTSON_PROGRESS_FILE`).
-    #[serde(default = "default_progress_dir")]
     pub progress_dir: PathBuf,
     /// The model table for `job_submit/wattson`, rewritten whenever a model changes.
-    #[serde(default = "default_models_file")]
     pub models_file: PathBuf,
     /// Whose jobs a learned model decides: the `user` whose runs measured it (the default), or
     /// every job of the same Slurm `account`.
@@ -84,44 +82,19 @@ impl ModelOwnership {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            probe_window: default_probe_window(),
-            probe_settle: default_probe_settle(),
-            max_probes: default_max_probes(),
-            power_limit_step_w: default_power_limit_step(),
+            probe_window: Duration::from_secs(30),
+            probe_settle: Duration::from_secs(3),
+            max_probes: 6,
+            power_limit_step_w: 5.0,
             knob: Knob::default(),
             knobs: BTreeMap::new(),
-            sm_clock_floor: default_sm_clock_floor(),
-            sm_clock_step_mhz: default_sm_clock_step(),
-            progress_dir: default_progress_dir(),
-            models_file: default_models_file(),
+            sm_clock_floor: 0.5,
+            sm_clock_step_mhz: 15.0,
+            progress_dir: PathBuf::from("/run/wattson/progress"),
+            models_file: PathBuf::from("/var/lib/wattson/models.json"),
             model_owner: ModelOwnership::default(),
         }
     }
-}
-
-fn default_probe_window() -> Duration {
-    Duration::from_secs(30)
-}
-fn default_probe_settle() -> Duration {
-    Duration::from_secs(3)
-}
-fn default_max_probes() -> usize {
-    6
-}
-fn default_power_limit_step() -> f64 {
-    5.0
-}
-fn default_sm_clock_floor() -> f64 {
-    0.5
-}
-fn default_sm_clock_step() -> f64 {
-    15.0
-}
-fn default_progress_dir() -> PathBuf {
-    PathBuf::from("/run/wattson/progress")
-}
-fn default_models_file() -> PathBuf {
-    PathBuf::from("/var/lib/wattson/models.json")
 }
 
 fn probe_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

@@ -74,33 +74,30 @@ pub struct Config {
 
 /// `[daemon]` section.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct DaemonConfig {
     /// Unix socket the daemon listens on.
-    #[serde(default = "default_socket")]
     pub socket: PathBuf,
     /// SQLite file with the node's job energy records.
-    #[serde(default = "default_store")]
     pub store: PathBuf,
     /// Node name recorded with each job (default: the host name).
     #[serde(default)]
     pub node_name: Option<String>,
     /// The user besides root that may begin and end jobs (Slurm's `SlurmUser`).
-    #[serde(default = "default_slurm_user")]
     pub slurm_user: String,
     /// Users who may read every user's jobs (root always may).
     #[serde(default)]
     pub admins: Vec<String>,
     /// How often every GPU is read.
-    #[serde(default = "default_sample_interval", deserialize_with = "sample_interval")]
+    #[serde(deserialize_with = "sample_interval")]
     #[schemars(with = "String", extend("x-allowed" = "100ms to 1h"))]
     pub sample_interval: Duration,
     /// How often a point of the per-job time series is stored.
-    #[serde(default = "default_series_interval", deserialize_with = "series_interval")]
+    #[serde(deserialize_with = "series_interval")]
     #[schemars(with = "String", extend("x-allowed" = "100ms to 1d"))]
     pub series_interval: Duration,
     /// How long a client waits for the daemon, and the daemon for a client's request.
-    #[serde(default = "default_request_timeout", deserialize_with = "request_timeout")]
+    #[serde(deserialize_with = "request_timeout")]
     #[schemars(with = "String", extend("x-allowed" = "10ms to 5m"))]
     pub request_timeout: Duration,
 }
@@ -108,14 +105,14 @@ pub struct DaemonConfig {
 impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
-            socket: default_socket(),
-            store: default_store(),
+            socket: PathBuf::from("/run/wattson/wattsond.sock"),
+            store: PathBuf::from("/var/lib/wattson/wattson.db"),
             node_name: None,
-            slurm_user: default_slurm_user(),
+            slurm_user: "slurm".to_string(),
             admins: Vec::new(),
-            sample_interval: default_sample_interval(),
-            series_interval: default_series_interval(),
-            request_timeout: default_request_timeout(),
+            sample_interval: Duration::from_secs(1),
+            series_interval: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -177,25 +174,6 @@ fn read_bounded(path: &Path) -> std::io::Result<String> {
         return Err(std::io::Error::other(format!("larger than {MAX_CONFIG_BYTES} bytes")));
     }
     Ok(text)
-}
-
-fn default_socket() -> PathBuf {
-    PathBuf::from("/run/wattson/wattsond.sock")
-}
-fn default_store() -> PathBuf {
-    PathBuf::from("/var/lib/wattson/wattson.db")
-}
-fn default_slurm_user() -> String {
-    "slurm".to_string()
-}
-fn default_sample_interval() -> Duration {
-    Duration::from_secs(1)
-}
-fn default_series_interval() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_request_timeout() -> Duration {
-    Duration::from_secs(5)
 }
 
 pub(crate) fn duration_in<'de, D: Deserializer<'de>>(

@@ -9,31 +9,25 @@ use crate::duration_in;
 
 /// `[mail]` section.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct MailConfig {
     /// The mailer `wattson-mail` hands each mail to, with Slurm's arguments after these: an
     /// argv, the program an absolute path (Slurm's own default `MailProg`).
-    #[serde(default = "default_program", deserialize_with = "program")]
+    #[serde(deserialize_with = "program")]
     pub program: Vec<String>,
     /// How long an end-of-job mail waits for the job's summary in Slurm's accounting (written
     /// by `wattson ctld`) before it is sent without it.
-    #[serde(default = "default_wait", deserialize_with = "wait")]
+    #[serde(deserialize_with = "wait")]
     #[schemars(with = "String", extend("x-allowed" = "0s to 1h"))]
     pub wait: Duration,
 }
 
 impl Default for MailConfig {
     fn default() -> Self {
-        MailConfig { program: default_program(), wait: default_wait() }
+        MailConfig { program: vec!["/usr/bin/mail".to_string()], wait: Duration::from_secs(300) }
     }
 }
 
-fn default_program() -> Vec<String> {
-    vec!["/usr/bin/mail".to_string()]
-}
-fn default_wait() -> Duration {
-    Duration::from_secs(300)
-}
 fn wait<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration_in(d, Duration::ZERO, Duration::from_secs(3600))
 }

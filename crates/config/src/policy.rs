@@ -14,31 +14,30 @@ use wattson_types::job::{EnergyPolicy, Hints, check_slowdown_pct};
 
 /// `[policy]` in `wattson.toml`.
 #[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct SitePolicy {
     /// Policy of jobs that give none.
-    #[serde(default = "default_policy")]
     pub default: EnergyPolicy,
     /// Users who may ask for `perf`; empty means everyone may.
     #[serde(default)]
     pub perf_users: Vec<String>,
     /// Power limit of `min-energy` jobs, percent of the GPU's maximum (clamped to its minimum).
-    #[serde(default = "default_min_energy_pct", deserialize_with = "percent")]
+    #[serde(deserialize_with = "percent")]
     #[schemars(extend("x-allowed" = "1 to 100"))]
     pub min_energy_power_pct: u32,
     /// Power limit of `balanced` jobs, percent of the GPU's maximum.
-    #[serde(default = "default_balanced_pct", deserialize_with = "percent")]
+    #[serde(deserialize_with = "percent")]
     #[schemars(extend("x-allowed" = "1 to 100"))]
     pub balanced_power_pct: u32,
     /// How policies become GPU settings.
     #[serde(default)]
     pub enact: Enact,
     /// Slowdown bound of `min-energy` jobs that give no `--energy-slowdown`, in percent.
-    #[serde(default = "default_slowdown_pct", deserialize_with = "slowdown")]
+    #[serde(deserialize_with = "slowdown")]
     #[schemars(extend("x-allowed" = "0 to 1000"))]
     pub slowdown_pct: f64,
     /// Weight of energy in the `balanced` cost `η·E + (1−η)·P_max·T`, in [0, 1].
-    #[serde(default = "default_eta", deserialize_with = "eta")]
+    #[serde(deserialize_with = "eta")]
     #[schemars(extend("x-allowed" = "0 to 1"))]
     pub balanced_eta: f64,
     /// Partitions whose jobs may share a GPU unless they say `--energy-share=no`; a job
@@ -53,7 +52,7 @@ pub struct SitePolicy {
     /// The most GPUs of an opted-in job that job_submit rewrites to shards (default 1). A job of
     /// N > 1 GPUs on one node with N tasks gets half of each GPU, one per task (Slurm 24.05 or
     /// later with `SelectTypeParameters=...,MULTIPLE_SHARING_GRES_PJ`; docs/slurm.md).
-    #[serde(default = "one_gpu", deserialize_with = "gpu_count")]
+    #[serde(deserialize_with = "gpu_count")]
     #[schemars(extend("x-allowed" = "1 to 64"))]
     pub share_gpus: u32,
 }
@@ -61,35 +60,18 @@ pub struct SitePolicy {
 impl Default for SitePolicy {
     fn default() -> Self {
         SitePolicy {
-            default: default_policy(),
+            default: EnergyPolicy::Balanced,
             perf_users: Vec::new(),
-            min_energy_power_pct: default_min_energy_pct(),
-            balanced_power_pct: default_balanced_pct(),
+            min_energy_power_pct: 60,
+            balanced_power_pct: 85,
             enact: Enact::default(),
-            slowdown_pct: default_slowdown_pct(),
-            balanced_eta: default_eta(),
+            slowdown_pct: 10.0,
+            balanced_eta: 0.5,
             share_partitions: Vec::new(),
             shards_per_gpu: 0,
             share_gpus: 1,
         }
     }
-}
-
-fn default_policy() -> EnergyPolicy {
-    EnergyPolicy::Balanced
-}
-fn default_min_energy_pct() -> u32 {
-    60
-}
-fn default_balanced_pct() -> u32 {
-    85
-}
-
-fn default_slowdown_pct() -> f64 {
-    10.0
-}
-fn default_eta() -> f64 {
-    0.5
 }
 
 fn slowdown<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
@@ -113,10 +95,6 @@ fn shards<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     } else {
         Err(serde::de::Error::custom(format!("{n} shards per GPU: not 0 (off), nor from 2 to 1024")))
     }
-}
-
-fn one_gpu() -> u32 {
-    1
 }
 
 fn gpu_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {

@@ -92,8 +92,8 @@ impl Planner {
         let c = &self.config.ctld;
         let policy = snapshot::policy(c);
         let view = self.memory.view(now, &policy, c.gpu_idle_w, nodes, jobs, learned);
-        let actions =
-            cluster::decide(&policy, &engine_snapshot(&view, now, &self.config, self.pairs.as_ref()));
+        let snapshot = engine_snapshot(&view, now, &self.config, self.pairs.as_ref());
+        let actions = self.memory.decider.step(&policy, &snapshot);
         (view, actions)
     }
 
@@ -197,9 +197,9 @@ impl Planner {
         }
         self.ledger.observe(nodes, now, &snapshot::node_costs(c), snapshot::gpu_idle_w(c, nodes));
         self.ledger.wait_cost = power_status::WaitCostStatus {
-            observed: view.wait_cost,
+            observed: self.memory.decider.wait_cost.ratio(),
             bound: c.tuning.max_wait_cost,
-            guarding: view.wait_guard,
+            guarding: self.memory.decider.wait_cost.guarding,
         };
         let why = |what: &str| {
             format!("{what} (warm target {}, idle {}, queued {})", plan.warm_target, plan.idle, plan.queued)

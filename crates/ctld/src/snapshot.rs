@@ -8,8 +8,8 @@ use std::sync::Arc;
 use wattson_config::Config;
 use wattson_config::ctld::CtldConfig;
 use wattson_engine::cluster::{
-    ClusterPolicy, GpuType, Held, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Queued, Running,
-    Snapshot, TunedPolicy, wait_cost::WaitCost,
+    ClusterPolicy, Decider, GpuType, Held, JobNodes, JobView, Level, NodeCosts, NodePower, NodeView, Queued,
+    Running, Snapshot, TunedPolicy,
 };
 
 use crate::nodes::JobLevels;
@@ -26,8 +26,8 @@ pub struct Memory {
     idle_since: BTreeMap<String, (f64, Power)>,
     /// Jobs seen: (submission, GPUs), by id.
     arrivals: BTreeMap<u32, (f64, u32)>,
-    /// What the queue waited and DVFS added ([`WaitCost`]).
-    wait_cost: WaitCost,
+    /// The policy's steps, one per loop, with the wait-cost guard it keeps between them.
+    pub decider: Decider,
 }
 
 /// The engine's view of the cluster, owned (a [`Snapshot`] borrows from it).
@@ -58,12 +58,6 @@ pub struct View {
     pub models: Vec<Vec<Level>>,
     /// Where each queued job may run and each running job runs (node indices).
     pub job_nodes: JobNodes,
-    /// By how much the controller observed DVFS to lengthen the queue's waits
-    /// ([`WaitCost::ratio`]).
-    pub wait_cost: f64,
-    /// Whether that passed `[ctld] max_wait_cost` and no job is slowed
-    /// ([`WaitCost::guarding`]).
-    pub wait_guard: bool,
 }
 
 impl View {
@@ -92,7 +86,6 @@ impl View {
             arrival_types: &[],
             tariff,
             budget_w,
-            wait_guard: self.wait_guard,
             node,
             job_nodes: &self.job_nodes,
             sharing: None,
@@ -268,15 +261,6 @@ impl Memory {
                 });
             }
         }
-        // The waits since the last loop, as the simulator counts them between its decisions
-        // (they read only the view's nodes, level tables, queue and running jobs).
-        let prices = Default::default();
-        self.wait_cost.observe(
-            &view.snapshot_with(now, &prices, None, NodeCosts::default()),
-            policy.tuning.max_wait_cost,
-        );
-        view.wait_cost = self.wait_cost.ratio();
-        view.wait_guard = self.wait_cost.guarding;
         self.arrivals.retain(|_, (at, _)| *at >= now - policy.tuning.forecast_window_s);
         let mut arrivals: Vec<(f64, u32)> = self.arrivals.values().copied().collect();
         arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));

@@ -298,9 +298,6 @@ pub struct Snapshot<'a> {
     pub tariff: &'a PriceSchedule,
     /// Cluster power budget (W), if any.
     pub budget_w: Option<f64>,
-    /// Whether the wait-cost guard is on: DVFS lengthened the queue's waits past
-    /// `max_wait_cost` ([`wait_cost::WaitCost::guarding`]).
-    pub wait_guard: bool,
     /// Node power model.
     pub node: NodeCosts,
     /// Where jobs may or do run, by job id, as indices into `nodes` (sorted): a queued job's
@@ -370,9 +367,27 @@ impl TunedPolicy {
     }
 }
 
-/// The cluster policy: actions for `s` under `p`. Pure and deterministic.
+/// The cluster policy with what it keeps between decisions: the wait-cost guard
+/// ([`wait_cost::WaitCost`]). The controller takes one step per loop, the simulator one per
+/// instant; nothing else holds the guard's state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decider {
+    /// What the queue waited and DVFS added, as observed at each step.
+    pub wait_cost: wait_cost::WaitCost,
+}
+
+impl Decider {
+    /// Counts the waits since the last step at `s`, then decides on `s` under `p`, with DVFS
+    /// off while the guard is on.
+    pub fn step(&mut self, p: &TunedPolicy, s: &Snapshot) -> Actions {
+        self.wait_cost.observe(s, p.tuning.max_wait_cost);
+        decide(&wait_cost::guarded(p, self.wait_cost.guarding), s)
+    }
+}
+
+/// The cluster policy: actions for `s` under `p`, with no memory of earlier decisions (the
+/// references need none; wattson's guard is [`Decider`]'s). Pure and deterministic.
 pub fn decide(p: &TunedPolicy, s: &Snapshot) -> Actions {
-    let p = &wait_cost::guarded(p, s.wait_guard);
     let mut a = Actions::default();
     // Every later decision sees the queue in the order Slurm will try it.
     let ranked = order::rank(p, s.now, s.queued);

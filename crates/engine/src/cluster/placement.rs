@@ -204,7 +204,6 @@ mod tests {
             arrival_types: &[],
             tariff: &tariff,
             budget_w: None,
-            wait_guard: false,
             node: NodeCosts::default(),
             job_nodes: &ANYWHERE,
             sharing: None,

@@ -55,7 +55,6 @@ pub(crate) fn snap<'a>(
         arrival_types: &[],
         tariff,
         budget_w: None,
-        wait_guard: false,
         node: costs(),
         job_nodes: &ANYWHERE,
         sharing: None,
@@ -555,12 +554,15 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
     // Still queued, it counts with its wait so far: 81.5 of its 100 s were added.
     assert!((w.ratio() - lag(1100.0) / (100.0 - lag(1100.0))).abs() < 1e-9, "{}", w.ratio());
     assert!(w.guarding);
-    // Past the bound wattson slows no job: every running job is raised.
+    // Past the bound wattson slows no job: every running job is raised. The decider that saw
+    // the same states keeps the guard; a decision with no memory does not.
     let both = [slowed, top];
-    let guarded = Snapshot { wait_guard: true, ..snap(1100.0, &full, &m, &q, &both, &[], &tariff) };
     let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
-    assert_eq!(decide(&p, &guarded).raised, vec![1, 2]);
-    assert!(decide(&p, &Snapshot { wait_guard: false, ..guarded }).raised.is_empty());
+    let mut decider = Decider::default();
+    assert!(decider.step(&p, &snap(1000.0, &full, &m, &[], &both, &[], &tariff)).raised.is_empty());
+    let now = snap(1100.0, &full, &m, &q, &both, &[], &tariff);
+    assert_eq!(decider.step(&p, &now).raised, vec![1, 2]);
+    assert!(decide(&p, &now).raised.is_empty());
     // It started (job 1 ended): charged, the queue's delay gone; the guard stays on until the
     // share is under a tenth of the bound.
     let started = Running { job: job(9, 0.10), elapsed_s: 50.0, progress: 0.05, level: 3, shared: false };

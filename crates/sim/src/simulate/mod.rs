@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use wattson_engine::cluster::{self, GpuType, JobView as EngineJob, Level, TunedPolicy, wait_cost::WaitCost};
+use wattson_engine::cluster::{self, Decider, GpuType, JobView as EngineJob, Level, TunedPolicy};
 
 use super::cluster::ClusterConfig;
 use super::events::{Event, Queue};
@@ -134,8 +134,8 @@ struct Sim<'a> {
     done: usize,
     gpu_types: Vec<GpuType>,
     bufs: Bufs,
-    /// What the queue waited and DVFS added, as the policy observes it, and when last seen.
-    wait_cost: WaitCost,
+    /// The policy's steps, with the wait-cost guard it keeps between them.
+    decider: Decider,
     /// Co-location classes whose measured slowdown broke a job's bound.
     broken: BTreeSet<usize>,
     /// Class pairs that were found not to fit on one GPU.
@@ -236,7 +236,7 @@ pub fn simulate_observed(
         arrivals: Vec::with_capacity(jobs.len()),
         arrival_types: Vec::new(),
         arr_lo: 0,
-        wait_cost: WaitCost::default(),
+        decider: Decider::default(),
         broken: BTreeSet::new(),
         unfit: BTreeSet::new(),
         future: if c.wattson.sim.clairvoyant {

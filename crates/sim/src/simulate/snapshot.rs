@@ -97,7 +97,6 @@ impl Sim<'_> {
             arrival_types: arrival_types.get(arr).unwrap_or(&[]),
             tariff: &self.c.prices,
             budget_w: self.c.budget.map(|x| x.power_w),
-            wait_guard: false,
             node: self.c.node,
             job_nodes: &cluster::ANYWHERE,
             sharing: self.cat.colocation.as_ref().map(|c| cluster::Sharing {
@@ -106,11 +105,8 @@ impl Sim<'_> {
                 unfit: &self.unfit,
             }),
         };
-        // The waits since the last decision, at this instant's rates (as the controller
-        // counts them between its loops).
-        self.wait_cost.observe(&snap, self.policy.tuning.max_wait_cost);
-        let snap = Snapshot { wait_guard: self.wait_cost.guarding, ..snap };
-        let acts = cluster::decide(&self.policy, &snap);
+        // One step of the policy and its guard, as the controller takes one per loop.
+        let acts = self.decider.step(&self.policy, &snap);
         let runs = &self.runs;
         (self.observe)(&snap, &acts, &|j| runs[j as usize].shares.iter().map(|s| s.0).collect());
         self.bufs = b;
