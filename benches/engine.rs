@@ -30,7 +30,7 @@ impl Rng {
 
 /// Three probes of a synthetic V100 workload: power saturating at `free` W, cube-law time.
 /// The owner of every model in the table.
-const OWNER: wattson_types::owner::ModelOwner = wattson_types::owner::ModelOwner::User(1000);
+const OWNER: wattson_types::model_owner::ModelOwner = wattson_types::model_owner::ModelOwner::User(1000);
 
 fn probes(rng: &mut Rng) -> Vec<Sample> {
     let free = 120.0 + 140.0 * rng.unit();

@@ -99,7 +99,7 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
                 gpus,
                 hints,
                 shares_gpus: args.shares_gpus
-                    || wattson_types::share::shares_gpus(|name| std::env::var(name).ok()),
+                    || wattson_types::apportion::shares_gpus(|name| std::env::var(name).ok()),
             })
         }
         JobCommand::End(args) => Request::JobEnd { job: args.job },

@@ -14,7 +14,7 @@ use common::{Node, assert_ok};
 use fake_nvml::{GpuState, Workload};
 use wattson_engine::{Knob, ModelTable, Objective};
 use wattson_types::job::{JobRecord, Progress};
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 /// The hidden law: 0.1 s per unit at 1980 MHz, a fifth of it clock-independent.
 const WORK: Workload = Workload { t0_s: 0.02, d_s_mhz: 158.4 };

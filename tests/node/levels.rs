@@ -15,7 +15,7 @@ use wattson_engine::{Knob, Measurements, Sample};
 use wattson_gpu::GpuSetting;
 use wattson_protocol::{ClientError, ErrorCode, Pace, Reply, Request};
 use wattson_types::job::Progress;
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 const CHILD_SOCKET: &str = "WATTSON_LEVELS_SOCKET";
 /// The fake H100's maximum (and default) power limit.

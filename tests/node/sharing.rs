@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::{Node, assert_ok, rel_err};
 use fake_nvml::ProcessLoad;
+use wattson_types::apportion::Split;
 use wattson_types::job::{JobRecord, JobState};
-use wattson_types::share::Split;
 
 const EXACT: f64 = 0.001; // 0.1 %
 const H100_MAX_MW: u32 = 700_000;

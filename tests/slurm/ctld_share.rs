@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use fake_nvml::ProcessLoad;
 use wattson_harness::node::Node;
 use wattson_harness::slurm_lab::{self, LabNode, SlurmLab};
+use wattson_types::apportion::Split;
 use wattson_types::job::JobState;
-use wattson_types::share::Split;
 
 use super::ctld::{WATTSON, ctld_log, wait_live};
 use super::shared_gpus::{assert_parts_add_up, lab_on, wait_recorded};

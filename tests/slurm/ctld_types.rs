@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use wattson_engine::{Knob, Measurements, ModelTable, Sample};
 use wattson_harness::slurm_lab::{LabOptions, SlurmLab};
 use wattson_types::job::Progress;
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 use super::ctld::{ctld_log, lab_of_types, start_ctld, wait_for};
 

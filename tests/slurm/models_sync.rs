@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{Node, assert_ok};
 use slurm_lab::{LabNode, LabOptions, SlurmLab};
 use wattson_engine::ModelTable;
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 static WATTSON: std::sync::LazyLock<std::path::PathBuf> =
     std::sync::LazyLock::new(|| wattson_harness::programs::program("wattson"));

@@ -178,7 +178,7 @@ fn opted_in_jobs_of_two_gpus_and_two_tasks_share_both_gpus_each_charged_its_part
     for r in &records {
         let gpus: Vec<u32> = r.gpus.iter().map(|g| g.index).collect();
         assert_eq!(gpus, [0, 1], "job {}", r.key);
-        assert_eq!(r.split(), Some(wattson_types::share::Split::Equal), "job {}", r.key);
+        assert_eq!(r.split(), Some(wattson_types::apportion::Split::Equal), "job {}", r.key);
     }
     for k in 0..2 {
         super::shared_gpus::assert_parts_add_up_on(&node, &records, k);
@@ -263,7 +263,7 @@ fn ctld_pairs_jobs_of_two_gpus_on_both_and_keeps_them_off_the_gpu_of_a_job_of_on
         let gpus: Vec<u32> = r.gpus.iter().map(|g| g.index).collect();
         assert_eq!(
             (gpus, r.split()),
-            (vec![0, 1], Some(wattson_types::share::Split::Equal)),
+            (vec![0, 1], Some(wattson_types::apportion::Split::Equal)),
             "job {}",
             r.key
         );

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use wattson_harness::node::Node;
 use wattson_harness::slurm_lab::{LabNode, SlurmLab};
+use wattson_types::apportion::Split;
 use wattson_types::job::JobState;
-use wattson_types::share::Split;
 
 use super::shared_gpus::{assert_parts_add_up, lab_on, wait_recorded};
 

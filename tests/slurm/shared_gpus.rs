@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::Node;
 use slurm_lab::{LabNode, SlurmLab};
+use wattson_types::apportion::Split;
 use wattson_types::job::{JobRecord, JobState};
-use wattson_types::share::Split;
 
 /// wattsond on one simulated H100, and a one-node Slurm whose GPU has 4 shards.
 fn shared_cluster() -> (Node, SlurmLab) {

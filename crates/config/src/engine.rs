@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 use wattson_types::gpu::Knob;
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 use crate::{duration_in, number_in};
 

@@ -123,7 +123,7 @@ fn chunks(merged: &[Measurements]) -> Vec<&[Measurements]> {
 mod tests {
     use super::*;
     use wattson_types::job::Progress;
-    use wattson_types::owner::ModelOwner;
+    use wattson_types::model_owner::ModelOwner;
 
     fn workload(tag: &str, samples: usize) -> Measurements {
         Measurements {

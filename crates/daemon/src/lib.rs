@@ -3,10 +3,10 @@
 
 mod adapt;
 pub mod admission;
+mod apportion;
 pub mod args;
 pub mod asks;
 pub mod clock;
-pub mod core;
 mod enforce;
 pub mod files;
 pub mod gpu_pool;
@@ -19,8 +19,8 @@ pub mod reader;
 pub mod safedir;
 pub mod sampler;
 pub mod server;
-mod shared;
 pub mod socket;
+pub mod state;
 #[cfg(test)]
 mod tests;
 
@@ -31,12 +31,12 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
 use self::clock::SystemClock;
-use self::core::Core;
 use self::gpu_pool::GpuPool;
 use self::owner::Owner;
 use self::reader::Reader;
 use self::sampler::Sampler;
 use self::server::Services;
+use self::state::State;
 use wattson_config::Config;
 use wattson_gpu::{GpuBackend, NvmlBackend};
 use wattson_protocol::access::Access;
@@ -181,7 +181,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         }
     };
     let node = config.node_name();
-    let mut core = Core::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config, dirs)?;
+    let mut core = State::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config, dirs)?;
     core.measure_node(node_meters.empty_share());
     let owner = Owner::spawn(core);
     let reader = Reader::spawn(store_path, owner.clone(), node.clone())?;

@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 
 use crate::asks::SamplerHandle;
 
-use crate::core::Tick;
+use crate::state::Tick;
 use wattson_gpu::GpuInfo;
 use wattson_types::job::JobKey;
 

@@ -1,4 +1,4 @@
-//! The one owner of the daemon's state: a thread that holds [`Core`] (job meters, the GPU
+//! The one owner of the daemon's state: a thread that holds [`State`] (job meters, the GPU
 //! settings journal, the prober, the store's writer) and takes commands over a channel, each
 //! with a reply. Nothing else touches the state; what others need to read (the running jobs and
 //! their meters) is published after every command.
@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
-use crate::core::{Core, Tick};
+use crate::state::{State, Tick};
 use wattson_engine::Measurements;
 use wattson_gpu::GpuError;
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
@@ -47,7 +47,7 @@ pub struct Owner {
 
 impl Owner {
     /// Starts the owner thread on `core`.
-    pub fn spawn(core: Core) -> Owner {
+    pub fn spawn(core: State) -> Owner {
         let (commands, inbox) = sync_channel(QUEUE);
         let (publish, running) = watch::channel(Arc::new(core.running().cloned().collect()));
         std::thread::Builder::new()
@@ -135,7 +135,7 @@ fn stopped() -> Error {
     Error::new(ErrorCode::Internal, "wattsond's state owner has stopped")
 }
 
-fn run(mut core: Core, inbox: Receiver<Command>, publish: watch::Sender<Running>) {
+fn run(mut core: State, inbox: Receiver<Command>, publish: watch::Sender<Running>) {
     while let Ok(command) = inbox.recv() {
         // A panic in one command must not take the state down with it: the store already
         // holds every committed change, and the caller gets an error.

@@ -265,7 +265,7 @@ pub(crate) async fn dispatch(services: &Services, request: Request, uid: u32) ->
                 Reply::Settings { uid: owner, .. }
                     if !(services.access.is_privileged(uid) || *owner == uid) =>
                 {
-                    Err(crate::core::not_running(&job))
+                    Err(crate::state::not_running(&job))
                 }
                 _ => Ok(reply),
             }

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, ManualClock};
-use crate::core::Core;
 use crate::gpu_pool::GpuPool;
+use crate::state::State;
 use wattson_config::Config;
 use wattson_gpu::{GpuBackend, GpuError, GpuInfo, GpuSettings};
 use wattson_protocol::{ErrorCode, JobBegin, Reply};
@@ -133,13 +133,13 @@ impl Fixture {
         Fixture { _dir: dir, path, clock, gpus, pool, config }
     }
 
-    fn core(&self) -> Core {
+    fn core(&self) -> State {
         let store = Store::open(&self.path).unwrap();
         let dirs = crate::safedir::EngineDirs::open(&self.config.engine).unwrap();
-        Core::new(self.pool.clone(), self.clock.clone(), store, "n1".into(), &self.config, dirs).unwrap()
+        State::new(self.pool.clone(), self.clock.clone(), store, "n1".into(), &self.config, dirs).unwrap()
     }
 
-    fn sample(&self, core: &mut Core) {
+    fn sample(&self, core: &mut State) {
         core.sample(self.pool.read_all());
     }
 }

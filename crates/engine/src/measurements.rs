@@ -11,7 +11,7 @@ use super::fit::{Sample, fit};
 use super::model::Knob;
 use super::table::{ModelEntry, ModelTable};
 use wattson_types::job::Progress;
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 /// One workload's measurements on one GPU type. No samples: the workload's model was dropped
 /// (it misled a job past its bound) at `updated_ns`, which a merge carries to every node.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::choose::{Choice, ChooserConfig, Objective, choose};
 use super::model::{DvfsModel, Knob};
 use super::priors;
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 /// One fitted workload on one GPU type.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

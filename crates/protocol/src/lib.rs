@@ -6,7 +6,7 @@
 //! user is root or a configured admin.
 
 pub mod access;
-pub mod limits;
+pub mod bounds;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use super::{Store, StoreError, running_id};
 use wattson_engine::{Knob, Measurements};
 use wattson_types::job::{JobDvfs, JobKey, Progress};
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("{what}: {e}"))

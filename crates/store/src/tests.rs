@@ -4,7 +4,7 @@ use super::*;
 use wattson_engine::Knob;
 use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, Method};
 use wattson_types::job::{EnergyPolicy, Hints, JobState, Progress};
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 const S: i64 = 1_000_000_000;
 

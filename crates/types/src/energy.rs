@@ -120,11 +120,11 @@ pub struct GpuMeter {
     /// How the GPU's energy was divided with other jobs on it; `None` while the job had the
     /// GPU to itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub split: Option<crate::share::Split>,
+    pub split: Option<crate::apportion::Split>,
     /// The job's own SM activity on a GPU it may share, alone and beside others; `None` for
     /// a GPU the job holds whole, or before its processes were seen on the SMs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sm: Option<crate::share::SmActivity>,
+    pub sm: Option<crate::apportion::SmActivity>,
 }
 
 /// The GPU's energy over one interval between two readings, before it is divided among the

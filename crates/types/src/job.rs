@@ -296,7 +296,7 @@ pub struct JobDvfs {
     pub gpu_type: String,
     /// Whose models the job uses and adds to (kept so a restarted daemon carries on with them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<crate::owner::ModelOwner>,
+    pub owner: Option<crate::model_owner::ModelOwner>,
     /// The knob the models turned (settings are W or MHz by it).
     #[serde(default)]
     pub knob: crate::gpu::Knob,
@@ -357,8 +357,8 @@ impl JobRecord {
     }
 
     /// How the job's shared GPUs were divided with other jobs; `None` if it shared none.
-    pub fn split(&self) -> Option<crate::share::Split> {
-        self.gpus.iter().filter_map(|g| g.meter.split).reduce(crate::share::Split::combine)
+    pub fn split(&self) -> Option<crate::apportion::Split> {
+        self.gpus.iter().filter_map(|g| g.meter.split).reduce(crate::apportion::Split::combine)
     }
 
     /// Elapsed seconds up to the end, or up to `now_ns` while running.

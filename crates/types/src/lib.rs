@@ -3,14 +3,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod apportion;
 pub mod energy;
 pub mod gpu;
 pub mod job;
-pub mod owner;
+pub mod model_owner;
 pub mod prices;
 pub mod query;
 pub mod scope;
-pub mod share;
 pub mod summary;
 
 pub use gpu::now_ns;

@@ -3,7 +3,7 @@
 //! job_submit writes it from the job's requested TRES into the job's SPANK environment, which
 //! the prolog does see ([`SHARES_GPUS_VAR`]).
 
-pub use wattson_types::share::SHARES_GPUS_VAR;
+pub use wattson_types::apportion::SHARES_GPUS_VAR;
 
 /// The GRES that put a job on part of a GPU that other jobs may hold too.
 const SHARING_GRES: [&str; 2] = ["shard", "mps"];
@@ -31,7 +31,7 @@ pub fn spank_value(tres: &[Option<&str>]) -> &'static str {
 /// value, empty included; `None` when unset). Without job_submit/wattson's variable the node
 /// cannot tell: the job counts as sharing, so that no record is ever closed on a guess.
 pub fn from_prolog_env(env: impl Fn(&str) -> Option<String>) -> bool {
-    env(SHARES_GPUS_VAR).is_none() || wattson_types::share::shares_gpus(env)
+    env(SHARES_GPUS_VAR).is_none() || wattson_types::apportion::shares_gpus(env)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use wattson_config::policy::Decision;
 use wattson_config::{Config, EngineConfig};
 use wattson_engine::{ModelTable, Objective};
 use wattson_types::job::share_word;
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 /// The variable job_submit adds to a job's SPANK environment with its name, for the nodes'
 /// prolog (where `SLURM_JOB_NAME` is not set).

@@ -13,9 +13,9 @@ use super::{Pairs, ShareJob};
 use crate::nodes::Nodes;
 use crate::slurm::Node;
 use wattson_protocol::{Reply, Request};
+use wattson_types::apportion::SmActivity;
 use wattson_types::job::{JobKey, JobRecord, JobState};
 use wattson_types::query::AcctQuery;
-use wattson_types::share::SmActivity;
 
 /// Loops a node is asked for an ended job's record before the job is given up.
 const ASKS: u32 = 10;

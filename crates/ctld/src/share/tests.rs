@@ -7,9 +7,9 @@ use super::*;
 use crate::slurm::request::parse_requests;
 use crate::slurm::{parse_jobs, parse_nodes};
 use crate::{Plan, Planner, snapshot};
+use wattson_types::apportion::SmActivity;
 use wattson_types::energy::{GpuMeter, GpuReading};
 use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
-use wattson_types::share::SmActivity;
 
 /// `small` beside `small`: 5% each; `big` beside `big`: 50%. Fitted rank-one, `big` beside
 /// `small` is predicted 50% slower and `small` beside `big` 5%.

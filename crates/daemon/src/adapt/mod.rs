@@ -31,7 +31,7 @@ use wattson_gpu::{GpuError, GpuInfo, GpuSetting};
 use wattson_store::Store;
 use wattson_types::energy::GpuReading;
 use wattson_types::job::{JobDvfs, JobKey, JobRecord, Progress};
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 use measure::{Mark, mark};
 

@@ -2,9 +2,9 @@
 //! from the BMC's DCMI power readings; read with the GPUs at every sample and shared among
 //! the running jobs ([`share`]).
 
+pub mod apportion;
 pub mod ipmi;
 pub mod rapl;
-pub mod share;
 
 use tracing::{info, warn};
 

@@ -6,7 +6,7 @@
 
 use super::{ClusterPolicy, JobView, Level, NodePower, Placement, Snapshot, TunedPolicy};
 use crate::table::ModelTable;
-use wattson_types::owner::ModelOwner;
+use wattson_types::model_owner::ModelOwner;
 
 /// The GPU types a job should try, best first, given its view on each type (`views[t]`: its
 /// level table, bounded level and work on type `t`). wattson (with `type_aware`) ranks them by

@@ -3,7 +3,7 @@
 //! over the interval is divided among the jobs on it (a job's steps get their job's part).
 //!
 //! The weights are each job's processes' SM utilisation from the driver's per-process figures,
-//! else equal ([`wattson_types::share`]). A process counts only for a job of its own user (its
+//! else equal ([`wattson_types::apportion`]). A process counts only for a job of its own user (its
 //! real uid is the job's owner), so a user can move energy only among their own jobs: for the
 //! job named by its Slurm cgroup (`.../slurmstepd.scope/job_<id>/...` under `system.slice` or
 //! the root, `/slurm/uid_<n>/job_<id>/...`), else by its environment's `SLURM_JOB_ID`, else for
@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
 use wattson_gpu::{GpuBackend, GpuError};
+use wattson_types::apportion::{self, Split};
 use wattson_types::energy::{GpuMeter, GpuReading};
 use wattson_types::job::{JobKey, JobRecord};
-use wattson_types::share::{self, Split};
 
 /// Most bytes read of a process's `environ` or `cgroup` file.
 const PROC_READ_LIMIT: u64 = 256 * 1024;
@@ -92,9 +92,9 @@ pub(crate) fn advance_gpu(
     if let Some(sm) = nobody {
         sums.push(Some(sm.nobody));
     }
-    let (weights, split) = share::weights(&sums);
-    let exact = interval.counter_mj.map(|mj| share::divide_exact(mj, &weights));
-    let approx = share::divide(interval.mj, &weights);
+    let (weights, split) = apportion::weights(&sums);
+    let exact = interval.counter_mj.map(|mj| apportion::divide_exact(mj, &weights));
+    let approx = apportion::divide(interval.mj, &weights);
     let advanced = match nobody {
         Some(sm) => Advanced {
             unattributed_mj: exact.as_ref().map_or(approx[jobs.len()], |parts| parts[jobs.len()] as f64),
@@ -111,7 +111,7 @@ pub(crate) fn advance_gpu(
             let part = if own == interval {
                 exact.as_ref().map_or(approx[k], |parts| parts[k] as f64)
             } else {
-                share::divide(own.mj, &weights)[k]
+                apportion::divide(own.mj, &weights)[k]
             };
             gpu.meter.advance_by(reading, &own, part);
             gpu.meter.split = Some(gpu.meter.split.map_or(split, |s| Split::combine(s, split)));

@@ -9,7 +9,7 @@
 
 use tracing::info;
 
-use super::{Core, not_running};
+use super::{State, not_running};
 use crate::enforce;
 use wattson_engine::Objective;
 use wattson_engine::cluster::{Level, levels};
@@ -107,7 +107,7 @@ fn finite(levels: &mut [Level], max_w: f64) {
     }
 }
 
-impl Core {
+impl State {
     /// A running job's level table on this node, the level its GPUs run at now and its
     /// slowdown bound, for the controller's power budget.
     pub fn levels(&self, job_id: u32) -> Result<Reply, Error> {

@@ -1,15 +1,15 @@
 //! The state's part in the node's energy besides its GPUs: each new job starts a share, each
-//! sample of the node's meters is shared among the running jobs ([`crate::node_energy::share`])
+//! sample of the node's meters is shared among the running jobs ([`crate::node_energy::apportion`])
 //! and the shares are persisted.
 
 use tracing::warn;
 
-use super::Core;
-use crate::node_energy::{NodeTotals, share};
+use super::State;
+use crate::node_energy::{NodeTotals, apportion};
 use wattson_types::job::JobKey;
 use wattson_types::scope::NodeShare;
 
-impl Core {
+impl State {
     /// From now on, each job begins with `empty` as its share of the node's energy (the
     /// scope, and zero of each part this node measures).
     pub fn measure_node(&mut self, empty: NodeShare) {
@@ -20,7 +20,7 @@ impl Core {
     /// their shares.
     pub fn charge_node(&mut self, now: NodeTotals) {
         if let Some(prev) = self.last_node.replace(now) {
-            share::charge(&prev, &now, &mut self.running);
+            apportion::charge(&prev, &now, &mut self.running);
         }
         let keys: Vec<JobKey> = self.running.keys().cloned().collect();
         self.save_node_shares(&keys);

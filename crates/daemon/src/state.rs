@@ -15,11 +15,11 @@ use std::sync::Arc;
 use tracing::{error, info, warn};
 
 use crate::adapt::{Changes, Prober};
+use crate::apportion;
 use crate::clock::Clock;
 use crate::enforce;
 use crate::identity;
 use crate::safedir::EngineDirs;
-use crate::shared;
 use wattson_config::Config;
 use wattson_config::policy::{Decision, SitePolicy};
 use wattson_engine::Measurements;
@@ -42,7 +42,7 @@ pub struct Tick {
 }
 
 /// The daemon's state.
-pub struct Core {
+pub struct State {
     backend: Arc<dyn GpuBackend>,
     clock: Arc<dyn Clock>,
     store: Store,
@@ -75,7 +75,7 @@ pub struct Core {
     unattributed: BTreeMap<u32, f64>,
 }
 
-impl Core {
+impl State {
     /// Builds the state, resumes the jobs the store says are running, and returns to their
     /// defaults the GPUs that were changed for jobs that are not. The models' files go in
     /// `dirs`.
@@ -86,7 +86,7 @@ impl Core {
         node: String,
         config: &Config,
         dirs: EngineDirs,
-    ) -> Result<Core, String> {
+    ) -> Result<State, String> {
         let mut store = store;
         let (resumed, quarantined) = store
             .running_jobs_or_quarantine(clock.wall_ns())
@@ -102,7 +102,7 @@ impl Core {
         for key in running.keys() {
             info!(job = %key, "resumed running job from the store");
         }
-        let mut core = Core {
+        let mut core = State {
             backend,
             clock,
             store,
@@ -125,7 +125,7 @@ impl Core {
         let indices: BTreeSet<u32> =
             core.running.values().flat_map(|r| r.gpus.iter().map(|g| g.index)).collect();
         for index in indices {
-            let jobs = shared::jobs_on(&core.running, index);
+            let jobs = apportion::jobs_on(&core.running, index);
             if jobs.len() > 1 {
                 core.sharing.extend(jobs.into_iter().map(|(job, _)| job));
             }
@@ -253,7 +253,7 @@ impl Core {
         }
         let whole = req.job.step.is_empty() && !req.shares_gpus;
         if whole {
-            for key in shared::lost_ends(&self.running, &self.exclusive, req.job.job_id, &indices) {
+            for key in apportion::lost_ends(&self.running, &self.exclusive, req.job.job_id, &indices) {
                 warn!(job = %key, new_job = %req.job, "GPUs given to another job: ending the job whose end was never reported");
                 if let Err(e) = self.end(&key) {
                     warn!(job = %key, error = %e, "cannot end the job whose end was never reported");
@@ -265,7 +265,7 @@ impl Core {
         // first reading, so that from then on the GPU's energy is divided among them all.
         let partners: BTreeSet<u32> = indices
             .iter()
-            .flat_map(|&i| shared::jobs_on(&self.running, i))
+            .flat_map(|&i| apportion::jobs_on(&self.running, i))
             .map(|(job, _)| job)
             .filter(|&job| job != req.job.job_id)
             .collect();
@@ -385,11 +385,17 @@ impl Core {
         }
     }
 
-    /// Advances every record on GPU `index` with one reading of it ([`shared::advance_gpu`]).
+    /// Advances every record on GPU `index` with one reading of it ([`apportion::advance_gpu`]).
     /// Energy that processes of no job used is counted apart, and said once per GPU.
     fn advance_gpu(&mut self, index: u32, reading: &Result<GpuReading, GpuError>, t: i64) {
-        let advanced =
-            shared::advance_gpu(&mut self.running, &self.exclusive, self.backend.as_ref(), index, reading, t);
+        let advanced = apportion::advance_gpu(
+            &mut self.running,
+            &self.exclusive,
+            self.backend.as_ref(),
+            index,
+            reading,
+            t,
+        );
         if advanced.unattributed_mj > 0.0 {
             let total = self.unattributed.entry(index).or_default();
             if *total == 0.0 {
