@@ -1,4 +1,4 @@
-//! The measured bound behind the wait targets of docs/sim.md: wattson told the future.
+//! The measured bound behind the wait targets of docs/sim-history.md: wattson told the future.
 //!
 //! A run of wattson with DVFS off gives the intervals during which some job waits for GPUs.
 //! Each job's slowdown bound is then cut so that its run, at the cut bound, ends before the

@@ -17,7 +17,7 @@ use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-/// (trace, nodes): cluster04 at the sizes, the others as in docs/sim.md's
+/// (trace, nodes): cluster04 at the sizes, the others as in docs/sim-history.md's
 /// "Other traces at their own load", and two light traces on 80 nodes.
 const CASES: [(&str, u32); 20] = [
     ("cluster04.csv", 80),

@@ -471,7 +471,7 @@ fn generic_trace_replays() {
     }
 }
 
-/// The earlier wait targets (docs/sim.md, under the perfect-knowledge what-if) on the full cluster04 trace (15,802 jobs) at 123 nodes (~50% load) and
+/// The earlier wait targets (docs/sim-history.md, under the perfect-knowledge what-if) on the full cluster04 trace (15,802 jobs) at 123 nodes (~50% load) and
 /// 80 nodes (~77% load), seed 1, shipped defaults, every target: no bound broken, least energy
 /// but the floor, capture ≥ 90%, mean and p99 queueing wait within 1% of slurm-powersave's.
 /// These were set, and hold, under the perfect-knowledge what-if (every policy knows each run
