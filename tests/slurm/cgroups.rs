@@ -48,3 +48,34 @@ fn under_task_cgroup_a_job_opens_only_its_own_gpus_device_files() {
     let line = out.lines().find(|l| l.contains(":devices:")).unwrap_or_else(|| panic!("{out}"));
     assert!(line.contains(&format!("/uid_0/job_{id}/")), "{line}");
 }
+
+/// The lab's other way, kept for sites that still run it: `proctrack/linuxproc` and
+/// `task/none` (no cgroups). A capped job there is accounted exactly too.
+#[test]
+fn under_linuxproc_and_no_task_plugin_a_capped_job_is_accounted_exactly() {
+    let (node, options) = crate::slurm::plugged_options(
+        wattson_harness::node::Node::h100(4),
+        LabNode::new("n1", 4, "h100"),
+        false,
+        "",
+        &[],
+        false,
+        "",
+    );
+    let lab = SlurmLab::start(LabOptions { cgroups: false, ..options });
+    let conf = std::fs::read_to_string(lab.dir().join("etc/slurm.conf")).unwrap();
+    assert!(
+        conf.contains("ProctrackType=proctrack/linuxproc") && conf.contains("TaskPlugin=task/none"),
+        "{conf}"
+    );
+    node.sim.set_load(0, 0.7).unwrap();
+    let submitted = wattson_types::now_ns();
+    let id = lab.sbatch(&["--gres=gpu:1", "--energy=min-energy"], "#!/bin/sh\nsleep 3\n").unwrap();
+    let info = lab.wait_job(id, Duration::from_secs(60));
+    let finished = wattson_types::now_ns();
+    assert_eq!(info.state, "COMPLETED", "{}", lab.all_logs());
+    let record = node.record(&id.to_string());
+    assert_eq!(record.state, wattson_types::job::JobState::Completed);
+    let around = wattson_harness::node::Bracket(submitted, finished);
+    wattson_harness::node::assert_exact(&node, &record, around, around, 0.001);
+}

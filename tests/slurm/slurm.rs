@@ -504,14 +504,26 @@ fn sacct_and_sstat_show_the_jobs_gpu_energy_as_wattson_metered_it() {
         assert!(Instant::now() < deadline, "sacct shows no energy: {out}\n{}", c.lab.log("slurmdbd"));
         std::thread::sleep(Duration::from_millis(300));
     };
-    println!("sacct {slurm_j} J, wattson {wattson_j:.1} J, truth {truth_j:.1} J");
+    // A job's figure in Slurm covers its steps, up to the last one's end; wattson's job record
+    // runs on to the epilog, a moment later (longer on a loaded machine, or under
+    // proctrack/cgroup), and its batch step's record ends with the step. The batch step idles
+    // its GPUs for its last second, so Slurm's figure lies between wattson's two, whenever the
+    // epilog ran.
+    let batch_j = c.node.record(&format!("{id}.batch")).energy_j();
+    println!(
+        "sacct {slurm_j} J, wattson batch step {batch_j:.1} J, job {wattson_j:.1} J, truth {truth_j:.1} J"
+    );
     assert!(common::rel_err(wattson_j, truth_j) < 0.001, "wattson {wattson_j} vs truth {truth_j}");
     assert!(
-        common::rel_err(slurm_j, wattson_j) < 0.005,
-        "sacct {slurm_j} J vs wattson {wattson_j} J (truth {truth_j} J)\n{}",
+        slurm_j >= batch_j * (1.0 - SACCT_MARGIN) && slurm_j <= wattson_j * (1.0 + SACCT_MARGIN),
+        "sacct {slurm_j} J outside wattson's batch step {batch_j} J and job {wattson_j} J (truth {truth_j} J)\n{}",
         c.lab.log("slurmd-n1")
     );
 }
+
+/// How far Slurm's figure may lie outside wattson's batch step and job: its last poll of a
+/// step may come just before the step's end, and it counts whole joules.
+pub(super) const SACCT_MARGIN: f64 = 0.005;
 
 #[test]
 fn with_wattsond_down_the_energy_plugin_lets_jobs_run_and_logs_why() {

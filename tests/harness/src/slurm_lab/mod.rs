@@ -7,7 +7,8 @@
 //! Include it from an integration test with `mod slurm_lab;`. Needs root (CI runs as root).
 //!
 //! Set `SLURM_LAB_KEEP=1` to keep lab directories (their path is printed) for post-mortems, and
-//! `WATTSON_LAB_CGROUPS=1` to run every lab on cgroups as sites do (`LabOptions::cgroups`).
+//! Labs run Slurm on cgroups as sites do (`LabOptions::cgroups`); `WATTSON_LAB_CGROUPS=0` runs
+//! every lab of a run on `proctrack/linuxproc` and `task/none` instead.
 //!
 //! Notes for plugin tests:
 //! - The first batch job after a lab starts waits ~3 s (slurmctld's scheduler only starts running ~3 s
@@ -122,6 +123,8 @@ pub struct LabOptions {
     pub micro_release: Option<micro::MicroRelease>,
     /// Run Slurm as sites do, on cgroups: `proctrack/cgroup`, `task/cgroup,task/affinity`, and
     /// `cgroup.conf` with `ConstrainDevices=yes` (cgroup v1: this kind of machine's layout).
+    /// The default; `false` (or `WATTSON_LAB_CGROUPS=0` for a whole run) runs
+    /// `proctrack/linuxproc` and `task/none`.
     pub cgroups: bool,
 }
 
@@ -137,7 +140,7 @@ impl Default for LabOptions {
             accounting: false,
             backup_controller: false,
             micro_release: None,
-            cgroups: std::env::var("WATTSON_LAB_CGROUPS").is_ok_and(|v| v == "1"),
+            cgroups: std::env::var("WATTSON_LAB_CGROUPS").map_or(true, |v| v != "0"),
         }
     }
 }
