@@ -4,6 +4,7 @@
 mod acct_flags;
 mod capture;
 mod cgroups;
+mod configless;
 mod ctld;
 mod ctld_basic;
 mod ctld_budget;

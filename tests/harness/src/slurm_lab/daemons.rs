@@ -82,6 +82,9 @@ impl SlurmLab {
             proctrack = if opts.cgroups { "proctrack/cgroup" } else { "proctrack/linuxproc" },
             task = if opts.cgroups { "task/cgroup,task/affinity" } else { "task/none" },
         );
+        if opts.configless {
+            let _ = writeln!(c, "SlurmctldParameters=enable_configless");
+        }
         let shards = self.nodes.iter().any(|n| n.shards > 0);
         let _ = writeln!(c, "GresTypes={}", if shards { "gpu,shard" } else { "gpu" });
         if opts.cgroups {
@@ -243,6 +246,11 @@ impl SlurmLab {
         let name = self.nodes[i].name.clone();
         let spool = self.path.join(format!("spool/slurmd-{name}"));
         fs::create_dir_all(&spool).expect("create slurmd spool");
+        if self.own_namespace(i) {
+            let child = self.start_own_slurmd(i, extra);
+            self.slurmds.push((name, child));
+            return;
+        }
         let args = vec![
             "-D".to_string(),
             "-f".to_string(),

@@ -25,6 +25,7 @@
 
 mod accounting;
 pub mod backup;
+pub mod configless;
 mod daemons;
 pub mod micro;
 mod release;
@@ -82,6 +83,9 @@ pub struct LabNode {
     /// More environment for this node's slurmd (and so its slurmstepds), after
     /// `LabOptions::daemon_env`: e.g. each node's own `WATTSON_CONFIG`.
     pub env: Vec<(String, String)>,
+    /// The node's own `wattson.toml`: its slurmd runs in a namespace of its own, where this
+    /// file is `/etc/wattson/wattson.toml` ([`configless`]).
+    pub wattson_config: Option<PathBuf>,
 }
 
 impl LabNode {
@@ -95,6 +99,7 @@ impl LabNode {
             cpus: 2,
             addr: "127.0.0.1".into(),
             env: Vec::new(),
+            wattson_config: None,
         }
     }
 }
@@ -126,6 +131,9 @@ pub struct LabOptions {
     /// The default; `false` (or `WATTSON_LAB_CGROUPS=0` for a whole run) runs
     /// `proctrack/linuxproc` and `task/none`.
     pub cgroups: bool,
+    /// Configless Slurm (`SlurmctldParameters=enable_configless`): every slurmd gets its
+    /// configuration from slurmctld, each in a namespace of its own ([`configless`]).
+    pub configless: bool,
 }
 
 impl Default for LabOptions {
@@ -141,6 +149,7 @@ impl Default for LabOptions {
             backup_controller: false,
             micro_release: None,
             cgroups: std::env::var("WATTSON_LAB_CGROUPS").map_or(true, |v| v != "0"),
+            configless: false,
         }
     }
 }
@@ -191,6 +200,8 @@ pub struct SlurmLab {
     daemon_env: Vec<(String, String)>,
     /// `LD_LIBRARY_PATH` of slurmctld, slurmd and the clients (a renumbered micro release).
     slurm_env: Vec<(String, String)>,
+    /// Whether slurmd fetches its configuration from slurmctld ([`LabOptions::configless`]).
+    configless: bool,
 }
 
 static INSTALL: OnceLock<Result<(), String>> = OnceLock::new();
@@ -267,6 +278,7 @@ impl SlurmLab {
             slurm_env: (opts.micro_release.iter())
                 .map(|m| ("LD_LIBRARY_PATH".to_string(), m.lib_dir.display().to_string()))
                 .collect(),
+            configless: opts.configless,
         };
         if std::env::var_os("SLURM_LAB_KEEP").is_some_and(|v| v != "0" && !v.is_empty())
             && let Some(d) = lab.dir.take()
