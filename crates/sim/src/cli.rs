@@ -44,7 +44,7 @@ pub struct SimArgs {
     /// Write summary.csv, summary.json, power_hourly.csv, energy_vs_jct.svg, energy_vs_wait.svg, power_over_time.svg here
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Also sweep wattson's knobs (five more runs) for the Pareto plot
+    /// Also sweep wattson's knobs (six more runs) for the Pareto plot
     #[arg(long)]
     sweep: bool,
     /// Simulate only the first N jobs (by submission time)
