@@ -63,16 +63,6 @@ pub struct View {
 impl View {
     /// The engine's snapshot of this view at `now` (Unix s), under `config`.
     pub fn snapshot<'a>(&'a self, now: f64, config: &'a Config) -> Snapshot<'a> {
-        self.snapshot_with(now, &config.prices, config.budget.power_w, node_costs(&config.ctld))
-    }
-
-    fn snapshot_with<'a>(
-        &'a self,
-        now: f64,
-        tariff: &'a wattson_types::prices::PriceSchedule,
-        budget_w: Option<f64>,
-        node: NodeCosts,
-    ) -> Snapshot<'a> {
         Snapshot {
             now,
             utc_offset_s: 0,
@@ -84,9 +74,9 @@ impl View {
             running: &self.running,
             arrivals: &self.arrivals,
             arrival_types: &[],
-            tariff,
-            budget_w,
-            node,
+            tariff: &config.prices,
+            budget_w: config.budget.power_w,
+            node: node_costs(&config.ctld),
             job_nodes: &self.job_nodes,
             sharing: None,
         }
