@@ -1,18 +1,19 @@
 //! A 10-minute job (the long end of the accuracy requirement) on a node of 8 GPUs at the
-//! default 1 s sampling, with the load changing every 20 s, next to a 2-second job.
-//! Takes ten minutes of wall time, on purpose.
+//! default 1 s sampling, with the load changing every 20 s, next to a 2-second job, judged
+//! against physical truth on GPUs that behave as real ones do (a counter that steps every
+//! 100 ms, heat). Takes ten minutes of wall time, on purpose.
 
 use wattson_harness::node as common;
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{Node, assert_exact};
+use common::{Node, physical_errors};
 use wattson_types::energy::Method;
 
 #[test]
-fn a_ten_minute_job_is_exact_to_a_tenth_of_a_percent() {
-    let mut node = Node::new(fake_nvml::Config::uniform("A100", 8), "1s");
+fn a_ten_minute_job_is_within_a_hundredth_of_a_percent_of_what_its_gpus_drew() {
+    let mut node = Node::new(fake_nvml::Config::realistic("A100", 8), "1s");
     node.start();
 
     let long = node.begin("500", 1000, "0,1,2,3,4,5");
@@ -36,8 +37,10 @@ fn a_ten_minute_job_is_exact_to_a_tenth_of_a_percent() {
     let record = node.record("500");
     assert_eq!(record.method(), Some(Method::Counter));
     assert!(record.elapsed_s(0) >= 600.0);
-    assert_exact(&node, &record, long, long_end, 0.001);
+    let errors = physical_errors(&node, &record, long, long_end);
+    assert!(errors.iter().all(|e| e.abs() < 1e-4), "10-minute job: {errors:?}");
     let short = node.record("501");
-    assert_exact(&node, &short, short_begin, short_end, 0.001);
+    let errors = physical_errors(&node, &short, short_begin, short_end);
+    assert!(errors.iter().all(|e| e.abs() < 0.01), "2-second job: {errors:?}");
     assert!(short.elapsed_s(0) >= 2.0 && short.elapsed_s(0) < 3.0);
 }

@@ -259,6 +259,10 @@ impl GpuBackend for GpuPool {
         self.each(indices, |b, i| b.read(i))
     }
 
+    fn read_counters(&self, indices: &[u32]) -> Vec<Result<(i64, Option<u64>), GpuError>> {
+        self.each(indices, |b, i| b.read_counter(i))
+    }
+
     fn settings(&self, index: u32) -> Result<GpuSettings, GpuError> {
         self.call(index, |b, i| b.settings(i))
     }

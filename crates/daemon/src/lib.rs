@@ -6,6 +6,7 @@ pub mod admission;
 mod apportion;
 pub mod args;
 pub mod asks;
+mod boundary;
 pub mod clock;
 mod enforce;
 pub mod files;

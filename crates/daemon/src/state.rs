@@ -16,6 +16,7 @@ use tracing::{error, info, warn};
 
 use crate::adapt::{Changes, Prober};
 use crate::apportion;
+use crate::boundary::Boundaries;
 use crate::clock::Clock;
 use crate::enforce;
 use crate::identity;
@@ -73,6 +74,8 @@ pub struct State {
     exclusive: BTreeSet<u32>,
     /// Each shared GPU's energy used by processes of no job on it, given to no job (mJ).
     unattributed: BTreeMap<u32, f64>,
+    /// What is known of each GPU's counter steps, for readings at jobs' begins and ends.
+    boundaries: Boundaries,
 }
 
 impl State {
@@ -120,6 +123,7 @@ impl State {
             sharing: BTreeSet::new(),
             exclusive,
             unattributed: BTreeMap::new(),
+            boundaries: Boundaries::default(),
         };
         // Jobs that shared a GPU when the daemon stopped stay at their defaults.
         let indices: BTreeSet<u32> =
@@ -271,7 +275,7 @@ impl State {
             .collect();
         let t = self.now();
         let account = req.account.clone();
-        let readings = self.backend.read_many(&indices);
+        let readings = self.boundaries.read(self.backend.as_ref(), &indices);
         for (&index, reading) in indices.iter().zip(&readings) {
             self.advance_gpu(index, reading, t);
         }
@@ -473,7 +477,7 @@ impl State {
         let indices: Vec<u32> = record.gpus.iter().map(|g| g.index).collect();
         // Every record on these GPUs is advanced with the final reading: the GPU's energy up
         // to now is divided among all the jobs on it, this one included.
-        for (&index, reading) in indices.iter().zip(self.backend.read_many(&indices)) {
+        for (&index, reading) in indices.iter().zip(self.boundaries.read(self.backend.as_ref(), &indices)) {
             match &reading {
                 Ok(reading) => end_ns = end_ns.max(reading.t_ns),
                 Err(e) => warn!(job = %key, gpu = index, error = %e, "GPU did not answer at job end"),

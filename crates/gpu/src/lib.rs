@@ -64,6 +64,17 @@ pub trait GpuBackend: Send + Sync {
     /// Returns the SM clock to the driver's control.
     fn reset_locked_clocks(&self, index: u32) -> Result<(), GpuError>;
 
+    /// Reads only the energy counter (mJ; `None` where the GPU has none), with the instant it
+    /// was read at (ns since the Unix epoch): the quick read for watching the counter step.
+    fn read_counter(&self, index: u32) -> Result<(i64, Option<u64>), GpuError> {
+        self.read(index).map(|r| (r.t_ns, r.energy_mj))
+    }
+
+    /// [`GpuBackend::read_counter`] of several GPUs, results in the order given.
+    fn read_counters(&self, indices: &[u32]) -> Vec<Result<(i64, Option<u64>), GpuError>> {
+        indices.iter().map(|&i| self.read_counter(i)).collect()
+    }
+
     /// Reads several GPUs, results in the order given. Implementations may read them at once.
     fn read_many(&self, indices: &[u32]) -> Vec<Result<GpuReading, GpuError>> {
         indices.iter().map(|&i| self.read(i)).collect()

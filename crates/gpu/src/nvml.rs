@@ -115,6 +115,11 @@ impl GpuBackend for NvmlBackend {
         })
     }
 
+    fn read_counter(&self, index: u32) -> Result<(i64, Option<u64>), GpuError> {
+        let energy_mj = optional(self.device(index)?.total_energy_consumption())?;
+        Ok((now_ns(), energy_mj))
+    }
+
     fn settings(&self, index: u32) -> Result<GpuSettings, GpuError> {
         let d = self.device(index)?;
         Ok(GpuSettings {

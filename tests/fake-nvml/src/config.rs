@@ -4,6 +4,7 @@
 //! from the model preset ("H100", "A100" or "V100"), so `[[gpu]]` with
 //! `model = "H100"` alone describes a complete GPU.
 
+use crate::realism::{Realism, RealismConfig};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::Path;
@@ -58,6 +59,9 @@ pub struct GpuConfig {
     /// Whether the GPU has a total-energy counter (false: pre-Volta behaviour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_counter: Option<bool>,
+    /// Present (even empty): the GPU behaves as real ones do (`crate::realism`); absent: ideal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realism: Option<RealismConfig>,
 }
 
 fn default_model() -> String {
@@ -103,7 +107,14 @@ impl GpuConfig {
             b_w_per_mhz: None,
             c_w_per_mhz3: None,
             energy_counter: None,
+            realism: None,
         }
+    }
+
+    /// The same GPU, behaving as real ones do with the model's values (`crate::realism`).
+    pub fn realistic(mut self) -> GpuConfig {
+        self.realism = Some(RealismConfig::default());
+        self
     }
 }
 
@@ -125,6 +136,11 @@ impl Config {
     /// `n` identical GPUs of preset `model` ("H100", "A100", "V100").
     pub fn uniform(model: &str, n: usize) -> Config {
         Config { privileged_uids: default_privileged(), gpu: vec![GpuConfig::preset(model); n], order: None }
+    }
+
+    /// `n` identical GPUs of preset `model` that behave as real ones do (`crate::realism`).
+    pub fn realistic(model: &str, n: usize) -> Config {
+        Config { gpu: vec![GpuConfig::preset(model).realistic(); n], ..Config::uniform(model, 0) }
     }
 
     /// Parses and validates TOML text.
@@ -210,6 +226,8 @@ pub struct GpuSpec {
     pub c: f64,
     /// Whether the energy counter exists.
     pub energy_counter: bool,
+    /// How it departs from an ideal GPU; `None`: ideal.
+    pub realism: Option<Realism>,
 }
 
 impl GpuSpec {
@@ -331,6 +349,7 @@ fn resolve(g: &GpuConfig, index: usize) -> Result<GpuSpec, String> {
         b,
         c,
         energy_counter: g.energy_counter.unwrap_or(true),
+        realism: g.realism.as_ref().map(|r| r.resolve(&g.model, index)).transpose()?,
     })
 }
 

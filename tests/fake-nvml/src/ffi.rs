@@ -405,7 +405,7 @@ pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
             if !spec.energy_counter || gs.counter_unsupported {
                 Err(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED)
             } else {
-                Ok((t_ns, gs.counter_mj))
+                Ok((t_ns, gs.counter_read()))
             }
         })?;
         // Ground truth for tests: the exact instant this counter value was served.
@@ -414,10 +414,10 @@ pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     })
 }
 
-/// Current power draw, mW.
+/// Power draw, mW: the instant's on an ideal GPU, a realistic one's averaged reading.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, power: *mut c_uint) -> nvmlReturn_t {
-    run(|| out(power, with_device(device, |_, _, gs| Ok(gs.power_mw))?))
+    run(|| out(power, with_device_at(device, |_, spec, gs, t_ns| Ok(gs.power_reading(spec, t_ns)))?))
 }
 
 /// Current power limit, mW.

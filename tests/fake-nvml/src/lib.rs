@@ -14,6 +14,7 @@
 mod config;
 mod curve;
 mod ffi;
+mod realism;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ mod tests;
 pub use config::{CONFIG_FILE, Config, GpuConfig, GpuSpec};
 pub use curve::{CurvePoint, MeasuredCurve, Noise, TruePoint};
 pub use ffi::DIR_ENV;
+pub use realism::{Physics, Realism, RealismConfig};
 pub use state::{
     Fault, GpuState, LOCK_FILE, ProcessLoad, STATE_FILE, Workload, check_privilege, history_path, now_ns,
     operating_point,

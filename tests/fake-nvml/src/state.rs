@@ -7,6 +7,7 @@
 
 use crate::config::{Config, GpuSpec};
 use crate::curve::MeasuredCurve;
+use crate::realism::Physics;
 use nvml_wrapper_sys::bindings::*;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
@@ -84,6 +85,9 @@ pub struct GpuState {
     /// power law, while the load is above zero.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub curve: Option<MeasuredCurve>,
+    /// Heat, settling and the counter's last step, on a GPU that behaves as real ones do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physics: Option<Physics>,
 }
 
 fn yes() -> bool {
@@ -155,30 +159,49 @@ pub fn solve_capped_clock(spec: &GpuSpec, load: f64, limit_w: f64, f_hi: f64) ->
     lo
 }
 
+/// The settings in effect and the draw's factor: (power limit mW, target SM clock MHz,
+/// leakage). On an ideal GPU the set ones and 1; on a realistic one they settle and heat.
+fn in_effect(gs: &GpuState) -> (u32, u32, f64) {
+    match &gs.physics {
+        Some(p) => (p.limit_mw, p.clock_mhz, p.leakage),
+        None => (gs.power_limit_mw, target_clock(gs), 1.0),
+    }
+}
+
+/// The power limit (W) the work runs against: the one in effect, lowered by the leakage
+/// factor (a hotter GPU reaches the cap at less work).
+pub fn work_limit_w(gs: &GpuState) -> f64 {
+    let (limit_mw, _, leakage) = in_effect(gs);
+    f64::from(limit_mw) / 1000.0 / leakage
+}
+
 /// (power mW, effective SM clock MHz) for a GPU in state `gs`.
 ///
 /// With a measured curve, the power is idle plus the load's share of the curve's power above
 /// idle at the current limit, and the clock the one the curve's speed implies (the target clock
-/// times the time per unit at the curve's top limit over the time at the current one).
+/// times the time per unit at the curve's top limit over the time at the current one). On a
+/// realistic GPU the settings are those in effect and the draw is scaled by the leakage.
 pub fn operating_point(spec: &GpuSpec, gs: &GpuState) -> (u32, u32) {
-    let limit_w = f64::from(gs.power_limit_mw) / 1000.0;
+    let (limit_mw, target, leakage) = in_effect(gs);
+    let limit_w = work_limit_w(gs);
+    let mw = |w: f64| ((w * leakage).max(0.0) * 1000.0).round() as u32;
     if gs.load <= 0.0 {
         let idle_clock = gs.locked_clocks_mhz.map_or(spec.min_clock(), |(min, _)| min);
-        return (((spec.idle_w.min(limit_w)) * 1000.0).round() as u32, idle_clock);
+        return (mw(spec.idle_w.min(limit_w)), idle_clock);
     }
     if let Some(curve) = &gs.curve {
         let at = curve.at(limit_w);
         let p = spec.idle_w + gs.load * (at.power_w - spec.idle_w);
-        let f = f64::from(target_clock(gs)) * (curve.top().time_s / at.time_s).min(1.0);
-        return ((p.max(0.0) * 1000.0).round() as u32, (f.round() as u32).max(1));
+        let f = f64::from(target) * (curve.top().time_s / at.time_s).min(1.0);
+        return (mw(p), (f.round() as u32).max(1));
     }
-    let f = f64::from(target_clock(gs));
+    let f = f64::from(target);
     let p = curve_w(spec, gs.load, f);
     if p <= limit_w {
-        ((p * 1000.0).round() as u32, target_clock(gs))
+        (mw(p), target)
     } else {
         let fc = solve_capped_clock(spec, gs.load, limit_w, f);
-        (gs.power_limit_mw, (fc.round() as u32).max(1))
+        (limit_mw.min(mw(limit_w)), (fc.round() as u32).max(1))
     }
 }
 
@@ -203,9 +226,69 @@ impl GpuState {
             processes: Vec::new(),
             process_utilization: true,
             curve: None,
+            physics: None,
         };
+        gs.physics = spec.realism.as_ref().map(|r| {
+            Physics::fresh(r, spec.idle_w, gs.counter_mj, gs.power_limit_mw, target_clock(&gs))
+        });
         gs.refresh(spec);
         gs
+    }
+
+    /// What a read of the energy counter returns now: the counter, or on a realistic GPU its
+    /// value at its last step.
+    pub fn counter_read(&self) -> u64 {
+        self.physics.as_ref().map_or(self.counter_mj, |p| p.served_mj)
+    }
+
+    /// What a power reading returns at `now`, mW: the draw, or on a realistic GPU the mean of
+    /// its sampled windows.
+    pub fn power_reading(&self, spec: &GpuSpec, now: i64) -> u32 {
+        match (&spec.realism, &self.physics) {
+            (Some(r), Some(p)) => r.power_reading(&p.recent, now).unwrap_or(self.power_mw),
+            _ => self.power_mw,
+        }
+    }
+
+    /// Runs the GPU from `from` to `to` (CLOCK_REALTIME ns): integrates, and on a realistic
+    /// GPU ticks at each counter step on the way (heat, settling, the counter's step). Returns
+    /// the draw's changes `(t_ns, mW)` at those ticks.
+    pub fn run(&mut self, spec: &GpuSpec, from: i64, to: i64) -> Vec<(i64, u32)> {
+        let mut changes = Vec::new();
+        let Some(r) = spec.realism else {
+            if to > from {
+                self.integrate(from, (to - from) as u64);
+            }
+            return changes;
+        };
+        let mut t = from;
+        while t < to {
+            let tick = r.next_tick(t);
+            let until = tick.min(to);
+            let dt = (until - t) as u64;
+            self.integrate(t, dt);
+            let power = self.power_mw;
+            let set = (self.power_limit_mw, target_clock(self));
+            let counter = self.counter_mj;
+            let physics =
+                self.physics.get_or_insert_with(|| Physics::fresh(&r, spec.idle_w, counter, set.0, set.1));
+            physics.temp_c = r.heat(physics.temp_c, power, dt);
+            if until == tick {
+                physics.served_mj = counter;
+                physics.leakage = r.leakage(spec.idle_w, physics.temp_c);
+                physics.settle(&r, tick, set.0, set.1);
+                self.refresh(spec);
+                if self.power_mw != power {
+                    changes.push((tick, self.power_mw));
+                }
+                let p = self.power_mw;
+                if let Some(physics) = &mut self.physics {
+                    physics.record(&r, tick, p);
+                }
+            }
+            t = until;
+        }
+        changes
     }
 
     /// Recomputes the derived power and clock.
@@ -223,7 +306,7 @@ impl GpuState {
             return;
         }
         if let Some(curve) = &self.curve {
-            self.work_units += curve.work(f64::from(self.power_limit_mw) / 1000.0, from_ns, dt_ns);
+            self.work_units += curve.work(work_limit_w(self), from_ns, dt_ns);
         } else if let Some(w) = self.workload {
             self.work_units += w.rate(f64::from(self.sm_clock_mhz)) * dt_ns as f64 / 1e9;
         }
@@ -239,6 +322,9 @@ impl GpuState {
                 self.counter_mj = 0;
                 self.counter_rem_mw_ns = 0;
                 self.counter_resets += 1;
+                if let Some(p) = &mut self.physics {
+                    p.served_mj = 0;
+                }
             }
         }
     }
@@ -297,14 +383,13 @@ impl State {
         Ok(State { t_ns: now, gpus })
     }
 
-    /// Integrates every GPU's power up to `now`; time never runs backwards.
-    pub fn advance(&mut self, now: i64) {
-        if now > self.t_ns {
-            let dt = (now - self.t_ns) as u64;
-            let from = self.t_ns;
-            self.gpus.iter_mut().for_each(|g| g.integrate(from, dt));
-            self.t_ns = now;
-        }
+    /// Runs every GPU up to `now` (time never runs backwards); returns each GPU's changes of
+    /// draw on the way (see [`GpuState::run`]).
+    pub fn advance(&mut self, specs: &[GpuSpec], now: i64) -> Vec<Vec<(i64, u32)>> {
+        let from = self.t_ns;
+        let changes = self.gpus.iter_mut().zip(specs).map(|(g, spec)| g.run(spec, from, now)).collect();
+        self.t_ns = self.t_ns.max(now);
+        changes
     }
 }
 
@@ -401,7 +486,13 @@ pub fn with_state<R>(dir: &Path, f: impl FnOnce(&Config, &mut State, i64) -> R) 
         }
         Err(e) => return Err(e),
     };
-    state.advance(now);
+    let physics_before: Vec<Option<Physics>> = state.gpus.iter().map(|g| g.physics.clone()).collect();
+    let changes = state.advance(&specs, now);
+    for (i, changes) in changes.iter().enumerate() {
+        for (t, p) in changes {
+            append_history(dir, i, &format!("{t} {p}\n"), false)?;
+        }
+    }
     // GPUs added to the config after the state was created start fresh now.
     while state.gpus.len() < specs.len() {
         let i = state.gpus.len();
@@ -409,12 +500,26 @@ pub fn with_state<R>(dir: &Path, f: impl FnOnce(&Config, &mut State, i64) -> R) 
         append_history(dir, i, &format!("{now} {}\n", state.gpus[i].power_mw), true)?;
     }
     state.gpus.truncate(specs.len());
-    let before: Vec<(u32, u32)> = state.gpus.iter().map(|g| (g.power_mw, g.counter_resets)).collect();
+    let before: Vec<(u32, u32, (u32, u32))> =
+        state.gpus.iter().map(|g| (g.power_mw, g.counter_resets, (g.power_limit_mw, target_clock(g)))).collect();
     let advanced = state.clone();
     let result = f(&cfg, &mut state, now);
     for (i, g) in state.gpus.iter_mut().enumerate() {
+        let set = (g.power_limit_mw, target_clock(g));
+        if let (Some(r), Some(p)) = (&specs[i].realism, &mut g.physics) {
+            // A new setting settles from what is in effect, from the next step on.
+            if set != before[i].2 {
+                p.settling = Some((now, p.limit_mw, p.clock_mhz));
+            }
+            if p.recent.is_empty() {
+                p.record(r, now, g.power_mw);
+            }
+        }
         g.refresh(&specs[i]);
-        let (p0, r0) = before[i];
+        if let (Some(r), Some(p)) = (&specs[i].realism, &mut g.physics) {
+            p.record(r, now, g.power_mw);
+        }
+        let (p0, r0, _) = before[i];
         if g.counter_resets != r0 {
             append_history(dir, i, &format!("{} {} reset\n", state.t_ns, g.power_mw), false)?;
         } else if g.power_mw != p0 {
@@ -422,8 +527,10 @@ pub fn with_state<R>(dir: &Path, f: impl FnOnce(&Config, &mut State, i64) -> R) 
         }
     }
     // A call that changed nothing but time need not be saved: advancing is exact integer
-    // arithmetic, so the next call advances the saved state to the same counter.
-    if state != advanced || !dir.join(STATE_FILE).exists() {
+    // arithmetic, so the next call advances the saved state to the same counter. A realistic
+    // GPU that ticked must be: its ticks wrote history and moved its heat.
+    let ticked = state.gpus.iter().zip(&physics_before).any(|(g, before)| g.physics != *before);
+    if state != advanced || ticked || !dir.join(STATE_FILE).exists() {
         save(dir, &state)?;
     }
     Ok(result)

@@ -25,16 +25,16 @@ fn counter_integrates_exactly_across_load_changes() {
     let idle_mw = st.gpus[0].power_mw;
     assert_eq!(idle_mw, 72_000);
     // 1.5 s idle, then 2.25 s at 50 % load, then 0.333333333 s at full load.
-    st.advance(1_000 + 1_500_000_000);
+    st.advance(std::slice::from_ref(&spec), 1_000 + 1_500_000_000);
     st.gpus[0].load = 0.5;
     st.gpus[0].refresh(&spec);
     let half_mw = st.gpus[0].power_mw;
-    st.advance(1_000 + 3_750_000_000);
+    st.advance(std::slice::from_ref(&spec), 1_000 + 3_750_000_000);
     st.gpus[0].load = 1.0;
     st.gpus[0].refresh(&spec);
     let full_mw = st.gpus[0].power_mw;
     assert_eq!(full_mw, 650_000);
-    st.advance(1_000 + 4_083_333_333);
+    st.advance(std::slice::from_ref(&spec), 1_000 + 4_083_333_333);
     let expect_mw_ns =
         72_000u128 * 1_500_000_000 + u128::from(half_mw) * 2_250_000_000 + u128::from(full_mw) * 333_333_333;
     let g = &st.gpus[0];
@@ -52,7 +52,7 @@ fn counter_integrates_exactly_across_load_changes() {
     assert_eq!((a.counter_mj, a.counter_rem_mw_ns), (b.counter_mj, b.counter_rem_mw_ns));
     // Time running backwards does not move the counter.
     let before = st.clone();
-    st.advance(5);
+    st.advance(std::slice::from_ref(&spec), 5);
     assert_eq!(st, before);
 }
 
@@ -212,4 +212,90 @@ fn a_measured_curve_sets_power_and_speed_and_tells_the_truth() {
     sim.set_curve(0, None).unwrap();
     assert_eq!(sim.true_point(0).unwrap(), None);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn realistic_h100() -> crate::GpuSpec {
+    Config::realistic("H100", 1).spec(0).unwrap()
+}
+
+#[test]
+fn a_realistic_counter_steps_every_100_ms_and_holds_between() {
+    let spec = realistic_h100();
+    let mut g = GpuState::fresh(&spec, 0);
+    let start = g.counter_read();
+    g.load = 1.0;
+    g.refresh(&spec);
+    g.run(&spec, 0, 99_000_000);
+    assert_eq!(g.counter_read(), start, "no step before the first tick");
+    assert!(g.counter_mj > start, "the GPU drew energy all the same");
+    g.run(&spec, 99_000_000, 100_000_000);
+    // At the step the read catches up with exactly what was drawn.
+    assert_eq!(g.counter_read(), g.counter_mj);
+    assert_eq!(g.counter_read() - start, 65_000);
+    g.run(&spec, 100_000_000, 150_000_000);
+    assert_eq!(g.counter_read() - start, 65_000);
+}
+
+#[test]
+fn a_realistic_gpu_heats_and_then_runs_slower_under_its_cap() {
+    let spec = realistic_h100();
+    let mut g = GpuState::fresh(&spec, 0);
+    g.load = 1.0;
+    g.refresh(&spec);
+    assert_eq!((g.power_mw, g.sm_clock_mhz), (650_000, 1980), "cool: the nominal draw");
+    let changes = g.run(&spec, 0, 600_000_000_000);
+    let temp = g.physics.as_ref().unwrap().temp_c;
+    assert!(temp > 80.0, "{temp}");
+    assert_eq!(g.power_mw, 700_000, "the leakage pushed the draw to the cap");
+    assert!(g.sm_clock_mhz < 1950, "hot and capped: a lower clock ({})", g.sm_clock_mhz);
+    assert!(changes.len() > 10 && changes.windows(2).all(|w| w[0].0 < w[1].0), "the draw rose step by step");
+}
+
+#[test]
+fn a_realistic_setting_settles_from_the_next_step() {
+    let dir = temp_dir("settle");
+    let sim = Sim::create(&dir, &Config::realistic("H100", 1)).unwrap();
+    sim.set_load(0, 1.0).unwrap();
+    let before = sim.gpu_state(0).unwrap().power_mw;
+    sim.set_power_limit(0, 300_000).unwrap();
+    assert_eq!(sim.gpu_state(0).unwrap().power_limit_mw, 300_000);
+    let now = sim.gpu_state(0).unwrap().power_mw;
+    // Still the old draw until the next tick (at most 100 ms away).
+    assert!(now == before || now < before, "{now} vs {before}");
+    std::thread::sleep(std::time::Duration::from_millis(450));
+    let settled = sim.gpu_state(0).unwrap();
+    assert_eq!(settled.power_mw, 300_000);
+    // The history (the physical truth) shows the ramp: a draw between the two on the way.
+    let text = std::fs::read_to_string(history_path(&dir, 0)).unwrap();
+    let between = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u32>().ok())
+        .any(|p| p > 300_000 && p < before);
+    assert!(between, "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_realistic_gpu_counts_what_its_history_says_it_drew() {
+    let dir = temp_dir("truth");
+    let sim = Sim::create(&dir, &Config::realistic("A100", 2)).unwrap();
+    sim.set_load(1, 0.7).unwrap();
+    let (t0, _) = sim.work_done_at(1).unwrap();
+    let c0 = sim.gpu_state(1).unwrap().counter_mj;
+    for _ in 0..30 {
+        // Many readers between the ticks: each tick is run, and written, once.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        sim.gpu_state(0).unwrap();
+    }
+    sim.set_load(1, 0.2).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let (t1, _) = sim.work_done_at(1).unwrap();
+    let drawn = (sim.gpu_state(1).unwrap().counter_mj - c0) as f64;
+    let truth = sim.truth_energy_mj(1, t0, t1).unwrap();
+    // The two calls around each instant are microseconds apart.
+    assert!((drawn - truth).abs() / truth < 1e-3, "drawn {drawn} truth {truth}");
+    let history = std::fs::read_to_string(history_path(&dir, 1)).unwrap();
+    let times: Vec<i64> = history.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{history}");
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -348,6 +348,24 @@ pub fn assert_exact(node: &Node, record: &JobRecord, begin: Bracket, end: Bracke
     end.assert_contains(record.end_ns.expect("ended"), "end time");
 }
 
+/// The relative error of each GPU of `record` against the physical truth: the energy the
+/// simulated GPU drew between the instants the daemon gives as the job's begin and end on it
+/// (each checked to lie within its call). Where the fake behaves as real GPUs do, this is the
+/// honest reference: its counter steps and lags, the power it draws does not.
+pub fn physical_errors(node: &Node, record: &JobRecord, begin: Bracket, end: Bracket) -> Vec<f64> {
+    record
+        .gpus
+        .iter()
+        .map(|gpu| {
+            let (from, to) = (gpu.meter.begin_ns, gpu.meter.last.t_ns);
+            begin.assert_contains(from, "the job's begin on its GPU");
+            end.assert_contains(to, "the job's end on its GPU");
+            let truth = node.sim.truth_energy_mj(node.sim_gpu(gpu), from, to).unwrap();
+            (gpu.meter.energy_mj - truth) / truth
+        })
+        .collect()
+}
+
 /// Parses `wattson acct --json` output into its jobs.
 pub fn parse_acct_json(out: &Output) -> Vec<serde_json::Value> {
     assert_ok(out);
