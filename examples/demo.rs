@@ -3,7 +3,8 @@
 //! H100s (the fake NVML library built from this repository) with a real SQLite store, a few
 //! `sbatch` jobs with different energy hints (one refused), a `kill -9` of wattsond mid-job,
 //! a `min-energy` job whose GPUs' power limit is probed and settled within its slowdown bound,
-//! the `wattson acct` report checked against the simulated GPUs' exact energy, and the same
+//! the `wattson acct` report checked against the energy the simulated GPUs drew (physical
+//! truth: their counters step every 100 ms and lag, as NVML's do), and the same
 //! energy in Slurm's own accounting (`sacct`, through `acct_gather_energy/wattson`, slurmdbd on
 //! a private MariaDB).
 //!
@@ -50,7 +51,7 @@ fn main() {
     };
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("plugins")).unwrap();
-    let sim = Sim::create(&dir.join("gpus"), &Config::uniform("H100", 4)).expect("simulated GPUs");
+    let sim = Sim::create(&dir.join("gpus"), &Config::realistic("H100", 4)).expect("simulated GPUs");
     let library =
         fake_nvml::library_path_next_to(&bin.join("wattsond")).expect("libfake_nvml.so (run ./scripts/demo)");
     let config = dir.join("wattson.toml");
@@ -164,7 +165,7 @@ fn main() {
         "JobID,JobName,Policy,Probes,Setting,PredSlowdown,Slowdown,EnergySaved",
     ]);
 
-    step("Check against the simulated GPUs' exact energy");
+    step("Check against the energy the simulated GPUs drew (physical truth, not their stepping counters)");
     let out = Command::new(&from.wattson)
         .arg("-c")
         .arg(&config)

@@ -225,8 +225,10 @@ impl Physics {
             (self.limit_mw, self.clock_mhz) = (set_limit_mw, set_clock_mhz);
             return;
         };
-        let frac = if r.settle_ns == 0 { 1.0 } else { ((t_ns - since) as f64 / r.settle_ns as f64).clamp(0.0, 1.0) };
-        let towards = |from: u32, to: u32| (f64::from(from) + (f64::from(to) - f64::from(from)) * frac).round() as u32;
+        let frac =
+            if r.settle_ns == 0 { 1.0 } else { ((t_ns - since) as f64 / r.settle_ns as f64).clamp(0.0, 1.0) };
+        let towards =
+            |from: u32, to: u32| (f64::from(from) + (f64::from(to) - f64::from(from)) * frac).round() as u32;
         self.limit_mw = towards(from_limit, set_limit_mw);
         self.clock_mhz = towards(from_clock, set_clock_mhz);
         if frac >= 1.0 {

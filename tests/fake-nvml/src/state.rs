@@ -228,9 +228,10 @@ impl GpuState {
             curve: None,
             physics: None,
         };
-        gs.physics = spec.realism.as_ref().map(|r| {
-            Physics::fresh(r, spec.idle_w, gs.counter_mj, gs.power_limit_mw, target_clock(&gs))
-        });
+        gs.physics = spec
+            .realism
+            .as_ref()
+            .map(|r| Physics::fresh(r, spec.idle_w, gs.counter_mj, gs.power_limit_mw, target_clock(&gs)));
         gs.refresh(spec);
         gs
     }
@@ -500,8 +501,11 @@ pub fn with_state<R>(dir: &Path, f: impl FnOnce(&Config, &mut State, i64) -> R) 
         append_history(dir, i, &format!("{now} {}\n", state.gpus[i].power_mw), true)?;
     }
     state.gpus.truncate(specs.len());
-    let before: Vec<(u32, u32, (u32, u32))> =
-        state.gpus.iter().map(|g| (g.power_mw, g.counter_resets, (g.power_limit_mw, target_clock(g)))).collect();
+    let before: Vec<(u32, u32, (u32, u32))> = state
+        .gpus
+        .iter()
+        .map(|g| (g.power_mw, g.counter_resets, (g.power_limit_mw, target_clock(g))))
+        .collect();
     let advanced = state.clone();
     let result = f(&cfg, &mut state, now);
     for (i, g) in state.gpus.iter_mut().enumerate() {
