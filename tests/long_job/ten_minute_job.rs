@@ -38,9 +38,11 @@ fn a_ten_minute_job_is_within_a_hundredth_of_a_percent_of_what_its_gpus_drew() {
     assert_eq!(record.method(), Some(Method::Counter));
     assert!(record.elapsed_s(0) >= 600.0);
     let errors = physical_errors(&node, &record, long, long_end);
+    eprintln!("10-minute job, relative errors per GPU: {errors:?}");
     assert!(errors.iter().all(|e| e.abs() < 1e-4), "10-minute job: {errors:?}");
     let short = node.record("501");
     let errors = physical_errors(&node, &short, short_begin, short_end);
+    eprintln!("2-second job: {errors:?}");
     assert!(errors.iter().all(|e| e.abs() < 0.01), "2-second job: {errors:?}");
     assert!(short.elapsed_s(0) >= 2.0 && short.elapsed_s(0) < 3.0);
 }

@@ -101,7 +101,7 @@ fn curve(ty: &GpuType, workload: &str, seed: u64) -> MeasuredCurve {
 fn gpus() -> fake_nvml::Config {
     let mut cfg = fake_nvml::Config::default();
     for ty in &TYPES {
-        let mut g = GpuConfig::preset("V100");
+        let mut g = GpuConfig::preset("V100").realistic();
         g.name = Some(ty.name.to_string());
         g.power_limit_min_w = Some(ty.limits_w.0);
         g.power_limit_max_w = Some(ty.limits_w.1);

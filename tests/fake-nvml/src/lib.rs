@@ -146,10 +146,20 @@ impl Sim {
     }
 
     /// The truth of the work on GPU `gpu` at the setting it runs at now: the noise-free time
-    /// per unit and power of its measured curve at the current power limit (`None` without a
-    /// curve).
+    /// per unit and power of its measured curve at the current power limit, as the GPU runs
+    /// it now (a realistic GPU hot, which makes it slower under a cap and draw more) (`None`
+    /// without a curve).
     pub fn true_point(&self, gpu: u32) -> io::Result<Option<TruePoint>> {
-        self.with_gpu(gpu, |g| g.curve.as_ref().map(|c| c.at(f64::from(g.power_limit_mw) / 1000.0)))
+        self.with_gpu(gpu, |g| {
+            let c = g.curve.as_ref()?;
+            let at = c.at(state::work_limit_w(g));
+            let leakage = g.physics.as_ref().map_or(1.0, |p| p.leakage);
+            Some(TruePoint {
+                limit_w: f64::from(g.power_limit_mw) / 1000.0,
+                time_s: at.time_s,
+                power_w: at.power_w * leakage,
+            })
+        })
     }
 
     /// Sets GPU `gpu`'s power limit (mW) now, as an administrator's `nvidia-smi -pl` would.

@@ -261,7 +261,7 @@ fn a_realistic_setting_settles_from_the_next_step() {
     assert_eq!(sim.gpu_state(0).unwrap().power_limit_mw, 300_000);
     let now = sim.gpu_state(0).unwrap().power_mw;
     // Still the old draw until the next tick (at most 100 ms away).
-    assert!(now == before || now < before, "{now} vs {before}");
+    assert!(now <= before, "{now} vs {before}");
     std::thread::sleep(std::time::Duration::from_millis(450));
     let settled = sim.gpu_state(0).unwrap();
     assert_eq!(settled.power_mw, 300_000);
