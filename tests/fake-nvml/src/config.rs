@@ -58,6 +58,10 @@ pub struct GpuConfig {
     /// Whether the GPU has a total-energy counter (false: pre-Volta behaviour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_counter: Option<bool>,
+    /// MIG instances, by profile (`["3g.40gb", "3g.40gb"]`): the GPU is in MIG mode with these
+    /// instances, in this order ([`crate::mig`]); absent, MIG is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<Vec<String>>,
 }
 
 fn default_model() -> String {
@@ -103,6 +107,7 @@ impl GpuConfig {
             b_w_per_mhz: None,
             c_w_per_mhz3: None,
             energy_counter: None,
+            mig: None,
         }
     }
 }
@@ -132,6 +137,8 @@ impl Config {
         let cfg: Config = toml::from_str(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         for i in 0..cfg.gpu.len() {
             cfg.spec(i).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            crate::mig::validate(&cfg.gpu[i], i)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         }
         if let Some(order) = &cfg.order {
             let mut sorted = order.clone();
