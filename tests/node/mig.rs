@@ -156,6 +156,11 @@ fn a_job_on_two_instances_of_a_gpu_weighs_both_and_a_bad_name_is_refused() {
     assert_near("81", r81.energy_mj(), shared * 4.0 / 7.0 + alone81);
     assert_adds_up(&[&r80, &r81]);
     assert_eq!(settings(&node, 0), (H100_MAX_MW, None));
+    // A GPU in MIG mode named whole (by a hand-written Prolog; Slurm never does) gets no
+    // setting either.
+    begin(&node, "83", 1000, &node.gpu_uuid(0));
+    assert_eq!(settings(&node, 0), (H100_MAX_MW, None), "{}", node.log());
+    node.end("83");
 
     // The same instance twice, an instance and its whole GPU, or an instance of no GPU here.
     let gpu0 = node.gpu_uuid(0);

@@ -232,8 +232,11 @@ impl State {
         gpus::resolve(self.backend.as_ref(), &req.gpus, &mut indices, &mut instances)
             .map_err(|e| Error::new(ErrorCode::BadRequest, format!("job {}: {e}", req.job)))?;
         indices.sort_unstable();
-        // MIG instances share their GPU with whatever jobs hold its other instances.
-        let mig = !instances.is_empty();
+        // MIG instances share their GPU with whatever jobs hold its other instances; a GPU in
+        // MIG mode named whole (never by Slurm) is held the same way.
+        let devices = self.backend.devices();
+        let mig = !instances.is_empty()
+            || indices.iter().any(|&i| devices.get(i as usize).is_some_and(|d| !d.mig.is_empty()));
         if let Some(existing) = self.running.get(&req.job) {
             let same_gpus = existing.gpus.iter().map(|g| g.index).eq(indices.iter().copied());
             if existing.uid == req.uid && same_gpus {
