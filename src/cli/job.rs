@@ -34,7 +34,8 @@ pub struct BeginArgs {
     #[arg(long, env = "SLURM_JOB_ACCOUNT")]
     account: Option<String>,
     /// The job's GPUs on this node: indices or UUIDs, comma-separated
-    /// [default: $SLURM_JOB_GPUS, else $CUDA_VISIBLE_DEVICES]
+    /// [default: $SLURM_JOB_GPUS, else $CUDA_VISIBLE_DEVICES; $CUDA_VISIBLE_DEVICES first where
+    /// it names MIG instances (MIG-...)]
     #[arg(long)]
     gpus: Option<String>,
     /// Energy policy: min-energy, balanced or perf
@@ -73,8 +74,10 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
         JobCommand::Begin(args) => {
             let gpus = args
                 .gpus
-                .or_else(|| std::env::var("SLURM_JOB_GPUS").ok())
-                .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok())
+                .or_else(|| {
+                    let var = |name: &str| std::env::var(name).ok();
+                    wattson_types::job::gpus_from_env(var("SLURM_JOB_GPUS"), var("CUDA_VISIBLE_DEVICES"))
+                })
                 .unwrap_or_default();
             let gpus: Vec<GpuRef> =
                 gpus.split(',').filter(|s| !s.trim().is_empty()).map(GpuRef::parse).collect();

@@ -75,9 +75,12 @@ pub enum Column {
     GpuUtil,
     /// `counter`, `power` or `counter+power`.
     Method,
-    /// How a GPU shared with other jobs was divided: `sm-share`, `equal` or
-    /// `sm-share+equal`; empty where the job had its GPUs to itself.
+    /// How a GPU shared with other jobs was divided: `sm-share`, `equal`, `sm-share+equal` or
+    /// `mig-slices`; empty where the job had its GPUs to itself.
     Split,
+    /// The MIG instances the job held, by profile (`3g.40gb,1g.10gb`); empty on whole GPUs.
+    #[strum(serialize = "MIG")]
+    Mig,
     /// Meter events, e.g. `gpu1:counter-reset,gpu0:lost`.
     Events,
     /// Energy policy that ran (the site's decision, which may differ from the hint).
@@ -204,6 +207,7 @@ impl Column {
             Column::GpuUtil => (7, false),
             Column::Method => (13, false),
             Column::Split => (14, false),
+            Column::Mig => (16, false),
             Column::Events => (24, false),
             Column::Policy => (10, false),
             Column::Tag => (12, false),
@@ -503,6 +507,9 @@ where
         Column::GpuUtil => opt(avg_util(r), "%"),
         Column::Method => r.method().map(|m| m.as_str().to_string()).unwrap_or_default(),
         Column::Split => r.split().map(|s| s.as_str().to_string()).unwrap_or_default(),
+        Column::Mig => {
+            r.gpus.iter().flat_map(|g| &g.meter.mig).map(|m| m.profile.as_str()).collect::<Vec<_>>().join(",")
+        }
         Column::Events => events_text(r),
         // What ran; records from before decisions were recorded show what was asked.
         Column::Policy => r.policy.or(r.hints.policy).map(|p| p.to_string()).unwrap_or_default(),
@@ -566,6 +573,7 @@ fn job_json(r: &JobRecord, style: &Style, now_ns: i64) -> Value {
                 "last_reading_ns": m.last.t_ns,
                 "method": m.method.as_str(),
                 "split": m.split.map(|s| s.as_str()),
+                "mig": m.mig,
                 "peak_power_w": f64::from(m.peak_power_mw) / 1000.0,
                 "avg_sm_clock_mhz": m.avg_sm_clock_mhz(),
                 "avg_util_pct": m.avg_util_pct(),

@@ -151,9 +151,9 @@ fn bad_column_list_names_the_field_and_lists_all() {
     assert_eq!(
         err,
         "unknown field \"Bogus\"; allowed fields: JobID, JobName, User, UID, NodeList, NGPUs, GPUs, Start, End, \
-         Elapsed, State, GPUEnergy, GPUEnergyRaw, AvgGPUPower, PeakGPUPower, AvgSMClock, GPUUtil, Method, Split, Events, \
-         Policy, Tag, Share, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source, Scope, EnergyRaw, \
-         CPUEnergyRaw, DRAMEnergyRaw, NodeEnergyRaw"
+         Elapsed, State, GPUEnergy, GPUEnergyRaw, AvgGPUPower, PeakGPUPower, AvgSMClock, GPUUtil, Method, Split, MIG, \
+         Events, Policy, Tag, Share, Setting, Probes, Progress, PredSlowdown, Slowdown, EnergySaved, Source, Scope, \
+         EnergyRaw, CPUEnergyRaw, DRAMEnergyRaw, NodeEnergyRaw"
     );
     assert!(Column::parse_list("").is_err());
     assert_eq!(cols(" jobid , gpuutil "), [Column::JobId, Column::GpuUtil]);

@@ -13,6 +13,7 @@ mod hostile;
 mod job_summary;
 mod levels;
 mod measured_curves;
+mod mig;
 mod physical;
 mod plot;
 mod robustness;

@@ -19,6 +19,7 @@ mod jobstats;
 mod link;
 mod mail;
 mod micro_update;
+mod mig;
 mod models_sync;
 mod plugins;
 mod prolog_epilog;

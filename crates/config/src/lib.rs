@@ -452,6 +452,7 @@ mod tests {
             power_limit_default_mw: Some(700_000),
             sm_clocks_mhz: (0..110).map(|k| 1980 - 15 * k).collect(),
             mem_clocks_mhz: vec![2619],
+            mig: Vec::new(),
         };
         let (knob, clocks) = e.settings_for(&gpu);
         assert_eq!(

@@ -187,6 +187,7 @@ mod tests {
             power_limit_default_mw: Some(700_000),
             sm_clocks_mhz: vec![],
             mem_clocks_mhz: vec![],
+            mig: Vec::new(),
         }
     }
 

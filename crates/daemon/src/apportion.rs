@@ -63,7 +63,10 @@ pub(crate) fn advance_gpu(
     else {
         return Advanced::default();
     };
-    let sm = if shared || jobs.iter().any(|(job, _)| !exclusive.contains(job)) {
+    // A GPU in MIG mode is divided by its jobs' instances' compute slices; the driver gives
+    // no per-process figures there.
+    let mig = mig_weights_on(running, index, &jobs);
+    let sm = if mig.is_none() && (shared || jobs.iter().any(|(job, _)| !exclusive.contains(job))) {
         sm_by_job(backend, index, u64::try_from(since_ns / 1000).unwrap_or(0), &jobs)
     } else {
         None
@@ -92,7 +95,10 @@ pub(crate) fn advance_gpu(
     if let Some(sm) = nobody {
         sums.push(Some(sm.nobody));
     }
-    let (weights, split) = apportion::weights(&sums);
+    let (weights, split) = match mig {
+        Some(weights) => (weights, Split::MigSlices),
+        None => apportion::weights(&sums),
+    };
     let exact = interval.counter_mj.map(|mj| apportion::divide_exact(mj, &weights));
     let approx = apportion::divide(interval.mj, &weights);
     let advanced = match nobody {
@@ -136,6 +142,28 @@ pub(crate) fn lost_ends(
         .filter(|job| *job != job_id && exclusive.contains(job))
         .collect();
     jobs.into_iter().map(JobKey::job).filter(|key| running.contains_key(key)).collect()
+}
+
+/// The weights of `jobs` (those on GPU `index`, in order) by the compute slices of the MIG
+/// instances each holds there ([`apportion::mig_weights`]; a job's record of the whole job,
+/// else its first step's); `None` unless every one holds some.
+fn mig_weights_on(
+    running: &BTreeMap<JobKey, JobRecord>,
+    index: u32,
+    jobs: &[(u32, u32)],
+) -> Option<Vec<u64>> {
+    let held: Vec<&[wattson_types::gpu::MigInstance]> = jobs
+        .iter()
+        .map(|&(job, _)| {
+            running
+                .values()
+                .filter(|r| r.key.job_id == job)
+                .flat_map(|r| r.gpus.iter())
+                .find(|g| g.index == index)
+                .map_or(&[][..], |g| &g.meter.mig[..])
+        })
+        .collect();
+    apportion::mig_weights(&held)
 }
 
 /// The jobs (id, owner uid) with a record on GPU `index`.

@@ -257,6 +257,7 @@ mod tests {
             power_limit_default_mw: None,
             sm_clocks_mhz: vec![],
             mem_clocks_mhz: vec![],
+            mig: Vec::new(),
         }
     }
 

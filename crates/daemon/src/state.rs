@@ -6,6 +6,7 @@
 //! each with a deadline). Every job-boundary change is committed to the store before the caller
 //! is answered; every sample persists the running meters, so a restart resumes them.
 
+mod gpus;
 mod node;
 mod pace;
 
@@ -134,6 +135,9 @@ impl State {
                 core.sharing.extend(jobs.into_iter().map(|(job, _)| job));
             }
         }
+        // So do jobs on MIG instances, alone on their GPU or not.
+        let mig_jobs = gpus::mig_jobs(&core.running);
+        core.sharing.extend(mig_jobs);
         core.restores_pending = core.restore_orphans();
         let running = &core.running;
         enforce::reapply_running(core.backend.as_ref(), &core.store, |job| running.contains_key(job));
@@ -227,20 +231,16 @@ impl State {
                 format!("job {} names no GPUs: nothing to account on this node", req.job),
             ));
         }
-        for gpu in &req.gpus {
-            let index = self
-                .backend
-                .resolve(gpu)
-                .map_err(|e| Error::new(ErrorCode::BadRequest, format!("job {}: {e}", req.job)))?;
-            if indices.contains(&index) {
-                return Err(Error::new(
-                    ErrorCode::BadRequest,
-                    format!("job {}: GPU {index} is named twice", req.job),
-                ));
-            }
-            indices.push(index);
-        }
+        // The MIG instances the job holds, by their GPU's index (a step naming none: its job's).
+        let mut instances = gpus::instances_of(job_here.filter(|_| req.gpus.is_empty()));
+        gpus::resolve(self.backend.as_ref(), &req.gpus, &mut indices, &mut instances)
+            .map_err(|e| Error::new(ErrorCode::BadRequest, format!("job {}: {e}", req.job)))?;
         indices.sort_unstable();
+        // MIG instances share their GPU with whatever jobs hold its other instances; a GPU in
+        // MIG mode named whole (never by Slurm) is held the same way.
+        let devices = self.backend.devices();
+        let mig = !instances.is_empty()
+            || indices.iter().any(|&i| devices.get(i as usize).is_some_and(|d| !d.mig.is_empty()));
         if let Some(existing) = self.running.get(&req.job) {
             let same_gpus = existing.gpus.iter().map(|g| g.index).eq(indices.iter().copied());
             if existing.uid == req.uid && same_gpus {
@@ -255,7 +255,7 @@ impl State {
                 format!("job {} is already running with other GPUs or another owner", req.job),
             ));
         }
-        let whole = req.job.step.is_empty() && !req.shares_gpus;
+        let whole = req.job.step.is_empty() && !req.shares_gpus && !mig;
         if whole {
             for key in apportion::lost_ends(&self.running, &self.exclusive, req.job.job_id, &indices) {
                 warn!(job = %key, new_job = %req.job, "GPUs given to another job: ending the job whose end was never reported");
@@ -282,8 +282,11 @@ impl State {
         for &job in &partners {
             self.hold_for_sharing(job);
         }
-        let gpus: Vec<JobGpu> =
+        let mut gpus: Vec<JobGpu> =
             indices.iter().zip(readings).map(|(&index, reading)| self.begin_gpu(index, reading, t)).collect();
+        for gpu in &mut gpus {
+            gpu.meter.mig = instances.remove(&gpu.index).unwrap_or_default();
+        }
         let mut record = JobRecord {
             key: req.job.clone(),
             uid: req.uid,
@@ -318,6 +321,10 @@ impl State {
         if !partners.is_empty() {
             info!(job = %record.key, with = ?partners, "job shares its GPUs: their energy is divided, and they run at their defaults");
             self.sharing.insert(record.key.job_id);
+        }
+        if mig && self.sharing.insert(record.key.job_id) {
+            // A GPU's power limit and clocks are all its instances': never set for one job.
+            info!(job = %record.key, "job holds MIG instances: its GPUs' energy is divided by their compute slices, and they stay at their defaults");
         }
         // Settings belong to the whole job; its steps run on them. A job that shares a GPU
         // gets none: one job's setting never applies to a GPU another job holds.

@@ -43,6 +43,7 @@ impl FakeGpus {
                 power_limit_default_mw: Some(700_000),
                 sm_clocks_mhz: vec![1980],
                 mem_clocks_mhz: vec![2619],
+                mig: Vec::new(),
             })
             .collect();
         Arc::new(FakeGpus {

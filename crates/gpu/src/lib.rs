@@ -8,7 +8,7 @@ mod nvml;
 pub use nvml::NvmlBackend;
 
 use wattson_types::energy::GpuReading;
-pub use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings};
+pub use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings, MigInstance};
 use wattson_types::job::GpuRef;
 
 /// Why a GPU call failed.
@@ -99,8 +99,39 @@ pub trait GpuBackend: Send + Sync {
     }
 
     /// Resolves Slurm's number of a GPU (see [`GpuInfo::slurm_number`]), a UUID or a PCI bus id
-    /// to the GPU's NVML index.
+    /// to the GPU's NVML index; a MIG instance to its GPU's ([`GpuBackend::resolve_instance`]).
     fn resolve(&self, gpu: &GpuRef) -> Result<u32, GpuError> {
+        self.resolve_instance(gpu).map(|(index, _)| index)
+    }
+
+    /// Resolves a GPU as a job names it to its NVML index and, for a MIG instance, which of the
+    /// GPU's instances: a `MIG-` UUID (or `MIG-<GPU UUID>/<GI id>/<CI id>`), Slurm's number, a
+    /// GPU's UUID or PCI bus id. On a node with a GPU in MIG mode Slurm's numbers follow its
+    /// GPU GRES list ([`slurm_places`]).
+    fn resolve_instance(&self, gpu: &GpuRef) -> Result<(u32, Option<MigInstance>), GpuError> {
+        let devices = self.devices();
+        match gpu {
+            GpuRef::Id(id) if id.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("MIG-")) => devices
+                .iter()
+                .find_map(|d| {
+                    d.mig.iter().find(|m| m.is_named(&d.uuid, id)).map(|m| (d.index, Some(m.clone())))
+                })
+                .ok_or_else(|| GpuError::NotFound(format!("MIG instance {id}"))),
+            GpuRef::Index(n) if devices.iter().any(|d| !d.mig.is_empty()) => {
+                let places = slurm_places(devices);
+                places.get(*n as usize).cloned().ok_or_else(|| {
+                    GpuError::NotFound(format!(
+                        "index {n} (this node's GPUs and MIG instances are {})",
+                        places.len()
+                    ))
+                })
+            }
+            _ => self.resolve_whole(gpu).map(|index| (index, None)),
+        }
+    }
+
+    /// [`GpuBackend::resolve`] for a whole GPU.
+    fn resolve_whole(&self, gpu: &GpuRef) -> Result<u32, GpuError> {
         let found = match gpu {
             GpuRef::Index(n) => self.devices().iter().find(|d| d.slurm_number() == *n),
             GpuRef::Id(id) => self
@@ -115,6 +146,24 @@ pub trait GpuBackend: Send + Sync {
             })
         })
     }
+}
+
+/// Slurm's numbers of a node's GPUs where one is in MIG mode: its GPU GRES in the order
+/// `AutoDetect=nvml` lists them (and a gres.conf written like it): the GPUs by their number
+/// ([`GpuInfo::slurm_number`]), a GPU in MIG mode as its instances in MIG index order, each one
+/// number. Each place: the GPU's NVML index, and the instance.
+pub fn slurm_places(devices: &[GpuInfo]) -> Vec<(u32, Option<MigInstance>)> {
+    let mut gpus: Vec<&GpuInfo> = devices.iter().collect();
+    gpus.sort_by_key(|d| (d.slurm_number(), d.index));
+    gpus.into_iter()
+        .flat_map(|d| {
+            if d.mig.is_empty() {
+                vec![(d.index, None)]
+            } else {
+                d.mig.iter().map(|m| (d.index, Some(m.clone()))).collect()
+            }
+        })
+        .collect()
 }
 
 /// Compares PCI bus ids as numbers, so `00000000:17:00.0`, `0000:17:00.0` and `17:00.0` match.

@@ -11,7 +11,9 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
 use super::{GpuBackend, GpuError, GpuInfo, GpuSettings};
+use nvml_wrapper_sys::bindings::{NvmlLib, nvmlDevice_t, nvmlReturn_t};
 use wattson_types::energy::GpuReading;
+use wattson_types::gpu::MigInstance;
 use wattson_types::now_ns;
 
 /// NVML-backed GPUs. Devices are looked up per call, as nvml-wrapper's `Device` borrows `Nvml`.
@@ -70,7 +72,55 @@ fn describe_device(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
         power_limit_default_mw: d.power_management_limit_default().ok(),
         sm_clocks_mhz,
         mem_clocks_mhz,
+        mig: mig_instances(d),
     })
+}
+
+/// The GPU's MIG instances, in MIG index order; none where MIG is off or not supported. An
+/// instance the driver does not describe is left out (its jobs are then refused by name).
+fn mig_instances(d: &Device<'_>) -> Vec<MigInstance> {
+    if !d.mig_mode().is_ok_and(|m| m.current == 1) {
+        return Vec::new();
+    }
+    let most = d.mig_device_count().unwrap_or(0);
+    // The driver numbers the instances from 0 without gaps.
+    (0..most).map_while(|k| d.mig_device_by_index(k).ok()).filter_map(|m| describe_mig(&m)).collect()
+}
+
+fn describe_mig(m: &Device<'_>) -> Option<MigInstance> {
+    let uuid = m.uuid().ok()?;
+    let attributes = m.attributes().ok()?;
+    // "NVIDIA A100-SXM4-40GB MIG 3g.20gb": the profile is the last word; else from the slices.
+    let profile = m
+        .name()
+        .ok()
+        .and_then(|name| name.rsplit_once(" MIG ").map(|(_, p)| p.trim().to_string()))
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| {
+            let (c, g) = (attributes.compute_instance_slice_count, attributes.gpu_instance_slice_count);
+            let gb = attributes.memory_size_mb.div_ceil(1024);
+            if c == g { format!("{g}g.{gb}gb") } else { format!("{c}c.{g}g.{gb}gb") }
+        });
+    Some(MigInstance {
+        uuid,
+        profile,
+        gpu_instance_id: instance_id(m, |lib| lib.nvmlDeviceGetGpuInstanceId.as_ref().ok().copied()),
+        compute_instance_id: instance_id(m, |lib| lib.nvmlDeviceGetComputeInstanceId.as_ref().ok().copied()),
+        compute_slices: attributes.compute_instance_slice_count,
+    })
+}
+
+type IdCall = unsafe extern "C" fn(nvmlDevice_t, *mut std::ffi::c_uint) -> nvmlReturn_t;
+
+/// A MIG instance's GPU or compute instance id: nvml-wrapper 0.13 wraps neither call, so it
+/// is made through the library's own symbol (`None` where the driver lacks it or says nothing).
+fn instance_id(m: &Device<'_>, call: impl FnOnce(&NvmlLib) -> Option<IdCall>) -> Option<u32> {
+    let f = call(m.nvml().lib())?;
+    let mut id = 0;
+    // SAFETY: the symbol is NVML's, called with the handle nvml-wrapper holds for this device
+    // (valid while `m` lives) and a valid out-pointer, as NVML documents.
+    let rc = unsafe { f(m.handle(), &mut id) };
+    (rc == 0).then_some(id)
 }
 
 fn map_err(e: NvmlError) -> GpuError {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr};
 
 /// How a shared GPU's energy was divided among its jobs. Reports, the store and
-/// [`std::str::FromStr`] say `sm-share`, `equal` or `sm-share+equal`.
+/// [`std::str::FromStr`] say `sm-share`, `equal`, `sm-share+equal` or `mig-slices`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
@@ -24,10 +24,12 @@ pub enum Split {
     #[strum(serialize = "sm-share+equal")]
     #[serde(rename = "sm-share-and-equal")]
     Mixed,
+    /// By the compute slices of the MIG instances each job holds on the GPU.
+    MigSlices,
 }
 
 impl Split {
-    /// `sm-share`, `equal` or `sm-share+equal`.
+    /// `sm-share`, `equal`, `sm-share+equal` or `mig-slices`.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -98,6 +100,15 @@ pub fn weights(sm: &[Option<u64>]) -> (Vec<u64>, Split) {
     } else {
         (vec![1; sm.len()], Split::Equal)
     }
+}
+
+/// The weights a GPU in MIG mode divides its energy by: each job's MIG instances' compute
+/// slices, summed (`held`: each job's instances on the GPU). `None` where a job holds none of
+/// its instances or none has a slice: the GPU is not divided by slices then.
+pub fn mig_weights(held: &[&[crate::gpu::MigInstance]]) -> Option<Vec<u64>> {
+    let weights: Vec<u64> =
+        held.iter().map(|instances| instances.iter().map(|m| u64::from(m.compute_slices)).sum()).collect();
+    weights.iter().all(|&w| w > 0).then_some(weights)
 }
 
 /// Divides `total` mJ by `weights` in whole mJ: the parts add up to `total` exactly. Each part
@@ -228,6 +239,24 @@ mod tests {
         assert_eq!(faster.slowdown(), Some(0.0));
         let never_alone = SmActivity { shared_s: 5.0, shared: 100.0, ..SmActivity::default() };
         assert_eq!(never_alone.slowdown(), None);
+    }
+
+    #[test]
+    fn mig_jobs_weigh_by_their_instances_compute_slices() {
+        let m = |slices: u32| crate::gpu::MigInstance {
+            uuid: format!("MIG-{slices}"),
+            profile: format!("{slices}g.40gb"),
+            gpu_instance_id: None,
+            compute_instance_id: None,
+            compute_slices: slices,
+        };
+        let (a, b, c) = ([m(3)], [m(4)], [m(1), m(2)]);
+        assert_eq!(mig_weights(&[&a, &b]), Some(vec![3, 4]));
+        assert_eq!(mig_weights(&[&a, &c]), Some(vec![3, 3]), "two instances of one GPU add up");
+        assert_eq!(mig_weights(&[&a, &[]]), None, "a job with no instance of the GPU");
+        assert_eq!(divide_exact(7001, &mig_weights(&[&a, &b]).unwrap()), vec![3000, 4001]);
+        assert_eq!("mig-slices".parse::<Split>(), Ok(Split::MigSlices));
+        assert_eq!(Split::MigSlices.as_str(), "mig-slices");
     }
 
     #[test]

@@ -125,6 +125,10 @@ pub struct GpuMeter {
     /// a GPU the job holds whole, or before its processes were seen on the SMs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sm: Option<crate::apportion::SmActivity>,
+    /// The GPU's MIG instances the job holds (empty for a whole GPU or a share of one): their
+    /// compute slices weigh its part of the GPU's energy ([`crate::apportion::mig_weights`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<crate::gpu::MigInstance>,
 }
 
 /// The GPU's energy over one interval between two readings, before it is divided among the
@@ -159,6 +163,7 @@ impl GpuMeter {
             events: Vec::new(),
             split: None,
             sm: None,
+            mig: Vec::new(),
         };
         meter.observe_gauges(&first);
         meter

@@ -30,6 +30,46 @@ pub struct GpuInfo {
     pub sm_clocks_mhz: Vec<u32>,
     /// Supported memory clocks, MHz.
     pub mem_clocks_mhz: Vec<u32>,
+    /// The GPU's MIG instances, in MIG index order; empty when MIG is off (or not supported).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<MigInstance>,
+}
+
+/// One MIG instance of a GPU in MIG mode: what Slurm gives a job as a GPU (one GRES each with
+/// `AutoDetect=nvml`). Energy, power, clocks and power limits stay the whole GPU's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInstance {
+    /// `MIG-...` UUID (what Slurm puts in `CUDA_VISIBLE_DEVICES` for it).
+    pub uuid: String,
+    /// Profile, e.g. `3g.40gb` (`1c.3g.40gb`: one compute slice of a 3-slice GPU instance).
+    pub profile: String,
+    /// GPU instance id, where the driver says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<u32>,
+    /// Compute instance id within its GPU instance, where the driver says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_instance_id: Option<u32>,
+    /// Compute slices (of the GPU's 7): the weight its jobs' part of the GPU's energy is
+    /// divided by ([`crate::apportion::mig_weights`]).
+    pub compute_slices: u32,
+}
+
+impl MigInstance {
+    /// Whether `name` names this instance of the GPU with UUID `gpu_uuid`: its `MIG-` UUID
+    /// (drivers R470 and later), or `MIG-<GPU UUID>/<GI id>/<CI id>` (earlier ones); any case.
+    pub fn is_named(&self, gpu_uuid: &str, name: &str) -> bool {
+        if name.eq_ignore_ascii_case(&self.uuid) {
+            return true;
+        }
+        let (Some(gi), Some(ci)) = (self.gpu_instance_id, self.compute_instance_id) else { return false };
+        let Some(rest) = name.strip_prefix("MIG-") else { return false };
+        let mut parts = rest.split('/');
+        matches!(
+            (parts.next(), parts.next(), parts.next(), parts.next()),
+            (Some(uuid), Some(g), Some(c), None)
+                if uuid.eq_ignore_ascii_case(gpu_uuid) && g.parse() == Ok(gi) && c.parse() == Ok(ci)
+        )
+    }
 }
 
 impl GpuInfo {
@@ -123,4 +163,30 @@ pub fn now_ns() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mig_instance_is_named_by_its_uuid_or_its_gpus_uuid_and_ids() {
+        let m = MigInstance {
+            uuid: "MIG-5a1b2c3d-0000-5000-8000-000000000001".into(),
+            profile: "3g.40gb".into(),
+            gpu_instance_id: Some(2),
+            compute_instance_id: Some(0),
+            compute_slices: 3,
+        };
+        let gpu = "GPU-aaaa-bbbb";
+        assert!(m.is_named(gpu, "MIG-5A1B2C3D-0000-5000-8000-000000000001"));
+        assert!(m.is_named(gpu, "MIG-GPU-aaaa-bbbb/2/0"));
+        for other in
+            ["MIG-GPU-aaaa-bbbb/1/0", "MIG-GPU-aaaa-bbbb/2/0/9", "MIG-GPU-cccc/2/0", "GPU-aaaa-bbbb", "2"]
+        {
+            assert!(!m.is_named(gpu, other), "{other}");
+        }
+        let no_ids = MigInstance { gpu_instance_id: None, ..m.clone() };
+        assert!(!no_ids.is_named(gpu, "MIG-GPU-aaaa-bbbb/2/0"));
+    }
 }

@@ -201,6 +201,22 @@ impl GpuRef {
     }
 }
 
+/// The GPUs a job's environment names on a node, as a comma-separated list: Slurm's numbers
+/// (`slurm`: `SLURM_JOB_GPUS` or `SLURM_STEP_GPUS`), else `CUDA_VISIBLE_DEVICES` (`cuda`); but
+/// `CUDA_VISIBLE_DEVICES` first where it names MIG instances by UUID (`MIG-...`, as Slurm's
+/// `AutoDetect=nvml` gives them), which name them whatever order Slurm numbered them in.
+pub fn gpus_from_env(slurm: Option<String>, cuda: Option<String>) -> Option<String> {
+    let is_mig = |v: &str| {
+        let mut names = v.split(',').map(str::trim).filter(|n| !n.is_empty()).peekable();
+        names.peek().is_some() && names.all(|n| n.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("MIG-")))
+    };
+    let (slurm, cuda) = (slurm.filter(|v| !v.trim().is_empty()), cuda.filter(|v| !v.trim().is_empty()));
+    match cuda {
+        Some(cuda) if is_mig(&cuda) => Some(cuda),
+        cuda => slurm.or(cuda),
+    }
+}
+
 /// The state of a recorded job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr)]
 #[serde(rename_all = "UPPERCASE")]
@@ -370,6 +386,18 @@ impl JobRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mig_uuids_in_cuda_visible_devices_win_over_slurms_numbers() {
+        let s = |v: &str| Some(v.to_string());
+        let mig = "MIG-0a1b2c3d-0000-5000-8000-000000000001,mig-0a1b2c3d-0000-5000-8000-000000000002";
+        assert_eq!(gpus_from_env(s("3,4"), s(mig)), s(mig));
+        assert_eq!(gpus_from_env(s("0,1"), s("0,1")), s("0,1"));
+        assert_eq!(gpus_from_env(s("2"), s("GPU-8f3c")), s("2"), "whole GPUs: Slurm's numbers");
+        assert_eq!(gpus_from_env(s("2"), s("MIG-a,3")), s("2"), "not all MIG instances");
+        assert_eq!(gpus_from_env(None, s("GPU-8f3c")), s("GPU-8f3c"));
+        assert_eq!(gpus_from_env(s(" "), s("")), None);
+    }
 
     #[test]
     fn job_keys_parse_and_print_like_sacct() {

@@ -79,6 +79,8 @@ impl PluginArgs {
     }
 }
 
+pub use wattson_types::job::gpus_from_env;
+
 /// What the node knows about a job when its prolog runs.
 #[derive(Debug, Clone, Default)]
 pub struct NodeJob {
@@ -92,7 +94,8 @@ pub struct NodeJob {
     pub name: Option<String>,
     /// Slurm account (`SLURM_JOB_ACCOUNT`).
     pub account: Option<String>,
-    /// The job's GPUs on this node (`SLURM_JOB_GPUS`, else `CUDA_VISIBLE_DEVICES`).
+    /// The job's GPUs on this node (`SLURM_JOB_GPUS`, else `CUDA_VISIBLE_DEVICES`; the latter
+    /// first where it names MIG instances: [`gpus_from_env`]).
     pub gpus: String,
     /// The user's hints.
     pub hints: Hints,

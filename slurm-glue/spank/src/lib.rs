@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use wattson_slurm::gpu_freq;
 use wattson_slurm::hints::{OPTIONS, SubmitHints};
-use wattson_slurm::node::{self, NodeJob, PluginArgs};
+use wattson_slurm::node::{self, NodeJob, PluginArgs, gpus_from_env};
 use wattson_slurm::release;
 use wattson_slurm::sharing;
 use wattson_slurm::steps;
@@ -168,7 +168,7 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut
             user: env("SLURM_JOB_USER"),
             name: env("SLURM_JOB_NAME").or_else(|| env(wattson_slurm::submit::JOB_NAME_VAR)),
             account: env("SLURM_JOB_ACCOUNT"),
-            gpus: env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).unwrap_or_default(),
+            gpus: gpus_from_env(env("SLURM_JOB_GPUS"), env("CUDA_VISIBLE_DEVICES")).unwrap_or_default(),
             hints,
             shares_gpus: sharing::from_prolog_env(|name| std::env::var(name).ok()),
         };
@@ -267,8 +267,8 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(sp: spank_t, ac: c_int, av: *
         let Some(step) = gpu_step(sp) else { return 0 };
         let uid = item_u32(sp, sys::S_JOB_UID).unwrap_or(u32::MAX);
         // Slurm's numbers of the step's GPUs; none given: the job's GPUs here.
-        let gpus =
-            step_env(sp, "SLURM_STEP_GPUS").or_else(|| step_env(sp, "SLURM_JOB_GPUS")).unwrap_or_default();
+        let slurm = step_env(sp, "SLURM_STEP_GPUS").or_else(|| step_env(sp, "SLURM_JOB_GPUS"));
+        let gpus = gpus_from_env(slurm, step_env(sp, "CUDA_VISIBLE_DEVICES")).unwrap_or_default();
         match steps::begin(&args(ac, av), step.clone(), uid, &gpus) {
             Ok(Some(line)) => info(&line),
             Ok(None) => {}

@@ -62,6 +62,10 @@ pub struct GpuConfig {
     /// Present (even empty): the GPU behaves as real ones do (`crate::realism`); absent: ideal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub realism: Option<RealismConfig>,
+    /// MIG instances, by profile (`["3g.40gb", "3g.40gb"]`): the GPU is in MIG mode with these
+    /// instances, in this order ([`crate::mig`]); absent, MIG is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<Vec<String>>,
 }
 
 fn default_model() -> String {
@@ -108,6 +112,7 @@ impl GpuConfig {
             c_w_per_mhz3: None,
             energy_counter: None,
             realism: None,
+            mig: None,
         }
     }
 
@@ -148,6 +153,8 @@ impl Config {
         let cfg: Config = toml::from_str(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         for i in 0..cfg.gpu.len() {
             cfg.spec(i).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            crate::mig::validate(&cfg.gpu[i], i)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         }
         if let Some(order) = &cfg.order {
             let mut sorted = order.clone();

@@ -15,6 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+mod mig;
 mod processes;
 
 /// Environment variable naming the fake driver directory, read by `nvmlInit_v2`.
@@ -339,7 +340,10 @@ pub extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) -> nvmlReturn_t {
     run(|| {
-        let s = with_device(device, |_, spec, _| Ok(spec.name.clone()))?;
+        let s = match mig::instance_of(device)? {
+            Some(instance) => mig::name_of(&instance)?,
+            None => with_device(device, |_, spec, _| Ok(spec.name.clone()))?,
+        };
         out_str(name, length, &s)
     })
 }
@@ -348,7 +352,10 @@ pub extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, len
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> nvmlReturn_t {
     run(|| {
-        let s = with_device(device, |_, spec, _| Ok(spec.uuid.clone()))?;
+        let s = match mig::instance_of(device)? {
+            Some(instance) => instance.uuid,
+            None => with_device(device, |_, spec, _| Ok(spec.uuid.clone()))?,
+        };
         out_str(uuid, length, &s)
     })
 }
@@ -592,13 +599,17 @@ pub extern "C" fn nvmlDeviceGetMaxClockInfo(
 
 // ---- activity ------------------------------------------------------------------------------
 
-/// GPU utilisation = round(load × 100) %; memory = round(load × 60) %.
+/// GPU utilisation = round(load × 100) %; memory = round(load × 60) % (NOT_SUPPORTED in MIG
+/// mode, as the driver answers).
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
     util: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
     run(|| {
+        if mig::mig_on(device)? {
+            return Err(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED);
+        }
         let load = with_device(device, |_, _, gs| Ok(gs.load))?;
         out(
             util,

@@ -14,6 +14,7 @@
 mod config;
 mod curve;
 mod ffi;
+pub mod mig;
 mod realism;
 mod state;
 #[cfg(test)]
@@ -22,6 +23,7 @@ mod tests;
 pub use config::{CONFIG_FILE, Config, GpuConfig, GpuSpec};
 pub use curve::{CurvePoint, MeasuredCurve, Noise, TruePoint};
 pub use ffi::DIR_ENV;
+pub use mig::MigInstance;
 pub use realism::{Physics, Realism, RealismConfig};
 pub use state::{
     Fault, GpuState, LOCK_FILE, ProcessLoad, STATE_FILE, Workload, check_privilege, history_path, now_ns,
@@ -177,6 +179,12 @@ impl Sim {
             .find(|&i| config.spec(i).is_ok_and(|s| s.uuid == uuid))
             .map(|i| i as u32)
             .ok_or_else(|| bad_input("no GPU has this UUID"))
+    }
+
+    /// The MIG instances of GPU `gpu` (its place in the configuration), in MIG index order;
+    /// none when MIG is off.
+    pub fn mig_instances(&self, gpu: u32) -> io::Result<Vec<MigInstance>> {
+        Ok(mig::instances(&Config::load(&self.dir)?, gpu as usize))
     }
 
     /// Units of work GPU `gpu`'s workloads have completed up to now.

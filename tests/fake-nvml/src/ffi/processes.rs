@@ -40,7 +40,7 @@ pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
 }
 
 /// Per-process utilisation: one sample per process set with `Sim::set_processes`, stamped now
-/// (µs); `NVML_ERROR_NOT_FOUND` without processes, as the driver answers without samples. With
+/// (µs; NOT_SUPPORTED in MIG mode); `NVML_ERROR_NOT_FOUND` without processes, as the driver answers without samples. With
 /// a null buffer or a short one, the count needed and `NVML_ERROR_INSUFFICIENT_SIZE`.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetProcessUtilization(
@@ -53,7 +53,7 @@ pub extern "C" fn nvmlDeviceGetProcessUtilization(
         let (supported, processes, t_ns) = with_device_at(device, |_, _, gs, t_ns| {
             Ok((gs.process_utilization, gs.processes.clone(), t_ns))
         })?;
-        if !supported {
+        if !supported || super::mig::mig_on(device)? {
             return Err(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED);
         }
         if count.is_null() {

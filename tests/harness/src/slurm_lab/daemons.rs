@@ -13,10 +13,22 @@ impl SlurmLab {
             let d = self.path.join("dev").join(&node.name);
             fs::create_dir_all(&d).expect("create dev dir");
             set_mode(&d, 0o755);
-            for i in 0..node.gpus {
-                let p = d.join(format!("nvidia{i}"));
+            let caps = d.join("nvidia-caps");
+            let mut devices: Vec<(PathBuf, &str, u32)> =
+                (0..node.gpus).map(|i| (d.join(format!("nvidia{i}")), "195", i)).collect();
+            if !node.mig.is_empty() {
+                fs::create_dir_all(&caps).expect("create nvidia-caps dir");
+                set_mode(&caps, 0o755);
+            }
+            for m in &node.mig {
+                for minor in [m.gi_cap_minor, m.ci_cap_minor] {
+                    // The driver's nvidia-caps major is dynamic; 511 is none of this machine's.
+                    devices.push((caps.join(format!("nvidia-cap{minor}")), "511", minor));
+                }
+            }
+            for (p, major, minor) in devices {
                 let mut cmd = Command::new("mknod");
-                cmd.args(["-m", "0666"]).arg(&p).args(["c", "195", &i.to_string()]);
+                cmd.args(["-m", "0666"]).arg(&p).args(["c", major, &minor.to_string()]);
                 match run_with_timeout(&mut cmd, CLIENT_TIMEOUT) {
                     Ok(o) if o.status.success() => {}
                     Ok(o) => {
@@ -100,6 +112,7 @@ impl SlurmLab {
         for (node, port) in self.nodes.iter().zip(&self.node_ports) {
             let gres_spec = match (node.gpus, node.shards) {
                 (0, _) => String::new(),
+                _ if !node.mig.is_empty() => format!(" Gres={}", mig_gres(node)),
                 (gpus, 0) => format!(" Gres=gpu:{}:{gpus}", node.gpu_type),
                 (gpus, shards) => format!(" Gres=gpu:{}:{gpus},shard:{shards}", node.gpu_type),
             };
@@ -108,7 +121,9 @@ impl SlurmLab {
                 "NodeName={} NodeHostname=localhost NodeAddr={} Port={port} CPUs={} RealMemory=2000{gres_spec} State=UNKNOWN",
                 node.name, node.addr, node.cpus
             );
-            if node.gpus > 0 {
+            if !node.mig.is_empty() {
+                mig_gres_conf(&mut gres, node, &lab);
+            } else if node.gpus > 0 {
                 let _ = writeln!(
                     gres,
                     "NodeName={n} Name=gpu Type={t} File={lab}/dev/{n}/nvidia[0-{last}]",
@@ -407,6 +422,44 @@ pub(super) fn terminate(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A MIG node's `Gres=` in slurm.conf: each whole GPU's type and each instance's, counted.
+fn mig_gres(node: &LabNode) -> String {
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for gpu in 0..node.gpus {
+        let instances: Vec<&LabMig> = node.mig.iter().filter(|m| m.gpu == gpu).collect();
+        if instances.is_empty() {
+            *counts.entry(node.gpu_type.clone()).or_default() += 1;
+        }
+        for m in instances {
+            *counts.entry(format!("{}_{}", node.gpu_type, m.profile)).or_default() += 1;
+        }
+    }
+    counts.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect::<Vec<_>>().join(",")
+}
+
+/// A MIG node's GPU GRES in gres.conf, in `AutoDetect=nvml`'s order: the GPUs by number, a GPU
+/// with instances as one record per instance (its device file and its two capability devices).
+fn mig_gres_conf(gres: &mut String, node: &LabNode, lab: &str) {
+    let dev = format!("{lab}/dev/{}", node.name);
+    for gpu in 0..node.gpus {
+        let instances: Vec<&LabMig> = node.mig.iter().filter(|m| m.gpu == gpu).collect();
+        if instances.is_empty() {
+            let _ = writeln!(
+                gres,
+                "NodeName={} Name=gpu Type={} File={dev}/nvidia{gpu}",
+                node.name, node.gpu_type
+            );
+        }
+        for m in instances {
+            let _ = writeln!(
+                gres,
+                "NodeName={} Name=gpu Type={}_{} MultipleFiles={dev}/nvidia{gpu},{dev}/nvidia-caps/nvidia-cap{},{dev}/nvidia-caps/nvidia-cap{}",
+                node.name, node.gpu_type, m.profile, m.gi_cap_minor, m.ci_cap_minor
+            );
+        }
+    }
 }
 
 /// Runs `scripts/install-slurm` once per process (or builds the release's root, see

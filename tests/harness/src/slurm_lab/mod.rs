@@ -86,6 +86,25 @@ pub struct LabNode {
     /// The node's own `wattson.toml`: its slurmd runs in a namespace of its own, where this
     /// file is `/etc/wattson/wattson.toml` ([`configless`]).
     pub wattson_config: Option<PathBuf>,
+    /// MIG instances of the node's GPUs, each a GPU GRES of its own as `AutoDetect=nvml`
+    /// lists them; a GPU with instances is no GRES itself (empty: no MIG).
+    pub mig: Vec<LabMig>,
+}
+
+/// One MIG instance as Slurm's `AutoDetect=nvml` writes it into the node's GPU GRES: `Type`
+/// `<gpu_type>_<profile>`, `MultipleFiles` its GPU's `/dev/nvidia<gpu>` and the two capability
+/// devices `nvidia-caps/nvidia-cap<N>` (char devices, here under `$LAB/dev/<node>/`). Slurm
+/// 22.05's gres.conf has no `UniqueId`, so jobs get Slurm's numbers of them, not `MIG-` UUIDs.
+#[derive(Clone, Debug)]
+pub struct LabMig {
+    /// The GPU (its device file's number).
+    pub gpu: u32,
+    /// Profile, e.g. `3g.40gb`.
+    pub profile: String,
+    /// Minor of the GPU instance's capability device.
+    pub gi_cap_minor: u32,
+    /// Minor of the compute instance's capability device.
+    pub ci_cap_minor: u32,
 }
 
 impl LabNode {
@@ -100,6 +119,7 @@ impl LabNode {
             addr: "127.0.0.1".into(),
             env: Vec::new(),
             wattson_config: None,
+            mig: Vec::new(),
         }
     }
 }
