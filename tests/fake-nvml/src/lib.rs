@@ -7,6 +7,11 @@
 //! [`Sim::create`].  The rlib side ([`Sim`]) drives loads, injects faults and
 //! reads the exact ground truth, from any process, while the library runs.
 //!
+//! A GPU is ideal (its counter exact at every read, its power reading the instant's draw)
+//! unless its configuration asks it to behave as real ones do ([`RealismConfig`]: a counter
+//! that steps, averaged power readings, heat, settling); either way the physical truth is the
+//! exact integral of the power it drew ([`Sim::truth_energy_mj`]).
+//!
 //! Files in the directory: `config.toml` (the GPUs), `state.json` (live
 //! state, shared and persistent), `state.lock` (flock), and
 //! `history-<index>.log` (`t_ns power_mw [reset]` per power change).
