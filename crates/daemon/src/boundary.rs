@@ -6,11 +6,11 @@
 //! 700 W: 5% of a 2-second job). So at a boundary each GPU is read again every [`POLL`] until
 //! its counter steps; the step's energy, spread over the step's period, gives the counter at the
 //! boundary instant (`c1 − (c1 − c0) · (s1 − t) / period`: the power within one step taken as
-//! constant). The step's instant `s1` is what a late poll (a busy machine) blurs, so where the
-//! first step was seen only loosely the wait goes on for a later one seen within a few
-//! milliseconds, and `s1` is that one less whole periods. A GPU's first boundary waits for three
-//! steps, to learn its period; a counter that moves at every read (no steps) is read once from
-//! then on, as before.
+//! constant). The step's instant `s1` is what a late poll (a busy machine) blurs, so the wait
+//! goes on until a step was seen within [`TIGHT_NS`] (at most [`MAX_STEPS`] steps), and `s1` is
+//! fitted to all the steps seen, each weighed by how exactly it was seen. A GPU's first boundary
+//! waits for three steps, to learn its period, and every later one adds to what is known of it.
+//! A counter that moves at every read (no steps) is read once from then on, as before.
 
 use std::time::{Duration, Instant};
 
