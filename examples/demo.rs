@@ -130,6 +130,20 @@ fn main() {
     wait_until("all jobs running", || {
         jobs.iter().all(|&id| lab.job_info(id).is_some_and(|j| j.state == "RUNNING"))
     });
+    // The kill comes once every job's batch step is recorded too (the SPANK plugin begins it
+    // in slurmstepd), so that it falls mid-job for every record.
+    wait_until("every batch step recorded", || {
+        let out = Command::new(&from.wattson)
+            .arg("-c")
+            .arg(&config)
+            .args(["acct", "-S", "now-1hour", "--json"])
+            .output()
+            .expect("run wattson acct");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let ids: Vec<&str> =
+            doc["jobs"].as_array().into_iter().flatten().filter_map(|j| j["id"].as_str()).collect();
+        jobs.iter().all(|id| ids.contains(&format!("{id}.batch").as_str()))
+    });
     sleep(Duration::from_secs(2));
     wattson(&["status"]);
 

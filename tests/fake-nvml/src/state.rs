@@ -569,6 +569,11 @@ pub fn truth_energy_mj(dir: &Path, index: usize, from_ns: i64, to_ns: i64) -> io
             it.next().and_then(|x| x.parse().ok()).ok_or_else(|| invalid_data("bad history line"))?;
         let p: u64 =
             it.next().and_then(|x| x.parse().ok()).ok_or_else(|| invalid_data("bad history line"))?;
+        // A process killed after writing history but before saving the state leaves lines that
+        // the next call writes again from the saved instant: the later lines supersede.
+        while points.last().is_some_and(|&(last, _)| last >= t) {
+            points.pop();
+        }
         points.push((t, p));
     }
     integrate_history(&points, from_ns, to_ns)

@@ -299,3 +299,15 @@ fn a_realistic_gpu_counts_what_its_history_says_it_drew() {
     assert!(times.windows(2).all(|w| w[0] < w[1]), "{history}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn history_written_again_after_a_killed_process_counts_once() {
+    let dir = temp_dir("redo");
+    // A process wrote the ticks at 100 and 200 ns and was killed before saving the state; the
+    // next call ran them again from the saved instant and went on to 300 ns.
+    let lines = "0 1000\n100 2000\n200 3000\n100 2000\n200 3000\n300 1000\n";
+    std::fs::write(history_path(&dir, 0), lines).unwrap();
+    let mj = truth_energy_mj(&dir, 0, 0, 400).unwrap();
+    assert_eq!(mj, (1000.0 * 100.0 + 2000.0 * 100.0 + 3000.0 * 100.0 + 1000.0 * 100.0) / 1e9);
+    let _ = std::fs::remove_dir_all(dir);
+}
