@@ -19,8 +19,6 @@ use wattson_types::energy::GpuReading;
 
 /// How often a GPU is read while waiting for its counter's step.
 pub const POLL: Duration = Duration::from_millis(2);
-/// Steps closer than this mean a counter that moves at every read.
-const CONTINUOUS_NS: i64 = 20_000_000;
 /// Steps a GPU's first boundary waits for, to learn the period.
 const PERIOD_STEPS: usize = 3;
 /// The longest wait for a GPU's first steps (its period unknown).
@@ -63,6 +61,8 @@ struct Step {
 
 struct Wait {
     pos: usize,
+    /// Polls that found the counter where it was.
+    quiet: u32,
     /// The last poll: its instant and counter.
     last: (i64, u64),
     steps: Vec<Step>,
@@ -92,7 +92,7 @@ impl Boundaries {
                 let r = r.as_ref().ok()?;
                 let last = (r.t_ns, r.energy_mj?);
                 matches!(self.counter(indices[pos]), Counter::Unseen | Counter::Stepped { .. })
-                    .then_some(Wait { pos, last, steps: Vec::new() })
+                    .then_some(Wait { pos, quiet: 0, last, steps: Vec::new() })
             })
             .collect();
         let longest = waits
@@ -120,11 +120,13 @@ impl Boundaries {
                 if now != before {
                     let within_ns = (t_ns - last_ns) / 2;
                     wait.steps.push(Step { at_ns: last_ns + within_ns, within_ns, before, after: now });
+                } else {
+                    wait.quiet += 1;
                 }
                 wait.last = (t_ns, now);
                 let index = indices[wait.pos];
                 let boundary = out[wait.pos].as_mut().expect("waits are on readings");
-                if let Some(counter) = self.settle(index, boundary, &wait.steps, false) {
+                if let Some(counter) = self.settle(index, boundary, &wait.steps, wait.quiet, false) {
                     self.learn(index, counter);
                     done.push(k);
                 }
@@ -137,7 +139,7 @@ impl Boundaries {
         for wait in waits {
             let index = indices[wait.pos];
             let boundary = out[wait.pos].as_mut().expect("waits are on readings");
-            match self.settle(index, boundary, &wait.steps, true) {
+            match self.settle(index, boundary, &wait.steps, wait.quiet, true) {
                 Some(counter) => self.learn(index, counter),
                 None if wait.steps.is_empty() && self.counter(index) == Counter::Unseen => {
                     self.learn(index, Counter::Frozen)
@@ -156,6 +158,7 @@ impl Boundaries {
         index: u32,
         boundary: &mut GpuReading,
         steps: &[Step],
+        quiet: u32,
         last_chance: bool,
     ) -> Option<Counter> {
         let first = *steps.first()?;
@@ -164,10 +167,13 @@ impl Boundaries {
             _ => None,
         };
         if known.is_none() {
-            match steps {
-                [a, b, ..] if b.at_ns - a.at_ns < CONTINUOUS_NS => return Some(Counter::Continuous),
-                _ if steps.len() < PERIOD_STEPS && !(last_chance && steps.len() >= 2) => return None,
-                _ => {}
+            // A counter that moved at every poll has no steps to wait for (a stepping one,
+            // polled far faster than it steps, stays put between its steps).
+            if steps.len() >= 2 && quiet == 0 {
+                return Some(Counter::Continuous);
+            }
+            if steps.len() < PERIOD_STEPS && !(last_chance && steps.len() >= 2) {
+                return None;
             }
         }
         let tight = steps.iter().any(|s| s.within_ns <= TIGHT_NS);
@@ -256,9 +262,9 @@ mod tests {
         let mut boundary = GpuReading { t_ns: 950_000_000, energy_mj: Some(10_000), ..GpuReading::default() };
         // The step at 1.000 s was seen late (a poll held 20 ms); the next, at 1.100 s, exactly.
         let loose = Step { at_ns: 1_010_000_000, within_ns: 10_000_000, before: 10_000, after: 80_000 };
-        assert!(b.settle(0, &mut boundary.clone(), &[loose], false).is_none(), "waits for a tight step");
+        assert!(b.settle(0, &mut boundary.clone(), &[loose], 5, false).is_none(), "waits for a tight step");
         let tight = Step { at_ns: 1_100_000_000, within_ns: 250_000, before: 80_000, after: 150_000 };
-        b.settle(0, &mut boundary, &[loose, tight], false).unwrap();
+        b.settle(0, &mut boundary, &[loose, tight], 30, false).unwrap();
         // Half of the step's 70 J was drawn before the boundary, 50 ms before its end (the
         // loose step pulls the fit by its small weight: 10 µs here).
         let c = boundary.energy_mj.unwrap();
@@ -275,13 +281,19 @@ mod tests {
             after: c + 7,
         };
         let mut r = GpuReading { t_ns: 0, energy_mj: Some(100), ..GpuReading::default() };
-        assert!(b.settle(0, &mut r, &[step(40, 100), step(140, 107)], false).is_none(), "a third step first");
+        assert!(
+            b.settle(0, &mut r, &[step(40, 100), step(140, 107)], 40, false).is_none(),
+            "a third step first"
+        );
         // A stalled poll ran the third and fourth steps together: they count as two periods.
-        let counter = b.settle(0, &mut r, &[step(40, 100), step(140, 107), step(340, 114)], false);
+        let counter = b.settle(0, &mut r, &[step(40, 100), step(140, 107), step(340, 114)], 90, false);
         let Some(Counter::Stepped { period_ns, .. }) = counter else { panic!("{counter:?}") };
         assert!((period_ns - 100e6).abs() < 1.0, "{period_ns}");
         assert_eq!(r.energy_mj, Some(100 + 7 * 60 / 100), "60% of the step before the boundary");
-        let counter = b.settle(0, &mut r, &[step(2, 100), step(4, 107)], false);
-        assert_eq!(counter, Some(Counter::Continuous));
+        // A counter that moved at every poll, however slow the polls (30 ms apart on a busy
+        // machine), is read as read.
+        let mut r = GpuReading { t_ns: 0, energy_mj: Some(100), ..GpuReading::default() };
+        let counter = b.settle(0, &mut r, &[step(30, 100), step(60, 107)], 0, false);
+        assert_eq!((counter, r.energy_mj), (Some(Counter::Continuous), Some(100)));
     }
 }

@@ -188,7 +188,7 @@ impl State {
         let now = self.now();
         let applied = enforce::apply(self.backend.as_ref(), &mut self.store, job, wanted, now);
         if let Some(record) = self.running.get_mut(job) {
-            note_settings(record, applied.iter().map(|&(gpu, s)| (gpu, Some(s))), now);
+            gpus::note_settings(record, applied.iter().map(|&(gpu, s)| (gpu, Some(s))), now);
         }
         applied
     }
@@ -282,8 +282,11 @@ impl State {
         for &job in &partners {
             self.hold_for_sharing(job);
         }
-        let mut gpus: Vec<JobGpu> =
-            indices.iter().zip(readings).map(|(&index, reading)| self.begin_gpu(index, reading, t)).collect();
+        let mut gpus: Vec<JobGpu> = indices
+            .iter()
+            .zip(readings)
+            .map(|(&index, reading)| gpus::begin_gpu(self.backend.as_ref(), index, reading, t))
+            .collect();
         for gpu in &mut gpus {
             gpu.meter.mig = instances.remove(&gpu.index).unwrap_or_default();
         }
@@ -343,7 +346,7 @@ impl State {
             self.apply_settings(&record.key, &wanted)
         };
         if record.key.step.is_empty() && !already_running {
-            note_settings(&mut record, settings.iter().map(|&(gpu, s)| (gpu, Some(s))), self.now());
+            gpus::note_settings(&mut record, settings.iter().map(|&(gpu, s)| (gpu, Some(s))), self.now());
         }
         self.running.insert(record.key.clone(), record);
         Ok(Reply::Begun { job: req.job, already_running, decision, settings })
@@ -436,20 +439,8 @@ impl State {
         let now = self.now();
         if let Some(running) = self.running.get_mut(key) {
             let gpus: Vec<u32> = running.gpus.iter().map(|g| g.index).collect();
-            note_settings(running, gpus.into_iter().map(|gpu| (gpu, None)), now);
+            gpus::note_settings(running, gpus.into_iter().map(|gpu| (gpu, None)), now);
         }
-    }
-
-    fn begin_gpu(&self, index: u32, reading: Result<GpuReading, GpuError>, t: i64) -> JobGpu {
-        let info = &self.backend.devices()[index as usize];
-        let meter = match reading {
-            Ok(reading) => GpuMeter::begin(reading),
-            Err(e) => {
-                warn!(gpu = index, error = %e, "GPU did not answer at job start");
-                GpuMeter::begin_lost(t)
-            }
-        };
-        JobGpu { index, uuid: info.uuid.clone(), name: info.name.clone(), meter }
     }
 
     /// Records a job's end: a final reading of its GPUs, then the committed final record.
@@ -614,19 +605,4 @@ impl State {
 /// The answer about a job that does not run here (also to a user asking about another's).
 pub(crate) fn not_running(key: &JobKey) -> Error {
     Error::new(ErrorCode::NotRunning, format!("job {key} is not running on this node"))
-}
-
-/// Most setting events kept per GPU of a job (a long job paced back and forth by the
-/// controller keeps its first ones).
-const MAX_SETTING_EVENTS: usize = 64;
-
-/// Records on `record`'s GPUs that each was set (`None`: back to its defaults) at `now`.
-fn note_settings(record: &mut JobRecord, changes: impl Iterator<Item = (u32, Option<GpuSetting>)>, now: i64) {
-    for (index, setting) in changes {
-        let Some(gpu) = record.gpus.iter_mut().find(|g| g.index == index) else { continue };
-        let kept = gpu.meter.events.iter().filter(|e| matches!(e, MeterEvent::Setting { .. })).count();
-        if kept < MAX_SETTING_EVENTS {
-            gpu.meter.events.push(MeterEvent::Setting { t_ns: now, setting });
-        }
-    }
 }
