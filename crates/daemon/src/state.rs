@@ -28,7 +28,7 @@ use wattson_engine::Measurements;
 use wattson_gpu::{GpuBackend, GpuError, GpuSetting};
 use wattson_protocol::{Error, ErrorCode, JobBegin, Pace, Reply};
 use wattson_store::{AcctQuery, BeginOutcome, Hold, Store, Unreadable};
-use wattson_types::energy::{GpuMeter, GpuReading, MeterEvent, SeriesPoint};
+use wattson_types::energy::{GpuReading, SeriesPoint};
 use wattson_types::job::{JobGpu, JobKey, JobRecord, JobState};
 
 /// One sampling tick's outcome, for metrics and logs.
