@@ -51,7 +51,13 @@ impl RocmBackend {
         let lib = unsafe { RocmSmi::new(&name) }.map_err(|e| {
             GpuError::Driver(format!("cannot load ROCm SMI ({}): {e}", name.to_string_lossy()))
         })?;
-        rsmi!(lib, rsmi_init(0)).map_err(|e| GpuError::Driver(format!("ROCm SMI did not start: {e}")))?;
+        rsmi!(lib, rsmi_init(0)).map_err(|e| {
+            let why = match e {
+                GpuError::Driver(why) | GpuError::Other(why) => why,
+                e => e.to_string(),
+            };
+            GpuError::Driver(format!("ROCm SMI did not start: {why}"))
+        })?;
         let mut backend = RocmBackend { lib, devices: Vec::new() };
         let mut count = 0u32;
         rsmi!(backend.lib, rsmi_num_monitor_devices(&mut count))?;

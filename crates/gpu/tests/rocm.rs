@@ -1,8 +1,8 @@
 //! The AMD backend (ROCm SMI, loaded at run time) against the simulated GPUs of the fake ROCm
 //! SMI (`tests/fake-amdsmi`), in-process: enumeration with Slurm's numbers from the render
 //! minors, the energy count in mJ by its resolution, power and caps in their units, setters
-//! that validate like ROCm SMI, processes, faults; and `[gpu] backend = "auto"`. One test
-//! function: each library reads its directory once per process.
+//! that validate like ROCm SMI, processes, faults; `[gpu] backend = "auto"`; and the real
+//! library. One test function: each library reads its directory once per process.
 
 use wattson_gpu::{Choice, GpuBackend, GpuError, Libraries, RocmBackend};
 use wattson_types::job::GpuRef;
@@ -119,4 +119,14 @@ fn the_amd_backend_reads_resolves_and_validates_settings() {
     assert_eq!(gpus.read(1), Err(GpuError::Lost));
     assert!(gpus.read(0).is_ok());
     let _ = std::fs::remove_dir_all(&dir);
+
+    // The real ROCm SMI (librocm-smi64-1, installed with the headers by scripts/install-deps),
+    // through the same bindings: on a machine without AMD GPUs it does not start, and says so.
+    match RocmBackend::open(None) {
+        Ok(real) => assert!(real.devices().iter().all(|d| !d.name.is_empty() && d.uuid.starts_with("GPU-"))),
+        Err(GpuError::Driver(why)) => {
+            assert!(why.starts_with("ROCm SMI did not start: ") && !why.contains("unavailable"), "{why}")
+        }
+        Err(e) => panic!("{e:?}"),
+    }
 }
