@@ -1,4 +1,4 @@
-//! One node's daemon on simulated GPUs: accounting, DVFS (on the built-in law and on measured curves), faults, hostile users, plots, robustness, the service's socket and metrics, GPU settings, the power budget's levels and paces, and bounded fuzzing of every parser.
+//! One node's daemon on simulated GPUs (NVIDIA's and AMD's): accounting, the GPU backend chosen, DVFS (on the built-in law and on measured curves), faults, hostile users, plots, robustness, the service's socket and metrics, GPU settings, the power budget's levels and paces, and bounded fuzzing of every parser.
 //! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
 
 /// Runs each named function of the module, which takes a [`Vendor`], as two tests,
@@ -22,6 +22,7 @@ macro_rules! per_vendor {
 }
 
 mod accounting;
+mod backends;
 mod config_lookup;
 mod dashboard;
 mod dvfs;
