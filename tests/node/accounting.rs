@@ -8,8 +8,14 @@ use std::time::Duration;
 
 use common::{Node, assert_exact};
 use fake_nvml::Fault;
+use wattson_harness::vendor::Vendor;
 use wattson_types::energy::{MeterEvent, Method};
 use wattson_types::job::{JobRecord, JobState};
+
+per_vendor!(
+    jobs_sharing_a_node_each_get_their_exact_energy,
+    a_killed_daemon_loses_no_energy_and_duplicates_no_record
+);
 
 const EXACT: f64 = 0.001; // 0.1 %
 
@@ -17,9 +23,8 @@ fn secs(s: f64) {
     sleep(Duration::from_secs_f64(s));
 }
 
-#[test]
-fn jobs_sharing_a_node_each_get_their_exact_energy() {
-    let mut node = Node::h100(4);
+fn jobs_sharing_a_node_each_get_their_exact_energy(vendor: Vendor) {
+    let mut node = Node::gpus_of(vendor, 4);
     node.start();
     node.sim.set_load(0, 0.9).unwrap();
     node.sim.set_load(1, 0.5).unwrap();
@@ -46,9 +51,8 @@ fn jobs_sharing_a_node_each_get_their_exact_energy() {
     }
 }
 
-#[test]
-fn a_killed_daemon_loses_no_energy_and_duplicates_no_record() {
-    let mut node = Node::h100(2);
+fn a_killed_daemon_loses_no_energy_and_duplicates_no_record(vendor: Vendor) {
+    let mut node = Node::gpus_of(vendor, 2);
     node.start();
     node.sim.set_load(0, 0.8).unwrap();
     let begin = node.begin("7", 1000, "0");

@@ -200,6 +200,11 @@ fn programs_libraries_sockets_and_meters_a_user_could_change_are_refused() {
         ("gpu.nvml_library", lib.to_string(), in_users.display().to_string()),
         ("gpu.nvml_library", lib.to_string(), owned.display().to_string()),
         ("gpu.nvml_library", lib.to_string(), open.display().to_string()),
+        (
+            "gpu.amd_library",
+            format!("{lib:?}"),
+            format!("{lib:?}\namd_library = {:?}", owned.display().to_string()),
+        ),
         ("daemon.socket", socket.to_string(), users.join("wattsond.sock").display().to_string()),
         (
             "energy.ipmi_command",

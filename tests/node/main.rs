@@ -1,7 +1,28 @@
-//! One node's daemon on simulated GPUs: accounting, DVFS (on the built-in law and on measured curves), faults, hostile users, plots, robustness, the service's socket and metrics, GPU settings, the power budget's levels and paces, and bounded fuzzing of every parser.
+//! One node's daemon on simulated GPUs (NVIDIA's and AMD's): accounting, the GPU backend chosen, DVFS (on the built-in law and on measured curves), faults, hostile users, plots, robustness, the service's socket and metrics, GPU settings, the power budget's levels and paces, and bounded fuzzing of every parser.
 //! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
 
+/// Runs each named function of the module, which takes a [`Vendor`], as two tests,
+/// `<name>::nvidia` (the fake NVML) and `<name>::amd` (the fake ROCm SMI): one body for both
+/// vendors' GPUs.
+///
+/// [`Vendor`]: wattson_harness::vendor::Vendor
+macro_rules! per_vendor {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn nvidia() {
+                super::$name(wattson_harness::vendor::Vendor::Nvidia)
+            }
+            #[test]
+            fn amd() {
+                super::$name(wattson_harness::vendor::Vendor::Amd)
+            }
+        }
+    )+};
+}
+
 mod accounting;
+mod backends;
 mod config_lookup;
 mod dashboard;
 mod dvfs;

@@ -7,11 +7,26 @@ use std::time::Duration;
 
 use common::{Node, assert_ok};
 use wattson_gpu::GpuSetting;
+use wattson_harness::vendor::Vendor;
 use wattson_protocol::{Reply, Request};
 use wattson_store::Store;
 use wattson_types::job::{EnergyPolicy, JobKey};
 
 const H100_MAX_MW: u32 = 700_000;
+
+per_vendor!(
+    a_jobs_policy_is_applied_while_it_runs_and_undone_after,
+    settings_survive_a_daemon_crash_and_are_undone_when_the_job_ends,
+    at_start_gpus_changed_for_jobs_that_are_gone_go_back_to_defaults,
+    slurm_gpu_numbers_are_minor_numbers_not_nvml_indices,
+);
+
+/// The power limit of the site's default shares (`min_energy_power_pct` 60 %,
+/// `balanced_power_pct` 85 %) on `vendor`'s GPUs, mW, in whole watts as the daemon sets them
+/// (85 % of an MI300X's 750 W is 637 W).
+fn share(vendor: Vendor, pct: u32) -> u32 {
+    vendor.max_power_mw() * pct / 100 / 1000 * 1000
+}
 
 fn limit(node: &Node, gpu: u32) -> u32 {
     node.sim.gpu_state(gpu).unwrap().power_limit_mw
@@ -25,16 +40,17 @@ fn begin_with(node: &Node, job: &str, gpus: &str, policy: &str) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-#[test]
-fn a_jobs_policy_is_applied_while_it_runs_and_undone_after() {
-    let mut node = Node::h100(3);
+fn a_jobs_policy_is_applied_while_it_runs_and_undone_after(vendor: Vendor) {
+    let (max, low) = (vendor.max_power_mw(), share(vendor, 60));
+    let capped = format!("GPU 0 power limit {} W", low / 1000);
+    let mut node = Node::gpus_of(vendor, 3);
     node.start();
     let said = begin_with(&node, "1", "0,1", "min-energy");
-    assert!(said.contains("policy min-energy") && said.contains("GPU 0 power limit 420 W"), "{said}");
-    assert_eq!((limit(&node, 0), limit(&node, 1), limit(&node, 2)), (420_000, 420_000, H100_MAX_MW));
+    assert!(said.contains("policy min-energy") && said.contains(&capped), "{said}");
+    assert_eq!((limit(&node, 0), limit(&node, 1), limit(&node, 2)), (low, low, max));
     // The capped GPU draws no more than its limit at full load.
     node.sim.set_load(0, 1.0).unwrap();
-    assert!(node.sim.gpu_state(0).unwrap().power_mw <= 420_000);
+    assert!(node.sim.gpu_state(0).unwrap().power_mw <= low);
 
     // The job (and its users, through SPANK) can ask what it got.
     let reply = wattson_protocol::call(
@@ -47,37 +63,37 @@ fn a_jobs_policy_is_applied_while_it_runs_and_undone_after() {
     assert_eq!(decision.policy, EnergyPolicy::MinEnergy);
     assert_eq!(
         settings,
-        vec![(0, GpuSetting::PowerLimit { mw: 420_000 }), (1, GpuSetting::PowerLimit { mw: 420_000 })]
+        vec![(0, GpuSetting::PowerLimit { mw: low }), (1, GpuSetting::PowerLimit { mw: low })]
     );
 
     // A step runs on its job's setting.
     let said = begin_with(&node, "1.0", "0", "min-energy");
-    assert!(said.contains("GPU 0 power limit 420 W"), "{said}");
+    assert!(said.contains(&capped), "{said}");
     let said = begin_with(&node, "2", "2", "perf");
     assert!(said.contains("GPUs at their defaults"), "{said}");
-    assert_eq!(limit(&node, 2), H100_MAX_MW);
+    assert_eq!(limit(&node, 2), max);
 
     node.end("1");
-    assert_eq!((limit(&node, 0), limit(&node, 1)), (H100_MAX_MW, H100_MAX_MW));
+    assert_eq!((limit(&node, 0), limit(&node, 1)), (max, max));
     node.end("2");
 }
 
-#[test]
-fn settings_survive_a_daemon_crash_and_are_undone_when_the_job_ends() {
-    let mut node = Node::h100(1);
+fn settings_survive_a_daemon_crash_and_are_undone_when_the_job_ends(vendor: Vendor) {
+    let (max, balanced) = (vendor.max_power_mw(), share(vendor, 85));
+    let mut node = Node::gpus_of(vendor, 1);
     node.start();
     begin_with(&node, "5", "0", "balanced");
-    assert_eq!(limit(&node, 0), 595_000);
+    assert_eq!(limit(&node, 0), balanced);
     node.kill9();
     node.start();
-    assert_eq!(limit(&node, 0), 595_000, "the job still runs: its setting stays");
+    assert_eq!(limit(&node, 0), balanced, "the job still runs: its setting stays");
     node.end("5");
-    assert_eq!(limit(&node, 0), H100_MAX_MW);
+    assert_eq!(limit(&node, 0), max);
 }
 
-#[test]
-fn at_start_gpus_changed_for_jobs_that_are_gone_go_back_to_defaults() {
-    let mut node = Node::h100(2);
+fn at_start_gpus_changed_for_jobs_that_are_gone_go_back_to_defaults(vendor: Vendor) {
+    let (max, low) = (vendor.max_power_mw(), share(vendor, 60));
+    let mut node = Node::gpus_of(vendor, 2);
     node.start();
     begin_with(&node, "8", "1", "min-energy");
     node.kill9();
@@ -86,9 +102,9 @@ fn at_start_gpus_changed_for_jobs_that_are_gone_go_back_to_defaults() {
     let running = store.running_jobs().unwrap();
     store.end_job(&JobKey::job(8), wattson_types::now_ns(), &running[0].gpus).unwrap();
     drop(store);
-    assert_eq!(limit(&node, 1), 420_000);
+    assert_eq!(limit(&node, 1), low);
     node.start();
-    assert_eq!(limit(&node, 1), H100_MAX_MW);
+    assert_eq!(limit(&node, 1), max);
     assert!(node.log().contains("GPU back at its defaults"));
 }
 
@@ -106,20 +122,20 @@ fn a_gpu_that_refuses_the_setting_runs_the_job_at_defaults() {
     assert_eq!(node.record("3").state, wattson_types::job::JobState::Completed);
 }
 
-/// Slurm numbers GPUs by the minor number of `/dev/nvidiaN`; NVML enumerates in PCI order,
-/// which can differ. Here the minors run backwards: Slurm's GPU 0 is NVML's GPU 3, and that is
-/// the GPU the job is metered and capped on.
-#[test]
-fn slurm_gpu_numbers_are_minor_numbers_not_nvml_indices() {
-    let mut gpus = fake_nvml::Config::uniform("H100", 4);
+/// Slurm numbers GPUs by the minor number of `/dev/nvidiaN` (AMD: `/dev/dri/renderD<128+N>`);
+/// NVML and ROCm SMI enumerate in PCI order, which can differ. Here the minors run backwards:
+/// Slurm's GPU 0 is the library's GPU 3, and that is the GPU the job is metered and capped on.
+fn slurm_gpu_numbers_are_minor_numbers_not_nvml_indices(vendor: Vendor) {
+    let (max, low) = (vendor.max_power_mw(), share(vendor, 60));
+    let mut gpus = vendor.gpus(4);
     for (i, gpu) in gpus.gpu.iter_mut().enumerate() {
         gpu.minor_number = Some(3 - i as u32);
     }
-    let mut node = Node::new(gpus, "200ms");
+    let mut node = Node::of_vendor(vendor, gpus, "200ms", "enact = \"share\"\n", "");
     node.start();
     begin_with(&node, "1", "0", "min-energy");
     let limits: Vec<u32> = (0..4).map(|g| limit(&node, g)).collect();
-    assert_eq!(limits, [H100_MAX_MW, H100_MAX_MW, H100_MAX_MW, 420_000], "capped the wrong GPU");
+    assert_eq!(limits, [max, max, max, low], "capped the wrong GPU");
     node.end("1");
     let record = node.record("1");
     assert_eq!(record.gpus[0].uuid, node.gpu_uuid(3), "metered the wrong GPU: {record:?}");

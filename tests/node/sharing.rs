@@ -10,11 +10,16 @@ use std::time::Duration;
 
 use common::{Node, assert_ok, rel_err};
 use fake_nvml::ProcessLoad;
+use wattson_harness::vendor::Vendor;
 use wattson_types::apportion::Split;
 use wattson_types::job::{JobRecord, JobState};
 
+per_vendor!(
+    jobs_sharing_a_gpu_each_keep_their_record_divided_equally_without_process_figures,
+    a_gpu_shared_by_two_jobs_runs_at_its_defaults_whatever_each_asked,
+);
+
 const EXACT: f64 = 0.001; // 0.1 %
-const H100_MAX_MW: u32 = 700_000;
 
 /// `wattson job begin` for a job that Slurm lets share its GPUs (a shard, MPS).
 fn begin_shared(node: &Node, job: &str, uid: u32, gpus: &str) {
@@ -53,9 +58,8 @@ fn assert_adds_up(records: &[&JobRecord]) {
     assert_eq!(sum, (last - first) as f64, "the parts add up to the GPU's counter difference");
 }
 
-#[test]
-fn jobs_sharing_a_gpu_each_keep_their_record_divided_equally_without_process_figures() {
-    let mut node = Node::h100(1);
+fn jobs_sharing_a_gpu_each_keep_their_record_divided_equally_without_process_figures(vendor: Vendor) {
+    let mut node = Node::gpus_of(vendor, 1);
     node.start();
     node.sim.set_load(0, 0.6).unwrap();
     begin_shared(&node, "20", 1000, "0");
@@ -248,25 +252,25 @@ fn limit(node: &Node, gpu: u32) -> u32 {
     node.sim.gpu_state(gpu).unwrap().power_limit_mw
 }
 
-#[test]
-fn a_gpu_shared_by_two_jobs_runs_at_its_defaults_whatever_each_asked() {
-    let mut node = Node::h100(2);
+fn a_gpu_shared_by_two_jobs_runs_at_its_defaults_whatever_each_asked(vendor: Vendor) {
+    let (max, low) = (vendor.max_power_mw(), vendor.max_power_mw() / 100 * 60);
+    let mut node = Node::gpus_of(vendor, 2);
     node.start();
     begin_with(&node, "50", "0,1", "min-energy");
-    assert_eq!((limit(&node, 0), limit(&node, 1)), (420_000, 420_000));
+    assert_eq!((limit(&node, 0), limit(&node, 1)), (low, low));
     // Job 51 comes to share GPU 1: neither job's setting stays on a GPU the other holds,
     // and job 50 stays at its defaults on all its GPUs from then on.
     let said = begin_with(&node, "51", "1", "min-energy");
-    assert!(!said.contains("power limit 420 W"), "{said}");
-    assert_eq!((limit(&node, 0), limit(&node, 1)), (H100_MAX_MW, H100_MAX_MW));
+    assert!(!said.contains(&format!("power limit {} W", low / 1000)), "{said}");
+    assert_eq!((limit(&node, 0), limit(&node, 1)), (max, max));
     // Ending job 50 leaves job 51 at the defaults, and nothing journaled for it.
     node.end("50");
-    assert_eq!(limit(&node, 1), H100_MAX_MW);
+    assert_eq!(limit(&node, 1), max);
     node.stop();
     node.start();
-    assert_eq!(limit(&node, 1), H100_MAX_MW, "a restart applies no setting to the shared GPU");
+    assert_eq!(limit(&node, 1), max, "a restart applies no setting to the shared GPU");
     node.end("51");
-    assert_eq!((limit(&node, 0), limit(&node, 1)), (H100_MAX_MW, H100_MAX_MW));
+    assert_eq!((limit(&node, 0), limit(&node, 1)), (max, max));
 }
 
 #[test]

@@ -9,10 +9,19 @@ use std::process::Command;
 use serde_json::Value;
 
 /// What the controller, the link and the programs Slurm runs must not link.
-const NOT_IN_CTLD: [&str; 6] = ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wrapper", "axum", "hyper"];
+const NOT_IN_CTLD: [&str; 7] =
+    ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wrapper", "wattson-rocm-smi-sys", "axum", "hyper"];
 /// What the plugins and their logic must not link: that, and libmunge (Slurm authenticates).
-const NOT_IN_PLUGINS: [&str; 7] =
-    ["tokio", "rusqlite", "libsqlite3-sys", "nvml-wrapper", "axum", "hyper", "munge-sys"];
+const NOT_IN_PLUGINS: [&str; 8] = [
+    "tokio",
+    "rusqlite",
+    "libsqlite3-sys",
+    "nvml-wrapper",
+    "wattson-rocm-smi-sys",
+    "axum",
+    "hyper",
+    "munge-sys",
+];
 const PLUGIN_CRATES: [&str; 6] = [
     "spank-wattson",
     "job-submit-wattson",
@@ -23,12 +32,13 @@ const PLUGIN_CRATES: [&str; 6] = [
 ];
 
 /// What the pure crates must not link: I/O, async, OS bindings.
-const NOT_IN_PURE: [&str; 11] = [
+const NOT_IN_PURE: [&str; 12] = [
     "tokio",
     "mio",
     "rusqlite",
     "libsqlite3-sys",
     "nvml-wrapper",
+    "wattson-rocm-smi-sys",
     "libloading",
     "axum",
     "hyper",
@@ -257,6 +267,23 @@ fn only_the_gpu_crate_depends_on_nvml_wrapper() {
         .map(|(m, kinds)| format!("{m} ({})", kinds.iter().copied().collect::<Vec<_>>().join(", ")))
         .collect();
     assert!(others.is_empty(), "only wattson-gpu may depend on nvml-wrapper directly: {}", others.join("; "));
+}
+
+/// ROCm SMI's bindings are the AMD backend's (wattson-gpu) and its fake library's alone.
+#[test]
+fn only_the_gpu_crate_and_the_fake_load_rocm_smi() {
+    let g = graph();
+    let dependents = g.direct_dependents("wattson-rocm-smi-sys");
+    assert!(
+        dependents.iter().any(|(m, kinds)| m == "wattson-gpu" && kinds.contains("normal")),
+        "wattson-gpu no longer depends on wattson-rocm-smi-sys: update this test ({dependents:?})"
+    );
+    let others: Vec<&str> = dependents
+        .iter()
+        .filter(|(m, kinds)| m != "wattson-gpu" && m != "fake-amdsmi" && !kinds.iter().all(|k| *k == "dev"))
+        .map(|(m, _)| m.as_str())
+        .collect();
+    assert!(others.is_empty(), "only wattson-gpu may load ROCm SMI: {others:?}");
 }
 
 /// The programs need no Slurm bindings (nor bindgen and libclang to build them): they read

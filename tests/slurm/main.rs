@@ -1,7 +1,8 @@
-//! wattson against real Slurm daemons on loopback (tests/harness's lab): the plugins, energy in sacct, sacct's flags, the models' sync, the controller, and the lab itself.
+//! wattson against real Slurm daemons on loopback (tests/harness's lab): the plugins, energy in sacct, sacct's flags, the models' sync, the controller, and the lab itself, and AMD GPUs.
 //! One test binary (Cargo.toml: `autotests = false`); each module was a binary of its own.
 
 mod acct_flags;
+mod amd;
 mod capture;
 mod cgroups;
 mod configless;

@@ -121,13 +121,18 @@ impl Default for DaemonConfig {
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GpuConfig {
-    /// The GPU backend; `nvml` is the only one.
+    /// The GPU backend: `nvml` (NVIDIA), `amd` (AMD, through ROCm SMI) or `auto` (whichever
+    /// of the two finds GPUs on the node, NVIDIA's first).
     #[serde(default)]
     pub backend: Backend,
     /// Path of the NVML library to load instead of the driver's `libnvidia-ml.so.1`
     /// (the simulated GPUs of tests and the demo are loaded this way).
     #[serde(default)]
     pub nvml_library: Option<PathBuf>,
+    /// Path of the ROCm SMI library to load instead of `librocm_smi64.so.1` (found by the
+    /// system's library path; ROCm's own packages put it in `/opt/rocm/lib`).
+    #[serde(default)]
+    pub amd_library: Option<PathBuf>,
 }
 
 /// The available GPU backends.
@@ -137,6 +142,10 @@ pub enum Backend {
     /// NVIDIA Management Library.
     #[default]
     Nvml,
+    /// AMD GPUs through ROCm SMI (`librocm_smi64.so.1`), as Slurm's `gpu/rsmi` reads them.
+    Amd,
+    /// NVML where it finds GPUs, else ROCm SMI.
+    Auto,
 }
 
 /// `[metrics]` section.
@@ -489,7 +498,13 @@ mod tests {
         let e = Config::parse("[daemon]\nsample_interval = \"1ms\"\n", "w.toml").unwrap_err().0;
         assert!(e.contains("allowed 100ms to 1h"), "{e}");
         let e = Config::parse("[gpu]\nbackend = \"rocm\"\n", "w.toml").unwrap_err().0;
-        assert!(e.starts_with("w.toml:2: ") && e.contains("nvml"), "{e}");
+        assert!(e.starts_with("w.toml:2: ") && e.contains("nvml") && e.contains("amd"), "{e}");
+        let c = Config::parse("[gpu]\nbackend = \"amd\"\namd_library = \"/x.so\"\n", "w.toml").unwrap();
+        assert_eq!((c.gpu.backend, c.gpu.amd_library), (Backend::Amd, Some(PathBuf::from("/x.so"))));
+        assert_eq!(
+            Config::parse("[gpu]\nbackend = \"auto\"\n", "w.toml").unwrap().gpu.backend,
+            Backend::Auto
+        );
         let e = Config::parse("[metrics]\nlisten = \"somewhere\"\n", "w.toml").unwrap_err().0;
         assert!(e.starts_with("w.toml:2: "), "{e}");
         let e = Config::parse("[daemon\n", "w.toml").unwrap_err().0;

@@ -6,6 +6,7 @@ pub mod admission;
 mod apportion;
 pub mod args;
 pub mod asks;
+mod backend;
 mod boundary;
 pub mod clock;
 mod enforce;
@@ -39,7 +40,7 @@ use self::sampler::Sampler;
 use self::server::Services;
 use self::state::State;
 use wattson_config::Config;
-use wattson_gpu::{GpuBackend, NvmlBackend};
+use wattson_gpu::GpuBackend;
 use wattson_protocol::access::Access;
 
 /// How long one GPU call may take before the GPU counts as stuck.
@@ -111,12 +112,15 @@ fn parent(path: &std::path::Path) -> Option<&std::path::Path> {
 }
 
 /// Checks that nobody but root can change what the configuration has the daemon load, run or
-/// read besides its own files: the NVML library, the BMC's program (`scope = "node"`) and the
+/// read besides its own files: the NVML and ROCm SMI libraries, the BMC's program (`scope = "node"`) and the
 /// powercap tree the node's meters read. A user who could would run code as root or add
 /// energy to jobs.
 fn check_named(config: &Config) -> Result<(), String> {
     if let Some(library) = &config.gpu.nvml_library {
         safedir::check_file(library, "gpu.nvml_library")?;
+    }
+    if let Some(library) = &config.gpu.amd_library {
+        safedir::check_file(library, "gpu.amd_library")?;
     }
     if config.energy.scope == wattson_config::energy::EnergyScope::Node {
         safedir::check_file(std::path::Path::new(&config.energy.ipmi_command[0]), "energy.ipmi_command")?;
@@ -146,12 +150,11 @@ pub async fn run(config: Config) -> Result<(), String> {
         tokio::task::spawn_blocking(move || node_energy::NodeMeters::open(&energy, wattson_types::now_ns()))
             .await
             .map_err(|e| e.to_string())??;
-    let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
-    info!(gpus = backend.devices().len(), driver = ?backend.driver_version(), "GPUs found");
+    let backend = backend::open(&config.gpu)?;
     // Held until the process ends: one daemon per GPU, taken before any GPU is touched.
     let uuids: Vec<String> = backend.devices().iter().map(|g| g.uuid.clone()).collect();
     let _gpu_locks = files::lock_gpus(std::path::Path::new(files::GPU_LOCKS), &uuids)?;
-    let pool = Arc::new(GpuPool::new(Arc::new(backend), GPU_DEADLINE));
+    let pool = Arc::new(GpuPool::new(backend, GPU_DEADLINE));
     // A new store has no restore journal: every GPU goes back to its defaults.
     let restore_all = || {
         for index in 0..pool.devices().len() as u32 {

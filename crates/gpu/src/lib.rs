@@ -1,11 +1,17 @@
 //! The GPU backend: the only code in wattson that talks to GPUs.
 //!
-//! [`GpuBackend`] is blocking (NVML calls are); the daemon runs it off the async runtime.
-//! Errors are per GPU, so one failing GPU never stops the others from being read.
+//! [`GpuBackend`] is blocking (NVML and ROCm SMI calls are); the daemon runs it off the async
+//! runtime. Errors are per GPU, so one failing GPU never stops the others from being read.
+//! Two implementations: NVIDIA's NVML ([`NvmlBackend`]) and AMD's ROCm SMI ([`RocmBackend`]);
+//! [`open`] picks one as the configuration says.
 
 mod nvml;
+mod open;
+pub mod rocm;
 
 pub use nvml::NvmlBackend;
+pub use open::{Choice, Libraries, Opened, open};
+pub use rocm::RocmBackend;
 
 use wattson_types::energy::GpuReading;
 pub use wattson_types::gpu::{GpuInfo, GpuSetting, GpuSettings, MigInstance};

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 /// What a GPU is and what it can be set to; read once at start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuInfo {
-    /// NVML index on this node.
+    /// The backend's index on this node (NVML's or ROCm SMI's).
     pub index: u32,
     /// `GPU-...` UUID.
     pub uuid: String,
@@ -14,8 +14,9 @@ pub struct GpuInfo {
     pub name: String,
     /// PCI bus id, `domain:bus:device.function`.
     pub pci_bus_id: String,
-    /// Minor number of `/dev/nvidiaN`: the number Slurm gives the GPU (`SLURM_JOB_GPUS`).
-    /// NVML's index follows PCI order and may differ. `None` where the driver does not say.
+    /// Minor number of `/dev/nvidiaN` (AMD: `N` of the render node `/dev/dri/renderD<128+N>`):
+    /// the number Slurm gives the GPU (`SLURM_JOB_GPUS`). NVML's (ROCm SMI's) index follows PCI
+    /// order and may differ. `None` where the driver does not say.
     #[serde(default)]
     pub minor_number: Option<u32>,
     /// Whether the GPU has a cumulative energy counter (Volta and newer).

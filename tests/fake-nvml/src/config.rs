@@ -1,7 +1,7 @@
 //! `config.toml`: which GPUs the fake driver exposes and how they behave.
 //!
 //! Every field of [`GpuConfig`] except `model` is optional; missing values come
-//! from the model preset ("H100", "A100" or "V100"), so `[[gpu]]` with
+//! from the model preset ("H100", "A100", "V100", or the AMD "MI300X" and "MI250X"), so `[[gpu]]` with
 //! `model = "H100"` alone describes a complete GPU.
 
 use crate::realism::{Realism, RealismConfig};
@@ -290,6 +290,29 @@ fn preset(model: &str) -> Option<Preset> {
             limits_w: (150.0, 300.0, 300.0),
             idle_w: 57.0,
             full_w: 290.0,
+        },
+        // AMD Instinct GPUs, for the fake ROCm SMI (`tests/fake-amdsmi`) on the same physics:
+        // AMD's published peak engine clocks and board power (MI300X 2100 MHz, 750 W; MI250X
+        // 1700 MHz, 500-560 W per package), PCI device ids 0x74a1 and 0x740c.
+        "MI300X" => Preset {
+            name: "AMD Instinct MI300X",
+            pci_device: 0x74a1,
+            max_clock: 2100,
+            min_clock: 500,
+            mem_clock: 1300,
+            limits_w: (200.0, 750.0, 750.0),
+            idle_w: 140.0,
+            full_w: 720.0,
+        },
+        "MI250X" => Preset {
+            name: "AMD Instinct MI250X",
+            pci_device: 0x740c,
+            max_clock: 1700,
+            min_clock: 500,
+            mem_clock: 1600,
+            limits_w: (100.0, 560.0, 500.0),
+            idle_w: 90.0,
+            full_w: 490.0,
         },
         _ => return None,
     })

@@ -21,7 +21,7 @@ mod curve;
 mod ffi;
 pub mod mig;
 mod realism;
-mod state;
+pub mod state;
 #[cfg(test)]
 mod tests;
 
@@ -246,10 +246,16 @@ impl Sim {
 /// newest one wins, since cargo refreshes `deps/` on every build but the copy beside the
 /// binaries only when the library itself is a build target.
 pub fn library_path_next_to(exe: &Path) -> Option<PathBuf> {
+    library_named_next_to(exe, LIBRARY_FILE)
+}
+
+/// [`library_path_next_to`] for a library of another file name (another fake library built
+/// from this repository, e.g. `libfake_amdsmi.so`).
+pub fn library_named_next_to(exe: &Path, file: &str) -> Option<PathBuf> {
     let parent = exe.parent()?;
-    let mut candidates = vec![parent.join(LIBRARY_FILE), parent.join("deps").join(LIBRARY_FILE)];
+    let mut candidates = vec![parent.join(file), parent.join("deps").join(file)];
     if let Some(profile) = parent.parent() {
-        candidates.push(profile.join(LIBRARY_FILE));
+        candidates.push(profile.join(file));
     }
     candidates
         .into_iter()

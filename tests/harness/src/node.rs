@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::vendor::Vendor;
 use fake_nvml::Sim;
 use wattson_protocol::{JobBegin, Reply, Request};
 use wattson_types::job::{GpuRef, Hints, JobKey, JobRecord};
@@ -21,6 +22,8 @@ pub struct Node {
     pub config: PathBuf,
     pub socket: PathBuf,
     pub store: PathBuf,
+    /// Whose GPUs these are (which fake library the daemon loads).
+    pub vendor: Vendor,
     daemon: Option<Child>,
 }
 
@@ -34,6 +37,17 @@ impl Node {
     /// A node whose `[policy]` and `[engine]` sections hold `policy` and `engine` (lines),
     /// besides the engine's files inside the node's directory.
     pub fn with_sections(gpus: fake_nvml::Config, sample_interval: &str, policy: &str, engine: &str) -> Node {
+        Node::of_vendor(Vendor::Nvidia, gpus, sample_interval, policy, engine)
+    }
+
+    /// [`Node::with_sections`] with `vendor`'s GPUs (its fake library).
+    pub fn of_vendor(
+        vendor: Vendor,
+        gpus: fake_nvml::Config,
+        sample_interval: &str,
+        policy: &str,
+        engine: &str,
+    ) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         // Unprivileged test users must reach the socket and the store.
         set_mode(dir.path(), 0o755);
@@ -42,13 +56,19 @@ impl Node {
         let store = dir.path().join("db").join("wattson.db");
         let config = dir.path().join("wattson.toml");
         let text = format!(
-            "[daemon]\nsocket = {socket:?}\nstore = {store:?}\nnode_name = \"n1\"\nsample_interval = {sample_interval:?}\n[gpu]\nnvml_library = {lib:?}\n[policy]\n{policy}[engine]\nprogress_dir = {progress:?}\nmodels_file = {models:?}\n{engine}",
-            lib = fake_library(),
+            "[daemon]\nsocket = {socket:?}\nstore = {store:?}\nnode_name = \"n1\"\nsample_interval = {sample_interval:?}\n[gpu]\n{gpu}[policy]\n{policy}[engine]\nprogress_dir = {progress:?}\nmodels_file = {models:?}\n{engine}",
+            gpu = vendor.gpu_lines(),
             progress = dir.path().join("progress"),
             models = dir.path().join("models.json"),
         );
         std::fs::write(&config, text).expect("config");
-        Node { dir, sim, config, socket, store, daemon: None }
+        Node { dir, sim, config, socket, store, vendor, daemon: None }
+    }
+
+    /// A node of `n` simulated GPUs of `vendor`'s model sampled every 200 ms, enacting
+    /// policies as fixed power-limit shares.
+    pub fn gpus_of(vendor: Vendor, n: usize) -> Node {
+        Node::of_vendor(vendor, vendor.gpus(n), "200ms", "enact = \"share\"\n", "")
     }
 
     /// A node of `n` simulated H100s sampled every 200 ms.
@@ -99,7 +119,7 @@ impl Node {
         let child = cmd
             .arg("-c")
             .arg(&self.config)
-            .env("WATTSON_FAKE_NVML_DIR", self.sim.dir())
+            .env(self.vendor.dir_env(), self.sim.dir())
             .env("WATTSON_LOG", "debug")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
@@ -126,7 +146,7 @@ impl Node {
         let mut daemon = Command::new(crate::programs::program("wattsond"))
             .arg("-c")
             .arg(config)
-            .env("WATTSON_FAKE_NVML_DIR", self.sim.dir())
+            .env(self.vendor.dir_env(), self.sim.dir())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -263,7 +283,10 @@ impl Node {
     /// The simulated GPU (its place in the fake driver's configuration) that `gpu` of a
     /// record is, found by its UUID: NVML may have numbered it otherwise since.
     pub fn sim_gpu(&self, gpu: &wattson_types::job::JobGpu) -> u32 {
-        self.sim.place_of(&gpu.uuid).unwrap_or(gpu.index)
+        let config = fake_nvml::Config::load(self.sim.dir()).expect("the fake driver's configuration");
+        (0..config.gpu.len())
+            .find(|&place| config.spec(place).is_ok_and(|s| self.vendor.uuid(&s.uuid) == gpu.uuid))
+            .map_or(gpu.index, |place| place as u32)
     }
 
     /// The exact interval (ns) between the first and last readings of each GPU of `record`:

@@ -3,6 +3,13 @@
 
 use super::*;
 
+impl LabNode {
+    /// The device file name of GPU `i`: `nvidia<i>`, or `renderD<128+i>` for AMD GPUs.
+    pub fn gpu_file(&self, i: u32) -> String {
+        if self.render_nodes { format!("renderD{}", 128 + i) } else { format!("nvidia{i}") }
+    }
+}
+
 impl SlurmLab {
     pub(super) fn fail(&self, what: &str) -> ! {
         panic!("slurm_lab: {what}\n{}", self.all_logs());
@@ -14,8 +21,13 @@ impl SlurmLab {
             fs::create_dir_all(&d).expect("create dev dir");
             set_mode(&d, 0o755);
             let caps = d.join("nvidia-caps");
-            let mut devices: Vec<(PathBuf, &str, u32)> =
-                (0..node.gpus).map(|i| (d.join(format!("nvidia{i}")), "195", i)).collect();
+            // NVIDIA's devices are char 195:N; DRM render nodes char 226:128+N.
+            let mut devices: Vec<(PathBuf, &str, u32)> = (0..node.gpus)
+                .map(|i| match node.render_nodes {
+                    true => (d.join(node.gpu_file(i)), "226", 128 + i),
+                    false => (d.join(node.gpu_file(i)), "195", i),
+                })
+                .collect();
             if !node.mig.is_empty() {
                 fs::create_dir_all(&caps).expect("create nvidia-caps dir");
                 set_mode(&caps, 0o755);
@@ -124,12 +136,13 @@ impl SlurmLab {
             if !node.mig.is_empty() {
                 mig_gres_conf(&mut gres, node, &lab);
             } else if node.gpus > 0 {
+                let (stem, first) = if node.render_nodes { ("renderD", 128) } else { ("nvidia", 0) };
                 let _ = writeln!(
                     gres,
-                    "NodeName={n} Name=gpu Type={t} File={lab}/dev/{n}/nvidia[0-{last}]",
+                    "NodeName={n} Name=gpu Type={t} File={lab}/dev/{n}/{stem}[{first}-{last}]",
                     n = node.name,
                     t = node.gpu_type,
-                    last = node.gpus - 1
+                    last = first + node.gpus - 1
                 );
                 if node.shards > 0 {
                     let _ = writeln!(gres, "NodeName={} Name=shard Count={}", node.name, node.shards);

@@ -73,6 +73,9 @@ pub struct LabNode {
     pub gpus: u32,
     /// GRES type, e.g. "h100" (`Gres=gpu:<type>:<gpus>`).
     pub gpu_type: String,
+    /// AMD GPUs: their device files are DRM render nodes `renderD<128+i>` (char devices
+    /// 226:128+i), the files Slurm's `gpu/rsmi` lists, instead of `nvidia<i>`.
+    pub render_nodes: bool,
     /// Shards of the node's GPUs (`gres/shard`, spread evenly over them); 0: none.
     pub shards: u32,
     /// CPUs= in slurm.conf (SlurmdParameters=config_overrides lets it exceed the real count).
@@ -114,6 +117,7 @@ impl LabNode {
             name: name.to_string(),
             gpus,
             gpu_type: gpu_type.to_string(),
+            render_nodes: false,
             shards: 0,
             cpus: 2,
             addr: "127.0.0.1".into(),
@@ -362,10 +366,10 @@ impl SlurmLab {
         v
     }
 
-    /// Fake GPU device paths of `node` (`$LAB/dev/<node>/nvidia<i>`).
+    /// Fake GPU device paths of `node` (`$LAB/dev/<node>/nvidia<i>`, or `renderD<128+i>`).
     pub fn gpu_devices(&self, node: &str) -> Vec<PathBuf> {
         let n = self.nodes.iter().find(|n| n.name == node).expect("unknown node");
-        (0..n.gpus).map(|i| self.path.join(format!("dev/{node}/nvidia{i}"))).collect()
+        (0..n.gpus).map(|i| self.path.join(format!("dev/{node}/{}", n.gpu_file(i)))).collect()
     }
 
     /// Writes a controller configuration for this lab that only writes jobs' summaries (power,
