@@ -103,10 +103,11 @@ fn main() {
         let mut gaps: Vec<f64> = seen.steps.windows(2).map(|w| (w[1] - w[0]) as f64 / 1e6).collect();
         gaps.sort_by(f64::total_cmp);
         let median = gaps.get(gaps.len() / 2).copied().unwrap_or(f64::NAN);
-        let counter_w = seen.span.map_or(f64::NAN, |((t0, c0), (t1, c1))| {
-            (c1 - c0) as f64 / ((t1 - t0) as f64 / 1e9) / 1000.0
-        });
-        let readings_w = seen.powers.iter().map(|&p| f64::from(p)).sum::<f64>() / seen.powers.len().max(1) as f64 / 1000.0;
+        let counter_w = seen
+            .span
+            .map_or(f64::NAN, |((t0, c0), (t1, c1))| (c1 - c0) as f64 / ((t1 - t0) as f64 / 1e9) / 1000.0);
+        let readings_w =
+            seen.powers.iter().map(|&p| f64::from(p)).sum::<f64>() / seen.powers.len().max(1) as f64 / 1000.0;
         println!(
             "{:>3}  {:>5}  {median:>14.1}  {:>6.1}  {:>6.1}  {counter_w:>14.1}  {readings_w:>15.1}",
             info.index,

@@ -8,6 +8,7 @@ pub mod args;
 pub mod asks;
 mod boundary;
 pub mod clock;
+pub mod cpu_only;
 mod enforce;
 pub mod files;
 pub mod gpu_pool;
@@ -90,8 +91,9 @@ fn admission_limits() -> admission::Limits {
 /// Every check the start makes of what the configuration names, creating and changing
 /// nothing: the store's directory and file, the engine's directories and model table, the
 /// energy scope's meters. For `wattsond --check-config` (the configuration's own checks run
-/// when it is parsed).
-pub fn check_config(config: &Config) -> Result<(), String> {
+/// when it is parsed); returns what the node can measure, one line each
+/// ([`cpu_only::measurable`]).
+pub fn check_config(config: &Config) -> Result<Vec<String>, String> {
     let store = &config.daemon.store;
     if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
         safedir::TrustedDir::check(dir, "the store's directory")?;
@@ -102,7 +104,14 @@ pub fn check_config(config: &Config) -> Result<(), String> {
         safedir::TrustedDir::check(dir, "the directory of daemon.socket")?;
     }
     check_named(config)?;
-    node_energy::NodeMeters::open(&config.energy, wattson_types::now_ns()).map(drop)
+    cpu_only::measurable(config, || open_gpus(config))
+}
+
+/// The configured GPU library's GPUs.
+fn open_gpus(config: &Config) -> Result<Arc<dyn GpuBackend>, String> {
+    let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
+    info!(gpus = backend.devices().len(), driver = ?backend.driver_version(), "GPUs found");
+    Ok(Arc::new(backend))
 }
 
 /// The directory of `path`, if it names one.
@@ -146,12 +155,12 @@ pub async fn run(config: Config) -> Result<(), String> {
         tokio::task::spawn_blocking(move || node_energy::NodeMeters::open(&energy, wattson_types::now_ns()))
             .await
             .map_err(|e| e.to_string())??;
-    let backend = NvmlBackend::open(config.gpu.nvml_library.as_deref()).map_err(|e| e.to_string())?;
-    info!(gpus = backend.devices().len(), driver = ?backend.driver_version(), "GPUs found");
+    // None at all on a CPU-only node (scope "cpu", or "node" where no GPU library loads).
+    let backend = cpu_only::gpus(&config, || open_gpus(&config))?;
     // Held until the process ends: one daemon per GPU, taken before any GPU is touched.
     let uuids: Vec<String> = backend.devices().iter().map(|g| g.uuid.clone()).collect();
     let _gpu_locks = files::lock_gpus(std::path::Path::new(files::GPU_LOCKS), &uuids)?;
-    let pool = Arc::new(GpuPool::new(Arc::new(backend), GPU_DEADLINE));
+    let pool = Arc::new(GpuPool::new(backend, GPU_DEADLINE));
     // A new store has no restore journal: every GPU goes back to its defaults.
     let restore_all = || {
         for index in 0..pool.devices().len() as u32 {
@@ -183,11 +192,13 @@ pub async fn run(config: Config) -> Result<(), String> {
     };
     let node = config.node_name();
     let mut core = State::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config, dirs)?;
-    core.measure_node(node_meters.empty_share());
+    let cgroups = (config.energy.split == wattson_config::energy::NodeSplit::CpuTime)
+        .then(|| node_energy::cgroup::JobCgroups::new(&config.energy.cgroups, &node));
+    core.attach_node_meters(node_meters, cgroups);
     let owner = Owner::spawn(core);
     let reader = Reader::spawn(store_path, owner.clone(), node.clone())?;
     let (sampler, sampler_handle) = Sampler::new(pool.clone(), owner.clone(), node, config.metrics.jobs);
-    let mut sampler = sampler.with_node_meters(node_meters);
+    let mut sampler = sampler.with_node_meters();
     let (access, unknown) = Access::resolve(&config.daemon.slurm_user, &config.daemon.admins);
     for name in unknown {
         warn!(user = %name, "configured user does not exist on this node; ignored");

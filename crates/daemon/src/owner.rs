@@ -30,7 +30,7 @@ enum Command {
     Models(oneshot::Sender<Result<Reply, Error>>),
     MergeModels(Vec<Measurements>, oneshot::Sender<Result<Reply, Error>>),
     Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
-    NodeEnergy(crate::node_energy::NodeTotals, oneshot::Sender<()>),
+    NodeEnergy(oneshot::Sender<()>),
     Shutdown(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<()>),
     Quarantine(Vec<Unreadable>),
 }
@@ -102,9 +102,10 @@ impl Owner {
         self.ask(|tx| Command::Sample(readings, tx)).await
     }
 
-    /// Shares one reading of the node's meters besides the GPUs among the running jobs.
-    pub async fn node_energy(&self, totals: crate::node_energy::NodeTotals) -> Result<(), Error> {
-        self.ask(|tx| Command::NodeEnergy(totals, tx)).await
+    /// Has the state read the node's meters besides the GPUs and share what they drew among
+    /// the running jobs.
+    pub async fn node_energy(&self) -> Result<(), Error> {
+        self.ask(Command::NodeEnergy).await
     }
 
     /// Persists the meters one last time, restores orphaned GPUs, and stops the owner.
@@ -176,8 +177,8 @@ fn run(mut core: State, inbox: Receiver<Command>, publish: watch::Sender<Running
                 core.quarantine(&rows);
                 false
             }
-            Command::NodeEnergy(totals, reply) => {
-                core.charge_node(totals);
+            Command::NodeEnergy(reply) => {
+                core.sample_node();
                 let _ = reply.send(());
                 false
             }
