@@ -3,6 +3,7 @@
 
 mod accounting;
 mod config_lookup;
+mod cpu_only;
 mod dashboard;
 mod dvfs;
 mod energy_scope;

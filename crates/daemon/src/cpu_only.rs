@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use crate::node_energy::{NodeMeters, cgroup::JobCgroups};
+use crate::node_energy::{NodeMeters, cgroup::JobCgroups, ipmi, rapl};
 use wattson_config::Config;
 use wattson_config::energy::{EnergyScope, NodeSplit};
 use wattson_gpu::{GpuBackend, GpuError, GpuInfo, GpuSettings};
@@ -91,18 +91,42 @@ pub fn measurable(
             }
         },
     };
-    let meters = NodeMeters::open(&config.energy, wattson_types::now_ns());
-    let (rapl, node) = match &meters {
-        Ok(m) => {
-            lines.extend(m.describe());
-            let share = m.empty_share();
-            (share.cpu_mj.is_some(), share.node_mj.is_some())
+    // Each meter on its own, whatever the scope reads; the scope's verdict after.
+    let rapl = match rapl::Rapl::discover(&config.energy.powercap) {
+        Ok(Some(r)) => {
+            lines.push(format!(
+                "RAPL: {} package zone(s), {} DRAM zone(s) in {}",
+                r.zones().0,
+                r.zones().1,
+                config.energy.powercap.display()
+            ));
+            true
+        }
+        Ok(None) => {
+            lines.push(format!("RAPL: none in {} (no CPU or DRAM energy)", config.energy.powercap.display()));
+            false
         }
         Err(e) => {
-            lines.push(format!("node meters: {e}"));
-            (false, false)
+            lines.push(format!("RAPL: cannot be read ({e})"));
+            false
         }
     };
+    let energy = &config.energy;
+    let node =
+        match ipmi::Ipmi::open(energy.ipmi_command.clone(), energy.ipmi_timeout, wattson_types::now_ns()) {
+            Ok(_) => {
+                lines.push(format!(
+                    "IPMI DCMI: the BMC's power reading is available ({})",
+                    energy.ipmi_command[0]
+                ));
+                true
+            }
+            Err(e) => {
+                lines.push(format!("IPMI DCMI: not available ({}: {e})", energy.ipmi_command[0]));
+                false
+            }
+        };
+    let meters = NodeMeters::open(&config.energy, wattson_types::now_ns());
     let cgroups = JobCgroups::new(&config.energy.cgroups, &config.node_name());
     lines.push(match (config.energy.split, cgroups.found()) {
         (NodeSplit::Time, _) => "jobs' shares: by time (split = \"time\")".to_string(),
@@ -132,11 +156,7 @@ pub fn measurable(
         ));
     }
     match meters {
-        Err(_) => Err(format!(
-            "[energy] scope = \"{}\" needs a part this node lacks\n{}",
-            scope.as_str(),
-            lines.join("\n")
-        )),
+        Err(e) => Err(format!("{e}\n{}", lines.join("\n"))),
         Ok(_) => Ok(lines),
     }
 }
@@ -189,9 +209,13 @@ mod tests {
         assert!(text.contains("by time until then"), "{text}");
         // The CPU scope there is refused, saying what the node can measure instead.
         let e = measurable(&config(&energy("cpu")), no_library).unwrap_err();
-        assert!(e.contains("no RAPL package zone") && e.contains("can measure: nothing"), "{e}");
+        assert!(e.contains("no RAPL package zone") && e.contains("can measure: scope \"node\""), "{e}");
         let text = measurable(&config(&energy("gpu")), no_library).unwrap().join("\n");
-        assert!(text.contains("can measure: nothing") && text.contains("will not start"), "{text}");
+        assert!(text.contains("can measure: scope \"node\"") && text.contains("will not start"), "{text}");
+        // Without the BMC either: nothing, and said.
+        let none = energy("gpu").replace(&format!("{reading:?}"), "\"/nonexistent\"");
+        let text = measurable(&config(&none), no_library).unwrap().join("\n");
+        assert!(text.contains("can measure: nothing (no GPUs, no RAPL zones, no DCMI"), "{text}");
         // With RAPL zones and Slurm's v1 cgroups.
         let zone = pc.join("intel-rapl:0");
         std::fs::create_dir_all(&zone).unwrap();
@@ -200,7 +224,7 @@ mod tests {
         }
         std::fs::create_dir_all(cg.join("cpuacct/slurm")).unwrap();
         let text = measurable(&config(&energy("cpu")), || panic!("no GPU library")).unwrap().join("\n");
-        assert!(text.contains("RAPL: 1 package zone(s), 0 DRAM zone(s)"), "{text}");
+        assert!(text.contains("RAPL: 1 package zone(s), 0 DRAM zone(s) in"), "{text}");
         assert!(text.contains("by CPU time, from Slurm's job cgroups (V1)"), "{text}");
         assert!(text.contains("can measure: scope \"cpu\""), "{text}");
     }

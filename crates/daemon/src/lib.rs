@@ -120,14 +120,21 @@ fn parent(path: &std::path::Path) -> Option<&std::path::Path> {
 }
 
 /// Checks that nobody but root can change what the configuration has the daemon load, run or
-/// read besides its own files: the NVML library, the BMC's program (`scope = "node"`) and the
-/// powercap tree the node's meters read. A user who could would run code as root or add
+/// read besides its own files: the NVML library (never loaded with `scope = "cpu"`), the
+/// BMC's program (`scope = "node"`), the powercap tree the node's meters read and the cgroup
+/// tree the jobs' CPU time is read from. A user who could would run code as root or add
 /// energy to jobs.
 fn check_named(config: &Config) -> Result<(), String> {
-    if let Some(library) = &config.gpu.nvml_library {
+    use wattson_config::energy::{EnergyScope, NodeSplit};
+    if let Some(library) = &config.gpu.nvml_library
+        && config.energy.scope != EnergyScope::Cpu
+    {
         safedir::check_file(library, "gpu.nvml_library")?;
     }
-    if config.energy.scope == wattson_config::energy::EnergyScope::Node {
+    if config.energy.split == NodeSplit::CpuTime && config.energy.cgroups.exists() {
+        safedir::TrustedDir::check(&config.energy.cgroups, "energy.cgroups")?;
+    }
+    if config.energy.scope == EnergyScope::Node {
         safedir::check_file(std::path::Path::new(&config.energy.ipmi_command[0]), "energy.ipmi_command")?;
     }
     safedir::TrustedDir::check(&config.energy.powercap, "energy.powercap")

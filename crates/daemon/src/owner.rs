@@ -30,7 +30,7 @@ enum Command {
     Models(oneshot::Sender<Result<Reply, Error>>),
     MergeModels(Vec<Measurements>, oneshot::Sender<Result<Reply, Error>>),
     Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
-    NodeEnergy(oneshot::Sender<()>),
+    NodeEnergy(Option<std::time::Duration>, oneshot::Sender<()>),
     Shutdown(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<()>),
     Quarantine(Vec<Unreadable>),
 }
@@ -105,7 +105,13 @@ impl Owner {
     /// Has the state read the node's meters besides the GPUs and share what they drew among
     /// the running jobs.
     pub async fn node_energy(&self) -> Result<(), Error> {
-        self.ask(Command::NodeEnergy).await
+        self.ask(|tx| Command::NodeEnergy(None, tx)).await
+    }
+
+    /// [`Owner::node_energy`] only if the last reading is older than `age` (a figure asked for
+    /// now, at most so stale, without a reading for each of many requests).
+    pub async fn node_energy_older_than(&self, age: std::time::Duration) -> Result<(), Error> {
+        self.ask(|tx| Command::NodeEnergy(Some(age), tx)).await
     }
 
     /// Persists the meters one last time, restores orphaned GPUs, and stops the owner.
@@ -177,8 +183,8 @@ fn run(mut core: State, inbox: Receiver<Command>, publish: watch::Sender<Running
                 core.quarantine(&rows);
                 false
             }
-            Command::NodeEnergy(reply) => {
-                core.sample_node();
+            Command::NodeEnergy(older_than, reply) => {
+                core.sample_node_older_than(older_than);
                 let _ = reply.send(());
                 false
             }

@@ -3,6 +3,7 @@
 //! ([`slurm_lab`]), the programs under test built by Cargo ([`programs`]), and `wattson ctld`
 //! run for a lab ([`ctld`]).
 
+pub mod cpu_node;
 pub mod ctld;
 pub mod fake_link;
 pub mod node;

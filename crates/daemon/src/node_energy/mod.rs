@@ -79,20 +79,6 @@ impl NodeMeters {
         Ok(NodeMeters { scope: config.scope, rapl, ipmi })
     }
 
-    /// What the meters read, for a person: the RAPL zones found and the BMC's reading, one
-    /// line each.
-    pub fn describe(&self) -> Vec<String> {
-        let rapl = match &self.rapl {
-            Some(r) => format!("RAPL: {} package zone(s), {} DRAM zone(s)", r.zones().0, r.zones().1),
-            None => "RAPL: none (no CPU or DRAM energy)".to_string(),
-        };
-        let ipmi = match &self.ipmi {
-            Some(_) => "IPMI DCMI: the BMC's power reading is available (the whole node)".to_string(),
-            None => "IPMI DCMI: not read (only scope = \"node\" reads it)".to_string(),
-        };
-        vec![rapl, ipmi]
-    }
-
     /// A new job's share: zero of each part this node measures, `None` for the others.
     pub fn empty_share(&self) -> NodeShare {
         NodeShare {

@@ -58,6 +58,21 @@ impl State {
         }
     }
 
+    /// [`State::sample_node`], only where the last reading is older than `age` (always with
+    /// `None`).
+    pub fn sample_node_older_than(&mut self, age: Option<std::time::Duration>) {
+        let now = self.now();
+        let fresh = |last: &NodeTotals, age: std::time::Duration| {
+            now.saturating_sub(last.t_ns) < i64::try_from(age.as_nanos()).unwrap_or(i64::MAX)
+        };
+        if let (Some(age), Some(last)) = (age, self.node_part.last.as_ref())
+            && fresh(last, age)
+        {
+            return;
+        }
+        self.sample_node();
+    }
+
     /// Shares what the node drew since the last call among the running jobs, and persists
     /// their shares.
     pub fn charge_node(&mut self, now: NodeTotals) {
@@ -70,8 +85,9 @@ impl State {
     }
 
     /// Each running job's CPU time since the last reading (by job id), where every job's is
-    /// known: its cgroup read now and at the last reading (a job begins at what its cgroup
-    /// holds then, or zero before Slurm makes it).
+    /// known: its cgroup read now and at its last reading (a job begins at what its cgroup
+    /// holds then, or zero before Slurm makes it; a job resumed after a restart, at its first
+    /// reading).
     fn jobs_cpu_ns(&mut self) -> Option<BTreeMap<u32, u64>> {
         let cgroups = self.node_part.cgroups.as_ref()?;
         let mut used = BTreeMap::new();
@@ -84,9 +100,9 @@ impl State {
                 (Some(now), Some(&seen)) => drop(used.insert(id, if now >= seen { now - seen } else { now })),
                 _ => known = false,
             }
-            match now {
-                Some(now) => drop(self.node_part.cpu_seen.insert(id, now)),
-                None => drop(self.node_part.cpu_seen.remove(&id)),
+            // A cgroup not there (yet, or for a moment) keeps the last known time.
+            if let Some(now) = now {
+                self.node_part.cpu_seen.insert(id, now);
             }
         }
         if known == self.node_part.by_time && !self.running.is_empty() {
