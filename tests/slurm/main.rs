@@ -5,6 +5,7 @@ mod acct_flags;
 mod capture;
 mod cgroups;
 mod configless;
+mod cpu_only;
 mod ctld;
 mod ctld_basic;
 mod ctld_budget;

@@ -97,7 +97,9 @@ impl State {
             let now = cgroups.cpu_ns(record.uid, id);
             match (now, self.node_part.cpu_seen.get(&id)) {
                 // A cgroup made again starts from zero.
-                (Some(now), Some(&seen)) => drop(used.insert(id, if now >= seen { now - seen } else { now })),
+                (Some(now), Some(&seen)) => {
+                    used.insert(id, if now >= seen { now - seen } else { now });
+                }
                 _ => known = false,
             }
             // A cgroup not there (yet, or for a moment) keeps the last known time.
