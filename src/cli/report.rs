@@ -174,7 +174,8 @@ mod tests {
 
     #[test]
     fn a_cpu_only_jobs_energy_is_its_scopes_and_a_gpu_jobs_its_gpus() {
-        let share = NodeShare { scope: EnergyScope::Cpu, cpu_mj: Some(9000.0), dram_mj: Some(1000.0), node_mj: None };
+        let share =
+            NodeShare { scope: EnergyScope::Cpu, cpu_mj: Some(9000.0), dram_mj: Some(1000.0), node_mj: None };
         let record = JobRecord {
             key: wattson_types::job::JobKey::job(7),
             uid: 1,
@@ -192,7 +193,8 @@ mod tests {
         };
         assert_eq!(energy_j(Source::Node, &record), 10.0, "CPU + DRAM");
         assert_eq!(energy_j(Source::Slurm(Some(12.0)), &record), 12.0, "Slurm's figure stays Slurm's");
-        let node = JobRecord { node_share: Some(NodeShare { scope: EnergyScope::Node, ..share }), ..record.clone() };
+        let node =
+            JobRecord { node_share: Some(NodeShare { scope: EnergyScope::Node, ..share }), ..record.clone() };
         assert_eq!(energy_j(Source::Node, &node), 0.0, "no node part measured: nothing, not the CPU's");
     }
 }

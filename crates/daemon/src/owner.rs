@@ -190,6 +190,8 @@ fn run(mut core: State, inbox: Receiver<Command>, publish: watch::Sender<Running
             }
             Command::Shutdown(readings, reply) => {
                 core.sample(readings);
+                // The node's energy up to the stop is the running jobs' too.
+                core.sample_node();
                 core.restore_orphans();
                 let _ = reply.send(());
                 true
