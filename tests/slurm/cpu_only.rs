@@ -5,7 +5,7 @@
 //! it within 0.1%; `sacct`'s ConsumedEnergy is wattson's figure.
 //!
 //! Real: Slurm, its cgroups, the jobs' CPU time, the plugins, wattsond. Simulated: RAPL, a
-//! powercap tree whose counters a thread of this test advances by 800 W (package) and 200 W
+//! powercap tree whose counters a thread of this test advances by 2,400 W (package) and 600 W
 //! (DRAM) per CPU the jobs keep busy, as it reads the jobs' cgroups every 10 ms: the truth is
 //! what it counted.
 
@@ -28,10 +28,11 @@ struct Meter {
     zones: [RaplZone; 2],
 }
 
-/// Package and DRAM µJ per ns of CPU time: 800 W and 200 W per busy CPU (more than a CPU
-/// draws, so that Slurm's whole joules stay well within 0.1% of a few seconds' energy).
-const PACKAGE_UJ_PER_NS: f64 = 0.8;
-const DRAM_UJ_PER_NS: f64 = 0.2;
+/// Package and DRAM µJ per ns of CPU time: 2,400 W and 600 W per busy CPU (far more than a CPU
+/// draws, so that Slurm's whole joules stay well within 0.1% of a few CPU-seconds' energy on a
+/// busy machine, where a job gets less CPU than it asks).
+const PACKAGE_UJ_PER_NS: f64 = 2.4;
+const DRAM_UJ_PER_NS: f64 = 0.6;
 
 /// A job's CPU time in its cgroup, as Slurm's jobacct_gather/cgroup makes it on cgroup v1 (jobs
 /// run as root here; Debian's build names the tree after the node: `slurm_<node>`).
@@ -121,7 +122,7 @@ fn cpu_only_jobs_on_real_slurm_get_their_cgroup_cpu_share_of_rapl_and_a_whole_no
     }
     let shared_uj = counted(&meter);
     // A whole-node job: both CPUs busy 3 s.
-    let c = lab.sbatch(&["--exclusive"], &format!("#!/bin/sh\nsleep 1\n{}sleep 2\n", burn(2, 3.0))).unwrap();
+    let c = lab.sbatch(&["--exclusive"], &format!("#!/bin/sh\nsleep 1\n{}sleep 3\n", burn(2, 3.0))).unwrap();
     track(c);
     assert_eq!(lab.wait_job(c, Duration::from_secs(90)).state, "COMPLETED", "{}", lab.all_logs());
     std::thread::sleep(Duration::from_millis(300));

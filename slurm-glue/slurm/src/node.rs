@@ -217,7 +217,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("w.toml");
         std::fs::write(&config, format!("[daemon]\nsocket = {:?}\n", dir.path().join("none.sock"))).unwrap();
-        let args = PluginArgs::new(config, Some(Duration::from_millis(200)));
+        let args = PluginArgs::new(config.clone(), Some(Duration::from_millis(200)));
         let job = NodeJob { job_id: 1, gpus: "0".into(), ..NodeJob::default() };
         assert!(begin(&args, job).unwrap_err().contains("not reachable"));
         let no_gpus = NodeJob { job_id: 2, ..NodeJob::default() };
