@@ -81,8 +81,10 @@ pub fn run(config: &Config, cmd: JobCommand) -> Result<(), String> {
                 .unwrap_or_default();
             let gpus: Vec<GpuRef> =
                 gpus.split(',').filter(|s| !s.trim().is_empty()).map(GpuRef::parse).collect();
-            if gpus.is_empty() {
-                println!("job {} has no GPUs on this node: nothing to account", args.job);
+            // A job without GPUs has a record where the scope counts the node's CPUs or the
+            // whole node.
+            if gpus.is_empty() && config.energy.scope == wattson_config::energy::EnergyScope::Gpu {
+                println!("job {} has no GPUs on this node: nothing to account (scope \"gpu\")", args.job);
                 return Ok(());
             }
             let hints = Hints {

@@ -8,6 +8,7 @@ use wattson_config::Config;
 use wattson_types::energy::MeterEvent;
 use wattson_types::gpu::GpuSetting;
 use wattson_types::job::{JobKey, JobRecord};
+use wattson_types::scope::EnergyScope;
 
 use super::acct;
 use crate::report::totals::{GroupBy, JobEnergy, totals};
@@ -40,6 +41,9 @@ pub struct JobFigures {
     pub elapsed_s: f64,
     /// GPU energy, J.
     pub energy_j: f64,
+    /// The energy Slurm was given, in the scope the job was metered under (`[energy] scope`),
+    /// J, where it is not the GPUs' alone; `None` for a GPU-scope job.
+    pub scoped: Option<(EnergyScope, f64)>,
     /// The highest power one GPU drew over a bin of its trace, W; `None` without traces.
     pub peak_gpu_w: Option<f64>,
     /// What wattson set, described.
@@ -65,11 +69,16 @@ pub fn figures(
 ) -> JobFigures {
     let records: Vec<&JobRecord> = records.iter().filter(|r| r.key == JobKey::job(job)).collect();
     let energy_j: f64 = records.iter().map(|r| r.energy_j()).sum();
+    // A CPU-only job's energy is its scope's (its CPU and DRAM or node share), as in reports.
+    let scoped_j = |r: &JobRecord| r.scoped_energy_mj().map(|mj| mj / 1000.0).unwrap_or(0.0);
+    let scope =
+        records.first().and_then(|r| r.node_share).map(|s| s.scope).filter(|&s| s != EnergyScope::Gpu);
+    let scoped = scope.map(|scope| (scope, records.iter().map(|r| scoped_j(r)).sum()));
     let rows: Vec<JobEnergy> = records
         .iter()
         .map(|r| JobEnergy {
             record: r,
-            energy_j: r.energy_j(),
+            energy_j: if r.gpus.is_empty() { scoped_j(r) } else { r.energy_j() },
             gpus: r.gpus.len() as u32,
             from_slurm: false,
             user: r.user.clone().unwrap_or_else(|| r.uid.to_string()),
@@ -89,6 +98,7 @@ pub fn figures(
         gpus: records.iter().map(|r| r.gpus.len()).sum(),
         elapsed_s: records.iter().map(|r| r.elapsed_s(now_ns)).fold(0.0, f64::max),
         energy_j,
+        scoped,
         peak_gpu_w,
         setting: setting_of(&records),
         why: first.map(|r| why(r)).unwrap_or_default(),
@@ -151,10 +161,16 @@ fn why(r: &JobRecord) -> String {
 pub fn render(f: &JobFigures) -> String {
     let kwh = f.energy_j / 3.6e6;
     let gpu_hours = f.gpus as f64 * f.elapsed_s / 3600.0;
-    let mean_w = if f.elapsed_s > 0.0 { f.energy_j / f.elapsed_s } else { 0.0 };
+    let per_s = |j: f64| if f.elapsed_s > 0.0 { j / f.elapsed_s } else { 0.0 };
+    let mean_w = per_s(f.energy_j);
     let per_gpu = if f.gpus > 0 { mean_w / f.gpus as f64 } else { 0.0 };
     let na = |v: Option<String>, why: &str| v.unwrap_or_else(|| format!("n/a ({why})"));
-    let lines = [
+    // A CPU-only job: its scope's energy and mean power; no GPU line to read.
+    let (mean, setting) = match (f.gpus, f.scoped) {
+        (0, Some((_, j))) => (format!("{:.0} W", per_s(j)), "none (no GPU)".to_string()),
+        _ => (format!("{mean_w:.0} W ({per_gpu:.0} W per GPU)"), f.setting.clone()),
+    };
+    let mut lines = vec![
         ("Job ID", f.job.to_string()),
         ("User", f.user.clone()),
         ("Nodes", f.nodes.join(",")),
@@ -165,9 +181,9 @@ pub fn render(f: &JobFigures) -> String {
             "Energy per GPU-hour",
             na((gpu_hours > 0.0).then(|| format!("{:.3} kWh", kwh / gpu_hours)), "no GPU time"),
         ),
-        ("Mean power", format!("{mean_w:.0} W ({per_gpu:.0} W per GPU)")),
+        ("Mean power", mean),
         ("Peak GPU power", na(f.peak_gpu_w.map(|w| format!("{w:.0} W")), "no power trace")),
-        ("Setting", f.setting.clone()),
+        ("Setting", setting),
         ("Why", f.why.clone()),
         (
             "Saved (estimate)",
@@ -179,6 +195,15 @@ pub fn render(f: &JobFigures) -> String {
         ("Cost", na(f.cost.map(|c| format!("{c:.2}")), "no [prices] tariff")),
         ("CO2", na(f.co2_kg.map(|c| format!("{c:.2} kg")), "no [carbon] table")),
     ];
+    if let Some((scope, j)) = f.scoped {
+        let text = format!(
+            "{:.3} kWh ({}J), scope {}",
+            j / 3.6e6,
+            units::energy(units::joules_raw(j)),
+            scope.as_str()
+        );
+        lines.insert(6, ("Energy in Slurm", text));
+    }
     lines.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
 }
 

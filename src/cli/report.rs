@@ -7,6 +7,7 @@ use super::acct::{self, Cluster, Window};
 use crate::report::totals::{GroupBy, JobEnergy, Totals, totals};
 use crate::report::{self, Source};
 use wattson_config::Config;
+use wattson_types::job::JobRecord;
 use wattson_types::now_ns;
 
 /// `wattson report` options.
@@ -70,6 +71,18 @@ pub fn run(config: &Config, args: ReportArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// A job's energy in the report: its GPUs' (or Slurm's figure); for a job without GPUs on its
+/// node (a CPU-only job, on a node whose scope counts the CPUs or the node), its scope's: its
+/// share of the CPU packages and DRAM, or of the node.
+fn energy_j(source: Source, r: &JobRecord) -> f64 {
+    match source {
+        Source::Node | Source::Summary if r.gpus.is_empty() => {
+            r.scoped_energy_mj().map(|mj| mj / 1000.0).unwrap_or(0.0)
+        }
+        _ => source.energy_j(r),
+    }
+}
+
 /// The job-level records (steps are part of their job's energy), each with its energy, GPUs
 /// and where its figures come from.
 fn jobs_of<'a>(cluster: &'a Cluster, users: &[String]) -> Result<Vec<JobEnergy<'a>>, String> {
@@ -97,7 +110,7 @@ fn jobs_of<'a>(cluster: &'a Cluster, users: &[String]) -> Result<Vec<JobEnergy<'
         };
         out.push(JobEnergy {
             record: r,
-            energy_j: source.energy_j(r),
+            energy_j: energy_j(source, r),
             gpus,
             from_slurm,
             user: match slurm.map(|s| s.user.as_str()).filter(|u| !u.is_empty()) {
@@ -152,4 +165,36 @@ fn render(rows: &[Totals], parsable: bool, header: bool) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wattson_types::scope::{EnergyScope, NodeShare};
+
+    #[test]
+    fn a_cpu_only_jobs_energy_is_its_scopes_and_a_gpu_jobs_its_gpus() {
+        let share =
+            NodeShare { scope: EnergyScope::Cpu, cpu_mj: Some(9000.0), dram_mj: Some(1000.0), node_mj: None };
+        let record = JobRecord {
+            key: wattson_types::job::JobKey::job(7),
+            uid: 1,
+            user: None,
+            name: None,
+            node: "c1".into(),
+            begin_ns: 0,
+            end_ns: Some(1),
+            state: wattson_types::job::JobState::Completed,
+            hints: Default::default(),
+            policy: None,
+            gpus: Vec::new(),
+            dvfs: None,
+            node_share: Some(share),
+        };
+        assert_eq!(energy_j(Source::Node, &record), 10.0, "CPU + DRAM");
+        assert_eq!(energy_j(Source::Slurm(Some(12.0)), &record), 12.0, "Slurm's figure stays Slurm's");
+        let node =
+            JobRecord { node_share: Some(NodeShare { scope: EnergyScope::Node, ..share }), ..record.clone() };
+        assert_eq!(energy_j(Source::Node, &node), 0.0, "no node part measured: nothing, not the CPU's");
+    }
 }

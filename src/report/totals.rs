@@ -17,7 +17,7 @@ pub enum GroupBy {
     Account,
     /// The job's Slurm partition.
     Partition,
-    /// The model of the job's GPUs.
+    /// The model of the job's GPUs (`(no GPU)` for a CPU-only job).
     GpuType,
 }
 
@@ -70,6 +70,9 @@ impl Totals {
 
 const J_PER_KWH: f64 = 3.6e6;
 
+/// The GPU type of a job that held no GPU (`--by gpu-type`): a CPU-only job.
+pub const NO_GPU: &str = "(no GPU)";
+
 /// `jobs` summed per group (sorted by name), then the whole as a last row named `TOTAL`.
 /// Cost and CO2 spread each job's energy evenly over its run, hour by hour.
 pub fn totals(
@@ -87,7 +90,11 @@ pub fn totals(
             GroupBy::User => job.user.clone(),
             GroupBy::Account => job.account.to_string(),
             GroupBy::Partition => job.partition.to_string(),
-            GroupBy::GpuType => r.gpus.first().map(|g| g.name.clone()).unwrap_or_default(),
+            GroupBy::GpuType => match r.gpus.first() {
+                Some(gpu) => gpu.name.clone(),
+                None if job.gpus == 0 => NO_GPU.to_string(),
+                None => String::new(),
+            },
         };
         let name = if name.is_empty() { "(unknown)".to_string() } else { name };
         let end_ns = r.end_ns.unwrap_or(now_ns).max(r.begin_ns);
@@ -196,5 +203,24 @@ mod tests {
         // No tariff, no carbon table: no cost, no CO2. Unknown accounts are named so.
         let t = totals(&jobs, GroupBy::Account, &PriceSchedule::default(), &CarbonIntensity::default(), 0);
         assert_eq!((t[0].group.as_str(), t[0].cost, t[0].co2_kg), ("(unknown)", None, None));
+    }
+
+    #[test]
+    fn a_cpu_only_job_is_its_own_gpu_type_and_a_job_whose_gpus_are_not_known_is_unknown() {
+        let (cpu, slurm) = (record(3, "carol", 1.0, 2.0), record(4, "dave", 1.0, 2.0));
+        let job = |record, gpus| JobEnergy {
+            record,
+            energy_j: J_PER_KWH,
+            gpus,
+            from_slurm: gpus > 0,
+            user: String::new(),
+            account: "",
+            partition: "cpu",
+        };
+        let none = (PriceSchedule::default(), CarbonIntensity::default());
+        let t = totals(&[job(&cpu, 0), job(&slurm, 2)], GroupBy::GpuType, &none.0, &none.1, 0);
+        let groups: Vec<(&str, f64)> = t.iter().map(|t| (t.group.as_str(), t.energy_kwh)).collect();
+        assert_eq!(groups, [("(no GPU)", 1.0), ("(unknown)", 1.0), ("TOTAL", 2.0)]);
+        assert_eq!(t[0].kwh_per_gpu_hour(), None, "no GPU-hours");
     }
 }

@@ -24,6 +24,7 @@ macro_rules! per_vendor {
 mod accounting;
 mod backends;
 mod config_lookup;
+mod cpu_only;
 mod dashboard;
 mod dvfs;
 mod energy_scope;

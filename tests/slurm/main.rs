@@ -6,6 +6,7 @@ mod amd;
 mod capture;
 mod cgroups;
 mod configless;
+mod cpu_only;
 mod ctld;
 mod ctld_basic;
 mod ctld_budget;

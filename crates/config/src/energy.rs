@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
-pub use wattson_types::scope::EnergyScope;
+pub use wattson_types::scope::{EnergyScope, NodeSplit};
 
 use crate::duration_in;
 
@@ -13,11 +13,21 @@ use crate::duration_in;
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnergyConfig {
-    /// The energy Slurm gets as a job's `ConsumedEnergy`: `gpu`, `gpu+cpu` or `node`.
+    /// The energy Slurm gets as a job's `ConsumedEnergy`: `gpu`, `gpu+cpu`, `cpu` (a CPU-only
+    /// node: no GPU library is opened) or `node`.
     #[serde(default, deserialize_with = "scope")]
     pub scope: EnergyScope,
     /// Linux powercap's directory, where the RAPL zones (`intel-rapl:N`) are read.
     pub powercap: PathBuf,
+    /// How the node's CPU, DRAM and whole-node energy is divided among the jobs running at
+    /// once: `cpu-time` (by each job's CPU time in its Slurm cgroup, where every running job's
+    /// cgroup can be read; else by `time` for that interval) or `time` (each job the same for
+    /// the time it ran).
+    pub split: NodeSplit,
+    /// The cgroup filesystem's root, under which Slurm's job cgroups are read for `split =
+    /// "cpu-time"` (v1: `cpuacct/slurm/uid_<uid>/job_<id>`; v2:
+    /// `system.slice/slurmstepd.scope/job_<id>`).
+    pub cgroups: PathBuf,
     /// The command that prints the BMC's DCMI power reading (an argv, the program an absolute
     /// path; never a shell), run at every sample with `scope = "node"`.
     #[serde(deserialize_with = "ipmi_command")]
@@ -33,6 +43,8 @@ impl Default for EnergyConfig {
         EnergyConfig {
             scope: EnergyScope::default(),
             powercap: PathBuf::from("/sys/class/powercap"),
+            split: NodeSplit::default(),
+            cgroups: PathBuf::from("/sys/fs/cgroup"),
             ipmi_command: ["/usr/bin/ipmitool", "dcmi", "power", "reading"].map(String::from).to_vec(),
             ipmi_timeout: Duration::from_secs(2),
         }
@@ -43,7 +55,7 @@ fn scope<'de, D: Deserializer<'de>>(d: D) -> Result<EnergyScope, D::Error> {
     let text = String::deserialize(d)?;
     text.parse().map_err(|_| {
         serde::de::Error::custom(format!(
-            "energy scope {text:?} is not one of \"gpu\", \"gpu+cpu\", \"node\""
+            "energy scope {text:?} is not one of \"gpu\", \"gpu+cpu\", \"cpu\", \"node\""
         ))
     })
 }
@@ -75,14 +87,22 @@ mod tests {
         assert_eq!(c.energy.scope, EnergyScope::Gpu);
         assert_eq!(c.energy.powercap, PathBuf::from("/sys/class/powercap"));
         assert_eq!(c.energy.ipmi_command[0], "/usr/bin/ipmitool");
-        for (text, scope) in
-            [("gpu", EnergyScope::Gpu), ("gpu+cpu", EnergyScope::GpuCpu), ("node", EnergyScope::Node)]
-        {
+        assert_eq!((c.energy.split, c.energy.cgroups.to_str()), (NodeSplit::CpuTime, Some("/sys/fs/cgroup")));
+        for (text, scope) in [
+            ("gpu", EnergyScope::Gpu),
+            ("gpu+cpu", EnergyScope::GpuCpu),
+            ("cpu", EnergyScope::Cpu),
+            ("node", EnergyScope::Node),
+        ] {
             let c = Config::parse(&format!("[energy]\nscope = \"{text}\"\n"), "w.toml").unwrap();
             assert_eq!(c.energy.scope, scope);
         }
-        let e = Config::parse("[energy]\nscope = \"cpu\"\n", "w.toml").unwrap_err().0;
-        assert!(e.starts_with("w.toml:2: ") && e.contains("\"gpu\", \"gpu+cpu\", \"node\""), "{e}");
+        let e = Config::parse("[energy]\nscope = \"dram\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: ") && e.contains("\"gpu\", \"gpu+cpu\", \"cpu\", \"node\""), "{e}");
+        let c = Config::parse("[energy]\nsplit = \"time\"\ncgroups = \"/cg\"\n", "w.toml").unwrap();
+        assert_eq!((c.energy.split, c.energy.cgroups.to_str()), (NodeSplit::Time, Some("/cg")));
+        let e = Config::parse("[energy]\nsplit = \"cores\"\n", "w.toml").unwrap_err().0;
+        assert!(e.starts_with("w.toml:2: ") && e.contains("cpu-time") && e.contains("time"), "{e}");
         let e = Config::parse("[energy]\nipmi_command = [\"ipmitool\"]\n", "w.toml").unwrap_err().0;
         assert!(e.starts_with("w.toml:2: ") && e.contains("absolute path"), "{e}");
         let e = Config::parse("[energy]\nipmi_timeout = \"1m\"\n", "w.toml").unwrap_err().0;

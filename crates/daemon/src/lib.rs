@@ -9,6 +9,7 @@ pub mod asks;
 mod backend;
 mod boundary;
 pub mod clock;
+pub mod cpu_only;
 mod enforce;
 pub mod files;
 pub mod gpu_pool;
@@ -91,8 +92,9 @@ fn admission_limits() -> admission::Limits {
 /// Every check the start makes of what the configuration names, creating and changing
 /// nothing: the store's directory and file, the engine's directories and model table, the
 /// energy scope's meters. For `wattsond --check-config` (the configuration's own checks run
-/// when it is parsed).
-pub fn check_config(config: &Config) -> Result<(), String> {
+/// when it is parsed); returns what the node can measure, one line each
+/// ([`cpu_only::measurable`]).
+pub fn check_config(config: &Config) -> Result<Vec<String>, String> {
     let store = &config.daemon.store;
     if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
         safedir::TrustedDir::check(dir, "the store's directory")?;
@@ -103,7 +105,7 @@ pub fn check_config(config: &Config) -> Result<(), String> {
         safedir::TrustedDir::check(dir, "the directory of daemon.socket")?;
     }
     check_named(config)?;
-    node_energy::NodeMeters::open(&config.energy, wattson_types::now_ns()).map(drop)
+    cpu_only::measurable(config, || backend::open(&config.gpu))
 }
 
 /// The directory of `path`, if it names one.
@@ -112,17 +114,26 @@ fn parent(path: &std::path::Path) -> Option<&std::path::Path> {
 }
 
 /// Checks that nobody but root can change what the configuration has the daemon load, run or
-/// read besides its own files: the NVML and ROCm SMI libraries, the BMC's program (`scope = "node"`) and the
-/// powercap tree the node's meters read. A user who could would run code as root or add
-/// energy to jobs.
+/// read besides its own files: the NVML and ROCm SMI libraries (never loaded with `scope =
+/// "cpu"`), the BMC's program (`scope = "node"`), the powercap tree the node's meters read and
+/// the cgroup tree the jobs' CPU time is read from. A user who could would run code as root or
+/// add energy to jobs.
 fn check_named(config: &Config) -> Result<(), String> {
-    if let Some(library) = &config.gpu.nvml_library {
+    use wattson_config::energy::{EnergyScope, NodeSplit};
+    if let Some(library) = &config.gpu.nvml_library
+        && config.energy.scope != EnergyScope::Cpu
+    {
         safedir::check_file(library, "gpu.nvml_library")?;
     }
-    if let Some(library) = &config.gpu.amd_library {
+    if let Some(library) = &config.gpu.amd_library
+        && config.energy.scope != EnergyScope::Cpu
+    {
         safedir::check_file(library, "gpu.amd_library")?;
     }
-    if config.energy.scope == wattson_config::energy::EnergyScope::Node {
+    if config.energy.split == NodeSplit::CpuTime && config.energy.cgroups.exists() {
+        safedir::TrustedDir::check(&config.energy.cgroups, "energy.cgroups")?;
+    }
+    if config.energy.scope == EnergyScope::Node {
         safedir::check_file(std::path::Path::new(&config.energy.ipmi_command[0]), "energy.ipmi_command")?;
     }
     safedir::TrustedDir::check(&config.energy.powercap, "energy.powercap")
@@ -150,7 +161,8 @@ pub async fn run(config: Config) -> Result<(), String> {
         tokio::task::spawn_blocking(move || node_energy::NodeMeters::open(&energy, wattson_types::now_ns()))
             .await
             .map_err(|e| e.to_string())??;
-    let backend = backend::open(&config.gpu)?;
+    // None at all on a CPU-only node (scope "cpu", or "node" where no GPU library loads).
+    let backend = cpu_only::gpus(&config, || backend::open(&config.gpu))?;
     // Held until the process ends: one daemon per GPU, taken before any GPU is touched.
     let uuids: Vec<String> = backend.devices().iter().map(|g| g.uuid.clone()).collect();
     let _gpu_locks = files::lock_gpus(std::path::Path::new(files::GPU_LOCKS), &uuids)?;
@@ -186,11 +198,13 @@ pub async fn run(config: Config) -> Result<(), String> {
     };
     let node = config.node_name();
     let mut core = State::new(pool.clone(), SystemClock::shared(), store, node.clone(), &config, dirs)?;
-    core.measure_node(node_meters.empty_share());
+    let cgroups = (config.energy.split == wattson_config::energy::NodeSplit::CpuTime)
+        .then(|| node_energy::cgroup::JobCgroups::new(&config.energy.cgroups, &node));
+    core.attach_node_meters(node_meters, cgroups);
     let owner = Owner::spawn(core);
     let reader = Reader::spawn(store_path, owner.clone(), node.clone())?;
     let (sampler, sampler_handle) = Sampler::new(pool.clone(), owner.clone(), node, config.metrics.jobs);
-    let mut sampler = sampler.with_node_meters(node_meters);
+    let mut sampler = sampler.with_node_meters();
     let (access, unknown) = Access::resolve(&config.daemon.slurm_user, &config.daemon.admins);
     for name in unknown {
         warn!(user = %name, "configured user does not exist on this node; ignored");

@@ -30,7 +30,7 @@ enum Command {
     Models(oneshot::Sender<Result<Reply, Error>>),
     MergeModels(Vec<Measurements>, oneshot::Sender<Result<Reply, Error>>),
     Sample(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<Tick>),
-    NodeEnergy(crate::node_energy::NodeTotals, oneshot::Sender<()>),
+    NodeEnergy(Option<std::time::Duration>, oneshot::Sender<()>),
     Shutdown(Vec<Result<GpuReading, GpuError>>, oneshot::Sender<()>),
     Quarantine(Vec<Unreadable>),
 }
@@ -102,9 +102,16 @@ impl Owner {
         self.ask(|tx| Command::Sample(readings, tx)).await
     }
 
-    /// Shares one reading of the node's meters besides the GPUs among the running jobs.
-    pub async fn node_energy(&self, totals: crate::node_energy::NodeTotals) -> Result<(), Error> {
-        self.ask(|tx| Command::NodeEnergy(totals, tx)).await
+    /// Has the state read the node's meters besides the GPUs and share what they drew among
+    /// the running jobs.
+    pub async fn node_energy(&self) -> Result<(), Error> {
+        self.ask(|tx| Command::NodeEnergy(None, tx)).await
+    }
+
+    /// [`Owner::node_energy`] only if the last reading is older than `age` (a figure asked for
+    /// now, at most so stale, without a reading for each of many requests).
+    pub async fn node_energy_older_than(&self, age: std::time::Duration) -> Result<(), Error> {
+        self.ask(|tx| Command::NodeEnergy(Some(age), tx)).await
     }
 
     /// Persists the meters one last time, restores orphaned GPUs, and stops the owner.
@@ -176,13 +183,15 @@ fn run(mut core: State, inbox: Receiver<Command>, publish: watch::Sender<Running
                 core.quarantine(&rows);
                 false
             }
-            Command::NodeEnergy(totals, reply) => {
-                core.charge_node(totals);
+            Command::NodeEnergy(older_than, reply) => {
+                core.sample_node_older_than(older_than);
                 let _ = reply.send(());
                 false
             }
             Command::Shutdown(readings, reply) => {
                 core.sample(readings);
+                // The node's energy up to the stop is the running jobs' too.
+                core.sample_node();
                 core.restore_orphans();
                 let _ = reply.send(());
                 true

@@ -14,7 +14,6 @@ use tracing::warn;
 use crate::asks::{Ask, SamplerHandle};
 use crate::gpu_pool::GpuPool;
 use crate::metrics::Metrics;
-use crate::node_energy::NodeMeters;
 use crate::owner::Owner;
 use wattson_gpu::GpuBackend;
 use wattson_protocol::{GpuStatus, Reply};
@@ -25,8 +24,8 @@ const QUEUE: usize = 256;
 /// The sampler's parts, before it starts.
 pub struct Sampler {
     pool: Arc<GpuPool>,
-    /// The node's meters besides the GPUs; away on the helper thread during a read.
-    node: Option<NodeMeters>,
+    /// Whether the state reads the node's meters besides the GPUs at each sample.
+    node: bool,
     owner: Owner,
     node_name: String,
     metrics: Metrics,
@@ -44,39 +43,31 @@ impl Sampler {
         let metrics = Metrics::new(&node, pool.devices(), job_metrics);
         let (tx, requests) = mpsc::channel(QUEUE);
         (
-            Sampler { pool, node: None, owner, node_name: node, metrics, requests },
+            Sampler { pool, node: false, owner, node_name: node, metrics, requests },
             SamplerHandle { requests: tx },
         )
     }
 
-    /// Also reads the node's meters besides the GPUs at every sample.
-    pub fn with_node_meters(mut self, meters: NodeMeters) -> Sampler {
-        self.node = Some(meters);
+    /// Also has the state read the node's meters besides the GPUs at every sample (the state
+    /// holds them: it reads them at jobs' begins and ends too).
+    pub fn with_node_meters(mut self) -> Sampler {
+        self.node = true;
         self
     }
 
     /// One sample now: read, advance the meters, update the metrics.
     pub async fn sample_once(&mut self) {
         let pool = self.pool.clone();
-        let mut node = self.node.take();
-        let read = tokio::task::spawn_blocking(move || {
-            let readings = pool.read_all();
-            let totals = node.as_mut().map(|m| m.read(wattson_types::now_ns()));
-            (readings, totals, node)
-        });
-        let (readings, totals) = match read.await {
-            Ok((readings, totals, node)) => {
-                self.node = node;
-                (readings, totals)
-            }
+        let readings = match tokio::task::spawn_blocking(move || pool.read_all()).await {
+            Ok(readings) => readings,
             Err(e) => return warn!(error = %e, "GPU reads failed"),
         };
         match self.owner.sample(readings).await {
             Ok(tick) => self.metrics.observe(&tick),
             Err(e) => warn!(error = %e, "cannot advance the meters"),
         }
-        if let Some(totals) = totals
-            && let Err(e) = self.owner.node_energy(totals).await
+        if self.node
+            && let Err(e) = self.owner.node_energy().await
         {
             warn!(error = %e, "cannot share the node's energy among the jobs");
         }

@@ -183,6 +183,11 @@ async fn confirm_idle(services: &Services) -> Response {
 /// the interval is known only at the next sample.
 async fn job_energy(services: &Services, key: JobKey, uid: u32) -> Response {
     let job = key.job_id;
+    // The node's meters read now (or within the last 100 ms: requests in a crowd share one
+    // reading), so that the share of the node's energy is as current as the GPUs'.
+    if services.owner.running().iter().any(|r| r.key == key && r.node_share.is_some()) {
+        let _ = services.owner.node_energy_older_than(Duration::from_millis(100)).await;
+    }
     let running = services.owner.running();
     let Some(record) = running.iter().find(|r| r.key == key) else {
         return Err(Error::new(ErrorCode::NotRunning, format!("job {key} has no record running here")));
@@ -207,7 +212,7 @@ async fn job_energy(services: &Services, key: JobKey, uid: u32) -> Response {
         }
     }
     // The configured scope's: the GPUs' up to this reading, the rest of the node's up to the
-    // last sample.
+    // reading just taken.
     let energy_mj =
         now.scoped_energy_mj().map_err(|e| Error::new(ErrorCode::Internal, format!("job {job}: {e}")))?;
     Ok(Reply::JobEnergy { job, energy_mj: energy_mj.round() as u64, power_mw })

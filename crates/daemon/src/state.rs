@@ -64,10 +64,8 @@ pub struct State {
     /// Jobs the controller holds off their energy-saving setting (by job id): at full speed
     /// while a queue waits, or at a level of their table under the cluster power budget.
     paced: BTreeMap<u32, Pace>,
-    /// A new job's share of the node's energy (`None`: the node's energy is not measured).
-    node_share: Option<wattson_types::scope::NodeShare>,
-    /// The node's meters at the last sample.
-    last_node: Option<crate::node_energy::NodeTotals>,
+    /// The node's energy besides its GPUs: its meters and the jobs' shares ([`node`]).
+    node_part: node::NodePart,
     /// Jobs that share a GPU with another job: held at their GPUs' defaults (by job id).
     sharing: BTreeSet<u32>,
     /// Jobs that hold whole GPUs, no one else's (by job id); kept in the store with their
@@ -119,8 +117,7 @@ impl State {
             unrecorded_ends: BTreeMap::new(),
             prober: Prober::new(config.engine.clone(), dirs),
             paced: BTreeMap::new(),
-            node_share: None,
-            last_node: None,
+            node_part: node::NodePart::default(),
             sharing: BTreeSet::new(),
             exclusive,
             unattributed: BTreeMap::new(),
@@ -226,10 +223,13 @@ impl State {
             if !req.job.step.is_empty() {
                 return Err(not_running(&JobKey::job(req.job.job_id)));
             }
-            return Err(Error::new(
-                ErrorCode::BadRequest,
-                format!("job {} names no GPUs: nothing to account on this node", req.job),
-            ));
+            // A CPU-only job gets its share of the node's energy where the scope counts it.
+            if !self.accounts_cpu_only_jobs() {
+                return Err(Error::new(
+                    ErrorCode::BadRequest,
+                    format!("job {} names no GPUs: nothing to account on this node (scope \"gpu\")", req.job),
+                ));
+            }
         }
         // The MIG instances the job holds, by their GPU's index (a step naming none: its job's).
         let mut instances = gpus::instances_of(job_here.filter(|_| req.gpus.is_empty()));
@@ -255,7 +255,7 @@ impl State {
                 format!("job {} is already running with other GPUs or another owner", req.job),
             ));
         }
-        let whole = req.job.step.is_empty() && !req.shares_gpus && !mig;
+        let whole = req.job.step.is_empty() && !req.shares_gpus && !mig && !indices.is_empty();
         if whole {
             for key in apportion::lost_ends(&self.running, &self.exclusive, req.job.job_id, &indices) {
                 warn!(job = %key, new_job = %req.job, "GPUs given to another job: ending the job whose end was never reported");
@@ -273,6 +273,8 @@ impl State {
             .map(|(job, _)| job)
             .filter(|&job| job != req.job.job_id)
             .collect();
+        // What the node drew until now is the jobs' that ran until now.
+        self.node_boundary();
         let t = self.now();
         let account = req.account.clone();
         let readings = self.boundaries.read(self.backend.as_ref(), &indices);
@@ -303,7 +305,7 @@ impl State {
             policy: None,
             gpus,
             dvfs: None,
-            node_share: self.node_share,
+            node_share: self.node_part.empty,
         };
         // Recorded with the start: the policy that runs, which may differ from the one asked.
         let decision = self.decision_of(&record);
@@ -331,7 +333,7 @@ impl State {
         }
         // Settings belong to the whole job; its steps run on them. A job that shares a GPU
         // gets none: one job's setting never applies to a GPU another job holds.
-        let settings = if self.sharing.contains(&record.key.job_id) {
+        let settings = if self.sharing.contains(&record.key.job_id) || record.gpus.is_empty() {
             Changes::default()
         } else if !record.key.step.is_empty() || (decision.by_model() && already_running) {
             enforce::journaled(&self.store, &JobKey::job(record.key.job_id))
@@ -348,6 +350,7 @@ impl State {
         if record.key.step.is_empty() && !already_running {
             gpus::note_settings(&mut record, settings.iter().map(|&(gpu, s)| (gpu, Some(s))), self.now());
         }
+        self.node_job_began(&record.key, record.uid);
         self.running.insert(record.key.clone(), record);
         Ok(Reply::Begun { job: req.job, already_running, decision, settings })
     }
@@ -482,8 +485,11 @@ impl State {
             }
             self.advance_gpu(index, &reading, end_ns);
         }
+        // The node's energy up to now is shared among the jobs running now, this one included.
+        self.node_boundary();
         if let Some(advanced) = self.running.get(key) {
             record.gpus.clone_from(&advanced.gpus);
+            record.node_share = advanced.node_share;
         }
         // A wall clock stepped back during the job gives no negative duration.
         end_ns = end_ns.max(record.begin_ns);
@@ -497,6 +503,7 @@ impl State {
         // recorded as ended: the restore journal returns it to its defaults at the restart.
         record.end_ns = Some(end_ns);
         self.running.remove(key);
+        self.node_job_ended(key);
         self.unrecorded_ends.insert(key.clone(), record);
         let reply = self.record_end(key);
         if key.step.is_empty() {

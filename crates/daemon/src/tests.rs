@@ -384,3 +384,64 @@ fn a_jobs_node_share_survives_a_restart_and_is_in_its_final_record() {
     );
     assert_eq!(record.scoped_energy_mj(), Ok(record.energy_mj() + 1600.0));
 }
+
+#[test]
+fn cpu_only_jobs_are_recorded_where_the_scope_counts_the_node_and_divided_by_cgroup_cpu_time() {
+    use crate::node_energy::{NodeMeters, cgroup::JobCgroups};
+    use wattson_config::energy::{EnergyConfig, EnergyScope};
+    use wattson_types::scope::NodeShare;
+    let f = Fixture::new("share", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let (powercap, cgroups) = (dir.path().join("powercap"), dir.path().join("cgroup"));
+    let zone = powercap.join("intel-rapl:0");
+    std::fs::create_dir_all(&zone).unwrap();
+    std::fs::write(zone.join("name"), "package-0\n").unwrap();
+    std::fs::write(zone.join("max_energy_range_uj"), "1000000000000\n").unwrap();
+    let counter = |uj: u64| std::fs::write(zone.join("energy_uj"), format!("{uj}\n")).unwrap();
+    counter(0);
+    let cpu = |job: u32, ns: u64| {
+        let dir = cgroups.join(format!("cpuacct/slurm/uid_1000/job_{job}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cpuacct.usage"), format!("{ns}\n")).unwrap();
+    };
+    // Under the GPU scope a job without GPUs has nothing to account.
+    {
+        let mut core = f.core();
+        core.measure_node(NodeShare {
+            scope: EnergyScope::Gpu,
+            cpu_mj: Some(0.0),
+            dram_mj: None,
+            node_mj: None,
+        });
+        let e = core.begin(begin(1, &[])).unwrap_err();
+        assert!(e.message.contains("names no GPUs"), "{e:?}");
+    }
+    let config =
+        EnergyConfig { scope: EnergyScope::Cpu, powercap: powercap.clone(), ..EnergyConfig::default() };
+    let mut core = f.core();
+    core.attach_node_meters(NodeMeters::open(&config, 0).unwrap(), Some(JobCgroups::new(&cgroups, "n1")));
+    core.begin(begin(1, &[])).unwrap();
+    core.begin(begin(2, &[])).unwrap();
+    // A reading while job 1's cgroup is not made yet: its CPU time still counts from zero.
+    cpu(2, 0);
+    core.sample_node();
+    // Job 1 used three times job 2's CPU time: three quarters of 400 mJ.
+    cpu(1, 3_000_000_000);
+    cpu(2, 1_000_000_000);
+    counter(400_000);
+    f.clock.advance(Duration::from_secs(1));
+    core.sample_node();
+    // Nobody used a CPU: 100 mJ by time, half each (read at job 2's end).
+    counter(500_000);
+    f.clock.advance(Duration::from_secs(1));
+    let two = ended(core.end(&JobKey::job(2)).unwrap());
+    // Job 1 alone: all of it, to its end.
+    cpu(1, 4_000_000_000);
+    counter(700_000);
+    f.clock.advance(Duration::from_secs(1));
+    let one = ended(core.end(&JobKey::job(1)).unwrap());
+    assert!(one.gpus.is_empty() && two.gpus.is_empty());
+    assert_eq!(two.node_share.unwrap().cpu_mj, Some(100.0 + 50.0));
+    assert_eq!(one.node_share.unwrap().cpu_mj, Some(300.0 + 50.0 + 200.0));
+    assert_eq!(one.scoped_energy_mj(), Ok(550.0), "the CPU scope: CPU and DRAM (none here), no GPU");
+}

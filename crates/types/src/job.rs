@@ -350,7 +350,8 @@ pub struct JobDvfs {
 impl JobRecord {
     /// Total GPU energy in millijoules: the one sum of a job's meters.
     pub fn energy_mj(&self) -> f64 {
-        self.gpus.iter().map(|g| g.meter.energy_mj).sum()
+        // An empty float sum is -0.0, which prints as "-0": a job without GPUs has 0.
+        self.gpus.iter().map(|g| g.meter.energy_mj).sum::<f64>() + 0.0
     }
 
     /// Total GPU energy in joules.
@@ -386,6 +387,26 @@ impl JobRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_without_gpus_has_zero_gpu_energy_not_minus_zero() {
+        let record = JobRecord {
+            key: JobKey::job(1),
+            uid: 0,
+            user: None,
+            name: None,
+            node: "c1".into(),
+            begin_ns: 0,
+            end_ns: None,
+            state: JobState::Running,
+            hints: Hints::default(),
+            policy: None,
+            gpus: Vec::new(),
+            dvfs: None,
+            node_share: None,
+        };
+        assert_eq!(format!("{:.0} {}", record.energy_mj(), record.energy_j()), "0 0");
+    }
 
     #[test]
     fn mig_uuids_in_cuda_visible_devices_win_over_slurms_numbers() {

@@ -1,5 +1,6 @@
 //! What a job's energy figure covers: its GPUs only, or also its share of the node's CPU
-//! packages and memory (RAPL), or its share of the whole node (the BMC's power reading).
+//! packages and memory (RAPL), its share of the CPU packages and memory alone (a node without
+//! GPUs), or its share of the whole node (the BMC's power reading).
 
 use serde::{Deserialize, Serialize};
 
@@ -31,10 +32,64 @@ pub enum EnergyScope {
     #[serde(rename = "node")]
     #[strum(serialize = "node")]
     Node,
+    /// The job's share of the CPU packages' and DRAM's RAPL energy, and no GPU: a CPU-only
+    /// node, where wattsond opens no GPU library.
+    #[serde(rename = "cpu")]
+    #[strum(serialize = "cpu")]
+    Cpu,
 }
 
 impl EnergyScope {
+    /// Every scope, in the order the documentation lists them.
+    pub const ALL: [EnergyScope; 4] =
+        [EnergyScope::Gpu, EnergyScope::GpuCpu, EnergyScope::Cpu, EnergyScope::Node];
+
     /// The name written in `wattson.toml` and shown by `wattson acct`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether the scope's figure needs the GPUs: `gpu` and `gpu+cpu` do; `cpu` never opens a
+    /// GPU library, and `node` counts the GPUs in the node's figure whether or not any is seen.
+    pub fn needs_gpus(self) -> bool {
+        matches!(self, EnergyScope::Gpu | EnergyScope::GpuCpu)
+    }
+
+    /// Whether the scope's figure needs the node's RAPL package zones.
+    pub fn needs_rapl(self) -> bool {
+        matches!(self, EnergyScope::GpuCpu | EnergyScope::Cpu)
+    }
+}
+
+/// `[energy] split`: how the node's energy besides its GPUs is divided among the jobs that run
+/// on it at once.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+    strum::IntoStaticStr,
+)]
+pub enum NodeSplit {
+    /// By each job's CPU time in its Slurm cgroup over the interval, where every running job's
+    /// cgroup can be read; by `time` for an interval where one cannot.
+    #[default]
+    #[serde(rename = "cpu-time")]
+    #[strum(serialize = "cpu-time")]
+    CpuTime,
+    /// Each job the same for the time it ran.
+    #[serde(rename = "time")]
+    #[strum(serialize = "time")]
+    Time,
+}
+
+impl NodeSplit {
+    /// The name written in `wattson.toml`.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -70,14 +125,18 @@ impl std::fmt::Display for Unavailable {
 
 impl NodeShare {
     /// The energy of the share's scope, mJ, given the job's GPU energy: GPU; GPU + CPU + DRAM
-    /// (DRAM where the CPUs have a RAPL `dram` zone: not all do); or the node's (which
-    /// includes the GPUs).
+    /// (DRAM where the CPUs have a RAPL `dram` zone: not all do); CPU + DRAM; or the node's
+    /// (which includes the GPUs).
     pub fn scoped_mj(&self, gpu_mj: f64) -> Result<f64, Unavailable> {
         match self.scope {
             EnergyScope::Gpu => Ok(gpu_mj),
             EnergyScope::GpuCpu => {
                 let cpu = self.cpu_mj.ok_or(Unavailable("CPU (RAPL)"))?;
                 Ok(gpu_mj + cpu + self.dram_mj.unwrap_or(0.0))
+            }
+            EnergyScope::Cpu => {
+                let cpu = self.cpu_mj.ok_or(Unavailable("CPU (RAPL)"))?;
+                Ok(cpu + self.dram_mj.unwrap_or(0.0))
             }
             EnergyScope::Node => self.node_mj.ok_or(Unavailable("node (IPMI DCMI)")),
         }
@@ -100,7 +159,10 @@ mod tests {
         assert_eq!(no_dram.scoped_mj(1.0), Ok(31.0));
         let no_cpu = NodeShare { scope: EnergyScope::GpuCpu, cpu_mj: None, ..share };
         assert!(no_cpu.scoped_mj(1.0).unwrap_err().to_string().contains("CPU (RAPL)"));
-        for scope in [EnergyScope::Gpu, EnergyScope::GpuCpu, EnergyScope::Node] {
+        let cpu = NodeShare { scope: EnergyScope::Cpu, ..share };
+        assert_eq!(cpu.scoped_mj(100.0), Ok(35.0), "a CPU-only figure leaves out any GPU");
+        assert!(NodeShare { cpu_mj: None, ..cpu }.scoped_mj(0.0).is_err());
+        for scope in EnergyScope::ALL {
             let text = serde_json::to_string(&scope).unwrap();
             assert_eq!(text, format!("\"{}\"", scope.as_str()));
             assert_eq!(scope.as_str().parse::<EnergyScope>(), Ok(scope));

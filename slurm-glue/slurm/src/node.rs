@@ -64,7 +64,8 @@ impl PluginArgs {
         Ok(out)
     }
 
-    pub(crate) fn load(&self) -> Result<Config, String> {
+    /// wattson's configuration, from `config` where it exists, else the defaults.
+    pub fn load(&self) -> Result<Config, String> {
         Config::load_or_default(Some(&self.config).filter(|p| p.exists()).map(|p| p.as_path()))
             .map_err(|e| e.to_string())
     }
@@ -104,10 +105,18 @@ pub struct NodeJob {
     pub shares_gpus: bool,
 }
 
-/// Registers a job with wattsond; returns the log line. A job without GPUs is skipped.
+/// Whether wattsond keeps a record of jobs without GPUs on this node: where its energy scope
+/// counts the node's CPUs (`gpu+cpu`, `cpu`) or the whole node (`node`).
+pub fn records_cpu_only_jobs(config: &Config) -> bool {
+    config.energy.scope != wattson_config::energy::EnergyScope::Gpu
+}
+
+/// Registers a job with wattsond; returns the log line. A job without GPUs is skipped where
+/// the energy scope is the GPUs' alone ([`records_cpu_only_jobs`]).
 pub fn begin(args: &PluginArgs, job: NodeJob) -> Result<String, String> {
     let gpus: Vec<GpuRef> = job.gpus.split(',').filter(|s| !s.trim().is_empty()).map(GpuRef::parse).collect();
-    if gpus.is_empty() {
+    let config = args.load()?;
+    if gpus.is_empty() && !records_cpu_only_jobs(&config) {
         return Ok(format!("wattson: job {} has no GPUs on this node", job.job_id));
     }
     let request = Request::JobBegin(JobBegin {
@@ -120,7 +129,7 @@ pub fn begin(args: &PluginArgs, job: NodeJob) -> Result<String, String> {
         hints: job.hints,
         shares_gpus: job.shares_gpus,
     });
-    match args.call(&request)? {
+    match args.call_with(&config, &request).map_err(|e| e.to_string())? {
         Reply::Begun { job, decision, settings, .. } => Ok(format!(
             "wattson: job {job} began: policy {}{}{}",
             decision.policy,
@@ -208,10 +217,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("w.toml");
         std::fs::write(&config, format!("[daemon]\nsocket = {:?}\n", dir.path().join("none.sock"))).unwrap();
-        let args = PluginArgs::new(config, Some(Duration::from_millis(200)));
+        let args = PluginArgs::new(config.clone(), Some(Duration::from_millis(200)));
         let job = NodeJob { job_id: 1, gpus: "0".into(), ..NodeJob::default() };
         assert!(begin(&args, job).unwrap_err().contains("not reachable"));
         let no_gpus = NodeJob { job_id: 2, ..NodeJob::default() };
-        assert!(begin(&args, no_gpus).unwrap().contains("no GPUs"));
+        assert!(begin(&args, no_gpus.clone()).unwrap().contains("no GPUs"));
+        // Where the scope counts the node's CPUs, a job without GPUs is registered too.
+        for scope in ["cpu", "gpu+cpu", "node"] {
+            std::fs::write(
+                &config,
+                format!(
+                    "[daemon]\nsocket = {:?}\n[energy]\nscope = \"{scope}\"\n",
+                    dir.path().join("none.sock")
+                ),
+            )
+            .unwrap();
+            let said = begin(&args, no_gpus.clone()).unwrap_err();
+            assert!(said.contains("not reachable"), "{scope}: {said}");
+        }
     }
 }

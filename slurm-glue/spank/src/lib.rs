@@ -192,7 +192,9 @@ pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, ac: c_int, av: *mut
         let has_gpus = ["SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"]
             .iter()
             .any(|v| std::env::var(v).is_ok_and(|s| !s.is_empty()));
-        if has_gpus {
+        // A job without GPUs has a record where the scope counts the node's CPUs or the node.
+        let recorded = || args(ac, av).load().is_ok_and(|c| node::records_cpu_only_jobs(&c));
+        if has_gpus || recorded() {
             match node::end(&args(ac, av), id) {
                 Ok(line) => info(&line),
                 Err(e) => error(&format!("wattson: job {id}: end not recorded: {e}")),

@@ -89,3 +89,24 @@ fn a_job_that_set_its_own_clocks_says_wattson_stood_aside() {
     assert!(out.contains("Saved (estimate): n/a (no model setting)\n"), "{out}");
     assert!(out.contains("Cost: n/a (no [prices] tariff)\nCO2: n/a (no [carbon] table)\n"), "{out}");
 }
+
+#[test]
+fn a_cpu_only_job_reads_its_scopes_energy_and_no_gpu_setting() {
+    use wattson_types::scope::{EnergyScope, NodeShare};
+    let mut r = record("44");
+    r.gpus = Vec::new();
+    r.dvfs = None;
+    // 0.25 kWh of CPU and 0.05 of DRAM over the hour.
+    r.node_share =
+        Some(NodeShare { scope: EnergyScope::Cpu, cpu_mj: Some(9e8), dram_mj: Some(1.8e8), node_mj: None });
+    let flat = |v: &str| format!("[{}]", vec![v; 24].join(", "));
+    let out =
+        render(&figures(44, &[r], None, &config(&format!("[prices]\nhourly_utc = {}\n", flat("1.0"))), 0));
+    assert!(out.contains("GPUs: 0\n") && out.contains("GPU energy: 0.000 kWh"), "{out}");
+    assert!(out.contains("Energy in Slurm: 0.300 kWh (1.08MJ), scope cpu\n"), "{out}");
+    assert!(out.contains("Mean power: 300 W\n") && out.contains("Setting: none (no GPU)\n"), "{out}");
+    assert!(
+        out.contains("Energy per GPU-hour: n/a (no GPU time)\n") && out.contains("Cost: 0.30\n"),
+        "{out}"
+    );
+}

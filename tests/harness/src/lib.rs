@@ -3,6 +3,7 @@
 //! ([`slurm_lab`]), the programs under test built by Cargo ([`programs`]), `wattson ctld`
 //! run for a lab ([`ctld`]), and the GPU vendors both can simulate ([`vendor`]).
 
+pub mod cpu_node;
 pub mod ctld;
 pub mod fake_link;
 pub mod node;

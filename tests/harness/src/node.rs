@@ -71,6 +71,19 @@ impl Node {
         Node::of_vendor(vendor, vendor.gpus(n), "200ms", "enact = \"share\"\n", "")
     }
 
+    /// A node without GPUs, sampled every `sample_interval`, whose configuration names no GPU
+    /// library (the `[gpu]` section holds `gpu`'s lines instead) and ends with the `[energy]`
+    /// section's `energy` lines.
+    pub fn without_gpus(sample_interval: &str, gpu: &str, energy: &str) -> Node {
+        let node = Node::new(fake_nvml::Config::uniform("H100", 0), sample_interval);
+        let text = std::fs::read_to_string(&node.config).expect("read the node's configuration");
+        let library = format!("nvml_library = {:?}\n", fake_library());
+        assert!(text.contains(&library), "{text}");
+        std::fs::write(&node.config, format!("{}\n[energy]\n{energy}", text.replace(&library, gpu)))
+            .expect("write the node's configuration");
+        node
+    }
+
     /// A node of `n` simulated H100s sampled every 200 ms.
     pub fn h100(n: usize) -> Node {
         Node::new(fake_nvml::Config::uniform("H100", n), "200ms")

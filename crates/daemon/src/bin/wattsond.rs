@@ -18,9 +18,12 @@ fn main() -> ExitCode {
     };
     if args.check_config {
         // Every check the start makes of what the file names, creating and changing nothing.
-        if let Err(e) = wattson_daemon::check_config(&config) {
-            eprintln!("wattsond: {e}");
-            return ExitCode::from(2);
+        match wattson_daemon::check_config(&config) {
+            Ok(measurable) => measurable.iter().for_each(|line| println!("{line}")),
+            Err(e) => {
+                eprintln!("wattsond: {e}");
+                return ExitCode::from(2);
+            }
         }
         println!("configuration OK");
         return ExitCode::SUCCESS;

@@ -3,6 +3,7 @@
 //! the running jobs ([`share`]).
 
 pub mod apportion;
+pub mod cgroup;
 pub mod ipmi;
 pub mod rapl;
 
@@ -40,7 +41,7 @@ impl NodeMeters {
     pub fn open(config: &EnergyConfig, t_ns: i64) -> Result<NodeMeters, String> {
         let rapl = match rapl::Rapl::discover(&config.powercap) {
             Ok(found) => found,
-            Err(e) if config.scope == EnergyScope::GpuCpu => return Err(format!("RAPL: {e}")),
+            Err(e) if config.scope.needs_rapl() => return Err(format!("RAPL: {e}")),
             Err(e) => {
                 warn!(error = %e, "RAPL zones cannot be read: no CPU or DRAM energy is recorded");
                 None
@@ -48,10 +49,15 @@ impl NodeMeters {
         };
         match &rapl {
             Some(r) => info!(packages = r.zones().0, dram = r.zones().1, "RAPL zones found"),
-            None if config.scope == EnergyScope::GpuCpu => {
+            None if config.scope.needs_rapl() => {
+                let instead = match config.scope {
+                    EnergyScope::Cpu => "scope = \"node\" (the BMC's DCMI power readings)",
+                    _ => "scope = \"gpu\"",
+                };
                 return Err(format!(
-                    "[energy] scope = \"gpu+cpu\", but {} has no RAPL package zone (intel-rapl:N): \
-                     CPU energy is not available on this node; set scope = \"gpu\" here",
+                    "[energy] scope = \"{}\", but {} has no RAPL package zone (intel-rapl:N): \
+                     CPU energy is not available on this node; set {instead} here",
+                    config.scope.as_str(),
                     config.powercap.display()
                 ));
             }
@@ -119,6 +125,7 @@ mod tests {
             powercap,
             ipmi_command: vec!["/bin/sh".into(), "-c".into(), script],
             ipmi_timeout: Duration::from_secs(30),
+            ..EnergyConfig::default()
         };
         let mut meters = NodeMeters::open(&config, 0).unwrap();
         for t in 1..=5 {
