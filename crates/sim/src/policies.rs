@@ -187,7 +187,8 @@ fn draw_opt_in(n: usize, fraction: f64, seed: u64) -> Vec<bool> {
     (0..n).map(|_| unit(&mut rng) < fraction).collect()
 }
 
-/// Maps jobs to workloads, draws hints and decides each job's limit for every policy.
+/// Maps jobs to workloads, draws the hints the trace does not give and decides each job's limit
+/// for every policy.
 /// Models are fitted once per workload and decisions cached per (workload, bound).
 pub fn prepare(
     trace: &[TraceJob],
@@ -209,6 +210,9 @@ pub fn prepare(
     let mut out = Vec::with_capacity(trace.len());
     let opt_in = draw_opt_in(trace.len(), cluster.hints.share_fraction, seed);
     for (((t, (bound, window)), limit), shares) in trace.iter().zip(hints).zip(limits).zip(opt_in) {
+        // Hints the trace gives (a site's history) replace the drawn ones; the draws stay in
+        // trace order either way, so a job's other draws do not depend on them.
+        let (bound, window) = (t.bound.unwrap_or(bound), t.defer_window.unwrap_or(window));
         let gpu_types = accepted_types(t, cluster)?;
         let shares = t.gpus <= cluster.hints.share_gpus && (shares || t.gpu_fraction < 1.0);
         let bound = if shares { bound.max(cluster.hints.share_bound) } else { bound };
