@@ -333,6 +333,19 @@ mod tests {
     }
 
     #[test]
+    fn hints_a_trace_gives_replace_the_draws_and_leave_the_others_alone() {
+        let c = ClusterConfig::from_toml(crate::cluster::tests::SMALL, "c").unwrap();
+        let cat = Catalog::from_zeus_csv(&crate::workloads::tests::tiny_zeus(), "z").unwrap();
+        let text = "submit,gpus,duration,slowdown_pct,defer_s\n0,1,600,7,1234\n10,1,600,,\n20,1,600,0,0\n";
+        let trace = crate::trace::parse(text, "t.csv", crate::TraceFormat::Auto).unwrap();
+        let jobs = prepare(&trace, &cat, &c, 3).unwrap();
+        let drawn = draw_hints(3, &c.hints, 3);
+        assert_eq!((jobs[0].bound, jobs[0].defer_window), (0.07, 1234.0));
+        assert_eq!((jobs[1].bound, jobs[1].defer_window), drawn[1]);
+        assert_eq!((jobs[2].bound, jobs[2].defer_window), (0.0, 0.0));
+    }
+
+    #[test]
     fn hint_draws_follow_the_distribution_and_the_seed() {
         let d = HintDistribution {
             slowdown: vec![[0.0, 0.25], [0.1, 0.75]],
