@@ -34,7 +34,8 @@ fn the_labs_own_accounting_exports_to_a_trace_the_simulator_replays() {
         "AccountingStorageTRES=gres/gpu,gres/gpu:v100\n",
     );
     let body = |s: u32| format!("#!/bin/sh\nsleep {s}\n");
-    let bounded = lab.sbatch(&["--gres=gpu:2", "--energy=min-energy", "--energy-slowdown=10", "-t", "5"], &body(3));
+    let bounded =
+        lab.sbatch(&["--gres=gpu:2", "--energy=min-energy", "--energy-slowdown=10", "-t", "5"], &body(3));
     let deferrable = lab.sbatch(&["--gres=gpu:v100:1", "--energy-defer=2h", "-t", "10"], &body(1));
     let whole = lab.sbatch(&["--gres=gpu:4", "-t", "3"], &body(1));
     let no_gpu = lab.sbatch(&["-t", "1"], &body(0));
@@ -57,9 +58,13 @@ fn the_labs_own_accounting_exports_to_a_trace_the_simulator_replays() {
         let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let ended = |job: u32| {
-            text.lines().any(|l| l.starts_with(&format!("{job}|")) && !l.split('|').nth(3).unwrap_or("Unknown").contains("Unknown"))
+            text.lines().any(|l| {
+                l.starts_with(&format!("{job}|"))
+                    && !l.split('|').nth(3).unwrap_or("Unknown").contains("Unknown")
+            })
         };
-        if [bounded, deferrable, whole, no_gpu].into_iter().all(ended) && text.contains(&format!("{never}|")) {
+        if [bounded, deferrable, whole, no_gpu].into_iter().all(ended) && text.contains(&format!("{never}|"))
+        {
             break text;
         }
         assert!(started.elapsed() < Duration::from_secs(60), "sacct shows:\n{text}\n{}", lab.log("slurmdbd"));
@@ -105,28 +110,43 @@ fn the_labs_own_accounting_exports_to_a_trace_the_simulator_replays() {
     let ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
     assert_eq!(ids, [bounded, deferrable, whole].map(|j| j.to_string()), "submission order");
     assert_eq!(jobs.iter().map(|j| j.gpus).collect::<Vec<_>>(), [2, 1, 4]);
-    assert_eq!(jobs.iter().map(|j| j.time_limit).collect::<Vec<_>>(), [Some(300.0), Some(600.0), Some(180.0)]);
+    assert_eq!(
+        jobs.iter().map(|j| j.time_limit).collect::<Vec<_>>(),
+        [Some(300.0), Some(600.0), Some(180.0)]
+    );
     assert_eq!(jobs[0].submit, 0.0);
     assert!(jobs[1].submit >= 0.0 && jobs[2].submit >= jobs[1].submit && jobs[2].submit < 30.0, "{csv}");
     // Each ran its body (1 s or 3 s, plus Slurm's launch), never past its limit.
     for (j, least) in jobs.iter().zip([3.0, 1.0, 1.0]) {
         assert!(j.duration >= least && j.duration < 60.0, "job {}: {} s\n{csv}", j.id, j.duration);
     }
-    assert_eq!(jobs.iter().map(|j| j.gpu_types.clone()).collect::<Vec<_>>(), [vec![], vec!["v100".to_string()], vec![]]);
+    assert_eq!(
+        jobs.iter().map(|j| j.gpu_types.clone()).collect::<Vec<_>>(),
+        [vec![], vec!["v100".to_string()], vec![]]
+    );
     // Hints as job_submit recorded them: the bound, the deferral window, none for the third.
     assert_eq!(jobs.iter().map(|j| j.bound).collect::<Vec<_>>(), [Some(0.1), Some(0.0), Some(0.0)]);
     assert_eq!(jobs.iter().map(|j| j.defer_window).collect::<Vec<_>>(), [Some(0.0), Some(7200.0), Some(0.0)]);
     // The whole-node job started after both others ended, so its wait shows in the history:
     // its start (sacct's) is at least the 2-GPU job's end.
     let start_of = |job: u32, field: usize| {
-        sacct.lines().find(|l| l.starts_with(&format!("{job}|"))).and_then(|l| l.split('|').nth(field)).unwrap().to_string()
+        sacct
+            .lines()
+            .find(|l| l.starts_with(&format!("{job}|")))
+            .and_then(|l| l.split('|').nth(field))
+            .unwrap()
+            .to_string()
     };
     assert!(start_of(whole, 2) >= start_of(bounded, 3), "{sacct}");
     // Users: one hash for the one user, never the name.
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     let user = header.iter().position(|c| *c == "user").unwrap();
-    let users: Vec<String> = csv.lines().skip(1).map(|l| l.split(',').nth(user).unwrap().to_string()).collect();
-    assert!(users.iter().all(|u| u == &users[0] && u.len() == 24 && u.chars().all(|c| c.is_ascii_hexdigit())), "{users:?}");
+    let users: Vec<String> =
+        csv.lines().skip(1).map(|l| l.split(',').nth(user).unwrap().to_string()).collect();
+    assert!(
+        users.iter().all(|u| u == &users[0] && u.len() == 24 && u.chars().all(|c| c.is_ascii_hexdigit())),
+        "{users:?}"
+    );
     assert!(!csv.contains("root"), "{csv}");
 
     // The simulator on it: one node of 4 V100s, every policy, the knob sweep and its plots.

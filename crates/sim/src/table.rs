@@ -130,4 +130,3 @@ pub fn to_table(r: &Report) -> String {
     }
     out
 }
-

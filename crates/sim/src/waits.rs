@@ -100,7 +100,9 @@ mod tests {
         // Jobs (wait, window): two plain, three deferrable (one started within its 2 h window,
         // one 1800 s late, one 600 s late).
         let mut w = Waits::default();
-        for (wait, window) in [(100.0, 0.0), (300.0, 0.0), (3600.0, 7200.0), (9000.0, 7200.0), (4200.0, 3600.0)] {
+        for (wait, window) in
+            [(100.0, 0.0), (300.0, 0.0), (3600.0, 7200.0), (9000.0, 7200.0), (4200.0, 3600.0)]
+        {
             w.push(wait, window);
         }
         let f = w.figures();

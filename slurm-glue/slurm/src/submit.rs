@@ -505,7 +505,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.begin_time_s, Some(20_001 * 86_400));
-        assert!(d.admin_comment.ends_with(",defer=21600,deferred=2024-10-05T00:00:00Z"), "{}", d.admin_comment);
+        assert!(
+            d.admin_comment.ends_with(",defer=21600,deferred=2024-10-05T00:00:00Z"),
+            "{}",
+            d.admin_comment
+        );
         assert!(d.message.unwrap().contains("deferred to 2024-10-05T00:00:00Z"));
     }
 

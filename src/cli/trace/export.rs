@@ -23,8 +23,7 @@ const LEADING: usize = 10;
 /// The trace's header: what `wattson sim` reads (`job_id`, `submit`, `gpus`, `duration`,
 /// `time_limit`, `gpu_types`, `slowdown_pct`, `defer_s`, `tag`) and what it leaves for people
 /// (`gpu_type`, `partition`, `user`, `energy_policy`).
-pub const HEADER: &str =
-    "job_id,submit,gpus,duration,time_limit,gpu_types,gpu_type,partition,user,energy_policy,slowdown_pct,defer_s,tag";
+pub const HEADER: &str = "job_id,submit,gpus,duration,time_limit,gpu_types,gpu_type,partition,user,energy_policy,slowdown_pct,defer_s,tag";
 
 /// What was left out, by reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -203,7 +202,9 @@ fn time(s: &str, field: &str, at: &str) -> Result<Option<NaiveDateTime>, String>
         return Ok(None);
     }
     NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").map(Some).map_err(|_| {
-        format!("{at}: {field} = {s:?}: allowed YYYY-MM-DDTHH:MM:SS (SLURM_TIME_FORMAT=standard), Unknown or None")
+        format!(
+            "{at}: {field} = {s:?}: allowed YYYY-MM-DDTHH:MM:SS (SLURM_TIME_FORMAT=standard), Unknown or None"
+        )
     })
 }
 
@@ -215,13 +216,16 @@ fn time_limit(s: &str, at: &str) -> Result<Option<i64>, String> {
         return Ok(None);
     }
     let bad = || {
-        format!("{at}: Timelimit = {s:?}: allowed [D-]HH:MM:SS, MM:SS, MM, D-HH[:MM], UNLIMITED or Partition_Limit")
+        format!(
+            "{at}: Timelimit = {s:?}: allowed [D-]HH:MM:SS, MM:SS, MM, D-HH[:MM], UNLIMITED or Partition_Limit"
+        )
     };
     let (days, rest) = match s.split_once('-') {
         Some((d, r)) => (Some(d.parse::<i64>().map_err(|_| bad())?), r),
         None => (None, s),
     };
-    let parts = rest.split(':').map(|p| p.parse::<i64>().map_err(|_| bad())).collect::<Result<Vec<_>, _>>()?;
+    let parts =
+        rest.split(':').map(|p| p.parse::<i64>().map_err(|_| bad())).collect::<Result<Vec<_>, _>>()?;
     let (h, m, sec) = match (days.is_some(), parts.as_slice()) {
         (true, [h]) => (*h, 0, 0),
         (true, [h, m]) => (*h, *m, 0),
@@ -249,9 +253,9 @@ fn gpus(tres: &str, field: &str, at: &str) -> Result<(u32, Vec<String>), String>
             Some(t) if t.starts_with(':') => Some(&t[1..]),
             _ => continue,
         };
-        let n: u32 = value
-            .parse()
-            .map_err(|_| format!("{at}: {field} = {tres:?}: {key} = {value:?} is not a whole number of GPUs"))?;
+        let n: u32 = value.parse().map_err(|_| {
+            format!("{at}: {field} = {tres:?}: {key} = {value:?} is not a whole number of GPUs")
+        })?;
         match kind {
             None => plain = Some(n),
             Some(t) => {

@@ -93,8 +93,12 @@ pub fn run(cmd: TraceCommand) -> Result<(), String> {
         );
     }
     match &args.output {
-        Some(path) => std::fs::write(path, &export.csv).map_err(|e| format!("{}: cannot write: {e}", path.display())),
-        None => std::io::stdout().write_all(export.csv.as_bytes()).map_err(|e| format!("standard output: {e}")),
+        Some(path) => {
+            std::fs::write(path, &export.csv).map_err(|e| format!("{}: cannot write: {e}", path.display()))
+        }
+        None => {
+            std::io::stdout().write_all(export.csv.as_bytes()).map_err(|e| format!("standard output: {e}"))
+        }
     }
 }
 

@@ -110,7 +110,8 @@ fn the_summary_s_hints_come_before_the_note_s() {
         ..JobSummary::default()
     };
     // sacctmgr lower-cases what it sets: the note as it reads back after the summary is written.
-    let comment = admin_comment("wattson:policy=min-energy,defer=3600", &summary).unwrap().to_ascii_lowercase();
+    let comment =
+        admin_comment("wattson:policy=min-energy,defer=3600", &summary).unwrap().to_ascii_lowercase();
     let line = format!(
         "7|2026-12-01T00:00:00|2026-12-01T00:30:00|2026-12-01T01:30:00|04:00:00|gres/gpu=1|gres/gpu=1|gpu|erin|COMPLETED|{comment}|\n"
     );
