@@ -18,8 +18,8 @@ const FIELDS: &str =
 
 /// Five jobs on one node of 4 GPUs (typed `v100` in gres.conf, so a V100 cluster file takes
 /// them): one of 2 GPUs with a 10% slowdown bound, one that asks for a v100 and a 2 h deferral
-/// window, one of all 4 GPUs that must wait for both, one without GPUs, one cancelled before
-/// it started. The export holds the three GPU jobs, in submission order, with their GPUs,
+/// window, one of all 4 GPUs that must wait for both, one without GPUs, one cancelled while
+/// it waited. The export holds the three GPU jobs, in submission order, with their GPUs,
 /// limits, types asked, hints and hashed user; the simulator reads it and prints every job.
 #[test]
 fn the_labs_own_accounting_exports_to_a_trace_the_simulator_replays() {
@@ -39,7 +39,9 @@ fn the_labs_own_accounting_exports_to_a_trace_the_simulator_replays() {
     let deferrable = lab.sbatch(&["--gres=gpu:v100:1", "--energy-defer=2h", "-t", "10"], &body(1));
     let whole = lab.sbatch(&["--gres=gpu:4", "-t", "3"], &body(1));
     let no_gpu = lab.sbatch(&["-t", "1"], &body(0));
-    let never = lab.sbatch(&["-H", "--gres=gpu:1", "-t", "1"], &body(0));
+    // Eligible, but queued behind the whole-node job: cancelled before it can start. (sacct
+    // lists only jobs that became eligible: a held job cancelled is not in its output.)
+    let never = lab.sbatch(&["--gres=gpu:4", "-t", "1"], &body(0));
     let [bounded, deferrable, whole, no_gpu, never] =
         [bounded, deferrable, whole, no_gpu, never].map(|j| j.expect("sbatch"));
     lab.run_ok("scancel", &[&never.to_string()]);

@@ -184,3 +184,23 @@ fn cells_with_commas_or_quotes_are_quoted() {
     assert_eq!(quoted("a,b"), "\"a,b\"");
     assert_eq!(quoted("say \"hi\""), "\"say \"\"hi\"\"\"");
 }
+
+/// What Slurm 22.05's sacct printed for the Slurm lab's jobs (`tests/slurm/trace_export.rs`):
+/// a 2-GPU job with `--energy-slowdown=10`, a typed 1-GPU job with `--energy-defer=2h`, a
+/// 4-GPU job, a job without GPUs, and their batch steps.
+const LAB_22_05: &str = include_str!("sacct-22.05.txt");
+
+#[test]
+fn the_labs_real_sacct_output_reads_as_recorded() {
+    let e = export(LAB_22_05, "lab.txt", SALT).unwrap();
+    assert_eq!(e.skipped, Skipped { steps: 4, no_gpus: 1, ..Skipped::default() });
+    let rows = cells(&e.csv);
+    // Read off the file: all submitted at 12:01:43; 46-49, 46-47 and 49-51 ran.
+    assert_eq!(rows[0][..8], ["36341000", "0", "2", "3", "300", "", "v100", "lab"]);
+    assert_eq!(rows[0][9..], ["min-energy", "10", "0", ""]);
+    assert_eq!(rows[1][..8], ["36341001", "0", "1", "1", "600", "v100", "v100", "lab"]);
+    assert_eq!(rows[1][9..], ["balanced", "0", "7200", ""]);
+    assert_eq!(rows[2][..8], ["36341002", "0", "4", "2", "180", "", "v100", "lab"]);
+    assert_eq!(rows[2][9..], ["balanced", "0", "0", ""]);
+    assert_eq!(rows.len(), 3);
+}
