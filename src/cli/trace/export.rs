@@ -30,7 +30,7 @@ pub const HEADER: &str = "job_id,submit,gpus,duration,time_limit,gpu_types,gpu_t
 pub struct Skipped {
     /// Step rows (`1234.batch`, `1234.0`): their job's row stands for them.
     pub steps: usize,
-    /// Jobs that never started (pending, cancelled while pending).
+    /// Jobs that never started: no Start, or nothing allocated (cancelled while pending).
     pub never_started: usize,
     /// Jobs still running (no end yet).
     pub running: usize,
@@ -159,6 +159,11 @@ fn row(
         skipped.running += 1;
         return Ok(None);
     };
+    if f[6].trim().is_empty() {
+        // Nothing allocated: cancelled while pending (Slurm gives it Start = End then).
+        skipped.never_started += 1;
+        return Ok(None);
+    }
     let limit = time_limit(f[4], at)?;
     let asked = gpus(f[5], "ReqTRES", at)?;
     let alloc = gpus(f[6], "AllocTRES", at)?;

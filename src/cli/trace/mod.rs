@@ -17,7 +17,8 @@ pub enum TraceCommand {
     /// Turn Slurm's accounting (sacct) into a trace for `wattson sim`: per job that started,
     /// ended and held GPUs, its submission, run time, time limit, GPUs and their type,
     /// partition, wattson's hints, and its user as a keyed hash (never the name). Steps and
-    /// jobs that never started, still run or held no GPU are left out and counted on stderr
+    /// jobs that never started, still run, held no GPU or ran 0 s are left out and counted on
+    /// stderr
     Export(ExportArgs),
 }
 

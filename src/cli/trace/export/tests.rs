@@ -6,14 +6,16 @@ use wattson_types::summary::NodeSummary;
 
 const SALT: &[u8] = b"a site's secret salt";
 
-/// sacct 22.05's lines in [`FIELDS`] order: jobs, steps, one never started, one running, one
-/// without GPUs, one of 0 s. Times as `SLURM_TIME_FORMAT=standard` prints them.
+/// sacct 22.05's lines in [`FIELDS`] order: jobs, steps, two never started (one pending, one
+/// cancelled while pending: Start = End, nothing allocated), one running, one without GPUs,
+/// one of 0 s. Times as `SLURM_TIME_FORMAT=standard` prints them.
 const SACCT: &str = "\
 101|2026-11-30T10:00:00|2026-11-30T10:00:05|2026-11-30T11:00:05|02:00:00|billing=1,cpu=1,gres/gpu=2,mem=1000M,node=1|billing=2,cpu=2,gres/gpu:v100=2,gres/gpu=2,mem=1000M,node=1|gpu|alice|COMPLETED|wattson:policy=min-energy,slowdown=10%,defer=7200|
 101.batch|2026-11-30T10:00:05|2026-11-30T10:00:05|2026-11-30T11:00:05||||||COMPLETED||
 101.extern|2026-11-30T10:00:05|2026-11-30T10:00:05|2026-11-30T11:00:05||||||COMPLETED||
 100|2026-11-30T09:59:00|2026-11-30T10:30:00|2026-11-30T10:40:00|1-00:00:00|billing=1,cpu=1,gres/gpu:v100=1,gres/gpu=1,node=1|billing=1,cpu=1,gres/gpu:v100=1,gres/gpu=1,node=1|debug|bob|TIMEOUT||
 102|2026-11-30T10:01:00|Unknown|Unknown|01:00:00|billing=1,cpu=1,gres/gpu=1,node=1||gpu|alice|PENDING||
+107|2026-11-30T10:01:30|2026-11-30T10:01:40|2026-11-30T10:01:40|00:01:00|billing=4,cpu=1,gres/gpu=4,node=1||gpu|alice|CANCELLED by 0||
 103|2026-11-30T10:02:00|2026-11-30T10:02:10|Unknown|UNLIMITED|billing=1,cpu=1,gres/gpu=1,node=1|billing=1,cpu=1,gres/gpu=1,node=1|gpu|carol|RUNNING||
 104|2026-11-30T10:03:00|2026-11-30T10:03:01|2026-11-30T10:13:01|10:00|billing=1,cpu=1,node=1|billing=1,cpu=1,mem=100M,node=1|cpu|dave|COMPLETED||
 105|2026-11-30T10:04:00|2026-11-30T10:04:00|2026-11-30T10:04:00|10:00|billing=1,cpu=1,gres/gpu=1,node=1|billing=1,cpu=1,gres/gpu=1,node=1|gpu|dave|FAILED||
@@ -29,7 +31,7 @@ fn jobs_become_rows_by_submission_and_the_rest_is_counted() {
     let e = export(SACCT, "s.txt", SALT).unwrap();
     assert_eq!(e.csv.lines().next(), Some(HEADER));
     assert_eq!(e.jobs, 3);
-    let want = Skipped { steps: 2, never_started: 1, running: 1, no_gpus: 1, zero_length: 1 };
+    let want = Skipped { steps: 2, never_started: 2, running: 1, no_gpus: 1, zero_length: 1 };
     assert_eq!(e.skipped, want);
     assert_eq!(e.origin.map(|o| o.to_string()).as_deref(), Some("2026-11-30 09:59:00"));
     let rows = cells(&e.csv);
