@@ -68,7 +68,9 @@ fn users_are_hashed_with_the_salt_and_never_written() {
 fn the_simulator_reads_the_export_with_its_hints() {
     let e = export(SACCT, "s.txt", SALT).unwrap();
     let jobs = wattson_sim::trace::parse(&e.csv, "export.csv", wattson_sim::TraceFormat::Auto).unwrap();
-    let got: Vec<(&str, f64, u32, f64, Option<f64>, Option<f64>, Option<f64>)> = jobs
+    /// A job as the simulator read it: id, submit, GPUs, duration, limit, bound, window.
+    type Read<'a> = (&'a str, f64, u32, f64, Option<f64>, Option<f64>, Option<f64>);
+    let got: Vec<Read> = jobs
         .iter()
         .map(|j| (j.id.as_str(), j.submit, j.gpus, j.duration, j.time_limit, j.bound, j.defer_window))
         .collect();
