@@ -1,5 +1,6 @@
 //! `wattson`, the command line: `acct` (sacct-style energy report), `report`, `job begin|end`
-//! (for Slurm Prolog/Epilog scripts), `status` (the node's GPUs) and `summary show`; `sim`,
+//! (for Slurm Prolog/Epilog scripts), `status` (the node's GPUs), `summary show` and `trace
+//! export` (accounting history as a simulator trace); `sim`,
 //! `ctld`, `power`, `models` and `summary write` run the simulator's and the controller's own
 //! programs ([`forward`]).
 
@@ -11,6 +12,7 @@ pub mod mail;
 mod report;
 mod status;
 mod summary;
+mod trace;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -58,6 +60,10 @@ enum Command {
     /// wattson-ctld).
     #[command(subcommand)]
     Summary(summary::SummaryCommand),
+    /// Job traces for the simulator: `wattson trace export` turns Slurm's accounting into a
+    /// trace `wattson sim` replays.
+    #[command(subcommand)]
+    Trace(trace::TraceCommand),
     /// One job's GPU energy at a glance, like seff: energy, kWh per GPU-hour, power, the
     /// setting and why, what it saved, cost and CO2.
     JobSummary(job_summary::JobSummaryArgs),
@@ -76,7 +82,9 @@ pub fn main() -> ExitCode {
         Command::Summary(summary::SummaryCommand::Show(args)) => {
             with_config(file, |c| summary::show(c, args))
         }
-        // The simulator needs no site configuration: it reads only the files it is given.
+        // The simulator and its traces need no site configuration: they read only the files
+        // they are given (and sacct).
+        Command::Trace(cmd) => trace::run(cmd),
         Command::Sim(passed) => Err(forward::exec(forward::SIM, None, &[], passed, "sim")),
         Command::Ctld(passed) => Err(forward::exec(forward::CTLD, file, &[], passed, "ctld")),
         Command::Power(passed) => Err(forward::exec(forward::CTLD, file, &["power"], passed, "power")),

@@ -32,3 +32,4 @@ mod slurm;
 mod slurm_energy;
 mod slurm_lab_selftest;
 mod steps;
+mod trace_export;

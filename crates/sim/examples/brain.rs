@@ -73,7 +73,7 @@ fn main() {
             "ST s"
         );
         // Per policy, sums over the seeds.
-        let mut sums: Vec<(String, [f64; 9])> = Vec::new();
+        let mut sums: Vec<(String, [f64; 11])> = Vec::new();
         for seed in 1..=seeds {
             let o = wattson_sim::run(&c, &catalog, &trace, &trace_name, &wattson_sim::policies::ALL, seed)
                 .unwrap();
@@ -91,10 +91,12 @@ fn main() {
                     s.gpu_busy_kwh,
                     s.capture.unwrap_or(f64::NAN),
                     s.bound_violations as f64,
+                    s.waits.imposed_wait_mean_s,
+                    s.waits.late_jobs as f64,
                 ];
                 add(&mut sums, s.policy.clone(), row);
                 println!(
-                    "{seed:<5} {:<16} {:>11.0} {:>8.3} {:>8.2} {:>7.3} {:>8.3} {:>8.3} {:>7.2} {:>7.1}% {:>5} {:>6} {:>6} gpu {:.0} idle {:.0} trans {:.0}",
+                    "{seed:<5} {:<16} {:>11.0} {:>8.3} {:>8.2} {:>7.3} {:>8.3} {:>8.3} {:>7.2} {:>7.1}% {:>5} {:>6} {:>6} gpu {:.0} idle {:.0} trans {:.0} imposed {:.3} h late {}",
                     s.policy,
                     s.energy_kwh,
                     s.wait_mean_s / 3600.0,
@@ -110,6 +112,8 @@ fn main() {
                     s.gpu_busy_kwh,
                     s.gpu_idle_kwh + s.node_base_kwh + s.off_kwh,
                     s.transition_kwh,
+                    s.waits.imposed_wait_mean_s / 3600.0,
+                    s.waits.late_jobs,
                 );
             }
             let by = |p: ClusterPolicy| o.report.summary(p).unwrap();
@@ -146,9 +150,9 @@ fn main() {
             );
         }
         let n = seeds as f64;
-        for (policy, [e, w, p99, defer, qw, top, gpu, cap, viol]) in &sums {
+        for (policy, [e, w, p99, defer, qw, top, gpu, cap, viol, imposed, late]) in &sums {
             println!(
-                "mean  {policy:<16} {:>8.2} MWh  wait {:.3} h  p99 {:.2} h  defer {:.3} h  qwait {:.3} h  top10 {:.3} h  gpu {:.2} MWh  capture {:.1}%  over bound {:.0} jobs  ({} over {seeds} seeds)",
+                "mean  {policy:<16} {:>8.2} MWh  wait {:.3} h  p99 {:.2} h  defer {:.3} h  qwait {:.3} h  top10 {:.3} h  gpu {:.2} MWh  capture {:.1}%  over bound {:.0} jobs  imposed {:.3} h  late {:.1} jobs  ({} over {seeds} seeds)",
                 e / n / 1000.0,
                 w / n / 3600.0,
                 p99 / n / 3600.0,
@@ -158,6 +162,8 @@ fn main() {
                 gpu / n / 1000.0,
                 cap / n * 100.0,
                 viol / n,
+                imposed / n / 3600.0,
+                late / n,
                 c.limits.label(),
             );
         }

@@ -23,7 +23,7 @@ pub enum FormatArg {
 #[derive(Debug, Parser)]
 #[command(name = "wattson-sim", version = wattson_program::version())]
 pub struct SimArgs {
-    /// Job trace (CSV): ITP layout or submit,gpus,duration[,tag]
+    /// Job trace (CSV): ITP layout, or submit,gpus,duration[,tag] with optional columns (e.g. from `wattson trace export`)
     #[arg(long)]
     trace: PathBuf,
     /// Trace layout
@@ -41,7 +41,7 @@ pub struct SimArgs {
     /// Seed of the per-job slowdown-bound and deferral draws
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Write summary.csv, summary.json, power_hourly.csv, energy_vs_jct.svg, energy_vs_wait.svg, power_over_time.svg here
+    /// Write summary.csv, summary.json, power_hourly.csv, energy_vs_jct.svg, energy_vs_wait.svg, energy_vs_imposed_wait.svg, power_over_time.svg here
     #[arg(long)]
     out: Option<PathBuf>,
     /// Also sweep wattson's knobs (six more runs) for the Pareto plot
@@ -113,6 +113,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             ("power_hourly.csv", crate::metrics::power_csv(r)),
             ("energy_vs_jct.svg", crate::plot::energy_vs_jct(r)),
             ("energy_vs_wait.svg", crate::plot::energy_vs_wait(r)),
+            ("energy_vs_imposed_wait.svg", crate::plot::energy_vs_imposed_wait(r)),
             ("power_over_time.svg", crate::plot::power_over_time(r)),
         ];
         for (name, text) in files {
@@ -120,7 +121,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             std::fs::write(&p, text).map_err(|e| format!("{}: cannot write: {e}", p.display()))?;
         }
         println!(
-            "wrote {}/{{summary.csv,summary.json,power_hourly.csv,energy_vs_jct.svg,energy_vs_wait.svg,power_over_time.svg}}",
+            "wrote {}/{{summary.csv,summary.json,power_hourly.csv,energy_vs_jct.svg,energy_vs_wait.svg,energy_vs_imposed_wait.svg,power_over_time.svg}}",
             dir.display()
         );
     }

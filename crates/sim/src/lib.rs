@@ -7,8 +7,8 @@
 //! measurements and stand-ins, [`policies`] the policies' per-job hints and engine choices,
 //! [`events`] the event queue, [`scheduler`] Slurm's FIFO + EASY backfill, [`power`] node
 //! power states and the energy meter, [`simulate`] the event loop, [`record`] its records,
-//! [`floor`] the energy reference, [`metrics`] results and their CSV/JSON, [`plot`] the SVG
-//! charts. See docs/sim.md.
+//! [`floor`] the energy reference, [`metrics`] results and their CSV/JSON, [`waits`] the waits
+//! users chose apart from those imposed, [`table`] the terminal table, [`plot`] the SVG charts. See docs/sim.md.
 
 pub mod cli;
 pub mod cluster;
@@ -24,7 +24,9 @@ pub mod power;
 pub mod record;
 pub mod scheduler;
 pub mod simulate;
+pub mod table;
 pub mod trace;
+pub mod waits;
 pub mod workloads;
 
 pub use cluster::ClusterConfig;

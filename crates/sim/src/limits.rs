@@ -115,6 +115,8 @@ mod tests {
             time_limit,
             gpu_types: Vec::new(),
             gpu_fraction: 1.0,
+            bound: None,
+            defer_window: None,
         }
     }
 

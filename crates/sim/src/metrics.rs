@@ -1,7 +1,8 @@
 //! Results per policy and their CSV / JSON / text renderings (the floor is in [`super::floor`]).
 //!
 //! JCT = end − submit; wait = start − submit (queueing, deferral and boot: the yardstick);
-//! deferral = eligible − submit, reported in its own column; the largest tenth is the tenth of
+//! deferral = eligible − submit, reported in its own column; the imposed wait leaves out the
+//! deferral window a job's user asked for ([`super::waits`]), beside the plain wait; the largest tenth is the tenth of
 //! jobs with the most GPU-seconds (GPUs × run time). Percentiles are nearest-rank. Energy is kept in joules and reported in kWh; cost prices each UTC hour's
 //! energy at that hour's tariff.
 
@@ -13,6 +14,9 @@ use super::cluster::ClusterConfig;
 use super::policies::{ClusterPolicy, SimJob};
 use super::power::{BIN_S, EnergyParts};
 use super::simulate::RunResult;
+use super::waits::{WaitFigures, Waits};
+
+pub use super::table::to_table;
 
 /// Joules per kWh.
 pub const J_PER_KWH: f64 = 3.6e6;
@@ -64,6 +68,10 @@ pub struct Summary {
     pub defer_mean_s: f64,
     /// Mean wait (from submission) of the tenth of jobs with the most GPU-seconds (s).
     pub wait_large_mean_s: f64,
+    /// The waits the policy imposed, less the windows users chose, and the deferrable jobs'
+    /// lateness ([`super::waits`]).
+    #[serde(flatten)]
+    pub waits: WaitFigures,
     /// Jobs that reached their time limit and were killed.
     pub killed_jobs: usize,
     /// Last end − first submission (s).
@@ -111,6 +119,8 @@ pub struct SweepPoint {
     pub wait_mean_s: f64,
     /// 99th percentile wait from submission (s).
     pub wait_p99_s: f64,
+    /// Mean imposed wait: wait less the job's own deferral window, at least 0 (s).
+    pub imposed_wait_mean_s: f64,
     /// Mean JCT (s).
     pub jct_mean_s: f64,
 }
@@ -124,6 +134,7 @@ impl SweepPoint {
             energy_kwh: s.energy_kwh,
             wait_mean_s: s.wait_mean_s,
             wait_p99_s: s.wait_p99_s,
+            imposed_wait_mean_s: s.waits.imposed_wait_mean_s,
             jct_mean_s: s.jct_mean_s,
         }
     }
@@ -169,7 +180,8 @@ impl Report {
     }
 }
 
-fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
+/// The `p` quantile of `sorted`, nearest rank; NaN when empty.
+pub(crate) fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -197,6 +209,7 @@ pub(crate) struct Times {
     queue_wait: Vec<f64>,
     defer: Vec<f64>,
     wait_large: Vec<f64>,
+    waits: Waits,
     killed: usize,
     gpu_s: f64,
     slow: Vec<f64>,
@@ -213,6 +226,7 @@ pub(crate) fn times(jobs: &[SimJob], starts: impl Iterator<Item = JobTimes>) -> 
         queue_wait: Vec::new(),
         defer: Vec::new(),
         wait_large: Vec::new(),
+        waits: Waits::default(),
         killed: jobs.iter().filter(|j| j.killed).count(),
         gpu_s: 0.0,
         slow: Vec::new(),
@@ -221,6 +235,7 @@ pub(crate) fn times(jobs: &[SimJob], starts: impl Iterator<Item = JobTimes>) -> 
     for (j, (eligible, start, end, slow)) in jobs.iter().zip(starts) {
         t.jct.push(end - j.submit);
         t.wait.push(start - j.submit);
+        t.waits.push(start - j.submit, j.defer_window);
         t.queue_wait.push(start - eligible);
         t.defer.push(eligible - j.submit);
         t.gpu_s += f64::from(j.gpus) * (end - start);
@@ -297,6 +312,7 @@ pub(crate) fn summary(policy: ClusterPolicy, c: &ClusterConfig, t: Times, x: Tot
         queue_wait_p99_s: nearest_rank(&t.queue_wait, 0.99),
         defer_mean_s: mean(&t.defer),
         wait_large_mean_s: mean(&t.wait_large),
+        waits: t.waits.figures(),
         killed_jobs: t.killed,
         makespan_s: makespan,
         gpu_util: if makespan > 0.0 { t.gpu_s / (c.total_gpus() as f64 * makespan) } else { 0.0 },
@@ -379,12 +395,13 @@ pub fn to_csv(r: &Report) -> String {
          jct_mean_s,jct_median_s,jct_p99_s,wait_mean_s,wait_median_s,wait_p99_s,queue_wait_mean_s,queue_wait_p99_s,makespan_s,gpu_util,\
          power_state_changes,peak_kw,over_budget_s,mean_slowdown,bound_violations,level_changes,deferred_jobs,\
          energy_vs_default,jct_vs_default,energy_vs_floor,capture,suspend_time_s,defer_mean_s,wait_large_mean_s,\
-         killed_jobs,knowledge,shared_jobs,shared_gpu_time\n",
+         killed_jobs,knowledge,shared_jobs,shared_gpu_time,imposed_wait_mean_s,imposed_wait_p99_s,deferrable_jobs,\
+         deferrable_wait_mean_s,late_jobs,lateness_mean_s,lateness_max_s\n",
     );
     for s in &r.summaries {
         let _ = writeln!(
             out,
-            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{},{},{:.4}",
+            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{},{:.3},{:.1},{:.5},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{},{},{:.4},{:.1},{:.1},{},{:.1},{},{:.1},{:.1}",
             s.policy,
             s.jobs,
             s.energy_kwh,
@@ -423,6 +440,13 @@ pub fn to_csv(r: &Report) -> String {
             r.knowledge,
             s.shared_jobs,
             s.shared_gpu_time,
+            s.waits.imposed_wait_mean_s,
+            s.waits.imposed_wait_p99_s,
+            s.waits.deferrable_jobs,
+            s.waits.deferrable_wait_mean_s,
+            s.waits.late_jobs,
+            s.waits.lateness_mean_s,
+            s.waits.lateness_max_s,
         );
     }
     out
@@ -458,109 +482,6 @@ pub fn power_csv(r: &Report) -> String {
 /// The report as pretty JSON.
 pub fn to_json(r: &Report) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-}
-
-fn pct(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_string(), |x| format!("{:+.1}%", (x - 1.0) * 100.0))
-}
-
-/// The summary table for a terminal.
-pub fn to_table(r: &Report) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "cluster {}, trace {}, seed {}; the policies know {}",
-        r.cluster, r.trace, r.seed, r.knowledge
-    );
-    let _ = writeln!(
-        out,
-        "{:<16} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>8} {:>8} {:>9}",
-        "policy",
-        "energy",
-        "gpu",
-        "idle",
-        "transit",
-        "cost",
-        "jct mean",
-        "jct med",
-        "jct p99",
-        "wait mean",
-        "wait p99",
-        "defer",
-        "wait top",
-        "makespan",
-        "util",
-        "pstate",
-        "E vs def",
-        "JCT vs d",
-        "capture"
-    );
-    let _ = writeln!(
-        out,
-        "{:<16} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>8} {:>8} {:>9}",
-        "",
-        "kWh",
-        "kWh",
-        "kWh",
-        "kWh",
-        "",
-        "h",
-        "h",
-        "h",
-        "h",
-        "h",
-        "h",
-        "10% h",
-        "d",
-        "",
-        "changes",
-        "",
-        "",
-        ""
-    );
-    for s in &r.summaries {
-        let idle = s.gpu_idle_kwh + s.node_base_kwh + s.off_kwh;
-        let _ = writeln!(
-            out,
-            "{:<16} {:>10.0} {:>9.0} {:>8.0} {:>8.1} {:>7.0} {:>9.2} {:>9.2} {:>9.1} {:>9.3} {:>9.2} {:>9.3} {:>9.2} {:>9.2} {:>6.3} {:>7} {:>8} {:>8} {:>9}",
-            s.policy,
-            s.energy_kwh,
-            s.gpu_busy_kwh,
-            idle,
-            s.transition_kwh,
-            s.cost,
-            s.jct_mean_s / 3600.0,
-            s.jct_median_s / 3600.0,
-            s.jct_p99_s / 3600.0,
-            s.wait_mean_s / 3600.0,
-            s.wait_p99_s / 3600.0,
-            s.defer_mean_s / 3600.0,
-            s.wait_large_mean_s / 3600.0,
-            s.makespan_s / 86400.0,
-            s.gpu_util,
-            s.power_state_changes,
-            pct(s.energy_vs_default),
-            pct(s.jct_vs_default),
-            s.capture.map_or_else(|| "-".to_string(), |x| format!("{:.1}%", x * 100.0)),
-        );
-    }
-    let _ = writeln!(
-        out,
-        "idle = idle GPUs + node base power + powered-off draw; JCT = end - submit; wait = start - submit;\n\
-         defer = held back before Slurm's queue (part of wait); wait top = mean wait of the tenth of jobs with the most GPU-hours;\n\
-         capture = share of (slurm-default - floor) energy saved; idle-timer rows at their least-energy SuspendTime"
-    );
-    if let Some(k) = r.summaries.iter().map(|s| s.killed_jobs).find(|&k| k > 0) {
-        let _ = writeln!(
-            out,
-            "{k} jobs reached their time limit and were killed (the same jobs under every policy)"
-        );
-    }
-    for s in r.summaries.iter().filter(|s| s.suspend_time_s.is_some() || s.bound_violations > 0) {
-        let st = s.suspend_time_s.map_or_else(String::new, |v| format!(" SuspendTime={v:.0}s"));
-        let _ = writeln!(out, "{}:{st} {} jobs over their slowdown bound", s.policy, s.bound_violations);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -187,7 +187,8 @@ fn draw_opt_in(n: usize, fraction: f64, seed: u64) -> Vec<bool> {
     (0..n).map(|_| unit(&mut rng) < fraction).collect()
 }
 
-/// Maps jobs to workloads, draws hints and decides each job's limit for every policy.
+/// Maps jobs to workloads, draws the hints the trace does not give and decides each job's limit
+/// for every policy.
 /// Models are fitted once per workload and decisions cached per (workload, bound).
 pub fn prepare(
     trace: &[TraceJob],
@@ -209,6 +210,9 @@ pub fn prepare(
     let mut out = Vec::with_capacity(trace.len());
     let opt_in = draw_opt_in(trace.len(), cluster.hints.share_fraction, seed);
     for (((t, (bound, window)), limit), shares) in trace.iter().zip(hints).zip(limits).zip(opt_in) {
+        // Hints the trace gives (a site's history) replace the drawn ones; the draws stay in
+        // trace order either way, so a job's other draws do not depend on them.
+        let (bound, window) = (t.bound.unwrap_or(bound), t.defer_window.unwrap_or(window));
         let gpu_types = accepted_types(t, cluster)?;
         let shares = t.gpus <= cluster.hints.share_gpus && (shares || t.gpu_fraction < 1.0);
         let bound = if shares { bound.max(cluster.hints.share_bound) } else { bound };
@@ -326,6 +330,19 @@ mod tests {
         ];
         assert_eq!(names, want);
         assert!(e.ends_with(&format!("a comma list of {}", want.join(", "))), "{e}");
+    }
+
+    #[test]
+    fn hints_a_trace_gives_replace_the_draws_and_leave_the_others_alone() {
+        let c = ClusterConfig::from_toml(crate::cluster::tests::SMALL, "c").unwrap();
+        let cat = Catalog::from_zeus_csv(&crate::workloads::tests::tiny_zeus(), "z").unwrap();
+        let text = "submit,gpus,duration,slowdown_pct,defer_s\n0,1,600,7,1234\n10,1,600,,\n20,1,600,0,0\n";
+        let trace = crate::trace::parse(text, "t.csv", crate::TraceFormat::Auto).unwrap();
+        let jobs = prepare(&trace, &cat, &c, 3).unwrap();
+        let drawn = draw_hints(3, &c.hints, 3);
+        assert_eq!((jobs[0].bound, jobs[0].defer_window), (0.07, 1234.0));
+        assert_eq!((jobs[1].bound, jobs[1].defer_window), drawn[1]);
+        assert_eq!((jobs[2].bound, jobs[2].defer_window), (0.0, 0.0));
     }
 
     #[test]

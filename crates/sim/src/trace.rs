@@ -5,7 +5,11 @@
 //! seconds at full speed, a workload tag). The format is taken from the header unless forced.
 //! Either layout may add the optional columns `time_limit` (the limit the user asked Slurm for,
 //! s), `gpu_types` (the GPU types the job accepts, `;`-separated) and `gpu_fraction` (the share
-//! of one GPU a 1-GPU job asks for, on shared GPUs); an empty cell means "not given".
+//! of one GPU a 1-GPU job asks for, on shared GPUs), `slowdown_pct` (the slowdown bound the
+//! user gave, %) and `defer_s` (the deferral window the user asked for, s); an empty cell means
+//! "not given" (a hint not given is drawn from the cluster file's `[hints]`). A generic trace may
+//! name its jobs in a `job_id` column. Other columns (`wattson trace export` adds `user`,
+//! `partition`, `gpu_type`, `energy_policy`) are not read.
 //! Errors read `file:line: what is wrong, what is allowed`.
 
 use super::SimError;
@@ -42,6 +46,10 @@ pub struct TraceJob {
     pub gpu_types: Vec<String>,
     /// Share of one GPU the job asks for (1: whole GPUs; below 1 only for 1-GPU jobs).
     pub gpu_fraction: f64,
+    /// Slowdown bound the user gave (fraction), when the trace gives one.
+    pub bound: Option<f64>,
+    /// Deferral window the user asked for (s), when the trace gives one.
+    pub defer_window: Option<f64>,
 }
 
 const ITP: [&str; 8] = [
@@ -100,7 +108,7 @@ pub fn parse(text: &str, name: &str, format: TraceFormat) -> Result<Vec<TraceJob
             )
         }
         _ => match generic {
-            (Some(s), Some(g), Some(d)) => (None, Some(s), Some(g), Some(d), col("tag"), None),
+            (Some(s), Some(g), Some(d)) => (col("job_id"), Some(s), Some(g), Some(d), col("tag"), None),
             _ => {
                 return Err(SimError::Input(format!(
                     "{name}:1: a generic trace needs the columns submit,gpus,duration[,tag]"
@@ -112,6 +120,7 @@ pub fn parse(text: &str, name: &str, format: TraceFormat) -> Result<Vec<TraceJob
         return Err(SimError::Input(format!("{name}:1: missing a required column")));
     };
     let (i_limit, i_types, i_frac) = (col("time_limit"), col("gpu_types"), col("gpu_fraction"));
+    let (i_slowdown, i_defer) = (col("slowdown_pct"), col("defer_s"));
     let mut jobs = Vec::new();
     for (k, rec) in rdr.records().enumerate() {
         let line = rec.as_ref().ok().and_then(|r| r.position()).map_or(k as u64 + 2, |p| p.line());
@@ -142,12 +151,17 @@ pub fn parse(text: &str, name: &str, format: TraceFormat) -> Result<Vec<TraceJob
         }
         let tag = i_tag.and_then(|i| rec.get(i)).unwrap_or("").to_string();
         let batch = i_batch.and_then(|i| rec.get(i)).and_then(|s| s.parse::<u32>().ok());
-        let id = i_id.and_then(|i| rec.get(i)).map_or_else(|| format!("line{line}"), str::to_string);
+        let id = i_id
+            .and_then(|i| rec.get(i))
+            .filter(|s| !s.is_empty())
+            .map_or_else(|| format!("line{line}"), str::to_string);
         let cell = |i: Option<usize>| i.and_then(|i| rec.get(i)).filter(|s| !s.is_empty());
         let at = format!("{name}:{line}");
         let time_limit = cell(i_limit).map(|s| time_limit(s, &at)).transpose()?;
         let gpu_types = cell(i_types).map(|s| gpu_types(s, &at)).transpose()?.unwrap_or_default();
         let gpu_fraction = cell(i_frac).map(|s| gpu_fraction(s, gpus_f, &at)).transpose()?.unwrap_or(1.0);
+        let bound = cell(i_slowdown).map(|s| slowdown(s, &at)).transpose()?;
+        let defer_window = cell(i_defer).map(|s| defer(s, &at)).transpose()?;
         jobs.push(TraceJob {
             id,
             submit,
@@ -158,6 +172,8 @@ pub fn parse(text: &str, name: &str, format: TraceFormat) -> Result<Vec<TraceJob
             time_limit,
             gpu_types,
             gpu_fraction,
+            bound,
+            defer_window,
         });
     }
     if jobs.is_empty() {
@@ -173,6 +189,29 @@ fn time_limit(s: &str, at: &str) -> Result<f64, SimError> {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(SimError::Input(format!(
             "{at}: time_limit = {s:?}: allowed a number of seconds above 0, or an empty cell for none"
+        ))),
+    }
+}
+
+/// A `slowdown_pct` cell: a percentage from 0 to 1000 (as `--energy-slowdown`), as a fraction.
+fn slowdown(s: &str, at: &str) -> Result<f64, SimError> {
+    s.parse::<f64>()
+        .ok()
+        .and_then(|v| wattson_types::job::check_slowdown_pct(v).ok())
+        .map(|v| v / 100.0)
+        .ok_or_else(|| {
+            SimError::Input(format!(
+                "{at}: slowdown_pct = {s:?}: allowed a percentage from 0 to 1000, or an empty cell for a drawn bound"
+            ))
+        })
+}
+
+/// A `defer_s` cell: a window of seconds, 0 or more.
+fn defer(s: &str, at: &str) -> Result<f64, SimError> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(SimError::Input(format!(
+            "{at}: defer_s = {s:?}: allowed a number of seconds, 0 or more, or an empty cell for a drawn window"
         ))),
     }
 }
@@ -236,6 +275,25 @@ mod tests {
         assert!(e.to_string().contains("no jobs"), "{e}");
         let e = parse("submit,gpus,duration\n1,2\n", "g.csv", TraceFormat::Auto).unwrap_err();
         assert!(e.to_string().starts_with("g.csv:2:"), "{e}");
+    }
+
+    #[test]
+    fn hint_columns_and_job_ids_are_read_and_bad_hints_named() {
+        let text = "job_id,submit,gpus,duration,slowdown_pct,defer_s,user\n\
+                    4711,0,1,60,12.5,7200,u1f\n,5,2,60,,,u2e\n";
+        let j = parse(text, "h.csv", TraceFormat::Auto).unwrap();
+        assert_eq!((j[0].id.as_str(), j[0].bound, j[0].defer_window), ("4711", Some(0.125), Some(7200.0)));
+        assert_eq!((j[1].id.as_str(), j[1].bound, j[1].defer_window), ("line3", None, None));
+        let head = "submit,gpus,duration,slowdown_pct,defer_s\n";
+        for (row, want) in [
+            ("0,1,60,-1,", "b.csv:2: slowdown_pct = \"-1\": allowed a percentage from 0 to 1000"),
+            ("0,1,60,1001,", "b.csv:2: slowdown_pct = \"1001\""),
+            ("0,1,60,,-5", "b.csv:2: defer_s = \"-5\": allowed a number of seconds, 0 or more"),
+            ("0,1,60,,6h", "b.csv:2: defer_s = \"6h\""),
+        ] {
+            let e = parse(&format!("{head}{row}\n"), "b.csv", TraceFormat::Auto).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{row}: {e}");
+        }
     }
 
     #[test]

@@ -101,6 +101,11 @@ pub fn decide<'a>(
         let start = config.prices.cheapest_start(now_s, window.as_secs() as i64);
         (start > now_s).then_some(start)
     });
+    if let Some(window) = hints.defer {
+        // The window itself, so that history (`wattson trace export`) tells the wait the user
+        // chose from the wait the cluster imposed.
+        admin_comment.push_str(&format!(",defer={}", window.as_secs()));
+    }
     if let Some(t) = begin_time_s {
         admin_comment.push_str(&format!(",deferred={}", format_utc(t)));
     }
@@ -500,7 +505,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.begin_time_s, Some(20_001 * 86_400));
-        assert!(d.admin_comment.ends_with(",deferred=2024-10-05T00:00:00Z"), "{}", d.admin_comment);
+        assert!(
+            d.admin_comment.ends_with(",defer=21600,deferred=2024-10-05T00:00:00Z"),
+            "{}",
+            d.admin_comment
+        );
         assert!(d.message.unwrap().contains("deferred to 2024-10-05T00:00:00Z"));
     }
 

@@ -381,6 +381,7 @@ fn cli_writes_identical_files_twice() {
         "power_hourly.csv",
         "energy_vs_jct.svg",
         "energy_vs_wait.svg",
+        "energy_vs_imposed_wait.svg",
         "power_over_time.svg",
     ] {
         let a = std::fs::read(dirs[0].path().join(f)).unwrap();
