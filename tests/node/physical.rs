@@ -8,12 +8,25 @@ use wattson_harness::node as common;
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{Node, physical_errors};
+use common::{Bracket, Node, physical_errors};
 use fake_nvml::{Config, GpuConfig};
 use wattson_types::energy::Method;
 
 fn secs(s: f64) {
     sleep(Duration::from_secs_f64(s));
+}
+
+/// Job `id` on GPUs 0 and 1 for 30 s, in six phases of 5 s at the loads `load(phase, gpu)`;
+/// returns the intervals around its begin and end.
+fn thirty_seconds(node: &Node, id: &str, load: impl Fn(u32, u32) -> f64) -> (Bracket, Bracket) {
+    let begin = node.begin(id, 1000, "0,1");
+    for phase in 0..6u32 {
+        for g in 0..2 {
+            node.sim.set_load(g, load(phase, g)).unwrap();
+        }
+        secs(5.0);
+    }
+    (begin, node.end(id))
 }
 
 /// The largest error of a job's GPUs, printed with the job's name.
@@ -48,14 +61,8 @@ fn two_second_jobs_are_within_one_percent_of_what_the_gpus_drew() {
 fn a_thirty_second_job_is_within_a_tenth_of_a_percent() {
     let mut node = Node::new(Config::realistic("A100", 2), "1s");
     node.start();
-    let begin = node.begin("30", 1000, "0,1");
-    for phase in 0..6u32 {
-        for g in 0..2 {
-            node.sim.set_load(g, 0.1 + f64::from((phase * 3 + g * 5) % 10) / 10.0).unwrap();
-        }
-        secs(5.0);
-    }
-    let end = node.end("30");
+    let (begin, end) =
+        thirty_seconds(&node, "30", |phase, g| 0.1 + f64::from((phase * 3 + g * 5) % 10) / 10.0);
     let record = node.record("30");
     assert_eq!(record.method(), Some(Method::Counter));
     assert!(worst("30 s job", &physical_errors(&node, &record, begin, end)) < 0.001);
@@ -68,14 +75,8 @@ fn without_a_counter_integrated_power_readings_are_within_two_percent_over_thirt
     let gpu = |model: &str| GpuConfig { energy_counter: Some(false), ..GpuConfig::preset(model).realistic() };
     let mut node = Node::new(Config { gpu: vec![gpu("H100"), gpu("A100")], ..Config::default() }, "1s");
     node.start();
-    let begin = node.begin("31", 1000, "0,1");
-    for phase in 0..6u32 {
-        for g in 0..2 {
-            node.sim.set_load(g, 0.2 + f64::from((phase * 7 + g * 3) % 8) / 10.0).unwrap();
-        }
-        secs(5.0);
-    }
-    let end = node.end("31");
+    let (begin, end) =
+        thirty_seconds(&node, "31", |phase, g| 0.2 + f64::from((phase * 7 + g * 3) % 8) / 10.0);
     let record = node.record("31");
     assert_eq!(record.method(), Some(Method::Power));
     assert!(worst("30 s job, power readings", &physical_errors(&node, &record, begin, end)) < 0.02);
