@@ -1,0 +1,193 @@
+//! The defaults' acceptance run: the ten ITP clusters, each at ~77% and ~50% of its mean load
+//! and on 80 nodes (27 cells: cluster04 at 80 nodes is its 77% cell, and cluster01 and
+//! cluster10 have one load-matched size, the fewest nodes their largest job fits), seeds 1 to
+//! 3, every policy in FIFO order, time limits, waits from submission. Per cell, the means over
+//! the seeds of wattson's and `slurm-powersave`'s energy, imposed mean and p99 wait (the wait
+//! less the deferral window the job's user asked for) and plain mean wait, with `slurm-shards`'
+//! energy where jobs share; then how many cells hold each target of the issue.
+//!
+//! Run: `cargo run --release -p wattson-sim --example cells [-- SEEDS [key=value...]]`
+//! (default 3 seeds; the keys are [`wattson_sim::overrides`]', e.g. `share_fraction=0.5`).
+//! Runs the cells on every core. Reads `etc/sim/cluster.toml` and `data/`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// (trace, nodes): each trace's load-matched sizes (as `rightsize`), then 80 nodes.
+const CELLS: [(&str, u32); 27] = [
+    ("cluster01.csv", 8),
+    ("cluster02.csv", 14),
+    ("cluster02.csv", 22),
+    ("cluster03.csv", 23),
+    ("cluster03.csv", 35),
+    ("cluster04.csv", 80),
+    ("cluster04.csv", 123),
+    ("cluster05.csv", 2),
+    ("cluster05.csv", 3),
+    ("cluster06.csv", 15),
+    ("cluster06.csv", 22),
+    ("cluster07.csv", 42),
+    ("cluster07.csv", 64),
+    ("cluster08.csv", 11),
+    ("cluster08.csv", 17),
+    ("cluster09.csv", 6),
+    ("cluster09.csv", 8),
+    ("cluster10.csv", 2),
+    ("cluster01.csv", 80),
+    ("cluster02.csv", 80),
+    ("cluster03.csv", 80),
+    ("cluster05.csv", 80),
+    ("cluster06.csv", 80),
+    ("cluster07.csv", 80),
+    ("cluster08.csv", 80),
+    ("cluster09.csv", 80),
+    ("cluster10.csv", 80),
+];
+
+/// One policy's means over the seeds of a cell.
+#[derive(Debug, Clone, Copy, Default)]
+struct Means {
+    energy_kwh: f64,
+    imposed_mean_s: f64,
+    imposed_p99_s: f64,
+    wait_mean_s: f64,
+    violations: f64,
+}
+
+impl Means {
+    fn add(&mut self, s: &wattson_sim::metrics::Summary, n: f64) {
+        self.energy_kwh += s.energy_kwh / n;
+        self.imposed_mean_s += s.waits.imposed_wait_mean_s / n;
+        self.imposed_p99_s += s.waits.imposed_wait_p99_s / n;
+        self.wait_mean_s += s.wait_mean_s / n;
+        self.violations += s.bound_violations as f64 / n;
+    }
+}
+
+fn read(rel: &str) -> String {
+    let p = Path::new(ROOT).join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+}
+
+/// `ours` over `theirs` as a change in percent (a wait of 0 against 0 is no change).
+fn pct(ours: f64, theirs: f64) -> f64 {
+    if theirs <= 0.0 { if ours <= 0.0 { 0.0 } else { f64::INFINITY } } else { 100.0 * (ours / theirs - 1.0) }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let seeds: u64 = args.get(1).map_or(3, |s| s.parse().expect("seed count"));
+    let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
+    wattson_sim::overrides::apply(&mut base, "order=fifo").unwrap();
+    for kv in args.iter().skip(2) {
+        wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut catalog =
+        Catalog::from_zeus_csv(&read("data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus").unwrap();
+    if let Some(rel) = &base.colocation_json {
+        let gavel = format!("etc/sim/{rel}");
+        catalog.colocation =
+            Some(wattson_sim::colocation::Colocation::from_gavel_json(&read(&gavel), &gavel).unwrap());
+    }
+    let policies = [ClusterPolicy::SlurmPowersave, ClusterPolicy::SlurmShards, ClusterPolicy::Wattson];
+    // Each cell's (timer, shards, wattson) means, filled by workers taking cells in turn.
+    let results: Mutex<Vec<Option<[Means; 3]>>> = Mutex::new(vec![None; CELLS.len()]);
+    let next = Mutex::new(0usize);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        *n += 1;
+                        *n - 1
+                    };
+                    let Some(&(trace_name, nodes)) = CELLS.get(i) else { return };
+                    let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
+                    let trace = wattson_sim::trace::parse(&text, trace_name, TraceFormat::Auto).unwrap();
+                    let mut c = base.clone();
+                    c.groups[0].nodes = nodes;
+                    let mut m = [Means::default(); 3];
+                    for seed in 1..=seeds {
+                        let o = wattson_sim::run(&c, &catalog, &trace, trace_name, &policies, seed).unwrap();
+                        for (k, &p) in policies.iter().enumerate() {
+                            if let Some(s) = o.report.summary(p) {
+                                m[k].add(s, seeds as f64);
+                            }
+                        }
+                    }
+                    results.lock().unwrap()[i] = Some(m);
+                }
+            });
+        }
+    });
+    let results = results.into_inner().unwrap();
+    println!(
+        "{:<14} {:>5} | {:>10} {:>8} {:>8} {:>8} | {:>10} {:>7} {:>8} {:>7} {:>8} {:>7} {:>8} {:>6} | {:>8} | verdict",
+        "trace",
+        "nodes",
+        "timer kWh",
+        "imp h",
+        "p99 h",
+        "wait h",
+        "ours kWh",
+        "energy",
+        "imp h",
+        "imp",
+        "p99 h",
+        "p99",
+        "wait h",
+        "viol",
+        "shards"
+    );
+    let (mut below, mut waits_ok, mut dominated, mut worst, mut shards_above) = (0, 0, 0, f64::NEG_INFINITY, 0);
+    let mut shared_cells = 0;
+    for (&(trace_name, nodes), m) in CELLS.iter().zip(&results) {
+        let [t, sh, w] = m.expect("every cell ran");
+        let de = pct(w.energy_kwh, t.energy_kwh);
+        let (dm, dp) = (pct(w.imposed_mean_s, t.imposed_mean_s), pct(w.imposed_p99_s, t.imposed_p99_s));
+        let energy_ok = w.energy_kwh < t.energy_kwh;
+        let wait_ok = w.imposed_mean_s <= t.imposed_mean_s && w.imposed_p99_s <= t.imposed_p99_s;
+        below += usize::from(energy_ok);
+        waits_ok += usize::from(wait_ok);
+        dominated += usize::from(energy_ok && wait_ok);
+        worst = worst.max(dm).max(dp);
+        let shards = if sh.energy_kwh > 0.0 {
+            shared_cells += 1;
+            shards_above += usize::from(w.energy_kwh < sh.energy_kwh);
+            format!("{:>+7.2}%", pct(w.energy_kwh, sh.energy_kwh))
+        } else {
+            "-".to_string()
+        };
+        println!(
+            "{trace_name:<14} {nodes:>5} | {:>10.0} {:>8.3} {:>8.3} {:>8.3} | {:>10.0} {de:>+6.2}% {:>8.3} {dm:>+6.1}% {:>8.3} {dp:>+6.1}% {:>8.3} {:>6.1} | {shards:>8} | {}",
+            t.energy_kwh,
+            t.imposed_mean_s / 3600.0,
+            t.imposed_p99_s / 3600.0,
+            t.wait_mean_s / 3600.0,
+            w.energy_kwh,
+            w.imposed_mean_s / 3600.0,
+            w.imposed_p99_s / 3600.0,
+            w.wait_mean_s / 3600.0,
+            w.violations,
+            match (energy_ok, wait_ok) {
+                (true, true) => "dominates",
+                (true, false) => "energy only",
+                (false, true) => "waits only",
+                (false, false) => "neither",
+            }
+        );
+    }
+    let n = CELLS.len();
+    println!(
+        "wattson against slurm-powersave, means over {seeds} seeds: energy below in {below} of {n}; imposed mean and p99 wait no longer in {waits_ok} of {n}; both in {dominated} of {n}; the worst imposed wait {worst:+.1}% (mean or p99)"
+    );
+    if shared_cells > 0 {
+        println!("wattson's energy below slurm-shards' in {shards_above} of the {shared_cells} cells where jobs share");
+    }
+}
