@@ -145,7 +145,8 @@ fn main() {
         "viol",
         "shards"
     );
-    let (mut below, mut waits_ok, mut dominated, mut worst, mut shards_above) = (0, 0, 0, f64::NEG_INFINITY, 0);
+    let (mut below, mut waits_ok, mut dominated, mut worst, mut shards_above) =
+        (0, 0, 0, f64::NEG_INFINITY, 0);
     let mut shared_cells = 0;
     for (&(trace_name, nodes), m) in CELLS.iter().zip(&results) {
         let [t, sh, w] = m.expect("every cell ran");
@@ -188,6 +189,8 @@ fn main() {
         "wattson against slurm-powersave, means over {seeds} seeds: energy below in {below} of {n}; imposed mean and p99 wait no longer in {waits_ok} of {n}; both in {dominated} of {n}; the worst imposed wait {worst:+.1}% (mean or p99)"
     );
     if shared_cells > 0 {
-        println!("wattson's energy below slurm-shards' in {shards_above} of the {shared_cells} cells where jobs share");
+        println!(
+            "wattson's energy below slurm-shards' in {shards_above} of the {shared_cells} cells where jobs share"
+        );
     }
 }
