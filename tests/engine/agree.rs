@@ -115,6 +115,7 @@ queue_order = \"response-ratio\"
 size_exponent = 0.75
 max_wait_cost = 0.1
 share_first = true
+share_min_gain = 0.2
 ";
 
 #[test]

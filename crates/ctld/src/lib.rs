@@ -284,8 +284,14 @@ impl Ctld {
     /// A controller for `config`; fails when its pair file (`[ctld] share_pairs`) cannot be
     /// read.
     pub fn new(config: Config) -> Result<Ctld, String> {
-        let mut pairs =
-            config.ctld.share_pairs.as_deref().map(share::Pairs::load).transpose().map_err(|e| e.0)?;
+        let min_gain = config.ctld.tuning.share_min_gain;
+        let mut pairs = config
+            .ctld
+            .share_pairs
+            .as_deref()
+            .map(|path| share::Pairs::load(path).map(|p| p.with_min_gain(min_gain)))
+            .transpose()
+            .map_err(|e| e.0)?;
         let mut released = share::Released::default();
         if let Some(pairs) = &mut pairs
             && config.ctld.state_file.exists()

@@ -43,6 +43,7 @@ pub struct Pairs {
     model: Interference,
     broken: BTreeSet<usize>,
     unfit: BTreeSet<(usize, usize)>,
+    min_gain: f64,
 }
 
 impl Pairs {
@@ -60,7 +61,14 @@ impl Pairs {
             .map(|p| PairSlowdown { victim: class(&p.job), neighbour: class(&p.with), slowdown: p.slowdown })
             .collect();
         let model = Interference::fit(tags.len(), &pairs);
-        Pairs { tags, model, broken: BTreeSet::new(), unfit: BTreeSet::new() }
+        let min_gain = cluster::Tuning::default().share_min_gain;
+        Pairs { tags, model, broken: BTreeSet::new(), unfit: BTreeSet::new(), min_gain }
+    }
+
+    /// The same, pairing only where a pair is predicted to gain at least `min_gain`
+    /// (`share_min_gain`).
+    pub fn with_min_gain(self, min_gain: f64) -> Pairs {
+        Pairs { min_gain, ..self }
     }
 
     /// Judges a node's measurement as the simulator judges its own: class `victim` ran
@@ -103,7 +111,7 @@ impl Pairs {
 
     /// What the engine decides co-location with.
     pub fn sharing(&self) -> Sharing<'_> {
-        Sharing { model: &self.model, broken: &self.broken, unfit: &self.unfit }
+        Sharing { model: &self.model, broken: &self.broken, unfit: &self.unfit, min_gain: self.min_gain }
     }
 }
 

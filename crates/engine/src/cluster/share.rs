@@ -160,7 +160,7 @@ mod tests {
         let tariff = PriceSchedule::default();
         let model = model();
         let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Some(Sharing { model: &model, broken: &none, unfit: &no_pairs });
+        let sharing = Some(Sharing { model: &model, broken: &none, unfit: &no_pairs, min_gain: 0.1 });
         let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
         let full = [node(NodePower::On, 0, f64::INFINITY)];
         let run = |id, class| Running {
@@ -193,8 +193,10 @@ mod tests {
         let shared = [run(1, Some(1)), Running { shared: true, ..run(2, Some(0)) }];
         assert!(brain(&p, &Snapshot { running: &shared, ..s }).share.is_empty());
         let broken = BTreeSet::from([0]);
-        let s_broken =
-            Snapshot { sharing: Some(Sharing { model: &model, broken: &broken, unfit: &no_pairs }), ..s };
+        let s_broken = Snapshot {
+            sharing: Some(Sharing { model: &model, broken: &broken, unfit: &no_pairs, min_gain: 0.1 }),
+            ..s
+        };
         assert!(brain(&p, &s_broken).share.is_empty());
         // Without the model, or under a reference policy, nothing shares.
         assert!(brain(&p, &Snapshot { sharing: None, ..s }).share.is_empty());
@@ -215,8 +217,10 @@ mod tests {
         assert_eq!(brain(&shards, &Snapshot { nodes: &free, ..s }).share, vec![(10, 1)]);
         assert_eq!(brain(&shards, &s_broken).share, vec![(10, 1)]);
         let unfit = BTreeSet::from([(1, 0)]);
-        let s_unfit =
-            Snapshot { sharing: Some(Sharing { model: &model, broken: &none, unfit: &unfit }), ..s };
+        let s_unfit = Snapshot {
+            sharing: Some(Sharing { model: &model, broken: &none, unfit: &unfit, min_gain: 0.1 }),
+            ..s
+        };
         assert_eq!(brain(&shards, &s_unfit).share, vec![(10, 2)]);
         assert!(
             brain(&shards, &Snapshot { running: &shared[..1], queued: &queued[1..], ..s }).share.is_empty()
@@ -239,7 +243,7 @@ mod tests {
         let tariff = PriceSchedule::default();
         let model = model();
         let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Some(Sharing { model: &model, broken: &none, unfit: &no_pairs });
+        let sharing = Some(Sharing { model: &model, broken: &none, unfit: &no_pairs, min_gain: 0.1 });
         let waits = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
         let first = TunedPolicy { tuning: Tuning { share_first: true, ..Tuning::default() }, ..waits };
         let free = [node(NodePower::On, 1, f64::INFINITY)];

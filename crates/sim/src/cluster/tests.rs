@@ -111,6 +111,7 @@ fn an_override_sets_a_key_as_the_file_does() {
         ("queue_order", "\"response-ratio\""),
         ("max_wait_cost", "0.5"),
         ("share_first", "true"),
+        ("share_min_gain", "0.3"),
         ("loop_interval_s", "10.0"),
         ("clairvoyant", "true"),
         ("learn", "false"),

@@ -103,6 +103,7 @@ impl Sim<'_> {
                 model: &c.model,
                 broken: &self.broken,
                 unfit: &self.unfit,
+                min_gain: self.policy.tuning.share_min_gain,
             }),
         };
         // One step of the policy and its guard, as the controller takes one per loop.
