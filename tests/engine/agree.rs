@@ -116,6 +116,7 @@ size_exponent = 0.75
 max_wait_cost = 0.1
 share_first = true
 share_min_gain = 0.2
+share_try_bound = 0.4
 ";
 
 #[test]

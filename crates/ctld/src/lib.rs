@@ -284,12 +284,11 @@ impl Ctld {
     /// A controller for `config`; fails when its pair file (`[ctld] share_pairs`) cannot be
     /// read.
     pub fn new(config: Config) -> Result<Ctld, String> {
-        let min_gain = config.ctld.tuning.share_min_gain;
         let mut pairs = config
             .ctld
             .share_pairs
             .as_deref()
-            .map(|path| share::Pairs::load(path).map(|p| p.with_min_gain(min_gain)))
+            .map(|path| share::Pairs::load(path).map(|p| p.with_tuning(&config.ctld.tuning)))
             .transpose()
             .map_err(|e| e.0)?;
         let mut released = share::Released::default();

@@ -44,6 +44,9 @@ pub struct Pairs {
     broken: BTreeSet<usize>,
     unfit: BTreeSet<(usize, usize)>,
     min_gain: f64,
+    try_bound: f64,
+    /// Always empty: the controller does not yet learn pairs from its nodes.
+    trying: BTreeSet<(usize, usize)>,
 }
 
 impl Pairs {
@@ -61,14 +64,15 @@ impl Pairs {
             .map(|p| PairSlowdown { victim: class(&p.job), neighbour: class(&p.with), slowdown: p.slowdown })
             .collect();
         let model = Interference::fit(tags.len(), &pairs);
-        let min_gain = cluster::Tuning::default().share_min_gain;
-        Pairs { tags, model, broken: BTreeSet::new(), unfit: BTreeSet::new(), min_gain }
+        let t = cluster::Tuning::default();
+        let (min_gain, try_bound) = (t.share_min_gain, t.share_try_bound);
+        let (broken, unfit, trying) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        Pairs { tags, model, broken, unfit, min_gain, try_bound, trying }
     }
 
-    /// The same, pairing only where a pair is predicted to gain at least `min_gain`
-    /// (`share_min_gain`).
-    pub fn with_min_gain(self, min_gain: f64) -> Pairs {
-        Pairs { min_gain, ..self }
+    /// The same, pairing as `tuning`'s `share_min_gain` and `share_try_bound` say.
+    pub fn with_tuning(self, tuning: &cluster::Tuning) -> Pairs {
+        Pairs { min_gain: tuning.share_min_gain, try_bound: tuning.share_try_bound, ..self }
     }
 
     /// Judges a node's measurement as the simulator judges its own: class `victim` ran
@@ -111,7 +115,14 @@ impl Pairs {
 
     /// What the engine decides co-location with.
     pub fn sharing(&self) -> Sharing<'_> {
-        Sharing { model: &self.model, broken: &self.broken, unfit: &self.unfit, min_gain: self.min_gain }
+        Sharing {
+            model: &self.model,
+            broken: &self.broken,
+            unfit: &self.unfit,
+            min_gain: self.min_gain,
+            try_bound: self.try_bound,
+            trying: &self.trying,
+        }
     }
 }
 

@@ -130,6 +130,11 @@ pub struct Sharing<'a> {
     /// A pair shares only where together the two jobs are predicted to do at least `1 +
     /// min_gain` times the work per second of one job alone ([`gain`]).
     pub min_gain: f64,
+    /// A pair the model cannot predict is tried where both bounds are at least this
+    /// (`share_try_bound`; 100: never).
+    pub try_bound: f64,
+    /// Class pairs (lower class first) tried and not yet measured: not tried again meanwhile.
+    pub trying: &'a BTreeSet<(usize, usize)>,
 }
 
 /// A job that may share its GPUs: its class in the model, its GPU count, and the most it may be
@@ -184,9 +189,11 @@ pub fn gain(a: f64, b: f64) -> f64 {
 }
 
 /// The predicted slowdowns of `a` and `b` sharing their GPUs, summed, when they have as many
-/// GPUs, neither class is broken, unmeasured or unfit with the other, each predicted slowdown
-/// plus the model's error (none for a measured pair) is within its job's bound, and the pair
-/// gains at least [`Sharing::min_gain`]; `None` otherwise.
+/// GPUs, neither class is broken or unfit with the other, each predicted slowdown plus the
+/// model's error (none for a measured pair) is within its job's bound, and the pair gains at
+/// least [`Sharing::min_gain`]; `None` otherwise. A pair the model cannot predict is tried
+/// only where both bounds reach [`Sharing::try_bound`], ranked after every predicted pair
+/// (the sum of the two bounds).
 pub fn slowdowns(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<f64> {
     let (broken, unfit) = (sharing.broken, sharing.unfit);
     if a.gpus != b.gpus
@@ -199,8 +206,12 @@ pub fn slowdowns(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<f64>
     }
     let model = sharing.model;
     let margin = |v: usize, n: usize| if model.measured.contains_key(&(v, n)) { 0.0 } else { model.error };
-    let a_slowed = model.predict(a.class, b.class)?;
-    let b_slowed = model.predict(b.class, a.class)?;
+    let (Some(a_slowed), Some(b_slowed)) = (model.predict(a.class, b.class), model.predict(b.class, a.class))
+    else {
+        let on_trial = sharing.trying.contains(&(a.class.min(b.class), a.class.max(b.class)));
+        let tried = a.bound >= sharing.try_bound && b.bound >= sharing.try_bound && !on_trial;
+        return tried.then_some(a.bound + b.bound);
+    };
     let within =
         a_slowed + margin(a.class, b.class) <= a.bound && b_slowed + margin(b.class, a.class) <= b.bound;
     (within && gain(a_slowed, b_slowed) >= sharing.min_gain).then_some(a_slowed + b_slowed)
@@ -291,7 +302,14 @@ mod tests {
         let running = [job(1, 1, 0.05), job(2, 0, 0.04)];
         let pending = [job(10, 0, 0.05), job(11, 2, 0.5)];
         let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Sharing { model: &model, broken: &none, unfit: &no_pairs, min_gain: 0.1 };
+        let sharing = Sharing {
+            model: &model,
+            broken: &none,
+            unfit: &no_pairs,
+            min_gain: 0.1,
+            try_bound: 100.0,
+            trying: &no_pairs,
+        };
         let any = |_, _| true;
         assert_eq!(pair(&sharing, &pending, &running, any), vec![(10, 2)]);
         // A GPU is shared by two jobs at most: the next class-0 job finds no partner.
@@ -321,15 +339,63 @@ mod tests {
         assert!(gain(1.0075, 1.0075) < 0.0);
         let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
         let job = |job| Candidate { job, class: 0, gpus: 1, bound: 5.0 };
-        let sharing = Sharing { model: &slow, broken: &none, unfit: &no_pairs, min_gain: 0.0 };
+        let sharing = Sharing {
+            model: &slow,
+            broken: &none,
+            unfit: &no_pairs,
+            min_gain: 0.0,
+            try_bound: 100.0,
+            trying: &no_pairs,
+        };
         assert_eq!(slowdowns(&sharing, &job(1), &job(2)), None);
         // At 50% each they do 1.33 jobs' work per second: admitted under a gain of 0.1 and 0.3,
         // not under 0.5.
         let half = Interference::fit(1, &[PairSlowdown { victim: 0, neighbour: 0, slowdown: 0.5 }]);
         for (min_gain, admitted) in [(0.1, true), (0.3, true), (0.5, false)] {
-            let sharing = Sharing { model: &half, broken: &none, unfit: &no_pairs, min_gain };
+            let sharing = Sharing {
+                model: &half,
+                broken: &none,
+                unfit: &no_pairs,
+                min_gain,
+                try_bound: 100.0,
+                trying: &no_pairs,
+            };
             assert_eq!(slowdowns(&sharing, &job(1), &job(2)).is_some(), admitted, "{min_gain}");
         }
+    }
+
+    #[test]
+    fn a_pair_the_model_cannot_predict_is_tried_only_within_the_try_bound_and_once_at_a_time() {
+        // Nothing measured: nothing is predicted.
+        let nothing = Interference::fit(2, &[]);
+        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
+        let job = |job, class, bound| Candidate { job, class, gpus: 1, bound };
+        let sharing = Sharing {
+            model: &nothing,
+            broken: &none,
+            unfit: &no_pairs,
+            min_gain: 0.1,
+            try_bound: 100.0,
+            trying: &no_pairs,
+        };
+        assert_eq!(slowdowns(&sharing, &job(1, 0, 0.5), &job(2, 1, 0.5)), None, "trials off");
+        let sharing = Sharing { try_bound: 0.5, ..sharing };
+        assert_eq!(slowdowns(&sharing, &job(1, 0, 0.5), &job(2, 1, 0.6)), Some(1.1), "ranked by the bounds");
+        assert_eq!(
+            slowdowns(&sharing, &job(1, 0, 0.4), &job(2, 1, 0.6)),
+            None,
+            "a bound under the try bound"
+        );
+        let trying = BTreeSet::from([(0, 1)]);
+        assert_eq!(
+            slowdowns(&Sharing { trying: &trying, ..sharing }, &job(1, 1, 0.5), &job(2, 0, 0.5)),
+            None
+        );
+        // A predicted pair is ranked before a trial: job 10 joins the class it was measured with.
+        let one = Interference::fit(3, &[PairSlowdown { victim: 0, neighbour: 0, slowdown: 0.2 }]);
+        let sharing = Sharing { model: &one, ..sharing };
+        let running = [job(1, 1, 0.5), job(2, 0, 0.5)];
+        assert_eq!(pair(&sharing, &[job(10, 0, 0.5)], &running, |_, _| true), vec![(10, 2)]);
     }
 
     #[test]
@@ -352,7 +418,14 @@ mod tests {
         // only under a bound of at least that plus the error.
         let predicted = noisy.predict(0, 0).unwrap();
         let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Sharing { model: &noisy, broken: &none, unfit: &no_pairs, min_gain: 0.1 };
+        let sharing = Sharing {
+            model: &noisy,
+            broken: &none,
+            unfit: &no_pairs,
+            min_gain: 0.1,
+            try_bound: 100.0,
+            trying: &no_pairs,
+        };
         let job = |job, bound| Candidate { job, class: 0, gpus: 1, bound };
         let tight = predicted + 0.5 * noisy.error;
         assert_eq!(slowdowns(&sharing, &job(1, tight), &job(2, tight)), None);

@@ -58,6 +58,7 @@ struct Means {
     imposed_p99_s: f64,
     wait_mean_s: f64,
     violations: f64,
+    shared_jobs: f64,
 }
 
 impl Means {
@@ -67,6 +68,7 @@ impl Means {
         self.imposed_p99_s += s.waits.imposed_wait_p99_s / n;
         self.wait_mean_s += s.wait_mean_s / n;
         self.violations += s.bound_violations as f64 / n;
+        self.shared_jobs += s.shared_jobs as f64 / n;
     }
 }
 
@@ -156,6 +158,7 @@ fn main() {
     let (mut below, mut waits_ok, mut dominated, mut worst, mut shards_above) =
         (0, 0, 0, f64::NEG_INFINITY, 0);
     let (mut shared_cells, mut default_waits_ok) = (0, 0);
+    let (mut over_bound, mut shared) = (0.0, 0.0);
     for (&(trace_name, nodes), m) in CELLS.iter().zip(&results) {
         let [t, sh, w, d] = m.expect("every cell ran");
         default_waits_ok +=
@@ -170,6 +173,7 @@ fn main() {
         worst = worst.max(dm).max(dp);
         let shards = if sh.energy_kwh > 0.0 {
             shared_cells += 1;
+            (over_bound, shared) = (over_bound + w.violations, shared + w.shared_jobs);
             shards_above += usize::from(w.energy_kwh < sh.energy_kwh);
             format!("{:>+7.2}%", pct(w.energy_kwh, sh.energy_kwh))
         } else {
@@ -205,7 +209,8 @@ fn main() {
     );
     if shared_cells > 0 {
         println!(
-            "wattson's energy below slurm-shards' in {shards_above} of the {shared_cells} cells where jobs share"
+            "wattson's energy below slurm-shards' in {shards_above} of the {shared_cells} cells where jobs share; its jobs over their bound: {over_bound:.1} of the {shared:.1} that shared a GPU ({:.2}%), a seed's mean summed over the cells",
+            100.0 * over_bound / shared.max(1.0)
         );
     }
 }

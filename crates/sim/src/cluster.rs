@@ -192,11 +192,16 @@ pub struct SimOnly {
     /// Refit each workload's model on every limit its jobs have run at (the daemons' records),
     /// not only on the three probes.
     pub learn: bool,
+    /// Co-location: the policy's interference model starts fitted on every pair of
+    /// `colocation_json` (as from a site's pair file); `false`, on none, learning each pair of
+    /// classes from its first shared run, as measured when the pair parts (try unknown pairs
+    /// with `share_try_bound`).
+    pub pair_prior: bool,
 }
 
 impl Default for SimOnly {
     fn default() -> Self {
-        SimOnly { loop_interval_s: 0.0, clairvoyant: false, learn: true }
+        SimOnly { loop_interval_s: 0.0, clairvoyant: false, learn: true, pair_prior: true }
     }
 }
 

@@ -164,3 +164,50 @@ fn with_share_first_more_jobs_pair_before_taking_a_free_gpu_and_all_keep_their_b
         .count();
     assert!(at_once > 0, "no job joined a partner at its submission");
 }
+
+#[test]
+fn without_a_prior_pairs_are_learned_from_trials_and_no_pair_breaks_a_bound_after_its_first() {
+    let (mut c, cat, t) = sharing_inputs(1);
+    c.wattson.sim.pair_prior = false;
+    let wattson = [ClusterPolicy::Wattson];
+    // No pair data and no trials: nothing shares.
+    let o = wattson_sim::run(&c, &cat, &t, TRACE, &wattson, 1).expect("simulation runs");
+    assert_eq!(o.report.summary(ClusterPolicy::Wattson).unwrap().shared_jobs, 0);
+
+    c.wattson.tuning.share_try_bound = 0.5;
+    let o = wattson_sim::run(&c, &cat, &t, TRACE, &wattson, 1).expect("simulation runs");
+    check_conservation(&c, &o);
+    check_no_double_booking(&c, &o);
+    let r = &o.runs[0];
+    let class = |k: usize| o.jobs[k].share.expect("an opted-in job");
+    let key = |a: u16, b: u16| (a.min(b), a.max(b));
+    // When each pair of classes first shared a GPU.
+    let mut first: std::collections::BTreeMap<(u16, u16), f64> = Default::default();
+    let mut shared = 0;
+    for (k, run) in r.jobs.iter().enumerate() {
+        shared += usize::from(!run.partners.is_empty());
+        for &(other, start, _) in &run.partners {
+            let at = first.entry(key(class(k), class(other as usize))).or_insert(start);
+            *at = at.min(start);
+        }
+    }
+    assert!(shared >= 20, "wattson shared GPUs for {shared} jobs only");
+    assert!(first.len() >= 3, "only {} pairs of classes were tried", first.len());
+    let mut over = 0;
+    for (k, run) in r.jobs.iter().enumerate() {
+        if run.partners.is_empty() || run.slowdown <= o.jobs[k].bound + 1e-9 {
+            continue;
+        }
+        over += 1;
+        let in_a_first = run
+            .partners
+            .iter()
+            .any(|&(other, start, _)| first[&key(class(k), class(other as usize))] == start);
+        assert!(
+            in_a_first,
+            "job {} broke its bound in a later admission of its pair of classes, not its first",
+            o.jobs[k].id
+        );
+    }
+    assert!(over < shared / 10, "{over} of {shared} jobs that shared broke their bound");
+}

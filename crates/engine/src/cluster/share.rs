@@ -160,7 +160,14 @@ mod tests {
         let tariff = PriceSchedule::default();
         let model = model();
         let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Some(Sharing { model: &model, broken: &none, unfit: &no_pairs, min_gain: 0.1 });
+        let sharing = Some(Sharing {
+            model: &model,
+            broken: &none,
+            unfit: &no_pairs,
+            min_gain: 0.1,
+            try_bound: 100.0,
+            trying: &no_pairs,
+        });
         let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
         let full = [node(NodePower::On, 0, f64::INFINITY)];
         let run = |id, class| Running {
@@ -194,7 +201,14 @@ mod tests {
         assert!(brain(&p, &Snapshot { running: &shared, ..s }).share.is_empty());
         let broken = BTreeSet::from([0]);
         let s_broken = Snapshot {
-            sharing: Some(Sharing { model: &model, broken: &broken, unfit: &no_pairs, min_gain: 0.1 }),
+            sharing: Some(Sharing {
+                model: &model,
+                broken: &broken,
+                unfit: &no_pairs,
+                min_gain: 0.1,
+                try_bound: 100.0,
+                trying: &no_pairs,
+            }),
             ..s
         };
         assert!(brain(&p, &s_broken).share.is_empty());
@@ -218,7 +232,14 @@ mod tests {
         assert_eq!(brain(&shards, &s_broken).share, vec![(10, 1)]);
         let unfit = BTreeSet::from([(1, 0)]);
         let s_unfit = Snapshot {
-            sharing: Some(Sharing { model: &model, broken: &none, unfit: &unfit, min_gain: 0.1 }),
+            sharing: Some(Sharing {
+                model: &model,
+                broken: &none,
+                unfit: &unfit,
+                min_gain: 0.1,
+                try_bound: 100.0,
+                trying: &no_pairs,
+            }),
             ..s
         };
         assert_eq!(brain(&shards, &s_unfit).share, vec![(10, 2)]);
@@ -243,7 +264,14 @@ mod tests {
         let tariff = PriceSchedule::default();
         let model = model();
         let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Some(Sharing { model: &model, broken: &none, unfit: &no_pairs, min_gain: 0.1 });
+        let sharing = Some(Sharing {
+            model: &model,
+            broken: &none,
+            unfit: &no_pairs,
+            min_gain: 0.1,
+            try_bound: 100.0,
+            trying: &no_pairs,
+        });
         let waits = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
         let first = TunedPolicy { tuning: Tuning { share_first: true, ..Tuning::default() }, ..waits };
         let free = [node(NodePower::On, 1, f64::INFINITY)];

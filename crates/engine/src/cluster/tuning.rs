@@ -129,6 +129,11 @@ knobs! {
     /// least `1 +` this much of one job's work per second alone (`1/(1+a) + 1/(1+b)`, for
     /// slowdowns `a` and `b`): sharing that gains less saves no energy.
     share_min_gain: f64 = 0.1, in 0 to 1;
+    /// A pair of classes the interference model cannot predict (one never measured) is tried
+    /// where both jobs' bounds are at least this (100: never): how a cluster without pair data
+    /// learns its pairs, each measured once tried, and a class that broke a bound never tried
+    /// again.
+    share_try_bound: f64 = 100.0, in 0 to 100;
 }
 
 #[cfg(test)]

@@ -112,6 +112,7 @@ fn an_override_sets_a_key_as_the_file_does() {
         ("max_wait_cost", "0.5"),
         ("share_first", "true"),
         ("share_min_gain", "0.3"),
+        ("share_try_bound", "0.5"),
         ("loop_interval_s", "10.0"),
         ("clairvoyant", "true"),
         ("learn", "false"),

@@ -140,6 +140,8 @@ struct Sim<'a> {
     broken: BTreeSet<usize>,
     /// Class pairs that were found not to fit on one GPU.
     unfit: BTreeSet<(usize, usize)>,
+    /// The pairs learned from shared runs, without a prior ([`share::Learned`]).
+    pairs: share::Learned,
     /// Sees every snapshot the policy decides on and its actions.
     observe: &'a mut Observer<'a>,
 }
@@ -239,6 +241,7 @@ pub fn simulate_observed(
         decider: Decider::default(),
         broken: BTreeSet::new(),
         unfit: BTreeSet::new(),
+        pairs: share::Learned::new(catalog.colocation.as_ref().filter(|_| !c.wattson.sim.pair_prior)),
         future: if c.wattson.sim.clairvoyant {
             jobs.iter().map(|j| (j.submit, j.gpus)).collect()
         } else {

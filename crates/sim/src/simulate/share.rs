@@ -3,8 +3,66 @@
 //! ([`crate::colocation`]), until one ends ([`Sim::part`]) and the other runs alone again.
 //! The GPU stays with whichever job ends last: the pool sees it held throughout.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use wattson_engine::colocation::{Interference, PairSlowdown};
+
 use super::{NO_PARTNER, Sim};
-use crate::colocation::shared_draws;
+use crate::colocation::{Colocation, shared_draws};
+
+/// The pairs a policy without a prior has measured (`[wattson] pair_prior = false`): each
+/// pair of classes' slowdowns, both ways, measured when the pair first parts, and the model
+/// refitted on them. Inactive (no model) where the policy starts from the full pair data.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Learned {
+    /// The model fitted on the pairs measured so far; `None`: the catalog's is used.
+    pub(super) model: Option<Interference>,
+    /// Each measured (victim, neighbour) slowdown.
+    seen: BTreeMap<(usize, usize), f64>,
+    /// Class pairs (lower first) sharing a GPU that the model could not predict when they
+    /// joined, until they are measured.
+    pub(super) trying: BTreeSet<(usize, usize)>,
+    classes: usize,
+}
+
+impl Learned {
+    /// Learning from nothing over `colocation`'s classes; inactive without it.
+    pub(super) fn new(colocation: Option<&Colocation>) -> Learned {
+        colocation.map_or_else(Learned::default, |c| Learned {
+            model: Some(Interference::fit(c.names.len(), &[])),
+            seen: BTreeMap::new(),
+            trying: BTreeSet::new(),
+            classes: c.names.len(),
+        })
+    }
+
+    /// Notes that classes `a` and `b` now share a GPU: on trial if the model cannot predict them.
+    fn join(&mut self, a: u16, b: u16) {
+        let Some(model) = &self.model else { return };
+        let (a, b) = (usize::from(a), usize::from(b));
+        if model.predict(a, b).is_none() || model.predict(b, a).is_none() {
+            self.trying.insert((a.min(b), a.max(b)));
+        }
+    }
+
+    /// Records what a shared run measured, `victim` slowed by `slowdown` beside `neighbour`;
+    /// refits when the pair is new.
+    fn measure(&mut self, victim: u16, neighbour: u16, slowdown: f64) {
+        if self.model.is_none() {
+            return;
+        }
+        let key = (usize::from(victim), usize::from(neighbour));
+        self.trying.remove(&(key.0.min(key.1), key.0.max(key.1)));
+        if self.seen.insert(key, slowdown).is_none() {
+            let pairs: Vec<PairSlowdown> = self
+                .seen
+                .iter()
+                .map(|(&(victim, neighbour), &slowdown)| PairSlowdown { victim, neighbour, slowdown })
+                .collect();
+            self.model = Some(Interference::fit(self.classes, &pairs));
+        }
+    }
+}
 
 impl Sim<'_> {
     /// Seconds job `j`'s whole work takes at its level and its current pace.
@@ -53,6 +111,7 @@ impl Sim<'_> {
             self.unfit.insert((usize::from(cq), usize::from(ch)));
             return;
         };
+        self.pairs.join(cq, ch);
         self.queue.retain(|&j| j != q);
         let shares = self.runs[hu].shares.clone();
         self.place_on_type(q, self.pool.group[shares[0].0 as usize]);
@@ -89,6 +148,9 @@ impl Sim<'_> {
         let (old_j, old_k) = (self.draw(j), self.draw(k));
         self.redraw_to(t, j, old_j, 0.0);
         for (a, b) in [(j, k), (k, j)] {
+            if let (Some(va), Some(vb)) = (self.jobs[a].share, self.jobs[b].share) {
+                self.pairs.measure(va, vb, self.live[a].slow - 1.0);
+            }
             self.live[a].partner = NO_PARTNER;
             self.live[a].slow = 1.0;
             if let Some(p) = self.runs[a].partners.iter_mut().rev().find(|p| p.0 as usize == b) {
@@ -108,9 +170,11 @@ impl Sim<'_> {
     }
 
     /// Job `j`, which shared its GPU, has ended: a measured slowdown over its bound stops its
-    /// class from being paired again.
+    /// class from being paired again, unless the policy learns pairs (its measured pairs then
+    /// stand in its model for the predictions, and a class is not dropped for one partner).
     pub(super) fn judge_sharing(&mut self, j: usize) {
-        if self.runs[j].slowdown > self.jobs[j].bound + 1e-6
+        if self.pairs.model.is_none()
+            && self.runs[j].slowdown > self.jobs[j].bound + 1e-6
             && let Some(class) = self.jobs[j].share
         {
             self.broken.insert(usize::from(class));

@@ -100,10 +100,12 @@ impl Sim<'_> {
             node: self.c.node,
             job_nodes: &cluster::ANYWHERE,
             sharing: self.cat.colocation.as_ref().map(|c| cluster::Sharing {
-                model: &c.model,
+                model: self.pairs.model.as_ref().unwrap_or(&c.model),
                 broken: &self.broken,
                 unfit: &self.unfit,
                 min_gain: self.policy.tuning.share_min_gain,
+                try_bound: self.policy.tuning.share_try_bound,
+                trying: &self.pairs.trying,
             }),
         };
         // One step of the policy and its guard, as the controller takes one per loop.
