@@ -45,8 +45,6 @@ pub struct Pairs {
     unfit: BTreeSet<(usize, usize)>,
     min_gain: f64,
     try_bound: f64,
-    /// Always empty: the controller does not yet learn pairs from its nodes.
-    trying: BTreeSet<(usize, usize)>,
 }
 
 impl Pairs {
@@ -66,8 +64,7 @@ impl Pairs {
         let model = Interference::fit(tags.len(), &pairs);
         let t = cluster::Tuning::default();
         let (min_gain, try_bound) = (t.share_min_gain, t.share_try_bound);
-        let (broken, unfit, trying) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
-        Pairs { tags, model, broken, unfit, min_gain, try_bound, trying }
+        Pairs { tags, model, broken: BTreeSet::new(), unfit: BTreeSet::new(), min_gain, try_bound }
     }
 
     /// The same, pairing as `tuning`'s `share_min_gain` and `share_try_bound` say.
@@ -115,13 +112,13 @@ impl Pairs {
 
     /// What the engine decides co-location with.
     pub fn sharing(&self) -> Sharing<'_> {
+        // No pair is ever on trial: the controller does not yet learn pairs from its nodes.
         Sharing {
-            model: &self.model,
             broken: &self.broken,
             unfit: &self.unfit,
             min_gain: self.min_gain,
             try_bound: self.try_bound,
-            trying: &self.trying,
+            ..Sharing::with_model(&self.model)
         }
     }
 }

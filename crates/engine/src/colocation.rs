@@ -137,6 +137,26 @@ pub struct Sharing<'a> {
     pub trying: &'a BTreeSet<(usize, usize)>,
 }
 
+/// No class, no pair of classes.
+static NO_CLASSES: BTreeSet<usize> = BTreeSet::new();
+static NO_PAIRS: BTreeSet<(usize, usize)> = BTreeSet::new();
+
+impl<'a> Sharing<'a> {
+    /// Deciding with `model` alone: nothing broken, unfit or on trial, and the shipped
+    /// `share_min_gain` and `share_try_bound`.
+    pub fn with_model(model: &'a Interference) -> Sharing<'a> {
+        let t = crate::cluster::Tuning::default();
+        Sharing {
+            model,
+            broken: &NO_CLASSES,
+            unfit: &NO_PAIRS,
+            min_gain: t.share_min_gain,
+            try_bound: t.share_try_bound,
+            trying: &NO_PAIRS,
+        }
+    }
+}
+
 /// A job that may share its GPUs: its class in the model, its GPU count, and the most it may be
 /// slowed (its slowdown bound, e.g. 0.10 for 10%). Only jobs whose users opted in are
 /// candidates; a job of several GPUs shares each of them with one partner of as many GPUs.
@@ -301,15 +321,7 @@ mod tests {
         // (class 0: 1% each way): it joins 2. Job 11 (class 2) would slow anyone too much.
         let running = [job(1, 1, 0.05), job(2, 0, 0.04)];
         let pending = [job(10, 0, 0.05), job(11, 2, 0.5)];
-        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Sharing {
-            model: &model,
-            broken: &none,
-            unfit: &no_pairs,
-            min_gain: 0.1,
-            try_bound: 100.0,
-            trying: &no_pairs,
-        };
+        let sharing = Sharing::with_model(&model);
         let any = |_, _| true;
         assert_eq!(pair(&sharing, &pending, &running, any), vec![(10, 2)]);
         // A GPU is shared by two jobs at most: the next class-0 job finds no partner.
@@ -337,29 +349,14 @@ mod tests {
         // per second (a held-out trace's one class), which costs energy.
         let slow = Interference::fit(1, &[PairSlowdown { victim: 0, neighbour: 0, slowdown: 1.0075 }]);
         assert!(gain(1.0075, 1.0075) < 0.0);
-        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
         let job = |job| Candidate { job, class: 0, gpus: 1, bound: 5.0 };
-        let sharing = Sharing {
-            model: &slow,
-            broken: &none,
-            unfit: &no_pairs,
-            min_gain: 0.0,
-            try_bound: 100.0,
-            trying: &no_pairs,
-        };
+        let sharing = Sharing { min_gain: 0.0, ..Sharing::with_model(&slow) };
         assert_eq!(slowdowns(&sharing, &job(1), &job(2)), None);
         // At 50% each they do 1.33 jobs' work per second: admitted under a gain of 0.1 and 0.3,
         // not under 0.5.
         let half = Interference::fit(1, &[PairSlowdown { victim: 0, neighbour: 0, slowdown: 0.5 }]);
         for (min_gain, admitted) in [(0.1, true), (0.3, true), (0.5, false)] {
-            let sharing = Sharing {
-                model: &half,
-                broken: &none,
-                unfit: &no_pairs,
-                min_gain,
-                try_bound: 100.0,
-                trying: &no_pairs,
-            };
+            let sharing = Sharing { min_gain, ..Sharing::with_model(&half) };
             assert_eq!(slowdowns(&sharing, &job(1), &job(2)).is_some(), admitted, "{min_gain}");
         }
     }
@@ -368,16 +365,8 @@ mod tests {
     fn a_pair_the_model_cannot_predict_is_tried_only_within_the_try_bound_and_once_at_a_time() {
         // Nothing measured: nothing is predicted.
         let nothing = Interference::fit(2, &[]);
-        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
         let job = |job, class, bound| Candidate { job, class, gpus: 1, bound };
-        let sharing = Sharing {
-            model: &nothing,
-            broken: &none,
-            unfit: &no_pairs,
-            min_gain: 0.1,
-            try_bound: 100.0,
-            trying: &no_pairs,
-        };
+        let sharing = Sharing::with_model(&nothing);
         assert_eq!(slowdowns(&sharing, &job(1, 0, 0.5), &job(2, 1, 0.5)), None, "trials off");
         let sharing = Sharing { try_bound: 0.5, ..sharing };
         assert_eq!(slowdowns(&sharing, &job(1, 0, 0.5), &job(2, 1, 0.6)), Some(1.1), "ranked by the bounds");
@@ -417,15 +406,7 @@ mod tests {
         // Class 0 with itself was never measured: predicted near 0.05·0.2 = 1%, it is admitted
         // only under a bound of at least that plus the error.
         let predicted = noisy.predict(0, 0).unwrap();
-        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Sharing {
-            model: &noisy,
-            broken: &none,
-            unfit: &no_pairs,
-            min_gain: 0.1,
-            try_bound: 100.0,
-            trying: &no_pairs,
-        };
+        let sharing = Sharing::with_model(&noisy);
         let job = |job, bound| Candidate { job, class: 0, gpus: 1, bound };
         let tight = predicted + 0.5 * noisy.error;
         assert_eq!(slowdowns(&sharing, &job(1, tight), &job(2, tight)), None);

@@ -159,15 +159,7 @@ mod tests {
         let m = levels();
         let tariff = PriceSchedule::default();
         let model = model();
-        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Some(Sharing {
-            model: &model,
-            broken: &none,
-            unfit: &no_pairs,
-            min_gain: 0.1,
-            try_bound: 100.0,
-            trying: &no_pairs,
-        });
+        let sharing = Some(Sharing::with_model(&model));
         let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
         let full = [node(NodePower::On, 0, f64::INFINITY)];
         let run = |id, class| Running {
@@ -200,17 +192,8 @@ mod tests {
         let shared = [run(1, Some(1)), Running { shared: true, ..run(2, Some(0)) }];
         assert!(brain(&p, &Snapshot { running: &shared, ..s }).share.is_empty());
         let broken = BTreeSet::from([0]);
-        let s_broken = Snapshot {
-            sharing: Some(Sharing {
-                model: &model,
-                broken: &broken,
-                unfit: &no_pairs,
-                min_gain: 0.1,
-                try_bound: 100.0,
-                trying: &no_pairs,
-            }),
-            ..s
-        };
+        let s_broken =
+            Snapshot { sharing: Some(Sharing { broken: &broken, ..Sharing::with_model(&model) }), ..s };
         assert!(brain(&p, &s_broken).share.is_empty());
         // Without the model, or under a reference policy, nothing shares.
         assert!(brain(&p, &Snapshot { sharing: None, ..s }).share.is_empty());
@@ -231,17 +214,8 @@ mod tests {
         assert_eq!(brain(&shards, &Snapshot { nodes: &free, ..s }).share, vec![(10, 1)]);
         assert_eq!(brain(&shards, &s_broken).share, vec![(10, 1)]);
         let unfit = BTreeSet::from([(1, 0)]);
-        let s_unfit = Snapshot {
-            sharing: Some(Sharing {
-                model: &model,
-                broken: &none,
-                unfit: &unfit,
-                min_gain: 0.1,
-                try_bound: 100.0,
-                trying: &no_pairs,
-            }),
-            ..s
-        };
+        let s_unfit =
+            Snapshot { sharing: Some(Sharing { unfit: &unfit, ..Sharing::with_model(&model) }), ..s };
         assert_eq!(brain(&shards, &s_unfit).share, vec![(10, 2)]);
         assert!(
             brain(&shards, &Snapshot { running: &shared[..1], queued: &queued[1..], ..s }).share.is_empty()
@@ -263,15 +237,7 @@ mod tests {
         let m = levels();
         let tariff = PriceSchedule::default();
         let model = model();
-        let (none, no_pairs) = (BTreeSet::new(), BTreeSet::new());
-        let sharing = Some(Sharing {
-            model: &model,
-            broken: &none,
-            unfit: &no_pairs,
-            min_gain: 0.1,
-            try_bound: 100.0,
-            trying: &no_pairs,
-        });
+        let sharing = Some(Sharing::with_model(&model));
         let waits = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
         let first = TunedPolicy { tuning: Tuning { share_first: true, ..Tuning::default() }, ..waits };
         let free = [node(NodePower::On, 1, f64::INFINITY)];
