@@ -58,7 +58,7 @@ fn main() {
     std::fs::write(
         &config,
         format!(
-            "[daemon]\nsocket = {:?}\nstore = {:?}\nnode_name = \"n1\"\nslurm_user = \"root\"\nsample_interval = \"250ms\"\n\n[gpu]\nnvml_library = {library:?}\n\n# Short probe windows, so that a demo-length job probes and settles (default: minutes).\n[engine]\nprobe_window = \"1s\"\nprobe_settle = \"200ms\"\n",
+            "[daemon]\nsocket = {:?}\nstore = {:?}\nnode_name = \"n1\"\nslurm_user = \"root\"\nsample_interval = \"250ms\"\n\n[gpu]\nnvml_library = {library:?}\n\n# Short probe windows (a 100 ms step of the energy counter is a thirtieth of one), so that a demo-length job probes and settles (default: minutes).\n[engine]\nprobe_window = \"3s\"\nprobe_settle = \"500ms\"\n",
             dir.join("wattsond.sock"),
             dir.join("wattson.db"),
         ),
@@ -103,7 +103,7 @@ fn main() {
         sim.set_workload(gpu, Some(WORKLOAD)).unwrap();
     }
     // Long enough for the min-energy job to probe (again after the restart below) and settle.
-    let script = "#!/bin/sh\nsleep 24\necho \"policy=$WATTSON_POLICY gpu_power_limit_w=${WATTSON_GPU_POWER_LIMIT_W:-default} gpus=$SLURM_JOB_GPUS\"\n";
+    let script = "#!/bin/sh\nsleep 40\necho \"policy=$WATTSON_POLICY gpu_power_limit_w=${WATTSON_GPU_POWER_LIMIT_W:-default} gpus=$SLURM_JOB_GPUS\"\n";
     let mut jobs = Vec::new();
     for args in [
         &[

@@ -211,3 +211,41 @@ fn without_a_prior_pairs_are_learned_from_trials_and_no_pair_breaks_a_bound_afte
     }
     assert!(over < shared / 10, "{over} of {shared} jobs that shared broke their bound");
 }
+
+/// Pairs that never pay: each job of any pair of the two classes runs 2.0075 times as long as
+/// alone, so a shared GPU does 0.996 of one job's work per second (a held-out production
+/// trace's one class).
+const COSTLY: &str = r#"{"v100": {
+    "('ResNet-50 (batch size 64)', 1)": {"null": 2.0075,
+        "('ResNet-50 (batch size 64)', 1)": [1.0, 1.0], "('Transformer (batch size 32)', 1)": [1.0, 1.0]},
+    "('Transformer (batch size 32)', 1)": {"null": 2.0075,
+        "('ResNet-50 (batch size 64)', 1)": [1.0, 1.0], "('Transformer (batch size 32)', 1)": [1.0, 1.0]}
+}}"#;
+
+#[test]
+fn where_pairing_does_not_pay_wattson_pairs_nothing_and_the_floor_does_not_rise() {
+    let (mut c, mut cat, t) = sharing_inputs(1);
+    cat.colocation = Some(Colocation::from_gavel_json(COSTLY, "costly").unwrap());
+    // Bounds wide enough for every pair: only the gain keeps wattson from pairing.
+    c.hints.share_bound = 1.5;
+    let policies = [ClusterPolicy::Floor, ClusterPolicy::Wattson, ClusterPolicy::SlurmShards];
+    let o = wattson_sim::run(&c, &cat, &t, TRACE, &policies, 1).expect("simulation runs");
+    let by = |o: &Outcome, p| o.report.summary(p).unwrap().clone();
+    assert_eq!(by(&o, ClusterPolicy::Wattson).shared_jobs, 0, "wattson paired jobs that gain nothing");
+    let shards = by(&o, ClusterPolicy::SlurmShards);
+    assert!(shards.shared_jobs >= 20, "slurm-shards shared GPUs for {} jobs only", shards.shared_jobs);
+    assert!(
+        shards.energy_kwh > by(&o, ClusterPolicy::Wattson).energy_kwh,
+        "pairing that does not pay cost nothing"
+    );
+    check_floor_below_bound_keepers(&o);
+    // The floor without any pair data: pairs that never pay add only ways it does not take.
+    cat.colocation = None;
+    let alone = wattson_sim::run(&c, &cat, &t, TRACE, &[ClusterPolicy::Floor], 1).expect("simulation runs");
+    let (with, without) =
+        (by(&o, ClusterPolicy::Floor).energy_kwh, by(&alone, ClusterPolicy::Floor).energy_kwh);
+    assert!(
+        with <= without * (1.0 + 1e-9),
+        "the floor rose from {without} to {with} kWh with pairs that never pay"
+    );
+}
