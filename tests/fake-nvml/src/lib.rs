@@ -115,6 +115,26 @@ impl Sim {
         self.with_gpu(gpu, |g| g.load = load)
     }
 
+    /// Brings realistic GPU `gpu` to the temperature its present draw holds it at, as if it
+    /// had run so for many minutes (a busy node's GPU, not one just out of idle); an ideal GPU
+    /// is left as it is. The draw moves with the leakage at this instant.
+    pub fn warm(&self, gpu: u32) -> io::Result<()> {
+        state::with_state(&self.dir, |cfg, st, _| {
+            let spec = cfg.spec(gpu as usize).map_err(|e| bad_input(&e))?;
+            let g = st.gpus.get_mut(gpu as usize).ok_or_else(|| bad_input("no such gpu"))?;
+            let Some(r) = spec.realism.as_ref() else { return Ok(()) };
+            // Temperature and draw hold each other: iterate to their fixed point.
+            for _ in 0..64 {
+                let power = g.power_mw;
+                let Some(p) = g.physics.as_mut() else { return Ok(()) };
+                p.temp_c = r.heat(p.temp_c, power, u64::MAX);
+                p.leakage = r.leakage(spec.idle_w, p.temp_c);
+                g.refresh(&spec);
+            }
+            Ok(())
+        })?
+    }
+
     /// Sets the processes on GPU `gpu` and each one's SM utilisation (percent, at most 100),
     /// as the driver reports them per process from now on.
     pub fn set_processes(&self, gpu: u32, processes: &[ProcessLoad]) -> io::Result<()> {

@@ -312,3 +312,26 @@ fn history_written_again_after_a_killed_process_counts_once() {
     assert_eq!(mj, (1000.0 * 100.0 + 2000.0 * 100.0 + 3000.0 * 100.0 + 1000.0 * 100.0) / 1e9);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_warmed_gpu_is_at_the_heat_of_its_draw_and_the_truth_follows_its_draw() {
+    let dir = temp_dir("warm");
+    let sim = Sim::create(&dir, &Config::realistic("H100", 1)).unwrap();
+    sim.set_load(0, 0.9).unwrap();
+    let cool = sim.gpu_state(0).unwrap();
+    sim.warm(0).unwrap();
+    let warm = sim.gpu_state(0).unwrap();
+    let (t0, t1) = (cool.physics.unwrap().temp_c, warm.physics.as_ref().unwrap().temp_c);
+    assert!(t1 > t0 + 30.0, "warmed from {t0} to {t1} °C only");
+    assert!(warm.power_mw > cool.power_mw, "the leakage of the heat raised the draw");
+    // At its own draw's heat: a minute more changes the temperature by under a degree.
+    let spec = Config::realistic("H100", 1).spec(0).unwrap();
+    let later = spec.realism.unwrap().heat(t1, warm.power_mw, 60_000_000_000);
+    assert!((later - t1).abs() < 1.0, "{t1} °C drifts to {later}");
+    // The truth holds the warm draw from then on.
+    let from = crate::state::now_ns();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let to = crate::state::now_ns();
+    let truth = sim.truth_energy_mj(0, from, to).unwrap();
+    assert!(truth > f64::from(cool.power_mw) * (to - from) as f64 / 1e9, "{truth} mJ");
+}

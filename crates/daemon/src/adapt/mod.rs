@@ -281,8 +281,12 @@ impl Prober {
                 .map(|r| r.t_ns)
                 .max();
             if let Some(now) = now {
+                // Up to the instant the job's meters were last read, which a boundary read
+                // (a step's begin or end) after these readings may have moved past them: the
+                // mark pairs that instant with the activity, which must cover it too.
+                let metered = record.gpus.iter().map(|g| g.meter.last.t_ns).max().unwrap_or(now);
                 let read = record.gpus.iter().filter_map(|g| readings.get(g.index as usize)?.as_ref().ok());
-                job.integrate_activity(now, read);
+                job.integrate_activity(now.max(metered), read);
                 let mark = mark(record, &mut job);
                 if job.start.is_some() {
                     job.track(mark);
