@@ -62,6 +62,10 @@ fn the_amd_backend_reads_resolves_and_validates_settings() {
 
     // The energy in mJ is the count × 15.3 µJ; it follows the simulated GPU's truth.
     sim.set_load(0, 1.0).unwrap();
+    // The fake serves the last whole millisecond's energy as the present draw's, so the first
+    // read waits until the load change is a whole update interval old (without it, one run
+    // in six here read within that millisecond and was 35-170 mJ off the truth).
+    std::thread::sleep(std::time::Duration::from_millis(2));
     let (t0, e0) = gpus.read_counter(0).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (t1, e1) = gpus.read_counter(0).unwrap();

@@ -234,8 +234,9 @@ pub extern "C" fn rsmi_dev_energy_count_get(
 }
 
 /// The energy (µJ) the library serves at `t_ns` and the instant it is of: on an ideal GPU
-/// the energy at the last whole millisecond (the counter runs at the present power since);
-/// on a realistic one the counter's last step, as fake-nvml serves it.
+/// the energy at the last whole millisecond (taken back from now at the present power, so a
+/// read within a millisecond of a change of the draw is off by up to that change over the
+/// millisecond); on a realistic one the counter's last step, as fake-nvml serves it.
 fn served_energy_uj(gs: &GpuState, t_ns: i64) -> (i64, f64) {
     if gs.physics.is_some() {
         return (t_ns, gs.counter_read() as f64 * 1000.0);
