@@ -15,40 +15,28 @@
 use std::path::Path;
 use std::sync::Mutex;
 
+use wattson_sim::trace::ITP_LOAD_MATCHED;
 use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-/// (trace, nodes): each trace's load-matched sizes (as `rightsize`), then 80 nodes.
-const CELLS: [(&str, u32); 27] = [
-    ("cluster01.csv", 8),
-    ("cluster02.csv", 14),
-    ("cluster02.csv", 22),
-    ("cluster03.csv", 23),
-    ("cluster03.csv", 35),
-    ("cluster04.csv", 80),
-    ("cluster04.csv", 123),
-    ("cluster05.csv", 2),
-    ("cluster05.csv", 3),
-    ("cluster06.csv", 15),
-    ("cluster06.csv", 22),
-    ("cluster07.csv", 42),
-    ("cluster07.csv", 64),
-    ("cluster08.csv", 11),
-    ("cluster08.csv", 17),
-    ("cluster09.csv", 6),
-    ("cluster09.csv", 8),
-    ("cluster10.csv", 2),
-    ("cluster01.csv", 80),
-    ("cluster02.csv", 80),
-    ("cluster03.csv", 80),
-    ("cluster05.csv", 80),
-    ("cluster06.csv", 80),
-    ("cluster07.csv", 80),
-    ("cluster08.csv", 80),
-    ("cluster09.csv", 80),
-    ("cluster10.csv", 80),
+/// The traces whose third cell is 80 nodes (cluster04's 80 nodes is its load-matched one).
+const ON_80_NODES: [&str; 9] = [
+    "cluster01.csv",
+    "cluster02.csv",
+    "cluster03.csv",
+    "cluster05.csv",
+    "cluster06.csv",
+    "cluster07.csv",
+    "cluster08.csv",
+    "cluster09.csv",
+    "cluster10.csv",
 ];
+
+/// The 27 cells: each trace's load-matched sizes, then 80 nodes.
+fn cells() -> Vec<(&'static str, u32)> {
+    ITP_LOAD_MATCHED.iter().copied().chain(ON_80_NODES.map(|t| (t, 80))).collect()
+}
 
 /// One policy's means over the seeds of a cell.
 #[derive(Debug, Clone, Copy, Default)]
@@ -104,7 +92,8 @@ fn main() {
         ClusterPolicy::SlurmDefault,
     ];
     // Each cell's (timer, shards, wattson, default) means, filled by workers taking cells in turn.
-    let results: Mutex<Vec<Option<[Means; 4]>>> = Mutex::new(vec![None; CELLS.len()]);
+    let cells = cells();
+    let results: Mutex<Vec<Option<[Means; 4]>>> = Mutex::new(vec![None; cells.len()]);
     let next = Mutex::new(0usize);
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|scope| {
@@ -116,7 +105,7 @@ fn main() {
                         *n += 1;
                         *n - 1
                     };
-                    let Some(&(trace_name, nodes)) = CELLS.get(i) else { return };
+                    let Some(&(trace_name, nodes)) = cells.get(i) else { return };
                     let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
                     let trace = wattson_sim::trace::parse(&text, trace_name, TraceFormat::Auto).unwrap();
                     let mut c = base.clone();
@@ -159,7 +148,7 @@ fn main() {
         (0, 0, 0, f64::NEG_INFINITY, 0);
     let (mut shared_cells, mut default_waits_ok) = (0, 0);
     let (mut over_bound, mut shared) = (0.0, 0.0);
-    for (&(trace_name, nodes), m) in CELLS.iter().zip(&results) {
+    for (&(trace_name, nodes), m) in cells.iter().zip(&results) {
         let [t, sh, w, d] = m.expect("every cell ran");
         default_waits_ok +=
             usize::from(d.imposed_mean_s <= t.imposed_mean_s && d.imposed_p99_s <= t.imposed_p99_s);
@@ -200,7 +189,7 @@ fn main() {
             }
         );
     }
-    let n = CELLS.len();
+    let n = cells.len();
     println!(
         "wattson against slurm-powersave, means over {seeds} seeds: energy below in {below} of {n}; imposed mean and p99 wait no longer in {waits_ok} of {n}; both in {dominated} of {n}; the worst imposed wait {worst:+.1}% (mean or p99)"
     );

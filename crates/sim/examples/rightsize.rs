@@ -13,34 +13,16 @@
 
 use std::path::Path;
 
+use wattson_sim::trace::ITP_LOAD_MATCHED;
 use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-/// (trace, nodes): cluster04 at the sizes, the others as in docs/sim-history.md's
-/// "Other traces at their own load", and two light traces on 80 nodes.
-const CASES: [(&str, u32); 20] = [
-    ("cluster04.csv", 80),
-    ("cluster04.csv", 123),
-    ("cluster01.csv", 8),
-    ("cluster02.csv", 14),
-    ("cluster02.csv", 22),
-    ("cluster03.csv", 23),
-    ("cluster03.csv", 35),
-    ("cluster05.csv", 2),
-    ("cluster05.csv", 3),
-    ("cluster06.csv", 15),
-    ("cluster06.csv", 22),
-    ("cluster07.csv", 42),
-    ("cluster07.csv", 64),
-    ("cluster08.csv", 11),
-    ("cluster08.csv", 17),
-    ("cluster09.csv", 6),
-    ("cluster09.csv", 8),
-    ("cluster10.csv", 2),
-    ("cluster01.csv", 80),
-    ("cluster09.csv", 80),
-];
+/// (trace, nodes): the load-matched sizes of every trace ([`ITP_LOAD_MATCHED`]), and two
+/// light traces on 80 nodes.
+fn cases() -> Vec<(&'static str, u32)> {
+    ITP_LOAD_MATCHED.iter().copied().chain([("cluster01.csv", 80), ("cluster09.csv", 80)]).collect()
+}
 
 fn read(rel: &str) -> String {
     let p = Path::new(ROOT).join(rel);
@@ -66,7 +48,8 @@ fn main() {
         "{:<14} {:>5} {:>11} {:>9} {:>11} {:>8} {:>9} {:>8}  beaten by SuspendTime",
         "trace", "nodes", "timer kWh", "wait h", "wattson kWh", "energy", "wait h", "wait"
     );
-    for (trace_name, nodes) in CASES {
+    let cases = cases();
+    for &(trace_name, nodes) in &cases {
         let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
         let trace = wattson_sim::trace::parse(&text, trace_name, TraceFormat::Auto).unwrap();
         let mut c = base.clone();
@@ -115,15 +98,15 @@ fn main() {
             if beaten_by.is_empty() { "-".to_string() } else { beaten_by.join(",") }
         );
     }
-    let k = CASES.len() as f64;
+    let k = cases.len() as f64;
     println!(
         "mean over the cases: energy {:+.2}%, mean queueing wait {:+.1}%; no more energy and at most 1% more wait in {no_worse} of {}",
         energy_pct / k,
         wait_pct / k,
-        CASES.len()
+        cases.len()
     );
     println!(
         "no timer setting uses less energy and waits less (both no more, one less) in {undominated} of {}",
-        CASES.len()
+        cases.len()
     );
 }

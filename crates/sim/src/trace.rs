@@ -244,6 +244,30 @@ fn gpu_fraction(s: &str, gpus: f64, at: &str) -> Result<f64, SimError> {
     }
 }
 
+/// The ITP traces' load-matched sizes, `(trace file, nodes)`: each trace on the nodes of 8 GPUs
+/// that its mean load fills to ~77% and to ~50% (one size where those coincide at the fewest
+/// nodes its largest job fits), the cases of the `rightsize` and `cells` examples.
+pub const ITP_LOAD_MATCHED: [(&str, u32); 18] = [
+    ("cluster01.csv", 8),
+    ("cluster02.csv", 14),
+    ("cluster02.csv", 22),
+    ("cluster03.csv", 23),
+    ("cluster03.csv", 35),
+    ("cluster04.csv", 80),
+    ("cluster04.csv", 123),
+    ("cluster05.csv", 2),
+    ("cluster05.csv", 3),
+    ("cluster06.csv", 15),
+    ("cluster06.csv", 22),
+    ("cluster07.csv", 42),
+    ("cluster07.csv", 64),
+    ("cluster08.csv", 11),
+    ("cluster08.csv", 17),
+    ("cluster09.csv", 6),
+    ("cluster09.csv", 8),
+    ("cluster10.csv", 2),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

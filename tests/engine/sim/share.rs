@@ -249,3 +249,23 @@ fn where_pairing_does_not_pay_wattson_pairs_nothing_and_the_floor_does_not_rise(
         "the floor rose from {without} to {with} kWh with pairs that never pay"
     );
 }
+
+#[test]
+fn gavels_exactly_zero_slowdowns_are_read_as_missing() {
+    let text = read(&data("colocation/gavel/simulation_throughputs.json"));
+    let colo = Colocation::from_gavel_json(&text, "gavel").unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let table = doc["v100"].as_object().unwrap();
+    let names: Vec<&String> = table.keys().filter(|k| k.ends_with(", 1)")).collect();
+    let mut zero = 0;
+    for (a, victim) in names.iter().enumerate() {
+        let alone = table[*victim]["null"].as_f64().unwrap();
+        for (b, neighbour) in names.iter().enumerate() {
+            if table[*victim][neighbour.as_str()][0].as_f64() == Some(alone) {
+                zero += 1;
+                assert_eq!(colo.slowdown(a as u16, b as u16), None, "{victim} beside {neighbour}");
+            }
+        }
+    }
+    assert_eq!(zero, 80, "docs/sim.md counts 80 ordered V100 pairs shared exactly as alone");
+}
