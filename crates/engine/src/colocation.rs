@@ -137,26 +137,6 @@ pub struct Sharing<'a> {
     pub trying: &'a BTreeSet<(usize, usize)>,
 }
 
-/// No class, no pair of classes.
-static NO_CLASSES: BTreeSet<usize> = BTreeSet::new();
-static NO_PAIRS: BTreeSet<(usize, usize)> = BTreeSet::new();
-
-impl<'a> Sharing<'a> {
-    /// Deciding with `model` alone: nothing broken, unfit or on trial, and the shipped
-    /// `share_min_gain` and `share_try_bound`.
-    pub fn with_model(model: &'a Interference) -> Sharing<'a> {
-        let t = crate::cluster::Tuning::default();
-        Sharing {
-            model,
-            broken: &NO_CLASSES,
-            unfit: &NO_PAIRS,
-            min_gain: t.share_min_gain,
-            try_bound: t.share_try_bound,
-            trying: &NO_PAIRS,
-        }
-    }
-}
-
 /// A job that may share its GPUs: its class in the model, its GPU count, and the most it may be
 /// slowed (its slowdown bound, e.g. 0.10 for 10%). Only jobs whose users opted in are
 /// candidates; a job of several GPUs shares each of them with one partner of as many GPUs.

@@ -10,7 +10,28 @@
 
 use super::levels::allowance;
 use super::{Actions, ClusterPolicy, Held, NodePower, Queued, Running, Snapshot, TunedPolicy};
-use crate::colocation::{self, Candidate};
+use crate::colocation::{self, Candidate, Interference, Sharing};
+use std::collections::BTreeSet;
+
+/// No class, no pair of classes.
+static NO_CLASSES: BTreeSet<usize> = BTreeSet::new();
+static NO_PAIRS: BTreeSet<(usize, usize)> = BTreeSet::new();
+
+impl<'a> Sharing<'a> {
+    /// Deciding with `model` alone: nothing broken, unfit or on trial, and the shipped
+    /// `share_min_gain` and `share_try_bound`.
+    pub fn with_model(model: &'a Interference) -> Sharing<'a> {
+        let t = super::Tuning::default();
+        Sharing {
+            model,
+            broken: &NO_CLASSES,
+            unfit: &NO_PAIRS,
+            min_gain: t.share_min_gain,
+            try_bound: t.share_try_bound,
+            trying: &NO_PAIRS,
+        }
+    }
+}
 
 /// Adds to `a.share` the queued jobs that start now on a running job's GPU.
 pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
@@ -42,7 +63,7 @@ fn lone(s: &Snapshot) -> Vec<Candidate> {
 /// Slurm's packing: each queued opted-in job, in queue order, beside the first lone opted-in
 /// job of as many GPUs on a node it may use, whatever the pair's slowdowns (only a pair seen not to
 /// fit on one GPU is not tried again).
-fn packed(s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
+fn packed(s: &Snapshot, sharing: &Sharing, a: &mut Actions) {
     let mut lone = lone(s);
     for q in s.queued {
         let Some(class) = q.job.share.map(usize::from) else { continue };
@@ -59,7 +80,7 @@ fn packed(s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
 
 /// wattson's pairs by the interference model: the queued jobs that would otherwise wait, or,
 /// with `share_first`, every queued job and those released from hold now (in that order).
-fn by_model(p: &TunedPolicy, s: &Snapshot, sharing: &colocation::Sharing, a: &mut Actions) {
+fn by_model(p: &TunedPolicy, s: &Snapshot, sharing: &Sharing, a: &mut Actions) {
     let running = lone(s);
     if running.is_empty() {
         return;
