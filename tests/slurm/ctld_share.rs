@@ -27,13 +27,18 @@ pub(crate) fn field(lab: &SlurmLab, id: u32, name: &str) -> String {
 /// Submits an opted-in 1-GPU job of workload `tag` with a 10% bound, running `secs`; the job
 /// writes its shell's pid to `<job id>.pid` in the lab's job directory.
 pub(crate) fn submit(lab: &SlurmLab, tag: &str, secs: u32) -> u32 {
-    let tag = format!("--energy-tag={tag}");
-    let args = ["--gres=gpu:1", "--energy-share=yes", "--energy=min-energy", "--energy-slowdown=10", &tag];
+    submit_bounded(lab, tag, secs, 10)
+}
+
+/// [`submit`] with a bound of `bound_pct`%.
+pub(crate) fn submit_bounded(lab: &SlurmLab, tag: &str, secs: u32, bound_pct: u32) -> u32 {
+    let (tag, bound) = (format!("--energy-tag={tag}"), format!("--energy-slowdown={bound_pct}"));
+    let args = ["--gres=gpu:1", "--energy-share=yes", "--energy=min-energy", &bound, &tag];
     lab.sbatch(&args, &format!("#!/bin/sh\necho $$ > $SLURM_JOB_ID.pid\nsleep {secs}\n")).unwrap()
 }
 
 /// The pid of job `id`'s shell.
-fn pid_of(lab: &SlurmLab, id: u32) -> u32 {
+pub(crate) fn pid_of(lab: &SlurmLab, id: u32) -> u32 {
     let file = lab.dir().join(format!("jobs/{id}.pid"));
     let started = Instant::now();
     loop {
@@ -45,7 +50,7 @@ fn pid_of(lab: &SlurmLab, id: u32) -> u32 {
     }
 }
 
-fn wait_state(lab: &SlurmLab, id: u32, state: &str, what: &str) {
+pub(crate) fn wait_state(lab: &SlurmLab, id: u32, state: &str, what: &str) {
     wait_field(lab, id, "JobState", |v| v == state, what);
 }
 
@@ -57,7 +62,8 @@ fn share_lab(work: &std::path::Path, pairs: &str) -> (Node, SlurmLab, std::path:
 }
 
 /// [`share_lab`] with `gpus` H100s of 4 shards each, `policy` added to `[policy]`,
-/// `extra_conf` to slurm.conf and `extra_ctld` to `[ctld]`.
+/// `extra_conf` to slurm.conf and `extra_ctld` to `[ctld]`; no pair file where `pairs` is
+/// empty.
 pub(crate) fn share_lab_of(
     work: &std::path::Path,
     pairs: &str,
@@ -68,9 +74,11 @@ pub(crate) fn share_lab_of(
 ) -> (Node, SlurmLab, std::path::PathBuf) {
     let (state, pairs_file) = (work.join("ctld.json"), work.join("pairs.toml"));
     std::fs::write(&pairs_file, pairs).unwrap();
+    let share_pairs =
+        if pairs.is_empty() { String::new() } else { format!("share_pairs = {pairs_file:?}\n") };
     // job_submit, wattsond and the controller read one wattson.toml.
     let ctld = format!(
-        "[ctld]\ninterval = \"1s\"\nmanage_power = false\nstate_file = {state:?}\nshare_pairs = {pairs_file:?}\n{extra_ctld}"
+        "[ctld]\ninterval = \"1s\"\nmanage_power = false\nstate_file = {state:?}\n{share_pairs}{extra_ctld}"
     );
     let policy = format!("shards_per_gpu = 4\n{policy}");
     let node =
@@ -94,12 +102,12 @@ pub(crate) fn share_lab_of(
     (node, lab, state)
 }
 
-/// Submits a 1-second job of workload `tag` while job `running` runs alone on the GPU: it
-/// stays held, with the GPU's other half free, until `running` ends, and begins after it.
-/// Returns its id.
-fn waits_held_beside(node: &Node, lab: &SlurmLab, running: u32, tag: &str) -> u32 {
+/// Submits a 1-second job of workload `tag` (a `bound_pct`% bound) while job `running` runs
+/// alone on the GPU: it stays held, with the GPU's other half free, until `running` ends, and
+/// begins after it. Returns its id.
+pub(crate) fn waits_held_beside(node: &Node, lab: &SlurmLab, running: u32, tag: &str, bound_pct: u32) -> u32 {
     wait_recorded(node, lab, running);
-    let held = submit(lab, tag, 1);
+    let held = submit_bounded(lab, tag, 1, bound_pct);
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(lab.job_info(running).unwrap().state, "RUNNING");
     assert_eq!(lab.job_info(held).unwrap().state, "PENDING");
@@ -164,7 +172,7 @@ fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds()
     // Once the GPU is free `big` starts alone; a second `big` would be 50% slower beside it
     // (bound 10%): it stays held until the first ends, with the GPU's other half free.
     wait_state(&lab, c, "RUNNING", "the big job starts once the GPU is free");
-    let d = waits_held_beside(&node, &lab, c, "big");
+    let d = waits_held_beside(&node, &lab, c, "big", 10);
 
     let records: Vec<_> = [a, b].iter().map(|id| node.record(&id.to_string())).collect();
     for r in &records {
@@ -284,7 +292,7 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
     // would have paired with it, waits held while the GPU's other half is free.
     let c = submit(&lab, "pushy", 8);
     wait_state(&lab, c, "RUNNING", "job c starts alone on the free GPU");
-    waits_held_beside(&node, &lab, c, "pushy");
+    waits_held_beside(&node, &lab, c, "pushy", 10);
     let log = first_log + &ctld_log(&lab);
     assert_eq!(
         log.matches("release: beside the job the co-location model pairs it with").count(),

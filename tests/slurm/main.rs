@@ -10,6 +10,7 @@ mod cpu_only;
 mod ctld;
 mod ctld_basic;
 mod ctld_budget;
+mod ctld_learn;
 mod ctld_pace;
 mod ctld_share;
 mod ctld_types;

@@ -76,9 +76,9 @@ pub struct CtldConfig {
     #[schemars(extend("x-allowed" = "1 to 2000"))]
     pub summary_bins: u32,
     /// The co-location pair file: measured slowdowns of jobs sharing a GPU, by workload tag
-    /// (`--energy-tag`). With it the controller decides which opted-in jobs share a GPU, and
-    /// job_submit holds each opted-in job for that decision; unset: Slurm pairs shard jobs
-    /// as it finds room.
+    /// (`--energy-tag`). With it (or `share_learn`, where it is the prior) the controller
+    /// decides which opted-in jobs share a GPU, and job_submit holds each opted-in job for
+    /// that decision; unset and not learning: Slurm pairs shard jobs as it finds room.
     #[serde(default)]
     pub share_pairs: Option<PathBuf>,
     /// The cluster policy's knobs, declared with their defaults and ranges by the engine (the
@@ -90,6 +90,14 @@ pub struct CtldConfig {
     #[serde(flatten)]
     #[schemars(skip)]
     pub unknown: BTreeMap<String, toml::Value>,
+}
+
+impl CtldConfig {
+    /// Whether the controller decides which opted-in jobs share a GPU: with a pair file
+    /// (`share_pairs`), or learning pairs from the nodes (`share_learn`).
+    pub fn decides_sharing(&self) -> bool {
+        self.share_pairs.is_some() || self.tuning.share_learn
+    }
 }
 
 /// The first knob of `[ctld]` in `text` whose value the engine's [`Tuning`] refuses, with
@@ -105,7 +113,7 @@ pub(crate) fn knob_error(text: &str) -> Option<(String, String)> {
 }
 
 /// The entry job_submit adds to the AdminComment of an opted-in job it held for the
-/// controller's co-location decision ([`CtldConfig::share_pairs`]).
+/// controller's co-location decision ([`CtldConfig::decides_sharing`]).
 pub const SHARE_HELD_MARK: &str = "held=share";
 
 /// The entry that replaces [`SHARE_HELD_MARK`] once the controller released the job.

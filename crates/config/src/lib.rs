@@ -304,17 +304,22 @@ impl Config {
         if config.daemon.slurm_user.is_empty() {
             return at("daemon.slurm_user", "daemon.slurm_user must not be empty");
         }
-        if config.ctld.share_pairs.is_some() {
+        if config.ctld.decides_sharing() {
+            let key = if config.ctld.share_pairs.is_some() { "ctld.share_pairs" } else { "ctld.share_learn" };
             if config.budget.power_w.is_some() {
                 return at(
-                    "ctld.share_pairs",
-                    "ctld.share_pairs and budget.power_w cannot be set together: each holds jobs at submission for the controller, and one job is released by one decision",
+                    key,
+                    &format!(
+                        "{key} and budget.power_w cannot be set together: each holds jobs at submission for the controller, and one job is released by one decision"
+                    ),
                 );
             }
             if config.policy.shards_per_job().is_none() {
                 return at(
-                    "ctld.share_pairs",
-                    "ctld.share_pairs needs policy.shards_per_gpu (the shards job_submit gives an opted-in job)",
+                    key,
+                    &format!(
+                        "{key} needs policy.shards_per_gpu (the shards job_submit gives an opted-in job)"
+                    ),
                 );
             }
         }
@@ -365,6 +370,18 @@ mod tests {
         // Jobs of several GPUs are paired by the controller too.
         let several = shards.replace("shards_per_gpu = 4", "shards_per_gpu = 4\nshare_gpus = 2");
         assert_eq!(Config::parse(&several, "w.toml").unwrap().policy.share_gpus, 2);
+    }
+
+    #[test]
+    fn learning_pairs_needs_shards_and_no_budget_as_a_pair_file_does() {
+        let learn = "[ctld]\nshare_learn = true\n";
+        let err = Config::parse(learn, "w.toml").unwrap_err().0;
+        assert!(err.contains("ctld.share_learn needs policy.shards_per_gpu"), "{err}");
+        let shards = format!("{learn}[policy]\nshards_per_gpu = 4\n");
+        assert!(Config::parse(&shards, "w.toml").unwrap().ctld.decides_sharing());
+        let err = Config::parse(&format!("{shards}[budget]\npower_w = 5000\n"), "w.toml").unwrap_err().0;
+        assert!(err.contains("ctld.share_learn and budget.power_w cannot be set together"), "{err}");
+        assert!(!Config::parse("", "w.toml").unwrap().ctld.decides_sharing());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use crate::ConfigError;
 
 /// One measured pair.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PairMeasurement {
     /// The tag of the job measured.

@@ -50,7 +50,8 @@ pub struct Planner {
     retries: Retries,
     ledger: Ledger,
     by_type: by_type::ByType,
-    /// The co-location model (`[ctld] share_pairs`); `None`: no job shares by decision.
+    /// The co-location model (`[ctld] share_pairs`, `share_learn`); `None`: no job shares by
+    /// decision.
     pairs: Option<share::Pairs>,
 }
 
@@ -282,15 +283,14 @@ struct ModelsSync {
 
 impl Ctld {
     /// A controller for `config`; fails when its pair file (`[ctld] share_pairs`) cannot be
-    /// read.
+    /// read. With `share_learn` it learns pairs, from the file if there is one.
     pub fn new(config: Config) -> Result<Ctld, String> {
-        let mut pairs = config
-            .ctld
-            .share_pairs
-            .as_deref()
-            .map(|path| share::Pairs::load(path).map(|p| p.with_tuning(&config.ctld.tuning)))
-            .transpose()
-            .map_err(|e| e.0)?;
+        let mut pairs = match (&config.ctld.share_pairs, config.ctld.tuning.share_learn) {
+            (Some(path), _) => Some(share::Pairs::load(path).map_err(|e| e.0)?),
+            (None, true) => Some(share::Pairs::new(&[])),
+            (None, false) => None,
+        }
+        .map(|p| p.with_tuning(&config.ctld.tuning));
         let mut released = share::Released::default();
         if let Some(pairs) = &mut pairs
             && config.ctld.state_file.exists()
@@ -300,6 +300,7 @@ impl Ctld {
             match power_status::load(&config.ctld.state_file) {
                 Ok(ledger) => {
                     pairs.break_tags(&ledger.share_broken);
+                    pairs.relearn(&ledger.share_learned, &ledger.share_unfit);
                     released = ledger.share_released;
                 }
                 Err(e) => warn!(error = %e, "cannot read the co-location state from the state file"),
@@ -382,9 +383,12 @@ impl Ctld {
         };
         if let Some(pairs) = &mut self.planner.pairs {
             learned.shares = share::share_jobs(&requests, &jobs, pairs);
+            share::on_trial(pairs, &self.planner.ledger.share_released, &learned.shares);
             self.judge.watch(&learned.shares);
             self.judge.run(&self.nodes, nodes, &learned.shares, pairs);
             self.planner.ledger.share_broken = pairs.broken_tags();
+            self.planner.ledger.share_learned = pairs.learned();
+            self.planner.ledger.share_unfit = pairs.unfit_tags();
         }
         let mut plan = self.planner.plan_with(nodes, &jobs, &requests, &learned, now);
         self.confirm_idle(&mut plan, now);

@@ -52,6 +52,14 @@ pub struct Ledger {
     /// sharing a GPU ([`crate::share::judge`]). Read back when the controller starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub share_broken: Vec<String>,
+    /// Learning pairs (`share_learn`): the pairs measured on the cluster, by tags. Read back
+    /// when the controller starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub share_learned: Vec<wattson_config::pairs::PairMeasurement>,
+    /// Learning pairs: the pairs of tags (job measured, job beside it) measured over a bound,
+    /// which never share again. Read back when the controller starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub share_unfit: Vec<[String; 2]>,
     /// What the controller changed of the opted-in jobs it released that have not started,
     /// to give back ([`crate::share::gate`]). Read back when the controller starts.
     #[serde(default, skip_serializing_if = "crate::share::Released::is_empty")]

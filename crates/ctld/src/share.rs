@@ -28,7 +28,7 @@ use wattson_config::ConfigError;
 use wattson_config::ctld::{SHARE_HELD_MARK, SHARE_RELEASED_MARK};
 use wattson_config::pairs::{self, PairMeasurement};
 use wattson_engine::cluster::{self, Snapshot, levels::allowance, share::free_gpus_hold};
-use wattson_engine::colocation::{Candidate, Interference, PairSlowdown, Sharing, slowdowns};
+use wattson_engine::colocation::{Candidate, Interference, Learning, PairSlowdown, Sharing, slowdowns};
 use wattson_sacct::hostlist;
 
 use tracing::{info, warn};
@@ -36,11 +36,15 @@ use tracing::{info, warn};
 use crate::slurm::request::Request;
 use crate::slurm::{Job, Slurm};
 
-/// The site's pair file as the engine's interference model, its classes named by tag.
+/// The engine's interference model, its classes named by workload tag: fitted on the site's
+/// pair file, or (`share_learn`) learned from the nodes' measurements with the file, if any,
+/// as its prior.
 #[derive(Debug, Clone)]
 pub struct Pairs {
     tags: Vec<String>,
     model: Interference,
+    /// Where pairs are learned: the learning, whose model replaces `model`.
+    learning: Option<Learning>,
     broken: BTreeSet<usize>,
     unfit: BTreeSet<(usize, usize)>,
     min_gain: f64,
@@ -56,7 +60,7 @@ impl Pairs {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let class = |tag: &str| tags.binary_search_by(|t| t.as_str().cmp(tag)).unwrap_or(0);
+        let class = |tag: &str| tags.iter().position(|t| t == tag).unwrap_or(0);
         let pairs: Vec<PairSlowdown> = measured
             .iter()
             .map(|p| PairSlowdown { victim: class(&p.job), neighbour: class(&p.with), slowdown: p.slowdown })
@@ -64,23 +68,64 @@ impl Pairs {
         let model = Interference::fit(tags.len(), &pairs);
         let t = cluster::Tuning::default();
         let (min_gain, try_bound) = (t.share_min_gain, t.share_try_bound);
-        Pairs { tags, model, broken: BTreeSet::new(), unfit: BTreeSet::new(), min_gain, try_bound }
+        Pairs {
+            tags,
+            model,
+            learning: None,
+            broken: BTreeSet::new(),
+            unfit: BTreeSet::new(),
+            min_gain,
+            try_bound,
+        }
     }
 
-    /// The same, pairing as `tuning`'s `share_min_gain` and `share_try_bound` say.
+    /// The same, pairing as `tuning`'s `share_min_gain` and `share_try_bound` say, and with
+    /// `share_learn`, learning pairs from here on with what it was given as the prior.
     pub fn with_tuning(self, tuning: &cluster::Tuning) -> Pairs {
-        Pairs { min_gain: tuning.share_min_gain, try_bound: tuning.share_try_bound, ..self }
+        let learning = tuning.share_learn.then(|| {
+            let prior: Vec<PairSlowdown> = self
+                .model
+                .measured
+                .iter()
+                .map(|(&(victim, neighbour), &slowdown)| PairSlowdown { victim, neighbour, slowdown })
+                .collect();
+            Learning::new(self.tags.len(), &prior)
+        });
+        Pairs { min_gain: tuning.share_min_gain, try_bound: tuning.share_try_bound, learning, ..self }
     }
 
-    /// Judges a node's measurement as the simulator judges its own: class `victim` ran
-    /// `slowdown` slower sharing its GPU; over the job's `bound`, the class is paired no more.
-    /// Returns whether it broke the bound.
-    pub fn observe(&mut self, victim: u16, slowdown: f64, bound: f64) -> bool {
-        let broke = slowdown > bound + 1e-6;
+    /// Judges a node's measurement as the simulator judges its own. Learning, the pair of
+    /// `victim` and `neighbour` (`None`: it shared with several classes) measured `pair`
+    /// slower (the rates alone and shared) is learned, and over the job's `bound` the pair
+    /// never shares again; otherwise, the run `run` slower over `bound` pairs its class no
+    /// more. Returns whether it broke the bound.
+    pub fn observe(
+        &mut self,
+        victim: u16,
+        neighbour: Option<u16>,
+        pair: Option<f64>,
+        run: f64,
+        bound: f64,
+    ) -> bool {
+        let victim = usize::from(victim);
+        let Some(learning) = &mut self.learning else {
+            let broke = run > bound + 1e-6;
+            if broke {
+                self.broken.insert(victim);
+            }
+            return broke;
+        };
+        let (Some(neighbour), Some(pair)) = (neighbour.map(usize::from), pair) else { return false };
+        let broke = learning.measure(victim, neighbour, pair, bound);
         if broke {
-            self.broken.insert(usize::from(victim));
+            self.unfit.insert((victim, neighbour));
         }
         broke
+    }
+
+    /// Whether pairs are learned (`share_learn`).
+    pub fn learns(&self) -> bool {
+        self.learning.is_some()
     }
 
     /// The tags of the classes paired no more, in order.
@@ -95,6 +140,44 @@ impl Pairs {
         self.broken.extend(classes.into_iter().map(usize::from));
     }
 
+    /// The pairs measured on the cluster, by tags (learning; none otherwise).
+    pub fn learned(&self) -> Vec<PairMeasurement> {
+        let Some(learning) = &self.learning else { return Vec::new() };
+        learning
+            .measured()
+            .iter()
+            .map(|(&(v, n), &slowdown)| PairMeasurement {
+                job: self.tags[v].clone(),
+                with: self.tags[n].clone(),
+                slowdown,
+            })
+            .collect()
+    }
+
+    /// The pairs never to share again (measured over a bound), by tags.
+    pub fn unfit_tags(&self) -> Vec<[String; 2]> {
+        self.unfit.iter().map(|&(v, n)| [self.tags[v].clone(), self.tags[n].clone()]).collect()
+    }
+
+    /// Takes back what a controller before this one learned: its measured pairs and the pairs
+    /// never to share again (learning only).
+    pub fn relearn(&mut self, learned: &[PairMeasurement], unfit: &[[String; 2]]) {
+        if self.learning.is_none() {
+            return;
+        }
+        for p in learned {
+            let (v, n) = (self.class_or_new(&p.job), self.class_or_new(&p.with));
+            if let (Some(l), Some(v), Some(n)) = (&mut self.learning, v, n) {
+                l.measure(usize::from(v), usize::from(n), p.slowdown, f64::INFINITY);
+            }
+        }
+        for [v, n] in unfit {
+            if let (Some(v), Some(n)) = (self.class_or_new(v), self.class_or_new(n)) {
+                self.unfit.insert((usize::from(v), usize::from(n)));
+            }
+        }
+    }
+
     /// The tag of class `class`.
     pub fn tag(&self, class: u16) -> &str {
         self.tags.get(usize::from(class)).map_or("", String::as_str)
@@ -107,18 +190,42 @@ impl Pairs {
 
     /// The class of workload `tag`, if the file names it.
     pub fn class(&self, tag: &str) -> Option<u16> {
-        self.tags.binary_search_by(|t| t.as_str().cmp(tag)).ok().map(|c| c as u16)
+        self.tags.iter().position(|t| t == tag).and_then(|c| u16::try_from(c).ok())
+    }
+
+    /// The class of workload `tag`; learning, a tag never seen is a new class (none past
+    /// `u16`'s range).
+    pub fn class_or_new(&mut self, tag: &str) -> Option<u16> {
+        if let Some(class) = self.class(tag) {
+            return Some(class);
+        }
+        let learning = self.learning.as_mut()?;
+        let class = u16::try_from(self.tags.len()).ok()?;
+        self.tags.push(tag.to_string());
+        learning.grow(self.tags.len());
+        Some(class)
+    }
+
+    /// Notes that classes `a` and `b` share a GPU now (learning: a pair on trial until
+    /// measured).
+    pub fn joined(&mut self, a: u16, b: u16) {
+        if let Some(learning) = &mut self.learning {
+            learning.join(usize::from(a), usize::from(b));
+        }
     }
 
     /// What the engine decides co-location with.
     pub fn sharing(&self) -> Sharing<'_> {
-        // No pair is ever on trial: the controller does not yet learn pairs from its nodes.
+        let base = match &self.learning {
+            Some(learning) => Sharing { trying: learning.trying(), ..Sharing::with_model(learning.model()) },
+            None => Sharing::with_model(&self.model),
+        };
         Sharing {
             broken: &self.broken,
             unfit: &self.unfit,
             min_gain: self.min_gain,
             try_bound: self.try_bound,
-            ..Sharing::with_model(&self.model)
+            ..base
         }
     }
 }
@@ -149,7 +256,7 @@ pub struct ShareJob {
 }
 
 /// The opted-in jobs among `requests`, by id, with what `jobs` (squeue) says of their state.
-pub fn share_jobs(requests: &[Request], jobs: &[Job], pairs: &Pairs) -> BTreeMap<u32, ShareJob> {
+pub fn share_jobs(requests: &[Request], jobs: &[Job], pairs: &mut Pairs) -> BTreeMap<u32, ShareJob> {
     let state: BTreeMap<u32, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
     let mut out: BTreeMap<u32, ShareJob> = requests
         .iter()
@@ -162,7 +269,7 @@ pub fn share_jobs(requests: &[Request], jobs: &[Job], pairs: &Pairs) -> BTreeMap
                 .flatten()
                 .filter(|(_, gpus)| !gpus.is_empty());
             let share = ShareJob {
-                class: pairs.class(&r.tag()),
+                class: pairs.class_or_new(&r.tag()),
                 bound: r.bound(),
                 gpus: r.shared_gpus(),
                 pending: job.state == Some(wattson_sacct::SlurmState::Pending),
@@ -354,6 +461,18 @@ pub fn gate(
         visible.push((id, me));
     }
     gate
+}
+
+/// Notes each pair released onto one GPU ([`Pairs::joined`], from `released`, the jobs
+/// released beside a partner that have not started): learning, a pair the model cannot
+/// predict is on trial until measured, and no other pair of its classes is tried meanwhile.
+pub fn on_trial(pairs: &mut Pairs, released: &Released, shares: &BTreeMap<u32, ShareJob>) {
+    let class = |id: &u32| shares.get(id).and_then(|s| s.class);
+    for (job, beside) in &released.beside {
+        if let (Some(a), Some(b)) = (class(job), class(&beside.partner)) {
+            pairs.joined(a, b);
+        }
+    }
 }
 
 /// Asks Slurm for what `gate` says: releases each opted-in job where it may start, and keeps

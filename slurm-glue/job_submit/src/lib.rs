@@ -316,10 +316,11 @@ fn budget_holds(config: &wattson_config::Config, own_priority: bool) -> bool {
 }
 
 /// Whether an opted-in job given shards waits for the controller's co-location decision
-/// (`[ctld] share_pairs`). With a silent controller it is not held, and Slurm pairs it with
+/// (`[ctld] share_pairs` or `share_learn`). With a silent controller it is not held, and Slurm pairs it with
 /// any shard job it finds room beside; the log says so.
 fn share_holds(config: &wattson_config::Config, own_priority: bool) -> bool {
-    config.ctld.share_pairs.is_some() && controller_holds(config, "[ctld] share_pairs is set", own_priority)
+    config.ctld.decides_sharing()
+        && controller_holds(config, "[ctld] share_pairs or share_learn is set", own_priority)
 }
 
 /// Whether a job that asked for no priority of its own (an administrator's, `--hold`) is held

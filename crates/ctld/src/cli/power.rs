@@ -59,6 +59,18 @@ pub fn run(config: &Config, command: PowerCommand) -> Result<(), String> {
             ledger.share_broken.join(", ")
         );
     }
+    if !ledger.share_learned.is_empty() {
+        let learned: Vec<String> = ledger
+            .share_learned
+            .iter()
+            .map(|p| format!("{} beside {} {:+.1}%", p.job, p.with, 100.0 * p.slowdown))
+            .collect();
+        println!("co-location: pairs measured on the nodes: {}", learned.join(", "));
+    }
+    if !ledger.share_unfit.is_empty() {
+        let unfit: Vec<String> = ledger.share_unfit.iter().map(|[a, b]| format!("{a} beside {b}")).collect();
+        println!("co-location: pairs that share no more (measured over a bound): {}", unfit.join(", "));
+    }
     println!(
         "{:<16} {:<14} {:<20} {:>10} {:>6} {:>14}  LAST DECISION",
         "NODE", "POWER", "SINCE", "OFF", "CYCLES", "SAVED (est.)"

@@ -3,9 +3,12 @@
 //! over the link, whose GPU meter carries the job's SM activity alone and shared
 //! ([`SmActivity`]). Where the slowdown this made of the job's run
 //! ([`SmActivity::run_slowdown`]) broke the job's own bound, its class is paired no more
-//! ([`Pairs::observe`]), as the simulator does with the true slowdown of the run.
+//! ([`Pairs::observe`]), as the simulator does with the true slowdown of the run. Learning
+//! pairs (`share_learn`), the pair's slowdown (the rates alone and shared,
+//! [`SmActivity::slowdown`]) beside the one class the job shared with is learned instead, and a
+//! pair over the job's bound never shares again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{info, warn};
 
@@ -29,6 +32,8 @@ struct Watched {
     bound: f64,
     /// Its node.
     node: String,
+    /// The classes of the jobs seen sharing its GPUs.
+    neighbours: BTreeSet<u16>,
     /// Asks left once it has ended.
     asks: u32,
 }
@@ -54,16 +59,23 @@ pub enum Verdict {
 }
 
 impl Judge {
-    /// Notes the opted-in jobs of known class sharing a GPU in `shares`.
+    /// Notes the opted-in jobs of known class sharing a GPU in `shares`, and the classes of
+    /// the jobs beside them.
     pub fn watch(&mut self, shares: &BTreeMap<u32, ShareJob>) {
         for (&id, s) in shares {
-            let (Some(class), Some((node, _)), true) = (s.class, &s.placed, s.partnered) else { continue };
-            self.watched.entry(id).or_insert_with(|| Watched {
+            let (Some(class), Some((node, gpus)), true) = (s.class, &s.placed, s.partnered) else { continue };
+            let beside = shares.iter().filter(|&(&other, _)| other != id).filter_map(|(_, o)| {
+                let (n, g) = o.placed.as_ref()?;
+                (n == node && g.iter().any(|g| gpus.contains(g))).then_some(o.class?)
+            });
+            let watched = self.watched.entry(id).or_insert_with(|| Watched {
                 class,
                 bound: s.bound,
                 node: node.clone(),
+                neighbours: BTreeSet::new(),
                 asks: ASKS,
             });
+            watched.neighbours.extend(beside);
         }
     }
 
@@ -92,18 +104,17 @@ impl Judge {
             return None;
         };
         let watched = self.watched.remove(&id)?;
-        let slowdown = record
-            .gpus
-            .iter()
-            .filter_map(|g| g.meter.sm.as_ref().and_then(SmActivity::run_slowdown))
-            .max_by(f64::total_cmp);
-        Some(match slowdown {
-            Some(slowdown) => {
-                let broke = pairs.observe(watched.class, slowdown, watched.bound);
-                Verdict::Measured { slowdown, broke }
-            }
-            None => Verdict::Unmeasured,
-        })
+        let sm = || record.gpus.iter().filter_map(|g| g.meter.sm.as_ref());
+        let Some(run) = sm().filter_map(SmActivity::run_slowdown).max_by(f64::total_cmp) else {
+            return Some(Verdict::Unmeasured);
+        };
+        let pair = sm().filter_map(SmActivity::slowdown).max_by(f64::total_cmp);
+        // A pair is learned only where the job shared with one class.
+        let mut neighbours = watched.neighbours.iter().copied();
+        let neighbour = neighbours.next().filter(|_| neighbours.next().is_none());
+        let broke = pairs.observe(watched.class, neighbour, pair, run, watched.bound);
+        let slowdown = if pairs.learns() { pair.unwrap_or(run) } else { run };
+        Some(Verdict::Measured { slowdown, broke })
     }
 
     /// Asks the nodes of the watched jobs that ended for their records and judges them
@@ -143,8 +154,20 @@ impl Judge {
                     None
                 }
             };
-            let class = self.watched.get(id).map(|w| pairs.tag(w.class).to_string()).unwrap_or_default();
+            let (class, with) = self.watched.get(id).map_or_else(Default::default, |w| {
+                let tags: Vec<&str> = w.neighbours.iter().map(|&n| pairs.tag(n)).collect();
+                (pairs.tag(w.class).to_string(), tags.join(","))
+            });
+            let learns = pairs.learns();
             match self.judge(*id, records.as_deref(), pairs) {
+                Some(Verdict::Measured { slowdown, broke: true }) if learns => warn!(
+                    job = id, class = %class, with = %with, slowdown_pct = slowdown * 100.0,
+                    "co-location: measured pair slowdown over the job's bound; the pair shares no more"
+                ),
+                Some(Verdict::Measured { slowdown, broke: false }) if learns => info!(
+                    job = id, class = %class, with = %with, slowdown_pct = slowdown * 100.0,
+                    "co-location: measured pair slowdown within the job's bound; learned"
+                ),
                 Some(Verdict::Measured { slowdown, broke: true }) => warn!(
                     job = id, class = %class, slowdown_pct = slowdown * 100.0,
                     "co-location: measured slowdown over the job's bound; its class is paired no more"

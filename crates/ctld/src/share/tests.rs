@@ -121,7 +121,8 @@ fn plan_at(
 ) -> Plan {
     let (nodes, jobs, requests) =
         (parse_nodes(nodes).unwrap(), parse_jobs(jobs).unwrap(), parse_requests(requests));
-    let learned = snapshot::Learned { shares: share_jobs(&requests, &jobs, pairs), ..Default::default() };
+    let learned =
+        snapshot::Learned { shares: share_jobs(&requests, &jobs, &mut pairs.clone()), ..Default::default() };
     let now = jobs[0].submit as f64 + after_s;
     planner.plan_with(&nodes, &jobs, &requests, &learned, now)
 }
@@ -237,7 +238,7 @@ fn a_job_of_two_gpus_joins_only_a_lone_job_of_two_and_is_kept_off_jobs_of_other_
     // shares are the ones job_submit recorded.
     let per_task = |jobs: String| jobs.replace("|gres:shard:2|", "|N/A|");
     let jobs = per_task(squeue(&[(1, "n1")], &[5, 6], &[]));
-    let shares = share_jobs(&parse_requests(&requests), &parse_jobs(&jobs).unwrap(), &pairs());
+    let shares = share_jobs(&parse_requests(&requests), &parse_jobs(&jobs).unwrap(), &mut pairs());
     assert_eq!((shares[&1].gpus, shares[&1].placed.clone()), (2, Some(("n1".to_string(), vec![0, 1]))));
     assert_eq!((shares[&5].gpus, shares[&6].gpus), (2, 1));
     let gate = gate_of(&node("n1", 2, "0-1"), &jobs, &requests);
@@ -248,7 +249,7 @@ fn a_job_of_two_gpus_joins_only_a_lone_job_of_two_and_is_kept_off_jobs_of_other_
     let shares = share_jobs(
         &parse_requests(&both),
         &parse_jobs(&squeue(&[(1, "n1"), (5, "n1")], &[], &[])).unwrap(),
-        &pairs(),
+        &mut pairs(),
     );
     assert!(shares[&1].partnered && shares[&5].partnered);
 
@@ -429,7 +430,7 @@ fn slowed(pair: f64) -> Option<SmActivity> {
 
 #[test]
 fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
-    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &Pairs| {
+    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &mut Pairs| {
         share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
     };
     let mut pairs = pairs();
@@ -437,12 +438,12 @@ fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
     // Jobs 1 and 2 (small) share n1's GPU 0; job 3 (small) runs alone on GPU 1.
     let both = request(1, "small", Is::On(0), "") + &request(2, "small", Is::On(0), "");
     let lone = request(3, "small", Is::On(1), "");
-    let shares = shares_of(&(both.clone() + &lone), &[(1, "n1"), (2, "n1"), (3, "n1")], &pairs);
+    let shares = shares_of(&(both.clone() + &lone), &[(1, "n1"), (2, "n1"), (3, "n1")], &mut pairs);
     judge.watch(&shares);
     assert!(judge.due(&shares).is_empty(), "all still run");
 
     // Job 1 ended (job 3 too, never shared: never asked): its node is asked for its record.
-    let shares = shares_of(&request(2, "small", Is::On(0), ""), &[(2, "n1")], &pairs);
+    let shares = shares_of(&request(2, "small", Is::On(0), ""), &[(2, "n1")], &mut pairs);
     assert_eq!(judge.due(&shares), [(1, "n1".to_string())]);
     // Not answered, then still open on the node: asked again.
     assert_eq!(judge.judge(1, None, &mut pairs), None);
@@ -475,7 +476,7 @@ fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
 
     // Within its bound, or unmeasured: nothing changes.
     let mut fresh = self::pairs();
-    let shares = shares_of(&both, &[(1, "n1"), (2, "n1")], &fresh);
+    let shares = shares_of(&both, &[(1, "n1"), (2, "n1")], &mut fresh);
     judge.watch(&shares);
     let none = BTreeMap::new();
     assert_eq!(judge.due(&none).len(), 2);
@@ -492,4 +493,60 @@ fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
         judge.judge(1, None, &mut fresh);
     }
     assert_eq!(judge.due(&none), [(2, "n1".to_string())]);
+}
+
+#[test]
+fn learning_a_pair_measured_within_its_bounds_pairs_again_and_one_over_them_never() {
+    let tuning = cluster::Tuning { share_learn: true, share_try_bound: 0.1, ..cluster::Tuning::default() };
+    let mut pairs = Pairs::new(&[]).with_tuning(&tuning);
+    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &mut Pairs| {
+        share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
+    };
+    let candidate = |pairs: &Pairs, job, tag: &str| Candidate {
+        job,
+        class: usize::from(pairs.class(tag).expect("a tag seen")),
+        gpus: 1,
+        bound: 0.1,
+    };
+    let fits = |pairs: &Pairs, a: &str, b: &str| {
+        slowdowns(&pairs.sharing(), &candidate(pairs, 10, a), &candidate(pairs, 11, b)).is_some()
+    };
+    // No pair data: jobs 1 (a) and 2 (b) share GPU 0 of n1, 3 (a) and 4 (c) GPU 1, each a
+    // trial (both bounds, 10%, reach the try bound); each tag a class as first seen.
+    let running = [(1, "n1"), (2, "n1"), (3, "n1"), (4, "n1")];
+    let requests = request(1, "a", Is::On(0), "")
+        + &request(2, "b", Is::On(0), "")
+        + &request(3, "a", Is::On(1), "")
+        + &request(4, "c", Is::On(1), "");
+    let shares = shares_of(&requests, &running, &mut pairs);
+    assert_eq!([pairs.class("a"), pairs.class("b"), pairs.class("c")], [Some(0), Some(1), Some(2)]);
+    assert!(fits(&pairs, "a", "b") && fits(&pairs, "a", "c"), "never measured: tried");
+    let mut judge = judge::Judge::default();
+    judge.watch(&shares);
+    // All four ended; their nodes measured each beside its one partner.
+    let ended = shares_of("", &[], &mut pairs);
+    assert_eq!(judge.due(&ended).len(), 4);
+    for (id, pair, broke) in [(1, 0.05, false), (2, 0.06, false), (3, 0.3, true), (4, 0.02, false)] {
+        let verdict = judge.judge(id, Some(&[record(id, true, slowed(pair))]), &mut pairs).unwrap();
+        assert!(
+            matches!(verdict, judge::Verdict::Measured { slowdown, broke: b } if (slowdown - pair).abs() < 1e-9 && b == broke),
+            "job {id}: {verdict:?}"
+        );
+    }
+    // a beside b: measured within both bounds, and together 1.9 jobs' work per second: paired
+    // again without a trial. a beside c broke a's bound: never again.
+    assert!(fits(&pairs, "a", "b"));
+    assert!(!fits(&pairs, "a", "c") && !fits(&pairs, "c", "a"));
+    assert!(pairs.broken_tags().is_empty(), "learning drops a pair, not a class");
+    // A new tag is tried once: on trial, no other pair of the two is tried meanwhile.
+    let d = pairs.class_or_new("d").unwrap();
+    assert!(fits(&pairs, "d", "b"));
+    pairs.joined(d, pairs.class("b").unwrap());
+    assert!(!fits(&pairs, "d", "b"), "on trial");
+    // What the state file keeps, read back by the next controller: the same decisions.
+    let mut next = Pairs::new(&[]).with_tuning(&tuning);
+    next.relearn(&pairs.learned(), &pairs.unfit_tags());
+    assert_eq!(pairs.learned().len(), 4);
+    assert!(fits(&next, "a", "b"));
+    assert!(!fits(&next, "a", "c"));
 }

@@ -134,6 +134,12 @@ knobs! {
     /// learns its pairs, each measured once tried, and a class that broke a bound never tried
     /// again.
     share_try_bound: f64 = 100.0, in 0 to 100;
+    /// Co-location pairs are learned on the cluster: each pair's slowdowns, as measured when
+    /// its shared run ends, join the model's data (the pair data given, if any, stays as
+    /// given) and the model is refitted; a pair measured over its job's bound never shares
+    /// again. `false`: the model stays as given, and a class measured over a bound is paired
+    /// no more.
+    share_learn: bool = false;
 }
 
 #[cfg(test)]

@@ -113,6 +113,7 @@ fn an_override_sets_a_key_as_the_file_does() {
         ("share_first", "true"),
         ("share_min_gain", "0.3"),
         ("share_try_bound", "0.5"),
+        ("share_learn", "true"),
         ("loop_interval_s", "10.0"),
         ("clairvoyant", "true"),
         ("learn", "false"),

@@ -14,6 +14,7 @@
 use std::collections::BTreeSet;
 
 use wattson_engine::cluster::{self, Decider, GpuType, JobView as EngineJob, Level, TunedPolicy};
+use wattson_engine::colocation::Learning;
 
 use super::cluster::ClusterConfig;
 use super::events::{Event, Queue};
@@ -140,8 +141,8 @@ struct Sim<'a> {
     broken: BTreeSet<usize>,
     /// Class pairs that were found not to fit on one GPU.
     unfit: BTreeSet<(usize, usize)>,
-    /// The pairs learned from shared runs, without a prior ([`share::Learned`]).
-    pairs: share::Learned,
+    /// The pairs learned from shared runs ([`share::learning`]); `None`: the catalog's model as given.
+    pairs: Option<Learning>,
     /// Sees every snapshot the policy decides on and its actions.
     observe: &'a mut Observer<'a>,
 }
@@ -241,7 +242,7 @@ pub fn simulate_observed(
         decider: Decider::default(),
         broken: BTreeSet::new(),
         unfit: BTreeSet::new(),
-        pairs: share::Learned::new(catalog.colocation.as_ref().filter(|_| !c.wattson.sim.pair_prior)),
+        pairs: share::learning(c, catalog.colocation.as_ref()),
         future: if c.wattson.sim.clairvoyant {
             jobs.iter().map(|j| (j.submit, j.gpus)).collect()
         } else {

@@ -3,66 +3,10 @@
 //! ([`crate::colocation`]), until one ends ([`Sim::part`]) and the other runs alone again.
 //! The GPU stays with whichever job ends last: the pool sees it held throughout.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use wattson_engine::colocation::{Interference, PairSlowdown};
+use wattson_engine::colocation::{Learning, PairSlowdown};
 
 use super::{NO_PARTNER, Sim};
 use crate::colocation::{Colocation, shared_draws};
-
-/// The pairs a policy without a prior has measured (`[wattson] pair_prior = false`): each
-/// pair of classes' slowdowns, both ways, measured when the pair first parts, and the model
-/// refitted on them. Inactive (no model) where the policy starts from the full pair data.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Learned {
-    /// The model fitted on the pairs measured so far; `None`: the catalog's is used.
-    pub(super) model: Option<Interference>,
-    /// Each measured (victim, neighbour) slowdown.
-    seen: BTreeMap<(usize, usize), f64>,
-    /// Class pairs (lower first) sharing a GPU that the model could not predict when they
-    /// joined, until they are measured.
-    pub(super) trying: BTreeSet<(usize, usize)>,
-    classes: usize,
-}
-
-impl Learned {
-    /// Learning from nothing over `colocation`'s classes; inactive without it.
-    pub(super) fn new(colocation: Option<&Colocation>) -> Learned {
-        colocation.map_or_else(Learned::default, |c| Learned {
-            model: Some(Interference::fit(c.names.len(), &[])),
-            seen: BTreeMap::new(),
-            trying: BTreeSet::new(),
-            classes: c.names.len(),
-        })
-    }
-
-    /// Notes that classes `a` and `b` now share a GPU: on trial if the model cannot predict them.
-    fn join(&mut self, a: u16, b: u16) {
-        let Some(model) = &self.model else { return };
-        let (a, b) = (usize::from(a), usize::from(b));
-        if model.predict(a, b).is_none() || model.predict(b, a).is_none() {
-            self.trying.insert((a.min(b), a.max(b)));
-        }
-    }
-
-    /// Records what a shared run measured, `victim` slowed by `slowdown` beside `neighbour`;
-    /// refits when the pair is new.
-    fn measure(&mut self, victim: u16, neighbour: u16, slowdown: f64) {
-        if self.model.is_none() {
-            return;
-        }
-        let key = (usize::from(victim), usize::from(neighbour));
-        self.trying.remove(&(key.0.min(key.1), key.0.max(key.1)));
-        if self.seen.insert(key, slowdown).is_none() {
-            let pairs: Vec<PairSlowdown> = self
-                .seen
-                .iter()
-                .map(|(&(victim, neighbour), &slowdown)| PairSlowdown { victim, neighbour, slowdown })
-                .collect();
-            self.model = Some(Interference::fit(self.classes, &pairs));
-        }
-    }
-}
 
 impl Sim<'_> {
     /// Seconds job `j`'s whole work takes at its level and its current pace.
@@ -111,7 +55,9 @@ impl Sim<'_> {
             self.unfit.insert((usize::from(cq), usize::from(ch)));
             return;
         };
-        self.pairs.join(cq, ch);
+        if let Some(l) = &mut self.pairs {
+            l.join(usize::from(cq), usize::from(ch));
+        }
         self.queue.retain(|&j| j != q);
         let shares = self.runs[hu].shares.clone();
         self.place_on_type(q, self.pool.group[shares[0].0 as usize]);
@@ -148,8 +94,11 @@ impl Sim<'_> {
         let (old_j, old_k) = (self.draw(j), self.draw(k));
         self.redraw_to(t, j, old_j, 0.0);
         for (a, b) in [(j, k), (k, j)] {
-            if let (Some(va), Some(vb)) = (self.jobs[a].share, self.jobs[b].share) {
-                self.pairs.measure(va, vb, self.live[a].slow - 1.0);
+            if let (Some(l), Some(va), Some(vb)) = (&mut self.pairs, self.jobs[a].share, self.jobs[b].share) {
+                let (va, vb) = (usize::from(va), usize::from(vb));
+                if l.measure(va, vb, self.live[a].slow - 1.0, self.jobs[a].bound) {
+                    self.unfit.insert((va, vb));
+                }
             }
             self.live[a].partner = NO_PARTNER;
             self.live[a].slow = 1.0;
@@ -171,13 +120,37 @@ impl Sim<'_> {
 
     /// Job `j`, which shared its GPU, has ended: a measured slowdown over its bound stops its
     /// class from being paired again, unless the policy learns pairs (its measured pairs then
-    /// stand in its model for the predictions, and a class is not dropped for one partner).
+    /// stand in its model for the predictions, a pair over a bound is never paired again, and
+    /// a class is not dropped for one partner).
     pub(super) fn judge_sharing(&mut self, j: usize) {
-        if self.pairs.model.is_none()
+        if self.pairs.is_none()
             && self.runs[j].slowdown > self.jobs[j].bound + 1e-6
             && let Some(class) = self.jobs[j].share
         {
             self.broken.insert(usize::from(class));
         }
     }
+}
+
+/// The policy's pair learning ([`Learning`]) where it learns pairs (`share_learn`, or no prior:
+/// `pair_prior = false`), from the catalog's pairs or, without a prior, from none.
+pub(super) fn learning(
+    c: &crate::cluster::ClusterConfig,
+    colocation: Option<&Colocation>,
+) -> Option<Learning> {
+    let colocation = colocation?;
+    let (learn, prior) = (c.wattson.tuning.share_learn, c.wattson.sim.pair_prior);
+    if !learn && prior {
+        return None;
+    }
+    let pairs: Vec<PairSlowdown> = if prior {
+        let measured = &colocation.model.measured;
+        measured
+            .iter()
+            .map(|(&(victim, neighbour), &slowdown)| PairSlowdown { victim, neighbour, slowdown })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Some(Learning::new(colocation.names.len(), &pairs))
 }

@@ -6,6 +6,10 @@ use wattson_engine::cluster::{
 };
 
 use super::Sim;
+use wattson_engine::colocation::Learning;
+
+/// No pair of classes on trial.
+static NO_PAIRS: std::collections::BTreeSet<(usize, usize)> = std::collections::BTreeSet::new();
 use crate::power::NodeState;
 
 /// Reused buffers of the snapshot's slices.
@@ -100,12 +104,12 @@ impl Sim<'_> {
             node: self.c.node,
             job_nodes: &cluster::ANYWHERE,
             sharing: self.cat.colocation.as_ref().map(|c| cluster::Sharing {
-                model: self.pairs.model.as_ref().unwrap_or(&c.model),
+                model: self.pairs.as_ref().map_or(&c.model, Learning::model),
                 broken: &self.broken,
                 unfit: &self.unfit,
                 min_gain: self.policy.tuning.share_min_gain,
                 try_bound: self.policy.tuning.share_try_bound,
-                trying: &self.pairs.trying,
+                trying: self.pairs.as_ref().map_or(&NO_PAIRS, Learning::trying),
             }),
         };
         // One step of the policy and its guard, as the controller takes one per loop.

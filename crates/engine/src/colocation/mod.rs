@@ -12,6 +12,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod learning;
+pub use learning::Learning;
+
 /// One measured pair: class `victim` ran `slowdown` slower (time ratio minus one) while class
 /// `neighbour` shared its GPU.
 #[derive(Debug, Clone, Copy, PartialEq)]

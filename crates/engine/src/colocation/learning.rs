@@ -1,0 +1,140 @@
+//! Pairs learned on the cluster itself: the model starts from a prior (a site's pair file,
+//! public pair data, or nothing), each pair of classes is measured when its shared run ends,
+//! and the model is refitted on the prior and the measurements together. A pair the prior
+//! names keeps the prior's figure (a hand-written pair is an override); a pair measured over
+//! its job's bound is reported so that the caller never pairs it again. The controller feeds
+//! it its nodes' measurements, the simulator the runs' true slowdowns: the same code learns in
+//! both.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Interference, PairSlowdown};
+
+/// The pairs learned so far and the model fitted on them ([module docs](self)).
+#[derive(Debug, Clone)]
+pub struct Learning {
+    /// The prior's pairs, `(victim, neighbour)`: never replaced by a measurement.
+    prior: BTreeMap<(usize, usize), f64>,
+    /// Each pair measured on the cluster, `(victim, neighbour)`: its first measurement.
+    measured: BTreeMap<(usize, usize), f64>,
+    /// Class pairs (lower class first) sharing a GPU that the model could not predict when
+    /// they joined, until one of them is measured.
+    trying: BTreeSet<(usize, usize)>,
+    /// The model fitted on the prior and the measurements.
+    model: Interference,
+    classes: usize,
+}
+
+impl Learning {
+    /// Learning over `classes` classes from `prior` (empty: from nothing).
+    pub fn new(classes: usize, prior: &[PairSlowdown]) -> Learning {
+        let prior: BTreeMap<(usize, usize), f64> =
+            prior.iter().map(|p| ((p.victim, p.neighbour), p.slowdown)).collect();
+        let mut learning = Learning {
+            prior,
+            measured: BTreeMap::new(),
+            trying: BTreeSet::new(),
+            model: Interference::fit(0, &[]),
+            classes,
+        };
+        learning.refit();
+        learning
+    }
+
+    /// The model on the pairs known so far.
+    pub fn model(&self) -> &Interference {
+        &self.model
+    }
+
+    /// Class pairs on trial: sharing a GPU, never measured; not tried again meanwhile.
+    pub fn trying(&self) -> &BTreeSet<(usize, usize)> {
+        &self.trying
+    }
+
+    /// The pairs measured on the cluster, `(victim, neighbour)` to slowdown.
+    pub fn measured(&self) -> &BTreeMap<(usize, usize), f64> {
+        &self.measured
+    }
+
+    /// The number of classes.
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    /// Makes room for a class never seen before (a new workload tag): `classes` in all.
+    pub fn grow(&mut self, classes: usize) {
+        if classes > self.classes {
+            self.classes = classes;
+            self.refit();
+        }
+    }
+
+    /// Notes that classes `a` and `b` now share a GPU: on trial where the model cannot predict
+    /// them either way.
+    pub fn join(&mut self, a: usize, b: usize) {
+        if self.model.predict(a, b).is_none() || self.model.predict(b, a).is_none() {
+            self.trying.insert((a.min(b), a.max(b)));
+        }
+    }
+
+    /// Records that class `victim` ran `slowdown` slower (time ratio minus one) beside class
+    /// `neighbour`, and refits where the pair is new. Returns whether the slowdown is over
+    /// `bound`, the bound of the job measured: such a pair is never to share again.
+    pub fn measure(&mut self, victim: usize, neighbour: usize, slowdown: f64, bound: f64) -> bool {
+        self.trying.remove(&(victim.min(neighbour), victim.max(neighbour)));
+        if !self.prior.contains_key(&(victim, neighbour))
+            && victim.max(neighbour) < self.classes
+            && self.measured.insert((victim, neighbour), slowdown).is_none()
+        {
+            self.refit();
+        }
+        slowdown > bound + 1e-6
+    }
+
+    fn refit(&mut self) {
+        let pairs: Vec<PairSlowdown> = self
+            .prior
+            .iter()
+            .chain(&self.measured)
+            .filter(|((v, n), _)| *v.max(n) < self.classes)
+            .map(|(&(victim, neighbour), &slowdown)| PairSlowdown { victim, neighbour, slowdown })
+            .collect();
+        self.model = Interference::fit(self.classes, &pairs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_nothing_a_pair_is_tried_once_measured_and_then_predicted() {
+        let mut l = Learning::new(2, &[]);
+        assert_eq!(l.model().predict(0, 1), None, "nothing known");
+        l.join(0, 1);
+        assert!(l.trying().contains(&(0, 1)));
+        assert!(!l.measure(0, 1, 0.3, 0.5), "0.3 is within 0.5");
+        assert!(l.trying().is_empty(), "measured: no longer on trial");
+        assert!(l.measure(1, 0, 0.7, 0.5), "0.7 breaks 0.5");
+        assert_eq!(l.model().predict(0, 1), Some(0.3));
+        assert_eq!(l.model().predict(1, 0), Some(0.7));
+        // A later measurement of a pair already measured does not move it.
+        l.measure(0, 1, 0.9, 0.5);
+        assert_eq!(l.model().predict(0, 1), Some(0.3));
+    }
+
+    #[test]
+    fn the_priors_pairs_are_kept_and_new_classes_are_predicted_from_their_measurements() {
+        let prior = [PairSlowdown { victim: 0, neighbour: 0, slowdown: 0.2 }];
+        let mut l = Learning::new(1, &prior);
+        l.measure(0, 0, 0.6, 0.5);
+        assert_eq!(l.model().predict(0, 0), Some(0.2), "the prior's figure stands");
+        l.grow(2);
+        assert_eq!(l.model().predict(1, 0), None, "class 1 never measured");
+        l.measure(1, 0, 0.4, 0.5);
+        l.measure(0, 1, 0.1, 0.5);
+        assert_eq!(l.model().predict(1, 0), Some(0.4));
+        let fitted = l.model().predict(1, 1).expect("both of class 1's figures are measured now");
+        assert!(fitted > 0.0, "{fitted}");
+    }
+}

@@ -1,0 +1,120 @@
+//! `wattson ctld` learning co-location on a real Slurm (`[ctld] share_learn`, no pair file):
+//! one node, one simulated H100 with 4 shards, the plugins and wattsond. The fake GPU runs
+//! each pair at the SM shares the test sets (its truth); wattsond measures each job's rate
+//! alone and shared, the controller asks for the records over the link and learns the pair:
+//! a pair measured within the bounds is paired again where the controller would not try an
+//! unknown pair, and one measured over a bound is never tried again, also after a restart.
+
+use std::time::{Duration, Instant};
+
+use fake_nvml::ProcessLoad;
+use wattson_harness::node::Node;
+use wattson_harness::slurm_lab::SlurmLab;
+
+use super::ctld::{WATTSON, ctld_log, wait_live};
+use super::ctld_share::{field, pid_of, share_lab_of, submit_bounded, wait_state, waits_held_beside};
+use super::shared_gpus::wait_recorded;
+
+/// Runs a pair on the GPU: job `a` of workload `tag` alone at 80% of the SMs, job `b` released
+/// beside it (`bound_pct` each), then each at `shared_pct`% until `b` ends, `a` alone at 80%
+/// again until it ends. Returns `[a, b]`.
+fn run_pair(node: &Node, lab: &SlurmLab, tag: &str, bound_pct: u32, shared_pct: u32) -> [u32; 2] {
+    let a = submit_bounded(lab, tag, 14, bound_pct);
+    wait_state(lab, a, "RUNNING", "job a starts alone");
+    wait_recorded(node, lab, a);
+    let pa = pid_of(lab, a);
+    node.sim.set_processes(0, &[ProcessLoad { pid: pa, sm_pct: 80 }]).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let b = submit_bounded(lab, tag, 5, bound_pct);
+    wait_recorded(node, lab, b);
+    let pb = pid_of(lab, b);
+    let shared = [ProcessLoad { pid: pa, sm_pct: shared_pct }, ProcessLoad { pid: pb, sm_pct: shared_pct }];
+    node.sim.set_processes(0, &shared).unwrap();
+    assert!(field(lab, b, "AdminComment").ends_with(",released=share"), "{}", ctld_log(lab));
+    assert_eq!(lab.wait_job(b, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    node.sim.set_processes(0, &[ProcessLoad { pid: pa, sm_pct: 80 }]).unwrap();
+    assert_eq!(lab.wait_job(a, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    [a, b]
+}
+
+/// Waits (30 s at most) until the controller's log says `what` `times` times.
+fn wait_logged(lab: &SlurmLab, what: &str, times: usize) {
+    let started = Instant::now();
+    while ctld_log(lab).matches(what).count() < times {
+        assert!(started.elapsed() < Duration::from_secs(30), "no {what:?}:\n{}", ctld_log(lab));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+const BESIDE: &str = "release: beside the job the co-location model pairs it with";
+
+#[test]
+fn pairs_learned_from_the_nodes_measurements_steer_the_next_pairing() {
+    // No pair data; an unknown pair is tried only where both bounds reach 20%.
+    let work = tempfile::tempdir().unwrap();
+    let ctld_conf = "share_learn = true\nshare_try_bound = 0.2\n";
+    let (node, lab, state) = share_lab_of(work.path(), "", 1, "", "", ctld_conf);
+    node.sim.set_load(0, 0.8).unwrap();
+    let start = || {
+        let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
+        wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"))
+    };
+    let ctld = start();
+    wait_live(&lab, &state);
+
+    // Two `calm` jobs of 30% bounds: a trial. Beside each other each runs at 76% of the SMs
+    // against 80% alone, 5.3% slower: within the bounds, learned.
+    run_pair(&node, &lab, "calm", 30, 76);
+    wait_logged(&lab, "measured pair slowdown within the job's bound; learned", 1);
+    let learned = |tag: &str| {
+        let saved: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+        let pairs = saved["share_learned"].as_array().cloned().unwrap_or_default();
+        pairs.iter().find(|p| p["job"] == tag && p["with"] == tag).and_then(|p| p["slowdown"].as_f64())
+    };
+    let started = Instant::now();
+    while learned("calm").is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "{}", ctld_log(&lab));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let calm = learned("calm").unwrap();
+    assert!((0.02..0.06).contains(&calm), "80% alone, 76% shared: about 5.3% slower, measured {calm}");
+
+    // Two `calm` jobs of 10% bounds: no unknown pair is tried at 10%, yet the measured pair
+    // keeps both within 10%: paired again.
+    run_pair(&node, &lab, "calm", 10, 76);
+    assert_eq!(ctld_log(&lab).matches(BESIDE).count(), 2);
+
+    // Two `pushy` jobs of 30% bounds: a trial; beside each other each gets 20% of the SMs,
+    // four times as slow: over the bound, the pair shares no more.
+    run_pair(&node, &lab, "pushy", 30, 20);
+    wait_logged(&lab, "measured pair slowdown over the job's bound; the pair shares no more", 1);
+
+    // A controller started again remembers both (the state file keeps them).
+    std::thread::sleep(Duration::from_secs(2));
+    drop(ctld);
+    let first_log = ctld_log(&lab);
+    let written = std::fs::metadata(&state).unwrap().modified().unwrap();
+    let _ctld = start();
+    let started = Instant::now();
+    while std::fs::metadata(&state).unwrap().modified().unwrap() <= written {
+        assert!(started.elapsed() < Duration::from_secs(20), "{}", ctld_log(&lab));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status =
+        lab.command(&*WATTSON).arg("-c").arg(&node.config).args(["power", "status"]).output().unwrap();
+    let status = String::from_utf8_lossy(&status.stdout).to_string();
+    assert!(
+        status.contains("co-location: pairs that share no more (measured over a bound): pushy beside pushy"),
+        "{status}"
+    );
+    assert!(status.contains("calm beside calm +"), "{status}");
+
+    // Two more `pushy` jobs of 30% bounds: the second, which a trial would have paired, waits
+    // held while the GPU's other half is free.
+    let c = submit_bounded(&lab, "pushy", 8, 30);
+    wait_state(&lab, c, "RUNNING", "job c starts alone on the free GPU");
+    waits_held_beside(&node, &lab, c, "pushy", 30);
+    let log = first_log + &ctld_log(&lab);
+    assert_eq!(log.matches(BESIDE).count(), 3, "only the three pairs above shared: {log}");
+}
