@@ -85,9 +85,9 @@ fn pairs_learned_from_the_nodes_measurements_steer_the_next_pairing() {
     run_pair(&node, &lab, "calm", 10, 76);
     assert_eq!(ctld_log(&lab).matches(BESIDE).count(), 2);
 
-    // Two `pushy` jobs of 30% bounds: a trial; beside each other each gets 20% of the SMs,
-    // four times as slow: over the bound, the pair shares no more.
-    run_pair(&node, &lab, "pushy", 30, 20);
+    // Two `pushy` jobs of 30% bounds: a trial; beside each other each gets 10% of the SMs,
+    // eight times as slow: the first one's run is over its bound, the pair shares no more.
+    run_pair(&node, &lab, "pushy", 30, 10);
     wait_logged(&lab, "measured pair slowdown over the job's bound; the pair shares no more", 1);
 
     // A controller started again remembers both (the state file keeps them).

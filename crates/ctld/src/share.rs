@@ -94,11 +94,11 @@ impl Pairs {
         Pairs { min_gain: tuning.share_min_gain, try_bound: tuning.share_try_bound, learning, ..self }
     }
 
-    /// Judges a node's measurement as the simulator judges its own. Learning, the pair of
-    /// `victim` and `neighbour` (`None`: it shared with several classes) measured `pair`
-    /// slower (the rates alone and shared) is learned, and over the job's `bound` the pair
-    /// never shares again; otherwise, the run `run` slower over `bound` pairs its class no
-    /// more. Returns whether it broke the bound.
+    /// Judges a node's measurement as the simulator judges its own: class `victim` shared its
+    /// GPU with class `neighbour` (`None`: with several) and its run took `run` longer. Over the
+    /// job's `bound`, its class is paired no more, or, learning pairs, the pair never shares
+    /// again; learning, the pair's own slowdown `pair` (the rates alone and shared) is learned.
+    /// Returns whether the run broke the bound.
     pub fn observe(
         &mut self,
         victim: u16,
@@ -107,18 +107,20 @@ impl Pairs {
         run: f64,
         bound: f64,
     ) -> bool {
-        let victim = usize::from(victim);
-        let Some(learning) = &mut self.learning else {
-            let broke = run > bound + 1e-6;
-            if broke {
-                self.broken.insert(victim);
+        let (victim, neighbour) = (usize::from(victim), neighbour.map(usize::from));
+        let broke = run > bound + 1e-6;
+        match (&mut self.learning, neighbour) {
+            (None, _) if broke => _ = self.broken.insert(victim),
+            (None, _) => {}
+            (Some(learning), Some(neighbour)) => {
+                if let Some(pair) = pair {
+                    learning.measure(victim, neighbour, pair);
+                }
+                if broke {
+                    self.unfit.insert((victim, neighbour));
+                }
             }
-            return broke;
-        };
-        let (Some(neighbour), Some(pair)) = (neighbour.map(usize::from), pair) else { return false };
-        let broke = learning.measure(victim, neighbour, pair, bound);
-        if broke {
-            self.unfit.insert((victim, neighbour));
+            (Some(_), None) => {}
         }
         broke
     }
@@ -168,7 +170,7 @@ impl Pairs {
         for p in learned {
             let (v, n) = (self.class_or_new(&p.job), self.class_or_new(&p.with));
             if let (Some(l), Some(v), Some(n)) = (&mut self.learning, v, n) {
-                l.measure(usize::from(v), usize::from(n), p.slowdown, f64::INFINITY);
+                l.measure(usize::from(v), usize::from(n), p.slowdown);
             }
         }
         for [v, n] in unfit {

@@ -1,8 +1,8 @@
 //! Pairs learned on the cluster itself: the model starts from a prior (a site's pair file,
 //! public pair data, or nothing), each pair of classes is measured when its shared run ends,
 //! and the model is refitted on the prior and the measurements together. A pair the prior
-//! names keeps the prior's figure (a hand-written pair is an override); a pair measured over
-//! its job's bound is reported so that the caller never pairs it again. The controller feeds
+//! names keeps the prior's figure (a hand-written pair is an override). A pair whose job's run
+//! broke its bound is the caller's to put in [`super::Sharing::unfit`]. The controller feeds
 //! it its nodes' measurements, the simulator the runs' true slowdowns: the same code learns in
 //! both.
 
@@ -78,9 +78,8 @@ impl Learning {
     }
 
     /// Records that class `victim` ran `slowdown` slower (time ratio minus one) beside class
-    /// `neighbour`, and refits where the pair is new. Returns whether the slowdown is over
-    /// `bound`, the bound of the job measured: such a pair is never to share again.
-    pub fn measure(&mut self, victim: usize, neighbour: usize, slowdown: f64, bound: f64) -> bool {
+    /// `neighbour`, and refits where the pair is new.
+    pub fn measure(&mut self, victim: usize, neighbour: usize, slowdown: f64) {
         self.trying.remove(&(victim.min(neighbour), victim.max(neighbour)));
         if !self.prior.contains_key(&(victim, neighbour))
             && victim.max(neighbour) < self.classes
@@ -88,7 +87,6 @@ impl Learning {
         {
             self.refit();
         }
-        slowdown > bound + 1e-6
     }
 
     fn refit(&mut self) {
@@ -113,13 +111,13 @@ mod tests {
         assert_eq!(l.model().predict(0, 1), None, "nothing known");
         l.join(0, 1);
         assert!(l.trying().contains(&(0, 1)));
-        assert!(!l.measure(0, 1, 0.3, 0.5), "0.3 is within 0.5");
+        l.measure(0, 1, 0.3);
         assert!(l.trying().is_empty(), "measured: no longer on trial");
-        assert!(l.measure(1, 0, 0.7, 0.5), "0.7 breaks 0.5");
+        l.measure(1, 0, 0.7);
         assert_eq!(l.model().predict(0, 1), Some(0.3));
         assert_eq!(l.model().predict(1, 0), Some(0.7));
         // A later measurement of a pair already measured does not move it.
-        l.measure(0, 1, 0.9, 0.5);
+        l.measure(0, 1, 0.9);
         assert_eq!(l.model().predict(0, 1), Some(0.3));
     }
 
@@ -127,12 +125,12 @@ mod tests {
     fn the_priors_pairs_are_kept_and_new_classes_are_predicted_from_their_measurements() {
         let prior = [PairSlowdown { victim: 0, neighbour: 0, slowdown: 0.2 }];
         let mut l = Learning::new(1, &prior);
-        l.measure(0, 0, 0.6, 0.5);
+        l.measure(0, 0, 0.6);
         assert_eq!(l.model().predict(0, 0), Some(0.2), "the prior's figure stands");
         l.grow(2);
         assert_eq!(l.model().predict(1, 0), None, "class 1 never measured");
-        l.measure(1, 0, 0.4, 0.5);
-        l.measure(0, 1, 0.1, 0.5);
+        l.measure(1, 0, 0.4);
+        l.measure(0, 1, 0.1);
         assert_eq!(l.model().predict(1, 0), Some(0.4));
         let fitted = l.model().predict(1, 1).expect("both of class 1's figures are measured now");
         assert!(fitted > 0.0, "{fitted}");

@@ -95,10 +95,7 @@ impl Sim<'_> {
         self.redraw_to(t, j, old_j, 0.0);
         for (a, b) in [(j, k), (k, j)] {
             if let (Some(l), Some(va), Some(vb)) = (&mut self.pairs, self.jobs[a].share, self.jobs[b].share) {
-                let (va, vb) = (usize::from(va), usize::from(vb));
-                if l.measure(va, vb, self.live[a].slow - 1.0, self.jobs[a].bound) {
-                    self.unfit.insert((va, vb));
-                }
+                l.measure(usize::from(va), usize::from(vb), self.live[a].slow - 1.0);
             }
             self.live[a].partner = NO_PARTNER;
             self.live[a].slow = 1.0;
@@ -118,16 +115,23 @@ impl Sim<'_> {
         }
     }
 
-    /// Job `j`, which shared its GPU, has ended: a measured slowdown over its bound stops its
-    /// class from being paired again, unless the policy learns pairs (its measured pairs then
-    /// stand in its model for the predictions, a pair over a bound is never paired again, and
-    /// a class is not dropped for one partner).
+    /// Job `j`, which shared its GPU, has ended: a run slowed over its bound stops its class
+    /// from being paired again; where the policy learns pairs, its pairs with the classes it
+    /// shared with instead (its measured pairs stand in its model for the predictions, and a
+    /// class is not dropped for one partner).
     pub(super) fn judge_sharing(&mut self, j: usize) {
-        if self.pairs.is_none()
-            && self.runs[j].slowdown > self.jobs[j].bound + 1e-6
-            && let Some(class) = self.jobs[j].share
-        {
+        let Some(class) = self.jobs[j].share else { return };
+        if self.runs[j].slowdown <= self.jobs[j].bound + 1e-6 {
+            return;
+        }
+        if self.pairs.is_none() {
             self.broken.insert(usize::from(class));
+            return;
+        }
+        for &(k, _, _) in &self.runs[j].partners {
+            if let Some(with) = self.jobs[k as usize].share {
+                self.unfit.insert((usize::from(class), usize::from(with)));
+            }
         }
     }
 }
