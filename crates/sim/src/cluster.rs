@@ -194,8 +194,8 @@ pub struct SimOnly {
     pub learn: bool,
     /// Co-location: the policy's interference model starts fitted on every pair of
     /// `colocation_json` (as from a site's pair file); `false`, on none, learning each pair of
-    /// classes from its first shared run, as measured when the pair parts (try unknown pairs
-    /// with `share_try_bound`).
+    /// classes from its first shared run as `share_learn` does (try unknown pairs with
+    /// `share_try_bound`).
     pub pair_prior: bool,
 }
 
