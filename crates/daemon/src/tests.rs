@@ -445,3 +445,49 @@ fn cpu_only_jobs_are_recorded_where_the_scope_counts_the_node_and_divided_by_cgr
     assert_eq!(one.node_share.unwrap().cpu_mj, Some(300.0 + 50.0 + 200.0));
     assert_eq!(one.scoped_energy_mj(), Ok(550.0), "the CPU scope: CPU and DRAM (none here), no GPU");
 }
+
+#[test]
+fn a_job_whose_cgroup_is_gone_at_its_end_used_no_cpu_since_it_was_last_read() {
+    use crate::node_energy::{NodeMeters, cgroup::JobCgroups};
+    use wattson_config::energy::{EnergyConfig, EnergyScope};
+    let f = Fixture::new("share", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let (powercap, cgroups) = (dir.path().join("powercap"), dir.path().join("cgroup"));
+    let zone = powercap.join("intel-rapl:0");
+    std::fs::create_dir_all(&zone).unwrap();
+    std::fs::write(zone.join("name"), "package-0\n").unwrap();
+    std::fs::write(zone.join("max_energy_range_uj"), "1000000000000\n").unwrap();
+    let counter = |uj: u64| std::fs::write(zone.join("energy_uj"), format!("{uj}\n")).unwrap();
+    let job_dir = |job: u32| cgroups.join(format!("cpuacct/slurm/uid_1000/job_{job}"));
+    let cpu = |job: u32, ns: u64| {
+        std::fs::create_dir_all(job_dir(job)).unwrap();
+        std::fs::write(job_dir(job).join("cpuacct.usage"), format!("{ns}\n")).unwrap();
+    };
+    counter(0);
+    let config = EnergyConfig { scope: EnergyScope::Cpu, powercap, ..EnergyConfig::default() };
+    let mut core = f.core();
+    core.attach_node_meters(NodeMeters::open(&config, 0).unwrap(), Some(JobCgroups::new(&cgroups, "n1")));
+    cpu(1, 0);
+    cpu(2, 0);
+    core.begin(begin(1, &[])).unwrap();
+    core.begin(begin(2, &[])).unwrap();
+    // Both used a CPU-second: 100 mJ each.
+    cpu(1, 1_000_000_000);
+    cpu(2, 1_000_000_000);
+    counter(200_000);
+    f.clock.advance(Duration::from_secs(1));
+    core.sample_node();
+    // Job 2's processes end and Slurm removes its cgroup before wattsond hears of its end,
+    // while job 1 keeps a CPU busy: that interval is all job 1's (by time, half would be job 2's).
+    std::fs::remove_dir_all(job_dir(2)).unwrap();
+    cpu(1, 2_000_000_000);
+    counter(400_000);
+    f.clock.advance(Duration::from_secs(1));
+    let two = ended(core.end(&JobKey::job(2)).unwrap());
+    cpu(1, 3_000_000_000);
+    counter(500_000);
+    f.clock.advance(Duration::from_secs(1));
+    let one = ended(core.end(&JobKey::job(1)).unwrap());
+    assert_eq!(two.node_share.unwrap().cpu_mj, Some(100.0));
+    assert_eq!(one.node_share.unwrap().cpu_mj, Some(100.0 + 200.0 + 100.0));
+}

@@ -2,7 +2,8 @@
 //! readings goes to the jobs that ran between them. The node is read at every sample and at
 //! every job's begin and end, so the jobs of an interval ran through all of it.
 //!
-//! By CPU time (`split = "cpu-time"`, where every running job's cgroup could be read): a job's
+//! By CPU time (`split = "cpu-time"`, where every running job's cgroup could be read, or was
+//! read and is gone since: such a job used none): a job's
 //! share of an interval is its CPU time in it over the jobs' CPU time in it summed. By time
 //! (`split = "time"`, or an interval whose CPU times are not all known, or in which no job used
 //! the CPUs): each job weighs the same for the time it ran there (its time in the interval over

@@ -4,7 +4,7 @@
 //! ([`crate::node_energy::apportion`], by their CPU time where their cgroups tell it) and the
 //! shares are persisted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{info, warn};
 
@@ -28,6 +28,8 @@ pub(super) struct NodePart {
     last: Option<NodeTotals>,
     /// Each running job's CPU time at the last reading, ns (by job id).
     cpu_seen: BTreeMap<u32, u64>,
+    /// The running jobs whose cgroup has been read: one gone since has ended its processes.
+    cgroup_read: BTreeSet<u32>,
     /// Whether an interval was last divided by time for want of a job's CPU time (said once
     /// per change).
     by_time: bool,
@@ -100,11 +102,17 @@ impl State {
                 (Some(now), Some(&seen)) => {
                     used.insert(id, if now >= seen { now - seen } else { now });
                 }
+                // Read before and gone now: Slurm removes a job's cgroup once its processes
+                // have ended, so it used no CPU since its last reading (at most a sample ago).
+                (None, Some(_)) if self.node_part.cgroup_read.contains(&id) => {
+                    used.insert(id, 0);
+                }
                 _ => known = false,
             }
-            // A cgroup not there (yet, or for a moment) keeps the last known time.
+            // A cgroup not there yet keeps the last known time.
             if let Some(now) = now {
                 self.node_part.cpu_seen.insert(id, now);
+                self.node_part.cgroup_read.insert(id);
             }
         }
         if known == self.node_part.by_time && !self.running.is_empty() {
@@ -130,8 +138,11 @@ impl State {
     /// cgroup holds now (zero before Slurm makes it).
     pub(super) fn node_job_began(&mut self, key: &JobKey, uid: u32) {
         if let Some(cgroups) = self.node_part.cgroups.as_ref().filter(|_| key.step.is_empty()) {
-            let now = cgroups.cpu_ns(uid, key.job_id).unwrap_or(0);
-            self.node_part.cpu_seen.insert(key.job_id, now);
+            let now = cgroups.cpu_ns(uid, key.job_id);
+            self.node_part.cpu_seen.insert(key.job_id, now.unwrap_or(0));
+            if now.is_some() {
+                self.node_part.cgroup_read.insert(key.job_id);
+            }
         }
     }
 
@@ -139,6 +150,7 @@ impl State {
     pub(super) fn node_job_ended(&mut self, key: &JobKey) {
         if key.step.is_empty() {
             self.node_part.cpu_seen.remove(&key.job_id);
+            self.node_part.cgroup_read.remove(&key.job_id);
         }
     }
 
