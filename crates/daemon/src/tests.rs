@@ -385,25 +385,61 @@ fn a_jobs_node_share_survives_a_restart_and_is_in_its_final_record() {
     assert_eq!(record.scoped_energy_mj(), Ok(record.energy_mj() + 1600.0));
 }
 
+/// A node's RAPL package zone and Slurm's v1 job cgroups, in files the test writes.
+struct CpuNode {
+    dir: tempfile::TempDir,
+}
+
+impl CpuNode {
+    /// The zone's counter at 0, no cgroup yet.
+    fn new() -> CpuNode {
+        let node = CpuNode { dir: tempfile::tempdir().unwrap() };
+        let zone = node.zone();
+        std::fs::create_dir_all(&zone).unwrap();
+        std::fs::write(zone.join("name"), "package-0\n").unwrap();
+        std::fs::write(zone.join("max_energy_range_uj"), "1000000000000\n").unwrap();
+        node.counter(0);
+        node
+    }
+
+    fn zone(&self) -> std::path::PathBuf {
+        self.dir.path().join("powercap/intel-rapl:0")
+    }
+
+    /// Sets the package counter, µJ.
+    fn counter(&self, uj: u64) {
+        std::fs::write(self.zone().join("energy_uj"), format!("{uj}\n")).unwrap();
+    }
+
+    /// Job `job`'s cgroup (of uid 1000).
+    fn job_dir(&self, job: u32) -> std::path::PathBuf {
+        self.dir.path().join(format!("cgroup/cpuacct/slurm/uid_1000/job_{job}"))
+    }
+
+    /// Sets job `job`'s CPU time, ns (its cgroup made where missing).
+    fn cpu(&self, job: u32, ns: u64) {
+        std::fs::create_dir_all(self.job_dir(job)).unwrap();
+        std::fs::write(self.job_dir(job).join("cpuacct.usage"), format!("{ns}\n")).unwrap();
+    }
+
+    /// `core` reading these meters and cgroups under the CPU scope.
+    fn attach(&self, core: &mut State) {
+        use crate::node_energy::{NodeMeters, cgroup::JobCgroups};
+        use wattson_config::energy::{EnergyConfig, EnergyScope};
+        let powercap = self.dir.path().join("powercap");
+        let config = EnergyConfig { scope: EnergyScope::Cpu, powercap, ..EnergyConfig::default() };
+        let cgroups = JobCgroups::new(&self.dir.path().join("cgroup"), "n1");
+        core.attach_node_meters(NodeMeters::open(&config, 0).unwrap(), Some(cgroups));
+    }
+}
+
 #[test]
 fn cpu_only_jobs_are_recorded_where_the_scope_counts_the_node_and_divided_by_cgroup_cpu_time() {
-    use crate::node_energy::{NodeMeters, cgroup::JobCgroups};
-    use wattson_config::energy::{EnergyConfig, EnergyScope};
+    use wattson_config::energy::EnergyScope;
     use wattson_types::scope::NodeShare;
     let f = Fixture::new("share", 1);
-    let dir = tempfile::tempdir().unwrap();
-    let (powercap, cgroups) = (dir.path().join("powercap"), dir.path().join("cgroup"));
-    let zone = powercap.join("intel-rapl:0");
-    std::fs::create_dir_all(&zone).unwrap();
-    std::fs::write(zone.join("name"), "package-0\n").unwrap();
-    std::fs::write(zone.join("max_energy_range_uj"), "1000000000000\n").unwrap();
-    let counter = |uj: u64| std::fs::write(zone.join("energy_uj"), format!("{uj}\n")).unwrap();
-    counter(0);
-    let cpu = |job: u32, ns: u64| {
-        let dir = cgroups.join(format!("cpuacct/slurm/uid_1000/job_{job}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("cpuacct.usage"), format!("{ns}\n")).unwrap();
-    };
+    let node = CpuNode::new();
+    let (counter, cpu) = (|uj| node.counter(uj), |job, ns| node.cpu(job, ns));
     // Under the GPU scope a job without GPUs has nothing to account.
     {
         let mut core = f.core();
@@ -416,10 +452,8 @@ fn cpu_only_jobs_are_recorded_where_the_scope_counts_the_node_and_divided_by_cgr
         let e = core.begin(begin(1, &[])).unwrap_err();
         assert!(e.message.contains("names no GPUs"), "{e:?}");
     }
-    let config =
-        EnergyConfig { scope: EnergyScope::Cpu, powercap: powercap.clone(), ..EnergyConfig::default() };
     let mut core = f.core();
-    core.attach_node_meters(NodeMeters::open(&config, 0).unwrap(), Some(JobCgroups::new(&cgroups, "n1")));
+    node.attach(&mut core);
     core.begin(begin(1, &[])).unwrap();
     core.begin(begin(2, &[])).unwrap();
     // A reading while job 1's cgroup is not made yet: its CPU time still counts from zero.
@@ -448,25 +482,11 @@ fn cpu_only_jobs_are_recorded_where_the_scope_counts_the_node_and_divided_by_cgr
 
 #[test]
 fn a_job_whose_cgroup_is_gone_at_its_end_used_no_cpu_since_it_was_last_read() {
-    use crate::node_energy::{NodeMeters, cgroup::JobCgroups};
-    use wattson_config::energy::{EnergyConfig, EnergyScope};
     let f = Fixture::new("share", 1);
-    let dir = tempfile::tempdir().unwrap();
-    let (powercap, cgroups) = (dir.path().join("powercap"), dir.path().join("cgroup"));
-    let zone = powercap.join("intel-rapl:0");
-    std::fs::create_dir_all(&zone).unwrap();
-    std::fs::write(zone.join("name"), "package-0\n").unwrap();
-    std::fs::write(zone.join("max_energy_range_uj"), "1000000000000\n").unwrap();
-    let counter = |uj: u64| std::fs::write(zone.join("energy_uj"), format!("{uj}\n")).unwrap();
-    let job_dir = |job: u32| cgroups.join(format!("cpuacct/slurm/uid_1000/job_{job}"));
-    let cpu = |job: u32, ns: u64| {
-        std::fs::create_dir_all(job_dir(job)).unwrap();
-        std::fs::write(job_dir(job).join("cpuacct.usage"), format!("{ns}\n")).unwrap();
-    };
-    counter(0);
-    let config = EnergyConfig { scope: EnergyScope::Cpu, powercap, ..EnergyConfig::default() };
+    let node = CpuNode::new();
+    let (counter, cpu) = (|uj| node.counter(uj), |job, ns| node.cpu(job, ns));
     let mut core = f.core();
-    core.attach_node_meters(NodeMeters::open(&config, 0).unwrap(), Some(JobCgroups::new(&cgroups, "n1")));
+    node.attach(&mut core);
     cpu(1, 0);
     cpu(2, 0);
     core.begin(begin(1, &[])).unwrap();
@@ -479,7 +499,7 @@ fn a_job_whose_cgroup_is_gone_at_its_end_used_no_cpu_since_it_was_last_read() {
     core.sample_node();
     // Job 2's processes end and Slurm removes its cgroup before wattsond hears of its end,
     // while job 1 keeps a CPU busy: that interval is all job 1's (by time, half would be job 2's).
-    std::fs::remove_dir_all(job_dir(2)).unwrap();
+    std::fs::remove_dir_all(node.job_dir(2)).unwrap();
     cpu(1, 2_000_000_000);
     counter(400_000);
     f.clock.advance(Duration::from_secs(1));
