@@ -110,8 +110,11 @@ impl Pairs {
         let (victim, neighbour) = (usize::from(victim), neighbour.map(usize::from));
         let broke = run > bound + 1e-6;
         match (&mut self.learning, neighbour) {
-            (None, _) if broke => _ = self.broken.insert(victim),
-            (None, _) => {}
+            (None, _) => {
+                if broke {
+                    self.broken.insert(victim);
+                }
+            }
             (Some(learning), Some(neighbour)) => {
                 if let Some(pair) = pair {
                     learning.measure(victim, neighbour, pair);
@@ -156,7 +159,7 @@ impl Pairs {
             .collect()
     }
 
-    /// The pairs never to share again (measured over a bound), by tags.
+    /// The pairs never to share again (a job's run broke its bound beside the other), by tags.
     pub fn unfit_tags(&self) -> Vec<[String; 2]> {
         self.unfit.iter().map(|&(v, n)| [self.tags[v].clone(), self.tags[n].clone()]).collect()
     }
