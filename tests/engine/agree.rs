@@ -117,6 +117,7 @@ max_wait_cost = 0.1
 share_first = true
 share_min_gain = 0.2
 share_try_bound = 0.4
+share_learn = true
 ";
 
 #[test]
@@ -138,7 +139,9 @@ fn the_controller_decides_as_the_simulator_on_the_same_states() {
 
     // The controller configured from the same knob lines, and as the simulated cluster: its
     // node model.
-    let mut config = wattson_config::Config::parse(&format!("[ctld]\n{KNOBS}"), "wattson.toml").unwrap();
+    // (Learning pairs needs the shards job_submit gives an opted-in job.)
+    let ctld_text = format!("[ctld]\n{KNOBS}[policy]\nshards_per_gpu = 4\n");
+    let mut config = wattson_config::Config::parse(&ctld_text, "wattson.toml").unwrap();
     config.ctld.node = c.node;
     config.ctld.gpu_idle_w = Some(c.groups[0].gpu_idle_w());
     let defaults = cluster::Tuning::default();
