@@ -11,8 +11,11 @@ use fake_nvml::ProcessLoad;
 use wattson_harness::node::Node;
 use wattson_harness::slurm_lab::SlurmLab;
 
-use super::ctld::{WATTSON, ctld_log, wait_live};
-use super::ctld_share::{field, pid_of, share_lab_of, submit_bounded, wait_state, waits_held_beside};
+use super::ctld::{ctld_log, wait_live};
+use super::ctld_share::{
+    field, pid_of, power_status, restart_ctld, share_ctld, share_lab_of, submit_bounded, wait_state,
+    waits_held_beside,
+};
 use super::shared_gpus::wait_recorded;
 
 /// Runs a pair on the GPU: job `a` of workload `tag` alone at 80% of the SMs, job `b` released
@@ -55,11 +58,7 @@ fn pairs_learned_from_the_nodes_measurements_steer_the_next_pairing() {
     let ctld_conf = "share_learn = true\nshare_try_bound = 0.2\n";
     let (node, lab, state) = share_lab_of(work.path(), "", 1, "", "", ctld_conf);
     node.sim.set_load(0, 0.8).unwrap();
-    let start = || {
-        let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
-        wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"))
-    };
-    let ctld = start();
+    let ctld = share_ctld(&lab, &node);
     wait_live(&lab, &state);
 
     // Two `calm` jobs of 30% bounds: a trial. Beside each other each runs at 76% of the SMs
@@ -94,16 +93,8 @@ fn pairs_learned_from_the_nodes_measurements_steer_the_next_pairing() {
     std::thread::sleep(Duration::from_secs(2));
     drop(ctld);
     let first_log = ctld_log(&lab);
-    let written = std::fs::metadata(&state).unwrap().modified().unwrap();
-    let _ctld = start();
-    let started = Instant::now();
-    while std::fs::metadata(&state).unwrap().modified().unwrap() <= written {
-        assert!(started.elapsed() < Duration::from_secs(20), "{}", ctld_log(&lab));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let status =
-        lab.command(&*WATTSON).arg("-c").arg(&node.config).args(["power", "status"]).output().unwrap();
-    let status = String::from_utf8_lossy(&status.stdout).to_string();
+    let _ctld = restart_ctld(&lab, &node, &state);
+    let status = power_status(&lab, &node);
     assert!(
         status.contains("co-location: pairs that share no more (measured over a bound): pushy beside pushy"),
         "{status}"

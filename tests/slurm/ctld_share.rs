@@ -12,7 +12,7 @@ use wattson_harness::slurm_lab::{self, LabNode, SlurmLab};
 use wattson_types::apportion::Split;
 use wattson_types::job::JobState;
 
-use super::ctld::{WATTSON, ctld_log, wait_live};
+use super::ctld::{Ctld, WATTSON, ctld_log, wait_live};
 use super::shared_gpus::{assert_parts_add_up, lab_on, wait_recorded};
 
 /// Measured on the site (this test's truth): `small` beside `small` 5% slower, `big` beside
@@ -102,6 +102,33 @@ pub(crate) fn share_lab_of(
     (node, lab, state)
 }
 
+/// A controller for the lab of [`share_lab_of`] (the lab's Slurm release), logging to the
+/// lab's `log/ctld.log`.
+pub(crate) fn share_ctld(lab: &SlurmLab, node: &Node) -> Ctld {
+    let command = slurm_lab::release().command(&*WATTSON);
+    wattson_harness::ctld::run_ctld(lab, command, &node.config, &lab.dir().join("log/ctld.log"))
+}
+
+/// [`share_ctld`] started again after one stopped, once it has rewritten its state file
+/// `state` (20 s at most): it has read back what the one before it kept.
+pub(crate) fn restart_ctld(lab: &SlurmLab, node: &Node, state: &std::path::Path) -> Ctld {
+    let written = std::fs::metadata(state).unwrap().modified().unwrap();
+    let ctld = share_ctld(lab, node);
+    let started = Instant::now();
+    while std::fs::metadata(state).unwrap().modified().unwrap() <= written {
+        assert!(started.elapsed() < Duration::from_secs(20), "{}", ctld_log(lab));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ctld
+}
+
+/// What `wattson power status` prints for the lab of [`share_lab_of`].
+pub(crate) fn power_status(lab: &SlurmLab, node: &Node) -> String {
+    let status =
+        lab.command(&*WATTSON).arg("-c").arg(&node.config).args(["power", "status"]).output().unwrap();
+    String::from_utf8_lossy(&status.stdout).to_string()
+}
+
 /// Submits a 1-second job of workload `tag` (a `bound_pct`% bound) while job `running` runs
 /// alone on the GPU: it stays held, with the GPU's other half free, until `running` ends, and
 /// begins after it. Returns its id.
@@ -148,8 +175,7 @@ fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds()
     );
     assert_eq!(lab.wait_job(before, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
 
-    let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
-    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    let _ctld = share_ctld(&lab, &node);
     wait_live(&lab, &state);
 
     // Two `small` jobs: the first starts alone on the free GPU, the second beside it.
@@ -199,8 +225,7 @@ fn opted_in_jobs_share_a_gpu_only_where_the_pair_file_keeps_both_within_bounds()
 fn with_share_first_a_job_joins_a_fitting_partner_though_a_gpu_of_its_own_is_free() {
     let work = tempfile::tempdir().unwrap();
     let (node, lab, state) = share_lab_of(work.path(), PAIRS, 2, "", "", "share_first = true\n");
-    let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
-    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    let _ctld = share_ctld(&lab, &node);
     wait_live(&lab, &state);
 
     // Two `small` jobs on a node of two GPUs: the first starts alone, the second beside it,
@@ -232,8 +257,7 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
     let pairs = "[[pair]]\njob = \"pushy\"\nwith = \"pushy\"\nslowdown = 0.05\n";
     let (node, lab, state) = share_lab(work.path(), pairs);
     node.sim.set_load(0, 0.8).unwrap();
-    let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
-    let ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    let ctld = share_ctld(&lab, &node);
     wait_live(&lab, &state);
 
     // Job a runs alone with 80% of the SMs; job b is released beside it, and from then on
@@ -272,21 +296,12 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
     let first_log = ctld_log(&lab);
     let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(saved["share_broken"], serde_json::json!(["pushy"]), "{saved}");
-    let status =
-        lab.command(&*WATTSON).arg("-c").arg(&node.config).args(["power", "status"]).output().unwrap();
-    let status = String::from_utf8_lossy(&status.stdout).to_string();
+    let status = power_status(&lab, &node);
     assert!(
         status.contains("co-location: paired no more (measured over a bound while sharing): pushy"),
         "{status}"
     );
-    let written = std::fs::metadata(&state).unwrap().modified().unwrap();
-    let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
-    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
-    let started = Instant::now();
-    while std::fs::metadata(&state).unwrap().modified().unwrap() <= written {
-        assert!(started.elapsed() < Duration::from_secs(20), "{}", ctld_log(&lab));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let _ctld = restart_ctld(&lab, &node, &state);
 
     // Two more `pushy` jobs: the first starts alone, the second, which the pair file alone
     // would have paired with it, waits held while the GPU's other half is free.
@@ -323,8 +338,7 @@ fn wait_field(lab: &SlurmLab, id: u32, name: &str, ok: impl Fn(&str) -> bool, wh
 fn a_job_released_beside_a_partner_that_ends_first_gets_its_own_node_list_back() {
     let work = tempfile::tempdir().unwrap();
     let (node, lab, state) = share_lab(work.path(), PAIRS);
-    let command = wattson_harness::slurm_lab::release().command(&*WATTSON);
-    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    let _ctld = share_ctld(&lab, &node);
     wait_live(&lab, &state);
 
     // Of the node's 4 CPUs, a job without GPUs holds 2 and the partner 1.

@@ -222,16 +222,15 @@ fn ctld_pairs_jobs_of_two_gpus_on_both_and_keeps_them_off_the_gpu_of_a_job_of_on
     // simulated H100s with 4 shards each: opted-in jobs of 2 GPUs and 2 tasks pair by the
     // model, and one never goes where Slurm would put it across a job of one GPU and a free
     // GPU (measured above).
-    use super::ctld::{WATTSON, ctld_log, wait_live};
-    use super::ctld_share::{PAIRS, field, share_lab_of, submit};
+    use super::ctld::{ctld_log, wait_live};
+    use super::ctld_share::{PAIRS, field, share_ctld, share_lab_of, submit};
     assert!(slurm_lab::release().root.is_some(), "set WATTSON_SLURM_RELEASE to 24.11 or 26.05");
     let work = tempfile::tempdir().unwrap();
     let (node, lab, state) = share_lab_of(work.path(), PAIRS, 4, "share_gpus = 2\n", MULTIPLE_SHARING, "");
     for k in 0..4 {
         node.sim.set_load(k, 0.5).unwrap();
     }
-    let command = slurm_lab::release().command(&*WATTSON);
-    let _ctld = wattson_harness::ctld::run_ctld(&lab, command, &node.config, &lab.dir().join("log/ctld.log"));
+    let _ctld = share_ctld(&lab, &node);
     wait_live(&lab, &state);
     let two = |secs: u32| {
         let args = ["-N1", "-n2", "--gres=gpu:2", "--energy-share=yes", "--energy=min-energy"];

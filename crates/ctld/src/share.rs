@@ -82,15 +82,7 @@ impl Pairs {
     /// The same, pairing as `tuning`'s `share_min_gain` and `share_try_bound` say, and with
     /// `share_learn`, learning pairs from here on with what it was given as the prior.
     pub fn with_tuning(self, tuning: &cluster::Tuning) -> Pairs {
-        let learning = tuning.share_learn.then(|| {
-            let prior: Vec<PairSlowdown> = self
-                .model
-                .measured
-                .iter()
-                .map(|(&(victim, neighbour), &slowdown)| PairSlowdown { victim, neighbour, slowdown })
-                .collect();
-            Learning::new(self.tags.len(), &prior)
-        });
+        let learning = tuning.share_learn.then(|| Learning::with_prior(&self.model));
         Pairs { min_gain: tuning.share_min_gain, try_bound: tuning.share_try_bound, learning, ..self }
     }
 
@@ -221,16 +213,12 @@ impl Pairs {
 
     /// What the engine decides co-location with.
     pub fn sharing(&self) -> Sharing<'_> {
-        let base = match &self.learning {
-            Some(learning) => Sharing { trying: learning.trying(), ..Sharing::with_model(learning.model()) },
-            None => Sharing::with_model(&self.model),
-        };
         Sharing {
             broken: &self.broken,
             unfit: &self.unfit,
             min_gain: self.min_gain,
             try_bound: self.try_bound,
-            ..base
+            ..Sharing::learned_or(self.learning.as_ref(), &self.model)
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use super::levels::allowance;
 use super::{Actions, ClusterPolicy, Held, NodePower, Queued, Running, Snapshot, TunedPolicy};
-use crate::colocation::{self, Candidate, Interference, Sharing};
+use crate::colocation::{self, Candidate, Interference, Learning, Sharing};
 use std::collections::BTreeSet;
 
 /// No class, no pair of classes.
@@ -29,6 +29,15 @@ impl<'a> Sharing<'a> {
             min_gain: t.share_min_gain,
             try_bound: t.share_try_bound,
             trying: &NO_PAIRS,
+        }
+    }
+
+    /// [`Sharing::with_model`] on `learning`'s model and its pairs on trial where pairs are
+    /// learned, else on `given`.
+    pub fn learned_or(learning: Option<&'a Learning>, given: &'a Interference) -> Sharing<'a> {
+        match learning {
+            Some(l) => Sharing { trying: l.trying(), ..Sharing::with_model(l.model()) },
+            None => Sharing::with_model(given),
         }
     }
 }

@@ -131,14 +131,13 @@ knobs! {
     share_min_gain: f64 = 0.1, in 0 to 1;
     /// A pair of classes the interference model cannot predict (one never measured) is tried
     /// where both jobs' bounds are at least this (100: never): how a cluster without pair data
-    /// learns its pairs, each measured once tried, and a class that broke a bound never tried
-    /// again.
+    /// learns its pairs (`share_learn`), each measured once tried.
     share_try_bound: f64 = 100.0, in 0 to 100;
     /// Co-location pairs are learned on the cluster: each pair's slowdowns, as measured when
     /// its shared run ends, join the model's data (the pair data given, if any, stays as
-    /// given) and the model is refitted; a pair measured over its job's bound never shares
-    /// again. `false`: the model stays as given, and a class measured over a bound is paired
-    /// no more.
+    /// given) and the model is refitted; a pair that made a job's run break its bound never
+    /// shares again. `false`: the model stays as given, and a class whose run broke a bound is
+    /// paired no more.
     share_learn: bool = false;
 }
 

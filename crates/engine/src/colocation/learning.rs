@@ -41,6 +41,17 @@ impl Learning {
         learning
     }
 
+    /// Learning from `model`'s measured pairs (each pair's mean) as the prior, over its
+    /// classes.
+    pub fn with_prior(model: &Interference) -> Learning {
+        let prior: Vec<PairSlowdown> = model
+            .measured
+            .iter()
+            .map(|(&(victim, neighbour), &slowdown)| PairSlowdown { victim, neighbour, slowdown })
+            .collect();
+        Learning::new(model.sensitivity.len(), &prior)
+    }
+
     /// The model on the pairs known so far.
     pub fn model(&self) -> &Interference {
         &self.model
@@ -54,11 +65,6 @@ impl Learning {
     /// The pairs measured on the cluster, `(victim, neighbour)` to slowdown.
     pub fn measured(&self) -> &BTreeMap<(usize, usize), f64> {
         &self.measured
-    }
-
-    /// The number of classes.
-    pub fn classes(&self) -> usize {
-        self.classes
     }
 
     /// Makes room for a class never seen before (a new workload tag): `classes` in all.

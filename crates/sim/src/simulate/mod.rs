@@ -143,7 +143,7 @@ struct Sim<'a> {
     /// Class pairs that were found not to fit on one GPU.
     unfit: BTreeSet<(usize, usize)>,
     /// The pairs learned from shared runs ([`share::learning`]); `None`: the catalog's model as given.
-    pairs: Option<Learning>,
+    learning: Option<Learning>,
     /// Sees every snapshot the policy decides on and its actions.
     observe: &'a mut Observer<'a>,
 }
@@ -243,7 +243,7 @@ pub fn simulate_observed(
         decider: Decider::default(),
         broken: BTreeSet::new(),
         unfit: BTreeSet::new(),
-        pairs: share::learning(c, catalog.colocation.as_ref()),
+        learning: share::learning(c, catalog.colocation.as_ref()),
         future: if c.wattson.sim.clairvoyant {
             jobs.iter().map(|j| (j.submit, j.gpus)).collect()
         } else {

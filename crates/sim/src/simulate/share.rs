@@ -3,7 +3,7 @@
 //! ([`crate::colocation`]), until one ends ([`Sim::part`]) and the other runs alone again.
 //! The GPU stays with whichever job ends last: the pool sees it held throughout.
 
-use wattson_engine::colocation::{Learning, PairSlowdown};
+use wattson_engine::colocation::Learning;
 
 use super::{NO_PARTNER, Sim};
 use crate::colocation::{Colocation, shared_draws};
@@ -55,7 +55,7 @@ impl Sim<'_> {
             self.unfit.insert((usize::from(cq), usize::from(ch)));
             return;
         };
-        if let Some(l) = &mut self.pairs {
+        if let Some(l) = &mut self.learning {
             l.join(usize::from(cq), usize::from(ch));
         }
         self.queue.retain(|&j| j != q);
@@ -94,7 +94,9 @@ impl Sim<'_> {
         let (old_j, old_k) = (self.draw(j), self.draw(k));
         self.redraw_to(t, j, old_j, 0.0);
         for (a, b) in [(j, k), (k, j)] {
-            if let (Some(l), Some(va), Some(vb)) = (&mut self.pairs, self.jobs[a].share, self.jobs[b].share) {
+            if let (Some(l), Some(va), Some(vb)) =
+                (&mut self.learning, self.jobs[a].share, self.jobs[b].share)
+            {
                 l.measure(usize::from(va), usize::from(vb), self.live[a].slow - 1.0);
             }
             self.live[a].partner = NO_PARTNER;
@@ -124,7 +126,7 @@ impl Sim<'_> {
         if self.runs[j].slowdown <= self.jobs[j].bound + 1e-6 {
             return;
         }
-        if self.pairs.is_none() {
+        if self.learning.is_none() {
             self.broken.insert(usize::from(class));
             return;
         }
@@ -147,14 +149,9 @@ pub(super) fn learning(
     if !learn && prior {
         return None;
     }
-    let pairs: Vec<PairSlowdown> = if prior {
-        let measured = &colocation.model.measured;
-        measured
-            .iter()
-            .map(|(&(victim, neighbour), &slowdown)| PairSlowdown { victim, neighbour, slowdown })
-            .collect()
+    Some(if prior {
+        Learning::with_prior(&colocation.model)
     } else {
-        Vec::new()
-    };
-    Some(Learning::new(colocation.names.len(), &pairs))
+        Learning::new(colocation.names.len(), &[])
+    })
 }

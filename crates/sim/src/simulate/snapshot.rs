@@ -6,10 +6,6 @@ use wattson_engine::cluster::{
 };
 
 use super::Sim;
-use wattson_engine::colocation::Learning;
-
-/// No pair of classes on trial.
-static NO_PAIRS: std::collections::BTreeSet<(usize, usize)> = std::collections::BTreeSet::new();
 use crate::power::NodeState;
 
 /// Reused buffers of the snapshot's slices.
@@ -104,12 +100,11 @@ impl Sim<'_> {
             node: self.c.node,
             job_nodes: &cluster::ANYWHERE,
             sharing: self.cat.colocation.as_ref().map(|c| cluster::Sharing {
-                model: self.pairs.as_ref().map_or(&c.model, Learning::model),
                 broken: &self.broken,
                 unfit: &self.unfit,
                 min_gain: self.policy.tuning.share_min_gain,
                 try_bound: self.policy.tuning.share_try_bound,
-                trying: self.pairs.as_ref().map_or(&NO_PAIRS, Learning::trying),
+                ..cluster::Sharing::learned_or(self.learning.as_ref(), &c.model)
             }),
         };
         // One step of the policy and its guard, as the controller takes one per loop.
