@@ -6,16 +6,23 @@
 //! 700 W: 5% of a 2-second job). So at a boundary each GPU is read again every [`POLL`] until
 //! its counter steps; the step's energy, spread over the step's period, gives the counter at the
 //! boundary instant (`c1 − (c1 − c0) · (s1 − t) / period`: the power within one step taken as
-//! constant). The step's instant `s1` is what a late poll (a busy machine) blurs, so the wait
-//! goes on until a step was seen within [`TIGHT_NS`] (at most [`MAX_STEPS`] steps), and `s1` is
-//! fitted to all the steps seen, each weighed by how exactly it was seen. A GPU's first boundary
-//! waits for three steps, to learn its period, and every later one adds to what is known of it.
-//! A counter that moves at every read (no steps) is read once from then on, as before.
+//! constant). A step lies between the last read that had not seen it (from just before that
+//! read) and the first that had (to just after it): a late poll (a busy machine) widens that
+//! window, so the wait goes on until a step was seen within [`TIGHT_NS`] (at most
+//! [`MAX_STEPS`] steps), and the steps' instants are fitted, each weighed by its window. Only
+//! what the reads prove is learned: a GPU's period from changes that hold one step each (seen
+//! within less than any period the reads allow) counted one period apart, and a counter is
+//! taken as continuous (read once from then on) only when it changed at every poll, polls too
+//! close for a stepping counter. A change a stall saw late may hold several steps, which share
+//! its energy. A GPU's first boundary waits for three steps, to learn its period, and every
+//! later one adds to what is known of it; until the reads prove something, the reading stands
+//! as read.
 
 use std::time::{Duration, Instant};
 
 use wattson_gpu::{GpuBackend, GpuError};
 use wattson_types::energy::GpuReading;
+use wattson_types::gpu::now_ns;
 
 /// How often a GPU is read while waiting for its counter's step.
 pub const POLL: Duration = Duration::from_millis(2);
@@ -27,6 +34,10 @@ const FIRST_WAIT: Duration = Duration::from_millis(400);
 const TIGHT_NS: i64 = 2_000_000;
 /// Steps a boundary waits for at most, looking for one seen within [`TIGHT_NS`].
 const MAX_STEPS: usize = 4;
+/// A counter that changed at every poll, polls this close, moves continuously: one that steps
+/// this often or more is taken as continuous (off by at most this at each boundary), and one
+/// that steps less often, as NVML's do (100 ms), could not have shown it.
+const CONTINUOUS_PERIOD_NS: i64 = 50_000_000;
 
 /// What is known of a GPU's counter.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,8 +60,9 @@ pub struct Boundaries {
     counters: Vec<Counter>,
 }
 
-/// A step seen while waiting: the instant it happened (the midpoint of the two reads around
-/// it, within `within_ns`) and the counter before and after.
+/// A change seen while waiting: the instant of its step (the midpoint of the two reads around
+/// it, within `within_ns`) and the counter before and after. A stalled poll may see several
+/// steps as one change.
 #[derive(Debug, Clone, Copy)]
 struct Step {
     at_ns: i64,
@@ -59,11 +71,19 @@ struct Step {
     after: u64,
 }
 
+impl Step {
+    /// The instants the change lies between (just before the last read that had not seen it,
+    /// just after the first that had).
+    fn window(&self) -> (i64, i64) {
+        (self.at_ns - self.within_ns, self.at_ns + self.within_ns)
+    }
+}
+
 struct Wait {
     pos: usize,
     /// Polls that found the counter where it was.
     quiet: u32,
-    /// The last poll: its instant and counter.
+    /// The last read: the instant just before it and the counter it gave.
     last: (i64, u64),
     steps: Vec<Step>,
 }
@@ -84,13 +104,14 @@ impl Boundaries {
     /// Reads `indices` at a boundary (now): each reading's counter is the counter's value at
     /// the reading's instant, its step interpolated. Results in the order given.
     pub fn read(&mut self, backend: &dyn GpuBackend, indices: &[u32]) -> Vec<Result<GpuReading, GpuError>> {
+        let from_ns = now_ns();
         let mut out = backend.read_many(indices);
         let mut waits: Vec<Wait> = out
             .iter()
             .enumerate()
             .filter_map(|(pos, r)| {
                 let r = r.as_ref().ok()?;
-                let last = (r.t_ns, r.energy_mj?);
+                let last = (from_ns, r.energy_mj?);
                 matches!(self.counter(indices[pos]), Counter::Unseen | Counter::Stepped { .. })
                     .then_some(Wait { pos, quiet: 0, last, steps: Vec::new() })
             })
@@ -109,6 +130,7 @@ impl Boundaries {
         while !waits.is_empty() && start.elapsed() < longest {
             std::thread::sleep(POLL);
             let polled: Vec<u32> = waits.iter().map(|w| indices[w.pos]).collect();
+            let from_ns = now_ns();
             let readings = backend.read_counters(&polled);
             let mut done = Vec::new();
             for (k, (wait, reading)) in waits.iter_mut().zip(readings).enumerate() {
@@ -116,6 +138,9 @@ impl Boundaries {
                     done.push(k); // Gave no counter this time: the boundary reading stands.
                     continue;
                 };
+                // A step lies between the last read that had not seen it and this one: from
+                // just before the one to just after the other (a read stamps its instant after
+                // it, however long it took).
                 let (last_ns, before) = wait.last;
                 if now != before {
                     let within_ns = (t_ns - last_ns) / 2;
@@ -123,7 +148,7 @@ impl Boundaries {
                 } else {
                     wait.quiet += 1;
                 }
-                wait.last = (t_ns, now);
+                wait.last = (from_ns, now);
                 let index = indices[wait.pos];
                 let boundary = out[wait.pos].as_mut().expect("waits are on readings");
                 if let Some(counter) = self.settle(index, boundary, &wait.steps, wait.quiet, false) {
@@ -167,10 +192,11 @@ impl Boundaries {
             _ => None,
         };
         if known.is_none() {
-            // A counter that moved at every poll has no steps to wait for (a stepping one,
-            // polled far faster than it steps, stays put between its steps).
-            if steps.len() >= 2 && quiet == 0 {
-                return Some(Counter::Continuous);
+            if quiet == 0 {
+                // Changes at every poll: a counter that moves continuously, or polls slower
+                // than its steps (a busy machine). Only polls fast enough to rule out a
+                // stepping counter tell them apart; until then the reading stands as read.
+                return continuous(steps).then_some(Counter::Continuous);
             }
             if steps.len() < PERIOD_STEPS && !(last_chance && steps.len() >= 2) {
                 return None;
@@ -180,44 +206,60 @@ impl Boundaries {
         if !tight && steps.len() < MAX_STEPS && !last_chance {
             return None;
         }
-        let (end_ns, period_ns, variance) = fit(steps, boundary.t_ns, known)?;
+        let (step_ns, period_ns, variance) = fit(steps, boundary.t_ns, known)?;
         // A counter that went back (a driver reload) is left as read.
         if first.after > first.before {
-            let timed = Step { at_ns: end_ns, ..first };
-            boundary.energy_mj = Some(at_boundary(timed, boundary.t_ns, period_ns.round() as i64));
+            let schedule = Schedule { step_ns, period_ns: period_ns.round() as i64 };
+            boundary.energy_mj = Some(at_boundary(first, schedule, boundary.t_ns));
         }
         Some(Counter::Stepped { period_ns, variance })
     }
 }
 
-/// The instant of the first step and the period, fitted to the steps seen (each weighed by how
-/// exactly it was seen), with what was known of the period before: (first step ns, period ns,
-/// the period's variance ns²). A step seen far less exactly than the best (a stalled poll) is
-/// left out, and steps a stall ran together count as the periods between.
+/// A step's instant and the period, fitted to the steps seen (each weighed by how exactly it
+/// was seen), with what was known of the period before: (a step's instant ns, period ns, the
+/// period's variance ns²). Only changes that hold one step for sure (seen within less than the
+/// shortest period the reads allow, [`period_bounds`]) are fitted, each counted in periods
+/// from the others: without a known period, the longest run of them in a row (one period
+/// apart); with one, every such change whose count it settles. What was known goes when this
+/// boundary's reads rule it out.
 fn fit(steps: &[Step], origin_ns: i64, known: Option<(f64, f64)>) -> Option<(i64, f64, f64)> {
-    let best = steps.iter().map(|s| s.within_ns).min()?.max(250_000);
-    let kept: Vec<(usize, &Step)> =
-        steps.iter().enumerate().filter(|(_, s)| s.within_ns <= 4 * best).collect();
-    let y: Vec<f64> = kept.iter().map(|(_, s)| (s.at_ns - origin_ns) as f64).collect();
-    let w: Vec<f64> = kept.iter().map(|(_, s)| 1.0 / (s.within_ns.max(250_000) as f64).powi(2)).collect();
-    // A stall only lengthens a gap: the shortest is one period.
-    let guess = known.map(|(p, _)| p).or_else(|| y.windows(2).map(|g| g[1] - g[0]).min_by(f64::total_cmp))?;
-    // Periods from the first step, each kept step at least one past the kept one before it.
-    let mut x = vec![kept[0].0 as f64];
-    for (g, k) in y.windows(2).zip(kept.windows(2)) {
-        let last = *x.last().expect("starts with one");
-        let between = ((g[1] - g[0]) / guess).round().max((k[1].0 - k[0].0) as f64);
-        x.push(last + between);
-    }
-    let sum = |f: &dyn Fn(usize) -> f64| (0..y.len()).map(f).sum::<f64>();
-    let (sw, sx, sy) = (sum(&|i| w[i]), sum(&|i| w[i] * x[i]), sum(&|i| w[i] * y[i]));
-    let (sxx, sxy) = (sum(&|i| w[i] * x[i] * x[i]), sum(&|i| w[i] * x[i] * y[i]));
+    let (lo, hi) = period_bounds(steps, origin_ns);
+    let known = known.filter(|&(p, v)| p + 3.0 * v.sqrt() >= lo && p - 3.0 * v.sqrt() <= hi);
+    let shortest = known.map_or(lo, |(p, v)| lo.max(p - 3.0 * v.sqrt()));
+    let single = |s: &Step| ((2 * s.within_ns) as f64) < shortest;
+    // (periods, instant from the origin, weight) of each change fitted.
+    let point =
+        |n: f64, s: &Step| (n, (s.at_ns - origin_ns) as f64, 1.0 / (s.within_ns.max(250_000) as f64).powi(2));
+    let points: Vec<(f64, f64, f64)> = match known {
+        Some((p, v)) => {
+            let best = steps.iter().filter(|s| single(s)).min_by_key(|s| s.within_ns)?;
+            steps
+                .iter()
+                .filter(|s| single(s))
+                .filter_map(|s| {
+                    let apart = (s.at_ns - best.at_ns) as f64;
+                    let n = (apart / p).round();
+                    let slack = (s.within_ns + best.within_ns) as f64 + 3.0 * v.sqrt() * n.abs();
+                    ((apart - n * p).abs() + slack < p / 2.0).then(|| point(n, s))
+                })
+                .collect()
+        }
+        None => {
+            let runs = steps.chunk_by(|a, b| single(a) && single(b));
+            let run = runs.filter(|r| single(&r[0])).max_by_key(|r| r.len())?;
+            run.iter().enumerate().map(|(n, s)| point(n as f64, s)).collect()
+        }
+    };
+    let sum = |f: &dyn Fn(&(f64, f64, f64)) -> f64| points.iter().map(f).sum::<f64>();
+    let (sw, sx, sy) = (sum(&|p| p.2), sum(&|p| p.2 * p.0), sum(&|p| p.2 * p.1));
+    let (sxx, sxy) = (sum(&|p| p.2 * p.0 * p.0), sum(&|p| p.2 * p.0 * p.1));
     let d = sw * sxx - sx * sx;
-    let (period, variance) = match (known, d > 0.0) {
-        (None, true) => ((sw * sxy - sx * sy) / d, sw / d),
+    let (period, variance) = match (known, points.len() >= 2 && d > 0.0) {
+        (None, true) => (((sw * sxy - sx * sy) / d).clamp(lo, hi), sw / d),
         (Some((p0, v0)), true) => {
             // This boundary's own estimate, pooled with what was known, unless the two
-            // disagree beyond their spreads (a step miscounted).
+            // disagree beyond their spreads.
             let (p1, v1) = ((sw * sxy - sx * sy) / d, sw / d);
             if (p1 - p0).abs() > 3.0 * (v0 + v1).sqrt() {
                 (p0, v0)
@@ -225,19 +267,66 @@ fn fit(steps: &[Step], origin_ns: i64, known: Option<(f64, f64)>) -> Option<(i64
                 ((p0 / v0 + p1 / v1) / (1.0 / v0 + 1.0 / v1), 1.0 / (1.0 / v0 + 1.0 / v1))
             }
         }
-        (Some(known), false) => known,
-        (None, false) => return None,
+        (Some(known), false) if sw > 0.0 => known,
+        _ => return None,
     };
-    let first = (sy - period * sx) / sw;
-    Some((origin_ns + first.round() as i64, period, variance))
+    let at = (sy - period * sx) / sw;
+    Some((origin_ns + at.round() as i64, period, variance))
 }
 
-/// The counter at instant `t_ns` within the step that ended at `step.at_ns`, its energy spread
-/// evenly over `period_ns`; never outside the step's two values.
-fn at_boundary(step: Step, t_ns: i64, period_ns: i64) -> u64 {
-    let energy = (step.after - step.before) as f64;
-    let left = (step.at_ns - t_ns).clamp(0, period_ns) as f64 / period_ns as f64;
-    (step.after as f64 - energy * left).round() as u64
+/// What the reads of one boundary (its reading at `origin_ns`, then the changes) say of the
+/// period, ns: longer than any run of reads that saw no step, shorter than the span of any two
+/// changes in a row (they hold different steps).
+fn period_bounds(steps: &[Step], origin_ns: i64) -> (f64, f64) {
+    let first = steps.first().map_or(origin_ns, |s| s.window().0);
+    let mut lo = (first - origin_ns) as f64;
+    let mut hi = f64::INFINITY;
+    for pair in steps.windows(2) {
+        let ((from0, to0), (from1, to1)) = (pair[0].window(), pair[1].window());
+        lo = lo.max((from1 - to0) as f64);
+        hi = hi.min((to1 - from0) as f64);
+    }
+    (lo.max(0.0), hi)
+}
+
+/// A counter's steps as fitted: one step's instant and the period, ns.
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    step_ns: i64,
+    period_ns: i64,
+}
+
+impl Schedule {
+    /// The step instant nearest `t_ns`.
+    fn nearest(self, t_ns: i64) -> i64 {
+        let k = ((t_ns - self.step_ns) as f64 / self.period_ns as f64).round() as i64;
+        self.step_ns + k * self.period_ns
+    }
+}
+
+/// The counter at the boundary instant `t_ns`, from the first change seen after it (`change`,
+/// whose `before` is the counter as of the boundary) and the counter's fitted `schedule`. A
+/// change a stalled poll saw late may hold several steps: their energy is shared evenly, and
+/// the boundary takes its part of the first. Never outside the change's two values.
+fn at_boundary(change: Step, schedule: Schedule, t_ns: i64) -> u64 {
+    let period = schedule.period_ns.max(1);
+    let (seen_from, seen_to) = change.window();
+    // The first step lies between the last read that had not seen it and the first that had,
+    // and within one period of the former.
+    let first = schedule.nearest((seen_from + seen_to.min(seen_from + period)) / 2);
+    let steps = 1 + (seen_to - first).div_euclid(period).max(0);
+    let energy = (change.after - change.before) as f64 / steps as f64;
+    let drawn = 1.0 - (first - t_ns).clamp(0, period) as f64 / period as f64;
+    (change.before as f64 + energy * drawn).round() as u64
+}
+
+/// Whether changes seen at every poll come from a counter that moves continuously: at least
+/// [`PERIOD_STEPS`] + 1 of them, so close together that a counter stepping at most every
+/// [`CONTINUOUS_PERIOD_NS`] could not have shown them all.
+fn continuous(steps: &[Step]) -> bool {
+    let (Some(first), Some(last)) = (steps.first(), steps.last()) else { return false };
+    let span = last.window().1 - first.window().0;
+    steps.len() > PERIOD_STEPS && span <= CONTINUOUS_PERIOD_NS * (steps.len() as i64 - 1)
 }
 
 #[cfg(test)]
@@ -247,12 +336,13 @@ mod tests {
     #[test]
     fn the_boundary_takes_its_part_of_the_step() {
         let step = Step { at_ns: 1_000_000_000, within_ns: 1_000_000, before: 10_000, after: 80_000 };
+        let schedule = Schedule { step_ns: 300_000_000, period_ns: 100_000_000 };
         // 30 ms before a 100 ms step's end: 70 % of the step was drawn before the boundary.
-        assert_eq!(at_boundary(step, 970_000_000, 100_000_000), 59_000);
-        assert_eq!(at_boundary(step, 1_000_000_000, 100_000_000), 80_000);
+        assert_eq!(at_boundary(step, schedule, 970_000_000), 59_000);
+        assert_eq!(at_boundary(step, schedule, 1_000_000_000), 80_000);
         // Never outside the step.
-        assert_eq!(at_boundary(step, 800_000_000, 100_000_000), 10_000);
-        assert_eq!(at_boundary(step, 1_100_000_000, 100_000_000), 80_000);
+        assert_eq!(at_boundary(step, schedule, 800_000_000), 10_000);
+        assert_eq!(at_boundary(step, schedule, 1_100_000_000), 80_000);
     }
 
     #[test]
@@ -285,15 +375,77 @@ mod tests {
             b.settle(0, &mut r, &[step(40, 100), step(140, 107)], 40, false).is_none(),
             "a third step first"
         );
-        // A stalled poll ran the third and fourth steps together: they count as two periods.
-        let counter = b.settle(0, &mut r, &[step(40, 100), step(140, 107), step(340, 114)], 90, false);
+        // A stalled poll ran the third and fourth steps together (150 to 345 ms): a change
+        // that may hold two steps is left out, and the period is fitted to the two seen one
+        // period apart.
+        let stalled = Step { at_ns: 247_500_000, within_ns: 97_500_000, before: 114, after: 128 };
+        let steps = [step(40, 100), step(140, 107), stalled, step(440, 128)];
+        let counter = b.settle(0, &mut r, &steps, 90, false);
         let Some(Counter::Stepped { period_ns, .. }) = counter else { panic!("{counter:?}") };
         assert!((period_ns - 100e6).abs() < 1.0, "{period_ns}");
         assert_eq!(r.energy_mj, Some(100 + 7 * 60 / 100), "60% of the step before the boundary");
-        // A counter that moved at every poll, however slow the polls (30 ms apart on a busy
-        // machine), is read as read.
+        // A counter that moved at every one of four polls 30 ms apart (no counter stepping
+        // every 100 ms could) is read as read.
         let mut r = GpuReading { t_ns: 0, energy_mj: Some(100), ..GpuReading::default() };
-        let counter = b.settle(0, &mut r, &[step(30, 100), step(60, 107)], 0, false);
+        let polls =
+            |n: i64| (0..n).map(|k| Step { within_ns: 15_000_000, ..step(15 + 30 * k, 100 + 7 * k as u64) });
+        let counter = b.settle(0, &mut r, &polls(3).collect::<Vec<_>>(), 0, false);
+        assert_eq!(counter, None, "a fourth change first");
+        let counter = b.settle(0, &mut r, &polls(4).collect::<Vec<_>>(), 0, false);
         assert_eq!((counter, r.energy_mj), (Some(Counter::Continuous), Some(100)));
+    }
+
+    #[test]
+    fn changes_at_every_poll_of_a_busy_machine_do_not_make_a_stepping_counter_continuous() {
+        // Polls 120 ms apart (a loaded machine) see a 100 ms counter change at every one.
+        let b = Boundaries::default();
+        let step = |at_ms: i64, c: u64| Step {
+            at_ns: at_ms * 1_000_000,
+            within_ns: 60_000_000,
+            before: c,
+            after: c + 7,
+        };
+        let steps = [step(60, 100), step(180, 107), step(300, 114), step(420, 121)];
+        let mut r = GpuReading { t_ns: 0, energy_mj: Some(100), ..GpuReading::default() };
+        assert_eq!(b.settle(0, &mut r, &steps, 0, false), None, "not continuous");
+        assert_eq!(b.settle(0, &mut r, &steps, 0, true), None, "undecided at the wait's end");
+        assert_eq!(r.energy_mj, Some(100), "the reading stands as read");
+    }
+
+    #[test]
+    fn a_first_change_that_a_stall_saw_late_holds_two_steps() {
+        let mut b = Boundaries::default();
+        b.learn(0, Counter::Stepped { period_ns: 100e6, variance: 1e6 });
+        // Steps at 1.000, 1.100 and 1.200 s, 70 J each; the boundary at 0.950 s. A stalled
+        // poll saw the first two as one change (0.960 to 1.150 s); the third was seen exactly.
+        let mut boundary = GpuReading { t_ns: 950_000_000, energy_mj: Some(10_000), ..GpuReading::default() };
+        let late = Step { at_ns: 1_055_000_000, within_ns: 95_000_000, before: 10_000, after: 150_000 };
+        let tight = Step { at_ns: 1_200_000_000, within_ns: 500_000, before: 150_000, after: 220_000 };
+        b.settle(0, &mut boundary, &[late, tight], 30, false).unwrap();
+        // Half of the first step was drawn before the boundary.
+        let c = boundary.energy_mj.unwrap();
+        assert!((44_900..=45_100).contains(&c), "{c}");
+    }
+
+    #[test]
+    fn steps_seen_in_wide_windows_do_not_teach_a_wrong_period() {
+        // A 100 ms counter stepping at 50, 150, 250 and 350 ms, read every 70 ms (0, 70, 140,
+        // 210, 280, 350.5): the changes' midpoints are 70 ms apart at best, but the reads
+        // allow any period from 70 to 140 ms and cannot count the steps between.
+        let b = Boundaries::default();
+        let seen = |from_ms: f64, to_ms: f64, c: u64| Step {
+            at_ns: ((from_ms + to_ms) / 2.0 * 1e6) as i64,
+            within_ns: ((to_ms - from_ms) / 2.0 * 1e6) as i64,
+            before: c,
+            after: c + 7,
+        };
+        let steps =
+            [seen(0.0, 70.0, 100), seen(140.0, 210.0, 107), seen(210.0, 280.0, 114), seen(280.0, 350.5, 121)];
+        let mut r = GpuReading { t_ns: 0, energy_mj: Some(100), ..GpuReading::default() };
+        let counter = b.settle(0, &mut r, &steps, 1, true);
+        assert!(
+            !matches!(counter, Some(Counter::Stepped { period_ns, .. }) if (period_ns - 100e6).abs() > 10e6),
+            "{counter:?}"
+        );
     }
 }
