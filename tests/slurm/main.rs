@@ -27,6 +27,7 @@ mod models_sync;
 mod plugins;
 mod prolog_epilog;
 mod releases;
+mod second_run;
 mod share_opt_in;
 mod shared_gpus;
 mod slurm;
