@@ -333,9 +333,15 @@ fn continuous(steps: &[Step]) -> bool {
 mod tests {
     use super::*;
 
+    /// A change seen between reads at `from_ms` and `to_ms`, the counter going `before` to `after`.
+    fn seen(from_ms: f64, to_ms: f64, before: u64, after: u64) -> Step {
+        let ns = |ms: f64| (ms * 1e6).round() as i64;
+        Step { at_ns: (ns(from_ms) + ns(to_ms)) / 2, within_ns: (ns(to_ms) - ns(from_ms)) / 2, before, after }
+    }
+
     #[test]
     fn the_boundary_takes_its_part_of_the_step() {
-        let step = Step { at_ns: 1_000_000_000, within_ns: 1_000_000, before: 10_000, after: 80_000 };
+        let step = seen(999.0, 1001.0, 10_000, 80_000);
         let schedule = Schedule { step_ns: 300_000_000, period_ns: 100_000_000 };
         // 30 ms before a 100 ms step's end: 70 % of the step was drawn before the boundary.
         assert_eq!(at_boundary(step, schedule, 970_000_000), 59_000);
@@ -351,9 +357,9 @@ mod tests {
         b.learn(0, Counter::Stepped { period_ns: 100e6, variance: 1e6 });
         let mut boundary = GpuReading { t_ns: 950_000_000, energy_mj: Some(10_000), ..GpuReading::default() };
         // The step at 1.000 s was seen late (a poll held 20 ms); the next, at 1.100 s, exactly.
-        let loose = Step { at_ns: 1_010_000_000, within_ns: 10_000_000, before: 10_000, after: 80_000 };
+        let loose = seen(1000.0, 1020.0, 10_000, 80_000);
         assert!(b.settle(0, &mut boundary.clone(), &[loose], 5, false).is_none(), "waits for a tight step");
-        let tight = Step { at_ns: 1_100_000_000, within_ns: 250_000, before: 80_000, after: 150_000 };
+        let tight = seen(1099.75, 1100.25, 80_000, 150_000);
         b.settle(0, &mut boundary, &[loose, tight], 30, false).unwrap();
         // Half of the step's 70 J was drawn before the boundary, 50 ms before its end (the
         // loose step pulls the fit by its small weight: 10 µs here).
@@ -364,22 +370,16 @@ mod tests {
     #[test]
     fn a_first_boundary_learns_the_period_and_a_counter_without_steps_is_left_alone() {
         let b = Boundaries::default();
-        let step = |at_ms: i64, c: u64| Step {
-            at_ns: at_ms * 1_000_000,
-            within_ns: 1_000_000,
-            before: c,
-            after: c + 7,
-        };
+        let step = |at_ms: f64, c: u64| seen(at_ms - 1.0, at_ms + 1.0, c, c + 7);
         let mut r = GpuReading { t_ns: 0, energy_mj: Some(100), ..GpuReading::default() };
         assert!(
-            b.settle(0, &mut r, &[step(40, 100), step(140, 107)], 40, false).is_none(),
+            b.settle(0, &mut r, &[step(40.0, 100), step(140.0, 107)], 40, false).is_none(),
             "a third step first"
         );
         // A stalled poll ran the third and fourth steps together (150 to 345 ms): a change
         // that may hold two steps is left out, and the period is fitted to the two seen one
         // period apart.
-        let stalled = Step { at_ns: 247_500_000, within_ns: 97_500_000, before: 114, after: 128 };
-        let steps = [step(40, 100), step(140, 107), stalled, step(440, 128)];
+        let steps = [step(40.0, 100), step(140.0, 107), seen(150.0, 345.0, 114, 128), step(440.0, 128)];
         let counter = b.settle(0, &mut r, &steps, 90, false);
         let Some(Counter::Stepped { period_ns, .. }) = counter else { panic!("{counter:?}") };
         assert!((period_ns - 100e6).abs() < 1.0, "{period_ns}");
@@ -388,7 +388,7 @@ mod tests {
         // every 100 ms could) is read as read.
         let mut r = GpuReading { t_ns: 0, energy_mj: Some(100), ..GpuReading::default() };
         let polls =
-            |n: i64| (0..n).map(|k| Step { within_ns: 15_000_000, ..step(15 + 30 * k, 100 + 7 * k as u64) });
+            |n: u64| (0..n).map(|k| seen(30.0 * k as f64, 30.0 * (k + 1) as f64, 100 + 7 * k, 107 + 7 * k));
         let counter = b.settle(0, &mut r, &polls(3).collect::<Vec<_>>(), 0, false);
         assert_eq!(counter, None, "a fourth change first");
         let counter = b.settle(0, &mut r, &polls(4).collect::<Vec<_>>(), 0, false);
@@ -399,13 +399,12 @@ mod tests {
     fn changes_at_every_poll_of_a_busy_machine_do_not_make_a_stepping_counter_continuous() {
         // Polls 120 ms apart (a loaded machine) see a 100 ms counter change at every one.
         let b = Boundaries::default();
-        let step = |at_ms: i64, c: u64| Step {
-            at_ns: at_ms * 1_000_000,
-            within_ns: 60_000_000,
-            before: c,
-            after: c + 7,
-        };
-        let steps = [step(60, 100), step(180, 107), step(300, 114), step(420, 121)];
+        let steps = [
+            seen(0.0, 120.0, 100, 107),
+            seen(120.0, 240.0, 107, 114),
+            seen(240.0, 360.0, 114, 121),
+            seen(360.0, 480.0, 121, 128),
+        ];
         let mut r = GpuReading { t_ns: 0, energy_mj: Some(100), ..GpuReading::default() };
         assert_eq!(b.settle(0, &mut r, &steps, 0, false), None, "not continuous");
         assert_eq!(b.settle(0, &mut r, &steps, 0, true), None, "undecided at the wait's end");
@@ -419,8 +418,8 @@ mod tests {
         // Steps at 1.000, 1.100 and 1.200 s, 70 J each; the boundary at 0.950 s. A stalled
         // poll saw the first two as one change (0.960 to 1.150 s); the third was seen exactly.
         let mut boundary = GpuReading { t_ns: 950_000_000, energy_mj: Some(10_000), ..GpuReading::default() };
-        let late = Step { at_ns: 1_055_000_000, within_ns: 95_000_000, before: 10_000, after: 150_000 };
-        let tight = Step { at_ns: 1_200_000_000, within_ns: 500_000, before: 150_000, after: 220_000 };
+        let late = seen(960.0, 1150.0, 10_000, 150_000);
+        let tight = seen(1199.5, 1200.5, 150_000, 220_000);
         b.settle(0, &mut boundary, &[late, tight], 30, false).unwrap();
         // Half of the first step was drawn before the boundary.
         let c = boundary.energy_mj.unwrap();
@@ -433,14 +432,12 @@ mod tests {
         // 210, 280, 350.5): the changes' midpoints are 70 ms apart at best, but the reads
         // allow any period from 70 to 140 ms and cannot count the steps between.
         let b = Boundaries::default();
-        let seen = |from_ms: f64, to_ms: f64, c: u64| Step {
-            at_ns: ((from_ms + to_ms) / 2.0 * 1e6) as i64,
-            within_ns: ((to_ms - from_ms) / 2.0 * 1e6) as i64,
-            before: c,
-            after: c + 7,
-        };
-        let steps =
-            [seen(0.0, 70.0, 100), seen(140.0, 210.0, 107), seen(210.0, 280.0, 114), seen(280.0, 350.5, 121)];
+        let steps = [
+            seen(0.0, 70.0, 100, 107),
+            seen(140.0, 210.0, 107, 114),
+            seen(210.0, 280.0, 114, 121),
+            seen(280.0, 350.5, 121, 128),
+        ];
         let mut r = GpuReading { t_ns: 0, energy_mj: Some(100), ..GpuReading::default() };
         let counter = b.settle(0, &mut r, &steps, 1, true);
         assert!(
