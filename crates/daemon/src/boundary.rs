@@ -333,6 +333,13 @@ fn continuous(steps: &[Step]) -> bool {
 mod tests {
     use super::*;
 
+    /// GPU 0's counter known to step every 100 ms, and a boundary reading at 0.950 s of 10 J.
+    fn known_period_and_a_boundary_at_950_ms() -> (Boundaries, GpuReading) {
+        let mut b = Boundaries::default();
+        b.learn(0, Counter::Stepped { period_ns: 100e6, variance: 1e6 });
+        (b, GpuReading { t_ns: 950_000_000, energy_mj: Some(10_000), ..GpuReading::default() })
+    }
+
     /// A change seen between reads at `from_ms` and `to_ms`, the counter going `before` to `after`.
     fn seen(from_ms: f64, to_ms: f64, before: u64, after: u64) -> Step {
         let ns = |ms: f64| (ms * 1e6).round() as i64;
@@ -353,9 +360,7 @@ mod tests {
 
     #[test]
     fn a_loosely_seen_step_is_timed_by_the_steps_seen_exactly() {
-        let mut b = Boundaries::default();
-        b.learn(0, Counter::Stepped { period_ns: 100e6, variance: 1e6 });
-        let mut boundary = GpuReading { t_ns: 950_000_000, energy_mj: Some(10_000), ..GpuReading::default() };
+        let (b, mut boundary) = known_period_and_a_boundary_at_950_ms();
         // The step at 1.000 s was seen late (a poll held 20 ms); the next, at 1.100 s, exactly.
         let loose = seen(1000.0, 1020.0, 10_000, 80_000);
         assert!(b.settle(0, &mut boundary.clone(), &[loose], 5, false).is_none(), "waits for a tight step");
@@ -413,11 +418,9 @@ mod tests {
 
     #[test]
     fn a_first_change_that_a_stall_saw_late_holds_two_steps() {
-        let mut b = Boundaries::default();
-        b.learn(0, Counter::Stepped { period_ns: 100e6, variance: 1e6 });
+        let (b, mut boundary) = known_period_and_a_boundary_at_950_ms();
         // Steps at 1.000, 1.100 and 1.200 s, 70 J each; the boundary at 0.950 s. A stalled
         // poll saw the first two as one change (0.960 to 1.150 s); the third was seen exactly.
-        let mut boundary = GpuReading { t_ns: 950_000_000, energy_mj: Some(10_000), ..GpuReading::default() };
         let late = seen(960.0, 1150.0, 10_000, 150_000);
         let tight = seen(1199.5, 1200.5, 150_000, 220_000);
         b.settle(0, &mut boundary, &[late, tight], 30, false).unwrap();
