@@ -11,7 +11,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use slurm_lab::{LabNode, LabOptions, SlurmLab, parse_record};
-pub(super) use wattson_harness::ctld::{Ctld, run_ctld};
+pub(super) use wattson_harness::ctld::{Ctld, pump, run_ctld};
+use wattson_harness::ctld::{power_conf, power_table, pump_some};
 
 pub(super) static WATTSON: std::sync::LazyLock<std::path::PathBuf> =
     std::sync::LazyLock::new(|| wattson_harness::programs::program("wattson"));
@@ -20,25 +21,12 @@ fn program(name: &str) -> String {
     wattson_harness::programs::program(name).display().to_string()
 }
 
-pub(super) const NODES: [&str; 3] = ["n1", "n2", "n3"];
-
-/// slurm.conf lines that switch Slurm's power machinery on with its own timer off (as
-/// docs/ctld.md gives them), made fast for a lab.
-fn power_conf() -> String {
-    let (suspend, resume) = (program("wattson-suspend"), program("wattson-resume"));
-    let (resume_fail, prolog) = (program("wattson-resume-fail"), program("wattson-ctld-prolog"));
-    format!(
-        "SuspendTime=INFINITE\n\
-         SuspendProgram={suspend}\n\
-         ResumeProgram={resume}\n\
-         ResumeFailProgram={resume_fail}\n\
-         PrologSlurmctld={prolog}\n\
-         SuspendTimeout=3\n\
-         ResumeTimeout=20\n\
-         SlurmctldParameters=power_save_interval=1\n\
-         PartitionName=wattson Nodes=ALL Hidden=YES State=INACTIVE SuspendTime=31536000\n"
-    )
+/// Where the programs Slurm runs for the controller are (the build's).
+fn programs_dir() -> PathBuf {
+    wattson_harness::programs::program("wattson-suspend").parent().expect("in a folder").to_path_buf()
 }
+
+pub(super) const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
 /// A lab, its power-request directory, each node's wattsond (on 2 simulated GPUs, taking the
 /// controller's requests at the node's own loopback address), and the wattson.toml beside
@@ -71,7 +59,7 @@ pub(super) fn lab_of_types(
         .collect::<Vec<_>>();
     let lab = SlurmLab::start(LabOptions {
         nodes: nodes.clone(),
-        extra_conf: power_conf() + &options.extra_conf,
+        extra_conf: power_conf(&programs_dir()) + &options.extra_conf,
         ..options
     });
     let munge = lab.dir().join("run/munge.sock");
@@ -97,39 +85,12 @@ pub(super) fn lab_of_types(
     let toml = format!(
         "[ctld]\ninterval = \"1s\"\nforecast_window_s = 60\nstate_file = \"{state}\"\n{ctld}\n\
          [ctld.node]\nboot_s = 2\nshutdown_s = 1\n\
-         [power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\nresume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\n\
-         timeout = \"10s\"\nlog = \"{log}\"\n[link]\nport = {port}\nmunge_socket = {munge:?}\n",
-        p = power.display(),
-        log = lab.dir().join("log/power.log").display(),
+         {power_table}[link]\nport = {port}\nmunge_socket = {munge:?}\n",
+        power_table = power_table(&power, &lab.dir().join("log/power.log")),
         state = lab.dir().join("ctld.json").display(),
     );
     std::fs::write(lab.dir().join("etc/wattson.toml"), toml).unwrap();
     (lab, power, daemons)
-}
-
-/// Carries out the power actions Slurm's programs asked for; returns them ("off-n2", ...).
-pub(super) fn pump(lab: &mut SlurmLab, power: &Path) -> Vec<String> {
-    pump_some(lab, power, &mut |_| true)
-}
-
-/// Like [`pump`], but a power-on that `honor` refuses never happens (a node that does not
-/// come up); returns the actions carried out.
-fn pump_some(lab: &mut SlurmLab, power: &Path, honor: &mut dyn FnMut(&str) -> bool) -> Vec<String> {
-    let mut done = Vec::new();
-    for entry in std::fs::read_dir(power).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        std::fs::remove_file(entry.path()).unwrap();
-        if !honor(&name) {
-            continue;
-        }
-        match name.split_once('-') {
-            Some(("off", node)) => lab.power_off(node),
-            Some(("on", node)) => lab.power_on(node),
-            _ => panic!("unexpected power request {name}"),
-        };
-        done.push(name);
-    }
-    done
 }
 
 /// A node's State as `scontrol show node` gives it (`IDLE+POWERED_DOWN`...).

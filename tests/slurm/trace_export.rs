@@ -3,7 +3,6 @@
 //! wattsond on simulated GPUs), `wattson trace export` turns the lab's `sacct` into a trace, and
 //! `wattson sim` replays it on a one-node cluster file and prints its comparison.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use wattson_harness::node::{Node, assert_ok};
@@ -153,7 +152,7 @@ fn the_labs_own_accounting_exports_to_a_trace_the_simulator_replays() {
 
     // The simulator on it: one node of 4 V100s, every policy, the knob sweep and its plots.
     let cluster = dir.path().join("cluster.toml");
-    std::fs::write(&cluster, one_node_cluster()).unwrap();
+    std::fs::write(&cluster, wattson_harness::programs::one_node_cluster()).unwrap();
     let out_dir = dir.path().join("sim");
     let out = lab
         .command(&*WATTSON)
@@ -180,17 +179,4 @@ fn the_labs_own_accounting_exports_to_a_trace_the_simulator_replays() {
     for plot in ["energy_vs_wait.svg", "energy_vs_imposed_wait.svg"] {
         assert!(std::fs::read_to_string(out_dir.join(plot)).unwrap().contains("wattson"), "{plot}");
     }
-}
-
-/// `etc/sim/cluster.toml` cut to one node of 4 V100s, its data files found from here.
-fn one_node_cluster() -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let shipped = std::fs::read_to_string(root.join("etc/sim/cluster.toml")).unwrap();
-    let data = root.join("data").display().to_string();
-    let text = shipped
-        .replace("nodes = 80", "nodes = 1")
-        .replace("gpus_per_node = 8", "gpus_per_node = 4")
-        .replace("../../data", &data);
-    assert!(text.contains("nodes = 1\n") && text.contains("gpus_per_node = 4 "), "the shipped file changed");
-    text
 }

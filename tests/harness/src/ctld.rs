@@ -1,5 +1,6 @@
 //! `wattson ctld` run for a lab's Slurm, and stopped when its handle drops (a failed test
-//! leaves no controller running).
+//! leaves no controller running); Slurm's power machinery switched on for it, with a power
+//! action the lab carries out ([`pump`]) in place of a node's BMC.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -44,4 +45,63 @@ pub fn run_ctld(lab: &SlurmLab, mut command: Command, config: &Path, log: &Path)
         .spawn()
         .unwrap();
     Ctld(child)
+}
+
+/// slurm.conf lines that switch Slurm's power machinery on with its own timer off (as
+/// docs/ctld.md gives them), made fast for a lab; `programs` holds `wattson-suspend`,
+/// `wattson-resume`, `wattson-resume-fail` and `wattson-ctld-prolog`.
+pub fn power_conf(programs: &Path) -> String {
+    let program = |name: &str| programs.join(name).display().to_string();
+    format!(
+        "SuspendTime=INFINITE\n\
+         SuspendProgram={}\n\
+         ResumeProgram={}\n\
+         ResumeFailProgram={}\n\
+         PrologSlurmctld={}\n\
+         SuspendTimeout=3\n\
+         ResumeTimeout=20\n\
+         SlurmctldParameters=power_save_interval=1\n\
+         PartitionName=wattson Nodes=ALL Hidden=YES State=INACTIVE SuspendTime=31536000\n",
+        program("wattson-suspend"),
+        program("wattson-resume"),
+        program("wattson-resume-fail"),
+        program("wattson-ctld-prolog"),
+    )
+}
+
+/// The `[power]` table of a wattson.toml whose actions leave a request file in `requests`
+/// (`off-<node>`, `on-<node>`) for [`pump`] to carry out, logging to `log`.
+pub fn power_table(requests: &Path, log: &Path) -> String {
+    format!(
+        "[power]\nsuspend = [\"/usr/bin/touch\", \"{p}/off-{{node}}\"]\n\
+         resume = [\"/usr/bin/touch\", \"{p}/on-{{node}}\"]\ntimeout = \"10s\"\nlog = \"{log}\"\n",
+        p = requests.display(),
+        log = log.display(),
+    )
+}
+
+/// Carries out the power actions Slurm's programs asked for in `requests` (a node's slurmd
+/// stopped for "off", started as from a boot for "on"); returns them ("off-n2", ...).
+pub fn pump(lab: &mut SlurmLab, requests: &Path) -> Vec<String> {
+    pump_some(lab, requests, &mut |_| true)
+}
+
+/// Like [`pump`], but a power-on that `honor` refuses never happens (a node that does not
+/// come up); returns the actions carried out.
+pub fn pump_some(lab: &mut SlurmLab, requests: &Path, honor: &mut dyn FnMut(&str) -> bool) -> Vec<String> {
+    let mut done = Vec::new();
+    for entry in std::fs::read_dir(requests).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        std::fs::remove_file(entry.path()).unwrap();
+        if !honor(&name) {
+            continue;
+        }
+        match name.split_once('-') {
+            Some(("off", node)) => lab.power_off(node),
+            Some(("on", node)) => lab.power_on(node),
+            _ => panic!("unexpected power request {name}"),
+        };
+        done.push(name);
+    }
+    done
 }

@@ -66,3 +66,17 @@ pub fn program(name: &str) -> PathBuf {
     assert!(path.is_file(), "{} was not built", path.display());
     path
 }
+
+/// The shipped `etc/sim/cluster.toml` cut to one node of 4 GPUs, its data files found in this
+/// checkout (the simulator's model of a lab's node).
+pub fn one_node_cluster() -> String {
+    let shipped =
+        std::fs::read_to_string(workspace().join("etc/sim/cluster.toml")).expect("etc/sim/cluster.toml");
+    let data = workspace().join("data").display().to_string();
+    let text = shipped
+        .replace("nodes = 80", "nodes = 1")
+        .replace("gpus_per_node = 8", "gpus_per_node = 4")
+        .replace("../../data", &data);
+    assert!(text.contains("nodes = 1\n") && text.contains("gpus_per_node = 4 "), "the shipped file changed");
+    text
+}

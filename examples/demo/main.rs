@@ -6,12 +6,16 @@
 //! the `wattson acct` report checked against the energy the simulated GPUs drew (physical
 //! truth: their counters step every 100 ms and lag, as NVML's do), and the same
 //! energy in Slurm's own accounting (`sacct`, through `acct_gather_energy/wattson`, slurmdbd on
-//! a private MariaDB).
+//! a private MariaDB), and those jobs exported as a trace (`replay`). Then a cluster of two
+//! nodes under `wattson ctld` (`cluster`), and the trace replayed by the simulator.
 //!
 //! Run with `./scripts/demo` (which installs Slurm and builds everything first). Files stay in
 //! `target/demo/`.
 
 use wattson_harness::slurm_lab;
+
+mod cluster;
+mod replay;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -28,6 +32,8 @@ struct Installed {
     wattson: PathBuf,
     /// Plugins copied into a private PluginDir; `None`: Slurm's own PluginDir has them.
     plugins_from: Option<PathBuf>,
+    /// Where the programs Slurm runs for the controller are (`wattson-suspend`...).
+    programs: PathBuf,
 }
 
 fn main() {
@@ -41,12 +47,14 @@ fn main() {
             wattsond: "/usr/sbin/wattsond".into(),
             wattson: "/usr/bin/wattson".into(),
             plugins_from: None,
+            programs: "/usr/sbin".into(),
         }
     } else {
         Installed {
             wattsond: bin.join("wattsond"),
             wattson: bin.join("wattson"),
             plugins_from: Some(bin.clone()),
+            programs: bin.clone(),
         }
     };
     let _ = std::fs::remove_dir_all(&dir);
@@ -256,26 +264,34 @@ fn main() {
             sacct_outside.push(format!("job {id}: sacct {slurm} J outside [{batch:.1}, {job:.1}] J"));
         }
     }
+    let trace = replay::export(&from, &lab, &dir);
     lab.stop();
     daemon.stop();
     println!("\nStore: {}  (worst error {:.4}%)", dir.join("wattson.db").display(), worst * 100.0);
+    let mut failed = Vec::new();
     let job_rows =
         doc["jobs"].as_array().unwrap().iter().filter(|j| !j["id"].as_str().unwrap().contains('.')).count();
     if worst > 0.001 || job_rows != jobs.len() {
-        eprintln!("demo: FAILED: a job is missing or differs from the truth by more than 0.1%");
-        std::process::exit(1);
+        failed.push("a job is missing or differs from the truth by more than 0.1%".to_string());
     }
     if !sacct_outside.is_empty() {
-        eprintln!(
-            "demo: FAILED: Slurm's figure is not between wattson's step and job: {}",
+        failed.push(format!(
+            "Slurm's figure is not between wattson's step and job: {}",
             sacct_outside.join("; ")
-        );
-        std::process::exit(1);
+        ));
     }
     if !settled {
-        eprintln!(
-            "demo: FAILED: the min-energy job did not settle below 700 W with an energy saving within its bound"
+        failed.push(
+            "the min-energy job did not settle below 700 W with an energy saving within its bound"
+                .to_string(),
         );
+    }
+    failed.extend(cluster::act(&from, &dir.join("cluster"), &dir.join("plugins"), &library).err());
+    failed.extend(trace.and_then(|trace| replay::simulate(&from, &dir, &trace, jobs.len())).err());
+    for failure in &failed {
+        eprintln!("demo: FAILED: {failure}");
+    }
+    if !failed.is_empty() {
         std::process::exit(1);
     }
 }
@@ -284,9 +300,10 @@ fn main() {
 /// clock-independent.
 const WORKLOAD: Workload = Workload { t0_s: 0.02, d_s_mhz: 158.4 };
 
-/// slurm.conf lines for GPU energy in Slurm's accounting (docs/slurm.md).
+/// slurm.conf lines for GPU energy in Slurm's accounting (docs/slurm.md), and the GPUs each
+/// job held (for `wattson trace export`).
 const ENERGY_CONF: &str = "AcctGatherEnergyType=acct_gather_energy/wattson\nJobAcctGatherType=jobacct_gather/linux\n\
-                           JobAcctGatherFrequency=task=5\nPrologFlags=Alloc,Contain";
+                           JobAcctGatherFrequency=task=5\nPrologFlags=Alloc,Contain\nAccountingStorageTRES=gres/gpu";
 
 /// How far Slurm's figure may lie outside wattson's batch step and job (its last poll of a
 /// step may come just before the step's end; whole joules).
