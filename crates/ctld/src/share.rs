@@ -379,8 +379,15 @@ pub fn gate(
     let sharing = pairs.sharing();
     let candidate = |id: u32, s: &ShareJob| -> Option<Candidate> {
         // A running job's bound is what its run so far left of it.
-        let bound = snapshot.running.iter().find(|r| r.job.id == id).map_or(s.bound, allowance);
-        Some(Candidate { job: id, class: usize::from(s.class?), gpus: s.gpus, bound })
+        let running = snapshot.running.iter().find(|r| r.job.id == id);
+        let bound = running.map_or(s.bound, allowance);
+        // Its run left: a running job's limit less its progress, a pending job's limit.
+        let pending = snapshot.queued.iter().map(|q| q.job).chain(snapshot.held.iter().map(|h| h.job));
+        let left_s = match running {
+            Some(r) => (1.0 - r.progress).max(0.0) * r.job.work_s,
+            None => pending.filter(|j| j.id == id).map(|j| j.work_s).next().unwrap_or(f64::INFINITY),
+        };
+        Some(Candidate { job: id, class: usize::from(s.class?), gpus: s.gpus, bound, left_s })
     };
     let allowed = |a: Option<Candidate>, b: Option<Candidate>| match (a, b) {
         (Some(a), Some(b)) => slowdowns(&sharing, &a, &b).is_some(),

@@ -272,11 +272,19 @@ fn a_job_of_two_gpus_joins_only_a_lone_job_of_two_and_is_kept_off_jobs_of_other_
 fn the_pair_file_names_classes_by_tag_and_predicts_pairs_never_measured() {
     let p = pairs();
     assert_eq!((p.class("big"), p.class("small"), p.class("other")), (Some(0), Some(1), None));
-    let c = |job, class, bound| Candidate { job, class, gpus: 1, bound };
+    let c = |job, class, bound| Candidate { job, class, gpus: 1, bound, left_s: f64::INFINITY };
     let sharing = p.sharing();
     assert!((slowdowns(&sharing, &c(1, 1, 0.1), &c(2, 1, 0.1)).unwrap() - 0.1).abs() < 1e-9);
-    assert_eq!(slowdowns(&sharing, &c(1, 0, 0.1), &c(2, 1, 0.1)), None, "big beside small: 50%");
-    assert!(slowdowns(&sharing, &c(1, 0, 0.6), &c(2, 1, 0.1)).is_some(), "within a 60% bound");
+    // Each tag measured only beside its own kind: nothing relates big's sensitivity to small's
+    // pressure, so big beside small is not predicted, whatever the bounds.
+    assert_eq!(slowdowns(&sharing, &c(1, 0, 5.0), &c(2, 1, 5.0)), None, "nothing relates them");
+    // Small measured beside big (10%) links them: big beside small is 0.5 · 0.05 / 0.1 = 25%.
+    let pair =
+        |job: &str, with: &str, slowdown| PairMeasurement { job: job.into(), with: with.into(), slowdown };
+    let p = Pairs::new(&[pair("small", "small", 0.05), pair("big", "big", 0.5), pair("small", "big", 0.1)]);
+    let sharing = p.sharing();
+    assert_eq!(slowdowns(&sharing, &c(1, 0, 0.2), &c(2, 1, 0.1)), None, "25% over a 20% bound");
+    assert!(slowdowns(&sharing, &c(1, 0, 0.3), &c(2, 1, 0.1)).is_some(), "within a 30% bound");
 }
 
 #[test]
@@ -507,6 +515,7 @@ fn learning_a_pair_measured_within_its_bounds_pairs_again_and_one_over_them_neve
         class: usize::from(pairs.class(tag).expect("a tag seen")),
         gpus: 1,
         bound: 0.1,
+        left_s: f64::INFINITY,
     };
     let fits = |pairs: &Pairs, a: &str, b: &str| {
         slowdowns(&pairs.sharing(), &candidate(pairs, 10, a), &candidate(pairs, 11, b)).is_some()
@@ -538,11 +547,22 @@ fn learning_a_pair_measured_within_its_bounds_pairs_again_and_one_over_them_neve
     assert!(fits(&pairs, "a", "b"));
     assert!(!fits(&pairs, "a", "c") && !fits(&pairs, "c", "a"));
     assert!(pairs.broken_tags().is_empty(), "learning drops a pair, not a class");
-    // A new tag is tried once: on trial, no other pair of the two is tried meanwhile.
+    // A new tag is tried where even the worst slowdown measured (a's 30% beside c) keeps
+    // both jobs within their bounds; on trial, neither class is tried again meanwhile.
     let d = pairs.class_or_new("d").unwrap();
-    assert!(fits(&pairs, "d", "b"));
-    pairs.joined(d, pairs.class("b").unwrap());
-    assert!(!fits(&pairs, "d", "b"), "on trial");
+    assert!(!fits(&pairs, "d", "b"), "30% over a 10% bound");
+    let b = pairs.class("b").unwrap();
+    let wide = |job, class: u16| Candidate {
+        job,
+        class: usize::from(class),
+        gpus: 1,
+        bound: 0.3,
+        left_s: f64::INFINITY,
+    };
+    assert!(slowdowns(&pairs.sharing(), &wide(10, d), &wide(11, b)).is_some());
+    pairs.joined(d, b);
+    assert!(slowdowns(&pairs.sharing(), &wide(10, d), &wide(11, b)).is_none(), "on trial");
+    assert!(slowdowns(&pairs.sharing(), &wide(10, b), &wide(11, b)).is_none(), "b on trial");
     // What the state file keeps, read back by the next controller: the same decisions.
     let mut next = Pairs::new(&[]).with_tuning(&tuning);
     next.relearn(&pairs.learned(), &pairs.unfit_tags());

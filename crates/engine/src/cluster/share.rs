@@ -29,6 +29,7 @@ impl<'a> Sharing<'a> {
             min_gain: t.share_min_gain,
             try_bound: t.share_try_bound,
             trying: &NO_PAIRS,
+            worst: model.measured.values().fold(0.0, |w, &m| w.max(m)),
         }
     }
 
@@ -64,6 +65,7 @@ fn lone(s: &Snapshot) -> Vec<Candidate> {
                 class: usize::from(class),
                 gpus: r.job.gpus,
                 bound: allowance(r),
+                left_s: (1.0 - r.progress).max(0.0) * r.job.work_s,
             })
         })
         .collect()
@@ -101,7 +103,13 @@ fn by_model(p: &TunedPolicy, s: &Snapshot, sharing: &Sharing, a: &mut Actions) {
     let pending: Vec<Candidate> = waiting
         .chain(released)
         .filter_map(|j| {
-            Some(Candidate { job: j.id, class: usize::from(j.share?), gpus: j.gpus, bound: j.bound })
+            Some(Candidate {
+                job: j.id,
+                class: usize::from(j.share?),
+                gpus: j.gpus,
+                bound: j.bound,
+                left_s: j.work_s,
+            })
         })
         .collect();
     let may = |queued: u32, running: u32| may_join(s, queued, running);

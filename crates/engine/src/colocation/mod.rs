@@ -40,6 +40,12 @@ pub struct Interference {
     pub measured_slowing: Vec<bool>,
     /// Each measured pair's slowdown, `(victim, neighbour)`: the mean of its measurements.
     pub measured: BTreeMap<(usize, usize), f64>,
+    /// Which set of linked figures each class's sensitivity belongs to: sensitivities and
+    /// pressures are linked where a measured pair joins them, and only a sensitivity and a
+    /// pressure of one set fix each other's scale (`usize::MAX`: never measured slowed).
+    pub slowed_group: Vec<usize>,
+    /// The same for each class's pressure (`usize::MAX`: never measured slowing).
+    pub slowing_group: Vec<usize>,
     /// The error of a prediction for a pair never measured: the [`ERROR_QUANTILE`] of the
     /// absolute errors of each measured pair predicted by the model fitted without it (0 where
     /// no pair can be held out).
@@ -84,16 +90,37 @@ impl Interference {
             measured_slowed: vec![false; classes],
             measured_slowing: vec![false; classes],
             measured: BTreeMap::new(),
+            slowed_group: vec![usize::MAX; classes],
+            slowing_group: vec![usize::MAX; classes],
             error: 0.0,
         };
+        // Sensitivity k is node k, pressure k node classes + k; each pair links its two.
+        let mut root: Vec<usize> = (0..2 * classes).collect();
+        fn find(root: &mut [usize], mut k: usize) -> usize {
+            while root[k] != k {
+                root[k] = root[root[k]];
+                k = root[k];
+            }
+            k
+        }
         let mut sums: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
         for pair in pairs {
             model.measured_slowed[pair.victim] = true;
             model.measured_slowing[pair.neighbour] = true;
+            let (a, b) = (find(&mut root, pair.victim), find(&mut root, classes + pair.neighbour));
+            root[a] = b;
             let s = sums.entry((pair.victim, pair.neighbour)).or_default();
             *s = (s.0 + pair.slowdown, s.1 + 1.0);
         }
         model.measured = sums.into_iter().map(|(k, (sum, n))| (k, sum / n)).collect();
+        for k in 0..classes {
+            if model.measured_slowed[k] {
+                model.slowed_group[k] = find(&mut root, k);
+            }
+            if model.measured_slowing[k] {
+                model.slowing_group[k] = find(&mut root, classes + k);
+            }
+        }
         for _ in 0..STEPS {
             model.sensitivity = solve(classes, pairs, |p| (p.victim, p.neighbour), &model.pressure);
             model.pressure = solve(classes, pairs, |p| (p.neighbour, p.victim), &model.sensitivity);
@@ -107,13 +134,17 @@ impl Interference {
     }
 
     /// The pair's measured slowdown where it was measured, else [`Interference::slowdown`]
-    /// where both classes' figures were measured; `None` otherwise (an unknown class is never
-    /// predicted harmless).
+    /// where both classes' figures were measured and linked by measured pairs (one group);
+    /// `None` otherwise (an unknown class is never predicted harmless, nor a pair whose two
+    /// figures no measurement relates).
     pub fn predict(&self, victim: usize, neighbour: usize) -> Option<f64> {
         if let Some(&m) = self.measured.get(&(victim, neighbour)) {
             return Some(m);
         }
-        let known = *self.measured_slowed.get(victim)? && *self.measured_slowing.get(neighbour)?;
+        let group = *self.slowed_group.get(victim)?;
+        let known = *self.measured_slowed.get(victim)?
+            && *self.measured_slowing.get(neighbour)?
+            && group == *self.slowing_group.get(neighbour)?;
         known.then(|| self.slowdown(victim, neighbour))
     }
 }
@@ -136,8 +167,13 @@ pub struct Sharing<'a> {
     /// A pair the model cannot predict is tried where both bounds are at least this
     /// (`share_try_bound`; 100: never).
     pub try_bound: f64,
-    /// Class pairs (lower class first) tried and not yet measured: not tried again meanwhile.
+    /// Class pairs (lower class first) tried and not yet measured: neither class is tried
+    /// with any class meanwhile.
     pub trying: &'a BTreeSet<(usize, usize)>,
+    /// The largest slowdown the model was given (a measured or prior pair; 0 for none). A
+    /// trial takes it, or [`Sharing::try_bound`] if more, for how much the pair may slow each
+    /// job ([`slowdowns`]).
+    pub worst: f64,
 }
 
 /// A job that may share its GPUs: its class in the model, its GPU count, and the most it may be
@@ -151,16 +187,21 @@ pub struct Candidate {
     pub class: usize,
     /// How many GPUs it has: it shares only with a job of as many, each GPU with it.
     pub gpus: u32,
-    /// The most it may be slowed, as a time ratio minus one.
+    /// The most it may be slowed, as a time ratio minus one (a running job: over the rest of
+    /// its run).
     pub bound: f64,
+    /// The run it has left at the top level, as the scheduler estimates it (s): a pending
+    /// job's time limit, a running job's limit less its progress; `f64::INFINITY` where
+    /// unknown. Bounds a trial's exposure ([`slowdowns`]).
+    pub left_s: f64,
 }
 
 /// Which pending job shares which running job's GPU: taking `pending` in queue order, each is
 /// paired with the running job (each shared by at most one) with which the pair's predicted
-/// slowdowns are smallest in sum, both within their bounds; none with a class in
-/// [`Sharing::broken`] or with a class the model has not measured, none of a pair in
-/// [`Sharing::unfit`], nor where `may(pending job, running job)` says no. Returns (pending
-/// job, running job) pairs.
+/// slowdowns are smallest in sum, both within their bounds, or else with the trial that risks
+/// least ([`slowdowns`]; a trial started here is on trial for the jobs after it); none with a
+/// class in [`Sharing::broken`], none of a pair in [`Sharing::unfit`], nor where `may(pending
+/// job, running job)` says no. Returns (pending job, running job) pairs.
 pub fn pair(
     sharing: &Sharing,
     pending: &[Candidate],
@@ -169,16 +210,23 @@ pub fn pair(
 ) -> Vec<(u32, u32)> {
     let mut taken = vec![false; running.len()];
     let mut out = Vec::new();
+    // The pairs on trial, with those this decision starts: one trial of a pair at a time.
+    let mut trying = sharing.trying.clone();
     for q in pending {
+        let now = Sharing { trying: &trying, ..*sharing };
         let best = running
             .iter()
             .enumerate()
             .filter(|(k, r)| !taken[*k] && may(q.job, r.job))
-            .filter_map(|(k, r)| Some((k, slowdowns(sharing, q, r)?)))
-            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        if let Some((k, _)) = best {
+            .filter_map(|(k, r)| Some((k, admit(&now, q, r)?)))
+            .min_by(|a, b| a.1.0.cmp(&b.1.0).then(a.1.1.total_cmp(&b.1.1)).then(a.0.cmp(&b.0)));
+        if let Some((k, (trial, _))) = best {
             taken[k] = true;
-            out.push((q.job, running[k].job));
+            let r = &running[k];
+            if trial {
+                trying.insert((q.class.min(r.class), q.class.max(r.class)));
+            }
+            out.push((q.job, r.job));
         }
     }
     out
@@ -195,9 +243,19 @@ pub fn gain(a: f64, b: f64) -> f64 {
 /// GPUs, neither class is broken or unfit with the other, each predicted slowdown plus the
 /// model's error (none for a measured pair) is within its job's bound, and the pair gains at
 /// least [`Sharing::min_gain`]; `None` otherwise. A pair the model cannot predict is tried
-/// only where both bounds reach [`Sharing::try_bound`], ranked after every predicted pair
-/// (the sum of the two bounds).
+/// only where both bounds reach [`Sharing::try_bound`] and even the worst slowdown seen
+/// ([`Sharing::worst`], at least the try bound) keeps each job within its bound while they
+/// share: that slowdown over the shorter of the two runs left (the most they can share) fits
+/// in each job's slack, its bound times its run left. Neither class may be on trial with
+/// another ([`Sharing::trying`]): a trial's measurement may raise the worst before the next.
+/// A trial's figure is the largest share of a job's slack that slowdown takes; [`pair`] ranks
+/// trials after every predicted pair, the least of them first.
 pub fn slowdowns(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<f64> {
+    admit(sharing, a, b).map(|(_, x)| x)
+}
+
+/// [`slowdowns`], and whether the pair is a trial.
+fn admit(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<(bool, f64)> {
     let (broken, unfit) = (sharing.broken, sharing.unfit);
     if a.gpus != b.gpus
         || broken.contains(&a.class)
@@ -211,13 +269,21 @@ pub fn slowdowns(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<f64>
     let margin = |v: usize, n: usize| if model.measured.contains_key(&(v, n)) { 0.0 } else { model.error };
     let (Some(a_slowed), Some(b_slowed)) = (model.predict(a.class, b.class), model.predict(b.class, a.class))
     else {
-        let on_trial = sharing.trying.contains(&(a.class.min(b.class), a.class.max(b.class)));
-        let tried = a.bound >= sharing.try_bound && b.bound >= sharing.try_bound && !on_trial;
-        return tried.then_some(a.bound + b.bound);
+        let on_trial =
+            sharing.trying.iter().any(|&(x, y)| [x, y].iter().any(|c| *c == a.class || *c == b.class));
+        let worst = sharing.worst.max(sharing.try_bound);
+        let overlap = a.left_s.min(b.left_s);
+        // The share of each job's slack the worst slowdown would take.
+        let used = |c: &Candidate| {
+            if overlap.is_finite() { worst * overlap / (c.bound * c.left_s) } else { worst / c.bound }
+        };
+        let risk = used(a).max(used(b));
+        let tried = a.bound >= sharing.try_bound && b.bound >= sharing.try_bound && !on_trial && risk <= 1.0;
+        return tried.then_some((true, risk));
     };
     let within =
         a_slowed + margin(a.class, b.class) <= a.bound && b_slowed + margin(b.class, a.class) <= b.bound;
-    (within && gain(a_slowed, b_slowed) >= sharing.min_gain).then_some(a_slowed + b_slowed)
+    (within && gain(a_slowed, b_slowed) >= sharing.min_gain).then_some((false, a_slowed + b_slowed))
 }
 
 /// For each class `k`, the least-squares `x[k]` in `slowdown = x[k]·other[j]` over the pairs
@@ -299,7 +365,7 @@ mod tests {
     #[test]
     fn a_pending_job_shares_with_the_running_job_that_keeps_both_within_their_bounds() {
         let model = three();
-        let job = |job, class, bound| Candidate { job, class, gpus: 1, bound };
+        let job = |job, class, bound| Candidate { job, class, gpus: 1, bound, left_s: f64::INFINITY };
         // Job 10 (class 0, 5%) may join 1 (class 1: slowed 0.5·0.2 = 10% > its 5%) or 2
         // (class 0: 1% each way): it joins 2. Job 11 (class 2) would slow anyone too much.
         let running = [job(1, 1, 0.05), job(2, 0, 0.04)];
@@ -332,7 +398,7 @@ mod tests {
         // per second (a held-out trace's one class), which costs energy.
         let slow = Interference::fit(1, &[PairSlowdown { victim: 0, neighbour: 0, slowdown: 1.0075 }]);
         assert!(gain(1.0075, 1.0075) < 0.0);
-        let job = |job| Candidate { job, class: 0, gpus: 1, bound: 5.0 };
+        let job = |job| Candidate { job, class: 0, gpus: 1, bound: 5.0, left_s: f64::INFINITY };
         let sharing = Sharing { min_gain: 0.0, ..Sharing::with_model(&slow) };
         assert_eq!(slowdowns(&sharing, &job(1), &job(2)), None);
         // At 50% each they do 1.33 jobs' work per second: admitted under a gain of 0.1 and 0.3,
@@ -348,11 +414,11 @@ mod tests {
     fn a_pair_the_model_cannot_predict_is_tried_only_within_the_try_bound_and_once_at_a_time() {
         // Nothing measured: nothing is predicted.
         let nothing = Interference::fit(2, &[]);
-        let job = |job, class, bound| Candidate { job, class, gpus: 1, bound };
+        let job = |job, class, bound| Candidate { job, class, gpus: 1, bound, left_s: f64::INFINITY };
         let sharing = Sharing::with_model(&nothing);
         assert_eq!(slowdowns(&sharing, &job(1, 0, 0.5), &job(2, 1, 0.5)), None, "trials off");
         let sharing = Sharing { try_bound: 0.5, ..sharing };
-        assert_eq!(slowdowns(&sharing, &job(1, 0, 0.5), &job(2, 1, 0.6)), Some(1.1), "ranked by the bounds");
+        assert_eq!(slowdowns(&sharing, &job(1, 0, 0.5), &job(2, 1, 0.6)), Some(1.0), "all of job 1's slack");
         assert_eq!(
             slowdowns(&sharing, &job(1, 0, 0.4), &job(2, 1, 0.6)),
             None,
@@ -368,6 +434,53 @@ mod tests {
         let sharing = Sharing { model: &one, ..sharing };
         let running = [job(1, 1, 0.5), job(2, 0, 0.5)];
         assert_eq!(pair(&sharing, &[job(10, 0, 0.5)], &running, |_, _| true), vec![(10, 2)]);
+    }
+
+    #[test]
+    fn a_trial_risks_no_more_than_the_worst_slowdown_seen_within_either_jobs_slack() {
+        // Class 0 measured 2.0 beside itself; classes 1 and 2 never measured.
+        let model = Interference::fit(3, &[PairSlowdown { victim: 0, neighbour: 0, slowdown: 2.0 }]);
+        let sharing = Sharing { try_bound: 0.5, ..Sharing::with_model(&model) };
+        assert_eq!(sharing.worst, 2.0);
+        let job = |job, bound, left_s| Candidate { job, class: 1, gpus: 1, bound, left_s };
+        let other = |c: Candidate| Candidate { class: 2, ..c };
+        // Both 10 h left at a 50% bound: 2.0 over the 10 h they may share is 4 times the slack.
+        assert_eq!(slowdowns(&sharing, &job(1, 0.5, 36e3), &other(job(2, 0.5, 36e3))), None);
+        // A running job 1 h from its end with 2 h of slack (an allowance of 2) beside a 4 h
+        // job at 50%: 2 h of the worst slowdown fits both, all of job 1's slack.
+        let (end, long) = (job(1, 2.0, 3600.0), other(job(2, 0.5, 4.0 * 3600.0)));
+        assert_eq!(slowdowns(&sharing, &end, &long), Some(1.0));
+        assert_eq!(slowdowns(&sharing, &end, &other(job(2, 0.5, 3.0 * 3600.0))), None, "3 h: 1.5 h of slack");
+        // The pending job takes the running job whose trial risks least: half its slack.
+        let near = job(3, 4.0, 1800.0);
+        assert_eq!(pair(&sharing, &[long], &[end, near], |_, _| true), vec![(2, 3)]);
+    }
+
+    #[test]
+    fn a_class_on_trial_is_not_tried_again_until_measured_even_in_one_decision() {
+        let nothing = Interference::fit(3, &[]);
+        let sharing = Sharing { try_bound: 0.5, ..Sharing::with_model(&nothing) };
+        let job = |job, class| Candidate { job, class, gpus: 1, bound: 0.5, left_s: 3600.0 };
+        // Jobs 10 and 11 (class 0) would each try class 0 beside 1 or 2: only the first does.
+        let running = [job(1, 1), job(2, 2)];
+        assert_eq!(pair(&sharing, &[job(10, 0), job(11, 0)], &running, |_, _| true), vec![(10, 1)]);
+        // Class 1 on trial with 0: class 2 with 1 is not tried, class 2 with itself is.
+        let trying = BTreeSet::from([(0, 1)]);
+        let sharing = Sharing { trying: &trying, ..sharing };
+        assert_eq!(slowdowns(&sharing, &job(1, 2), &job(2, 1)), None);
+        assert!(slowdowns(&sharing, &job(1, 2), &job(2, 2)).is_some());
+    }
+
+    #[test]
+    fn a_pair_is_predicted_only_where_measured_pairs_link_its_two_figures() {
+        // Class 0 measured only beside itself, class 1 only beside itself: nothing relates the
+        // scale of 1's sensitivity to 0's pressure (any product fits), so 1 beside 0 is unknown.
+        let pair = |victim, neighbour, slowdown| PairSlowdown { victim, neighbour, slowdown };
+        let apart = Interference::fit(2, &[pair(0, 0, 1.0), pair(1, 1, 0.5)]);
+        assert_eq!((apart.predict(1, 0), apart.predict(0, 1)), (None, None));
+        // 0 beside 1 measured links them: 1 beside 0 is 1.0 * 0.5 / 0.25 = 2.0 in rank one.
+        let linked = Interference::fit(2, &[pair(0, 0, 1.0), pair(1, 1, 0.5), pair(0, 1, 0.25)]);
+        assert!((linked.predict(1, 0).unwrap() - 2.0).abs() < 1e-3, "{linked:?}");
     }
 
     #[test]
@@ -390,14 +503,14 @@ mod tests {
         // only under a bound of at least that plus the error.
         let predicted = noisy.predict(0, 0).unwrap();
         let sharing = Sharing::with_model(&noisy);
-        let job = |job, bound| Candidate { job, class: 0, gpus: 1, bound };
+        let job = |job, bound| Candidate { job, class: 0, gpus: 1, bound, left_s: f64::INFINITY };
         let tight = predicted + 0.5 * noisy.error;
         assert_eq!(slowdowns(&sharing, &job(1, tight), &job(2, tight)), None);
         let room = predicted + noisy.error;
         assert!(slowdowns(&sharing, &job(1, room), &job(2, room)).is_some());
         // A measured pair needs no margin: class 2 beside 2 at exactly its measured slowdown.
         let measured = noisy.predict(2, 2).unwrap();
-        let job2 = |job| Candidate { job, class: 2, gpus: 1, bound: measured };
+        let job2 = |job| Candidate { job, class: 2, gpus: 1, bound: measured, left_s: f64::INFINITY };
         assert!(slowdowns(&sharing, &job2(1), &job2(2)).is_some());
     }
 }
