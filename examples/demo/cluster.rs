@@ -12,8 +12,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use fake_nvml::{Config, ProcessLoad, Sim};
-use wattson_harness::ctld::{Ctld, power_conf, power_table, pump};
-use wattson_harness::slurm_lab::{self, LabNode, LabOptions, SlurmLab, parse_record};
+use wattson_harness::ctld::{self, Ctld, job_pid, power_conf, power_table, pump, submit_shared};
+use wattson_harness::slurm_lab::{self, LabNode, LabOptions, SlurmLab};
 
 use super::{Daemon, Installed, step};
 
@@ -107,16 +107,16 @@ pub fn act(from: &Installed, dir: &Path, plugins: &Path, library: &Path) -> Resu
     let ctld_log = dir.join("ctld.log");
     let mut command = Command::new(&from.wattson);
     command.stdin(Stdio::null());
-    let _ctld: Ctld = wattson_harness::ctld::run_ctld(&lab, command, &controller, &ctld_log);
+    let _ctld: Ctld = ctld::run_ctld(&lab, command, &controller, &ctld_log);
     println!("$ wattson ctld -c {}   (log {})", controller.display(), ctld_log.display());
     wait_pumping(&mut lab, &requests, "both nodes powered down", Duration::from_secs(60), |lab| {
-        NODES.iter().all(|(n, _)| node_state(lab, n).contains("POWERED_DOWN"))
+        NODES.iter().all(|(n, _)| ctld::state(lab, n).contains("POWERED_DOWN"))
     })?;
     show_states(&lab);
     power_status(from, &lab, &controller);
 
     step("A job that may share its GPU arrives: a node is woken for it");
-    let a = submit(&lab, 40, 30);
+    let a = submit_shared(&lab, TAG, 40, 30)?;
     println!(
         "Submitted batch job {a} (--gres=gpu:1 --energy-share=yes --energy-slowdown=30 --energy-tag={TAG})"
     );
@@ -129,12 +129,12 @@ pub fn act(from: &Installed, dir: &Path, plugins: &Path, library: &Path) -> Resu
     show_states(&lab);
     let sim = &sims[NODES.iter().position(|(n, _)| *n == node).ok_or(format!("job {a} on {node}"))?];
     // The simulated job's pace: 80% of the GPU's SMs alone.
-    let pa = pid_of(&lab, a)?;
+    let pa = job_pid(&lab, a).ok_or(format!("job {a} wrote no pid"))?;
     sim.set_processes(0, &[ProcessLoad { pid: pa, sm_pct: 80 }]).unwrap();
     sleep(Duration::from_secs(3));
 
     step("A second such job: no pair data, both bounds reach the trial's 20%; paired on the same GPU");
-    let b = submit(&lab, 8, 30);
+    let b = submit_shared(&lab, TAG, 8, 30)?;
     println!("Submitted batch job {b} (the same options)");
     wait_pumping(&mut lab, &requests, "job b running", Duration::from_secs(60), |lab| {
         job_state(lab, b) != "PENDING"
@@ -150,7 +150,7 @@ pub fn act(from: &Installed, dir: &Path, plugins: &Path, library: &Path) -> Resu
         ));
     }
     // Beside each other, each gets 76% of the SMs: 5% slower than alone.
-    let pb = pid_of(&lab, b)?;
+    let pb = job_pid(&lab, b).ok_or(format!("job {b} wrote no pid"))?;
     let shared = [ProcessLoad { pid: pa, sm_pct: 76 }, ProcessLoad { pid: pb, sm_pct: 76 }];
     sim.set_processes(0, &shared).unwrap();
     println!("{}", lab.run_ok("squeue", &["-o", "%.10i %.8T %.6N %.20b"]).trim_end());
@@ -177,7 +177,7 @@ pub fn act(from: &Installed, dir: &Path, plugins: &Path, library: &Path) -> Resu
 
     step("Both nodes idle again: the woken one goes down");
     wait_pumping(&mut lab, &requests, "both nodes powered down again", Duration::from_secs(60), |lab| {
-        NODES.iter().all(|(n, _)| node_state(lab, n).contains("POWERED_DOWN"))
+        NODES.iter().all(|(n, _)| ctld::state(lab, n).contains("POWERED_DOWN"))
     })?;
     show_states(&lab);
     power_status(from, &lab, &controller);
@@ -189,40 +189,12 @@ pub fn act(from: &Installed, dir: &Path, plugins: &Path, library: &Path) -> Resu
     Ok(())
 }
 
-/// Submits an opted-in 1-GPU job of [`TAG`] with a `bound_pct`% bound that runs `secs`
-/// seconds and writes its shell's pid to `<job id>.pid` in the lab's job directory.
-fn submit(lab: &SlurmLab, secs: u32, bound_pct: u32) -> u32 {
-    let (tag, bound) = (format!("--energy-tag={TAG}"), format!("--energy-slowdown={bound_pct}"));
-    let args = ["--gres=gpu:1", "--energy-share=yes", "--energy=min-energy", &bound, &tag];
-    lab.sbatch(&args, &format!("#!/bin/sh\necho $$ > $SLURM_JOB_ID.pid\nsleep {secs}\n")).expect("accepted")
-}
-
-fn pid_of(lab: &SlurmLab, id: u32) -> Result<u32, String> {
-    let file = lab.dir().join(format!("jobs/{id}.pid"));
-    let started = Instant::now();
-    loop {
-        if let Some(pid) = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse().ok()) {
-            return Ok(pid);
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            return Err(format!("job {id} wrote no pid"));
-        }
-        sleep(Duration::from_millis(100));
-    }
-}
-
 fn field(lab: &SlurmLab, id: u32, name: &str) -> String {
     lab.job_info(id).and_then(|j| j.fields.get(name).cloned()).unwrap_or_default()
 }
 
 fn job_state(lab: &SlurmLab, id: u32) -> String {
     lab.job_info(id).map(|j| j.state).unwrap_or_default()
-}
-
-/// A node's State as `scontrol show node` gives it (`IDLE+POWERED_DOWN`...).
-fn node_state(lab: &SlurmLab, node: &str) -> String {
-    let line = lab.run_ok("scontrol", &["-o", "show", "node", node]);
-    parse_record(line.trim()).get("State").cloned().unwrap_or_default()
 }
 
 fn show_states(lab: &SlurmLab) {

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use slurm_lab::{LabNode, LabOptions, SlurmLab, parse_record};
-pub(super) use wattson_harness::ctld::{Ctld, pump, run_ctld};
+pub(super) use wattson_harness::ctld::{Ctld, pump, run_ctld, state};
 use wattson_harness::ctld::{power_conf, power_table, pump_some};
 
 pub(super) static WATTSON: std::sync::LazyLock<std::path::PathBuf> =
@@ -91,12 +91,6 @@ pub(super) fn lab_of_types(
     );
     std::fs::write(lab.dir().join("etc/wattson.toml"), toml).unwrap();
     (lab, power, daemons)
-}
-
-/// A node's State as `scontrol show node` gives it (`IDLE+POWERED_DOWN`...).
-pub(super) fn state(lab: &SlurmLab, node: &str) -> String {
-    let line = lab.run_ok("scontrol", &["-o", "show", "node", node]);
-    parse_record(line.trim()).get("State").cloned().unwrap_or_default()
 }
 
 pub(super) fn states(lab: &SlurmLab) -> Vec<String> {

@@ -12,6 +12,8 @@ use wattson_harness::slurm_lab::{self, LabNode, SlurmLab};
 use wattson_types::apportion::Split;
 use wattson_types::job::JobState;
 
+use wattson_harness::ctld::{job_pid, submit_shared};
+
 use super::ctld::{Ctld, WATTSON, ctld_log, wait_live};
 use super::shared_gpus::{assert_parts_add_up, lab_on, wait_recorded};
 
@@ -32,22 +34,12 @@ pub(crate) fn submit(lab: &SlurmLab, tag: &str, secs: u32) -> u32 {
 
 /// [`submit`] with a bound of `bound_pct`%.
 pub(crate) fn submit_bounded(lab: &SlurmLab, tag: &str, secs: u32, bound_pct: u32) -> u32 {
-    let (tag, bound) = (format!("--energy-tag={tag}"), format!("--energy-slowdown={bound_pct}"));
-    let args = ["--gres=gpu:1", "--energy-share=yes", "--energy=min-energy", &bound, &tag];
-    lab.sbatch(&args, &format!("#!/bin/sh\necho $$ > $SLURM_JOB_ID.pid\nsleep {secs}\n")).unwrap()
+    submit_shared(lab, tag, secs, bound_pct).unwrap()
 }
 
 /// The pid of job `id`'s shell.
 pub(crate) fn pid_of(lab: &SlurmLab, id: u32) -> u32 {
-    let file = lab.dir().join(format!("jobs/{id}.pid"));
-    let started = Instant::now();
-    loop {
-        if let Some(pid) = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse().ok()) {
-            return pid;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "job {id} wrote no pid\n{}", lab.all_logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    job_pid(lab, id).unwrap_or_else(|| panic!("job {id} wrote no pid\n{}", lab.all_logs()))
 }
 
 pub(crate) fn wait_state(lab: &SlurmLab, id: u32, state: &str, what: &str) {

@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use crate::slurm_lab::SlurmLab;
+use std::time::{Duration, Instant};
+
+use crate::slurm_lab::{SlurmLab, parse_record};
 
 /// A running `wattson ctld`, stopped when dropped.
 pub struct Ctld(Child);
@@ -104,4 +106,34 @@ pub fn pump_some(lab: &mut SlurmLab, requests: &Path, honor: &mut dyn FnMut(&str
         done.push(name);
     }
     done
+}
+
+/// A node's State as `scontrol show node` gives it (`IDLE+POWERED_DOWN`...).
+pub fn state(lab: &SlurmLab, node: &str) -> String {
+    let line = lab.run_ok("scontrol", &["-o", "show", "node", node]);
+    parse_record(line.trim()).get("State").cloned().unwrap_or_default()
+}
+
+/// Submits a 1-GPU job that lets its GPU be shared (`--energy-share=yes`), of workload `tag`
+/// with a `bound_pct`% slowdown bound, running `secs` s; it writes its shell's pid for
+/// [`job_pid`].
+pub fn submit_shared(lab: &SlurmLab, tag: &str, secs: u32, bound_pct: u32) -> Result<u32, String> {
+    let (tag, bound) = (format!("--energy-tag={tag}"), format!("--energy-slowdown={bound_pct}"));
+    let args = ["--gres=gpu:1", "--energy-share=yes", "--energy=min-energy", &bound, &tag];
+    lab.sbatch(&args, &format!("#!/bin/sh\necho $$ > $SLURM_JOB_ID.pid\nsleep {secs}\n"))
+}
+
+/// The pid of the shell of job `id` ([`submit_shared`]), waiting 30 s at most for it.
+pub fn job_pid(lab: &SlurmLab, id: u32) -> Option<u32> {
+    let file = lab.dir().join(format!("jobs/{id}.pid"));
+    let started = Instant::now();
+    loop {
+        if let Some(pid) = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse().ok()) {
+            return Some(pid);
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
