@@ -299,6 +299,16 @@ mod tests {
             (0..3).map(|_| Command::new(&waiting).arg("30").spawn().unwrap()).collect();
         // Not a mail: another program of this user.
         children.push(Command::new("/bin/sleep").arg("30").spawn().unwrap());
+        // A spawned child's exec may still be under way when spawn returns (the kernel lets a
+        // vfork parent go before it names the new program): wait until each one has its name.
+        let started = std::time::Instant::now();
+        for child in &children[..3] {
+            let comm = format!("/proc/{}/comm", child.id());
+            while std::fs::read_to_string(&comm).map_or(true, |c| c.trim_end() != name) {
+                assert!(started.elapsed() < Duration::from_secs(10), "{comm} never read {name}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let uid = nix::unistd::getuid().as_raw();
         let counted = processes_named(Path::new("/proc"), uid, &name);
         let other_user = processes_named(Path::new("/proc"), uid + 1, &name);
