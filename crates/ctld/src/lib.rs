@@ -2,7 +2,8 @@
 //! machinery. Each loop reads Slurm's state with its public commands, asks the engine
 //! ([`wattson_engine::cluster::decide`]) what to do, and asks Slurm to do it: idle nodes beyond
 //! the warm set `power_down_asap` (a node that gets a job meanwhile is drained, never killed),
-//! nodes the forecast needs `power_up`, nodes whose resume failed `power_up` again a few times.
+//! nodes known demand needs before a boot could serve it `power_up`, nodes whose resume failed
+//! `power_up` again a few times.
 //! Slurm's idle timer stays off; Slurm still wakes sleeping nodes for the jobs it places on
 //! them, with or without this service.
 //!
@@ -209,7 +210,7 @@ impl Planner {
             self.ledger.decided(node, why("power_down_asap: idle beyond the warm set"), now);
         }
         for node in &plan.power_up {
-            self.ledger.decided(node, why("power_up: the forecast needs more warm nodes"), now);
+            self.ledger.decided(node, why("power_up: queued or held jobs need more warm nodes"), now);
         }
         for (node, n) in &plan.retry {
             self.ledger.decided(node, format!("power_up: resume failed, try {n}"), now);
@@ -577,7 +578,7 @@ impl Ctld {
         }
         if !plan.power_up.is_empty() {
             info!(nodes = ?plan.power_up, warm_target, idle, queued,
-                "power_up: the arrival forecast needs more warm nodes");
+                "power_up: queued or held jobs need more warm nodes");
             self.slurm.update_nodes(&plan.power_up, &["state=power_up"])?;
         }
         Ok(())

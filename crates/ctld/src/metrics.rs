@@ -23,7 +23,7 @@ type Labels = Vec<(&'static str, &'static str)>;
 pub enum Action {
     /// `power_down_asap` asked of Slurm.
     PowerDown,
-    /// `power_up` ahead of demand.
+    /// `power_up` ahead of known demand.
     PowerUp,
     /// `power_up` again after a failed resume.
     Retry,

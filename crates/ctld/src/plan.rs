@@ -10,7 +10,7 @@ use crate::{by_type, share};
 pub struct Plan {
     /// Nodes to power down.
     pub power_down: Vec<String>,
-    /// Nodes to power up ahead of demand.
+    /// Nodes to power up ahead of known demand (queued or held jobs).
     pub power_up: Vec<String>,
     /// Nodes whose resume failed, to power up again, with the try number.
     pub retry: Vec<(String, u32)>,

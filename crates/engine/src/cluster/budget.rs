@@ -98,7 +98,7 @@ pub fn enforce(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
         .filter_map(|id| s.held.iter().find(|h| h.job.id == *id))
         .map(|h| start_w(&h.job, &mut f))
         .sum();
-    // Boots ahead of the forecast are the first thing a tight budget gives up.
+    // Boots ahead of demand are the first thing a tight budget gives up.
     if committed + wanted > cap && !a.power_up.is_empty() {
         for &i in &a.power_up {
             let n = &s.nodes[i as usize];

@@ -9,6 +9,11 @@
 //! horizon serve demand first; deferred jobs due within the horizon add to it, and so do queued
 //! jobs that can start within it (the others wait for busy GPUs, not for a boot). On several
 //! GPU types, each type's own arrivals also get a warm count, so jobs find their best type warm.
+//!
+//! The forecast keeps nodes on but boots none: a node is booted ahead only for that known
+//! demand (Slurm boots a sleeping node for a job it places there anyway). Booting for the
+//! forecast cost energy in every cell of the ITP traces and shortened no wait beyond the
+//! queue's noise (docs/sim-cells.md).
 
 use super::{Actions, ClusterPolicy, NodePower, Snapshot, TunedPolicy, release_time};
 
@@ -95,17 +100,33 @@ fn startable<'a>(s: &Snapshot<'a>, horizon: f64) -> impl Iterator<Item = u32> + 
 /// demand within the horizon exceeds with probability below `warm_shortfall`, and on several
 /// GPU types at least the sum of each type's own such count ([`warm_set`]).
 pub fn warm_target(p: &TunedPolicy, s: &Snapshot) -> usize {
-    warm_set(p, s).0
+    warm_set(p, s).target
 }
 
-/// The warm target and, on several GPU types with known arrival types, the warm nodes each
-/// type needs for the jobs that prefer it (empty otherwise). A job runs on its best type only
-/// when a node of it is warm; on another type it costs more energy, or waits for a boot past
-/// `type_max_cost`. So each type's demand gets its own quantile, and the target is the larger
-/// of their sum and the cluster-wide count.
-fn warm_set(p: &TunedPolicy, s: &Snapshot) -> (usize, Vec<usize>) {
+/// How far ahead the warm set looks (s): a boot and `warm_break_evens` break-even times.
+fn horizon_s(p: &TunedPolicy, s: &Snapshot) -> f64 {
+    s.node.boot_s + p.tuning.warm_break_evens * break_even_s(s)
+}
+
+/// The nodes right-sizing keeps warm and boots.
+struct WarmSet {
+    /// Idle nodes to keep on or booting, for the known demand and the forecast.
+    target: usize,
+    /// On several GPU types with known arrival types, the warm nodes each type needs for the
+    /// jobs that prefer it (empty otherwise).
+    per_type: Vec<usize>,
+    /// Idle nodes the known demand alone needs (held jobs due and startable queued jobs, less
+    /// the free and freed GPUs): as many are booted ahead.
+    known: usize,
+}
+
+/// The warm set of `s`. A job runs on its best type only when a node of it is warm; on
+/// another type it costs more energy, or waits for a boot past `type_max_cost`. So each
+/// type's demand gets its own quantile, and the target is the larger of their sum and the
+/// cluster-wide count.
+fn warm_set(p: &TunedPolicy, s: &Snapshot) -> WarmSet {
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
-    let horizon = s.node.boot_s + p.tuning.warm_break_evens * break_even_s(s);
+    let horizon = horizon_s(p, s);
     let until = s.now + horizon;
     // GPUs of each class (jobs smaller than a node, whole-node jobs) that serve demand first,
     // of any type (placement takes a powered node before a boot): free GPUs on partly used
@@ -130,14 +151,16 @@ fn warm_set(p: &TunedPolicy, s: &Snapshot) -> (usize, Vec<usize>) {
     for gpus in held.chain(startable(s, horizon)) {
         known[usize::from(gpus >= gpn)] += f64::from(gpus);
     }
-    let all = nodes_needed(p, s, None, horizon, [known[0] - supply[0], known[1] - supply[1]]);
+    let certain = [known[0] - supply[0], known[1] - supply[1]];
+    let known: usize = certain.iter().map(|&g| (g.max(0.0) / f64::from(gpn)).ceil() as usize).sum();
+    let all = nodes_needed(p, s, None, horizon, certain);
     let types = s.gpu_types.len() as u16;
     if types < 2 || s.arrival_types.len() != s.arrivals.len() {
-        return (all, Vec::new());
+        return WarmSet { target: all, per_type: Vec::new(), known };
     }
     let per_type: Vec<usize> =
         (0..types).map(|t| nodes_needed(p, s, Some(t), horizon, [-supply[0], -supply[1]])).collect();
-    (all.max(per_type.iter().sum()), per_type)
+    WarmSet { target: all.max(per_type.iter().sum()), per_type, known }
 }
 
 /// The fewest idle nodes that the demand within `horizon` outgrows with probability below
@@ -218,12 +241,13 @@ fn convolve(a: &[f64], b: &[f64]) -> Vec<f64> {
 }
 
 /// Powers down idle nodes beyond the warm target once they have been idle for
-/// `keep_break_evens` break-even times, and boots ahead (in node order) when below the
-/// target. On several GPU types with known arrival types, the idle nodes kept are chosen first
-/// up to each type's own warm count ([`warm_set`]); boots stay in node order (booting the
-/// wanted types instead lengthened waits: jobs that accept any type found none warm).
+/// `keep_break_evens` break-even times, and boots ahead (in node order) while the warm nodes
+/// are fewer than the known demand needs. On several GPU types with known arrival types, the
+/// idle nodes kept are chosen first up to each type's own warm count ([`warm_set`]); boots
+/// stay in node order (booting the wanted types instead lengthened waits: jobs that accept any
+/// type found none warm).
 fn right_size(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
-    let (target, mut quota) = warm_set(p, s);
+    let WarmSet { target, per_type: mut quota, known } = warm_set(p, s);
     let keep_s = p.tuning.keep_break_evens * break_even_s(s);
     // Takes one of a type's quota: the node is wanted first.
     let mut wanted = |i: usize| -> bool {
@@ -260,8 +284,24 @@ fn right_size(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
             }
         }
         a.power_down.sort_unstable();
-    } else if warm < target {
+    } else if warm < known {
         let off = (0..s.nodes.len()).filter(|&i| s.nodes[i].power == NodePower::Off);
-        a.power_up.extend(off.take(target - warm).map(|i| i as u32));
+        a.power_up.extend(off.take(known - warm).map(|i| i as u32));
+    }
+    // A queued job may become startable once a running job's release enters the horizon:
+    // look again then (on a whole second, as Slurm's times are), so that a sleeping node is
+    // booted for it in time.
+    if !s.queued.is_empty() && s.nodes.iter().any(|n| n.power == NodePower::Off) {
+        let h = horizon_s(p, s);
+        let enters = s
+            .running
+            .iter()
+            .map(|r| (1.0 - r.progress) * r.job.work_s - h)
+            .filter(|&d| d > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        if enters.is_finite() {
+            let at = (s.now + enters).ceil();
+            a.wake_at = Some(a.wake_at.map_or(at, |w| w.min(at)));
+        }
     }
 }

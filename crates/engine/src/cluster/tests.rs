@@ -96,11 +96,16 @@ fn right_sizing_sleeps_idle_nodes_without_forecast_demand_and_keeps_a_forecast_w
     let arrivals: Vec<(f64, u32)> = (0..12).map(|k| (f64::from(k) * 100.0, 8)).collect();
     let a = decide(&p, &snap(3000.0, &nodes, &m, &[], &[], &arrivals, &tariff));
     assert_eq!(a.power_down, vec![3, 4, 5]);
-    // Four nodes off, none idle: boot three ahead of the forecast.
+    // Four nodes off, none idle: the forecast boots none (it only keeps nodes on); a queued
+    // 16-GPU job that can start boots two.
     let mut busy: Vec<NodeView> = (0..4).map(|_| node(NodePower::On, 0, f64::INFINITY)).collect();
     busy.extend((0..4).map(|_| node(NodePower::Off, 8, 0.0)));
     let a = decide(&p, &snap(3000.0, &busy, &m, &[], &[], &arrivals, &tariff));
-    assert_eq!((a.power_up.clone(), a.power_down.len()), (vec![4, 5, 6], 0));
+    assert_eq!((a.power_up.clone(), a.power_down.len()), (vec![], 0));
+    assert_eq!(power::warm_target(&p, &snap(3000.0, &busy, &m, &[], &[], &arrivals, &tariff)), 3);
+    let q = [Queued { job: JobView { gpus: 16, ..job(9, 0.0) }, eligible: 2900.0 }];
+    let a = decide(&p, &snap(3000.0, &busy, &m, &q, &[], &arrivals, &tariff));
+    assert_eq!((a.power_up, a.power_down.len()), (vec![4, 5], 0));
 }
 
 #[test]
@@ -125,6 +130,35 @@ fn queued_jobs_keep_nodes_warm_only_if_they_can_start_within_the_horizon() {
     let near = running(0.9);
     let a = decide(&p, &snap(10.0, &nodes, &m, &q, &near, &[], &tariff));
     assert!(a.power_down.is_empty(), "{a:?}");
+}
+
+#[test]
+fn a_sleeping_node_is_booted_when_a_queued_jobs_start_comes_within_the_horizon() {
+    // Node 0 runs an 8-GPU job with 2000 s left, node 1 sleeps; a 16-GPU job waits for both.
+    // The horizon is 300 s of boot + one break-even (278.95 s): nothing to boot yet, and the
+    // policy asks to look again when the running job's end enters it (2000 − 578.95 s, on the
+    // next whole second); then node 1 boots for the queued job.
+    let nodes = [node(NodePower::On, 0, f64::INFINITY), node(NodePower::Off, 8, 0.0)];
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+    let q = [Queued { job: JobView { gpus: 16, ..job(9, 0.0) }, eligible: 0.0 }];
+    let at = |now: f64, left: f64| {
+        let work_s = 2000.0;
+        let r = [Running {
+            job: JobView { work_s, ..job(1, 0.0) },
+            elapsed_s: now,
+            progress: 1.0 - left / work_s,
+            level: 3,
+            shared: false,
+        }];
+        decide(&p, &snap(now, &nodes, &m, &q, &r, &[], &tariff))
+    };
+    let a = at(0.0, 2000.0);
+    assert!(a.power_up.is_empty(), "{a:?}");
+    assert_eq!(a.wake_at, Some(1422.0));
+    let a = at(1422.0, 578.0);
+    assert_eq!(a.power_up, vec![1]);
 }
 
 #[test]
