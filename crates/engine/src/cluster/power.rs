@@ -12,8 +12,8 @@
 //!
 //! The forecast keeps nodes on but boots none: a node is booted ahead only for that known
 //! demand (Slurm boots a sleeping node for a job it places there anyway). Booting for the
-//! forecast cost energy in every cell of the ITP traces and shortened no wait beyond the
-//! queue's noise (docs/sim-cells.md).
+//! forecast too used more energy in 23 of the 27 ITP cells and left the policy above Slurm's
+//! idle timer in two (docs/sim-cells.md).
 
 use super::{Actions, ClusterPolicy, NodePower, Snapshot, TunedPolicy, release_time};
 
