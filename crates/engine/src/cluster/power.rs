@@ -117,7 +117,7 @@ struct WarmSet {
     per_type: Vec<usize>,
     /// Idle nodes the known demand alone needs (held jobs due and startable queued jobs, less
     /// the free and freed GPUs): as many are booted ahead.
-    known: usize,
+    known_nodes: usize,
 }
 
 /// The warm set of `s`. A job runs on its best type only when a node of it is warm; on
@@ -152,15 +152,15 @@ fn warm_set(p: &TunedPolicy, s: &Snapshot) -> WarmSet {
         known[usize::from(gpus >= gpn)] += f64::from(gpus);
     }
     let certain = [known[0] - supply[0], known[1] - supply[1]];
-    let known: usize = certain.iter().map(|&g| (g.max(0.0) / f64::from(gpn)).ceil() as usize).sum();
+    let known_nodes = certain.iter().map(|&g| (g.max(0.0) / f64::from(gpn)).ceil() as usize).sum();
     let all = nodes_needed(p, s, None, horizon, certain);
     let types = s.gpu_types.len() as u16;
     if types < 2 || s.arrival_types.len() != s.arrivals.len() {
-        return WarmSet { target: all, per_type: Vec::new(), known };
+        return WarmSet { target: all, per_type: Vec::new(), known_nodes };
     }
     let per_type: Vec<usize> =
         (0..types).map(|t| nodes_needed(p, s, Some(t), horizon, [-supply[0], -supply[1]])).collect();
-    WarmSet { target: all.max(per_type.iter().sum()), per_type, known }
+    WarmSet { target: all.max(per_type.iter().sum()), per_type, known_nodes }
 }
 
 /// The fewest idle nodes that the demand within `horizon` outgrows with probability below
@@ -247,7 +247,7 @@ fn convolve(a: &[f64], b: &[f64]) -> Vec<f64> {
 /// stay in node order (booting the wanted types instead lengthened waits: jobs that accept any
 /// type found none warm).
 fn right_size(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
-    let WarmSet { target, per_type: mut quota, known } = warm_set(p, s);
+    let WarmSet { target, per_type: mut quota, known_nodes } = warm_set(p, s);
     let keep_s = p.tuning.keep_break_evens * break_even_s(s);
     // Takes one of a type's quota: the node is wanted first.
     let mut wanted = |i: usize| -> bool {
@@ -284,9 +284,9 @@ fn right_size(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
             }
         }
         a.power_down.sort_unstable();
-    } else if warm < known {
+    } else if warm < known_nodes {
         let off = (0..s.nodes.len()).filter(|&i| s.nodes[i].power == NodePower::Off);
-        a.power_up.extend(off.take(known - warm).map(|i| i as u32));
+        a.power_up.extend(off.take(known_nodes - warm).map(|i| i as u32));
     }
     // A queued job may become startable once a running job's release enters the horizon:
     // look again then (on a whole second, as Slurm's times are), so that a sleeping node is
