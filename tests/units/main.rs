@@ -77,8 +77,10 @@ fn the_sandbox_refuses_and_reports_writes_outside_the_units_paths() {
         let mut probe = sandbox(&unit, "/bin/sh", dir.path());
         probe.command = Some(vec!["/bin/sh".into(), "-c".into(), script]);
         let mut running = probe.start();
+        // Until both refused writes are in the trace: the first refusal's message alone comes
+        // before the second write is tried (a probe stopped then showed one of the two).
         running.wait_for(Duration::from_secs(10), "probe writes", false, |r| {
-            r.log().contains("touch: cannot touch")
+            r.log().matches("touch: cannot touch").count() >= 2 && r.refused_writes().len() >= 2
         });
         running.stop();
         assert!(
