@@ -1,7 +1,9 @@
 //! One decision path: the simulator's states replayed through `wattson-ctld`'s view builder.
 //!
-//! The simulator runs wattson's policy on the 195-job ITP trace over 10 nodes (jobs queue). At
-//! every instant the policy decides, the test writes what Slurm would print for that state
+//! The simulator runs wattson's policy on the 195-job ITP trace over 10 nodes (jobs queue),
+//! then on a small trace where sleeping nodes are booted for a queued job (the ITP replay has
+//! hardly any such boot). At every instant the policy decides, the test writes what Slurm
+//! would print for that state
 //! (`scontrol -d -o show node`, `squeue` with the controller's format), parses it with the
 //! controller's parsers, builds the controller's view (its memory carried from state to state,
 //! as between loops) and asks the engine again. Every action must agree: power down and up,
