@@ -56,6 +56,11 @@ impl SlurmLab {
         let lab = self.path.clone();
         let data = lab.join("db/data");
         fs::create_dir_all(&data).expect("create db dir");
+        // MariaDB's temporary files in the lab, not in the machine's /tmp: there labs started at
+        // once lost each other's temporary tables (mariadb-install-db aborted on "Error on
+        // delete of '/tmp/#sql-temptable-...'").
+        let tmp = lab.join("db/tmp");
+        fs::create_dir_all(&tmp).expect("create db tmp dir");
         let sock = lab.join("run/mysqld.sock");
         let cnf = lab.join("etc/my.cnf");
         fs::write(
@@ -63,11 +68,12 @@ impl SlurmLab {
             format!(
                 "[mysqld]\ndatadir={}\nsocket={}\npid-file={}\nport={db_port}\nbind-address=127.0.0.1\nuser=root\n\
                  skip-name-resolve\ninnodb_buffer_pool_size=32M\ninnodb_log_file_size=8M\nperformance_schema=OFF\n\
-                 skip-log-bin\nlog-error={}\n",
+                 skip-log-bin\nlog-error={}\ntmpdir={}\n",
                 data.display(),
                 sock.display(),
                 lab.join("run/mysqld.pid").display(),
-                lab.join("log/mariadbd.log").display()
+                lab.join("log/mariadbd.log").display(),
+                tmp.display()
             ),
         )
         .expect("write my.cnf");
