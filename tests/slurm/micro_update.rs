@@ -96,11 +96,7 @@ fn after_a_micro_update_both_daemons_start_with_wattsons_plugins_which_say_so_an
         if let Some(j) = energy_of(&out, &id.to_string()).filter(|&j| j > 0) {
             break j as f64;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "sacct shows no energy: {out}\n{}",
-            lab.log("slurmd-n1")
-        );
+        assert!(std::time::Instant::now() < deadline, "sacct shows no energy: {out}\n{}", lab.all_logs());
         std::thread::sleep(Duration::from_millis(300));
     };
     // Between wattson's batch step and its job, as in the sacct test (tests/slurm/slurm.rs).

@@ -416,6 +416,9 @@ impl SlurmLab {
     pub fn all_logs(&self) -> String {
         let mut names = vec!["munged".to_string(), "slurmctld".to_string()];
         names.extend(self.nodes.iter().map(|n| format!("slurmd-{}", n.name)));
+        if self.accounting.is_some() {
+            names.extend(["slurmdbd".to_string(), "mariadbd".to_string()]);
+        }
         let mut s = format!("---- lab {} ({}) ----\n", self.cluster, self.path.display());
         for n in names {
             let _ = writeln!(s, "---- {n} (last 40 lines) ----\n{}", tail(&self.log(&n), 40));
