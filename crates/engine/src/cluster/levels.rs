@@ -125,12 +125,13 @@ fn unallocated(s: &Snapshot) -> u32 {
 
 /// The running jobs the queue waits for, by id (sorted): taking running jobs in the order they
 /// are expected to end at full speed, those whose GPUs are needed, with the unallocated ones,
-/// before every late queued job (in queue order) has enough GPUs to start. A job that ends
-/// after that frees GPUs no late job is waiting for, so slowing it delays no one who is late.
-/// A queued job is late once it has waited `raise_after_runs` times its own run at full speed.
-/// With [`Snapshot::job_nodes`], a queued job counts only the free GPUs of the nodes it may
-/// use and waits only for the running jobs that hold one of them (another partition's jobs,
-/// or those of nodes it did not ask for, are not raised for it).
+/// before every late queued job (in queue order) can start where its shape fits ([`fit`]: at
+/// most a node's GPUs on one node, more on whole nodes). A job that ends after that frees GPUs
+/// no late job is waiting for, so slowing it delays no one who is late. A queued job is late
+/// once it has waited `raise_after_runs` times its own run at full speed. With
+/// [`Snapshot::job_nodes`], a queued job counts only the free GPUs of the nodes it may use and
+/// waits only for the running jobs that hold one of them (another partition's jobs, or those
+/// of nodes it did not ask for, are not raised for it).
 pub fn waited_for(p: &TunedPolicy, s: &Snapshot) -> Vec<u32> {
     let late = |q: &&Queued| s.now - q.eligible >= p.tuning.raise_after_runs * q.job.work_s;
     if !s.queued.iter().any(|q| late(&q)) {
@@ -139,33 +140,18 @@ pub fn waited_for(p: &TunedPolicy, s: &Snapshot) -> Vec<u32> {
     let mut ends: Vec<(f64, u32, u32)> =
         s.running.iter().map(|r| ((1.0 - r.progress) * r.job.work_s, r.job.id, r.job.gpus)).collect();
     ends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let mut out = if s.job_nodes.is_empty() { anywhere(s, &ends, late) } else { by_node(s, &ends, late) };
+    let mut out = walk(s, &ends, late);
     out.sort_unstable();
     out
 }
 
-/// [`waited_for`] when every job may run anywhere: one count of free GPUs.
-fn anywhere(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bool) -> Vec<u32> {
-    let mut ends = ends.iter();
-    let mut free = u64::from(unallocated(s));
-    let mut out = Vec::new();
-    'queue: for q in s.queued.iter().filter(late) {
-        while free < u64::from(q.job.gpus) {
-            let Some(&(_, id, gpus)) = ends.next() else { break 'queue };
-            out.push(id);
-            free += u64::from(gpus);
-        }
-        free -= u64::from(q.job.gpus);
-    }
-    out
-}
-
-/// [`waited_for`] with jobs' nodes known: free GPUs counted per node.
-fn by_node(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bool) -> Vec<u32> {
-    let mut free: Vec<u64> = s.nodes.iter().map(|n| u64::from(n.free_gpus)).collect();
+/// [`waited_for`]'s walk: free GPUs counted per node, a queued job started only where its
+/// shape fits ([`fit`]); a running job whose nodes are not known frees GPUs any job may use.
+fn walk(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bool) -> Vec<u32> {
+    let mut free: Vec<u32> = s.nodes.iter().map(|n| n.free_gpus).collect();
     let every_node: Vec<u32> = (0..free.len() as u32).collect();
     // GPUs freed by running jobs whose nodes are unknown: any queued job may use them.
-    let mut loose = 0u64;
+    let mut loose = 0u32;
     let mut taken = vec![false; ends.len()];
     let mut out = Vec::new();
     for q in s.queued.iter().filter(late) {
@@ -176,9 +162,10 @@ fn by_node(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bo
         let usable = s.job_nodes.get(&q.job.id);
         let may_use = |n: u32| usable.is_none_or(|u| u.binary_search(&n).is_ok());
         let nodes: &[u32] = usable.map_or(&every_node, |u| u);
-        let need = u64::from(q.job.gpus);
-        let mut have = loose + nodes.iter().map(|&n| free[n as usize]).sum::<u64>();
-        while have < need {
+        let need = q.job.gpus;
+        let mut at = fit(s, &free, nodes, need);
+        let sum = |free: &[u32]| nodes.iter().map(|&n| free[n as usize]).sum::<u32>();
+        while at.is_none() && !(loose > 0 && loose + sum(&free) >= need) {
             // The next running job to end that holds a node this job may use.
             let next = ends.iter().enumerate().position(|(k, &(_, id, _))| {
                 !taken[k] && s.job_nodes.get(&id).is_none_or(|held| held.iter().any(|&n| may_use(n)))
@@ -190,38 +177,71 @@ fn by_node(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bo
             match s.job_nodes.get(&id).filter(|held| !held.is_empty()) {
                 Some(held) => {
                     // Spread over its nodes; the remainder on the first.
-                    let each = u64::from(gpus) / held.len() as u64;
+                    let each = gpus / held.len() as u32;
                     for (i, &n) in held.iter().enumerate() {
-                        let add =
-                            if i == 0 { u64::from(gpus) - each * (held.len() as u64 - 1) } else { each };
+                        let add = if i == 0 { gpus - each * (held.len() as u32 - 1) } else { each };
                         free[n as usize] += add;
-                        if may_use(n) {
-                            have += add;
-                        }
                     }
                 }
-                None => {
-                    loose += u64::from(gpus);
-                    have += u64::from(gpus);
+                None => loose += gpus,
+            }
+            at = fit(s, &free, nodes, need);
+        }
+        match at {
+            Some(at) => {
+                for (n, t) in at {
+                    free[n as usize] -= t;
                 }
             }
-        }
-        if have < need {
-            continue;
-        }
-        // It starts: its GPUs are taken from its usable nodes, then from the loose ones.
-        let mut left = need;
-        for &n in nodes {
-            if left == 0 {
-                break;
+            None if loose > 0 && loose + sum(&free) >= need => {
+                // It starts on loose GPUs and any usable node's.
+                let mut left = need;
+                for &n in nodes {
+                    let t = free[n as usize].min(left);
+                    free[n as usize] -= t;
+                    left -= t;
+                }
+                loose -= left.min(loose);
             }
-            let t = free[n as usize].min(left);
-            free[n as usize] -= t;
-            left -= t;
+            None => {}
         }
-        loose -= left;
     }
     out
+}
+
+/// Where a job of `need` GPUs starts on `nodes` with `free` GPUs each, as Slurm places a GPU
+/// job: at most a node's GPUs on the one node that fits it tightest; more on whole nodes, the
+/// remainder on the tightest node besides. `None`: it does not fit.
+fn fit(s: &Snapshot, free: &[u32], nodes: &[u32], need: u32) -> Option<Vec<(u32, u32)>> {
+    let gpn = nodes.first().map_or(0, |&n| s.nodes[n as usize].gpus).max(1);
+    let tightest = |want: u32, skip: &[(u32, u32)]| {
+        nodes
+            .iter()
+            .copied()
+            .filter(|&n| free[n as usize] >= want && skip.iter().all(|&(m, _)| m != n))
+            .min_by_key(|&n| (free[n as usize], n))
+    };
+    if need <= gpn {
+        return tightest(need, &[]).map(|n| vec![(n, need)]);
+    }
+    let whole: Vec<(u32, u32)> = nodes
+        .iter()
+        .copied()
+        .filter(|&n| free[n as usize] >= s.nodes[n as usize].gpus && free[n as usize] > 0)
+        .take((need / gpn) as usize)
+        .map(|n| (n, free[n as usize]))
+        .collect();
+    let got: u32 = whole.iter().map(|&(_, t)| t).sum();
+    if whole.len() < (need / gpn) as usize {
+        return None;
+    }
+    let rem = need.saturating_sub(got);
+    let mut at = whole;
+    if rem > 0 {
+        let n = tightest(rem, &at)?;
+        at.push((n, rem));
+    }
+    Some(at)
 }
 
 /// Level actions of `p` for `s`.

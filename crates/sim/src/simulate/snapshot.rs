@@ -15,6 +15,7 @@ pub(super) struct Bufs {
     queued: Vec<Queued>,
     held: Vec<Held>,
     running: Vec<Running>,
+    job_nodes: cluster::JobNodes,
 }
 
 impl Sim<'_> {
@@ -50,6 +51,7 @@ impl Sim<'_> {
             Held { job: self.views[j as usize], submit: job.submit, defer_window_s: job.defer_window }
         }));
         b.running.clear();
+        b.job_nodes.clear();
         for &j in &self.running {
             let ju = j as usize;
             let l = &self.live[ju];
@@ -64,6 +66,9 @@ impl Sim<'_> {
             } else {
                 (0.0, 0.0)
             };
+            // Its nodes, as the controller has them from Slurm: where the GPUs it frees are.
+            let nodes: Vec<u32> = self.runs[ju].shares.iter().map(|s| s.0).collect();
+            b.job_nodes.insert(j, nodes.into());
             b.running.push(Running {
                 job: self.views[ju],
                 elapsed_s,
@@ -98,7 +103,7 @@ impl Sim<'_> {
             tariff: &self.c.prices,
             budget_w: self.c.budget.map(|x| x.power_w),
             node: self.c.node,
-            job_nodes: &cluster::ANYWHERE,
+            job_nodes: &b.job_nodes,
             sharing: self.cat.colocation.as_ref().map(|c| cluster::Sharing {
                 broken: &self.broken,
                 unfit: &self.unfit,

@@ -115,6 +115,38 @@ fn a_queued_job_raises_only_the_running_jobs_on_nodes_it_may_use() {
 }
 
 #[test]
+fn a_queued_job_waits_for_the_running_jobs_that_free_a_place_its_shape_fits() {
+    // Two 8-GPU nodes, each half held: job 1 (4 GPUs on node 0) ends in 100 s, job 2 (4 GPUs
+    // on node 1) in 500 s. Eight GPUs are free, but on two nodes: a late 8-GPU job (one
+    // node's) waits for job 1, a late 16-GPU job (two whole nodes) for both; a 4-GPU job fits
+    // now and waits for no one.
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let nodes = [node(NodePower::On, 4, f64::INFINITY); 2];
+    let run = |id: u32, left_s: f64| Running {
+        job: JobView { gpus: 4, ..job(id, 0.10) },
+        elapsed_s: 1000.0 - left_s,
+        progress: 1.0 - left_s / 1000.0,
+        level: 1,
+        shared: false,
+    };
+    let r = [run(2, 500.0), run(1, 100.0)];
+    let where_: JobNodes = [(1, vec![0]), (2, vec![1])].map(|(j, n)| (j, n.into())).into();
+    let p = TunedPolicy {
+        kind: ClusterPolicy::Wattson,
+        tuning: Tuning { congestion_raise: 1.0, ..Tuning::default() },
+    };
+    let waits_for = |gpus: u32| {
+        let q = [Queued { job: JobView { gpus, ..job(10, 0.0) }, eligible: -1000.0 }];
+        let s = Snapshot { job_nodes: &where_, ..snap(0.0, &nodes, &m, &q, &r, &[], &tariff) };
+        levels::waited_for(&p, &s)
+    };
+    assert_eq!(waits_for(8), vec![1]);
+    assert_eq!(waits_for(16), vec![1, 2]);
+    assert_eq!(waits_for(4), Vec::<u32>::new());
+}
+
+#[test]
 fn wattson_orders_the_queue_by_wait_per_unit_of_size_and_references_keep_fifo() {
     let m = levels();
     let tariff = PriceSchedule::default();
