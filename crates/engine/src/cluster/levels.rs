@@ -163,9 +163,15 @@ fn walk(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bool)
         let may_use = |n: u32| usable.is_none_or(|u| u.binary_search(&n).is_ok());
         let nodes: &[u32] = usable.map_or(&every_node, |u| u);
         let need = q.job.gpus;
+        // Starts on loose GPUs with the usable nodes' free ones (where they are is unknown).
+        let on_loose = |loose: u32, free: &[u32]| {
+            loose > 0 && loose + nodes.iter().map(|&n| free[n as usize]).sum::<u32>() >= need
+        };
+        // A node with this many free GPUs (or all of its own) may let the job fit.
+        let gpn = nodes.first().map_or(1, |&n| s.nodes[n as usize].gpus.max(1));
+        let enough = if need <= gpn || need % gpn == 0 { need.min(gpn) } else { need % gpn };
         let mut at = fit(s, &free, nodes, need);
-        let sum = |free: &[u32]| nodes.iter().map(|&n| free[n as usize]).sum::<u32>();
-        while at.is_none() && !(loose > 0 && loose + sum(&free) >= need) {
+        while at.is_none() && !on_loose(loose, &free) {
             // The next running job to end that holds a node this job may use.
             let next = ends.iter().enumerate().position(|(k, &(_, id, _))| {
                 !taken[k] && s.job_nodes.get(&id).is_none_or(|held| held.iter().any(|&n| may_use(n)))
@@ -178,14 +184,20 @@ fn walk(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bool)
                 Some(held) => {
                     // Spread over its nodes; the remainder on the first.
                     let each = gpus / held.len() as u32;
+                    let mut refit = false;
                     for (i, &n) in held.iter().enumerate() {
                         let add = if i == 0 { gpus - each * (held.len() as u32 - 1) } else { each };
                         free[n as usize] += add;
+                        let whole = s.nodes[n as usize].gpus;
+                        refit |= may_use(n) && free[n as usize] >= enough.min(whole);
+                    }
+                    // Only a node freed past `enough` can change where the job fits.
+                    if refit {
+                        at = fit(s, &free, nodes, need);
                     }
                 }
                 None => loose += gpus,
             }
-            at = fit(s, &free, nodes, need);
         }
         match at {
             Some(at) => {
@@ -193,7 +205,7 @@ fn walk(s: &Snapshot, ends: &[(f64, u32, u32)], late: impl Fn(&&Queued) -> bool)
                     free[n as usize] -= t;
                 }
             }
-            None if loose > 0 && loose + sum(&free) >= need => {
+            None if on_loose(loose, &free) => {
                 // It starts on loose GPUs and any usable node's.
                 let mut left = need;
                 for &n in nodes {
@@ -231,11 +243,10 @@ fn fit(s: &Snapshot, free: &[u32], nodes: &[u32], need: u32) -> Option<Vec<(u32,
         .take((need / gpn) as usize)
         .map(|n| (n, free[n as usize]))
         .collect();
-    let got: u32 = whole.iter().map(|&(_, t)| t).sum();
     if whole.len() < (need / gpn) as usize {
         return None;
     }
-    let rem = need.saturating_sub(got);
+    let rem = need.saturating_sub(whole.iter().map(|&(_, t)| t).sum());
     let mut at = whole;
     if rem > 0 {
         let n = tightest(rem, &at)?;
