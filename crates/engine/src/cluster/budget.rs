@@ -151,7 +151,7 @@ pub fn enforce(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     }
     if kept.len() < a.release.len() {
         let t = s.now + 60.0;
-        a.wake_at = Some(a.wake_at.map_or(t, |w| w.min(t)));
+        a.wake_by(t);
     }
     a.release = kept;
 }

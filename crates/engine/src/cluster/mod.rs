@@ -342,6 +342,13 @@ pub struct Actions {
     pub share: Vec<(u32, u32)>,
 }
 
+impl Actions {
+    /// Asks to be decided again at `at` at the latest.
+    pub fn wake_by(&mut self, at: f64) {
+        self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+    }
+}
+
 /// The policy's settings for one run.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TunedPolicy {
@@ -424,7 +431,7 @@ fn release(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
         if at <= s.now {
             a.release.push(h.job.id);
         } else {
-            a.wake_at = Some(a.wake_at.map_or(at, |w| w.min(at)));
+            a.wake_by(at);
         }
     }
 }

@@ -45,7 +45,7 @@ fn idle_timer(suspend_s: f64, s: &Snapshot, a: &mut Actions) {
         if s.now >= due {
             a.power_down.push(i as u32);
         } else {
-            a.wake_at = Some(a.wake_at.map_or(due, |w| w.min(due)));
+            a.wake_by(due);
         }
     }
 }
@@ -273,20 +273,32 @@ fn right_size(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     let (mut first, rest): (Vec<usize>, Vec<usize>) = idle_on.iter().partition(|&&i| wanted(i));
     first.extend(rest);
     let warm = first.len() + idle_booting.len();
+    let mut slept = 0;
     if warm > target {
         let keep = target.saturating_sub(idle_booting.len());
         for &i in first.iter().skip(keep) {
             let due = s.nodes[i].idle_since + keep_s;
             if s.now >= due {
                 a.power_down.push(i as u32);
+                slept += 1;
             } else {
-                a.wake_at = Some(a.wake_at.map_or(due, |w| w.min(due)));
+                a.wake_by(due);
             }
         }
         a.power_down.sort_unstable();
     } else if warm < known_nodes {
         let off = (0..s.nodes.len()).filter(|&i| s.nodes[i].power == NodePower::Off);
         a.power_up.extend(off.take(known_nodes - warm).map(|i| i as u32));
+    }
+    // The forecast keeps idle nodes on only while its arrivals are in the window, and nothing
+    // need happen when the oldest leaves it: look again then (the first whole second after),
+    // or a node may idle until the next arrival.
+    if first.len() > slept {
+        let window = p.tuning.forecast_window_s;
+        let in_window = s.arrivals.iter().rev().take_while(|x| x.0 >= s.now - window);
+        if let Some(&(t, _)) = in_window.last() {
+            a.wake_by((t + window).floor() + 1.0);
+        }
     }
     // A queued job may become startable once a running job's release enters the horizon:
     // look again then (on a whole second, as Slurm's times are), so that a sleeping node is
@@ -301,7 +313,7 @@ fn right_size(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
             .fold(f64::INFINITY, f64::min);
         if enters.is_finite() {
             let at = (s.now + enters).ceil();
-            a.wake_at = Some(a.wake_at.map_or(at, |w| w.min(at)));
+            a.wake_by(at);
         }
     }
 }

@@ -190,6 +190,26 @@ fn the_warm_set_keeps_a_node_when_a_job_is_likely_not_merely_possible() {
 }
 
 #[test]
+fn a_node_kept_warm_for_the_forecast_is_looked_at_again_when_the_forecast_ages_out() {
+    let nodes: Vec<NodeView> = (0..6).map(|_| node(NodePower::On, 8, 0.0)).collect();
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+    let arrivals = [(100.0, 1), (200.0, 1), (300.0, 1)];
+    let at = |now: f64| decide(&p, &snap(now, &nodes, &m, &[], &[], &arrivals, &tariff));
+    // Three 1-GPU jobs in the hour keep one node warm (the test above), until the one of 100 s
+    // leaves the 3600 s window: strictly after 3700 s. Nothing else happens then, so the
+    // decision asks to be taken again on the first whole second after, when the node sleeps.
+    let a = at(3000.0);
+    assert_eq!(a.power_down.len(), 5);
+    assert_eq!(a.wake_at, Some(3701.0));
+    assert_eq!(at(3700.0).power_down.len(), 5);
+    let a = at(3701.0);
+    assert_eq!(a.power_down.len(), 6);
+    assert_eq!(a.wake_at, None, "no node is kept, nothing to look at again");
+}
+
+#[test]
 fn lifetime_dvfs_is_queue_aware_and_keeps_the_bound_over_the_run() {
     let m = levels();
     let tariff = PriceSchedule::default();
