@@ -334,7 +334,7 @@ pub struct Actions {
     pub shed: Vec<u32>,
     /// Held jobs to put in Slurm's queue now.
     pub release: Vec<u32>,
-    /// When to be asked again even if nothing happens (an idle timer or a release).
+    /// When to be asked again even if nothing happens (an idle timer, a release, the forecast).
     pub wake_at: Option<f64>,
     /// The queued jobs' ids in the order Slurm should try them; empty: as they are.
     pub queue_order: Vec<u32>,
