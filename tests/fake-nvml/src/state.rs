@@ -558,6 +558,11 @@ pub fn last_counter_read_ns(dir: &Path) -> io::Result<Option<i64>> {
 
 /// Exact integral (mJ) of GPU `index`'s true power over [from_ns, to_ns], from its history file.
 pub fn truth_energy_mj(dir: &Path, index: usize, from_ns: i64, to_ns: i64) -> io::Result<f64> {
+    integrate_history(&history(dir, index)?, from_ns, to_ns)
+}
+
+/// GPU `index`'s true power history, `(t_ns, mW)` at each change, in time order.
+pub fn history(dir: &Path, index: usize) -> io::Result<Vec<(i64, u64)>> {
     let text = {
         let _lock = lock_dir(dir)?;
         fs::read_to_string(history_path(dir, index))?
@@ -576,7 +581,7 @@ pub fn truth_energy_mj(dir: &Path, index: usize, from_ns: i64, to_ns: i64) -> io
         }
         points.push((t, p));
     }
-    integrate_history(&points, from_ns, to_ns)
+    Ok(points)
 }
 
 /// Integrates a piecewise-constant power history `(t_ns, mW)` over [from, to], in mJ.

@@ -267,19 +267,13 @@ fn a_realistic_setting_settles_from_the_next_step() {
     assert_eq!(sim.gpu_state(0).unwrap().power_limit_mw, 300_000);
     std::thread::sleep(std::time::Duration::from_millis(450));
     assert_eq!(sim.gpu_state(0).unwrap().power_mw, 300_000, "settled");
-    let text = std::fs::read_to_string(history_path(&dir, 0)).unwrap();
-    let draws: Vec<(i64, u32)> = text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
-        })
-        .filter(|&(t, _)| t > set_from)
-        .collect();
-    assert!(draws.iter().all(|&(t, _)| r.next_tick(t - 1) == t), "changes at steps only: {text}");
-    assert!(draws.iter().any(|&(_, p)| p > 300_000 && p < before), "a draw between on the way: {text}");
+    let all = history(&dir, 0).unwrap();
+    let draws: Vec<(i64, u64)> = all.iter().copied().filter(|&(t, _)| t > set_from).collect();
+    assert!(draws.iter().all(|&(t, _)| r.next_tick(t - 1) == t), "changes at steps only: {all:?}");
+    let before = u64::from(before);
+    assert!(draws.iter().any(|&(_, p)| p > 300_000 && p < before), "a draw between on the way: {all:?}");
     let reached = draws.iter().find(|&&(_, p)| p == 300_000).expect("the limit reached").0;
-    assert!(reached >= set_from + r.settle_ns, "reached at {reached}, set from {set_from}: {text}");
+    assert!(reached >= set_from + r.settle_ns, "reached at {reached}, set from {set_from}: {all:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
