@@ -169,3 +169,28 @@ fn acct_shows_the_policy_that_ran_not_the_one_asked_for() {
         String::from_utf8_lossy(&out.stdout).lines().skip(1).map(str::to_string).collect();
     assert_eq!(rows, ["1|min-energy", "2|min-energy"]);
 }
+
+/// `[gpu] read_only`: every job is recorded and no GPU is changed, not even one the site
+/// capped by hand before the daemon started (a normal start returns it to its defaults).
+#[test]
+fn a_read_only_node_records_every_job_and_changes_no_gpu() {
+    let policy = "enact = \"share\"\ndefault = \"min-energy\"\n";
+    let mut node = Node::with_sections(fake_nvml::Config::uniform("H100", 2), "200ms", policy, "");
+    let text = std::fs::read_to_string(&node.config).unwrap();
+    std::fs::write(&node.config, text.replacen("[gpu]\n", "[gpu]\nread_only = true\n", 1)).unwrap();
+    node.sim.set_power_limit(0, 500_000).unwrap();
+    node.start();
+    assert_eq!((limit(&node, 0), limit(&node, 1)), (500_000, H100_MAX_MW));
+    node.sim.set_load(0, 0.9).unwrap();
+    node.sim.set_load(1, 0.5).unwrap();
+    let begin = node.begin("1", 1000, "0,1");
+    // Without read_only the site's default (min-energy, 60%) would cap both GPUs here.
+    assert_eq!((limit(&node, 0), limit(&node, 1)), (500_000, H100_MAX_MW));
+    std::thread::sleep(Duration::from_millis(600));
+    let end = node.end("1");
+    assert_eq!((limit(&node, 0), limit(&node, 1)), (500_000, H100_MAX_MW));
+    common::assert_exact(&node, &node.record("1"), begin, end, 0.001);
+    // No setting was even tried: none is decided for a job on a read-only node.
+    let log = node.log();
+    assert!(log.contains("[gpu] read_only") && !log.contains("refused the setting"), "{log}");
+}

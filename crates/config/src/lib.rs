@@ -133,6 +133,10 @@ pub struct GpuConfig {
     /// system's library path; ROCm's own packages put it in `/opt/rocm/lib`).
     #[serde(default)]
     pub amd_library: Option<PathBuf>,
+    /// Read the GPUs and never change them: no power limit or clock is set or reset, every job
+    /// runs at the settings the GPU has and is recorded (accounting only).
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// The available GPU backends.

@@ -1,5 +1,5 @@
-//! Opens the GPU backend `[gpu]` names (NVML, ROCm SMI, or whichever finds GPUs) and says in
-//! the log which one drives the node.
+//! Opens the GPU backend `[gpu]` names (NVML, ROCm SMI, or whichever finds GPUs), read only
+//! where `[gpu] read_only` says so, and says in the log which one drives the node.
 
 use std::sync::Arc;
 
@@ -17,5 +17,9 @@ pub fn open(config: &GpuConfig) -> Result<Arc<dyn GpuBackend>, String> {
     let libraries = Libraries { nvml: config.nvml_library.as_deref(), amd: config.amd_library.as_deref() };
     let opened = wattson_gpu::open(choice, libraries).map_err(|e| e.to_string())?;
     info!(gpus = opened.backend.devices().len(), backend = %opened.what, "GPUs found");
+    if config.read_only {
+        info!("[gpu] read_only: no GPU setting is changed, every job runs at what its GPUs have");
+        return Ok(Arc::new(wattson_gpu::ReadOnly(opened.backend)));
+    }
     Ok(opened.backend)
 }

@@ -99,6 +99,7 @@ impl Boundaries {
             self.counters.resize(i + 1, Counter::Unseen);
         }
         self.counters[i] = counter;
+        tracing::debug!(gpu = index, ?counter, "what a boundary has taught of the GPU's energy counter");
     }
 
     /// Reads `indices` at a boundary (now): each reading's counter is the counter's value at

@@ -76,6 +76,8 @@ pub struct State {
     unattributed: BTreeMap<u32, f64>,
     /// What is known of each GPU's counter steps, for readings at jobs' begins and ends.
     boundaries: Boundaries,
+    /// No GPU setting is changed (`[gpu] read_only`): every job runs at what its GPUs have.
+    read_only: bool,
 }
 
 impl State {
@@ -123,6 +125,7 @@ impl State {
             exclusive,
             unattributed: BTreeMap::new(),
             boundaries: Boundaries::default(),
+            read_only: config.gpu.read_only,
         };
         // Jobs that shared a GPU when the daemon stopped stay at their defaults.
         let indices: BTreeSet<u32> =

@@ -7,10 +7,12 @@
 
 mod nvml;
 mod open;
+mod read_only;
 pub mod rocm;
 
 pub use nvml::NvmlBackend;
 pub use open::{Choice, Libraries, Opened, open};
+pub use read_only::ReadOnly;
 pub use rocm::RocmBackend;
 
 use wattson_types::energy::GpuReading;
@@ -41,6 +43,9 @@ pub enum GpuError {
     /// The GPU did not answer within the deadline (a wedged driver or a GPU in reset).
     #[error("GPU did not answer within {0:?}")]
     Timeout(std::time::Duration),
+    /// wattson reads this node's GPUs and changes none of them (`[gpu] read_only`).
+    #[error("GPU settings are read only here ([gpu] read_only)")]
+    ReadOnly,
     /// Anything else the driver reported.
     #[error("GPU error: {0}")]
     Other(String),
