@@ -6,7 +6,8 @@
 //!
 //! For SECONDS (default 10) it reads every GPU's counter as fast as it can and the power every
 //! 10 ms, then prints per GPU: the counter's steps (interval between changes, energy per
-//! change) and the counter's energy against the power readings integrated over the same time.
+//! change) and the counter's energy against the power readings integrated over the same time;
+//! four times, each GPU's compute processes and their SM use.
 //! CSV (optional) gets every counter change and power reading: `kind,gpu,t_ns,value,window_ns`
 //! (`gpu` the UUID) with
 //! kind `counter` (mJ, `value` as read, `t_ns` the read that saw the change, `window_ns` the
@@ -77,7 +78,23 @@ fn main() {
     let mut watches: Vec<Watch> = indices.iter().map(|_| Watch::default()).collect();
     let start = Instant::now();
     let mut next_power = start;
+    let mut processes_told = 0;
     while start.elapsed().as_secs_f64() < seconds {
+        if processes_told < 4
+            && start.elapsed().as_secs_f64() >= seconds * f64::from(processes_told + 1) / 5.0
+        {
+            processes_told += 1;
+            // What the shared-GPU split reads: the GPU's processes and each one's SM use.
+            let since_us = (wattson_types::now_ns() / 1000 - 1_000_000) as u64;
+            for &index in &indices {
+                println!(
+                    "gpu {index} at {:.1} s: compute processes {:?}; SM use in the last 1 s (pid, %) {:?}",
+                    start.elapsed().as_secs_f64(),
+                    gpus.compute_processes(index),
+                    gpus.process_utilization(index, since_us)
+                );
+            }
+        }
         for (w, r) in watches.iter_mut().zip(gpus.read_counters(&indices)) {
             let Ok((t, Some(mj))) = r else { continue };
             w.reads += 1;
