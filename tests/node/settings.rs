@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{Node, assert_ok};
 use wattson_gpu::GpuSetting;
 use wattson_harness::vendor::Vendor;
-use wattson_protocol::{Reply, Request};
+use wattson_protocol::{Pace, Reply, Request};
 use wattson_store::Store;
 use wattson_types::job::{EnergyPolicy, JobKey};
 
@@ -186,6 +186,14 @@ fn a_read_only_node_records_every_job_and_changes_no_gpu() {
     let begin = node.begin("1", 1000, "0,1");
     // Without read_only the site's default (min-energy, 60%) would cap both GPUs here.
     assert_eq!((limit(&node, 0), limit(&node, 1)), (500_000, H100_MAX_MW));
+    // Nor when the controller paces the job: its table is the defaults alone.
+    for pace in [Pace::Level(0), Pace::Saving, Pace::Full] {
+        let reply =
+            wattson_protocol::call(&node.socket, &Request::JobPace { job: 1, pace }, Duration::from_secs(5))
+                .unwrap();
+        assert!(matches!(&reply, Reply::Paced { settings, .. } if settings.is_empty()), "{reply:?}");
+        assert_eq!((limit(&node, 0), limit(&node, 1)), (500_000, H100_MAX_MW));
+    }
     std::thread::sleep(Duration::from_millis(600));
     let end = node.end("1");
     assert_eq!((limit(&node, 0), limit(&node, 1)), (500_000, H100_MAX_MW));

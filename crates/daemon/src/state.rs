@@ -154,7 +154,7 @@ impl State {
             .running
             .values()
             .filter(|r| r.key.step.is_empty() && !r.gpus.is_empty() && self.decision_of(r).by_model())
-            .filter(|r| !self.sharing.contains(&r.key.job_id))
+            .filter(|r| !self.at_defaults(r.key.job_id))
             .cloned()
             .collect();
         for record in jobs {
@@ -176,6 +176,12 @@ impl State {
     /// Whether `key` is running.
     pub fn is_running(&self, key: &JobKey) -> bool {
         self.running.contains_key(key)
+    }
+
+    /// Whether job `job_id`'s GPUs stay at what they have: it shares a GPU, or the node is
+    /// read only (`[gpu] read_only`).
+    fn at_defaults(&self, job_id: u32) -> bool {
+        self.read_only || self.sharing.contains(&job_id)
     }
 
     /// The wall time now, in ns.
@@ -446,7 +452,7 @@ impl State {
             let changes: Vec<(JobKey, Changes)> =
                 self.prober.tick(&self.running, &readings, &mut self.store, now);
             for (job, wanted) in changes {
-                if !self.paced.contains_key(&job.job_id) && !self.sharing.contains(&job.job_id) {
+                if !self.paced.contains_key(&job.job_id) && !self.at_defaults(job.job_id) {
                     self.apply_settings(&job, &wanted);
                 }
             }

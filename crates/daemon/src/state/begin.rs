@@ -150,21 +150,20 @@ impl State {
         // Settings belong to the whole job; its steps run on them. A job that shares a GPU
         // gets none: one job's setting never applies to a GPU another job holds. A read-only
         // node changes no GPU, so probes none.
-        let settings =
-            if self.read_only || self.sharing.contains(&record.key.job_id) || record.gpus.is_empty() {
-                Changes::default()
-            } else if !record.key.step.is_empty() || (decision.by_model() && already_running) {
-                enforce::journaled(&self.store, &JobKey::job(record.key.job_id))
-            } else if decision.by_model() {
-                let info = &self.backend.devices()[record.gpus[0].index as usize];
-                let now = self.now();
-                let wanted =
-                    self.prober.begin(&record, account.as_deref(), &decision, info, &mut self.store, now);
-                self.apply_settings(&record.key, &wanted)
-            } else {
-                let wanted = enforce::fixed(self.backend.as_ref(), &record, &decision);
-                self.apply_settings(&record.key, &wanted)
-            };
+        let settings = if self.at_defaults(record.key.job_id) || record.gpus.is_empty() {
+            Changes::default()
+        } else if !record.key.step.is_empty() || (decision.by_model() && already_running) {
+            enforce::journaled(&self.store, &JobKey::job(record.key.job_id))
+        } else if decision.by_model() {
+            let info = &self.backend.devices()[record.gpus[0].index as usize];
+            let now = self.now();
+            let wanted =
+                self.prober.begin(&record, account.as_deref(), &decision, info, &mut self.store, now);
+            self.apply_settings(&record.key, &wanted)
+        } else {
+            let wanted = enforce::fixed(self.backend.as_ref(), &record, &decision);
+            self.apply_settings(&record.key, &wanted)
+        };
         if record.key.step.is_empty() && !already_running {
             gpus::note_settings(&mut record, settings.iter().map(|&(gpu, s)| (gpu, Some(s))), self.now());
         }

@@ -122,13 +122,14 @@ impl State {
     /// Sets a running job's pace, as the controller asks: `Full` returns its GPUs to their
     /// defaults (and stops the models' measurements), `Level` holds them at one level of the
     /// job's table (the top and beyond: the defaults, as `Full`), until `Saving` gives back the
-    /// setting chosen for it. A job that shares a GPU stays at its defaults whatever the pace.
+    /// setting chosen for it. A job that shares a GPU stays at its defaults whatever the pace,
+    /// and every job of a read-only node at what its GPUs have.
     pub fn pace(&mut self, job_id: u32, pace: Pace) -> Result<Reply, Error> {
         let key = JobKey::job(job_id);
         let record = self.running.get(&key).ok_or_else(|| not_running(&key))?.clone();
         let now = self.paced.get(&job_id).copied().unwrap_or(Pace::Saving);
         // A level names a setting, or the defaults (the top, or beyond the table; a job that
-        // shares a GPU has the defaults alone).
+        // shares a GPU, or runs on a read-only node, has the defaults alone).
         let target = match pace {
             Pace::Saving => Target::Saving,
             Pace::Full => Target::Full,
@@ -137,12 +138,11 @@ impl State {
                 _ => Target::Full,
             },
         };
-        let sharing = self.sharing.contains(&job_id);
         match target {
             Target::Saving if now == Pace::Saving => {}
-            Target::Saving if sharing => {
+            Target::Saving if self.at_defaults(job_id) => {
                 self.paced.remove(&job_id);
-                info!(job = %key, "pace: the job shares a GPU and stays at its defaults");
+                info!(job = %key, "pace: the job's GPUs stay as they are (it shares one, or [gpu] read_only)");
             }
             Target::Saving => {
                 self.paced.remove(&job_id);
@@ -184,7 +184,7 @@ impl State {
                 format!("job {}: its GPU reports no power limit, so no level table", record.key),
             ));
         };
-        if self.sharing.contains(&record.key.job_id) {
+        if self.at_defaults(record.key.job_id) {
             return Ok(Table::defaults(max_w, max_w));
         }
         let decision = self.decision_of(record);
