@@ -399,6 +399,11 @@ pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     energy: *mut c_ulonglong,
 ) -> nvmlReturn_t {
     run(|| {
+        // A slow driver (`read_latency_ms`): the value is taken half way through the call.
+        let latency =
+            with_device_at(device, |_, spec, _, _| Ok(spec.realism.map_or(0, |r| r.read_latency_ns)))?;
+        let half = std::time::Duration::from_nanos(latency as u64 / 2);
+        std::thread::sleep(half);
         let (t_ns, v) = with_device_at(device, |_, spec, gs, t_ns| {
             if !spec.energy_counter || gs.counter_unsupported {
                 Err(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED)
@@ -408,6 +413,7 @@ pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
         })?;
         // Ground truth for tests: the exact instant this counter value was served.
         state::log_counter_read(&driver_dir()?, handle_index(device)?, t_ns, v).map_err(|_| UNKNOWN)?;
+        std::thread::sleep(half);
         out(energy, v)
     })
 }

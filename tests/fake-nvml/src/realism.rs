@@ -60,6 +60,10 @@ pub struct RealismConfig {
     /// Time a new power limit or clock lock takes to take full effect, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settle_ms: Option<u32>,
+    /// Time a counter read takes, ms, the value taken half way: an assumption from an H200 in
+    /// a VM, where reads took 2.3 ms (median) to 5.6 ms (p90) (docs/accounting.md). Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_latency_ms: Option<f64>,
 }
 
 /// A realistic GPU's behaviour with every value filled in.
@@ -83,6 +87,8 @@ pub struct Realism {
     pub ambient_c: f64,
     /// Settling time of a new setting, ns.
     pub settle_ns: i64,
+    /// Time a counter read takes, ns.
+    pub read_latency_ns: i64,
 }
 
 impl RealismConfig {
@@ -106,6 +112,7 @@ impl RealismConfig {
             leakage_per_c: self.leakage_per_c.unwrap_or(0.003),
             ambient_c: self.ambient_c.unwrap_or(30.0),
             settle_ns: ms(self.settle_ms.unwrap_or(200)),
+            read_latency_ns: (self.read_latency_ms.unwrap_or(0.0) * 1e6).round() as i64,
         };
         let ok = r.step_ns >= 1_000_000
             && r.window_ns >= r.step_ns
@@ -115,14 +122,15 @@ impl RealismConfig {
             && r.tau_s.is_finite()
             && (0.0..=1.0).contains(&r.c_per_w)
             && (0.0..=0.05).contains(&r.leakage_per_c)
-            && (-40.0..=60.0).contains(&r.ambient_c);
+            && (-40.0..=60.0).contains(&r.ambient_c)
+            && (0..=100_000_000).contains(&r.read_latency_ns);
         if ok {
             Ok(r)
         } else {
             Err(format!(
                 "gpu {index}: realism needs counter_step_ms >= 1, power_window_ms >= counter_step_ms, \
                  power_duty in (0, 1], thermal_tau_s > 0, c_per_w in [0, 1], leakage_per_c in [0, 0.05], \
-                 ambient_c in [-40, 60]"
+                 ambient_c in [-40, 60], read_latency_ms in [0, 100]"
             ))
         }
     }
