@@ -27,7 +27,6 @@ struct Watch {
     /// (t_ns, power mW).
     power: Vec<(i64, u32)>,
     last: Option<(i64, u64)>,
-    first: Option<(i64, u64)>,
     reads: u64,
 }
 
@@ -98,7 +97,6 @@ fn main() {
         for (w, r) in watches.iter_mut().zip(gpus.read_counters(&indices)) {
             let Ok((t, Some(mj))) = r else { continue };
             w.reads += 1;
-            w.first.get_or_insert((t, mj));
             if let Some((t0, e0)) = w.last
                 && mj != e0
             {
