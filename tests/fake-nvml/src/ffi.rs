@@ -30,6 +30,10 @@ const MAX_GPUS: usize = 4096;
 /// (driver directory, init reference count) while initialised.
 static INIT: Mutex<Option<(PathBuf, u32)>> = Mutex::new(None);
 
+/// Each GPU's counter read time (`read_latency_ms`), ns, by NVML index: read from the
+/// configuration at init, as it changes only between driver loads.
+static READ_LATENCY_NS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
 type R<T = ()> = Result<T, Code>;
 
 fn run(f: impl FnOnce() -> R) -> Code {
@@ -56,9 +60,12 @@ fn do_init() -> R {
     }
     let not_loaded = nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED;
     let dir = PathBuf::from(std::env::var_os(DIR_ENV).ok_or(not_loaded)?);
-    if !dir.is_dir() || Config::load(&dir).is_err() {
-        return Err(not_loaded);
-    }
+    let cfg = match Config::load(&dir) {
+        Ok(cfg) if dir.is_dir() => cfg,
+        _ => return Err(not_loaded),
+    };
+    let latency = |i| cfg.spec(i).ok().and_then(|s| s.realism).map_or(0, |r| r.read_latency_ns as u64);
+    *READ_LATENCY_NS.lock().unwrap_or_else(|e| e.into_inner()) = (0..cfg.gpu.len()).map(latency).collect();
     // Touch the state so that a missing state.json is created at load time.
     state::with_state(&dir, |_, _, _| ()).map_err(|_| not_loaded)?;
     *slot = Some((dir, 1));
@@ -401,8 +408,8 @@ pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     run(|| {
         // A slow driver (`read_latency_ms`): the value is taken half way through the call.
         let latency =
-            with_device_at(device, |_, spec, _, _| Ok(spec.realism.map_or(0, |r| r.read_latency_ns)))?;
-        let half = std::time::Duration::from_nanos(latency as u64 / 2);
+            READ_LATENCY_NS.lock().unwrap_or_else(|e| e.into_inner()).get(handle_index(device)?).copied();
+        let half = std::time::Duration::from_nanos(latency.unwrap_or(0) / 2);
         std::thread::sleep(half);
         let (t_ns, v) = with_device_at(device, |_, spec, gs, t_ns| {
             if !spec.energy_counter || gs.counter_unsupported {
