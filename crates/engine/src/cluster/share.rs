@@ -29,7 +29,6 @@ impl<'a> Sharing<'a> {
             min_gain: t.share_min_gain,
             try_bound: t.share_try_bound,
             trying: &NO_PAIRS,
-            worst: model.measured.values().fold(0.0, |w, &m| w.max(m)),
         }
     }
 

@@ -50,6 +50,9 @@ pub struct Interference {
     /// absolute errors of each measured pair predicted by the model fitted without it (0 where
     /// no pair can be held out).
     pub error: f64,
+    /// For each class, the largest slowdown of a measured pair it is in, either way round (0
+    /// for none): what a trial of the class may risk ([`slowdowns`]).
+    pub worst: Vec<f64>,
 }
 
 /// Alternating steps of the fit.
@@ -93,6 +96,7 @@ impl Interference {
             slowed_group: vec![usize::MAX; classes],
             slowing_group: vec![usize::MAX; classes],
             error: 0.0,
+            worst: vec![0.0; classes],
         };
         // Sensitivity k is node k, pressure k node classes + k; each pair links its two.
         let mut root: Vec<usize> = (0..2 * classes).collect();
@@ -113,6 +117,10 @@ impl Interference {
             *s = (s.0 + pair.slowdown, s.1 + 1.0);
         }
         model.measured = sums.into_iter().map(|(k, (sum, n))| (k, sum / n)).collect();
+        for (&(v, n), &m) in &model.measured {
+            model.worst[v] = model.worst[v].max(m);
+            model.worst[n] = model.worst[n].max(m);
+        }
         for k in 0..classes {
             if model.measured_slowed[k] {
                 model.slowed_group[k] = find(&mut root, k);
@@ -170,10 +178,6 @@ pub struct Sharing<'a> {
     /// Class pairs (lower class first) tried and not yet measured: neither class is tried
     /// with any class meanwhile.
     pub trying: &'a BTreeSet<(usize, usize)>,
-    /// The largest slowdown the model was given (a measured or prior pair; 0 for none). A
-    /// trial takes it, or [`Sharing::try_bound`] if more, for how much the pair may slow each
-    /// job ([`slowdowns`]).
-    pub worst: f64,
 }
 
 /// A job that may share its GPUs: its class in the model, its GPU count, and the most it may be
@@ -243,11 +247,12 @@ pub fn gain(a: f64, b: f64) -> f64 {
 /// GPUs, neither class is broken or unfit with the other, each predicted slowdown plus the
 /// model's error (none for a measured pair) is within its job's bound, and the pair gains at
 /// least [`Sharing::min_gain`]; `None` otherwise. A pair the model cannot predict is tried
-/// only where both bounds reach [`Sharing::try_bound`] and even the worst slowdown seen
-/// ([`Sharing::worst`], at least the try bound) keeps each job within its bound while they
-/// share: that slowdown over the shorter of the two runs left (the most they can share) fits
-/// in each job's slack, its bound times its run left. Neither class may be on trial with
-/// another ([`Sharing::trying`]): a trial's measurement may raise the worst before the next.
+/// only where both bounds reach [`Sharing::try_bound`] and even the worst slowdown seen in a
+/// pair of either class ([`Interference::worst`], at least the try bound) keeps each job within
+/// its bound while they share: that slowdown over the shorter of the two runs left (the most
+/// they can share) fits in each job's slack, its bound times its run left. Neither class may
+/// be on trial with another ([`Sharing::trying`]): a trial's measurement may raise the worst
+/// before the next.
 /// A trial's figure is the largest share of a job's slack that slowdown takes; [`pair`] ranks
 /// trials after every predicted pair, the least of them first.
 pub fn slowdowns(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<f64> {
@@ -271,7 +276,8 @@ fn admit(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<(bool, f64)>
     else {
         let on_trial =
             sharing.trying.iter().any(|&(x, y)| [x, y].iter().any(|c| *c == a.class || *c == b.class));
-        let worst = sharing.worst.max(sharing.try_bound);
+        let seen = |c: usize| model.worst.get(c).copied().unwrap_or(0.0);
+        let worst = seen(a.class).max(seen(b.class)).max(sharing.try_bound);
         let overlap = a.left_s.min(b.left_s);
         // The share of each job's slack the worst slowdown would take.
         let used = |c: &Candidate| {
@@ -441,9 +447,9 @@ mod tests {
         // Class 0 measured 2.0 beside itself; classes 1 and 2 never measured.
         let model = Interference::fit(3, &[PairSlowdown { victim: 0, neighbour: 0, slowdown: 2.0 }]);
         let sharing = Sharing { try_bound: 0.5, ..Sharing::with_model(&model) };
-        assert_eq!(sharing.worst, 2.0);
-        let job = |job, bound, left_s| Candidate { job, class: 1, gpus: 1, bound, left_s };
-        let other = |c: Candidate| Candidate { class: 2, ..c };
+        assert_eq!(model.worst, [2.0, 0.0, 0.0]);
+        let job = |job, bound, left_s| Candidate { job, class: 0, gpus: 1, bound, left_s };
+        let other = |c: Candidate| Candidate { class: 1, ..c };
         // Both 10 h left at a 50% bound: 2.0 over the 10 h they may share is 4 times the slack.
         assert_eq!(slowdowns(&sharing, &job(1, 0.5, 36e3), &other(job(2, 0.5, 36e3))), None);
         // A running job 1 h from its end with 2 h of slack (an allowance of 2) beside a 4 h
@@ -454,6 +460,10 @@ mod tests {
         // The pending job takes the running job whose trial risks least: half its slack.
         let near = job(3, 4.0, 1800.0);
         assert_eq!(pair(&sharing, &[long], &[end, near], |_, _| true), vec![(2, 3)]);
+        // Classes 1 and 2 were in no pair as bad: their trial risks the try bound alone, all of
+        // each job's slack over the 10 h they may share.
+        let (one, two) = (other(job(1, 0.5, 36e3)), Candidate { class: 2, ..job(2, 0.5, 36e3) });
+        assert_eq!(slowdowns(&sharing, &one, &two), Some(1.0));
     }
 
     #[test]
