@@ -6,7 +6,8 @@
 //! less the deferral window the job's user asked for) and plain mean wait, with `slurm-shards`'
 //! energy where jobs share; then how many cells hold each target of the issue, and how many
 //! hold the wait target for `slurm-default` (every node on: no job ever waits for a boot), the
-//! yardstick's reach for a policy that only takes delays away.
+//! yardstick's reach for a policy that only takes delays away; where jobs share, wattson's jobs
+//! over their bound, and those of them that shared only in pairs of classes admitted before.
 //!
 //! Run: `cargo run --release -p wattson-sim --example cells [-- SEEDS [key=value...]]`
 //! (default 3 seeds; the keys are [`wattson_sim::overrides`]', e.g. `share_fraction=0.5`).
@@ -47,6 +48,8 @@ struct Means {
     wait_mean_s: f64,
     violations: f64,
     shared_jobs: f64,
+    /// Of the violations, those of jobs that shared only in pairs of classes admitted before.
+    repeat_violations: f64,
 }
 
 impl Means {
@@ -117,6 +120,10 @@ fn main() {
                             if let Some(s) = o.report.summary(p) {
                                 m[k].add(s, seeds as f64);
                             }
+                            if let Some(r) = o.runs.iter().find(|r| r.policy == p) {
+                                let repeat = wattson_sim::metrics::repeat_violations(r, &o.jobs);
+                                m[k].repeat_violations += repeat as f64 / seeds as f64;
+                            }
                         }
                     }
                     results.lock().unwrap()[i] = Some(m);
@@ -147,7 +154,7 @@ fn main() {
     let (mut below, mut waits_ok, mut dominated, mut worst, mut shards_above) =
         (0, 0, 0, f64::NEG_INFINITY, 0);
     let (mut shared_cells, mut default_waits_ok) = (0, 0);
-    let (mut over_bound, mut shared) = (0.0, 0.0);
+    let (mut over_bound, mut shared, mut repeat) = (0.0, 0.0, 0.0);
     for (&(trace_name, nodes), m) in cells.iter().zip(&results) {
         let [t, sh, w, d] = m.expect("every cell ran");
         default_waits_ok +=
@@ -163,6 +170,7 @@ fn main() {
         let shards = if sh.energy_kwh > 0.0 {
             shared_cells += 1;
             (over_bound, shared) = (over_bound + w.violations, shared + w.shared_jobs);
+            repeat += w.repeat_violations;
             shards_above += usize::from(w.energy_kwh < sh.energy_kwh);
             format!("{:>+7.2}%", pct(w.energy_kwh, sh.energy_kwh))
         } else {
@@ -198,7 +206,7 @@ fn main() {
     );
     if shared_cells > 0 {
         println!(
-            "wattson's energy below slurm-shards' in {shards_above} of the {shared_cells} cells where jobs share; its jobs over their bound: {over_bound:.1} of the {shared:.1} that shared a GPU ({:.2}%), a seed's mean summed over the cells",
+            "wattson's energy below slurm-shards' in {shards_above} of the {shared_cells} cells where jobs share; its jobs over their bound: {over_bound:.1} of the {shared:.1} that shared a GPU ({:.2}%), {repeat:.1} of them in pairs of classes admitted before only; a seed's mean summed over the cells",
             100.0 * over_bound / shared.max(1.0)
         );
     }

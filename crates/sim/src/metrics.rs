@@ -251,6 +251,29 @@ pub(crate) fn times(jobs: &[SimJob], starts: impl Iterator<Item = JobTimes>) -> 
     t
 }
 
+/// Jobs of run `r` over their slowdown bound that shared a GPU only in pairs of classes that
+/// had shared before in the run (none of their shared periods was their pair's first): the
+/// breaks a learned pair must never cause.
+pub fn repeat_violations(r: &RunResult, jobs: &[SimJob]) -> usize {
+    let pair = |k: usize, other: u32| Some((jobs[k].share?, jobs[other as usize].share?));
+    let key = |(a, b): (u16, u16)| (a.min(b), a.max(b));
+    let mut first: std::collections::BTreeMap<(u16, u16), f64> = Default::default();
+    for (k, run) in r.jobs.iter().enumerate() {
+        for &(other, start, _) in &run.partners {
+            if let Some(p) = pair(k, other) {
+                let at = first.entry(key(p)).or_insert(start);
+                *at = at.min(start);
+            }
+        }
+    }
+    let in_a_first =
+        |k: usize, other: u32, start: f64| pair(k, other).is_some_and(|p| first[&key(p)] == start);
+    (r.jobs.iter().enumerate())
+        .filter(|(k, run)| !run.partners.is_empty() && run.slowdown > jobs[*k].bound + 1e-12)
+        .filter(|(k, run)| !run.partners.iter().any(|&(other, start, _)| in_a_first(*k, other, start)))
+        .count()
+}
+
 /// Indices of the tenth of `jobs` (rounded up) with the most GPU-seconds (ties: trace order).
 pub fn largest_tenth(jobs: &[SimJob]) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..jobs.len()).collect();
