@@ -120,7 +120,9 @@ fn main() {
                             if let Some(s) = o.report.summary(p) {
                                 m[k].add(s, seeds as f64);
                             }
-                            if let Some(r) = o.runs.iter().find(|r| r.policy == p) {
+                            if let Some(r) =
+                                o.runs.iter().find(|r| r.policy == p && p == ClusterPolicy::Wattson)
+                            {
                                 let repeat = wattson_sim::metrics::repeat_violations(r, &o.jobs);
                                 m[k].repeat_violations += repeat as f64 / seeds as f64;
                             }

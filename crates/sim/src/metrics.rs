@@ -510,6 +510,7 @@ pub fn to_json(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::JobRun;
 
     #[test]
     fn nearest_rank_percentiles() {
@@ -519,5 +520,63 @@ mod tests {
         assert_eq!(nearest_rank(&v, 1.0), 100.0);
         assert_eq!(nearest_rank(&[7.0], 0.5), 7.0);
         assert!(nearest_rank(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn a_break_is_a_repeat_only_where_none_of_the_jobs_shared_periods_was_its_pairs_first() {
+        let c = ClusterConfig::from_toml(crate::cluster::tests::SMALL, "small.toml").unwrap();
+        let job = |share| SimJob {
+            id: String::new(),
+            submit: 0.0,
+            gpus: 1,
+            duration: 100.0,
+            limit: 100.0,
+            killed: false,
+            gpu_types: Vec::new(),
+            gpu_fraction: 1.0,
+            workload: 0,
+            share: Some(share),
+            bound: 0.5,
+            defer_window: 0.0,
+            choices: Vec::new(),
+            floor_type: 0,
+        };
+        let run = |slowdown, partners: &[(u32, f64)]| JobRun {
+            eligible: 0.0,
+            alloc: 0.0,
+            start: 0.0,
+            end: 100.0,
+            limit_w: 0.0,
+            gpu_w: 0.0,
+            slowdown,
+            shares: Vec::new(),
+            level_changes: 0,
+            partners: partners.iter().map(|&(k, from)| (k, from, from + 10.0)).collect(),
+        };
+        // Classes 0, 0, 0, 0, 1. Jobs 0 and 1 are class 0's first pair (at 10), jobs 2 and 3
+        // its second (at 50); job 3 then shares with job 4, the first pair of classes 0 and 1.
+        let jobs = [job(0), job(0), job(0), job(0), job(1)];
+        let runs = |slow: [f64; 4]| RunResult {
+            policy: ClusterPolicy::Wattson,
+            suspend_time_s: None,
+            jobs: vec![
+                run(slow[0], &[(1, 10.0)]),
+                run(0.1, &[(0, 10.0)]),
+                run(slow[1], &[(3, 50.0)]),
+                run(slow[2], &[(2, 50.0), (4, 70.0)]),
+                run(slow[3], &[]),
+            ],
+            meter: crate::power::Meter::new(&c, 0.0),
+            t0: 0.0,
+            t_end: 100.0,
+            deferred: 0,
+        };
+        assert_eq!(
+            repeat_violations(&runs([0.1, 0.1, 0.1, 0.9]), &jobs),
+            0,
+            "within bounds, or never shared"
+        );
+        assert_eq!(repeat_violations(&runs([0.6, 0.1, 0.6, 0.1]), &jobs), 0, "each shared in a first");
+        assert_eq!(repeat_violations(&runs([0.6, 0.6, 0.6, 0.1]), &jobs), 1, "job 2: only the second");
     }
 }
