@@ -203,11 +203,19 @@ impl Pairs {
         Some(class)
     }
 
-    /// Notes that classes `a` and `b` share a GPU now (learning: a pair on trial until
-    /// measured).
+    /// Notes that classes `a` and `b` share a GPU now (learning: a pair never measured both
+    /// ways is on trial until measured or judged).
     pub fn joined(&mut self, a: u16, b: u16) {
         if let Some(learning) = &mut self.learning {
             learning.join(usize::from(a), usize::from(b));
+        }
+    }
+
+    /// Notes that classes `a` and `b` no longer share a GPU, their pair judged without a
+    /// measurement (learning: off trial).
+    pub fn parted(&mut self, a: u16, b: u16) {
+        if let Some(learning) = &mut self.learning {
+            learning.part(usize::from(a), usize::from(b));
         }
     }
 
@@ -464,8 +472,9 @@ pub fn gate(
 }
 
 /// Notes each pair released onto one GPU ([`Pairs::joined`], from `released`, the jobs
-/// released beside a partner that have not started): learning, a pair the model cannot
-/// predict is on trial until measured, and no other pair of its classes is tried meanwhile.
+/// released beside a partner that have not started): learning, a pair never measured both
+/// ways is on trial until measured or judged, sharing no other GPU meanwhile, and where the
+/// model cannot predict it no other pair of its classes is tried meanwhile.
 pub fn on_trial(pairs: &mut Pairs, released: &Released, shares: &BTreeMap<u32, ShareJob>) {
     let class = |id: &u32| shares.get(id).and_then(|s| s.class);
     for (job, beside) in &released.beside {

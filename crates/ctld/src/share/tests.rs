@@ -572,3 +572,38 @@ fn learning_a_pair_measured_within_its_bounds_pairs_again_and_one_over_them_neve
     assert!(fits(&next, "a", "b"));
     assert!(!fits(&next, "a", "c"));
 }
+
+#[test]
+fn a_pair_its_nodes_measured_nothing_of_leaves_its_trial_once_judged() {
+    let tuning = cluster::Tuning { share_learn: true, share_try_bound: 0.1, ..cluster::Tuning::default() };
+    let mut pairs = Pairs::new(&[]).with_tuning(&tuning);
+    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &mut Pairs| {
+        share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
+    };
+    // Jobs 1 (a) and 2 (b) on trial on GPU 0, jobs 3 (a) and 4 (c) on GPU 1.
+    let requests = request(1, "a", Is::On(0), "")
+        + &request(2, "b", Is::On(0), "")
+        + &request(3, "a", Is::On(1), "")
+        + &request(4, "c", Is::On(1), "");
+    let shares = shares_of(&requests, &[(1, "n1"), (2, "n1"), (3, "n1"), (4, "n1")], &mut pairs);
+    let [a, b, c] = ["a", "b", "c"].map(|t| pairs.class(t).unwrap());
+    pairs.joined(a, b);
+    pairs.joined(a, c);
+    assert_eq!(pairs.sharing().trying.len(), 2);
+    let mut judge = judge::Judge::default();
+    judge.watch(&shares);
+    shares_of("", &[], &mut pairs);
+    // Job 1's record has no slowdown: a and b leave their trial, tried again as never measured
+    // (else a node that measures nothing would stop both classes' trials for good).
+    assert_eq!(judge.judge(1, Some(&[record(1, true, None)]), &mut pairs), Some(judge::Verdict::Unmeasured));
+    assert_eq!(
+        pairs.sharing().trying.iter().copied().collect::<Vec<_>>(),
+        [(usize::from(a), usize::from(c))]
+    );
+    // Job 3's node never answers: given up, a and c leave theirs too.
+    for _ in 0..20 {
+        judge.judge(3, None, &mut pairs);
+    }
+    assert!(pairs.sharing().trying.is_empty());
+    assert!(pairs.learned().is_empty(), "nothing was measured");
+}

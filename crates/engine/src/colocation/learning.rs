@@ -17,7 +17,7 @@ pub struct Learning {
     prior: BTreeMap<(usize, usize), f64>,
     /// Each pair measured on the cluster, `(victim, neighbour)`: its first measurement.
     measured: BTreeMap<(usize, usize), f64>,
-    /// Class pairs (lower class first) sharing a GPU that the model could not predict when
+    /// Class pairs (lower class first) sharing a GPU that were not measured both ways when
     /// they joined, until one of them is measured.
     trying: BTreeSet<(usize, usize)>,
     /// The model fitted on the prior and the measurements.
@@ -57,7 +57,7 @@ impl Learning {
         &self.model
     }
 
-    /// Class pairs on trial: sharing a GPU, never measured; not tried again meanwhile.
+    /// Class pairs on trial: sharing a GPU, never measured ([`super::Sharing::trying`]).
     pub fn trying(&self) -> &BTreeSet<(usize, usize)> {
         &self.trying
     }
@@ -75,12 +75,18 @@ impl Learning {
         }
     }
 
-    /// Notes that classes `a` and `b` now share a GPU: on trial where the model cannot predict
-    /// them either way.
+    /// Notes that classes `a` and `b` now share a GPU: on trial where either way round was
+    /// never measured (a prediction, or none).
     pub fn join(&mut self, a: usize, b: usize) {
-        if self.model.predict(a, b).is_none() || self.model.predict(b, a).is_none() {
+        if !self.model.measured_both(a, b) {
             self.trying.insert((a.min(b), a.max(b)));
         }
+    }
+
+    /// Notes that classes `a` and `b` no longer share a GPU with no measurement of them (the
+    /// node gave none): off trial, tried again as never measured.
+    pub fn part(&mut self, a: usize, b: usize) {
+        self.trying.remove(&(a.min(b), a.max(b)));
     }
 
     /// Records that class `victim` ran `slowdown` slower (time ratio minus one) beside class
@@ -125,6 +131,22 @@ mod tests {
         // A later measurement of a pair already measured does not move it.
         l.measure(0, 1, 0.9);
         assert_eq!(l.model().predict(0, 1), Some(0.3));
+    }
+
+    #[test]
+    fn a_predicted_pair_is_on_trial_until_measured_and_a_measured_one_never() {
+        let mut l = Learning::new(2, &[]);
+        for (v, n, s) in [(0, 0, 0.1), (1, 0, 0.2), (0, 1, 0.1)] {
+            l.measure(v, n, s);
+        }
+        assert!(l.model().predict(1, 1).is_some(), "predicted by the fit");
+        l.join(1, 1);
+        assert!(l.trying().contains(&(1, 1)), "never measured: on trial");
+        l.join(0, 0);
+        l.join(0, 1);
+        assert_eq!(l.trying().len(), 1, "measured both ways: not on trial");
+        l.measure(1, 1, 0.3);
+        assert!(l.trying().is_empty());
     }
 
     #[test]

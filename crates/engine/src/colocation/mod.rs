@@ -136,6 +136,11 @@ impl Interference {
         model
     }
 
+    /// Whether classes `a` and `b` were measured sharing a GPU both ways round.
+    pub fn measured_both(&self, a: usize, b: usize) -> bool {
+        self.measured.contains_key(&(a, b)) && self.measured.contains_key(&(b, a))
+    }
+
     /// The predicted slowdown of class `victim` sharing a GPU with class `neighbour`.
     pub fn slowdown(&self, victim: usize, neighbour: usize) -> f64 {
         self.sensitivity[victim] * self.pressure[neighbour]
@@ -175,8 +180,9 @@ pub struct Sharing<'a> {
     /// A pair the model cannot predict is tried where both bounds are at least this
     /// (`share_try_bound`; 100: never).
     pub try_bound: f64,
-    /// Class pairs (lower class first) tried and not yet measured: neither class is tried
-    /// with any class meanwhile.
+    /// Class pairs (lower class first) on trial: sharing a GPU, not yet measured both ways.
+    /// Such a pair shares no other GPU meanwhile, and where the model could not predict it,
+    /// neither class is tried with any class.
     pub trying: &'a BTreeSet<(usize, usize)>,
 }
 
@@ -214,7 +220,7 @@ pub fn pair(
 ) -> Vec<(u32, u32)> {
     let mut taken = vec![false; running.len()];
     let mut out = Vec::new();
-    // The pairs on trial, with those this decision starts: one trial of a pair at a time.
+    // The pairs on trial, with those this decision starts: one unmeasured pair at a time.
     let mut trying = sharing.trying.clone();
     for q in pending {
         let now = Sharing { trying: &trying, ..*sharing };
@@ -224,10 +230,10 @@ pub fn pair(
             .filter(|(k, r)| !taken[*k] && may(q.job, r.job))
             .filter_map(|(k, r)| Some((k, admit(&now, q, r)?)))
             .min_by(|a, b| a.1.0.cmp(&b.1.0).then(a.1.1.total_cmp(&b.1.1)).then(a.0.cmp(&b.0)));
-        if let Some((k, (trial, _))) = best {
+        if let Some((k, _)) = best {
             taken[k] = true;
             let r = &running[k];
-            if trial {
+            if !sharing.model.measured_both(q.class, r.class) {
                 trying.insert((q.class.min(r.class), q.class.max(r.class)));
             }
             out.push((q.job, r.job));
@@ -244,7 +250,8 @@ pub fn gain(a: f64, b: f64) -> f64 {
 }
 
 /// The predicted slowdowns of `a` and `b` sharing their GPUs, summed, when they have as many
-/// GPUs, neither class is broken or unfit with the other, each predicted slowdown plus the
+/// GPUs, their pair is not on trial ([`Sharing::trying`]: a prediction is tested on one GPU
+/// before it is trusted on more), neither class is broken or unfit with the other, each predicted slowdown plus the
 /// model's error (none for a measured pair) is within its job's bound, and the pair gains at
 /// least [`Sharing::min_gain`]; `None` otherwise. A pair the model cannot predict is tried
 /// only where both bounds reach [`Sharing::try_bound`] and even the worst slowdown seen in a
@@ -263,6 +270,7 @@ pub fn slowdowns(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<f64>
 fn admit(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<(bool, f64)> {
     let (broken, unfit) = (sharing.broken, sharing.unfit);
     if a.gpus != b.gpus
+        || sharing.trying.contains(&(a.class.min(b.class), a.class.max(b.class)))
         || broken.contains(&a.class)
         || broken.contains(&b.class)
         || unfit.contains(&(a.class, b.class))
@@ -479,6 +487,26 @@ mod tests {
         let sharing = Sharing { trying: &trying, ..sharing };
         assert_eq!(slowdowns(&sharing, &job(1, 2), &job(2, 1)), None);
         assert!(slowdowns(&sharing, &job(1, 2), &job(2, 2)).is_some());
+    }
+
+    #[test]
+    fn a_pair_predicted_but_never_measured_shares_one_gpu_at_a_time_until_measured() {
+        // Classes 0 and 1 measured beside 0 and beside each other one way: 1 beside 1 is
+        // predicted by the fit, never measured.
+        let measured = |victim, neighbour, slowdown| PairSlowdown { victim, neighbour, slowdown };
+        let model = Interference::fit(2, &[measured(0, 0, 0.1), measured(1, 0, 0.2), measured(0, 1, 0.1)]);
+        assert!(model.predict(1, 1).is_some() && !model.measured.contains_key(&(1, 1)));
+        let sharing = Sharing::with_model(&model);
+        let job = |job, class| Candidate { job, class, gpus: 1, bound: 0.5, left_s: 3600.0 };
+        // Two class-1 jobs wait beside two lone class-1 jobs: the first pair forms, the second
+        // waits for its measurement (the prediction may be wrong for both alike).
+        let running = [job(1, 1), job(2, 1)];
+        assert_eq!(pair(&sharing, &[job(10, 1), job(11, 1)], &running, |_, _| true), vec![(10, 1)]);
+        let trying = BTreeSet::from([(1, 1)]);
+        assert_eq!(slowdowns(&Sharing { trying: &trying, ..sharing }, &job(11, 1), &job(2, 1)), None);
+        // A pair measured both ways forms as often as jobs come: 0 beside 0 twice at once.
+        let running = [job(1, 0), job(2, 0)];
+        assert_eq!(pair(&sharing, &[job(10, 0), job(11, 0)], &running, |_, _| true), vec![(10, 1), (11, 2)]);
     }
 
     #[test]
