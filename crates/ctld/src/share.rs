@@ -409,8 +409,13 @@ pub fn gate(
         .collect();
     let mut visible: Vec<(u32, Option<Candidate>)> =
         shares.iter().filter(|(_, s)| s.pending && !s.held).map(|(&id, s)| (id, candidate(id, s))).collect();
-    let kept_off = |c: Option<Candidate>| -> BTreeSet<String> {
-        lone.iter().filter(|(l, _)| !allowed(c, *l)).map(|(_, node)| node.to_string()).collect()
+    // The nodes of the lone jobs `c` may not join, but for `partner`'s: the pair released
+    // together is on trial by that release, not barred by it.
+    let kept_off = |c: Option<Candidate>, partner: Option<u32>| -> BTreeSet<String> {
+        (lone.iter())
+            .filter(|(l, _)| l.is_none_or(|l| Some(l.job) != partner) && !allowed(c, *l))
+            .map(|(_, node)| node.to_string())
+            .collect()
     };
     let mut gate = Gate::default();
     let Released { own, beside } = released;
@@ -428,7 +433,7 @@ pub fn gate(
         let me = candidate(id, &shares[&id]);
         let waits = partner_waits
             && snapshot.now - b.at <= BESIDE_PATIENCE_S
-            && lone.iter().filter(|(_, n)| *n == b.node).all(|(l, _)| allowed(me, *l));
+            && !kept_off(me, Some(b.partner)).contains(&b.node);
         if !waits {
             gate.require.push((id, b.own.clone()));
         }
@@ -438,7 +443,8 @@ pub fn gate(
         let s = &shares[&id];
         // Released by an earlier controller: all its exclusions count as its own.
         let mine = own.entry(id).or_insert_with(|| s.excluded.clone());
-        let whole: BTreeSet<String> = mine.union(&kept_off(candidate(id, s))).cloned().collect();
+        let partner = beside.get(&id).map(|b| b.partner);
+        let whole: BTreeSet<String> = mine.union(&kept_off(candidate(id, s), partner)).cloned().collect();
         if whole != s.excluded {
             gate.exclude.push((id, whole.into_iter().collect()));
         }
@@ -461,7 +467,7 @@ pub fn gate(
                 beside.insert(id, Beside { partner, node: node.clone(), own, at: snapshot.now });
                 Place::Beside { node, partner }
             }
-            None if holds => Place::Alone(s.excluded.union(&kept_off(me)).cloned().collect()),
+            None if holds => Place::Alone(s.excluded.union(&kept_off(me, None)).cloned().collect()),
             None => continue,
         };
         own.insert(id, s.excluded.clone());

@@ -607,3 +607,28 @@ fn a_pair_its_nodes_measured_nothing_of_leaves_its_trial_once_judged() {
     assert!(pairs.sharing().trying.is_empty());
     assert!(pairs.learned().is_empty(), "nothing was measured");
 }
+
+#[test]
+fn a_job_released_beside_its_partner_on_trial_keeps_its_place_while_it_pends() {
+    // Learning from no pair data: job 2 (small) is released beside job 1 (small) to try the
+    // pair (both 10% bounds reach the try bound).
+    let tuning = cluster::Tuning { share_learn: true, share_try_bound: 0.1, ..cluster::Tuning::default() };
+    let mut pairs = Pairs::new(&[]).with_tuning(&tuning);
+    pairs.class_or_new("small");
+    let mut planner = Planner::new(Config::default()).sharing(pairs.clone());
+    let nodes = node("n1", 1, "0");
+    let lone = request(1, "small", Is::On(0), "");
+    let held = lone.clone() + &request(2, "small", Is::Held, "");
+    let gate = planner_loop(&mut planner, &pairs, &nodes, &squeue(&[(1, "n1")], &[2], &[]), &held);
+    assert_eq!(released(&gate), [(2, Place::Beside { node: "n1".into(), partner: 1 })]);
+    // The controller's loop notes the pair on trial from what it released.
+    let requests = lone + &requiring(request(2, "small", Is::Released, ""), "n1");
+    let jobs = squeue(&[(1, "n1")], &[], &[2]);
+    let shares = share_jobs(&parse_requests(&requests), &parse_jobs(&jobs).unwrap(), &mut pairs);
+    let own = planner.pairs.as_mut().unwrap();
+    on_trial(own, &planner.ledger.share_released, &shares);
+    assert_eq!(own.sharing().trying.len(), 1);
+    // Slurm has not started job 2 yet: its own trial does not take its place beside job 1.
+    let gate = planner_loop(&mut planner, &pairs, &nodes, &jobs, &requests);
+    assert_eq!((gate.require.len(), gate.exclude.len()), (0, 0), "{gate:?}");
+}
