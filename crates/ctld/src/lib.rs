@@ -384,9 +384,9 @@ impl Ctld {
         };
         if let Some(pairs) = &mut self.planner.pairs {
             learned.shares = share::share_jobs(&requests, &jobs, pairs);
-            share::on_trial(pairs, &self.planner.ledger.share_released, &learned.shares);
             self.judge.watch(&learned.shares);
             self.judge.run(&self.nodes, nodes, &learned.shares, pairs);
+            share::on_trial(pairs, &self.planner.ledger.share_released, &learned.shares, &self.judge);
             self.planner.ledger.share_broken = pairs.broken_tags();
             self.planner.ledger.share_learned = pairs.learned();
             self.planner.ledger.share_unfit = pairs.unfit_tags();

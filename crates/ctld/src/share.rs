@@ -203,19 +203,11 @@ impl Pairs {
         Some(class)
     }
 
-    /// Notes that classes `a` and `b` share a GPU now (learning: a pair never measured both
-    /// ways is on trial until measured or judged).
-    pub fn joined(&mut self, a: u16, b: u16) {
+    /// Learning, puts on trial exactly those of the class pairs `sharing` (sharing a GPU, about
+    /// to, or awaiting their judgement) never measured both ways ([`Learning::on_trial`]).
+    pub fn on_trial(&mut self, sharing: impl IntoIterator<Item = (u16, u16)>) {
         if let Some(learning) = &mut self.learning {
-            learning.join(usize::from(a), usize::from(b));
-        }
-    }
-
-    /// Notes that classes `a` and `b` no longer share a GPU, their pair judged without a
-    /// measurement (learning: off trial).
-    pub fn parted(&mut self, a: u16, b: u16) {
-        if let Some(learning) = &mut self.learning {
-            learning.part(usize::from(a), usize::from(b));
+            learning.on_trial(sharing.into_iter().map(|(a, b)| (usize::from(a), usize::from(b))));
         }
     }
 
@@ -477,17 +469,21 @@ pub fn gate(
     gate
 }
 
-/// Notes each pair released onto one GPU ([`Pairs::joined`], from `released`, the jobs
-/// released beside a partner that have not started): learning, a pair never measured both
-/// ways is on trial until measured or judged, sharing no other GPU meanwhile, and where the
-/// model cannot predict it no other pair of its classes is tried meanwhile.
-pub fn on_trial(pairs: &mut Pairs, released: &Released, shares: &BTreeMap<u32, ShareJob>) {
+/// Puts on trial ([`Pairs::on_trial`]), each loop, the class pairs of the jobs released
+/// beside a partner that have not started (`released`) and of the jobs the `judge` watches
+/// (sharing a GPU, or ended and not yet judged): learning, a pair never measured both ways
+/// shares no other GPU meanwhile, and where the model cannot predict it no other pair of its
+/// classes is tried. Derived from what the controller sees, a pair leaves its trial however
+/// its sharing ends: measured, judged without a measurement, or never started.
+pub fn on_trial(
+    pairs: &mut Pairs,
+    released: &Released,
+    shares: &BTreeMap<u32, ShareJob>,
+    judge: &judge::Judge,
+) {
     let class = |id: &u32| shares.get(id).and_then(|s| s.class);
-    for (job, beside) in &released.beside {
-        if let (Some(a), Some(b)) = (class(job), class(&beside.partner)) {
-            pairs.joined(a, b);
-        }
-    }
+    let beside = (released.beside.iter()).filter_map(|(job, b)| Some((class(job)?, class(&b.partner)?)));
+    pairs.on_trial(beside.chain(judge.pairs()).collect::<Vec<_>>());
 }
 
 /// Asks Slurm for what `gate` says: releases each opted-in job where it may start, and keeps

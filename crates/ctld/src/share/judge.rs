@@ -5,9 +5,8 @@
 //! ([`SmActivity::run_slowdown`]) broke the job's own bound, its class is paired no more
 //! ([`Pairs::observe`]), as the simulator does with the true slowdown of the run. Learning
 //! pairs (`share_learn`), the pair's slowdown (the rates alone and shared,
-//! [`SmActivity::slowdown`]) beside the one class the job shared with is learned instead, a
-//! pair over the job's bound never shares again, and a judged job's pairs leave their trials
-//! ([`Pairs::parted`]), measured or not.
+//! [`SmActivity::slowdown`]) beside the one class the job shared with is learned instead, and a
+//! pair over the job's bound never shares again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -37,15 +36,6 @@ struct Watched {
     neighbours: BTreeSet<u16>,
     /// Asks left once it has ended.
     asks: u32,
-}
-
-impl Watched {
-    /// Takes its class's pairs with its neighbours off trial ([`Pairs::parted`]).
-    fn parted(&self, pairs: &mut Pairs) {
-        for &n in &self.neighbours {
-            pairs.parted(self.class, n);
-        }
-    }
 }
 
 /// The opted-in jobs seen sharing a GPU, until their nodes' measurements are judged.
@@ -89,6 +79,11 @@ impl Judge {
         }
     }
 
+    /// The class pairs of the watched jobs, each with each class seen beside it.
+    pub fn pairs(&self) -> impl Iterator<Item = (u16, u16)> + '_ {
+        (self.watched.values()).flat_map(|w| w.neighbours.iter().map(move |&n| (w.class, n)))
+    }
+
     /// The watched jobs that no longer run (not in `shares`, or not on a GPU), with their
     /// nodes: each to be asked for its record.
     pub fn due(&self, shares: &BTreeMap<u32, ShareJob>) -> Vec<(u32, String)> {
@@ -109,15 +104,11 @@ impl Judge {
         let Some(record) = ended else {
             watched.asks -= 1;
             if watched.asks == 0 {
-                let watched = self.watched.remove(&id)?;
-                watched.parted(pairs);
+                self.watched.remove(&id);
             }
             return None;
         };
         let watched = self.watched.remove(&id)?;
-        // Judged, measured or not, its pairs leave their trials (a measurement takes them off
-        // too): a node that measures nothing must not stop their classes' trials for good.
-        watched.parted(pairs);
         let sm = || record.gpus.iter().filter_map(|g| g.meter.sm.as_ref());
         let Some(run) = sm().filter_map(SmActivity::run_slowdown).max_by(f64::total_cmp) else {
             return Some(Verdict::Unmeasured);

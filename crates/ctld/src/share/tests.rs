@@ -562,7 +562,7 @@ fn learning_a_pair_measured_within_its_bounds_pairs_again_and_one_over_them_neve
         left_s: f64::INFINITY,
     };
     assert!(slowdowns(&pairs.sharing(), &wide(10, d), &wide(11, a)).is_some());
-    pairs.joined(d, b);
+    pairs.on_trial([(d, b)]);
     assert!(slowdowns(&pairs.sharing(), &wide(10, d), &wide(11, a)).is_none(), "d on trial");
     assert!(slowdowns(&pairs.sharing(), &wide(10, b), &wide(11, b)).is_none(), "b on trial");
     // What the state file keeps, read back by the next controller: the same decisions.
@@ -574,38 +574,46 @@ fn learning_a_pair_measured_within_its_bounds_pairs_again_and_one_over_them_neve
 }
 
 #[test]
-fn a_pair_its_nodes_measured_nothing_of_leaves_its_trial_once_judged() {
+fn a_pair_is_on_trial_while_it_shares_and_until_judged_measured_or_not() {
     let tuning = cluster::Tuning { share_learn: true, share_try_bound: 0.1, ..cluster::Tuning::default() };
     let mut pairs = Pairs::new(&[]).with_tuning(&tuning);
     let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &mut Pairs| {
         share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
     };
-    // Jobs 1 (a) and 2 (b) on trial on GPU 0, jobs 3 (a) and 4 (c) on GPU 1.
+    // Jobs 1 (a) and 2 (b) share GPU 0, jobs 3 (a) and 4 (c) GPU 1: both pairs on trial.
     let requests = request(1, "a", Is::On(0), "")
         + &request(2, "b", Is::On(0), "")
         + &request(3, "a", Is::On(1), "")
         + &request(4, "c", Is::On(1), "");
     let shares = shares_of(&requests, &[(1, "n1"), (2, "n1"), (3, "n1"), (4, "n1")], &mut pairs);
-    let [a, b, c] = ["a", "b", "c"].map(|t| pairs.class(t).unwrap());
-    pairs.joined(a, b);
-    pairs.joined(a, c);
-    assert_eq!(pairs.sharing().trying.len(), 2);
+    let [a, b, c] = ["a", "b", "c"].map(|t| usize::from(pairs.class(t).unwrap()));
     let mut judge = judge::Judge::default();
     judge.watch(&shares);
-    shares_of("", &[], &mut pairs);
-    // Job 1's record has no slowdown: a and b leave their trial, tried again as never measured
-    // (else a node that measures nothing would stop both classes' trials for good).
+    let none = Released::default();
+    on_trial(&mut pairs, &none, &shares, &judge);
+    let trying = |pairs: &Pairs| pairs.sharing().trying.iter().copied().collect::<Vec<_>>();
+    assert_eq!(trying(&pairs), [(a, b), (a, c)]);
+    // All four ended: on trial until judged.
+    let ended = shares_of("", &[], &mut pairs);
+    on_trial(&mut pairs, &none, &ended, &judge);
+    assert_eq!(trying(&pairs), [(a, b), (a, c)]);
+    // Job 1's record has no slowdown, job 2 measured 5% beside a: a and b stay on trial until
+    // both are judged (one way is not both).
     assert_eq!(judge.judge(1, Some(&[record(1, true, None)]), &mut pairs), Some(judge::Verdict::Unmeasured));
-    assert_eq!(
-        pairs.sharing().trying.iter().copied().collect::<Vec<_>>(),
-        [(usize::from(a), usize::from(c))]
-    );
-    // Job 3's node never answers: given up, a and c leave theirs too.
+    on_trial(&mut pairs, &none, &ended, &judge);
+    assert_eq!(trying(&pairs), [(a, b), (a, c)]);
+    judge.judge(2, Some(&[record(2, true, slowed(0.05))]), &mut pairs).unwrap();
+    on_trial(&mut pairs, &none, &ended, &judge);
+    assert_eq!(trying(&pairs), [(a, c)], "judged: off trial, b beside a learned");
+    // Job 3's and 4's nodes never answer: given up, a and c leave theirs too (else a node that
+    // measures nothing would stop both classes' trials until the controller restarts).
     for _ in 0..20 {
         judge.judge(3, None, &mut pairs);
+        judge.judge(4, None, &mut pairs);
     }
-    assert!(pairs.sharing().trying.is_empty());
-    assert!(pairs.learned().is_empty(), "nothing was measured");
+    on_trial(&mut pairs, &none, &ended, &judge);
+    assert!(trying(&pairs).is_empty());
+    assert_eq!(pairs.learned().len(), 1, "only b beside a was measured");
 }
 
 #[test]
@@ -625,10 +633,22 @@ fn a_job_released_beside_its_partner_on_trial_keeps_its_place_while_it_pends() {
     let requests = lone + &requiring(request(2, "small", Is::Released, ""), "n1");
     let jobs = squeue(&[(1, "n1")], &[], &[2]);
     let shares = share_jobs(&parse_requests(&requests), &parse_jobs(&jobs).unwrap(), &mut pairs);
+    let judge = judge::Judge::default();
     let own = planner.pairs.as_mut().unwrap();
-    on_trial(own, &planner.ledger.share_released, &shares);
+    on_trial(own, &planner.ledger.share_released, &shares, &judge);
     assert_eq!(own.sharing().trying.len(), 1);
     // Slurm has not started job 2 yet: its own trial does not take its place beside job 1.
     let gate = planner_loop(&mut planner, &pairs, &nodes, &jobs, &requests);
     assert_eq!((gate.require.len(), gate.exclude.len()), (0, 0), "{gate:?}");
+    // Job 1 ended first: job 2 gets its node list back, and the next loop takes the pair,
+    // never shared, off its trial (else no two jobs of its class would share until the
+    // controller restarts).
+    let requests = requiring(request(2, "small", Is::Released, ""), "n1");
+    let jobs = squeue(&[], &[], &[2]);
+    let gate = planner_loop(&mut planner, &pairs, &nodes, &jobs, &requests);
+    assert_eq!(gate.require, [(2, vec![])]);
+    let shares = share_jobs(&parse_requests(&requests), &parse_jobs(&jobs).unwrap(), &mut pairs);
+    let own = planner.pairs.as_mut().unwrap();
+    on_trial(own, &planner.ledger.share_released, &shares, &judge);
+    assert!(own.sharing().trying.is_empty());
 }

@@ -83,10 +83,14 @@ impl Learning {
         }
     }
 
-    /// Notes that classes `a` and `b` no longer share a GPU with no measurement of them (the
-    /// node gave none): off trial, tried again as never measured.
-    pub fn part(&mut self, a: usize, b: usize) {
-        self.trying.remove(&(a.min(b), a.max(b)));
+    /// Puts on trial exactly those of `sharing` (class pairs sharing a GPU or about to, as a
+    /// caller that polls sees them) not measured both ways, in place of [`Learning::join`]'s.
+    pub fn on_trial(&mut self, sharing: impl IntoIterator<Item = (usize, usize)>) {
+        let model = &self.model;
+        self.trying = (sharing.into_iter())
+            .filter(|&(a, b)| !model.measured_both(a, b))
+            .map(|(a, b)| (a.min(b), a.max(b)))
+            .collect();
     }
 
     /// Records that class `victim` ran `slowdown` slower (time ratio minus one) beside class
@@ -147,6 +151,12 @@ mod tests {
         assert_eq!(l.trying().len(), 1, "measured both ways: not on trial");
         l.measure(1, 1, 0.3);
         assert!(l.trying().is_empty());
+        // Set from what shares now: only the pairs never measured both ways.
+        l.on_trial([(0, 0), (1, 0), (1, 1)]);
+        assert!(l.trying().is_empty(), "all three measured");
+        l.grow(3);
+        l.on_trial([(2, 0), (0, 0)]);
+        assert_eq!(l.trying().iter().copied().collect::<Vec<_>>(), [(0, 2)]);
     }
 
     #[test]
