@@ -17,8 +17,8 @@ pub struct Learning {
     prior: BTreeMap<(usize, usize), f64>,
     /// Each pair measured on the cluster, `(victim, neighbour)`: its first measurement.
     measured: BTreeMap<(usize, usize), f64>,
-    /// Class pairs (lower class first) sharing a GPU that were not measured both ways when
-    /// they joined, until one of them is measured.
+    /// Class pairs (lower class first) on trial: not measured both ways when they joined, until
+    /// one of them is measured (or as [`Learning::on_trial`] sets them).
     trying: BTreeSet<(usize, usize)>,
     /// The model fitted on the prior and the measurements.
     model: Interference,
@@ -57,7 +57,7 @@ impl Learning {
         &self.model
     }
 
-    /// Class pairs on trial: sharing a GPU, never measured ([`super::Sharing::trying`]).
+    /// Class pairs on trial: sharing a GPU, not measured both ways ([`super::Sharing::trying`]).
     pub fn trying(&self) -> &BTreeSet<(usize, usize)> {
         &self.trying
     }

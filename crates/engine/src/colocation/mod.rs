@@ -251,9 +251,9 @@ pub fn gain(a: f64, b: f64) -> f64 {
 
 /// The predicted slowdowns of `a` and `b` sharing their GPUs, summed, when they have as many
 /// GPUs, their pair is not on trial ([`Sharing::trying`]: a prediction is tested on one GPU
-/// before it is trusted on more), neither class is broken or unfit with the other, each predicted slowdown plus the
-/// model's error (none for a measured pair) is within its job's bound, and the pair gains at
-/// least [`Sharing::min_gain`]; `None` otherwise. A pair the model cannot predict is tried
+/// before it is trusted on more), neither class is broken or unfit with the other, each
+/// predicted slowdown plus the model's error (none for a measured pair) is within its job's
+/// bound, and the pair gains at least [`Sharing::min_gain`]; `None` otherwise. A pair the model cannot predict is tried
 /// only where both bounds reach [`Sharing::try_bound`] and even the worst slowdown seen in a
 /// pair of either class ([`Interference::worst`], at least the try bound) keeps each job within
 /// its bound while they share: that slowdown over the shorter of the two runs left (the most
