@@ -3,7 +3,8 @@
 //! each pair at the SM shares the test sets (its truth); wattsond measures each job's rate
 //! alone and shared, the controller asks for the records over the link and learns the pair:
 //! a pair measured within the bounds is paired again where the controller would not try an
-//! unknown pair, and one measured over a bound is never tried again, also after a restart.
+//! unknown pair, and one measured over a bound is never tried again, also after a restart. A
+//! job released to try a pair keeps its place beside its partner while it waits to start.
 
 use std::time::{Duration, Instant};
 
@@ -13,8 +14,8 @@ use wattson_harness::slurm_lab::SlurmLab;
 
 use super::ctld::{ctld_log, wait_live};
 use super::ctld_share::{
-    field, pid_of, power_status, restart_ctld, share_ctld, share_lab_of, submit_bounded, wait_state,
-    waits_held_beside,
+    field, pid_of, power_status, restart_ctld, share_ctld, share_lab_of, submit_bounded, wait_field,
+    wait_state, waits_held_beside,
 };
 use super::shared_gpus::wait_recorded;
 
@@ -108,4 +109,43 @@ fn pairs_learned_from_the_nodes_measurements_steer_the_next_pairing() {
     waits_held_beside(&node, &lab, c, "pushy", 30);
     let log = first_log + &ctld_log(&lab);
     assert_eq!(log.matches(BESIDE).count(), 3, "only the three pairs above shared: {log}");
+}
+
+#[test]
+fn a_job_released_to_try_a_pair_keeps_its_place_while_it_waits_for_cpus() {
+    // No pair data; an unknown pair is tried where both bounds reach 10%.
+    let work = tempfile::tempdir().unwrap();
+    let ctld_conf = "share_learn = true\nshare_try_bound = 0.1\n";
+    let (node, lab, state) = share_lab_of(work.path(), "", 1, "", "", ctld_conf);
+    let _ctld = share_ctld(&lab, &node);
+    wait_live(&lab, &state);
+    // Of the node's 4 CPUs, a job without GPUs holds 2 and the partner 1.
+    let cpus = lab.sbatch(&["-c", "2"], "#!/bin/sh\nsleep 120\n").unwrap();
+    wait_state(&lab, cpus, "RUNNING", "the CPU job starts");
+    let partner = submit_bounded(&lab, "calm", 60, 10);
+    wait_recorded(&node, &lab, partner);
+    // A `calm` job of 3 CPUs is released beside it to try the pair, and waits for CPUs.
+    let args = [
+        "--gres=gpu:1",
+        "--energy-share=yes",
+        "--energy=min-energy",
+        "--energy-slowdown=10",
+        "--energy-tag=calm",
+        "-c",
+        "3",
+    ];
+    let job = lab.sbatch(&args, "#!/bin/sh\nsleep 1\n").unwrap();
+    wait_field(&lab, job, "ReqNodeList", |v| v == "n1", "released beside its partner");
+    // Five of the controller's loops later it still has its place: its own trial, which keeps
+    // other `calm` jobs off the partner, does not keep it off.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(lab.job_info(job).unwrap().state, "PENDING", "short of CPUs");
+    assert_eq!(field(&lab, job, "ReqNodeList"), "n1", "{}", ctld_log(&lab));
+    assert!(!field(&lab, job, "ExcNodeList").contains("n1"), "{}", ctld_log(&lab));
+    assert!(!ctld_log(&lab).contains("its place beside its partner is gone"), "{}", ctld_log(&lab));
+    // CPUs free: it starts beside its partner.
+    lab.run_ok("scancel", &[&cpus.to_string()]);
+    assert_eq!(lab.wait_job(job, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    assert!(field(&lab, job, "AdminComment").ends_with(",released=share"));
+    assert_eq!(ctld_log(&lab).matches(BESIDE).count(), 1, "{}", ctld_log(&lab));
 }

@@ -309,7 +309,7 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
 }
 
 /// Waits (a minute at most) until job `id`'s field `name` satisfies `ok`.
-fn wait_field(lab: &SlurmLab, id: u32, name: &str, ok: impl Fn(&str) -> bool, what: &str) {
+pub(crate) fn wait_field(lab: &SlurmLab, id: u32, name: &str, ok: impl Fn(&str) -> bool, what: &str) {
     let started = Instant::now();
     loop {
         let value = field(lab, id, name);
