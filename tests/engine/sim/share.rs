@@ -201,6 +201,35 @@ fn without_a_prior_pairs_are_learned_from_trials_and_no_pair_breaks_a_bound_afte
         .filter(|(k, run)| !run.partners.is_empty() && run.slowdown > o.jobs[*k].bound + 1e-9)
         .count();
     assert!(over < shared / 10, "{over} of {shared} jobs that shared broke their bound");
+    // Each job's slowdown is learned at its end, as the controller reads it from the job's
+    // record: no second GPU takes a pair of classes before both jobs of its first admission
+    // have ended (one of them, for a class beside its own kind: one job's record is both ways).
+    // Seed 5 re-admits a pair between its two jobs' ends where both were learned as it parted.
+    for seed in [1, 5] {
+        let o = wattson_sim::run(&c, &cat, &t, TRACE, &wattson, seed).expect("simulation runs");
+        let (r, class) = (&o.runs[0], |k: usize| o.jobs[k].share.expect("an opted-in job"));
+        let admissions = (r.jobs.iter().enumerate()).flat_map(|(k, run)| {
+            run.partners.iter().map(move |&(other, start, _)| (k, other as usize, start))
+        });
+        let mut first: std::collections::BTreeMap<(u16, u16), (f64, f64)> = Default::default();
+        for (k, other, start) in admissions.clone() {
+            let (a, b) = (class(k), class(other));
+            let (x, y) = (r.jobs[k].end, r.jobs[other].end);
+            let ends = if a == b { x.min(y) } else { x.max(y) };
+            let f = first.entry((a.min(b), a.max(b))).or_insert((start, ends));
+            if start < f.0 {
+                *f = (start, ends);
+            }
+        }
+        for (k, other, start) in admissions {
+            let (a, b) = (class(k), class(other));
+            let (at, ends) = first[&(a.min(b), a.max(b))];
+            assert!(
+                start == at || start >= ends,
+                "seed {seed}: classes {a} and {b} shared again at {start}, before {ends}"
+            );
+        }
+    }
 }
 
 /// Pairs that never pay: each job of any pair of the two classes runs 2.0075 times as long as

@@ -86,6 +86,9 @@ struct Live {
     partner: u32,
     /// Its time ratio from sharing (1: alone).
     slow: f64,
+    /// Its time ratio while it last shared (1: never shared): what its node's record gives at
+    /// its end.
+    shared_slow: f64,
 }
 
 /// [`Live::partner`] of a job alone on its GPUs.
@@ -209,6 +212,7 @@ pub fn simulate_observed(
             released: f64::NAN,
             partner: NO_PARTNER,
             slow: 1.0,
+            shared_slow: 1.0,
         });
     }
     let mut s = Sim {
@@ -480,6 +484,7 @@ impl Sim<'_> {
         self.run_pos[ju] = usize::MAX;
         if !self.runs[ju].partners.is_empty() {
             self.judge_sharing(ju);
+            self.learn_at_end(ju);
         }
         if self.live[ju].partner != NO_PARTNER {
             // The partner keeps the GPU.

@@ -3,6 +3,8 @@
 //! ([`crate::colocation`]), until one ends ([`Sim::part`]) and the other runs alone again.
 //! The GPU stays with whichever job ends last: the pool sees it held throughout.
 
+use std::collections::BTreeSet;
+
 use wattson_engine::colocation::Learning;
 
 use super::{NO_PARTNER, Sim};
@@ -78,6 +80,8 @@ impl Sim<'_> {
         self.live[hu].partner = q;
         self.live[qu].slow = 1.0 + sq;
         self.live[hu].slow = 1.0 + sh;
+        self.live[qu].shared_slow = 1.0 + sq;
+        self.live[hu].shared_slow = 1.0 + sh;
         self.runs[qu].partners.push((h, t, f64::NAN));
         self.runs[hu].partners.push((q, t, f64::NAN));
         self.redraw(t, qu, 0.0);
@@ -94,11 +98,6 @@ impl Sim<'_> {
         let (old_j, old_k) = (self.draw(j), self.draw(k));
         self.redraw_to(t, j, old_j, 0.0);
         for (a, b) in [(j, k), (k, j)] {
-            if let (Some(l), Some(va), Some(vb)) =
-                (&mut self.learning, self.jobs[a].share, self.jobs[b].share)
-            {
-                l.measure(usize::from(va), usize::from(vb), self.live[a].slow - 1.0);
-            }
             self.live[a].partner = NO_PARTNER;
             self.live[a].slow = 1.0;
             if let Some(p) = self.runs[a].partners.iter_mut().rev().find(|p| p.0 as usize == b) {
@@ -115,6 +114,27 @@ impl Sim<'_> {
             let (n, m) = self.runs[j].shares[k];
             self.meter.adjust(n as usize, t, f64::from(m.count_ones()) * (new - old));
         }
+    }
+
+    /// Job `j`, which shared its GPU, has ended: where the policy learns pairs, its pair's
+    /// slowdown is learned as the controller learns it from the job's record, at the job's end
+    /// and only where it shared with one class; the pairs on trial are then those of the jobs
+    /// that shared and still run (a pair stays on trial until both its jobs have ended).
+    pub(super) fn learn_at_end(&mut self, j: usize) {
+        let Some(l) = &mut self.learning else { return };
+        let jobs = self.jobs;
+        let class = |k: usize| jobs[k].share.map(usize::from);
+        let withs: BTreeSet<usize> =
+            self.runs[j].partners.iter().filter_map(|p| class(p.0 as usize)).collect();
+        if let (Some(c), Some(&with), 1) = (class(j), withs.first(), withs.len()) {
+            l.measure(c, with, self.live[j].shared_slow - 1.0);
+        }
+        // `j` has left the running jobs.
+        let runs = &self.runs;
+        let sharing = (self.running.iter().map(|&x| x as usize)).flat_map(|x| {
+            runs[x].partners.iter().filter_map(move |p| Some((class(x)?, class(p.0 as usize)?)))
+        });
+        l.on_trial(sharing.collect::<Vec<_>>());
     }
 
     /// Job `j`, which shared its GPU, has ended: a run slowed over its bound stops its class
