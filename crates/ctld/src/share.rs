@@ -203,11 +203,12 @@ impl Pairs {
         Some(class)
     }
 
-    /// Learning, puts on trial exactly those of the class pairs `sharing` (sharing a GPU, about
-    /// to, or awaiting their judgement) never measured both ways ([`Learning::on_trial`]).
-    pub fn on_trial(&mut self, sharing: impl IntoIterator<Item = (u16, u16)>) {
+    /// Learning, from `sharing`, `(job, its class, a class beside it)` for the jobs sharing a
+    /// GPU, about to, or awaiting their judgement: puts on trial exactly their class pairs
+    /// never measured both ways, and notes the classes beside each job ([`Learning::on_trial`]).
+    pub fn on_trial(&mut self, sharing: impl IntoIterator<Item = (u32, u16, u16)>) {
         if let Some(learning) = &mut self.learning {
-            learning.on_trial(sharing.into_iter().map(|(a, b)| (usize::from(a), usize::from(b))));
+            learning.on_trial(sharing.into_iter().map(|(j, a, b)| (j, usize::from(a), usize::from(b))));
         }
     }
 
@@ -473,8 +474,10 @@ pub fn gate(
 /// beside a partner that have not started (`released`) and of the jobs the `judge` watches
 /// (sharing a GPU, or ended and not yet judged): learning, a pair never measured both ways
 /// shares no other GPU meanwhile, and where the model cannot predict it no other pair of its
-/// classes is tried. Derived from what the controller sees, a pair leaves its trial however
-/// its sharing ends: measured, judged without a measurement, or never started.
+/// classes is tried; a job whose own slowdown beside a class is not measured shares again
+/// only with that class, so that its record teaches. Derived from what the controller sees,
+/// a pair leaves its trial however its sharing ends: measured, judged without a measurement,
+/// or never started.
 pub fn on_trial(
     pairs: &mut Pairs,
     released: &Released,
@@ -482,8 +485,11 @@ pub fn on_trial(
     judge: &judge::Judge,
 ) {
     let class = |id: &u32| shares.get(id).and_then(|s| s.class);
-    let beside = (released.beside.iter()).filter_map(|(job, b)| Some((class(job)?, class(&b.partner)?)));
-    pairs.on_trial(beside.chain(judge.pairs()).collect::<Vec<_>>());
+    let beside = (released.beside.iter()).filter_map(|(&job, b)| {
+        let (c, p) = (class(&job)?, class(&b.partner)?);
+        Some([(job, c, p), (b.partner, p, c)])
+    });
+    pairs.on_trial(beside.flatten().chain(judge.pairs()).collect::<Vec<_>>());
 }
 
 /// Asks Slurm for what `gate` says: releases each opted-in job where it may start, and keeps

@@ -289,3 +289,46 @@ fn gavels_exactly_zero_slowdowns_are_read_as_missing() {
     }
     assert_eq!(zero, 80, "docs/sim.md counts 80 ordered V100 pairs shared exactly as alone");
 }
+
+#[test]
+fn a_job_shares_again_only_where_its_record_still_teaches_a_pair() {
+    let (mut c, cat, t) = sharing_inputs(1);
+    c.wattson.sim.pair_prior = false;
+    c.wattson.tuning.share_try_bound = 0.5;
+    let wattson = [ClusterPolicy::Wattson];
+    for seed in 1..=10 {
+        let o = wattson_sim::run(&c, &cat, &t, TRACE, &wattson, seed).expect("simulation runs");
+        let (r, class) = (&o.runs[0], |k: usize| o.jobs[k].share.expect("an opted-in job"));
+        // A job's record teaches its class's slowdown beside the one class it shared with, at
+        // its end; one that shared with two classes teaches nothing.
+        let mut learned: std::collections::BTreeMap<(u16, u16), f64> = Default::default();
+        for (k, run) in r.jobs.iter().enumerate() {
+            let withs: std::collections::BTreeSet<u16> =
+                run.partners.iter().map(|p| class(p.0 as usize)).collect();
+            if let (Some(&with), 1) = (withs.first(), withs.len()) {
+                let at = learned.entry((class(k), with)).or_insert(run.end);
+                *at = at.min(run.end);
+            }
+        }
+        // Each admission that gives a job a second class: its slowdown beside every class it
+        // then shares or shared with was learned before, so nothing its record held is lost.
+        for (k, run) in r.jobs.iter().enumerate() {
+            let mut withs = std::collections::BTreeSet::new();
+            for &(other, start, _) in &run.partners {
+                withs.insert(class(other as usize));
+                if withs.len() < 2 {
+                    continue;
+                }
+                for &n in &withs {
+                    let at = learned.get(&(class(k), n)).copied().unwrap_or(f64::INFINITY);
+                    assert!(
+                        at <= start,
+                        "seed {seed}: job {} of class {} shared with classes {withs:?} at {start}, its slowdown beside {n} unlearned",
+                        o.jobs[k].id,
+                        class(k)
+                    );
+                }
+            }
+        }
+    }
+}

@@ -79,9 +79,9 @@ impl Judge {
         }
     }
 
-    /// The class pairs of the watched jobs, each with each class seen beside it.
-    pub fn pairs(&self) -> impl Iterator<Item = (u16, u16)> + '_ {
-        (self.watched.values()).flat_map(|w| w.neighbours.iter().map(move |&n| (w.class, n)))
+    /// Each watched job with its class and each class seen beside it.
+    pub fn pairs(&self) -> impl Iterator<Item = (u32, u16, u16)> + '_ {
+        (self.watched.iter()).flat_map(|(&id, w)| w.neighbours.iter().map(move |&n| (id, w.class, n)))
     }
 
     /// The watched jobs that no longer run (not in `shares`, or not on a GPU), with their

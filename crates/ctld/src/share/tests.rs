@@ -562,7 +562,7 @@ fn learning_a_pair_measured_within_its_bounds_pairs_again_and_one_over_them_neve
         left_s: f64::INFINITY,
     };
     assert!(slowdowns(&pairs.sharing(), &wide(10, d), &wide(11, a)).is_some());
-    pairs.on_trial([(d, b)]);
+    pairs.on_trial([(20, d, b), (21, b, d)]);
     assert!(slowdowns(&pairs.sharing(), &wide(10, d), &wide(11, a)).is_none(), "d on trial");
     assert!(slowdowns(&pairs.sharing(), &wide(10, b), &wide(11, b)).is_none(), "b on trial");
     // What the state file keeps, read back by the next controller: the same decisions.
@@ -651,4 +651,34 @@ fn a_job_released_beside_its_partner_on_trial_keeps_its_place_while_it_pends() {
     let own = planner.pairs.as_mut().unwrap();
     on_trial(own, &planner.ledger.share_released, &shares, &judge);
     assert!(own.sharing().trying.is_empty());
+}
+
+#[test]
+fn a_job_whose_slowdown_beside_its_partner_is_unmeasured_shares_again_only_with_that_tag() {
+    let tuning = cluster::Tuning { share_learn: true, share_try_bound: 0.1, ..cluster::Tuning::default() };
+    let mut pairs = pairs().with_tuning(&tuning);
+    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &mut Pairs| {
+        share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
+    };
+    // Job 1 (small) tried a new tag beside it, job 2's, on n1's GPU 0.
+    let lone = request(1, "small", Is::On(0), "");
+    let both = lone.clone() + &request(2, "new", Is::On(0), "");
+    let mut judge = judge::Judge::default();
+    judge.watch(&shares_of(&both, &[(1, "n1"), (2, "n1")], &mut pairs));
+    // Job 2 ended, 2% slower beside small; job 1 runs on alone, its record not yet read.
+    let shares = shares_of(&lone, &[(1, "n1")], &mut pairs);
+    judge.judge(2, Some(&[record(2, true, slowed(0.02))]), &mut pairs).unwrap();
+    let (before, mut after) = (pairs.clone(), pairs);
+    on_trial(&mut after, &Released::default(), &shares, &judge);
+    // Job 5 (small, measured 5% beside small) would join job 1, whose record would then
+    // teach nothing of small beside new: it waits.
+    let requests = lone + &request(5, "small", Is::Held, "");
+    let squeue_text = squeue(&[(1, "n1")], &[5], &[]);
+    let gate = gate_with(after, &node("n1", 1, "0"), &squeue_text, &requests);
+    assert!(gate.release.is_empty(), "{gate:?}");
+    assert_eq!(
+        released(&gate_with(before, &node("n1", 1, "0"), &squeue_text, &requests)),
+        [(5, Place::Beside { node: "n1".into(), partner: 1 })],
+        "had job 1 never shared, it would have been"
+    );
 }

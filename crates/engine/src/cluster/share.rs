@@ -11,14 +11,16 @@
 use super::levels::allowance;
 use super::{Actions, ClusterPolicy, Held, NodePower, Queued, Running, Snapshot, TunedPolicy};
 use crate::colocation::{self, Candidate, Interference, Learning, Sharing};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// No class, no pair of classes.
 static NO_CLASSES: BTreeSet<usize> = BTreeSet::new();
 static NO_PAIRS: BTreeSet<(usize, usize)> = BTreeSet::new();
+/// No job.
+static NO_JOBS: BTreeMap<u32, BTreeSet<usize>> = BTreeMap::new();
 
 impl<'a> Sharing<'a> {
-    /// Deciding with `model` alone: nothing broken, unfit or on trial, and the shipped
+    /// Deciding with `model` alone: nothing broken, unfit, on trial or shared before, and the shipped
     /// `share_min_gain` and `share_try_bound`.
     pub fn with_model(model: &'a Interference) -> Sharing<'a> {
         let t = super::Tuning::default();
@@ -29,14 +31,17 @@ impl<'a> Sharing<'a> {
             min_gain: t.share_min_gain,
             try_bound: t.share_try_bound,
             trying: &NO_PAIRS,
+            shared_with: &NO_JOBS,
         }
     }
 
-    /// [`Sharing::with_model`] on `learning`'s model and its pairs on trial where pairs are
-    /// learned, else on `given`.
+    /// [`Sharing::with_model`] on `learning`'s model, its pairs on trial and the classes beside
+    /// its jobs where pairs are learned, else on `given`.
     pub fn learned_or(learning: Option<&'a Learning>, given: &'a Interference) -> Sharing<'a> {
         match learning {
-            Some(l) => Sharing { trying: l.trying(), ..Sharing::with_model(l.model()) },
+            Some(l) => {
+                Sharing { trying: l.trying(), shared_with: l.shared_with(), ..Sharing::with_model(l.model()) }
+            }
             None => Sharing::with_model(given),
         }
     }

@@ -20,6 +20,9 @@ pub struct Learning {
     /// Class pairs (lower class first) on trial: not measured both ways when they joined, until
     /// one of them is measured (or as [`Learning::on_trial`] sets them).
     trying: BTreeSet<(usize, usize)>,
+    /// The jobs sharing a GPU or about to, or awaiting their judgement, each to the classes
+    /// beside it (as [`Learning::on_trial`] sets them; [`super::Sharing::shared_with`]).
+    shared_with: BTreeMap<u32, BTreeSet<usize>>,
     /// The model fitted on the prior and the measurements.
     model: Interference,
     classes: usize,
@@ -34,6 +37,7 @@ impl Learning {
             prior,
             measured: BTreeMap::new(),
             trying: BTreeSet::new(),
+            shared_with: BTreeMap::new(),
             model: Interference::fit(0, &[]),
             classes,
         };
@@ -62,6 +66,11 @@ impl Learning {
         &self.trying
     }
 
+    /// The classes beside each job sharing a GPU ([`super::Sharing::shared_with`]).
+    pub fn shared_with(&self) -> &BTreeMap<u32, BTreeSet<usize>> {
+        &self.shared_with
+    }
+
     /// The pairs measured on the cluster, `(victim, neighbour)` to slowdown.
     pub fn measured(&self) -> &BTreeMap<(usize, usize), f64> {
         &self.measured
@@ -83,14 +92,19 @@ impl Learning {
         }
     }
 
-    /// Puts on trial exactly those of `sharing` (class pairs sharing a GPU or about to, as a
-    /// caller that polls sees them) not measured both ways, in place of [`Learning::join`]'s.
-    pub fn on_trial(&mut self, sharing: impl IntoIterator<Item = (usize, usize)>) {
-        let model = &self.model;
-        self.trying = (sharing.into_iter())
-            .filter(|&(a, b)| !model.measured_both(a, b))
-            .map(|(a, b)| (a.min(b), a.max(b)))
-            .collect();
+    /// From `sharing`, `(job, its class, a class beside it)` for each job sharing a GPU or
+    /// about to, as a caller that polls sees them: puts on trial exactly those class pairs
+    /// not measured both ways, in place of [`Learning::join`]'s, and notes the classes beside
+    /// each job ([`Learning::shared_with`]).
+    pub fn on_trial(&mut self, sharing: impl IntoIterator<Item = (u32, usize, usize)>) {
+        self.trying.clear();
+        self.shared_with.clear();
+        for (job, class, with) in sharing {
+            if !self.model.measured_both(class, with) {
+                self.trying.insert((class.min(with), class.max(with)));
+            }
+            self.shared_with.entry(job).or_default().insert(with);
+        }
     }
 
     /// Records that class `victim` ran `slowdown` slower (time ratio minus one) beside class
@@ -152,10 +166,10 @@ mod tests {
         l.measure(1, 1, 0.3);
         assert!(l.trying().is_empty());
         // Set from what shares now: only the pairs never measured both ways.
-        l.on_trial([(0, 0), (1, 0), (1, 1)]);
+        l.on_trial([(7, 0, 0), (8, 1, 0), (9, 1, 1)]);
         assert!(l.trying().is_empty(), "all three measured");
         l.grow(3);
-        l.on_trial([(2, 0), (0, 0)]);
+        l.on_trial([(7, 2, 0), (8, 0, 0)]);
         assert_eq!(l.trying().iter().copied().collect::<Vec<_>>(), [(0, 2)]);
     }
 

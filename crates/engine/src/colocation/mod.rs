@@ -184,6 +184,11 @@ pub struct Sharing<'a> {
     /// Such a pair shares no other GPU meanwhile, and where the model could not predict it,
     /// neither class is tried with any class.
     pub trying: &'a BTreeSet<(usize, usize)>,
+    /// Learning, the classes beside each job that shares a GPU or did (until it is judged). A
+    /// job's record teaches its slowdown beside one class only: one whose slowdown beside a
+    /// class it shared with is not measured shares again only with that class, one that shared
+    /// with several classes only beside measured ones.
+    pub shared_with: &'a BTreeMap<u32, BTreeSet<usize>>,
 }
 
 /// A job that may share its GPUs: its class in the model, its GPU count, and the most it may be
@@ -270,6 +275,8 @@ pub fn slowdowns(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<f64>
 fn admit(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<(bool, f64)> {
     let (broken, unfit) = (sharing.broken, sharing.unfit);
     if a.gpus != b.gpus
+        || !teaches(sharing, a, b.class)
+        || !teaches(sharing, b, a.class)
         || sharing.trying.contains(&(a.class.min(b.class), a.class.max(b.class)))
         || broken.contains(&a.class)
         || broken.contains(&b.class)
@@ -298,6 +305,14 @@ fn admit(sharing: &Sharing, a: &Candidate, b: &Candidate) -> Option<(bool, f64)>
     let within =
         a_slowed + margin(a.class, b.class) <= a.bound && b_slowed + margin(b.class, a.class) <= b.bound;
     (within && gain(a_slowed, b_slowed) >= sharing.min_gain).then_some((false, a_slowed + b_slowed))
+}
+
+/// Whether job `c` may share with class `with` ([`Sharing::shared_with`]): beside that class
+/// alone, or every class it would then have shared with measured beside its own.
+fn teaches(sharing: &Sharing, c: &Candidate, with: usize) -> bool {
+    let Some(before) = sharing.shared_with.get(&c.job) else { return true };
+    let measured = |n: &usize| sharing.model.measured.contains_key(&(c.class, *n));
+    before.iter().all(|&n| n == with) || (measured(&with) && before.iter().all(measured))
 }
 
 /// For each class `k`, the least-squares `x[k]` in `slowdown = x[k]·other[j]` over the pairs
@@ -507,6 +522,27 @@ mod tests {
         // A pair measured both ways forms as often as jobs come: 0 beside 0 twice at once.
         let running = [job(1, 0), job(2, 0)];
         assert_eq!(pair(&sharing, &[job(10, 0), job(11, 0)], &running, |_, _| true), vec![(10, 1), (11, 2)]);
+    }
+
+    #[test]
+    fn a_job_whose_slowdown_beside_a_class_is_not_measured_shares_again_only_with_that_class() {
+        // Classes 0 and 1 measured every way but 1 beside 2; 2 beside 1 measured.
+        let m = |victim, neighbour| PairSlowdown { victim, neighbour, slowdown: 0.1 };
+        let model = Interference::fit(3, &[m(0, 0), m(0, 1), m(1, 0), m(1, 1), m(2, 1), m(0, 2), m(2, 0)]);
+        let job = |job, class| Candidate { job, class, gpus: 1, bound: 0.5, left_s: 3600.0 };
+        // Job 1 (class 1) shared with class 2, whose partner ended: its record, read at its
+        // end, teaches 1 beside 2 only if it shares with class 2 alone until then.
+        let shared_with = BTreeMap::from([(1, BTreeSet::from([2])), (2, BTreeSet::from([1]))]);
+        let sharing = Sharing { shared_with: &shared_with, ..Sharing::with_model(&model) };
+        assert!(slowdowns(&sharing, &job(1, 1), &job(10, 0)).is_none(), "a second class");
+        assert!(slowdowns(&sharing, &job(10, 0), &job(1, 1)).is_none(), "either way round");
+        assert!(slowdowns(&sharing, &job(1, 1), &job(10, 2)).is_some(), "its class alone");
+        // Job 2 (class 2) measured beside 1: its record teaches nothing new beside a measured
+        // class, and it shares where it would beside that class alone.
+        assert!(slowdowns(&sharing, &job(2, 2), &job(10, 0)).is_some());
+        assert!(slowdowns(&sharing, &job(2, 2), &job(10, 2)).is_none(), "2 beside 2 not measured");
+        // Jobs never seen sharing are free.
+        assert!(slowdowns(&sharing, &job(3, 1), &job(10, 0)).is_some());
     }
 
     #[test]

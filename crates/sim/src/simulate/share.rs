@@ -132,7 +132,7 @@ impl Sim<'_> {
         // `j` has left the running jobs.
         let runs = &self.runs;
         let sharing = (self.running.iter().map(|&x| x as usize)).flat_map(|x| {
-            runs[x].partners.iter().filter_map(move |p| Some((class(x)?, class(p.0 as usize)?)))
+            runs[x].partners.iter().filter_map(move |p| Some((x as u32, class(x)?, class(p.0 as usize)?)))
         });
         l.on_trial(sharing.collect::<Vec<_>>());
     }
