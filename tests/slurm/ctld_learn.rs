@@ -14,8 +14,8 @@ use wattson_harness::slurm_lab::SlurmLab;
 
 use super::ctld::{ctld_log, wait_live};
 use super::ctld_share::{
-    field, pid_of, power_status, restart_ctld, share_ctld, share_lab_of, submit_bounded, wait_field,
-    wait_state, waits_held_beside,
+    PAIRS, field, pid_of, power_status, released_short_of_cpus, restart_ctld, share_ctld, share_lab_of,
+    submit_bounded, wait_state, waits_held_beside,
 };
 use super::shared_gpus::wait_recorded;
 
@@ -125,17 +125,7 @@ fn a_job_released_to_try_a_pair_keeps_its_place_while_it_waits_for_cpus() {
     let partner = submit_bounded(&lab, "calm", 60, 10);
     wait_recorded(&node, &lab, partner);
     // A `calm` job of 3 CPUs is released beside it to try the pair, and waits for CPUs.
-    let args = [
-        "--gres=gpu:1",
-        "--energy-share=yes",
-        "--energy=min-energy",
-        "--energy-slowdown=10",
-        "--energy-tag=calm",
-        "-c",
-        "3",
-    ];
-    let job = lab.sbatch(&args, "#!/bin/sh\nsleep 1\n").unwrap();
-    wait_field(&lab, job, "ReqNodeList", |v| v == "n1", "released beside its partner");
+    let job = released_short_of_cpus(&lab, "calm");
     // Five of the controller's loops later it still has its place: its own trial, which keeps
     // other `calm` jobs off the partner, does not keep it off.
     std::thread::sleep(Duration::from_secs(5));
@@ -147,5 +137,29 @@ fn a_job_released_to_try_a_pair_keeps_its_place_while_it_waits_for_cpus() {
     lab.run_ok("scancel", &[&cpus.to_string()]);
     assert_eq!(lab.wait_job(job, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
     assert!(field(&lab, job, "AdminComment").ends_with(",released=share"));
+    assert_eq!(ctld_log(&lab).matches(BESIDE).count(), 1, "{}", ctld_log(&lab));
+}
+
+#[test]
+fn a_job_that_tried_a_new_tag_shares_again_only_with_that_tag_until_its_record_is_read() {
+    // `small` beside `small` is in the pair file (5%); a new tag is tried where both bounds
+    // reach 10%.
+    let work = tempfile::tempdir().unwrap();
+    let ctld_conf = "share_learn = true\nshare_try_bound = 0.1\n";
+    let (node, lab, state) = share_lab_of(work.path(), PAIRS, 1, "", "", ctld_conf);
+    let _ctld = share_ctld(&lab, &node);
+    wait_live(&lab, &state);
+    // Job a (small) runs 20 s; job b, of a tag never seen, is released beside it to try the
+    // pair, and ends first.
+    let a = submit_bounded(&lab, "small", 20, 10);
+    wait_recorded(&node, &lab, a);
+    std::thread::sleep(Duration::from_secs(2));
+    let b = submit_bounded(&lab, "fresh", 3, 10);
+    wait_recorded(&node, &lab, b);
+    assert!(field(&lab, b, "AdminComment").ends_with(",released=share"), "{}", ctld_log(&lab));
+    assert_eq!(lab.wait_job(b, Duration::from_secs(60)).state, "COMPLETED", "{}", lab.all_logs());
+    // A `small` job would join job a by the pair file, and job a's record, read at its end,
+    // would then teach nothing of `small` beside `fresh`: it waits held until job a ends.
+    waits_held_beside(&node, &lab, a, "small", 10);
     assert_eq!(ctld_log(&lab).matches(BESIDE).count(), 1, "{}", ctld_log(&lab));
 }

@@ -308,8 +308,27 @@ fn a_class_its_node_measured_slowed_over_its_bound_is_not_paired_again() {
     );
 }
 
+/// Submits a job of workload `tag` at a 10% bound that needs 3 CPUs, and waits until the
+/// controller releases it beside its partner on n1, where another job holds 2 of the 4 CPUs
+/// and the partner 1: it then pends there, short of CPUs.
+pub(crate) fn released_short_of_cpus(lab: &SlurmLab, tag: &str) -> u32 {
+    let tag = format!("--energy-tag={tag}");
+    let args = [
+        "--gres=gpu:1",
+        "--energy-share=yes",
+        "--energy=min-energy",
+        "--energy-slowdown=10",
+        &tag,
+        "-c",
+        "3",
+    ];
+    let job = lab.sbatch(&args, "#!/bin/sh\nsleep 1\n").unwrap();
+    wait_field(lab, job, "ReqNodeList", |v| v == "n1", "released beside its partner");
+    job
+}
+
 /// Waits (a minute at most) until job `id`'s field `name` satisfies `ok`.
-pub(crate) fn wait_field(lab: &SlurmLab, id: u32, name: &str, ok: impl Fn(&str) -> bool, what: &str) {
+fn wait_field(lab: &SlurmLab, id: u32, name: &str, ok: impl Fn(&str) -> bool, what: &str) {
     let started = Instant::now();
     loop {
         let value = field(lab, id, name);
@@ -340,17 +359,7 @@ fn a_job_released_beside_a_partner_that_ends_first_gets_its_own_node_list_back()
     wait_recorded(&node, &lab, partner);
     // A `small` job of 3 CPUs pairs with it: released beside it (`ReqNodeList=n1`), it waits
     // for CPUs.
-    let args = [
-        "--gres=gpu:1",
-        "--energy-share=yes",
-        "--energy=min-energy",
-        "--energy-slowdown=10",
-        "--energy-tag=small",
-        "-c",
-        "3",
-    ];
-    let job = lab.sbatch(&args, "#!/bin/sh\nsleep 1\n").unwrap();
-    wait_field(&lab, job, "ReqNodeList", |v| v == "n1", "released beside its partner");
+    let job = released_short_of_cpus(&lab, "small");
     assert!(field(&lab, job, "AdminComment").ends_with(",released=share"), "{}", ctld_log(&lab));
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(lab.job_info(job).unwrap().state, "PENDING");
