@@ -20,8 +20,8 @@ static NO_PAIRS: BTreeSet<(usize, usize)> = BTreeSet::new();
 static NO_JOBS: BTreeMap<u32, BTreeSet<usize>> = BTreeMap::new();
 
 impl<'a> Sharing<'a> {
-    /// Deciding with `model` alone: nothing broken, unfit, on trial or shared before, and the shipped
-    /// `share_min_gain` and `share_try_bound`.
+    /// Deciding with `model` alone: nothing broken, unfit, on trial or shared before, and the
+    /// shipped `share_min_gain` and `share_try_bound`.
     pub fn with_model(model: &'a Interference) -> Sharing<'a> {
         let t = super::Tuning::default();
         Sharing {

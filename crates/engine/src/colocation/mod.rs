@@ -256,7 +256,8 @@ pub fn gain(a: f64, b: f64) -> f64 {
 
 /// The predicted slowdowns of `a` and `b` sharing their GPUs, summed, when they have as many
 /// GPUs, their pair is not on trial ([`Sharing::trying`]: a prediction is tested on one GPU
-/// before it is trusted on more), neither class is broken or unfit with the other, each
+/// before it is trusted on more), each job's record still teaches a pair after it
+/// ([`Sharing::shared_with`]), neither class is broken or unfit with the other, each
 /// predicted slowdown plus the model's error (none for a measured pair) is within its job's
 /// bound, and the pair gains at least [`Sharing::min_gain`]; `None` otherwise. A pair the model cannot predict is tried
 /// only where both bounds reach [`Sharing::try_bound`] and even the worst slowdown seen in a
