@@ -2,7 +2,8 @@
 //! socket and loopback port) and the lab release's `slurmdbd` on it, so `sacct` shows what
 //! Slurm stored.
 
-use super::daemons::{daemon_bin, free_port, run_with_timeout, set_mode, terminate};
+use super::daemons::{daemon_bin, run_with_timeout, set_mode, terminate};
+use super::ports::free_port;
 use super::*;
 
 /// The accounting daemons of a lab and their ports.

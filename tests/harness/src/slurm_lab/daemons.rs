@@ -540,19 +540,6 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, 
     Ok(Output { status, stdout, stderr })
 }
 
-/// A free TCP port on 127.0.0.1, never handed out twice in this process.
-pub fn free_port() -> u16 {
-    for _ in 0..100 {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = l.local_addr().expect("local_addr").port();
-        drop(l);
-        if PORTS_GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
-            return port;
-        }
-    }
-    panic!("slurm_lab: no free port found");
-}
-
 /// Slurm's own plugin directory (Debian multiarch path) as its daemons see it, or
 /// `SLURM_LAB_PLUGIN_DIR`.
 pub fn system_plugin_dir() -> PathBuf {

@@ -29,22 +29,23 @@ mod clients;
 pub mod configless;
 mod daemons;
 pub mod micro;
+mod ports;
 mod release;
 
-pub use daemons::{ensure_slurm_installed, free_port, install_plugin, run_with_timeout, system_plugin_dir};
+pub use daemons::{ensure_slurm_installed, install_plugin, run_with_timeout, system_plugin_dir};
 use daemons::{set_mode, tail};
+pub use ports::free_port;
 pub use release::{Release, release};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::Read;
-use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -231,7 +232,6 @@ pub struct SlurmLab {
 
 static INSTALL: OnceLock<Result<(), String>> = OnceLock::new();
 static LAB_SEQ: AtomicU32 = AtomicU32::new(0);
-static PORTS_GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// Parses one `scontrol show job -o` record (space-separated key=value; a word without a
 /// `Key=` prefix continues the previous value, so values with spaces survive).
