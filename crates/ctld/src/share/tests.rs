@@ -409,6 +409,11 @@ fn a_gpu_running_an_opted_in_job_is_not_free_though_gres_used_forgot_it() {
     assert!(gate.release.is_empty(), "{gate:?}");
 }
 
+/// The opted-in jobs of `requests`, with the `running` jobs running on their nodes.
+fn shares_of(requests: &str, running: &[(u32, &str)], pairs: &mut Pairs) -> BTreeMap<u32, ShareJob> {
+    share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
+}
+
 /// Job `id`'s record as its node answers it: ended or not, with its SM activity on GPU 0.
 fn record(id: u32, ended: bool, sm: Option<SmActivity>) -> JobRecord {
     let mut meter = GpuMeter::begin(GpuReading::default());
@@ -438,9 +443,6 @@ fn slowed(pair: f64) -> Option<SmActivity> {
 
 #[test]
 fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
-    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &mut Pairs| {
-        share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
-    };
     let mut pairs = pairs();
     let mut judge = judge::Judge::default();
     // Jobs 1 and 2 (small) share n1's GPU 0; job 3 (small) runs alone on GPU 1.
@@ -507,9 +509,6 @@ fn a_class_whose_measured_slowdown_broke_a_bound_is_paired_no_more() {
 fn learning_a_pair_measured_within_its_bounds_pairs_again_and_one_over_them_never() {
     let tuning = cluster::Tuning { share_learn: true, share_try_bound: 0.1, ..cluster::Tuning::default() };
     let mut pairs = Pairs::new(&[]).with_tuning(&tuning);
-    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &mut Pairs| {
-        share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
-    };
     let candidate = |pairs: &Pairs, job, tag: &str| Candidate {
         job,
         class: usize::from(pairs.class(tag).expect("a tag seen")),
@@ -577,9 +576,6 @@ fn learning_a_pair_measured_within_its_bounds_pairs_again_and_one_over_them_neve
 fn a_pair_is_on_trial_while_it_shares_and_until_judged_measured_or_not() {
     let tuning = cluster::Tuning { share_learn: true, share_try_bound: 0.1, ..cluster::Tuning::default() };
     let mut pairs = Pairs::new(&[]).with_tuning(&tuning);
-    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &mut Pairs| {
-        share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
-    };
     // Jobs 1 (a) and 2 (b) share GPU 0, jobs 3 (a) and 4 (c) GPU 1: both pairs on trial.
     let requests = request(1, "a", Is::On(0), "")
         + &request(2, "b", Is::On(0), "")
@@ -657,9 +653,6 @@ fn a_job_released_beside_its_partner_on_trial_keeps_its_place_while_it_pends() {
 fn a_job_whose_slowdown_beside_its_partner_is_unmeasured_shares_again_only_with_that_tag() {
     let tuning = cluster::Tuning { share_learn: true, share_try_bound: 0.1, ..cluster::Tuning::default() };
     let mut pairs = pairs().with_tuning(&tuning);
-    let shares_of = |requests: &str, running: &[(u32, &str)], pairs: &mut Pairs| {
-        share_jobs(&parse_requests(requests), &parse_jobs(&squeue(running, &[], &[])).unwrap(), pairs)
-    };
     // Job 1 (small) tried a new tag beside it, job 2's, on n1's GPU 0.
     let lone = request(1, "small", Is::On(0), "");
     let both = lone.clone() + &request(2, "new", Is::On(0), "");
