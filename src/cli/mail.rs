@@ -175,13 +175,13 @@ pub fn requests_gpus(text: &str) -> bool {
     })
 }
 
-/// The pause after look `look` (from 0) for a job's summary: [`POLL`], doubling, at most
-/// [`MAX_POLL`].
+/// The pause after look `look` (from 0) for a job's summary: `POLL`, doubling, at most
+/// `MAX_POLL`.
 pub fn pause(look: u32) -> Duration {
     POLL.saturating_mul(1 << look.min(16)).min(MAX_POLL)
 }
 
-/// User `uid`'s processes named `name` in `proc` (a `/proc`): with [`WAITING_NAME`], the
+/// User `uid`'s processes named `name` in `proc` (a `/proc`): with `WAITING_NAME`, the
 /// end-of-job mails waiting for their summaries.
 pub fn processes_named(proc: &Path, uid: u32, name: &str) -> usize {
     use std::os::unix::fs::MetadataExt;

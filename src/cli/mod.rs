@@ -2,7 +2,7 @@
 //! (for Slurm Prolog/Epilog scripts), `status` (the node's GPUs), `summary show` and `trace
 //! export` (accounting history as a simulator trace); `sim`,
 //! `ctld`, `power`, `models` and `summary write` run the simulator's and the controller's own
-//! programs ([`forward`]).
+//! programs (`forward`).
 
 mod acct;
 mod forward;

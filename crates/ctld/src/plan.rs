@@ -25,7 +25,7 @@ pub struct Plan {
     /// them ([`by_type`]).
     pub restrict: Vec<by_type::Restriction>,
     /// Jobs job_submit held for the power budget whose start now fits, each with the
-    /// AdminComment it is released with ([`budget`]).
+    /// AdminComment it is released with ([`crate::budget`]).
     pub release: Vec<(u32, String)>,
     /// Opted-in jobs to release beside a partner or alone, and exclusions ([`share`]).
     pub share: share::Gate,

@@ -84,7 +84,7 @@ impl View {
 }
 
 /// The cluster policy the controller runs: wattson's, with `[ctld]`'s knobs (the simulator's
-/// `[wattson]` table takes the same [`Tuning`]).
+/// `[wattson]` table takes the same [`wattson_engine::cluster::Tuning`]).
 pub fn policy(c: &CtldConfig) -> TunedPolicy {
     TunedPolicy { kind: ClusterPolicy::Wattson, tuning: c.tuning }
 }

@@ -96,7 +96,7 @@ pub fn ended_without_summary(
     })
 }
 
-/// Gathers and writes the summary of each of `ended` (the first [`PER_LOOP`]), asking the
+/// Gathers and writes the summary of each of `ended` (the first `PER_LOOP`), asking the
 /// nodes at their addresses in `seen`, at `now` (Unix s).
 pub fn write(link: &Nodes, seen: &[Node], ended: &[Ended], settings: &Settings, now: i64) -> Written {
     let nodes: BTreeMap<&str, &Node> = seen.iter().map(|n| (n.name.as_str(), n)).collect();

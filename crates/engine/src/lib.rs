@@ -3,10 +3,11 @@
 //!
 //! [`cluster`] is the cluster brain: one pure policy function from a cluster snapshot to
 //! actions (node power, placement, DVFS levels, releases), shared by simulator and controller.
-//! [`model`] holds the model family (for the SM clock or the power limit), [`fit`] fits it from a
-//! few (setting, time, power) samples, [`choose`] picks a setting under a [`choose::Objective`],
-//! [`priors`] holds per-GPU priors, [`probe`] decides what to measure next for a job whose
-//! workload is not known yet, and [`table`] is the tag → model table read by job_submit.
+//! [`model`] holds the model family (for the SM clock or the power limit), [`mod@fit`] fits it
+//! from a few (setting, time, power) samples, [`mod@choose`] picks a setting under a
+//! [`choose::Objective`], [`priors`] holds per-GPU priors, [`probe`] decides what to measure
+//! next for a job whose workload is not known yet, and [`table`] is the tag → model table read
+//! by job_submit.
 //! Nothing here does I/O, reads a clock, spawns threads or panics on bad input.
 
 pub mod choose;

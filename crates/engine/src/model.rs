@@ -73,7 +73,7 @@ pub struct DvfsModel {
     pub sigma_floor: f64,
     /// Under the clock knob, how well the law fits the probes where they outnumber its two
     /// parameters: the relative residual standard error. `None` where the law is unchecked
-    /// (three probes under a power limit only determine it; see [`crate::fit`]).
+    /// (three probes under a power limit only determine it; see [`fn@crate::fit`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub law_sigma: Option<f64>,
 }

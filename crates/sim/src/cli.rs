@@ -15,7 +15,7 @@ pub enum FormatArg {
     Auto,
     /// ElasticFlow's ITP columns (job_id,submission_time,...,num_gpu,duration).
     Itp,
-    /// submit,gpus,duration[,tag] (e.g. from a sacct export).
+    /// submit,gpus,duration and an optional tag (e.g. from a sacct export).
     Generic,
 }
 

@@ -78,12 +78,14 @@ pub fn follow_the_running_release(version: &AtomicU32, plugin: &str) {
     }));
 }
 
-/// [`info`] for code that runs as the plugin is mapped (see [`log_at_load`]).
+/// [`info`] for code that runs as the plugin is mapped: looks up libslurm's `slurm_info`
+/// rather than linking it, and logs nothing outside a Slurm process.
 pub fn info_at_load(message: &str) {
     log_at_load(c"slurm_info", message);
 }
 
-/// [`error`] for code that runs as the plugin is mapped (see [`log_at_load`]).
+/// [`error`] for code that runs as the plugin is mapped: looks up libslurm's `slurm_error`
+/// rather than linking it, and logs nothing outside a Slurm process.
 pub fn error_at_load(message: &str) {
     log_at_load(c"slurm_error", message);
 }

@@ -23,7 +23,7 @@ pub struct GpuConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// UUID ("GPU-…"); defaults to a value derived from the driver directory and the index
-    /// ([`uuid_in`]), so that no two simulations share a GPU, as no two machines do.
+    /// (`uuid_in`), so that no two simulations share a GPU, as no two machines do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
     /// PCI bus id ("00000000:17:00.0"); defaults to bus 0x17 + index.

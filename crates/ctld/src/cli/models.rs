@@ -11,9 +11,9 @@ use wattson_config::Config;
 #[derive(Debug, Subcommand)]
 pub enum ModelsCommand {
     /// Gather every powered GPU node's workload measurements over the link now, keep the
-    /// newest of each (with the controller's saved copy, [ctld] measurements_file), write the
-    /// model table job_submit reads ([engine] models_file) and hand the merge back to the nodes,
-    /// as `wattson ctld` does every [ctld] models_sync. Run on the controller as root or
+    /// newest of each (with the controller's saved copy, ctld.measurements_file), write the
+    /// model table job_submit reads (engine.models_file) and hand the merge back to the nodes,
+    /// as `wattson ctld` does every ctld.models_sync. Run on the controller as root or
     /// SlurmUser.
     Sync,
 }

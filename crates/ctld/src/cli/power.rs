@@ -11,7 +11,7 @@ use wattson_config::Config;
 pub enum PowerCommand {
     /// Each node's power (on, off, powering-up, powering-down, held) and since when, the
     /// controller's last decision about it and why, its time off, and the energy right-sizing
-    /// saved (an estimate from the [ctld] node power model), as of the controller's last loop.
+    /// saved (an estimate from the ctld.node power model), as of the controller's last loop.
     Status(StatusArgs),
 }
 

@@ -17,7 +17,7 @@ pub enum SummaryCommand {
     /// Gather the summary of every job that ended within --lookback and has none from its
     /// nodes' wattsond over the link, and write it into the job's AdminComment, as `wattson
     /// ctld` does after each job. Run on the controller as root or SlurmUser. A node that does
-    /// not answer is named in the summary once [ctld] summary_wait has passed since the job
+    /// not answer is named in the summary once ctld.summary_wait has passed since the job
     /// ended; before that the job waits
     Write {
         /// How far back to look for ended jobs (e.g. 1h, 2d)

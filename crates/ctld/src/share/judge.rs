@@ -95,7 +95,7 @@ impl Judge {
     }
 
     /// Judges job `id` by `records`, its node's records of it (`None`: the node did not
-    /// answer, or its record is still open: asked again next loop, up to [`ASKS`] loops),
+    /// answer, or its record is still open: asked again next loop, up to `ASKS` loops),
     /// into `pairs`.
     pub fn judge(&mut self, id: u32, records: Option<&[JobRecord]>, pairs: &mut Pairs) -> Option<Verdict> {
         let watched = self.watched.get_mut(&id)?;

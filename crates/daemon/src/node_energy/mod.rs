@@ -1,6 +1,6 @@
 //! The node's energy besides its GPUs: the CPU packages and DRAM from RAPL, the whole node
-//! from the BMC's DCMI power readings; read with the GPUs at every sample and shared among
-//! the running jobs ([`share`]).
+//! from the BMC's DCMI power readings; read with the GPUs at every sample and apportioned
+//! among the running jobs ([`apportion`]).
 
 pub mod apportion;
 pub mod cgroup;

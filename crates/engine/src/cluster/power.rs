@@ -98,7 +98,7 @@ fn startable<'a>(s: &Snapshot<'a>, horizon: f64) -> impl Iterator<Item = u32> + 
 
 /// How many idle nodes to keep warm (powered on or booting) now: the fewest that the node
 /// demand within the horizon exceeds with probability below `warm_shortfall`, and on several
-/// GPU types at least the sum of each type's own such count ([`warm_set`]).
+/// GPU types at least the sum of each type's own such count (`warm_set`).
 pub fn warm_target(p: &TunedPolicy, s: &Snapshot) -> usize {
     warm_set(p, s).target
 }

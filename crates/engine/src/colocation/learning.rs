@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Interference, PairSlowdown};
 
-/// The pairs learned so far and the model fitted on them ([module docs](self)).
+/// The pairs learned so far and the model fitted on them (the `learning` module's docs say how).
 #[derive(Debug, Clone)]
 pub struct Learning {
     /// The prior's pairs, `(victim, neighbour)`: never replaced by a measurement.

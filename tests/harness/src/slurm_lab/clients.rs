@@ -59,7 +59,7 @@ impl SlurmLab {
     }
 
     /// Writes `script` (a `#!/bin/bash` line is added if missing) under jobs/ and runs
-    /// `sbatch --parsable <args> <script>` from jobs/ (default output: jobs/slurm-<id>.out).
+    /// `sbatch --parsable <args> <script>` from jobs/ (default output: `jobs/slurm-<id>.out`).
     /// Returns the job id, or Err(stderr) when sbatch refuses the job.
     pub fn sbatch(&self, args: &[&str], script: &str) -> Result<u32, String> {
         self.sbatch_verbose(args, script).map(|(id, _)| id)

@@ -391,8 +391,8 @@ impl SlurmLab {
         controller
     }
 
-    /// A daemon's log: "slurmctld", "slurmd-<node>", "munged" (log file plus captured stderr),
-    /// or "jobcomp" (jobcomp/filetxt records).
+    /// A daemon's log: `"slurmctld"`, `"slurmd-<node>"`, `"munged"` (log file plus captured
+    /// stderr), or `"jobcomp"` (jobcomp/filetxt records).
     pub fn log(&self, daemon: &str) -> String {
         let log = self.path.join("log");
         if daemon == "jobcomp" {
@@ -407,7 +407,7 @@ impl SlurmLab {
         self.stderr(daemon)
     }
 
-    /// What a daemon wrote to stdout/stderr ("slurmctld", "slurmd-<node>", "munged").
+    /// What a daemon wrote to stdout/stderr (`"slurmctld"`, `"slurmd-<node>"`, `"munged"`).
     pub fn stderr(&self, daemon: &str) -> String {
         fs::read_to_string(self.path.join(format!("log/{daemon}.stderr"))).unwrap_or_default()
     }

@@ -38,7 +38,7 @@ fn reserve(port: u16) -> Option<File> {
 }
 
 /// A TCP port on 127.0.0.1, free now, below the kernel's ephemeral range, reserved from other
-/// processes ([`reserve`]) and never handed out twice in this one; where that range leaves too
+/// processes (`reserve`) and never handed out twice in this one; where that range leaves too
 /// few ports below it (under 1,000), a free port of the range. Starts at a random port.
 pub fn free_port() -> u16 {
     let low = ephemeral_low();
