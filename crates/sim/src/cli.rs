@@ -23,7 +23,7 @@ pub enum FormatArg {
 #[derive(Debug, Parser)]
 #[command(name = "wattson-sim", version = wattson_program::version())]
 pub struct SimArgs {
-    /// Job trace (CSV): ITP layout, or submit,gpus,duration[,tag] with optional columns (e.g. from `wattson trace export`)
+    /// Job trace (CSV): ITP layout, or submit,gpus,duration, an optional tag and optional columns (e.g. from `wattson trace export`)
     #[arg(long)]
     trace: PathBuf,
     /// Trace layout
