@@ -450,12 +450,16 @@ pub fn gate(
             continue;
         }
         let partner = actions.share.iter().find(|&&(j, _)| j == id).map(|&(_, r)| r);
-        let place = match partner.and_then(|r| Some((r, shares.get(&r)?.placed.as_ref()?.0.clone()))) {
+        // Beside the engine's partner where nothing on its node bars it; else alone where the
+        // free GPUs hold it (with share_first the engine pairs a job that free GPUs hold too).
+        let beside_partner = partner
+            .and_then(|r| Some((r, shares.get(&r)?.placed.as_ref()?.0.clone())))
+            .filter(|(_, node)| {
+                !s.excluded.contains(node)
+                    && lone.iter().filter(|(_, n)| n == node).all(|(l, _)| allowed(me, *l))
+            });
+        let place = match beside_partner {
             Some((partner, node)) => {
-                let here = lone.iter().filter(|(_, n)| *n == node);
-                if s.excluded.contains(&node) || !here.clone().all(|(l, _)| allowed(me, *l)) {
-                    continue;
-                }
                 let own = s.required.clone();
                 beside.insert(id, Beside { partner, node: node.clone(), own, at: snapshot.now });
                 Place::Beside { node, partner }

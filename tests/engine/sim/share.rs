@@ -141,6 +141,7 @@ fn with_share_first_more_jobs_pair_before_taking_a_free_gpu_and_all_keep_their_b
     let (mut c, cat, t) = sharing_inputs(8);
     let wattson = [ClusterPolicy::Wattson];
     let shared = |o: &Outcome| o.runs[0].jobs.iter().filter(|r| !r.partners.is_empty()).count();
+    c.wattson.tuning.share_first = false;
     let waiting = wattson_sim::run(&c, &cat, &t, TRACE, &wattson, 1).expect("simulation runs");
     c.wattson.tuning.share_first = true;
     let first = wattson_sim::run(&c, &cat, &t, TRACE, &wattson, 1).expect("simulation runs");

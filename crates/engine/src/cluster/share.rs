@@ -202,7 +202,9 @@ mod tests {
         let tariff = PriceSchedule::default();
         let model = model();
         let sharing = Some(Sharing::with_model(&model));
-        let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+        // Only a job that would otherwise wait shares.
+        let tuning = Tuning { share_first: false, ..Tuning::default() };
+        let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning };
         let full = [node(NodePower::On, 0, f64::INFINITY)];
         let run = |id, class| Running {
             job: one(id, class),
@@ -280,8 +282,9 @@ mod tests {
         let tariff = PriceSchedule::default();
         let model = model();
         let sharing = Some(Sharing::with_model(&model));
-        let waits = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
-        let first = TunedPolicy { tuning: Tuning { share_first: true, ..Tuning::default() }, ..waits };
+        let first = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+        assert!(first.tuning.share_first, "the default");
+        let waits = TunedPolicy { tuning: Tuning { share_first: false, ..Tuning::default() }, ..first };
         let free = [node(NodePower::On, 1, f64::INFINITY)];
         let running =
             [Running { job: one(2, Some(0)), elapsed_s: 10.0, progress: 0.01, level: 3, shared: false }];

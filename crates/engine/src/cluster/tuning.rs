@@ -124,7 +124,7 @@ knobs! {
     /// With co-location pair data: an opted-in job is started beside a running job the model
     /// pairs it with even where a GPU of its own is free (that GPU's node may then power
     /// down); `false`: only a job that would otherwise wait shares.
-    share_first: bool = false;
+    share_first: bool = true;
     /// A pair of opted-in jobs shares a GPU only where together they are predicted to do at
     /// least `1 +` this much of one job's work per second alone (`1/(1+a) + 1/(1+b)`, for
     /// slowdowns `a` and `b`): sharing that gains less saves no energy.

@@ -100,6 +100,15 @@ fn gate_with(pairs: Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
     planner_loop(&mut planner, &pairs, nodes, jobs, requests)
 }
 
+/// [`gate_of`] for a controller that shares only jobs that would otherwise wait (`[ctld]
+/// share_first = false`).
+fn gate_waiting(nodes: &str, jobs: &str, requests: &str) -> Gate {
+    let mut config = Config::default();
+    config.ctld.tuning.share_first = false;
+    let mut planner = Planner::new(config).sharing(pairs());
+    planner_loop(&mut planner, &pairs(), nodes, jobs, requests)
+}
+
 /// One loop of `planner` (which keeps what it released) on Slurm's text, 10 minutes after the
 /// first job's submission: its co-location gate.
 fn planner_loop(planner: &mut Planner, pairs: &Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
@@ -162,9 +171,10 @@ fn a_held_job_is_released_beside_the_job_it_pairs_with_and_one_that_would_break_
 }
 
 #[test]
-fn a_job_the_free_gpus_hold_starts_alone_off_the_nodes_of_lone_jobs_it_may_not_join() {
+fn without_share_first_a_job_the_free_gpus_hold_starts_alone_off_the_nodes_of_lone_jobs_it_may_not_join() {
     // n1 runs job 1 (small) alone on GPU 0 and has GPU 1 free; n2 has both free. Job 3 (big)
     // would be slowed 50% beside job 1: released alone, kept off n1 and the node it excluded.
+    let gate_of = gate_waiting;
     let requests = request(1, "small", Is::On(0), "") + &request(3, "big", Is::Held, "n9");
     let nodes = node("n1", 2, "0") + &node("n2", 2, "") + &node("n9", 2, "");
     let gate = gate_of(&nodes, &squeue(&[(1, "n1")], &[3], &[]), &requests);
@@ -196,7 +206,7 @@ fn with_share_first_a_job_the_free_gpus_hold_is_released_beside_the_job_it_pairs
     let requests = request(1, "small", Is::On(0), "") + &request(5, "small", Is::Held, "");
     let nodes = node("n1", 2, "0") + &node("n2", 2, "");
     let jobs = squeue(&[(1, "n1")], &[5], &[]);
-    assert_eq!(released(&gate_of(&nodes, &jobs, &requests)), [(5, Place::Alone(vec![]))]);
+    assert_eq!(released(&gate_waiting(&nodes, &jobs, &requests)), [(5, Place::Alone(vec![]))]);
     let mut config = Config::default();
     config.ctld.tuning.share_first = true;
     let mut planner = Planner::new(config).sharing(pairs());
@@ -259,10 +269,13 @@ fn a_job_of_two_gpus_joins_only_a_lone_job_of_two_and_is_kept_off_jobs_of_other_
     let gate = gate_of(&node("n1", 3, "0-2"), &per_task(squeue(&running, &[5], &[])), &requests);
     assert!(gate.release.is_empty(), "{gate:?}");
 
-    // n2's free GPUs hold it: released alone, kept off n1.
+    // n2's free GPUs hold it: released alone, kept off n1, share_first or not (with it, the
+    // engine pairs job 5 with job 1, whose node it may not be placed on).
     let nodes = node("n1", 3, "0-2") + &node("n2", 4, "");
-    let gate = gate_of(&nodes, &per_task(squeue(&running, &[5], &[])), &requests);
-    assert_eq!(released(&gate), [(5, Place::Alone(vec!["n1".into()]))]);
+    let jobs = per_task(squeue(&running, &[5], &[]));
+    for gate in [gate_of(&nodes, &jobs, &requests), gate_waiting(&nodes, &jobs, &requests)] {
+        assert_eq!(released(&gate), [(5, Place::Alone(vec!["n1".into()]))]);
+    }
 }
 
 #[test]
