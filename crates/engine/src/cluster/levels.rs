@@ -29,9 +29,9 @@ pub fn fixed_level(kind: ClusterPolicy, job: &JobView) -> Option<u16> {
     }
 }
 
-/// The level table of `model` over `settings` (increasing): each level's pessimistic slowdown
-/// (as [`mod@crate::choose`] judges the bound) and predicted energy ratio. Levels whose saving is
-/// inside the model's noise get an infinite slowdown, so no bound admits them.
+/// The level table of `model` over `settings` (increasing): each level's pessimistic
+/// slowdown (as [`mod@crate::choose`] judges the bound) and predicted energy ratio. Levels
+/// whose saving is inside the model's noise get an infinite slowdown, so no bound admits them.
 pub fn table(model: &DvfsModel, settings: &[f64], cfg: &ChooserConfig) -> Vec<Level> {
     let Some(&max) = settings.last() else { return Vec::new() };
     let top = model.predict(max);
@@ -125,9 +125,9 @@ fn unallocated(s: &Snapshot) -> u32 {
 
 /// The running jobs the queue waits for, by id (sorted): taking running jobs in the order they
 /// are expected to end at full speed, those whose GPUs are needed, with the unallocated ones,
-/// before every late queued job (in queue order) can start where its shape fits (at most a node's
-/// GPUs on one node, more on whole nodes). A job that ends after that frees GPUs
-/// no late job is waiting for, so slowing it delays no one who is late. A queued job is late
+/// before every late queued job (in queue order) can start where its shape fits (at most a
+/// node's GPUs on one node, more on whole nodes). A job that ends after that frees GPUs no
+/// late job is waiting for, so slowing it delays no one who is late. A queued job is late
 /// once it has waited `raise_after_runs` times its own run at full speed. With
 /// [`Snapshot::job_nodes`], a queued job counts only the free GPUs of the nodes it may use and
 /// waits only for the running jobs that hold one of them (another partition's jobs, or those

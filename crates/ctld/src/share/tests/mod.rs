@@ -96,8 +96,7 @@ fn gate_of(nodes: &str, jobs: &str, requests: &str) -> Gate {
 }
 
 fn gate_with(pairs: Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
-    let mut planner = Planner::new(Config::default()).sharing(pairs.clone());
-    planner_loop(&mut planner, &pairs, nodes, jobs, requests)
+    gate_in(Config::default(), pairs, nodes, jobs, requests)
 }
 
 /// [`gate_of`] for a controller that shares only jobs that would otherwise wait (`[ctld]
@@ -105,8 +104,13 @@ fn gate_with(pairs: Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
 fn gate_waiting(nodes: &str, jobs: &str, requests: &str) -> Gate {
     let mut config = Config::default();
     config.ctld.tuning.share_first = false;
-    let mut planner = Planner::new(config).sharing(pairs());
-    planner_loop(&mut planner, &pairs(), nodes, jobs, requests)
+    gate_in(config, pairs(), nodes, jobs, requests)
+}
+
+/// The co-location gate of a fresh planner on `config` and `pairs`, one loop on Slurm's text.
+fn gate_in(config: Config, pairs: Pairs, nodes: &str, jobs: &str, requests: &str) -> Gate {
+    let mut planner = Planner::new(config).sharing(pairs.clone());
+    planner_loop(&mut planner, &pairs, nodes, jobs, requests)
 }
 
 /// One loop of `planner` (which keeps what it released) on Slurm's text, 10 minutes after the
@@ -174,10 +178,9 @@ fn a_held_job_is_released_beside_the_job_it_pairs_with_and_one_that_would_break_
 fn without_share_first_a_job_the_free_gpus_hold_starts_alone_off_the_nodes_of_lone_jobs_it_may_not_join() {
     // n1 runs job 1 (small) alone on GPU 0 and has GPU 1 free; n2 has both free. Job 3 (big)
     // would be slowed 50% beside job 1: released alone, kept off n1 and the node it excluded.
-    let gate_of = gate_waiting;
     let requests = request(1, "small", Is::On(0), "") + &request(3, "big", Is::Held, "n9");
     let nodes = node("n1", 2, "0") + &node("n2", 2, "") + &node("n9", 2, "");
-    let gate = gate_of(&nodes, &squeue(&[(1, "n1")], &[3], &[]), &requests);
+    let gate = gate_waiting(&nodes, &squeue(&[(1, "n1")], &[3], &[]), &requests);
     assert_eq!(released(&gate), [(3, Place::Alone(vec!["n1".into(), "n9".into()]))]);
 
     // Job 5 (small) may join job 1: released alone with no exclusion (Slurm may pack it beside
@@ -185,7 +188,7 @@ fn without_share_first_a_job_the_free_gpus_hold_starts_alone_off_the_nodes_of_lo
     let requests = request(1, "small", Is::On(0), "")
         + &request(5, "small", Is::Held, "")
         + &request(6, "big", Is::Held, "");
-    let gate = gate_of(&nodes, &squeue(&[(1, "n1")], &[5, 6], &[]), &requests);
+    let gate = gate_waiting(&nodes, &squeue(&[(1, "n1")], &[5, 6], &[]), &requests);
     assert_eq!(released(&gate), [(5, Place::Alone(vec![]))]);
 
     // Next loop job 5 is pending, released: job 6 still waits, and job 3, released before
@@ -194,7 +197,7 @@ fn without_share_first_a_job_the_free_gpus_hold_starts_alone_off_the_nodes_of_lo
         + &request(5, "small", Is::Released, "")
         + &request(6, "big", Is::Held, "")
         + &request(3, "big", Is::Released, "");
-    let gate = gate_of(&nodes, &squeue(&[(1, "n1")], &[6], &[5, 3]), &requests);
+    let gate = gate_waiting(&nodes, &squeue(&[(1, "n1")], &[6], &[5, 3]), &requests);
     assert!(gate.release.is_empty(), "{gate:?}");
     assert_eq!(gate.exclude, [(3, vec!["n1".to_string()])]);
 }
