@@ -122,15 +122,7 @@ impl Sim {
         state::with_state(&self.dir, |cfg, st, _| {
             let spec = cfg.spec(gpu as usize).map_err(|e| bad_input(&e))?;
             let g = st.gpus.get_mut(gpu as usize).ok_or_else(|| bad_input("no such gpu"))?;
-            let Some(r) = spec.realism.as_ref() else { return Ok(()) };
-            // Temperature and draw hold each other: iterate to their fixed point.
-            for _ in 0..64 {
-                let power = g.power_mw;
-                let Some(p) = g.physics.as_mut() else { return Ok(()) };
-                p.temp_c = r.heat(p.temp_c, power, u64::MAX);
-                p.leakage = r.leakage(spec.idle_w, p.temp_c);
-                g.refresh(&spec);
-            }
+            settle_heat(&spec, g);
             Ok(())
         })?
     }
@@ -177,16 +169,27 @@ impl Sim {
     /// it now (a realistic GPU hot, which makes it slower under a cap and draw more) (`None`
     /// without a curve).
     pub fn true_point(&self, gpu: u32) -> io::Result<Option<TruePoint>> {
-        self.with_gpu(gpu, |g| {
-            let c = g.curve.as_ref()?;
-            let at = c.at(state::work_limit_w(g));
-            let leakage = g.physics.as_ref().map_or(1.0, |p| p.leakage);
-            Some(TruePoint {
-                limit_w: f64::from(g.power_limit_mw) / 1000.0,
-                time_s: at.time_s,
-                power_w: at.power_w * leakage,
-            })
-        })
+        self.with_gpu(gpu, |g| truth(g))
+    }
+
+    /// The truth of the work on GPU `gpu` held at power limit `limit_w` at its present load
+    /// until its heat has settled (a realistic GPU's temperature where the draw at that limit
+    /// holds it; an ideal GPU's curve point), whatever the GPU runs at now, which is left as
+    /// it is. Independent of when it is asked: what a long job at that limit runs at.
+    pub fn steady_point(&self, gpu: u32, limit_w: f64) -> io::Result<Option<TruePoint>> {
+        state::with_state(&self.dir, |cfg, st, _| {
+            let spec = cfg.spec(gpu as usize).map_err(|e| bad_input(&e))?;
+            let mut g = st.gpus.get(gpu as usize).ok_or_else(|| bad_input("no such gpu"))?.clone();
+            g.power_limit_mw = (limit_w * 1000.0).round() as u32;
+            if let Some(r) = &spec.realism {
+                let counter = g.counter_mj;
+                let (limit, clock) = (g.power_limit_mw, state::target_clock(&g));
+                g.physics = Some(Physics::fresh(r, spec.idle_w, counter, limit, clock));
+            }
+            g.refresh(&spec);
+            settle_heat(&spec, &mut g);
+            Ok(truth(&g))
+        })?
     }
 
     /// Sets GPU `gpu`'s power limit (mW) now, as an administrator's `nvidia-smi -pl` would.
@@ -282,4 +285,30 @@ pub fn library_named_next_to(exe: &Path, file: &str) -> Option<PathBuf> {
         .filter_map(|p| Some((std::fs::metadata(&p).ok().filter(|m| m.is_file())?.modified().ok()?, p)))
         .max_by_key(|(modified, _)| *modified)
         .map(|(_, p)| p)
+}
+
+/// Brings realistic GPU `g` to the temperature its draw holds it at (temperature and draw
+/// hold each other: iterated to their fixed point); an ideal GPU is left as it is.
+fn settle_heat(spec: &GpuSpec, g: &mut GpuState) {
+    let Some(r) = spec.realism.as_ref() else { return };
+    for _ in 0..64 {
+        let power = g.power_mw;
+        let Some(p) = g.physics.as_mut() else { return };
+        p.temp_c = r.heat(p.temp_c, power, u64::MAX);
+        p.leakage = r.leakage(spec.idle_w, p.temp_c);
+        g.refresh(spec);
+    }
+}
+
+/// The noise-free time per unit and power of GPU `g`'s measured curve at the limit in effect,
+/// lowered by its heat (`None` without a curve).
+fn truth(g: &GpuState) -> Option<TruePoint> {
+    let c = g.curve.as_ref()?;
+    let at = c.at(state::work_limit_w(g));
+    let leakage = g.physics.as_ref().map_or(1.0, |p| p.leakage);
+    Some(TruePoint {
+        limit_w: f64::from(g.power_limit_mw) / 1000.0,
+        time_s: at.time_s,
+        power_w: at.power_w * leakage,
+    })
 }

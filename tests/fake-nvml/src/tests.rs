@@ -337,3 +337,47 @@ fn a_warmed_gpu_is_at_the_heat_of_its_draw_and_the_truth_follows_its_draw() {
     let truth = sim.truth_energy_mj(0, from, to).unwrap();
     assert!(truth > f64::from(cool.power_mw) * (to - from) as f64 / 1e9, "{truth} mJ");
 }
+
+#[test]
+fn a_steady_point_is_where_a_gpu_held_at_a_limit_settles_and_asking_changes_nothing() {
+    use crate::{CurvePoint, MeasuredCurve, Noise};
+    let points = [(100.0, 0.2, 98.0), (175.0, 0.12, 160.0), (250.0, 0.1, 210.0)]
+        .map(|(limit_w, time_s, power_w)| CurvePoint { limit_w, time_s, power_w });
+    let curve = MeasuredCurve::new(points.to_vec(), Noise::NONE).unwrap();
+    for realistic in [false, true] {
+        let dir = temp_dir(if realistic { "steady-real" } else { "steady-ideal" });
+        let mut cfg = if realistic { Config::realistic("A100", 1) } else { Config::uniform("A100", 1) };
+        cfg.gpu[0].power_limit_max_w = Some(250.0);
+        cfg.gpu[0].power_limit_default_w = Some(250.0);
+        if let Some(r) = cfg.gpu[0].realism.as_mut() {
+            r.thermal_tau_s = Some(0.05);
+        }
+        let sim = Sim::create(&dir, &cfg).unwrap();
+        assert_eq!(sim.steady_point(0, 175.0).unwrap(), None, "no curve, no truth");
+        sim.set_curve(0, Some(curve.clone())).unwrap();
+        sim.set_load(0, 1.0).unwrap();
+        let steady = sim.steady_point(0, 175.0).unwrap().unwrap();
+        let again = sim.steady_point(0, 175.0).unwrap().unwrap();
+        assert_eq!(steady, again);
+        let after = sim.gpu_state(0).unwrap();
+        assert_eq!(
+            (after.power_limit_mw, after.physics.map(|p| p.limit_mw)),
+            (250_000, realistic.then_some(250_000))
+        );
+        if !realistic {
+            assert_eq!((steady.limit_w, steady.time_s, steady.power_w), (175.0, 0.12, 160.0));
+            std::fs::remove_dir_all(&dir).unwrap();
+            continue;
+        }
+        // Hot under a cap: slower than the cold curve at 175 W and drawing more.
+        assert!(steady.time_s > 0.12 && steady.power_w > 160.0, "{steady:?}");
+        // Held at 175 W for many time constants, the running GPU gets there.
+        sim.set_power_limit(0, 175_000).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        sim.gpu_state(0).unwrap();
+        let held = sim.true_point(0).unwrap().unwrap();
+        assert!((held.time_s / steady.time_s - 1.0).abs() < 1e-4, "held {held:?}, steady {steady:?}");
+        assert!((held.power_w / steady.power_w - 1.0).abs() < 1e-4, "held {held:?}, steady {steady:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
