@@ -199,13 +199,14 @@ fn a_measured_curve_sets_power_and_speed_and_tells_the_truth() {
     assert_eq!(capped.sm_clock_mhz, (1410.0f64 * 0.1 / 0.12).round() as u32);
     let truth = sim.true_point(0).unwrap().unwrap();
     assert_eq!((truth.limit_w, truth.time_s, truth.power_w), (175.0, 0.12, 160.0));
-    // Progress at the curve's speed, not the workload law's (1 unit per second).
-    let before = sim.work_done(0).unwrap();
-    let t0 = now_ns();
+    // Progress at the curve's speed, not the workload law's (1 unit per second), over the
+    // span between the instants the fake counted it at (a clock read beside the calls would
+    // count the time the calls take, which a loaded machine makes long).
+    let (t0, before) = sim.work_done_at(0).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(600));
-    let done = sim.work_done(0).unwrap() - before;
-    let dt = (now_ns() - t0) as f64 / 1e9;
-    assert!(done > 0.5 / 0.12 && done <= dt / 0.12 + 1e-9, "{done} units in {dt} s");
+    let (t1, after) = sim.work_done_at(0).unwrap();
+    let (done, dt) = (after - before, (t1 - t0) as f64 / 1e9);
+    assert!(dt >= 0.6 && (done - dt / 0.12).abs() < 1e-9, "{done} units in {dt} s");
     // Half load: idle plus half the curve's power above idle.
     sim.set_load(0, 0.5).unwrap();
     assert_eq!(sim.gpu_state(0).unwrap().power_mw, 55_000 + (160_000 - 55_000) / 2);
