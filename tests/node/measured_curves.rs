@@ -31,10 +31,11 @@ fn noise(seed: u64) -> Noise {
     Noise { sigma: 0.02, period_ms: 100, seed }
 }
 
-/// The GPUs' thermal time constant: short, so that the heat a setting brings has settled
-/// before a probe's window opens (`probe_settle`), and the truth (the steady heat at a
-/// setting, [`Sim::steady_point`]) does not depend on how long the test ran.
-const THERMAL_TAU_S: f64 = 0.05;
+/// The GPUs' thermal time constant (s): twice the probe window, as the realistic model's 60 s
+/// is twice the daemon's default 30 s window, so a job probes while its GPU warms, as on a real
+/// node. The truth does not wait for it: it is each setting's settled heat
+/// ([`Sim::steady_point`]), whenever the test looks.
+const THERMAL_TAU_S: f64 = 4.0;
 
 /// A GPU type as Zeus measured it: its CSV, the name NVML reports, its power-limit range
 /// (the measured one, so that every grid setting is measured or between two measurements) and
