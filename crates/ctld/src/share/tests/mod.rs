@@ -210,9 +210,8 @@ fn with_share_first_a_job_the_free_gpus_hold_is_released_beside_the_job_it_pairs
     let nodes = node("n1", 2, "0") + &node("n2", 2, "");
     let jobs = squeue(&[(1, "n1")], &[5], &[]);
     assert_eq!(released(&gate_waiting(&nodes, &jobs, &requests)), [(5, Place::Alone(vec![]))]);
-    let mut config = Config::default();
-    config.ctld.tuning.share_first = true;
-    let mut planner = Planner::new(config).sharing(pairs());
+    // The default: share_first.
+    let mut planner = Planner::new(Config::default()).sharing(pairs());
     let gate = planner_loop(&mut planner, &pairs(), &nodes, &jobs, &requests);
     assert_eq!(released(&gate), [(5, Place::Beside { node: "n1".into(), partner: 1 })]);
     // Job 3 (big) would be slowed 50% beside job 1: alone, kept off n1, share_first or not.
