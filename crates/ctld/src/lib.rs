@@ -198,10 +198,12 @@ impl Planner {
             }
         }
         self.ledger.observe(nodes, now, &snapshot::node_costs(c), snapshot::gpu_idle_w(c, nodes));
+        let w = &self.memory.decider.wait_cost;
         self.ledger.wait_cost = power_status::WaitCostStatus {
-            observed: self.memory.decider.wait_cost.ratio(),
+            observed: w.ratio(),
             bound: c.tuning.max_wait_cost,
-            guarding: self.memory.decider.wait_cost.guarding,
+            guarding: w.guarding,
+            gate: wattson_engine::cluster::wait_cost::gate(w, c.tuning.max_wait_cost),
         };
         let why = |what: &str| {
             format!("{what} (warm target {}, idle {}, queued {})", plan.warm_target, plan.idle, plan.queued)

@@ -75,6 +75,10 @@ pub struct WaitCostStatus {
     pub bound: f64,
     /// Whether it passed the bound: no job is slowed.
     pub guarding: bool,
+    /// Below the bound, the share of the GPUs that must be unallocated for a job to be slowed
+    /// (`wait_cost::gate`).
+    #[serde(default)]
+    pub gate: f64,
 }
 
 fn power_word(node: &Node) -> &'static str {

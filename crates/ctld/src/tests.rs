@@ -315,11 +315,17 @@ fn past_the_wait_cost_bound_or_a_closed_gate_running_jobs_are_raised_and_the_sta
         (status.observed - expected).abs() < 1e-9 && status.guarding && status.bound == 0.05,
         "{status:?}"
     );
-    // Under a looser bound job 5 keeps its pace: job 9 is not late yet (it waits for a
-    // running job only once it waited its own time limit).
+    // Under a looser bound the guard is off, but the observed cost is 40% of a bound of 1: a
+    // job is slowed only while 40% of the GPUs are unallocated, and none is.
     let (pace, status) = run(1.0);
-    assert_eq!(pace, Pace::Saving);
+    assert_eq!(pace, Pace::Full);
     assert!(!status.guarding && (status.observed - expected).abs() < 1e-9, "{status:?}");
+    assert!((status.gate - expected).abs() < 1e-9, "{status:?}");
+    // With no bound job 5 keeps its pace: job 9 is not late yet (it waits for a running job
+    // only once it waited its own time limit).
+    let (pace, status) = run(wattson_engine::cluster::wait_cost::UNBOUNDED);
+    assert_eq!(pace, Pace::Saving);
+    assert!(!status.guarding && status.gate == 0.0, "{status:?}");
 
     // `dvfs_min_free`: no job is slowed while too few GPUs are unallocated (job 5 holds all
     // four of n1's).

@@ -47,11 +47,17 @@ pub fn run(config: &Config, command: PowerCommand) -> Result<(), String> {
         }
     }
     let w = &ledger.wait_cost;
+    let graded = if w.guarding {
+        ": past it, no job is slowed".to_string()
+    } else if w.gate > 0.0 {
+        format!(": a job is slowed only while {:.0}% of the GPUs are unallocated", 100.0 * w.gate)
+    } else {
+        String::new()
+    };
     println!(
-        "wait cost: DVFS lengthened the queue's waits by {:.1}% as observed (bound {:.1}%){}",
+        "wait cost: DVFS lengthened the queue's waits by {:.1}% as observed (bound {:.1}%){graded}",
         100.0 * w.observed,
         100.0 * w.bound,
-        if w.guarding { ": past it, no job is slowed" } else { "" }
     );
     if !ledger.share_broken.is_empty() {
         println!(

@@ -10,8 +10,8 @@
 //! [`levels`] each job's DVFS level (fixed per job, or wattson's queue-aware lifetime choice
 //! under the job's slowdown bound), [`order`] the order queued jobs start in (FIFO, or
 //! wattson's wait per unit of size), [`budget`] keeps wattson under the cluster power budget
-//! (DVFS and start gating), [`wait_cost`] tightens wattson while its DVFS lengthens the
-//! queue's waits past `max_wait_cost`, [`share`] starts a queued job on a running job's GPU
+//! (DVFS and start gating), [`wait_cost`] gates wattson's DVFS as it lengthens the queue's
+//! waits toward `max_wait_cost` and stops it past it, [`share`] starts a queued job on a running job's GPU
 //! where both let their GPU be shared and the co-location model keeps both within bounds.
 
 pub mod budget;
@@ -385,10 +385,10 @@ pub struct Decider {
 
 impl Decider {
     /// Counts the waits since the last step at `s`, then decides on `s` under `p`, with DVFS
-    /// off while the guard is on.
+    /// graded by the observed wait cost ([`wait_cost::guarded`]).
     pub fn step(&mut self, p: &TunedPolicy, s: &Snapshot) -> Actions {
         self.wait_cost.observe(s, p.tuning.max_wait_cost);
-        decide(&wait_cost::guarded(p, self.wait_cost.guarding), s)
+        decide(&wait_cost::guarded(p, &self.wait_cost), s)
     }
 }
 

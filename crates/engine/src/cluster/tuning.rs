@@ -118,8 +118,9 @@ knobs! {
     /// wait alone; 1: per GPU-second).
     size_exponent: f64 = 0.5, in 0 to 4;
     /// The most wattson's DVFS may lengthen the queue's waits, as a share of the waits
-    /// without it as the policy observes them (0.05: 5%); past it no job is slowed until the
-    /// share is back under a tenth of it (100: no bound).
+    /// without it as the policy observes them (0.05: 5%); below it a job is slowed only while
+    /// the observed share's part of the bound of the GPUs is unallocated, past it none
+    /// (100: no bound).
     max_wait_cost: f64 = 0.05, in 0 to 100;
     /// With co-location pair data: an opted-in job is started beside a running job the model
     /// pairs it with even where a GPU of its own is free (that GPU's node may then power

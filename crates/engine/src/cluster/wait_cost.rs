@@ -11,9 +11,11 @@
 //! largest such lag since the queue formed, and ends with it. A job that starts late by it ends
 //! that much later too. A job that leaves the queue after waiting `w` was delayed by
 //! `min(w, delay_s)`. The ratio of that added wait to the wait without it, decayed with a
-//! half-life of [`HALF_LIFE_S`], is compared with the bound: above it the guard is on
-//! ([`guarded`]: no job is slowed) until the ratio is back under [`RELEASE`] times the bound
-//! (a band, so that the policy does not flip at every instant near the bound).
+//! half-life of [`HALF_LIFE_S`], grades DVFS against the bound ([`guarded`]): below it, a job
+//! is slowed only while at least that ratio's share of the bound of the cluster's GPUs are
+//! unallocated (none needed with no wait added, all of them at the bound), so DVFS gives way
+//! as the observed cost nears the bound, and comes back as it decays; past it the guard is on
+//! ([`WaitCost::guarding`]): no job is slowed, and every job is raised to full speed.
 
 use std::collections::BTreeMap;
 
@@ -21,9 +23,6 @@ use super::{ClusterPolicy, Running, Snapshot, TunedPolicy};
 
 /// Half-life of the observations (s): a week, as long as slowed jobs take to show in the queue.
 pub const HALF_LIFE_S: f64 = 7.0 * 86400.0;
-
-/// The guard goes off once the observed ratio is under this share of the bound.
-pub const RELEASE: f64 = 0.1;
 
 /// What the queue waited and how much of it wattson's DVFS added, as the policy observed it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -34,7 +33,7 @@ pub struct WaitCost {
     pub added_s: f64,
     /// How far slowed jobs have pushed the current queue's starts back (s); 0 with no queue.
     pub delay_s: f64,
-    /// Whether the guard is on.
+    /// Whether the observed ratio was past the bound at the last observation: no job slowed.
     pub guarding: bool,
     /// When last observed.
     seen_at: Option<f64>,
@@ -46,8 +45,7 @@ pub struct WaitCost {
 
 impl WaitCost {
     /// Counts the time since the last observation at `s`'s levels and queue (what `s` shows
-    /// held since then), and turns the guard on past `bound` (`max_wait_cost`), off under
-    /// [`RELEASE`] times it.
+    /// held since then), and turns the guard on past `bound` (`max_wait_cost`), off under it.
     pub fn observe(&mut self, s: &Snapshot, bound: f64) {
         let dt = self.seen_at.map_or(0.0, |t| (s.now - t).max(0.0));
         self.seen_at = Some(s.now);
@@ -87,12 +85,7 @@ impl WaitCost {
         };
         self.waiting = queued;
 
-        let ratio = self.ratio();
-        if ratio > bound {
-            self.guarding = true;
-        } else if ratio < RELEASE * bound {
-            self.guarding = false;
-        }
+        self.guarding = self.ratio() > bound;
     }
 
     /// How long the running jobs the queue's head waits for (those that end first at their
@@ -138,14 +131,28 @@ impl WaitCost {
     }
 }
 
-/// `p` as it runs with the guard on or off (`on`, [`WaitCost::guarding`]): wattson with the
-/// guard on slows no job (every job the queue waits for is raised at once, to full speed);
-/// unchanged otherwise.
-pub fn guarded(p: &TunedPolicy, on: bool) -> TunedPolicy {
-    if p.kind != ClusterPolicy::Wattson || !on {
+/// A bound this high (the knob's top) is no bound: it gates no job.
+pub const UNBOUNDED: f64 = 100.0;
+
+/// The share of the cluster's GPUs that must be unallocated for DVFS to slow a job, with
+/// `w` observed against `bound` (`max_wait_cost`): the observed ratio's share of the bound (0
+/// with no wait added; 1 at the bound, where the guard takes over; 0 under [`UNBOUNDED`]).
+pub fn gate(w: &WaitCost, bound: f64) -> f64 {
+    if bound > 0.0 && bound < UNBOUNDED { (w.ratio() / bound).min(1.0) } else { 0.0 }
+}
+
+/// `p` as it runs with `w` observed: wattson with the guard on slows no job (every job the
+/// queue waits for is raised at once, to full speed); below the bound it slows a job only
+/// while the [`gate`]'s share of the GPUs is unallocated (or `dvfs_min_free`'s, if more).
+pub fn guarded(p: &TunedPolicy, w: &WaitCost) -> TunedPolicy {
+    if p.kind != ClusterPolicy::Wattson {
         return *p;
     }
     let mut tight = *p;
+    if !w.guarding {
+        tight.tuning.dvfs_min_free = p.tuning.dvfs_min_free.max(gate(w, p.tuning.max_wait_cost));
+        return tight;
+    }
     tight.tuning.congestion_raise = 1.0;
     tight.tuning.raise_after_runs = 0.0;
     // No share of free GPUs is enough: DVFS is gated off.

@@ -214,8 +214,8 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
     let now = snap(1100.0, &full, &m, &q, &both, &[], &tariff);
     assert_eq!(decider.step(&p, &now).raised, vec![1, 2]);
     assert!(decide(&p, &now).raised.is_empty());
-    // It started (job 1 ended): charged, the queue's delay gone; the guard stays on until the
-    // share is under a tenth of the bound.
+    // It started (job 1 ended): charged, the queue's delay gone; the guard stays on while the
+    // share is past the bound.
     let started = Running { job: job(9, 0.10), elapsed_s: 50.0, progress: 0.05, level: 3, shared: false };
     w.observe(&snap(1200.0, &full, &m, &[], &[top, started], &[], &tariff), 0.05);
     assert!(w.waited_s == 100.0 && (w.added_s - lag(1100.0)).abs() < 1e-9, "{w:?}");
@@ -253,5 +253,52 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
 
     // The references never change.
     let r = TunedPolicy { kind: ClusterPolicy::PowersaveDvfs, tuning: Tuning::default() };
-    assert_eq!(wait_cost::guarded(&r, true), r);
+    assert_eq!(wait_cost::guarded(&r, &w), r);
+}
+
+#[test]
+fn below_the_wait_cost_bound_a_job_is_slowed_only_while_the_observed_share_of_the_bound_of_gpus_is_free() {
+    use wait_cost::WaitCost;
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    // Four 8-GPU nodes. Running 8-GPU jobs at full speed, bound 10%: each may go to level 1
+    // (8% pessimistic slowdown); no queue.
+    let run =
+        |id: u32| Running { job: job(id, 0.10), elapsed_s: 500.0, progress: 0.5, level: 3, shared: false };
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+    let bound = p.tuning.max_wait_cost;
+    // DVFS observed to have added 3% to the waits, against the 5% bound: 60% of the GPUs must
+    // be unallocated for a job to be slowed.
+    let cost = |waited_s: f64, added_s: f64| {
+        let mut w = WaitCost::default();
+        (w.waited_s, w.added_s) = (waited_s, added_s);
+        w
+    };
+    let observed = cost(1030.0, 30.0);
+    assert!((observed.ratio() - 0.03).abs() < 1e-12 && bound == 0.05);
+    assert!((wait_cost::gate(&observed, bound) - 0.6).abs() < 1e-12);
+    let step = |w: &WaitCost, jobs: &[Running]| {
+        let held = jobs.len();
+        let nodes: Vec<NodeView> =
+            (0..4)
+                .map(|i| {
+                    if i < held { node(NodePower::On, 0, f64::INFINITY) } else { node(NodePower::On, 8, 0.0) }
+                })
+                .collect();
+        let mut d = Decider { wait_cost: w.clone() };
+        let a = d.step(&p, &snap(100.0, &nodes, &m, &[], jobs, &[], &tariff));
+        assert!(!d.wait_cost.guarding, "{d:?}");
+        a
+    };
+    // 24 of 32 GPUs free (75%): job 1 is slowed to level 1.
+    assert_eq!(step(&observed, &[run(1)]).levels, vec![(1, 1)]);
+    // 16 of 32 free (50%): no job is slowed; both are held at full speed.
+    let a = step(&observed, &[run(1), run(2)]);
+    assert!(a.levels.is_empty() && a.raised == vec![1, 2], "{a:?}");
+    // With no wait added, the same 50% free slows both.
+    assert_eq!(step(&WaitCost::default(), &[run(1), run(2)]).levels, vec![(1, 1), (2, 1)]);
+    // At the bound every GPU must be free: past it the guard is on.
+    let at = cost(1050.0, 50.0);
+    assert_eq!(wait_cost::gate(&at, bound), 1.0);
+    assert_eq!(step(&at, &[run(1)]).levels, vec![]);
 }
