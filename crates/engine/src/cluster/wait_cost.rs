@@ -45,7 +45,8 @@ pub struct WaitCost {
 
 impl WaitCost {
     /// Counts the time since the last observation at `s`'s levels and queue (what `s` shows
-    /// held since then), and turns the guard on past `bound` (`max_wait_cost`), off under it.
+    /// held since then), and turns the guard on past `bound` (`max_wait_cost`), off under it
+    /// (never on under [`UNBOUNDED`]).
     pub fn observe(&mut self, s: &Snapshot, bound: f64) {
         let dt = self.seen_at.map_or(0.0, |t| (s.now - t).max(0.0));
         self.seen_at = Some(s.now);
@@ -85,7 +86,7 @@ impl WaitCost {
         };
         self.waiting = queued;
 
-        self.guarding = self.ratio() > bound;
+        self.guarding = bound < UNBOUNDED && self.ratio() > bound;
     }
 
     /// How long the running jobs the queue's head waits for (those that end first at their
@@ -131,7 +132,7 @@ impl WaitCost {
     }
 }
 
-/// A bound this high (the knob's top) is no bound: it gates no job.
+/// A bound this high (the knob's top) is no bound: it neither gates nor guards.
 pub const UNBOUNDED: f64 = 100.0;
 
 /// The share of the cluster's GPUs that must be unallocated for DVFS to slow a job, with

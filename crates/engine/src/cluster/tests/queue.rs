@@ -233,6 +233,14 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
     w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff), 0.05);
     w.observe(&snap(1100.0, &full, &m, &late, &[slowed, top], &[], &tariff), 0.05);
     assert!(w.ratio() == 50.0 && w.guarding, "{w:?}");
+    // With no bound, a share past it (150, of a wait the lag covers whole) neither guards nor
+    // gates.
+    let mut w = WaitCost::default();
+    let later = [Queued { job: job(9, 0.0), eligible: 2550.0 }];
+    let none = wait_cost::UNBOUNDED;
+    w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff), none);
+    w.observe(&snap(2700.0, &full, &m, &later, &[slowed, top], &[], &tariff), none);
+    assert!(w.ratio() == 150.0 && !w.guarding && wait_cost::gate(&w, none) == 0.0, "{w:?}");
 
     // A queue that a sleeping node's free GPUs hold waits for a boot, not for job 1.
     let sleeping = [full[0], full[1], node(NodePower::Off, 8, 0.0)];
