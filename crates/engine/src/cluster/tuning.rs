@@ -119,7 +119,7 @@ knobs! {
     size_exponent: f64 = 0.5, in 0 to 4;
     /// The most wattson's DVFS may lengthen the queue's waits, as a share of the waits
     /// without it as the policy observes them (0.05: 5%); below it a job is slowed only while
-    /// the observed share's part of the bound of the GPUs is unallocated, past it none
+    /// at least the observed share over the bound of the GPUs is unallocated, past it none
     /// (100: no bound).
     max_wait_cost: f64 = 0.05, in 0 to 100;
     /// With co-location pair data: an opted-in job is started beside a running job the model

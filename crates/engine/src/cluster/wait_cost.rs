@@ -12,7 +12,7 @@
 //! that much later too. A job that leaves the queue after waiting `w` was delayed by
 //! `min(w, delay_s)`. The ratio of that added wait to the wait without it, decayed with a
 //! half-life of [`HALF_LIFE_S`], grades DVFS against the bound ([`guarded`]): below it, a job
-//! is slowed only while at least that ratio's share of the bound of the cluster's GPUs are
+//! is slowed only while at least the ratio over the bound of the cluster's GPUs is
 //! unallocated (none needed with no wait added, all of them at the bound), so DVFS gives way
 //! as the observed cost nears the bound, and comes back as it decays; past it the guard is on
 //! ([`WaitCost::guarding`]): no job is slowed, and every job is raised to full speed.
@@ -136,7 +136,7 @@ impl WaitCost {
 pub const UNBOUNDED: f64 = 100.0;
 
 /// The share of the cluster's GPUs that must be unallocated for DVFS to slow a job, with
-/// `w` observed against `bound` (`max_wait_cost`): the observed ratio's share of the bound (0
+/// `w` observed against `bound` (`max_wait_cost`): the observed ratio over the bound (0
 /// with no wait added; 1 at the bound, where the guard takes over; 0 under [`UNBOUNDED`]).
 pub fn gate(w: &WaitCost, bound: f64) -> f64 {
     if bound > 0.0 && bound < UNBOUNDED { (w.ratio() / bound).min(1.0) } else { 0.0 }
