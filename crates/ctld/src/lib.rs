@@ -198,12 +198,12 @@ impl Planner {
             }
         }
         self.ledger.observe(nodes, now, &snapshot::node_costs(c), snapshot::gpu_idle_w(c, nodes));
-        let w = &self.memory.decider.wait_cost;
+        let (w, bound) = (&self.memory.decider.wait_cost, c.tuning.max_wait_cost);
         self.ledger.wait_cost = power_status::WaitCostStatus {
             observed: w.ratio(),
-            bound: c.tuning.max_wait_cost,
-            guarding: w.guarding,
-            gate: wattson_engine::cluster::wait_cost::gate(w, c.tuning.max_wait_cost),
+            bound,
+            guarding: w.guarding(bound),
+            gate: w.gate(bound),
         };
         let why = |what: &str| {
             format!("{what} (warm target {}, idle {}, queued {})", plan.warm_target, plan.idle, plan.queued)

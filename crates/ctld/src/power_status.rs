@@ -76,7 +76,7 @@ pub struct WaitCostStatus {
     /// Whether it passed the bound: no job is slowed.
     pub guarding: bool,
     /// Below the bound, the share of the GPUs that must be unallocated for a job to be slowed
-    /// (`wait_cost::gate`).
+    /// (`WaitCost::gate`).
     #[serde(default)]
     pub gate: f64,
 }

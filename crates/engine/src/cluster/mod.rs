@@ -11,8 +11,9 @@
 //! under the job's slowdown bound), [`order`] the order queued jobs start in (FIFO, or
 //! wattson's wait per unit of size), [`budget`] keeps wattson under the cluster power budget
 //! (DVFS and start gating), [`wait_cost`] gates wattson's DVFS as it lengthens the queue's
-//! waits toward `max_wait_cost` and stops it past it, [`share`] starts a queued job on a running job's GPU
-//! where both let their GPU be shared and the co-location model keeps both within bounds.
+//! waits toward `max_wait_cost` and stops it past it, [`share`] starts a queued job on a
+//! running job's GPU where both let their GPU be shared and the co-location model keeps both
+//! within bounds.
 
 pub mod budget;
 pub mod levels;
@@ -387,7 +388,7 @@ impl Decider {
     /// Counts the waits since the last step at `s`, then decides on `s` under `p`, with DVFS
     /// graded by the observed wait cost ([`wait_cost::guarded`]).
     pub fn step(&mut self, p: &TunedPolicy, s: &Snapshot) -> Actions {
-        self.wait_cost.observe(s, p.tuning.max_wait_cost);
+        self.wait_cost.observe(s);
         decide(&wait_cost::guarded(p, &self.wait_cost), s)
     }
 }

@@ -14,8 +14,9 @@
 //! half-life of [`HALF_LIFE_S`], grades DVFS against the bound ([`guarded`]): below it, a job
 //! is slowed only while at least the ratio over the bound of the cluster's GPUs is
 //! unallocated (none needed with no wait added, all of them at the bound), so DVFS gives way
-//! as the observed cost nears the bound, and comes back as it decays; past it the guard is on
-//! ([`WaitCost::guarding`]): no job is slowed, and every job is raised to full speed.
+//! as the observed cost nears the bound, and comes back as it decays ([`WaitCost::gate`]);
+//! past it the guard is on ([`WaitCost::guarding`]): no job is slowed, and every job is raised
+//! to full speed.
 
 use std::collections::BTreeMap;
 
@@ -33,8 +34,6 @@ pub struct WaitCost {
     pub added_s: f64,
     /// How far slowed jobs have pushed the current queue's starts back (s); 0 with no queue.
     pub delay_s: f64,
-    /// Whether the observed ratio was past the bound at the last observation: no job slowed.
-    pub guarding: bool,
     /// When last observed.
     seen_at: Option<f64>,
     /// Running jobs' lost work (s), by id.
@@ -45,9 +44,8 @@ pub struct WaitCost {
 
 impl WaitCost {
     /// Counts the time since the last observation at `s`'s levels and queue (what `s` shows
-    /// held since then), and turns the guard on past `bound` (`max_wait_cost`), off under it
-    /// (never on under [`UNBOUNDED`]).
-    pub fn observe(&mut self, s: &Snapshot, bound: f64) {
+    /// held since then).
+    pub fn observe(&mut self, s: &Snapshot) {
         let dt = self.seen_at.map_or(0.0, |t| (s.now - t).max(0.0));
         self.seen_at = Some(s.now);
         let decay = 0.5f64.powf(dt / HALF_LIFE_S);
@@ -85,8 +83,6 @@ impl WaitCost {
             None => 0.0,
         };
         self.waiting = queued;
-
-        self.guarding = bound < UNBOUNDED && self.ratio() > bound;
     }
 
     /// How long the running jobs the queue's head waits for (those that end first at their
@@ -130,28 +126,36 @@ impl WaitCost {
         let added = self.added_s + self.waiting.values().map(|w| w.min(self.delay_s)).sum::<f64>();
         added / (waited - added).max(1.0)
     }
+
+    /// Whether the guard is on against `bound` (`max_wait_cost`): the ratio is past it, so no
+    /// job is slowed (never under [`UNBOUNDED`]).
+    pub fn guarding(&self, bound: f64) -> bool {
+        bound < UNBOUNDED && self.ratio() > bound
+    }
+
+    /// The share of the cluster's GPUs that must be unallocated for DVFS to slow a job,
+    /// against `bound` (`max_wait_cost`): the ratio over the bound (0 with no wait added; 1 at
+    /// the bound, where the guard takes over; 0 under [`UNBOUNDED`]).
+    pub fn gate(&self, bound: f64) -> f64 {
+        if bound > 0.0 && bound < UNBOUNDED { (self.ratio() / bound).min(1.0) } else { 0.0 }
+    }
 }
 
 /// A bound this high (the knob's top) is no bound: it neither gates nor guards.
 pub const UNBOUNDED: f64 = 100.0;
 
-/// The share of the cluster's GPUs that must be unallocated for DVFS to slow a job, with
-/// `w` observed against `bound` (`max_wait_cost`): the observed ratio over the bound (0
-/// with no wait added; 1 at the bound, where the guard takes over; 0 under [`UNBOUNDED`]).
-pub fn gate(w: &WaitCost, bound: f64) -> f64 {
-    if bound > 0.0 && bound < UNBOUNDED { (w.ratio() / bound).min(1.0) } else { 0.0 }
-}
-
 /// `p` as it runs with `w` observed: wattson with the guard on slows no job (every job the
 /// queue waits for is raised at once, to full speed); below the bound it slows a job only
-/// while the [`gate`]'s share of the GPUs is unallocated (or `dvfs_min_free`'s, if more).
+/// while the [`WaitCost::gate`]'s share of the GPUs is unallocated (or `dvfs_min_free`'s, if
+/// more).
 pub fn guarded(p: &TunedPolicy, w: &WaitCost) -> TunedPolicy {
     if p.kind != ClusterPolicy::Wattson {
         return *p;
     }
+    let bound = p.tuning.max_wait_cost;
     let mut tight = *p;
-    if !w.guarding {
-        tight.tuning.dvfs_min_free = p.tuning.dvfs_min_free.max(gate(w, p.tuning.max_wait_cost));
+    if !w.guarding(bound) {
+        tight.tuning.dvfs_min_free = p.tuning.dvfs_min_free.max(w.gate(bound));
         return tight;
     }
     tight.tuning.congestion_raise = 1.0;

@@ -194,17 +194,17 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
     let top = Running { job: job(2, 0.10), elapsed_s: 5000.0, progress: 0.1, level: 3, shared: false };
     let lag = |s: f64| s * 0.08 / 1.08;
     let mut w = WaitCost::default();
-    w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff), 0.05);
-    w.observe(&snap(1000.0, &full, &m, &[], &[slowed, top], &[], &tariff), 0.05);
+    w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff));
+    w.observe(&snap(1000.0, &full, &m, &[], &[slowed, top], &[], &tariff));
     // No queue: slowing costs no wait.
-    assert_eq!((w.delay_s, w.ratio(), w.guarding), (0.0, 0.0, false));
+    assert_eq!((w.delay_s, w.ratio(), w.guarding(0.05)), (0.0, 0.0, false));
     // An 8-GPU job queues: it waits for job 1 (ending first), 1100 s behind by now.
     let q = [Queued { job: job(9, 0.0), eligible: 1000.0 }];
-    w.observe(&snap(1100.0, &full, &m, &q, &[slowed, top], &[], &tariff), 0.05);
+    w.observe(&snap(1100.0, &full, &m, &q, &[slowed, top], &[], &tariff));
     assert!((w.delay_s - lag(1100.0)).abs() < 1e-9, "{w:?}");
     // Still queued, it counts with its wait so far: 81.5 of its 100 s were added.
     assert!((w.ratio() - lag(1100.0) / (100.0 - lag(1100.0))).abs() < 1e-9, "{}", w.ratio());
-    assert!(w.guarding);
+    assert!(w.guarding(0.05));
     // Past the bound wattson slows no job: every running job is raised. The decider that saw
     // the same states keeps the guard; a decision with no memory does not.
     let both = [slowed, top];
@@ -217,47 +217,47 @@ fn the_wait_cost_charges_a_queued_job_the_work_its_blockers_lost_and_past_the_bo
     // It started (job 1 ended): charged, the queue's delay gone; the guard stays on while the
     // share is past the bound.
     let started = Running { job: job(9, 0.10), elapsed_s: 50.0, progress: 0.05, level: 3, shared: false };
-    w.observe(&snap(1200.0, &full, &m, &[], &[top, started], &[], &tariff), 0.05);
+    w.observe(&snap(1200.0, &full, &m, &[], &[top, started], &[], &tariff));
     assert!(w.waited_s == 100.0 && (w.added_s - lag(1100.0)).abs() < 1e-9, "{w:?}");
     // An hour on with no queue, the share stays (both decay alike).
-    w.observe(&snap(4800.0, &full, &m, &[], &[top, started], &[], &tariff), 0.05);
+    w.observe(&snap(4800.0, &full, &m, &[], &[top, started], &[], &tariff));
     let decay = 0.5f64.powf(3600.0 / wait_cost::HALF_LIFE_S);
     assert!((w.waited_s - 100.0 * decay).abs() < 1e-9, "{w:?}");
     assert!((w.ratio() - lag(1100.0) / (100.0 - lag(1100.0))).abs() < 1e-9);
     assert_eq!(w.delay_s, 0.0);
-    assert!(w.guarding);
+    assert!(w.guarding(0.05));
 
     // A wait the lag covers whole is all added: a large share, not none.
     let mut w = WaitCost::default();
     let late = [Queued { job: job(9, 0.0), eligible: 1050.0 }];
-    w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff), 0.05);
-    w.observe(&snap(1100.0, &full, &m, &late, &[slowed, top], &[], &tariff), 0.05);
-    assert!(w.ratio() == 50.0 && w.guarding, "{w:?}");
+    w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff));
+    w.observe(&snap(1100.0, &full, &m, &late, &[slowed, top], &[], &tariff));
+    assert!(w.ratio() == 50.0 && w.guarding(0.05), "{w:?}");
     // With no bound, a share past it (150, of a wait the lag covers whole) neither guards nor
     // gates.
     let mut w = WaitCost::default();
     let later = [Queued { job: job(9, 0.0), eligible: 2550.0 }];
     let none = wait_cost::UNBOUNDED;
-    w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff), none);
-    w.observe(&snap(2700.0, &full, &m, &later, &[slowed, top], &[], &tariff), none);
-    assert!(w.ratio() == 150.0 && !w.guarding && wait_cost::gate(&w, none) == 0.0, "{w:?}");
+    w.observe(&snap(0.0, &full, &m, &[], &[slowed, top], &[], &tariff));
+    w.observe(&snap(2700.0, &full, &m, &later, &[slowed, top], &[], &tariff));
+    assert!(w.ratio() == 150.0 && !w.guarding(none) && w.gate(none) == 0.0, "{w:?}");
 
     // A queue that a sleeping node's free GPUs hold waits for a boot, not for job 1.
     let sleeping = [full[0], full[1], node(NodePower::Off, 8, 0.0)];
     let mut w = WaitCost::default();
-    w.observe(&snap(0.0, &sleeping, &m, &[], &[slowed], &[], &tariff), 0.05);
-    w.observe(&snap(1100.0, &sleeping, &m, &q, &[slowed], &[], &tariff), 0.05);
-    w.observe(&snap(1300.0, &sleeping, &m, &[], &[slowed], &[], &tariff), 0.05);
-    assert!(w.waited_s > 0.0 && w.added_s == 0.0 && !w.guarding, "{w:?}");
+    w.observe(&snap(0.0, &sleeping, &m, &[], &[slowed], &[], &tariff));
+    w.observe(&snap(1100.0, &sleeping, &m, &q, &[slowed], &[], &tariff));
+    w.observe(&snap(1300.0, &sleeping, &m, &[], &[slowed], &[], &tariff));
+    assert!(w.waited_s > 0.0 && w.added_s == 0.0 && !w.guarding(0.05), "{w:?}");
     // Unless the job may not use that node (its partition holds the full nodes only).
     let only: JobNodes = [(9, std::sync::Arc::from([0u32, 1])), (1, std::sync::Arc::from([0u32]))].into();
     let mut w = WaitCost::default();
     let one = [slowed];
     for (t, queue) in [(0.0, &[][..]), (1100.0, &q[..]), (1300.0, &[][..])] {
         let s = Snapshot { job_nodes: &only, ..snap(t, &sleeping, &m, queue, &one, &[], &tariff) };
-        w.observe(&s, 0.05);
+        w.observe(&s);
     }
-    assert!(w.waited_s == 100.0 && (w.added_s - lag(1100.0)).abs() < 1e-9 && w.guarding, "{w:?}");
+    assert!(w.waited_s == 100.0 && (w.added_s - lag(1100.0)).abs() < 1e-9 && w.guarding(0.05), "{w:?}");
 
     // The references never change.
     let r = TunedPolicy { kind: ClusterPolicy::PowersaveDvfs, tuning: Tuning::default() };
@@ -284,7 +284,7 @@ fn below_the_wait_cost_bound_a_job_is_slowed_only_while_the_observed_share_of_th
     };
     let observed = cost(1030.0, 30.0);
     assert!((observed.ratio() - 0.03).abs() < 1e-12 && bound == 0.05);
-    assert!((wait_cost::gate(&observed, bound) - 0.6).abs() < 1e-12);
+    assert!((observed.gate(bound) - 0.6).abs() < 1e-12);
     let step = |w: &WaitCost, jobs: &[Running]| {
         let held = jobs.len();
         let nodes: Vec<NodeView> =
@@ -295,7 +295,7 @@ fn below_the_wait_cost_bound_a_job_is_slowed_only_while_the_observed_share_of_th
                 .collect();
         let mut d = Decider { wait_cost: w.clone() };
         let a = d.step(&p, &snap(100.0, &nodes, &m, &[], jobs, &[], &tariff));
-        assert!(!d.wait_cost.guarding, "{d:?}");
+        assert!(!d.wait_cost.guarding(bound), "{d:?}");
         a
     };
     // 24 of 32 GPUs free (75%): job 1 is slowed to level 1.
@@ -307,6 +307,6 @@ fn below_the_wait_cost_bound_a_job_is_slowed_only_while_the_observed_share_of_th
     assert_eq!(step(&WaitCost::default(), &[run(1), run(2)]).levels, vec![(1, 1), (2, 1)]);
     // At the bound every GPU must be free: past it the guard is on.
     let at = cost(1050.0, 50.0);
-    assert_eq!(wait_cost::gate(&at, bound), 1.0);
+    assert_eq!(at.gate(bound), 1.0);
     assert_eq!(step(&at, &[run(1)]).levels, vec![]);
 }
