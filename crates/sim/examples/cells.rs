@@ -14,30 +14,10 @@
 //! Runs the cells on every core. Reads `etc/sim/cluster.toml` and `data/`.
 
 use std::path::Path;
-use std::sync::Mutex;
 
-use wattson_sim::trace::ITP_LOAD_MATCHED;
 use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-
-/// The traces whose third cell is 80 nodes (cluster04's 80 nodes is its load-matched one).
-const ON_80_NODES: [&str; 9] = [
-    "cluster01.csv",
-    "cluster02.csv",
-    "cluster03.csv",
-    "cluster05.csv",
-    "cluster06.csv",
-    "cluster07.csv",
-    "cluster08.csv",
-    "cluster09.csv",
-    "cluster10.csv",
-];
-
-/// The 27 cells: each trace's load-matched sizes, then 80 nodes.
-fn cells() -> Vec<(&'static str, u32)> {
-    ITP_LOAD_MATCHED.iter().copied().chain(ON_80_NODES.map(|t| (t, 80))).collect()
-}
 
 /// One policy's means over the seeds of a cell.
 #[derive(Debug, Clone, Copy, Default)]
@@ -94,44 +74,27 @@ fn main() {
         ClusterPolicy::Wattson,
         ClusterPolicy::SlurmDefault,
     ];
-    // Each cell's (timer, shards, wattson, default) means, filled by workers taking cells in turn.
-    let cells = cells();
-    let results: Mutex<Vec<Option<[Means; 4]>>> = Mutex::new(vec![None; cells.len()]);
-    let next = Mutex::new(0usize);
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                loop {
-                    let i = {
-                        let mut n = next.lock().unwrap();
-                        *n += 1;
-                        *n - 1
-                    };
-                    let Some(&(trace_name, nodes)) = cells.get(i) else { return };
-                    let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
-                    let trace = wattson_sim::trace::parse(&text, trace_name, TraceFormat::Auto).unwrap();
-                    let mut c = base.clone();
-                    c.groups[0].nodes = nodes;
-                    let mut m = [Means::default(); 4];
-                    for seed in 1..=seeds {
-                        let o = wattson_sim::run(&c, &catalog, &trace, trace_name, &policies, seed).unwrap();
-                        for (k, &p) in policies.iter().enumerate() {
-                            if let Some(s) = o.report.summary(p) {
-                                m[k].add(s, seeds as f64);
-                            }
-                        }
-                        let ours =
-                            o.runs.iter().find(|r| r.policy == ClusterPolicy::Wattson).expect("wattson ran");
-                        let repeat = wattson_sim::metrics::repeat_violations(ours, &o.jobs);
-                        m[2].repeat_violations += repeat as f64 / seeds as f64;
-                    }
-                    results.lock().unwrap()[i] = Some(m);
+    // Each cell's (timer, shards, wattson, default) means.
+    let cells = wattson_sim::trace::itp_cells();
+    let results = wattson_sim::parallel::map(&cells, |&(trace_name, nodes)| {
+        let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
+        let trace = wattson_sim::trace::parse(&text, trace_name, TraceFormat::Auto).unwrap();
+        let mut c = base.clone();
+        c.groups[0].nodes = nodes;
+        let mut m = [Means::default(); 4];
+        for seed in 1..=seeds {
+            let o = wattson_sim::run(&c, &catalog, &trace, trace_name, &policies, seed).unwrap();
+            for (k, &p) in policies.iter().enumerate() {
+                if let Some(s) = o.report.summary(p) {
+                    m[k].add(s, seeds as f64);
                 }
-            });
+            }
+            let ours = o.runs.iter().find(|r| r.policy == ClusterPolicy::Wattson).expect("wattson ran");
+            let repeat = wattson_sim::metrics::repeat_violations(ours, &o.jobs);
+            m[2].repeat_violations += repeat as f64 / seeds as f64;
         }
+        m
     });
-    let results = results.into_inner().unwrap();
     println!(
         "{:<14} {:>5} | {:>10} {:>8} {:>8} {:>8} | {:>10} {:>7} {:>8} {:>7} {:>8} {:>7} {:>8} {:>6} | {:>8} | {:>15} | verdict",
         "trace",
@@ -156,7 +119,7 @@ fn main() {
     let (mut shared_cells, mut default_waits_ok) = (0, 0);
     let (mut over_bound, mut shared, mut repeat) = (0.0, 0.0, 0.0);
     for (&(trace_name, nodes), m) in cells.iter().zip(&results) {
-        let [t, sh, w, d] = m.expect("every cell ran");
+        let [t, sh, w, d] = *m;
         default_waits_ok +=
             usize::from(d.imposed_mean_s <= t.imposed_mean_s && d.imposed_p99_s <= t.imposed_p99_s);
         let de = pct(w.energy_kwh, t.energy_kwh);

@@ -8,7 +8,8 @@
 //! [`events`] the event queue, [`scheduler`] Slurm's FIFO + EASY backfill, [`power`] node
 //! power states and the energy meter, [`simulate`] the event loop, [`record`] its records,
 //! [`floor`] the energy reference, [`metrics`] results and their CSV/JSON, [`waits`] the waits
-//! users chose apart from those imposed, [`table`] the terminal table, [`plot`] the SVG charts. See docs/sim.md.
+//! users chose apart from those imposed, [`table`] the terminal table, [`plot`] the SVG charts,
+//! [`parallel`] the examples' runs on every core. See docs/sim.md.
 
 pub mod cli;
 pub mod cluster;
@@ -18,6 +19,7 @@ pub mod floor;
 pub mod limits;
 pub mod metrics;
 pub mod overrides;
+pub mod parallel;
 pub mod plot;
 pub mod policies;
 pub mod power;

@@ -1,6 +1,6 @@
 //! `key=value` overrides of a cluster file for experiments (the examples' arguments): a
 //! `[wattson]` knob, `order` (every policy's queue order), `slurm_order` (the references'
-//! only), `budget_w`, `perfect` (1: the perfect-knowledge what-if), `max_factor` (`[limits]`)
+//! only), `suspend_time_s` (the idle-timer references' one `SuspendTime`), `budget_w`, `perfect` (1: the perfect-knowledge what-if), `max_factor` (`[limits]`)
 //! `max_bound` (every job's slowdown bound capped at this value) `share_fraction`,
 //! `share_gpus` or `share_bound` (`[hints]`), or `colocation_json` (empty: no pair data, so no
 //! job shares).
@@ -23,6 +23,14 @@ pub fn apply(c: &mut ClusterConfig, kv: &str) -> Result<(), SimError> {
         }
         "perfect" => c.limits.perfect = num()? != 0.0,
         "max_factor" => c.limits.max_factor = num()?,
+        // The idle-timer references run at this one SuspendTime only.
+        "suspend_time_s" => {
+            let t = num()?;
+            if !(t > 0.0 && t.is_finite()) {
+                return Err(bad("a SuspendTime in seconds, above 0"));
+            }
+            c.slurm.suspend_times_s = vec![t];
+        }
         // Empty: no pair data, so no job shares (opted-in jobs keep their `share_bound`).
         "colocation_json" => c.colocation_json = (!v.is_empty()).then(|| v.to_string()),
         "share_fraction" => {
@@ -91,5 +99,16 @@ mod tests {
         };
         assert_eq!(file(4).unwrap(), 4);
         assert!(file(9).unwrap_err().to_string().contains("hints.share_gpus = 9: allowed 1..=8"));
+    }
+
+    #[test]
+    fn suspend_time_runs_the_timer_at_that_one_setting_and_nothing_else() {
+        let mut c = ClusterConfig::from_toml(SMALL, "s.toml").unwrap();
+        apply(&mut c, "suspend_time_s=300").unwrap();
+        assert_eq!(c.slurm.suspend_times_s, vec![300.0]);
+        for bad in ["suspend_time_s=0", "suspend_time_s=-5", "suspend_time_s=inf", "suspend_time_s=x"] {
+            assert!(apply(&mut c, bad).is_err(), "{bad}");
+        }
+        assert_eq!(c.slurm.suspend_times_s, vec![300.0], "a refused value changes nothing");
     }
 }

@@ -268,6 +268,26 @@ pub const ITP_LOAD_MATCHED: [(&str, u32); 18] = [
     ("cluster10.csv", 2),
 ];
 
+/// The traces issue 52 also runs on 80 nodes: every ITP trace but cluster04, whose 80 nodes is
+/// its ~77% size.
+const ON_80_NODES: [&str; 9] = [
+    "cluster01.csv",
+    "cluster02.csv",
+    "cluster03.csv",
+    "cluster05.csv",
+    "cluster06.csv",
+    "cluster07.csv",
+    "cluster08.csv",
+    "cluster09.csv",
+    "cluster10.csv",
+];
+
+/// Issue 52's 27 cells, `(trace file, nodes)`: the load-matched sizes ([`ITP_LOAD_MATCHED`]),
+/// then the other traces on 80 nodes; the cases of the `cells` and `resolution` examples.
+pub fn itp_cells() -> Vec<(&'static str, u32)> {
+    ITP_LOAD_MATCHED.iter().copied().chain(ON_80_NODES.map(|t| (t, 80))).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
