@@ -116,6 +116,7 @@ type_max_cost = 3.0
 queue_order = \"response-ratio\"
 size_exponent = 0.75
 max_wait_cost = 0.1
+max_lag_s = 1200.0
 share_first = false
 share_min_gain = 0.2
 share_try_bound = 0.4

@@ -79,6 +79,7 @@ impl View {
             node: node_costs(&config.ctld),
             job_nodes: &self.job_nodes,
             sharing: None,
+            lagging: &[],
         }
     }
 }

@@ -274,18 +274,9 @@ fn under_a_budget_running_jobs_go_down_a_level_before_a_held_job_is_released_and
     assert_eq!(plan.release, [(9, "wattson:policy=perf,released=budget".to_string())]);
 }
 
-#[test]
-fn past_the_wait_cost_bound_or_a_closed_gate_running_jobs_are_raised_and_the_status_says_so() {
-    // n1's 4 GPUs run job 5 at its lower level (5% slower, bound 10%); after an hour job 9
-    // (4 GPUs) has waited 10 minutes for them: 171 s of job 5's lag is 171 s of its wait.
-    let nodes = parse_nodes(&node("n1", "ALLOCATED", 4, "")).unwrap();
-    let alone =
-        parse_jobs("5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|10:00|4:00:00|1|n1|lab||0\n").unwrap();
-    let queued = parse_jobs(
-        "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|1:10:00|4:00:00|1|n1|lab||0\n\
-         9|PENDING|Resources|1|gres:gpu:4|2026-11-23T11:00:00|0:00|1:00:00|0||lab||0\n",
-    )
-    .unwrap();
+/// What job 5's node reports: two levels, its lower one 5% slower (pessimistically), and job 5
+/// at it, bound 10%.
+fn slowed_job_5() -> snapshot::Learned {
     let level = |setting: f64, slowdown_hi: f64| wattson_engine::cluster::Level {
         setting,
         slowdown_hi,
@@ -298,6 +289,48 @@ fn past_the_wait_cost_bound_or_a_closed_gate_running_jobs_are_raised_and_the_sta
         5,
         crate::nodes::JobLevels { levels: vec![level(300.0, 0.05), level(700.0, 0.0)], level: 0, bound: 0.1 },
     );
+    learned
+}
+
+#[test]
+fn a_slowed_job_is_paced_full_once_it_has_fallen_max_lag_s_behind() {
+    // n1's 4 GPUs run job 5 at its lower level, no job waits: 14,000 s later it has fallen
+    // 14,000 · 0.05 / 1.05 = 667 s behind its full-speed pace.
+    let nodes = parse_nodes(&node("n1", "ALLOCATED", 4, "")).unwrap();
+    let at = |elapsed: &str| {
+        parse_jobs(&format!(
+            "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|{elapsed}|8:00:00|1|n1|lab||0\n"
+        ))
+        .unwrap()
+    };
+    let learned = slowed_job_5();
+    let t0 = at("10:00")[0].submit as f64 + 600.0;
+    let paced = |max_lag_s: f64| {
+        let mut config = Config::default();
+        config.ctld.tuning.max_lag_s = max_lag_s;
+        let mut planner = Planner::new(config);
+        assert_eq!(planner.plan_with(&nodes, &at("10:00"), &[], &learned, t0).running[0].1, Pace::Saving);
+        planner.plan_with(&nodes, &at("3:53:20"), &[], &learned, t0 + 14_000.0).running[0].1
+    };
+    // Past the default 600 s it runs at full speed; under a cap of 1,000 s it keeps its pace.
+    assert_eq!(Config::default().ctld.tuning.max_lag_s, 600.0);
+    assert_eq!(paced(600.0), Pace::Full);
+    assert_eq!(paced(1000.0), Pace::Saving);
+}
+
+#[test]
+fn past_the_wait_cost_bound_or_a_closed_gate_running_jobs_are_raised_and_the_status_says_so() {
+    // n1's 4 GPUs run job 5 at its lower level (5% slower, bound 10%); after an hour job 9
+    // (4 GPUs) has waited 10 minutes for them: 171 s of job 5's lag is 171 s of its wait.
+    let nodes = parse_nodes(&node("n1", "ALLOCATED", 4, "")).unwrap();
+    let alone =
+        parse_jobs("5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|10:00|4:00:00|1|n1|lab||0\n").unwrap();
+    let queued = parse_jobs(
+        "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|1:10:00|4:00:00|1|n1|lab||0\n\
+         9|PENDING|Resources|1|gres:gpu:4|2026-11-23T11:00:00|0:00|1:00:00|0||lab||0\n",
+    )
+    .unwrap();
+    let learned = slowed_job_5();
     let t0 = alone[0].submit as f64 + 600.0;
     let run = |bound: f64| {
         let mut config = Config::default();

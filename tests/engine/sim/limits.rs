@@ -133,10 +133,11 @@ fn gpu_types_column_restricts_placement() {
 /// shipped settings wattson keeps every bound, its mean wait stays within the shipped
 /// `max_wait_cost` (5%, read from the knobs) of what the same wattson waits with DVFS off, for
 /// less energy, and no bound-keeping policy spends less GPU energy than the floor. Without
-/// the wait-cost bound (`max_wait_cost=100`) it uses less energy than slurm-powersave and
-/// powersave-dvfs, and at 80 nodes lengthens the mean wait by more than the bound (so the
-/// bound is what holds it). With deferral off and DVFS only while 30% of GPUs are unallocated
-/// (`dvfs_min_free=0.3 congestion_raise=1 raise_after_runs=0 min_price_drop=100`), its mean
+/// the wait-cost bound and the lag cap (`max_wait_cost=100 max_lag_s=10000000`) it uses less
+/// energy than slurm-powersave and powersave-dvfs, and at 80 nodes lengthens the mean wait by
+/// more than the bound (so the bound and the cap are what hold it). With deferral off, DVFS
+/// only while 30% of GPUs are unallocated and no lag cap (`dvfs_min_free=0.3
+/// congestion_raise=1 raise_after_runs=0 min_price_drop=100 max_lag_s=10000000`), its mean
 /// and p99 waits are within 5% of slurm-powersave's at both sizes, and at 123 nodes its
 /// energy is below powersave-dvfs's. Seeds 1-5: `brain -- cluster04.csv 80,123 5 order=fifo [...]`.
 #[test]
@@ -177,7 +178,7 @@ fn cluster04_under_time_limits_and_one_order() {
                 wattson_sim::run(&tuned, &cat, &t, "cluster04.csv", &[ClusterPolicy::Wattson], 1).unwrap();
             o.report.summaries[0].clone()
         };
-        let unbounded = wattson_with(&["max_wait_cost=100"]);
+        let unbounded = wattson_with(&["max_wait_cost=100", "max_lag_s=10000000"]);
         let dvfs_off = wattson_with(&["max_wait_cost=100", "dvfs_min_free=1", "congestion_raise=1"]);
         eprintln!(
             "{nodes} nodes: shipped {} kWh {} s; unbounded {} kWh {} s; DVFS off {} kWh {} s",
@@ -212,7 +213,13 @@ fn cluster04_under_time_limits_and_one_order() {
         );
         assert!(w.defer_mean_s > 0.0 && w.wait_mean_s > w.queue_wait_mean_s, "deferral counts in the wait");
         let mut tuned = c.clone();
-        for kv in ["dvfs_min_free=0.3", "congestion_raise=1", "raise_after_runs=0", "min_price_drop=100"] {
+        for kv in [
+            "dvfs_min_free=0.3",
+            "congestion_raise=1",
+            "raise_after_runs=0",
+            "min_price_drop=100",
+            "max_lag_s=10000000",
+        ] {
             wattson_sim::overrides::apply(&mut tuned, kv).unwrap();
         }
         let o = wattson_sim::run(&tuned, &cat, &t, "cluster04.csv", &[ClusterPolicy::Wattson], 1).unwrap();

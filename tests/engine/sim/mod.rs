@@ -478,14 +478,16 @@ fn generic_trace_replays() {
 /// These were set, and hold, under the perfect-knowledge what-if (every policy knows each run
 /// time; wattson reorders the queue, the references keep FIFO), which this test keeps; the
 /// honest comparison is `cluster04_under_time_limits_and_one_order`. They predate the wait-cost
-/// bound, and are kept without it (`max_wait_cost=100`), and with the knobs wattson shipped
-/// then (`queue_order=response-ratio congestion_raise=0.5`).
-/// All five seeds: `cargo run --release -p wattson-sim --example brain -- cluster04.csv 80,123 5 perfect=1 max_wait_cost=100 queue_order=response-ratio congestion_raise=0.5`.
+/// bound and the lag cap, and are kept without them (`max_wait_cost=100 max_lag_s=10000000`),
+/// and with the knobs wattson shipped then (`queue_order=response-ratio congestion_raise=0.5`).
+/// All five seeds: `cargo run --release -p wattson-sim --example brain -- cluster04.csv 80,123 5 perfect=1 max_wait_cost=100 max_lag_s=10000000 queue_order=response-ratio congestion_raise=0.5`.
 #[test]
 fn cluster04_wattson_beats_every_reference_but_the_floor() {
     let (mut base, cat) = inputs();
     base.limits.perfect = true;
-    for kv in ["max_wait_cost=100", "queue_order=response-ratio", "congestion_raise=0.5"] {
+    for kv in
+        ["max_wait_cost=100", "max_lag_s=10000000", "queue_order=response-ratio", "congestion_raise=0.5"]
+    {
         wattson_sim::overrides::apply(&mut base, kv).unwrap();
     }
     let t = wattson_sim::trace::parse(

@@ -4,9 +4,10 @@
 //! wattson runs a job at the least-energy level its remaining slowdown allowance permits unless
 //! a queued job that is already late (it has waited as long as it will run) waits for its GPUs:
 //! then it is raised toward full speed (a slowdown there is paid in queueing), while running
-//! jobs that end after those jobs could start keep saving. The
-//! allowance is tracked over the whole run: a job that ran fast while the queue waited for it
-//! may go slower afterwards, as long as
+//! jobs that end after those jobs could start keep saving. A job that has fallen `max_lag_s`
+//! behind its full-speed pace runs at full speed for the rest of its run
+//! ([`super::Snapshot::lagging`]). The allowance is tracked over the whole run: a job that ran
+//! fast while the queue waited for it may go slower afterwards, as long as
 //! `elapsed + remaining work · (1 + slowdown_hi) ≤ (1 + bound) · work`.
 
 use crate::choose::{ChooserConfig, sigma_at};
@@ -260,13 +261,17 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
     let gated = p.kind == ClusterPolicy::Wattson && !capacity_gates_pass(p, s);
     // With the gates closed every job is raised anyway.
     let waited = if p.kind == ClusterPolicy::Wattson && !gated { waited_for(p, s) } else { Vec::new() };
+    let lagging = if p.kind == ClusterPolicy::Wattson { s.lagging } else { &[] };
     if p.kind == ClusterPolicy::Wattson {
         a.raised = if gated {
             let mut all: Vec<u32> = s.running.iter().map(|r| r.job.id).collect();
             all.sort_unstable();
             all
         } else {
-            waited.clone()
+            let mut raised: Vec<u32> = waited.iter().chain(lagging).copied().collect();
+            raised.sort_unstable();
+            raised.dedup();
+            raised
         };
     }
     let gpn = s.nodes.first().map_or(1, |n| n.gpus.max(1));
@@ -277,6 +282,8 @@ pub fn decide(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
         let want = match p.kind {
             // A shared GPU runs at its defaults: one job's setting never applies to another's.
             ClusterPolicy::Wattson if r.shared => top,
+            // Lagging as far as `max_lag_s`: full speed for the rest of its run.
+            ClusterPolicy::Wattson if lagging.binary_search(&r.job.id).is_ok() => top,
             ClusterPolicy::Wattson => {
                 let allowed = allowance(r);
                 if !gated && waited.binary_search(&r.job.id).is_err() {

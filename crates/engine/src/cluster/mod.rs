@@ -11,7 +11,8 @@
 //! under the job's slowdown bound), [`order`] the order queued jobs start in (FIFO, or
 //! wattson's wait per unit of size), [`budget`] keeps wattson under the cluster power budget
 //! (DVFS and start gating), [`wait_cost`] gates wattson's DVFS as it lengthens the queue's
-//! waits toward `max_wait_cost` and stops it past it, [`share`] starts a queued job on a
+//! waits toward `max_wait_cost` and stops it past it (and finds the jobs lagging `max_lag_s`
+//! behind), [`share`] starts a queued job on a
 //! running job's GPU where both let their GPU be shared and the co-location model keeps both
 //! within bounds.
 
@@ -308,6 +309,9 @@ pub struct Snapshot<'a> {
     pub job_nodes: &'a JobNodes,
     /// The co-location model and the classes not paired again; `None`: no job shares a GPU.
     pub sharing: Option<Sharing<'a>>,
+    /// Running jobs that have fallen `max_lag_s` behind their full-speed pace, by id (sorted):
+    /// wattson runs them at full speed. [`Decider`] fills it from what it observed.
+    pub lagging: &'a [u32],
 }
 
 /// Nodes of each job, by job id ([`Snapshot::job_nodes`]); jobs with the same usable nodes
@@ -327,8 +331,9 @@ pub struct Actions {
     /// Level changes `(job id, level)` for running jobs.
     pub levels: Vec<(u32, u16)>,
     /// Running jobs raised toward full speed now, by id (sorted): those late queued work waits
-    /// for ([`levels::waited_for`]), or all of them while the capacity gates are closed. The
-    /// others run at their own saving level. The controller paces jobs by it.
+    /// for ([`levels::waited_for`]) and those lagging `max_lag_s` behind ([`Snapshot::lagging`]),
+    /// or all of them while the capacity gates are closed. The others run at their own saving
+    /// level. The controller paces jobs by it.
     pub raised: Vec<u32>,
     /// Running jobs whose level the power budget lowered below what they would run at
     /// otherwise, by id (sorted).
@@ -386,10 +391,20 @@ pub struct Decider {
 
 impl Decider {
     /// Counts the waits since the last step at `s`, then decides on `s` under `p`, with DVFS
-    /// graded by the observed wait cost ([`wait_cost::guarded`]).
+    /// graded by the observed wait cost ([`wait_cost::guarded`]) and the jobs that lag
+    /// `max_lag_s` behind at full speed ([`wait_cost::WaitCost::lagging`]); asks to be woken
+    /// when the next slowed job reaches it.
     pub fn step(&mut self, p: &TunedPolicy, s: &Snapshot) -> Actions {
         self.wait_cost.observe(s);
-        decide(&wait_cost::guarded(p, &self.wait_cost), s)
+        if p.kind != ClusterPolicy::Wattson {
+            return decide(p, s);
+        }
+        let (lagging, next) = self.wait_cost.lagging(s, p.tuning.max_lag_s);
+        let mut a = decide(&wait_cost::guarded(p, &self.wait_cost), &Snapshot { lagging: &lagging, ..*s });
+        if let Some(at) = next {
+            a.wake_by(at);
+        }
+        a
     }
 }
 

@@ -207,6 +207,7 @@ mod tests {
             node: NodeCosts::default(),
             job_nodes: &ANYWHERE,
             sharing: None,
+            lagging: &[],
         };
         assert_eq!(type_to_start(&s, 7, 2, &[1, 0]), Some(0));
         assert_eq!(type_to_start(&s, 7, 6, &[1, 0]), Some(1));

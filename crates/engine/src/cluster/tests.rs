@@ -60,6 +60,7 @@ pub(crate) fn snap<'a>(
         node: costs(),
         job_nodes: &ANYWHERE,
         sharing: None,
+        lagging: &[],
     }
 }
 

@@ -122,6 +122,10 @@ knobs! {
     /// at least the observed share over the bound of the GPUs is unallocated, past it none
     /// (100: no bound).
     max_wait_cost: f64 = 0.05, in 0 to 100;
+    /// A slowed job runs at full speed for the rest of its run once it has fallen this far
+    /// behind its full-speed pace (s, as observed from its levels): the most its slowdown
+    /// can delay a job that waits for its GPUs (10000000: no such cap).
+    max_lag_s: f64 = 600.0, in 0 to 10000000;
     /// With co-location pair data: an opted-in job is started beside a running job the model
     /// pairs it with even where a GPU of its own is free (that GPU's node may then power
     /// down); `false`: only a job that would otherwise wait shares.

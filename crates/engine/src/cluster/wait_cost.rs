@@ -1,6 +1,6 @@
 //! The wait-cost bound (`max_wait_cost`): how much wattson's DVFS lengthens the queue's waits,
 //! as the policy observes it, and the tighter policy it falls back to while that passes the
-//! site's bound.
+//! site's bound; and each running job's lag, which `max_lag_s` caps ([`WaitCost::lagging`]).
 //!
 //! A job running at slowdown `s` does `1 / (1 + s)` of a second's work each second: it falls
 //! behind by `s / (1 + s)` of each second ([`WaitCost::observe`] integrates that per running
@@ -69,11 +69,8 @@ impl WaitCost {
         // bound) over the interval, or over its run if it started within it.
         let mut lost = BTreeMap::new();
         for r in s.running {
-            let level = s.models.get(r.job.model as usize).and_then(|l| l.get(usize::from(r.level)));
-            let slow = level.map_or(0.0, |l| l.slowdown_hi.min(r.job.bound));
-            let rate = if slow.is_finite() && slow > 0.0 { slow / (1.0 + slow) } else { 0.0 };
             let before = self.lost.get(&r.job.id).copied().unwrap_or(0.0);
-            lost.insert(r.job.id, before + rate * dt.min(r.elapsed_s.max(0.0)));
+            lost.insert(r.job.id, before + lag_rate(s, r) * dt.min(r.elapsed_s.max(0.0)));
         }
         self.lost = lost;
 
@@ -83,6 +80,29 @@ impl WaitCost {
             None => 0.0,
         };
         self.waiting = queued;
+    }
+
+    /// The running jobs that have fallen `cap` or more behind their full-speed pace, by id
+    /// (sorted), and when the next of the others falls that far at its current level (`None`:
+    /// no other is slowed). A job that started late by the queue's delay counts it: it ends
+    /// that much later too.
+    pub fn lagging(&self, s: &Snapshot, cap: f64) -> (Vec<u32>, Option<f64>) {
+        let mut over = Vec::new();
+        let mut next: Option<f64> = None;
+        for r in s.running {
+            let lost = self.lost.get(&r.job.id).copied().unwrap_or(0.0);
+            let rate = lag_rate(s, r);
+            // Within a microsecond counts: woken when it gets there, it may fall short by a
+            // rounding error, and must not ask to be woken again at once.
+            if lost + LAG_SLACK_S >= cap {
+                over.push(r.job.id);
+            } else if rate > 0.0 {
+                let at = s.now + (cap - lost) / rate;
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        over.sort_unstable();
+        (over, next)
     }
 
     /// How long the running jobs the queue's head waits for (those that end first at their
@@ -139,6 +159,17 @@ impl WaitCost {
     pub fn gate(&self, bound: f64) -> f64 {
         if bound > 0.0 && bound < UNBOUNDED { (self.ratio() / bound).min(1.0) } else { 0.0 }
     }
+}
+
+/// How close to `max_lag_s` a job's observed lag counts as reaching it (s).
+const LAG_SLACK_S: f64 = 1e-6;
+
+/// How fast `r` falls behind its full-speed pace at its level: `s / (1 + s)` of each second
+/// for its pessimistic slowdown `s` (at most its bound).
+fn lag_rate(s: &Snapshot, r: &Running) -> f64 {
+    let level = s.models.get(r.job.model as usize).and_then(|l| l.get(usize::from(r.level)));
+    let slow = level.map_or(0.0, |l| l.slowdown_hi.min(r.job.bound));
+    if slow.is_finite() && slow > 0.0 { slow / (1.0 + slow) } else { 0.0 }
 }
 
 /// A bound this high (the knob's top) is no bound: it neither gates nor guards.

@@ -110,6 +110,7 @@ fn an_override_sets_a_key_as_the_file_does() {
         ("type_max_cost", "3.0"),
         ("queue_order", "\"response-ratio\""),
         ("max_wait_cost", "0.5"),
+        ("max_lag_s", "1800.0"),
         ("share_first", "false"),
         ("share_min_gain", "0.3"),
         ("share_try_bound", "0.5"),

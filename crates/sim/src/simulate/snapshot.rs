@@ -111,6 +111,7 @@ impl Sim<'_> {
                 try_bound: self.policy.tuning.share_try_bound,
                 ..cluster::Sharing::learned_or(self.learning.as_ref(), &c.model)
             }),
+            lagging: &[],
         };
         // One step of the policy and its guard, as the controller takes one per loop.
         let acts = self.decider.step(&self.policy, &snap);

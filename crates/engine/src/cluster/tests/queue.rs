@@ -310,3 +310,39 @@ fn below_the_wait_cost_bound_a_job_is_slowed_only_while_the_observed_share_of_th
     assert_eq!(at.gate(bound), 1.0);
     assert_eq!(step(&at, &[run(1)]).levels, vec![]);
 }
+
+#[test]
+fn a_slowed_job_runs_at_full_speed_once_it_has_fallen_max_lag_s_behind_and_is_woken_for_it() {
+    let m = levels();
+    let tariff = PriceSchedule::default();
+    // One 8-GPU node held by job 1 at level 1 (8% pessimistic slowdown, within its 10% bound):
+    // it falls 0.08 / 1.08 of each second behind, 600 s (the default cap) in 8,100 s.
+    let nodes = [node(NodePower::On, 0, f64::INFINITY)];
+    // A day's work, at level 1 since it started.
+    let run = |elapsed_s: f64| Running {
+        job: JobView { work_s: 86_400.0, ..job(1, 0.10) },
+        elapsed_s,
+        progress: elapsed_s / 1.08 / 86_400.0,
+        level: 1,
+        shared: false,
+    };
+    let p = TunedPolicy { kind: ClusterPolicy::Wattson, tuning: Tuning::default() };
+    assert_eq!(p.tuning.max_lag_s, 600.0);
+    let mut d = Decider::default();
+    let a = d.step(&p, &snap(100.0, &nodes, &m, &[], &[run(1000.0)], &[], &tariff));
+    assert!(a.levels.is_empty() && a.raised.is_empty(), "{a:?}");
+    let due = 100.0 + 600.0 * 1.08 / 0.08;
+    assert!((a.wake_at.unwrap() - due).abs() < 1e-6, "{a:?}");
+    // Woken then, it runs at full speed (level 3) and is raised, so the controller paces it
+    // so; a second short of it, it keeps its level.
+    let mut early = d.clone();
+    let a = early.step(&p, &snap(due - 1.0, &nodes, &m, &[], &[run(9000.0)], &[], &tariff));
+    assert!(a.levels.is_empty() && a.raised.is_empty(), "{a:?}");
+    let a = d.step(&p, &snap(due, &nodes, &m, &[], &[run(9100.0)], &[], &tariff));
+    assert_eq!((a.levels, a.raised, a.wake_at), (vec![(1, 3)], vec![1], None));
+    // With the cap at its top no job is raised for its lag.
+    let uncapped = TunedPolicy { tuning: Tuning { max_lag_s: 1e7, ..p.tuning }, ..p };
+    let mut d = Decider::default();
+    d.step(&uncapped, &snap(100.0, &nodes, &m, &[], &[run(1000.0)], &[], &tariff));
+    assert!(d.step(&uncapped, &snap(due, &nodes, &m, &[], &[run(9100.0)], &[], &tariff)).raised.is_empty());
+}
