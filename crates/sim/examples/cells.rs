@@ -13,11 +13,10 @@
 //! (default 3 seeds; the keys are [`wattson_sim::overrides`]', e.g. `share_fraction=0.5`).
 //! Runs the cells on every core. Reads `etc/sim/cluster.toml` and `data/`.
 
-use std::path::Path;
+mod common;
 
-use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
-
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+use common::{cell, pct, read, seeds_and_cluster};
+use wattson_sim::{Catalog, ClusterPolicy};
 
 /// One policy's means over the seeds of a cell.
 #[derive(Debug, Clone, Copy, Default)]
@@ -43,24 +42,8 @@ impl Means {
     }
 }
 
-fn read(rel: &str) -> String {
-    let p = Path::new(ROOT).join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
-}
-
-/// `ours` over `theirs` as a change in percent (a wait of 0 against 0 is no change).
-fn pct(ours: f64, theirs: f64) -> f64 {
-    if theirs <= 0.0 { if ours <= 0.0 { 0.0 } else { f64::INFINITY } } else { 100.0 * (ours / theirs - 1.0) }
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let seeds: u64 = args.get(1).map_or(3, |s| s.parse().expect("seed count"));
-    let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
-    wattson_sim::overrides::apply(&mut base, "order=fifo").unwrap();
-    for kv in args.iter().skip(2) {
-        wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
-    }
+    let (seeds, base) = seeds_and_cluster(3);
     let mut catalog =
         Catalog::from_zeus_csv(&read("data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus").unwrap();
     if let Some(rel) = &base.colocation_json {
@@ -77,10 +60,7 @@ fn main() {
     // Each cell's (timer, shards, wattson, default) means.
     let cells = wattson_sim::trace::itp_cells();
     let results = wattson_sim::parallel::map(&cells, |&(trace_name, nodes)| {
-        let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
-        let trace = wattson_sim::trace::parse(&text, trace_name, TraceFormat::Auto).unwrap();
-        let mut c = base.clone();
-        c.groups[0].nodes = nodes;
+        let (trace, c) = cell(&base, trace_name, nodes);
         let mut m = [Means::default(); 4];
         for seed in 1..=seeds {
             let o = wattson_sim::run(&c, &catalog, &trace, trace_name, &policies, seed).unwrap();

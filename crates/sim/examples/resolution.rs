@@ -12,11 +12,10 @@
 //! run the timer at that one setting). Runs the cells on every core. Reads
 //! `etc/sim/cluster.toml` and `data/`.
 
-use std::path::Path;
+mod common;
 
-use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, TraceFormat};
-
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+use common::{cell, pct, read, seeds_and_cluster};
+use wattson_sim::{Catalog, ClusterPolicy};
 
 /// The shifts to every job's run, in seconds.
 const SHIFTS_S: [f64; 4] = [-10.0, -1.0, 1.0, 10.0];
@@ -24,24 +23,8 @@ const SHIFTS_S: [f64; 4] = [-10.0, -1.0, 1.0, 10.0];
 /// The timer's change past which a wait target of 2% cannot tell cost from chaos.
 const TARGET: f64 = 2.0;
 
-fn read(rel: &str) -> String {
-    let p = Path::new(ROOT).join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
-}
-
-/// `ours` over `theirs` as a change in percent (a wait of 0 against 0 is no change).
-fn pct(ours: f64, theirs: f64) -> f64 {
-    if theirs <= 0.0 { if ours <= 0.0 { 0.0 } else { f64::INFINITY } } else { 100.0 * (ours / theirs - 1.0) }
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let seeds: u64 = args.get(1).map_or(3, |s| s.parse().expect("seed count"));
-    let mut base = ClusterConfig::from_toml(&read("etc/sim/cluster.toml"), "etc/sim/cluster.toml").unwrap();
-    wattson_sim::overrides::apply(&mut base, "order=fifo").unwrap();
-    for kv in args.iter().skip(2) {
-        wattson_sim::overrides::apply(&mut base, kv).unwrap_or_else(|e| panic!("{e}"));
-    }
+    let (seeds, base) = seeds_and_cluster(3);
     let catalog =
         Catalog::from_zeus_csv(&read("data/dvfs/zeus-power-limit/summary_power_v100.csv"), "zeus").unwrap();
     let timer = [ClusterPolicy::SlurmPowersave];
@@ -49,10 +32,7 @@ fn main() {
     // Per cell, the timer's (imposed mean, imposed p99) means: on the trace as it is, then
     // on each shift.
     let results = wattson_sim::parallel::map(&cells, |&(trace_name, nodes)| {
-        let text = read(&format!("data/traces/itp-elasticflow/{trace_name}"));
-        let trace = wattson_sim::trace::parse(&text, trace_name, TraceFormat::Auto).unwrap();
-        let mut c = base.clone();
-        c.groups[0].nodes = nodes;
+        let (trace, c) = cell(&base, trace_name, nodes);
         let runs = std::iter::once(0.0).chain(SHIFTS_S).map(|shift| {
             let mut shifted = trace.clone();
             for j in &mut shifted {

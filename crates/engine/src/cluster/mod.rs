@@ -12,9 +12,8 @@
 //! wattson's wait per unit of size), [`budget`] keeps wattson under the cluster power budget
 //! (DVFS and start gating), [`wait_cost`] gates wattson's DVFS as it lengthens the queue's
 //! waits toward `max_wait_cost` and stops it past it (and finds the jobs lagging `max_lag_s`
-//! behind), [`share`] starts a queued job on a
-//! running job's GPU where both let their GPU be shared and the co-location model keeps both
-//! within bounds.
+//! behind), [`share`] starts a queued job on a running job's GPU where both let their GPU be
+//! shared and the co-location model keeps both within bounds.
 
 pub mod budget;
 pub mod levels;
