@@ -69,10 +69,12 @@ impl Planner {
         Planner { pairs: Some(pairs), ..self }
     }
 
-    /// This planner, going on from the opted-in jobs a controller before it released and
-    /// that have not started (its state file's `share_released`).
-    pub fn going_on(mut self, released: share::Released) -> Planner {
-        self.ledger.share_released = released;
+    /// This planner, going on from what a controller before it `saved` in its state file:
+    /// the policy's memory (the waits observed, each running job's lag) and the opted-in jobs
+    /// it released that have not started.
+    pub fn going_on(mut self, saved: Ledger) -> Planner {
+        self.memory.decider = saved.decider;
+        self.ledger.share_released = saved.share_released;
         self
     }
 
@@ -198,6 +200,7 @@ impl Planner {
             }
         }
         self.ledger.observe(nodes, now, &snapshot::node_costs(c), snapshot::gpu_idle_w(c, nodes));
+        self.ledger.decider.clone_from(&self.memory.decider);
         let (w, bound) = (&self.memory.decider.wait_cost, c.tuning.max_wait_cost);
         self.ledger.wait_cost = power_status::WaitCostStatus {
             observed: w.ratio(),
@@ -294,19 +297,24 @@ impl Ctld {
             (None, false) => None,
         }
         .map(|p| p.with_tuning(&config.ctld.tuning));
-        let mut released = share::Released::default();
-        if let Some(pairs) = &mut pairs
-            && config.ctld.state_file.exists()
-        {
-            // What a controller before this one learned and did: the classes paired no more,
-            // the jobs it released that have not started.
+        // What a controller before this one learned and did: the policy's memory; sharing, the
+        // classes paired no more and the jobs it released that have not started.
+        let mut saved = None;
+        if config.ctld.state_file.exists() {
             match power_status::load(&config.ctld.state_file) {
-                Ok(ledger) => {
-                    pairs.break_tags(&ledger.share_broken);
-                    pairs.relearn(&ledger.share_learned, &ledger.share_unfit);
-                    released = ledger.share_released;
+                Ok(ledger) => saved = Some(ledger),
+                Err(e) => {
+                    warn!(error = %e, "cannot read the state file: the policy and co-location start afresh")
                 }
-                Err(e) => warn!(error = %e, "cannot read the co-location state from the state file"),
+            }
+        }
+        if let Some(saved) = &mut saved {
+            match &mut pairs {
+                Some(pairs) => {
+                    pairs.break_tags(&saved.share_broken);
+                    pairs.relearn(&saved.share_learned, &saved.share_unfit);
+                }
+                None => saved.share_released = share::Released::default(),
             }
         }
         let slurm = Slurm::new(config.ctld.command_timeout);
@@ -324,7 +332,11 @@ impl Ctld {
             bins: config.ctld.summary_bins,
             timeout: config.ctld.command_timeout,
         };
-        let planner = Planner::new(config).going_on(released);
+        let planner = Planner::new(config);
+        let planner = match saved {
+            Some(saved) => planner.going_on(saved),
+            None => planner,
+        };
         Ok(Ctld {
             summaries,
             passes: summarize::passes::Passes::default(),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use wattson_engine::cluster::NodeCosts;
+use wattson_engine::cluster::{Decider, NodeCosts};
 
 use crate::slurm::{Node, Power};
 
@@ -48,6 +48,11 @@ pub struct Ledger {
     /// The wait-cost bound as the controller last observed it (absent from an older file).
     #[serde(default)]
     pub wait_cost: WaitCostStatus,
+    /// The policy's memory between loops: the waits observed and each running job's lag
+    /// (`max_lag_s`). Read back when the controller starts; where it is absent (an older file)
+    /// or unreadable (another release's), the policy starts afresh and the rest still reads.
+    #[serde(default, deserialize_with = "or_afresh")]
+    pub decider: Decider,
     /// Workload tags paired no more: a job of theirs was measured slowed over its bound while
     /// sharing a GPU ([`crate::share::judge`]). Read back when the controller starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -156,6 +161,12 @@ pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// The saved policy memory, or a fresh one where it does not read as this release's.
+fn or_afresh<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Decider, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(value).unwrap_or_default())
+}
+
 /// Reads the ledger the controller saved at `path`.
 pub fn load(path: &Path) -> Result<Ledger, String> {
     let text = std::fs::read_to_string(path)
@@ -204,5 +215,14 @@ mod tests {
         std::fs::write(&path, r#"{"updated":1.0,"idle_w":0.0,"cycle_j":0.0,"off_w":0.0,"nodes":{}}"#)
             .unwrap();
         assert_eq!(load(&path).unwrap().role, crate::failover::Role::Acting);
+        // A policy memory this release cannot read is started afresh; the rest still reads.
+        std::fs::write(
+            &path,
+            r#"{"updated":1.0,"idle_w":0.0,"cycle_j":0.0,"off_w":0.0,"nodes":{},"role":{"standby":"ctl1"},
+                "decider":{"wait_cost":{"waited_s":null}}}"#,
+        )
+        .unwrap();
+        let read = load(&path).unwrap();
+        assert_eq!((read.role, read.decider), (ledger.role, Decider::default()));
     }
 }

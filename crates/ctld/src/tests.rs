@@ -319,6 +319,56 @@ fn a_slowed_job_is_paced_full_once_it_has_fallen_max_lag_s_behind() {
 }
 
 #[test]
+fn a_restarted_controller_goes_on_from_the_lag_and_wait_cost_it_saved() {
+    // Job 5 runs slowed as above; the controller saves its state 7,000 s in (333 s behind)
+    // and is restarted: 7,000 s later the job is 667 s behind, past the 600 s cap, as if the
+    // controller had never stopped. A controller that forgot would start it again from zero.
+    let nodes = parse_nodes(&node("n1", "ALLOCATED", 4, "")).unwrap();
+    let at = |elapsed: &str| {
+        parse_jobs(&format!(
+            "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|{elapsed}|8:00:00|1|n1|lab||0\n"
+        ))
+        .unwrap()
+    };
+    let learned = slowed_job_5();
+    let t0 = at("10:00")[0].submit as f64 + 600.0;
+    let mut first = Planner::new(Config::default());
+    first.plan_with(&nodes, &at("10:00"), &[], &learned, t0);
+    assert_eq!(
+        first.plan_with(&nodes, &at("1:56:40"), &[], &learned, t0 + 7_000.0).running[0].1,
+        Pace::Saving
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ctld.json");
+    power_status::save(first.ledger(), &path).unwrap();
+
+    let ledger = power_status::load(&path).unwrap();
+    let mut restarted = Planner::new(Config::default()).going_on(ledger);
+    let plan = restarted.plan_with(&nodes, &at("3:53:20"), &[], &learned, t0 + 14_000.0);
+    assert_eq!(plan.running[0].1, Pace::Full);
+    assert_eq!(restarted.memory.decider, first_after(first, &nodes, &at("3:53:20"), &learned, t0 + 14_000.0));
+
+    // A controller that starts afresh sees no lag yet.
+    let mut fresh = Planner::new(Config::default());
+    assert_eq!(
+        fresh.plan_with(&nodes, &at("3:53:20"), &[], &learned, t0 + 14_000.0).running[0].1,
+        Pace::Saving
+    );
+}
+
+/// `planner` (never stopped) after one more loop on `jobs` at `now`: its policy's memory.
+fn first_after(
+    mut planner: Planner,
+    nodes: &[crate::slurm::Node],
+    jobs: &[crate::slurm::Job],
+    learned: &snapshot::Learned,
+    now: f64,
+) -> wattson_engine::cluster::Decider {
+    planner.plan_with(nodes, jobs, &[], learned, now);
+    planner.memory.decider
+}
+
+#[test]
 fn past_the_wait_cost_bound_or_a_closed_gate_running_jobs_are_raised_and_the_status_says_so() {
     // n1's 4 GPUs run job 5 at its lower level (5% slower, bound 10%); after an hour job 9
     // (4 GPUs) has waited 10 minutes for them: 171 s of job 5's lag is 171 s of its wait.

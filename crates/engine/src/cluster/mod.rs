@@ -381,8 +381,9 @@ impl TunedPolicy {
 
 /// The cluster policy with what it keeps between decisions: the wait-cost guard
 /// ([`wait_cost::WaitCost`]). The controller takes one step per loop, the simulator one per
-/// instant; nothing else holds the guard's state.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// instant; nothing else holds the guard's state (the controller saves it in its state file
+/// and reads it back when it starts).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Decider {
     /// What the queue waited and DVFS added, as observed at each step.
     pub wait_cost: wait_cost::WaitCost,

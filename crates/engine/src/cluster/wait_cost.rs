@@ -26,7 +26,7 @@ use super::{ClusterPolicy, Running, Snapshot, TunedPolicy};
 pub const HALF_LIFE_S: f64 = 7.0 * 86400.0;
 
 /// What the queue waited and how much of it wattson's DVFS added, as the policy observed it.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WaitCost {
     /// Job-seconds of queueing wait of the jobs that left the queue, decayed.
     pub waited_s: f64,

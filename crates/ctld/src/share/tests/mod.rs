@@ -346,7 +346,7 @@ fn a_job_released_beside_a_partner_that_ends_before_it_starts_gets_its_own_node_
             let file = state.path().join("ctld.json");
             crate::power_status::save(planner.ledger(), &file).unwrap();
             let before = crate::power_status::load(&file).unwrap();
-            planner = Planner::new(Config::default()).sharing(pairs.clone()).going_on(before.share_released);
+            planner = Planner::new(Config::default()).sharing(pairs.clone()).going_on(before);
         }
         // Job 1 ended first: job 2 gets its own node list back, kept off n2 (job 4, big).
         let after = |requested: &str| {
