@@ -71,6 +71,17 @@ impl PriceSchedule {
         }
         best
     }
+
+    /// When a job that allows `window_s` of deferral from `now_s` should start: the cheapest
+    /// start within the window where its price is at least `min_drop` (a share) below the
+    /// price now, else `now_s`. job_submit and the simulator defer by it alike.
+    pub fn deferred_start(&self, now_s: i64, window_s: i64, min_drop: f64) -> i64 {
+        let best = self.cheapest_start(now_s, window_s);
+        match (self.price_at(now_s), self.price_at(best)) {
+            (Some(now), Some(then)) if best > now_s && then <= now * (1.0 - min_drop) => best,
+            _ => now_s,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -80,6 +91,18 @@ mod tests {
     fn night_tariff() -> PriceSchedule {
         // 0.10 from 00:00 to 05:59 UTC, 0.30 otherwise.
         PriceSchedule { hourly_utc: (0..24).map(|h| if h < 6 { 0.10 } else { 0.30 }).collect() }
+    }
+
+    #[test]
+    fn a_deferred_start_needs_an_hour_at_least_min_drop_cheaper() {
+        let evening = 20_000 * 86_400 + 20 * 3600 + 17 * 60; // 20:17 UTC
+        let night = 20_001 * 86_400;
+        // Night is 2/3 cheaper than evening.
+        assert_eq!(night_tariff().deferred_start(evening, 6 * 3600, 0.2), night);
+        assert_eq!(night_tariff().deferred_start(evening, 6 * 3600, 0.6), night);
+        assert_eq!(night_tariff().deferred_start(evening, 6 * 3600, 0.7), evening);
+        assert_eq!(night_tariff().deferred_start(evening, 3 * 3600, 0.0), evening, "none within 3 h");
+        assert_eq!(PriceSchedule::default().deferred_start(evening, 6 * 3600, 0.0), evening, "no tariff");
     }
 
     #[test]

@@ -98,7 +98,8 @@ pub fn decide<'a>(
         admin_comment.push_str(&model_note(models, &owner, tag, decision.engine, &config.engine));
     }
     let begin_time_s = hints.defer.and_then(|window| {
-        let start = config.prices.cheapest_start(now_s, window.as_secs() as i64);
+        let min_drop = config.ctld.tuning.min_price_drop;
+        let start = config.prices.deferred_start(now_s, window.as_secs() as i64, min_drop);
         (start > now_s).then_some(start)
     });
     if let Some(window) = hints.defer {
@@ -511,6 +512,25 @@ mod tests {
             d.admin_comment
         );
         assert!(d.message.unwrap().contains("deferred to 2024-10-05T00:00:00Z"));
+    }
+
+    #[test]
+    fn deferral_needs_an_hour_min_price_drop_cheaper_as_the_simulator_scores_it() {
+        // Night 10% cheaper than day: under the shipped 20% the job is not deferred (the
+        // window is still recorded); under a 5% drop it is.
+        let night: Vec<String> =
+            (0..24).map(|h| if h < 6 { "0.27".into() } else { "0.3".to_string() }).collect();
+        let prices = format!("[prices]\nhourly_utc = [{}]\n", night.join(", "));
+        let now = 20_000 * 86_400 + 22 * 3600; // 22:00 UTC
+        let at = |cfg: &Config| {
+            let asked = ["_SLURM_SPANK_OPTION_wattson_energy_defer=6h"];
+            decide(asked, [], 1000, "bob", None, &JobShape::default(), now, cfg, &ModelTable::new()).unwrap()
+        };
+        let d = at(&config(&prices));
+        assert_eq!(d.begin_time_s, None);
+        assert!(d.admin_comment.ends_with(",defer=21600"), "{}", d.admin_comment);
+        let d = at(&config(&format!("{prices}[ctld]\nmin_price_drop = 0.05\n")));
+        assert_eq!(d.begin_time_s, Some(20_001 * 86_400));
     }
 
     #[test]

@@ -458,13 +458,8 @@ pub fn release_time(p: &TunedPolicy, s: &Snapshot, h: &Held) -> f64 {
         return h.submit;
     }
     let now = h.submit.floor() as i64 + s.utc_offset_s;
-    let best = s.tariff.cheapest_start(now, h.defer_window_s.floor() as i64);
-    match (s.tariff.price_at(now), s.tariff.price_at(best)) {
-        (Some(a), Some(b)) if best > now && b <= a * (1.0 - p.tuning.min_price_drop) => {
-            h.submit + (best - now) as f64 - h.submit.fract()
-        }
-        _ => h.submit,
-    }
+    let start = s.tariff.deferred_start(now, h.defer_window_s.floor() as i64, p.tuning.min_price_drop);
+    if start > now { h.submit + (start - now) as f64 - h.submit.fract() } else { h.submit }
 }
 
 #[cfg(test)]
