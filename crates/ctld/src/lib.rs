@@ -70,11 +70,16 @@ impl Planner {
     }
 
     /// This planner, going on from what a controller before it `saved` in its state file:
-    /// the policy's memory (the waits observed, each running job's lag) and the opted-in jobs
-    /// it released that have not started.
+    /// the policy's memory (the waits observed, each running job's lag) and, deciding
+    /// co-location, the classes paired no more, the pairs learned and the opted-in jobs it
+    /// released that have not started.
     pub fn going_on(mut self, saved: Ledger) -> Planner {
         self.memory.decider = saved.decider;
-        self.ledger.share_released = saved.share_released;
+        if let Some(pairs) = &mut self.pairs {
+            pairs.break_tags(&saved.share_broken);
+            pairs.relearn(&saved.share_learned, &saved.share_unfit);
+            self.ledger.share_released = saved.share_released;
+        }
         self
     }
 
@@ -291,32 +296,12 @@ impl Ctld {
     /// A controller for `config`; fails when its pair file (`[ctld] share_pairs`) cannot be
     /// read. With `share_learn` it learns pairs, from the file if there is one.
     pub fn new(config: Config) -> Result<Ctld, String> {
-        let mut pairs = match (&config.ctld.share_pairs, config.ctld.tuning.share_learn) {
+        let pairs = match (&config.ctld.share_pairs, config.ctld.tuning.share_learn) {
             (Some(path), _) => Some(share::Pairs::load(path).map_err(|e| e.0)?),
             (None, true) => Some(share::Pairs::new(&[])),
             (None, false) => None,
         }
         .map(|p| p.with_tuning(&config.ctld.tuning));
-        // What a controller before this one learned and did: the policy's memory; sharing, the
-        // classes paired no more and the jobs it released that have not started.
-        let mut saved = None;
-        if config.ctld.state_file.exists() {
-            match power_status::load(&config.ctld.state_file) {
-                Ok(ledger) => saved = Some(ledger),
-                Err(e) => {
-                    warn!(error = %e, "cannot read the state file: the policy and co-location start afresh")
-                }
-            }
-        }
-        if let Some(saved) = &mut saved {
-            match &mut pairs {
-                Some(pairs) => {
-                    pairs.break_tags(&saved.share_broken);
-                    pairs.relearn(&saved.share_learned, &saved.share_unfit);
-                }
-                None => saved.share_released = share::Released::default(),
-            }
-        }
         let slurm = Slurm::new(config.ctld.command_timeout);
         let (interval, state_file) = (config.ctld.interval, config.ctld.state_file.clone());
         let nodes = nodes::Nodes::new(config.link.clone()).within(interval);
@@ -332,21 +317,20 @@ impl Ctld {
             bins: config.ctld.summary_bins,
             timeout: config.ctld.command_timeout,
         };
-        let planner = Planner::new(config);
-        let planner = match saved {
-            Some(saved) => planner.going_on(saved),
-            None => planner,
-        };
+        let mut planner = Planner::new(config);
+        if let Some(pairs) = pairs {
+            planner = planner.sharing(pairs);
+        }
+        if let Some(saved) = power_status::saved(&state_file) {
+            planner = planner.going_on(saved);
+        }
         Ok(Ctld {
             summaries,
             passes: summarize::passes::Passes::default(),
             host: failover::this_host(),
             role: None,
             judge: Default::default(),
-            planner: match pairs {
-                Some(pairs) => planner.sharing(pairs),
-                None => planner,
-            },
+            planner,
             slurm,
             nodes,
             metrics: metrics::Metrics::default(),

@@ -167,6 +167,17 @@ fn or_afresh<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Decider, D::Error
     Ok(serde_json::from_value(value).unwrap_or_default())
 }
 
+/// What a controller before this one saved at `path`: `None` where there is none, or (with a
+/// warning) where it does not read, and the controller starts afresh.
+pub fn saved(path: &Path) -> Option<Ledger> {
+    if !path.exists() {
+        return None;
+    }
+    load(path)
+        .map_err(|e| tracing::warn!(error = %e, "cannot read the state file: the policy and co-location start afresh"))
+        .ok()
+}
+
 /// Reads the ledger the controller saved at `path`.
 pub fn load(path: &Path) -> Result<Ledger, String> {
     let text = std::fs::read_to_string(path)
