@@ -292,17 +292,17 @@ fn slowed_job_5() -> snapshot::Learned {
     learned
 }
 
+/// Job 5 on n1's 4 GPUs, `elapsed` into its 8 h limit.
+fn at(elapsed: &str) -> Vec<crate::slurm::Job> {
+    parse_jobs(&format!("5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|{elapsed}|8:00:00|1|n1|lab||0\n"))
+        .unwrap()
+}
+
 #[test]
 fn a_slowed_job_is_paced_full_once_it_has_fallen_max_lag_s_behind() {
     // n1's 4 GPUs run job 5 at its lower level, no job waits: 14,000 s later it has fallen
     // 14,000 · 0.05 / 1.05 = 667 s behind its full-speed pace.
     let nodes = parse_nodes(&node("n1", "ALLOCATED", 4, "")).unwrap();
-    let at = |elapsed: &str| {
-        parse_jobs(&format!(
-            "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|{elapsed}|8:00:00|1|n1|lab||0\n"
-        ))
-        .unwrap()
-    };
     let learned = slowed_job_5();
     let t0 = at("10:00")[0].submit as f64 + 600.0;
     let paced = |max_lag_s: f64| {
@@ -324,12 +324,6 @@ fn a_restarted_controller_goes_on_from_the_lag_and_wait_cost_it_saved() {
     // and is restarted: 7,000 s later the job is 667 s behind, past the 600 s cap, as if the
     // controller had never stopped. A controller that forgot would start it again from zero.
     let nodes = parse_nodes(&node("n1", "ALLOCATED", 4, "")).unwrap();
-    let at = |elapsed: &str| {
-        parse_jobs(&format!(
-            "5|RUNNING|None|1|gres:gpu:4|2026-11-23T10:00:00|{elapsed}|8:00:00|1|n1|lab||0\n"
-        ))
-        .unwrap()
-    };
     let learned = slowed_job_5();
     let t0 = at("10:00")[0].submit as f64 + 600.0;
     let mut first = Planner::new(Config::default());
@@ -342,11 +336,11 @@ fn a_restarted_controller_goes_on_from_the_lag_and_wait_cost_it_saved() {
     let path = dir.path().join("ctld.json");
     power_status::save(first.ledger(), &path).unwrap();
 
-    let ledger = power_status::load(&path).unwrap();
-    let mut restarted = Planner::new(Config::default()).going_on(ledger);
+    let mut restarted = Planner::new(Config::default()).going_on(power_status::saved(&path).unwrap());
     let plan = restarted.plan_with(&nodes, &at("3:53:20"), &[], &learned, t0 + 14_000.0);
     assert_eq!(plan.running[0].1, Pace::Full);
-    assert_eq!(restarted.memory.decider, first_after(first, &nodes, &at("3:53:20"), &learned, t0 + 14_000.0));
+    first.plan_with(&nodes, &at("3:53:20"), &[], &learned, t0 + 14_000.0);
+    assert_eq!(restarted.memory.decider, first.memory.decider, "as if never stopped");
 
     // A controller that starts afresh sees no lag yet.
     let mut fresh = Planner::new(Config::default());
@@ -354,18 +348,6 @@ fn a_restarted_controller_goes_on_from_the_lag_and_wait_cost_it_saved() {
         fresh.plan_with(&nodes, &at("3:53:20"), &[], &learned, t0 + 14_000.0).running[0].1,
         Pace::Saving
     );
-}
-
-/// `planner` (never stopped) after one more loop on `jobs` at `now`: its policy's memory.
-fn first_after(
-    mut planner: Planner,
-    nodes: &[crate::slurm::Node],
-    jobs: &[crate::slurm::Job],
-    learned: &snapshot::Learned,
-    now: f64,
-) -> wattson_engine::cluster::Decider {
-    planner.plan_with(nodes, jobs, &[], learned, now);
-    planner.memory.decider
 }
 
 #[test]
