@@ -26,6 +26,7 @@ mod mig;
 mod models_sync;
 mod plugins;
 mod prolog_epilog;
+mod queue_order;
 mod releases;
 mod second_run;
 mod share_opt_in;

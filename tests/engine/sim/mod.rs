@@ -14,6 +14,7 @@ use wattson_sim::power::NodeState;
 use wattson_sim::{Catalog, ClusterConfig, ClusterPolicy, Outcome, TraceFormat};
 
 mod budget;
+mod defer;
 mod limits;
 mod share;
 

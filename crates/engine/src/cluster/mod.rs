@@ -454,12 +454,25 @@ fn release(p: &TunedPolicy, s: &Snapshot, a: &mut Actions) {
 
 /// When a held job should enter the queue (s); `submit` when it is not deferred.
 pub fn release_time(p: &TunedPolicy, s: &Snapshot, h: &Held) -> f64 {
-    if p.kind != ClusterPolicy::Wattson || h.defer_window_s <= 0.0 {
-        return h.submit;
+    begin_time(p, s.tariff, s.utc_offset_s, h.submit, h.defer_window_s)
+}
+
+/// The begin time job_submit gives a job submitted at `submit` (s; `utc_offset_s` more in
+/// UTC) that allows `window_s` of deferral, under `p` and `tariff`: `submit` when it is not
+/// deferred (by any policy but wattson, never).
+pub fn begin_time(
+    p: &TunedPolicy,
+    tariff: &PriceSchedule,
+    utc_offset_s: i64,
+    submit: f64,
+    window_s: f64,
+) -> f64 {
+    if p.kind != ClusterPolicy::Wattson || window_s <= 0.0 {
+        return submit;
     }
-    let now = h.submit.floor() as i64 + s.utc_offset_s;
-    let start = s.tariff.deferred_start(now, h.defer_window_s.floor() as i64, p.tuning.min_price_drop);
-    if start > now { h.submit + (start - now) as f64 - h.submit.fract() } else { h.submit }
+    let now = submit.floor() as i64 + utc_offset_s;
+    let start = tariff.deferred_start(now, window_s.floor() as i64, p.tuning.min_price_drop);
+    if start > now { submit + (start - now) as f64 - submit.fract() } else { submit }
 }
 
 #[cfg(test)]

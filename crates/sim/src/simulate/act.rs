@@ -8,6 +8,9 @@ use super::{Event, Sim, View};
 use crate::power::NodeState;
 use crate::scheduler::{PassInput, UNAVAILABLE, easy_pass};
 
+/// How late after its begin time a deferred job's release still counts as the begin time's (s).
+const BEGIN_SLACK_S: f64 = 1e-6;
+
 impl Sim<'_> {
     pub(super) fn boot(&mut self, t: f64, n: usize) {
         self.meter.set_state(n, t, NodeState::Booting);
@@ -59,7 +62,7 @@ impl Sim<'_> {
                 self.live[j as usize].released = t;
                 self.runs[j as usize].eligible = t;
                 self.orders[j as usize] = self.type_order(j);
-                self.queue.push(j);
+                self.enqueue(t, j);
             }
         }
         for &(q, h) in &a.share {
@@ -87,6 +90,27 @@ impl Sim<'_> {
             self.q.push(w, Event::Wake);
             self.next_wake = w;
         }
+    }
+
+    /// Job `j`, released at `t`, takes its place in the queue as the lab's Slurm ranks it
+    /// (tests/slurm/queue_order.rs): a job whose release is the begin time job_submit gave it
+    /// by its submission, ahead of the jobs submitted after it; any other (one held for the
+    /// power budget and released) at `t`, after every job queued, as 22.05's priority/basic
+    /// does (24.11's priority/multifactor keeps its submission's rank there too).
+    fn enqueue(&mut self, t: f64, j: u32) {
+        let job = &self.jobs[j as usize];
+        let begin = cluster::begin_time(
+            &self.policy,
+            &self.c.prices,
+            self.c.trace_start_utc_s,
+            job.submit,
+            job.defer_window,
+        );
+        let at = if begin > job.submit && t <= begin + BEGIN_SLACK_S { job.submit } else { t };
+        self.live[j as usize].ranked_at = at;
+        let behind = self.queue.iter().rposition(|&q| self.live[q as usize].ranked_at <= at);
+        let pos = behind.map_or(0, |i| i + 1);
+        self.queue.insert(pos, j);
     }
 
     pub(super) fn schedule(&mut self, t: f64) {

@@ -82,6 +82,8 @@ struct Live {
     ready: f64,
     epoch: u32,
     released: f64,
+    /// Where Slurm ranks it in FIFO order once it may start (s; [`Sim::enqueue`]).
+    ranked_at: f64,
     /// The job sharing its GPU ([`NO_PARTNER`]: none).
     partner: u32,
     /// Its time ratio from sharing (1: alone).
@@ -210,6 +212,7 @@ pub fn simulate_observed(
             ready: f64::NAN,
             epoch: 0,
             released: f64::NAN,
+            ranked_at: f64::NAN,
             partner: NO_PARTNER,
             slow: 1.0,
             shared_slow: 1.0,
