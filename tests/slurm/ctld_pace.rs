@@ -13,7 +13,8 @@ use super::ctld::{ctld_log, lab, lab_with, powered_down, start_ctld, state, wait
 /// job ends. Then a queue forming puts a running job's GPUs back to full speed within a loop,
 /// and the queue clearing gives the job back its energy-saving setting. Under the wait-cost
 /// bound, the job the queue waited for stays at full speed once the queue clears: its slowdown
-/// lengthened the wait past the bound.
+/// lengthened the wait past the bound; a controller restarted with its state file remembers
+/// that wait, one started afresh does not.
 #[test]
 fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs() {
     // A queued job raises the jobs it waits for at once (not only after waiting its own run);
@@ -87,14 +88,28 @@ fn nodes_power_down_only_when_wattsond_confirms_and_a_queue_paces_running_jobs()
     };
     wait_for(&mut lab, &power, "every decision counted", Duration::from_secs(10), counted);
 
-    // The shipped bound (5%), a controller started afresh: the job falls behind at its share
-    // (bound 10%) while a job waits for its GPUs, so all of that short wait is its lag's.
+    // The shipped bound (5%). The job falls behind at its share (bound 10%) while a job waits
+    // for its GPUs, so all of such a short wait is its lag's: past the bound. A controller
+    // restarted with its state file goes on from the wait it observed above, and runs the job
+    // at full speed with no job waiting.
     let toml = lab.dir().join("etc/wattson.toml");
     let text = std::fs::read_to_string(&toml).unwrap();
     std::fs::write(&toml, text.replace("max_wait_cost = 100", "max_wait_cost = 0.05")).unwrap();
     let _ = ctld.kill();
     let _ = ctld.wait();
     ctld = start_ctld(&lab);
+    wait_for(&mut lab, &power, "full speed from the wait cost read back", Duration::from_secs(10), |_| {
+        limit(0) == 700_000 && limit(1) == 700_000
+    });
+    // A controller started afresh (no state file) has observed nothing: the job saves again.
+    let _ = ctld.kill();
+    let _ = ctld.wait();
+    std::fs::remove_file(lab.dir().join("ctld.json")).unwrap();
+    ctld = start_ctld(&lab);
+    wait_for(&mut lab, &power, "saving with no queue, afresh", Duration::from_secs(10), |_| {
+        limit(0) == 420_000 && limit(1) == 420_000
+    });
+    // Long enough for the job to fall further behind than the next wait will last.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!((limit(0), limit(1)), (420_000, 420_000), "saving with no queue");
     let waiting = lab.sbatch(&["--gres=gpu:1", "-w", "n1"], "true\n").unwrap();

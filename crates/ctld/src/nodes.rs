@@ -57,10 +57,11 @@ pub struct Nodes {
 }
 
 impl Nodes {
-    /// The link as `config` says.
+    /// The link as `config` says. Every running job's pace is sent at the first
+    /// [`Nodes::pace`]: a controller before this one may have set them.
     pub fn new(config: LinkConfig) -> Nodes {
         let munge = Munge::new(config.munge_socket.as_deref()).map_err(|e| e.to_string());
-        Nodes { config, munge, deadline: None, paced: BTreeMap::new(), paces_known: true }
+        Nodes { config, munge, deadline: None, paced: BTreeMap::new(), paces_known: false }
     }
 
     /// The same link, each fan-out ending within `deadline` (the controller's loop interval).
