@@ -57,8 +57,9 @@ impl PriceSchedule {
     }
 
     /// The earliest start within `[now_s, now_s + window_s]` at the lowest price: `now_s`
-    /// itself unless a later hour is strictly cheaper.
-    pub fn cheapest_start(&self, now_s: i64, window_s: i64) -> i64 {
+    /// itself unless a later hour is strictly cheaper. Deferral goes by
+    /// [`PriceSchedule::deferred_start`].
+    fn cheapest_start(&self, now_s: i64, window_s: i64) -> i64 {
         let Some(mut best_price) = self.price_at(now_s) else { return now_s };
         let mut best = now_s;
         let mut t = (now_s / 3600 + 1) * 3600;
